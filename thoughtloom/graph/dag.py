@@ -1,0 +1,230 @@
+"""ThoughtGraph: a typed DAG of thoughts with a status state machine. Pure data, no I/O."""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterable, Iterator, Sequence
+
+from .types import (
+    TRANSITIONS,
+    CycleError,
+    Edge,
+    EdgeKind,
+    IllegalTransition,
+    Node,
+    NodeKind,
+    NodeMeta,
+    NodeStatus,
+    UnknownNode,
+)
+
+
+class ThoughtGraph:
+    """A directed acyclic graph of thoughts; every mutation keeps it acyclic."""
+
+    __slots__ = ("_nodes", "_parents", "_children", "_edges", "_next_id")
+
+    def __init__(self) -> None:
+        self._nodes: dict[int, Node] = {}
+        self._parents: dict[int, list[int]] = {}
+        self._children: dict[int, list[int]] = {}
+        self._edges: dict[tuple[int, int], Edge] = {}
+        self._next_id = 0
+
+    # --- construction -------------------------------------------------------------------
+
+    def add_node(
+        self,
+        content: str,
+        kind: NodeKind = NodeKind.HYPOTHESIS,
+        parents: Sequence[int] = (),
+        edge_kind: EdgeKind = EdgeKind.ELABORATION,
+        meta: NodeMeta | None = None,
+        score: float | None = None,
+    ) -> Node:
+        """Add a node below the given parents (possibly several: an aggregation)."""
+        for p in parents:
+            if p not in self._nodes:
+                raise UnknownNode(p)
+        if len(set(parents)) != len(parents):
+            raise ValueError(f"duplicate parent in {list(parents)}")
+        depth = 1 + max((self._nodes[p].depth for p in parents), default=-1)
+        node = Node(
+            id=self._next_id,
+            kind=kind,
+            content=content,
+            depth=depth,
+            score=score,
+            meta=meta if meta is not None else NodeMeta(),
+        )
+        self._next_id += 1
+        nid = node.id
+        self._nodes[nid] = node
+        self._parents[nid] = list(parents)
+        self._children[nid] = []
+        # Edges into a brand-new node cannot close a cycle: no check needed.
+        for p in parents:
+            self._children[p].append(nid)
+            self._edges[(p, nid)] = Edge(p, nid, edge_kind)
+        node.status = (
+            NodeStatus.READY
+            if all(self._nodes[p].status is NodeStatus.SUCCEEDED for p in parents)
+            else NodeStatus.PENDING
+        )
+        return node
+
+    def add_edge(
+        self, src: int, dst: int, kind: EdgeKind = EdgeKind.ELABORATION, weight: float | None = None
+    ) -> Edge:
+        """Link two existing nodes; raises CycleError if dst already reaches src."""
+        if src not in self._nodes:
+            raise UnknownNode(src)
+        if dst not in self._nodes:
+            raise UnknownNode(dst)
+        if src == dst or self.reaches(dst, src):
+            raise CycleError(f"edge {src}->{dst} would close a cycle")
+        if (src, dst) in self._edges:
+            raise ValueError(f"edge {src}->{dst} already exists")
+        edge = Edge(src, dst, kind, weight)
+        self._edges[(src, dst)] = edge
+        self._parents[dst].append(src)
+        self._children[src].append(dst)
+        return edge
+
+    def set_status(self, node_id: int, status: NodeStatus) -> None:
+        """Move a node to a new status; illegal moves raise IllegalTransition."""
+        node = self.node(node_id)
+        if status is node.status:
+            return
+        if status not in TRANSITIONS[node.status]:
+            raise IllegalTransition(f"node {node_id}: {node.status.value} -> {status.value}")
+        node.status = status
+        if status is NodeStatus.SUCCEEDED:
+            # Children waiting on this node become ready once all their parents succeeded.
+            for c in self._children[node_id]:
+                child = self._nodes[c]
+                if child.status is NodeStatus.PENDING and all(
+                    self._nodes[p].status is NodeStatus.SUCCEEDED for p in self._parents[c]
+                ):
+                    child.status = NodeStatus.READY
+
+    # --- queries ------------------------------------------------------------------------
+
+    def __len__(self) -> int:
+        return len(self._nodes)
+
+    def __contains__(self, node_id: object) -> bool:
+        return node_id in self._nodes
+
+    def __iter__(self) -> Iterator[Node]:
+        return iter(self._nodes.values())
+
+    def node(self, node_id: int) -> Node:
+        """The node with this id."""
+        try:
+            return self._nodes[node_id]
+        except KeyError:
+            raise UnknownNode(node_id) from None
+
+    @property
+    def edges(self) -> list[Edge]:
+        """All edges, in insertion order."""
+        return list(self._edges.values())
+
+    def edge(self, src: int, dst: int) -> Edge:
+        """The edge src->dst."""
+        return self._edges[(src, dst)]
+
+    def parents(self, node_id: int) -> list[int]:
+        """Ids of the node's parents, first (primary) parent first."""
+        self.node(node_id)
+        return list(self._parents[node_id])
+
+    def children(self, node_id: int) -> list[int]:
+        """Ids of the node's children, oldest first."""
+        self.node(node_id)
+        return list(self._children[node_id])
+
+    def roots(self) -> list[int]:
+        """Nodes without parents."""
+        return [n for n, ps in self._parents.items() if not ps]
+
+    def leaves(self) -> list[int]:
+        """Nodes without children."""
+        return [n for n, cs in self._children.items() if not cs]
+
+    def path_to_root(self, node_id: int) -> list[int]:
+        """Ids from a root down to this node, following each node's primary parent."""
+        self.node(node_id)
+        path = [node_id]
+        parents = self._parents
+        while parents[path[-1]]:
+            path.append(parents[path[-1]][0])
+        path.reverse()
+        return path
+
+    def ancestors(self, node_id: int) -> set[int]:
+        """Every node that reaches this one."""
+        seen: set[int] = set()
+        stack = list(self.parents(node_id))
+        while stack:
+            n = stack.pop()
+            if n not in seen:
+                seen.add(n)
+                stack.extend(self._parents[n])
+        return seen
+
+    def reaches(self, src: int, dst: int) -> bool:
+        """True if a directed path leads from src to dst."""
+        if src == dst:
+            return True
+        seen = {src}
+        stack = [src]
+        children = self._children
+        while stack:
+            for c in children[stack.pop()]:
+                if c == dst:
+                    return True
+                if c not in seen:
+                    seen.add(c)
+                    stack.append(c)
+        return False
+
+    def topological_order(self) -> list[int]:
+        """All node ids, every parent before its children (Kahn's algorithm, stable by id)."""
+        indegree = {n: len(ps) for n, ps in self._parents.items()}
+        queue = deque(n for n, d in indegree.items() if d == 0)
+        order: list[int] = []
+        while queue:
+            n = queue.popleft()
+            order.append(n)
+            for c in self._children[n]:
+                indegree[c] -= 1
+                if indegree[c] == 0:
+                    queue.append(c)
+        return order
+
+    def by_kind(self, *kinds: NodeKind) -> list[Node]:
+        """Nodes of any of the given kinds."""
+        wanted = set(kinds)
+        return [n for n in self._nodes.values() if n.kind in wanted]
+
+    def by_status(self, *statuses: NodeStatus) -> list[Node]:
+        """Nodes in any of the given statuses."""
+        wanted = set(statuses)
+        return [n for n in self._nodes.values() if n.status in wanted]
+
+    def ready_nodes(self) -> list[Node]:
+        """Nodes whose parents have all succeeded and which nobody has started."""
+        return self.by_status(NodeStatus.READY)
+
+    def subtree(self, node_id: int) -> Iterable[int]:
+        """The node and everything it reaches."""
+        seen = {node_id}
+        stack = [node_id]
+        while stack:
+            for c in self._children[stack.pop()]:
+                if c not in seen:
+                    seen.add(c)
+                    stack.append(c)
+        return seen

@@ -1,0 +1,91 @@
+"""A scripted fake backend for unit tests and benchmarks: answers from rules, with set latency."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from .errors import ModelError
+from .types import Completion, GenerateRequest, Prompt, Usage
+
+Responder = Callable[[GenerateRequest, int], str]
+
+
+def count_words(text: str) -> int:
+    """The fake's token count: whitespace-separated words (at least 1 for any text)."""
+    return max(1, len(text.split())) if text else 0
+
+
+@dataclass
+class Rule:
+    """If `when` occurs in the prompt, answer with `replies` in turn (the last one repeats)."""
+
+    when: str
+    replies: Sequence[str]
+    used: int = 0
+
+    def next_reply(self) -> str:
+        """The next scripted reply."""
+        reply = self.replies[min(self.used, len(self.replies) - 1)]
+        self.used += 1
+        return reply
+
+
+@dataclass
+class ScriptedBackend:
+    """A Backend whose answers are scripted: by rules matched on the prompt, or by a function.
+
+    Rules are tried newest first, so a test can add a specific rule over a general one.
+    `failures` makes the first calls raise the given exceptions (to test retries).
+    """
+
+    rules: list[Rule] = field(default_factory=list)
+    responder: Responder | None = None
+    default: str | None = None
+    latency_s: float = 0.0
+    name: str = "fake:scripted"
+    max_concurrency: int = 1_000_000
+    failures: list[Exception] = field(default_factory=list)
+    calls: list[GenerateRequest] = field(default_factory=list)
+    in_flight: int = 0
+    peak_in_flight: int = 0
+
+    def on(self, when: str, *replies: str) -> ScriptedBackend:
+        """Answer prompts containing `when` with these replies in turn."""
+        self.rules.append(Rule(when, replies))
+        return self
+
+    def _reply(self, request: GenerateRequest, index: int) -> str:
+        text = request.prompt.as_text()
+        for rule in reversed(self.rules):
+            if rule.when in text:
+                return rule.next_reply()
+        if self.responder is not None:
+            return self.responder(request, index)
+        if self.default is not None:
+            return self.default
+        raise ModelError(f"scripted backend has no reply for prompt ending {text[-80:]!r}")
+
+    async def generate(self, request: GenerateRequest) -> Completion:
+        """Return n scripted samples after the configured latency."""
+        self.calls.append(request)
+        self.in_flight += 1
+        self.peak_in_flight = max(self.peak_in_flight, self.in_flight)
+        try:
+            if self.latency_s:
+                await asyncio.sleep(self.latency_s)
+            if self.failures:
+                raise self.failures.pop(0)
+            texts = tuple(self._reply(request, i) for i in range(request.n))
+        finally:
+            self.in_flight -= 1
+        out = sum(min(count_words(t), request.max_tokens) for t in texts)
+        return Completion(texts, Usage(self.count_tokens(request.prompt), out), self.name)
+
+    def count_tokens(self, prompt: Prompt) -> int:
+        """Prompt tokens as the fake counts them (words)."""
+        return count_words(prompt.as_text())
+
+    async def aclose(self) -> None:
+        """Nothing to release."""

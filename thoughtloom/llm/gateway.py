@@ -1,0 +1,212 @@
+"""The gateway every model call goes through: hard budget, concurrency, retries, cache, records."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+
+from .budget import Budget, BudgetLimits, Pricing
+from .cache import ResponseCache, sample_key
+from .errors import BudgetExceeded, TransientModelError
+from .types import Backend, Completion, GenerateRequest, Prompt, Usage
+
+# Fewer output tokens than this per sample is not worth a call when the budget is nearly gone.
+MIN_USEFUL_TOKENS = 16
+
+
+@dataclass(frozen=True, slots=True)
+class RetryPolicy:
+    """Retries with exponential backoff and jitter for transient errors."""
+
+    max_attempts: int = 4
+    base_delay_s: float = 0.5
+    max_delay_s: float = 8.0
+
+    def delay(self, attempt: int, rng: random.Random) -> float:
+        """Seconds to wait before retry number `attempt` (1-based)."""
+        d = min(self.max_delay_s, self.base_delay_s * 2 ** (attempt - 1))
+        return d * (0.5 + rng.random() / 2)
+
+
+@dataclass(slots=True)
+class CallRecord:
+    """One call as it happened: enough to replay it without the model."""
+
+    seq: int
+    purpose: str
+    model: str
+    prompt: Prompt
+    n: int
+    max_tokens: int
+    temperature: float
+    stop: tuple[str, ...]
+    seed: int | None
+    texts: tuple[str, ...] = ()
+    usage: Usage = field(default_factory=Usage)
+    cost_usd: float = 0.0
+    cached: int = 0  # how many of the n samples came from the cache
+    started_at: float = 0.0
+    duration_s: float = 0.0
+    attempts: int = 0
+    error: str | None = None
+
+
+def prompt_token_bound(prompt: Prompt) -> int:
+    """An upper bound on a prompt's tokens without a tokenizer.
+
+    No BPE token is shorter than one byte, so UTF-8 bytes bound the text; each chat message
+    adds a few template tokens.
+    """
+    if prompt.messages:
+        return sum(len(m.content.encode()) + 8 for m in prompt.messages) + 8
+    return len(prompt.as_text().encode()) + 8
+
+
+class Gateway:
+    """Front door to a Backend that never lets spending cross the budget's hard limits."""
+
+    def __init__(
+        self,
+        backend: Backend,
+        budget: Budget | BudgetLimits | None = None,
+        *,
+        concurrency: int = 8,
+        retry: RetryPolicy | None = None,
+        cache: ResponseCache | None = None,
+        pricing: Pricing | None = None,
+        listener: Callable[[CallRecord], None] | None = None,
+        rng_seed: int = 0,
+    ) -> None:
+        if concurrency < 1:
+            raise ValueError(f"concurrency must be >= 1, got {concurrency}")
+        self.backend = backend
+        self.budget = budget if isinstance(budget, Budget) else Budget(budget)
+        self.concurrency = min(concurrency, max(1, backend.max_concurrency))
+        self._sem = asyncio.Semaphore(self.concurrency)
+        self.retry = retry or RetryPolicy()
+        self.cache = cache
+        self.pricing = pricing
+        self.listener = listener
+        self.records: list[CallRecord] = []
+        self._rng = random.Random(rng_seed)
+
+    def _cost(self, usage: Usage) -> float:
+        return self.pricing.cost(usage.input_tokens, usage.output_tokens) if self.pricing else 0.0
+
+    async def generate(self, request: GenerateRequest) -> Completion:
+        """Answer a request within the budget; raises BudgetExceeded instead of overspending."""
+        model = self.backend.name
+        record = CallRecord(
+            seq=len(self.records),
+            purpose=request.purpose,
+            model=model,
+            prompt=request.prompt,
+            n=request.n,
+            max_tokens=request.max_tokens,
+            temperature=request.temperature,
+            stop=request.stop,
+            seed=request.seed,
+            started_at=time.time(),
+        )
+        self.records.append(record)
+        texts: list[str | None] = [None] * request.n
+        keys: list[str] = []
+        if self.cache is not None:
+            keys = [sample_key(model, request, i) for i in range(request.n)]
+            for i, k in enumerate(keys):
+                texts[i] = self.cache.get(k)
+        missing = [i for i, t in enumerate(texts) if t is None]
+        record.cached = request.n - len(missing)
+        usage = Usage()
+        t0 = time.monotonic()
+        try:
+            if missing:
+                sub = replace(request, n=len(missing))
+                completion, attempts = await self._call_within_budget(sub, record)
+                record.attempts = attempts
+                usage = completion.usage
+                for i, text in zip(missing, completion.texts):
+                    texts[i] = text
+                    if self.cache is not None:
+                        self.cache.put(keys[i], text)
+        except BaseException as exc:
+            record.error = f"{type(exc).__name__}: {exc}"
+            record.duration_s = time.monotonic() - t0
+            self._notify(record)
+            raise
+        record.texts = tuple(t or "" for t in texts)
+        record.usage = usage
+        record.cost_usd = self._cost(usage)
+        record.duration_s = time.monotonic() - t0
+        self._notify(record)
+        return Completion(record.texts, usage, model)
+
+    def _notify(self, record: CallRecord) -> None:
+        if self.listener is not None:
+            self.listener(record)
+
+    def _fit_request(self, request: GenerateRequest) -> tuple[GenerateRequest, int]:
+        """Shrink max_tokens to what the budget still allows; return the request and its reservation."""
+        counted = self.backend.count_tokens(request.prompt)
+        input_bound = counted if counted is not None else prompt_token_bound(request.prompt)
+        left = self.budget.tokens_left()
+        if left is not None and input_bound + request.n * request.max_tokens > left:
+            per_sample = (left - input_bound) // request.n
+            if per_sample < min(MIN_USEFUL_TOKENS, request.max_tokens):
+                raise BudgetExceeded(
+                    "tokens",
+                    f"token budget nearly used up: {max(left, 0)} left of {self.budget.limits.tokens}, "
+                    f"a call needs at least {input_bound + request.n * MIN_USEFUL_TOKENS}",
+                )
+            request = replace(request, max_tokens=per_sample)
+        return request, input_bound + request.n * request.max_tokens
+
+    async def _call_within_budget(
+        self, request: GenerateRequest, record: CallRecord
+    ) -> tuple[Completion, int]:
+        async with self._sem:
+            request, reserve_tokens = self._fit_request(request)
+            record.max_tokens = request.max_tokens
+            reserve_cost = (
+                self.pricing.cost(reserve_tokens - request.n * request.max_tokens, request.n * request.max_tokens)
+                if self.pricing
+                else 0.0
+            )
+            reservation = self.budget.reserve(reserve_tokens, reserve_cost)
+            usage: Usage | None = None
+            try:
+                completion, attempts = await self._call_with_retries(request)
+                usage = completion.usage
+                return completion, attempts
+            except asyncio.CancelledError:
+                # A cancelled call may have been billed in full: charge the worst case.
+                usage = Usage(reserve_tokens - request.n * request.max_tokens, request.n * request.max_tokens)
+                raise
+            finally:
+                self.budget.settle(reservation, usage, self._cost(usage) if usage else 0.0)
+
+    async def _call_with_retries(self, request: GenerateRequest) -> tuple[Completion, int]:
+        attempt = 0
+        while True:
+            attempt += 1
+            wall_left = self.budget.wall_left()
+            try:
+                if wall_left is not None:
+                    if wall_left <= 0:
+                        raise BudgetExceeded("wall_s", "wall-clock budget is used up")
+                    try:
+                        return await asyncio.wait_for(self.backend.generate(request), wall_left), attempt
+                    except TimeoutError:
+                        raise BudgetExceeded("wall_s", "wall-clock budget ran out during a call") from None
+                return await self.backend.generate(request), attempt
+            except TransientModelError:
+                if attempt >= self.retry.max_attempts:
+                    raise
+                await asyncio.sleep(self.retry.delay(attempt, self._rng))
+
+    async def aclose(self) -> None:
+        """Close the backend."""
+        await self.backend.aclose()

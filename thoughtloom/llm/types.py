@@ -1,0 +1,111 @@
+"""The model-access vocabulary: prompts, requests, completions, usage and the Backend protocol."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    """One chat message."""
+
+    role: str  # "system" | "user" | "assistant"
+    content: str
+
+
+@dataclass(frozen=True, slots=True)
+class Prompt:
+    """What to ask: completion text, chat messages, or both (the backend uses what it supports).
+
+    Tasks fill both forms when they can: base models (the embedded one) follow few-shot
+    completion text, instruction-tuned chat models follow messages.
+    """
+
+    text: str | None = None
+    messages: tuple[Message, ...] | None = None
+
+    def __post_init__(self) -> None:
+        if self.text is None and not self.messages:
+            raise ValueError("a Prompt needs text, messages, or both")
+
+    def as_text(self) -> str:
+        """The prompt as plain text (messages flattened when there is no text form)."""
+        if self.text is not None:
+            return self.text
+        assert self.messages
+        return "\n\n".join(f"{m.role.upper()}: {m.content}" for m in self.messages) + "\n\nASSISTANT:"
+
+    def as_messages(self) -> tuple[Message, ...]:
+        """The prompt as chat messages (text wrapped in one user message when there are none)."""
+        if self.messages:
+            return self.messages
+        assert self.text is not None
+        return (Message("user", self.text),)
+
+
+@dataclass(frozen=True, slots=True)
+class GenerateRequest:
+    """One call: n samples of up to max_tokens each."""
+
+    prompt: Prompt
+    n: int = 1
+    max_tokens: int = 256
+    temperature: float = 0.7
+    stop: tuple[str, ...] = ()
+    seed: int | None = None
+    # Which operator asked (generate, evaluate, ...): recorded, never part of the cache key.
+    purpose: str = ""
+
+    def __post_init__(self) -> None:
+        if self.n < 1:
+            raise ValueError(f"n must be >= 1, got {self.n}")
+        if self.max_tokens < 1:
+            raise ValueError(f"max_tokens must be >= 1, got {self.max_tokens}")
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    """Tokens a call consumed."""
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+
+    @property
+    def total(self) -> int:
+        """Input plus output tokens."""
+        return self.input_tokens + self.output_tokens
+
+    def __add__(self, other: Usage) -> Usage:
+        return Usage(self.input_tokens + other.input_tokens, self.output_tokens + other.output_tokens)
+
+
+@dataclass(frozen=True, slots=True)
+class Completion:
+    """The texts a call returned, one per sample, and what they cost."""
+
+    texts: tuple[str, ...]
+    usage: Usage
+    model: str = ""
+
+
+@runtime_checkable
+class Backend(Protocol):
+    """A language model that can answer GenerateRequests."""
+
+    #: Identity of the model, used in cache keys, records and manifests.
+    name: str
+    #: How many calls the backend can usefully serve at once (the embedded model: 1).
+    max_concurrency: int
+
+    async def generate(self, request: GenerateRequest) -> Completion:
+        """Return request.n samples and the real token usage."""
+        ...
+
+    def count_tokens(self, prompt: Prompt) -> int | None:
+        """Exact prompt token count when it is cheap to know, else None."""
+        ...
+
+    async def aclose(self) -> None:
+        """Release connections or model memory."""
+        ...

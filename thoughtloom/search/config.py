@@ -1,0 +1,74 @@
+"""Typed search configuration (seed 001's parameters plus the engine's circuit breakers)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any, Literal
+
+StrategyName = Literal["bfs", "dfs", "best_first", "mcts", "got"]
+STRATEGIES: tuple[str, ...] = ("bfs", "dfs", "best_first", "mcts", "got")
+AGGREGATIONS: tuple[str, ...] = ("sum", "product", "min", "mean")
+GENERATIONS: tuple[str, ...] = ("propose", "sample")
+EVALUATIONS: tuple[str, ...] = ("value", "vote")
+PRIORITIES: tuple[str, ...] = ("score", "promise")
+
+
+@dataclass(frozen=True, slots=True)
+class SearchConfig:
+    """How to search. Every field has a default that works for Game of 24 on the embedded model."""
+
+    strategy: str = "bfs"
+    #: Branching factor: thoughts generated per expansion.
+    breadth: int = 5
+    #: Beam width: thoughts kept per level (bfs, got) or expanded at once (best_first).
+    beam: int = 5
+    max_depth: int = 3
+    #: Thoughts scoring below this are pruned.
+    prune_threshold: float = 0.0
+    #: How scores combine along a path: sum, product, min or mean.
+    aggregation: str = "mean"
+    #: propose: one call lists several next steps; sample: `breadth` independent samples.
+    generation: str = "propose"
+    #: value: score each state on its own; vote: siblings compete in one vote call.
+    evaluation: str = "value"
+    value_samples: int = 3
+    vote_samples: int = 5
+    #: best_first ranks by the thought's own score or by its path's aggregated score (promise).
+    priority: str = "score"
+    mcts_iterations: int = 30
+    mcts_exploration: float = 1.4
+    #: got: how many top thoughts each aggregation merges, and refine rounds after it.
+    aggregate_k: int = 3
+    refine_rounds: int = 1
+    #: Circuit breaker: the search stops adding nodes past this many.
+    max_nodes: int = 2000
+    #: Model calls in flight at once.
+    concurrency: int = 8
+    stop_on_goal: bool = True
+    temperature: float = 0.7
+    seed: int | None = None
+
+    def __post_init__(self) -> None:
+        def choice(name: str, options: tuple[str, ...]) -> None:
+            if getattr(self, name) not in options:
+                raise ValueError(f"{name} must be one of {', '.join(options)}; got {getattr(self, name)!r}")
+
+        choice("strategy", STRATEGIES)
+        choice("aggregation", AGGREGATIONS)
+        choice("generation", GENERATIONS)
+        choice("evaluation", EVALUATIONS)
+        choice("priority", PRIORITIES)
+        for name in ("breadth", "beam", "max_depth", "value_samples", "vote_samples", "mcts_iterations",
+                     "aggregate_k", "max_nodes", "concurrency"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be at least 1; got {getattr(self, name)}")
+        if self.refine_rounds < 0:
+            raise ValueError(f"refine_rounds must be >= 0; got {self.refine_rounds}")
+        if not 0.0 <= self.prune_threshold <= 1.0:
+            raise ValueError(f"prune_threshold must be in [0, 1]; got {self.prune_threshold}")
+        if not 0.0 <= self.temperature <= 2.0:
+            raise ValueError(f"temperature must be in [0, 2]; got {self.temperature}")
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain-data form for JSON and manifests."""
+        return asdict(self)

@@ -1,0 +1,272 @@
+"""SearchContext: the state one search shares between its strategy and its operators."""
+
+from __future__ import annotations
+
+import math
+import zlib
+from collections.abc import Hashable, Sequence
+from typing import Any
+
+from ..graph import EdgeKind, NodeKind, NodeMeta, NodeStatus, ThoughtGraph
+from ..llm.errors import BudgetExceeded, ModelError
+from ..llm.gateway import Gateway
+from ..llm.types import GenerateRequest
+from ..tasks.base import Query, Task
+from .config import SearchConfig
+from .events import (
+    DuplicateMerged,
+    EventBus,
+    GoalFound,
+    NodeAdded,
+    NodePruned,
+    NodeScored,
+    ThoughtRejected,
+    ThoughtRepaired,
+)
+
+_S = NodeStatus
+
+
+def combine(aggregation: str, parent_value: float | None, score: float, length: int) -> float:
+    """Path score after appending `score` to a path of `length - 1` scored steps."""
+    if parent_value is None or length <= 1:
+        return score
+    if aggregation == "sum":
+        return parent_value + score
+    if aggregation == "product":
+        return parent_value * score
+    if aggregation == "min":
+        return min(parent_value, score)
+    return parent_value + (score - parent_value) / length  # running mean
+
+
+class SearchContext:
+    """Graph, task, gateway and bookkeeping of one search; operators and strategies act through it."""
+
+    def __init__(
+        self,
+        task: Task[Any],
+        problem: Any,
+        gateway: Gateway,
+        config: SearchConfig,
+        bus: EventBus | None = None,
+    ) -> None:
+        self.task = task
+        self.problem = problem
+        self.gateway = gateway
+        self.config = config
+        self.bus = bus or EventBus()
+        self.graph = ThoughtGraph()
+        self.stop_reason: str | None = None
+        self.error: str | None = None
+        self.goals: list[int] = []
+        self._goal_ids: set[int] = set()
+        self.best_id: int | None = None
+        self.seen: dict[Hashable, int] = {}
+        self.expanded: set[int] = set()
+        self.counts = {"rejected": 0, "repaired": 0, "duplicates": 0, "pruned": 0, "expansions": 0}
+        self._steps: dict[int, tuple[str, ...]] = {}
+        self._path_score: dict[int, float | None] = {}
+        self._best_key: tuple[Any, ...] | None = None
+        self._successful_calls = 0
+        root = self.graph.add_node(
+            task.root_content(problem), NodeKind.INPUT, meta=NodeMeta(creator="input")
+        )
+        self.root = root.id
+        self._steps[self.root] = ()
+        self._path_score[self.root] = None
+        self.graph.set_status(self.root, _S.IN_PROGRESS)
+        self.graph.set_status(self.root, _S.SUCCEEDED)
+        self.seen[task.state_key(problem, ())] = self.root
+        if self.bus:
+            self.bus.emit(NodeAdded(self.root, (), NodeKind.INPUT.value, 0, root.content, "input"))
+
+    # --- control ------------------------------------------------------------------------
+
+    @property
+    def stopped(self) -> bool:
+        """True once any stop condition fired."""
+        return self.stop_reason is not None
+
+    def stop(self, reason: str) -> None:
+        """Stop the search; the first reason given is the one reported."""
+        if self.stop_reason is None:
+            self.stop_reason = reason
+
+    # --- paths and scores ---------------------------------------------------------------
+
+    def steps(self, node_id: int) -> tuple[str, ...]:
+        """Contents of the thoughts from below the root down to this node."""
+        return self._steps[node_id]
+
+    def path_score(self, node_id: int) -> float | None:
+        """The node's path score under the configured aggregation (None for the root)."""
+        return self._path_score.get(node_id)
+
+    def deepest(self) -> int:
+        """The most steps any thought in the graph is from the root."""
+        return max(len(s) for s in self._steps.values())
+
+    def expandable(self, node_id: int) -> bool:
+        """True when the node is scored, alive, not terminal and above the depth limit."""
+        node = self.graph.node(node_id)
+        return (
+            node.status is _S.SUCCEEDED
+            and node_id not in self.expanded
+            and len(self._steps[node_id]) < self.config.max_depth
+            and not self.task.is_terminal(self.problem, self._steps[node_id])
+        )
+
+    def _consider_best(self, node_id: int) -> None:
+        node = self.graph.node(node_id)
+        key = (
+            node_id in self._goal_ids,
+            (node.score or 0.0) > 0.0,
+            len(self._steps[node_id]),
+            self._path_score[node_id] or 0.0,
+            -node_id,
+        )
+        if self._best_key is None or key > self._best_key:
+            self._best_key = key
+            self.best_id = node_id
+
+    # --- model calls --------------------------------------------------------------------
+
+    def _seed(self, purpose: str, key: object) -> int | None:
+        # Derived from content, not call order, so concurrent runs stay reproducible.
+        if self.config.seed is None:
+            return None
+        return zlib.crc32(f"{self.config.seed}|{purpose}|{key!r}".encode()) & 0x7FFFFFFF
+
+    async def ask(self, query: Query, n: int, purpose: str, key: object) -> tuple[list[str], int] | None:
+        """Make one model call; None when the budget or a model failure stopped the search."""
+        if self.stopped:
+            return None
+        request = GenerateRequest(
+            prompt=query.prompt,
+            n=n,
+            max_tokens=query.max_tokens,
+            temperature=self.config.temperature if query.temperature is None else query.temperature,
+            stop=query.stop,
+            seed=self._seed(purpose, key),
+            purpose=purpose,
+        )
+        try:
+            completion = await self.gateway.generate(request)
+        except BudgetExceeded as exc:
+            self.stop(f"budget_{exc.limit}")
+            return None
+        except ModelError as exc:
+            if self._successful_calls == 0:
+                raise  # nothing computed yet: a configuration problem the caller must see
+            self.error = str(exc)
+            self.stop("model_error")
+            return None
+        self._successful_calls += 1
+        return list(completion.texts), completion.usage.total
+
+    # --- graph mutations ----------------------------------------------------------------
+
+    def add_thought(
+        self,
+        parents: Sequence[int],
+        content: str,
+        creator: str,
+        *,
+        kind: NodeKind | None = None,
+        edge_kind: EdgeKind = EdgeKind.ELABORATION,
+        cost_tokens: int = 0,
+        note: str | None = None,
+        replaces_last: bool = False,
+    ) -> int | None:
+        """Add a thought below its parents (first parent = primary); None past max_nodes.
+
+        replaces_last: the thought stands in for the primary parent's last step (a merge or a
+        refinement), so it sits at the same search level rather than one step further.
+        """
+        if len(self.graph) >= self.config.max_nodes:
+            self.stop("max_nodes")
+            return None
+        base = self._steps[parents[0]]
+        steps = (base[:-1] if replaces_last else base) + (content,)
+        if kind is None:
+            kind = self.task.thought_kind(self.problem, steps)
+        meta = NodeMeta(creator=creator, cost_tokens=cost_tokens)
+        if note is not None:
+            meta.extra["repaired"] = note
+        node = self.graph.add_node(content, kind, parents, edge_kind, meta)
+        self._steps[node.id] = steps
+        if self.bus:
+            self.bus.emit(NodeAdded(node.id, tuple(parents), kind.value, node.depth, content, creator))
+            if note is not None:
+                self.bus.emit(ThoughtRepaired(node.id, note))
+        if note is not None:
+            self.counts["repaired"] += 1
+        return node.id
+
+    def reject(self, parent: int, content: str, reason: str, creator: str) -> None:
+        """Record a thought the validator rejected, as a failed node."""
+        nid = self.add_thought([parent], content, creator)
+        if nid is None:
+            return
+        self.graph.node(nid).meta.extra["rejected"] = reason
+        self.graph.set_status(nid, _S.FAILED)
+        self.counts["rejected"] += 1
+        if self.bus:
+            self.bus.emit(ThoughtRejected(nid, reason))
+
+    def merge_duplicate(self, parent: int, key: Hashable) -> bool:
+        """If the state is already in the graph, link parent to it and return True."""
+        existing = self.seen.get(key)
+        if existing is None:
+            return False
+        graph = self.graph
+        if existing != parent and parent not in graph.parents(existing) and not graph.reaches(existing, parent):
+            graph.add_edge(parent, existing, EdgeKind.ELABORATION)
+        self.counts["duplicates"] += 1
+        if self.bus:
+            self.bus.emit(DuplicateMerged(parent, existing))
+        return True
+
+    def set_score(self, node_id: int, score: float) -> None:
+        """Record a node's score, its path score, goal status and threshold pruning."""
+        score = 0.0 if math.isnan(score) else min(1.0, max(0.0, score))
+        graph = self.graph
+        node = graph.node(node_id)
+        node.score = score
+        if node.status is _S.READY:
+            graph.set_status(node_id, _S.IN_PROGRESS)
+        graph.set_status(node_id, _S.SUCCEEDED)
+        steps = self._steps[node_id]
+        # The path score extends the nearest ancestor one step shorter (a merge or refinement
+        # stands in for its parent's step rather than adding one).
+        base = graph.parents(node_id)[0]
+        while base != self.root and len(self._steps[base]) >= len(steps):
+            base = graph.parents(base)[0]
+        path = combine(self.config.aggregation, self._path_score[base], score, len(steps))
+        self._path_score[node_id] = path
+        if self.bus:
+            self.bus.emit(NodeScored(node_id, score, path))
+        if self.task.is_goal(self.problem, steps):
+            self.goals.append(node_id)
+            self._goal_ids.add(node_id)
+            if self.bus:
+                self.bus.emit(GoalFound(node_id))
+            if self.config.stop_on_goal:
+                self.stop("goal_reached")
+        elif score < self.config.prune_threshold:
+            self.prune(node_id, f"score {score:.2f} below threshold {self.config.prune_threshold:.2f}")
+        self._consider_best(node_id)
+
+    def prune(self, node_id: int, reason: str) -> None:
+        """Cut a thought from the search."""
+        self.graph.set_status(node_id, _S.PRUNED)
+        self.counts["pruned"] += 1
+        if self.bus:
+            self.bus.emit(NodePruned(node_id, reason))
+
+    def cancel(self, node_id: int) -> None:
+        """Mark a thought the search stopped before scoring."""
+        node = self.graph.node(node_id)
+        if node.status in (_S.READY, _S.PENDING, _S.IN_PROGRESS):
+            self.graph.set_status(node_id, _S.CANCELLED)

@@ -1,0 +1,122 @@
+"""The engine: runs a strategy over a task under a gateway's budget and returns the best answer found."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from ..graph import NodeStatus
+from ..llm.gateway import CallRecord, Gateway
+from ..tasks.base import Task
+from .config import SearchConfig
+from .context import SearchContext
+from .events import BudgetSpent, EventBus, EventSink, SearchStarted, SearchStopped
+from .operators import synthesize
+from .result import PathStep, SearchResult
+from .strategies import STRATEGY_FUNCTIONS
+
+#: Tokens kept back from the search for the final synthesis call, when the task needs one.
+SYNTHESIS_RESERVE_TOKENS = 600
+
+
+def _budget_listener(gateway: Gateway, bus: EventBus):
+    def on_call(record: CallRecord) -> None:
+        b = gateway.budget
+        bus.emit(
+            BudgetSpent(
+                purpose=record.purpose,
+                call_tokens=record.usage.total,
+                spent_tokens=b.spent.total,
+                token_limit=b.limits.tokens,
+                calls=b.calls,
+                cost_usd=b.cost_usd,
+                cached=record.cached,
+                error=record.error,
+            )
+        )
+
+    return on_call
+
+
+async def search(
+    task: Task[Any],
+    problem_text: str,
+    gateway: Gateway,
+    config: SearchConfig | None = None,
+    *,
+    sinks: list[EventSink] | None = None,
+) -> SearchResult:
+    """Search for an answer to problem_text; always returns the best found and why it stopped.
+
+    Raises ProblemError for an invalid problem and ModelError when the very first model call
+    fails (a configuration problem); later failures stop the search and keep what was found.
+    """
+    config = config or SearchConfig()
+    problem = task.parse_problem(problem_text)
+    bus = EventBus(list(sinks or []))
+    if bus and gateway.listener is None:
+        gateway.listener = _budget_listener(gateway, bus)
+    started = time.monotonic()
+    calls_before = len(gateway.records)
+    spent_before = gateway.budget.spent
+    cost_before = gateway.budget.cost_usd
+    ctx = SearchContext(task, problem, gateway, config, bus)
+    if bus:
+        bus.emit(SearchStarted(task.name, problem_text, config.strategy, gateway.budget.limits.tokens))
+    if not task.programmatic_answer:
+        gateway.budget.hold(SYNTHESIS_RESERVE_TOKENS)
+    try:
+        await STRATEGY_FUNCTIONS[config.strategy](ctx)
+    finally:
+        gateway.budget.release_hold()
+    reason = ctx.stop_reason or "frontier_exhausted"
+    for node in ctx.graph.by_status(NodeStatus.READY, NodeStatus.PENDING, NodeStatus.IN_PROGRESS):
+        ctx.cancel(node.id)
+    best = ctx.goals[0] if ctx.goals else ctx.best_id
+    answer, answer_node = (None, None)
+    if best is not None:
+        answer, answer_node = await synthesize(ctx, best)
+    if bus:
+        bus.emit(SearchStopped(reason, best, len(ctx.graph)))
+    path_ids = ctx.graph.path_to_root(answer_node if answer_node is not None else best) if best is not None else [ctx.root]
+    best_path = [
+        PathStep(n.id, n.kind.value, n.content, n.score) for n in (ctx.graph.node(i) for i in path_ids)
+    ]
+    budget = gateway.budget
+    spent = budget.spent
+    usage = {
+        "input_tokens": spent.input_tokens - spent_before.input_tokens,
+        "output_tokens": spent.output_tokens - spent_before.output_tokens,
+        "calls": sum(1 for r in gateway.records[calls_before:] if r.error is None and r.cached < r.n),
+        "cost_usd": round(budget.cost_usd - cost_before, 6),
+        "token_limit": budget.limits.tokens,
+    }
+    stats = {
+        "nodes": len(ctx.graph),
+        "pruned": ctx.counts["pruned"],
+        "rejected": ctx.counts["rejected"],
+        "repaired": ctx.counts["repaired"],
+        "duplicates": ctx.counts["duplicates"],
+        "expansions": ctx.counts["expansions"],
+        "max_depth": ctx.deepest(),
+        "wall_s": round(time.monotonic() - started, 3),
+    }
+    return SearchResult(
+        task=task.name,
+        problem=problem_text,
+        answer=answer,
+        solved=task.check_answer(problem, answer),
+        score=ctx.graph.node(best).score if best is not None else None,
+        termination_reason=reason,
+        best_path=best_path,
+        usage=usage,
+        stats=stats,
+        config=config.to_dict(),
+        model=gateway.backend.name,
+        graph=ctx.graph,
+        calls=gateway.records[calls_before:],
+        goal_node=ctx.goals[0] if ctx.goals else None,
+        best_node=best,
+        answer_node=answer_node,
+        error=ctx.error,
+    )

@@ -1,0 +1,134 @@
+"""The typed event stream a search emits (progress display, storage and tests consume it)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import Any, ClassVar
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    """Base of all events."""
+
+    type: ClassVar[str] = "event"
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain-data form with its type name."""
+        return {"type": self.type, **asdict(self)}
+
+
+@dataclass(frozen=True, slots=True)
+class SearchStarted(Event):
+    type: ClassVar[str] = "search_started"
+    task: str
+    problem: str
+    strategy: str
+    token_limit: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class NodeAdded(Event):
+    type: ClassVar[str] = "node_added"
+    node_id: int
+    parents: tuple[int, ...]
+    kind: str
+    depth: int
+    content: str
+    creator: str
+
+
+@dataclass(frozen=True, slots=True)
+class ThoughtRepaired(Event):
+    type: ClassVar[str] = "thought_repaired"
+    node_id: int
+    note: str
+
+
+@dataclass(frozen=True, slots=True)
+class ThoughtRejected(Event):
+    type: ClassVar[str] = "thought_rejected"
+    node_id: int
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class DuplicateMerged(Event):
+    """A thought reached a state already in the graph: linked to it instead of expanded twice."""
+
+    type: ClassVar[str] = "duplicate_merged"
+    parent_id: int
+    existing_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class NodeScored(Event):
+    type: ClassVar[str] = "node_scored"
+    node_id: int
+    score: float
+    path_score: float
+
+
+@dataclass(frozen=True, slots=True)
+class NodePruned(Event):
+    type: ClassVar[str] = "node_pruned"
+    node_id: int
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Backtracked(Event):
+    type: ClassVar[str] = "backtracked"
+    from_id: int
+    to_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class GoalFound(Event):
+    type: ClassVar[str] = "goal_found"
+    node_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class BudgetSpent(Event):
+    """One model call finished (or failed): what it cost and where the budget stands."""
+
+    type: ClassVar[str] = "budget_spent"
+    purpose: str
+    call_tokens: int
+    spent_tokens: int
+    token_limit: int | None
+    calls: int
+    cost_usd: float
+    cached: int
+    error: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class SearchStopped(Event):
+    type: ClassVar[str] = "search_stopped"
+    reason: str
+    best_node_id: int | None
+    nodes: int
+
+
+EventSink = Callable[[Event], None]
+
+
+@dataclass(slots=True)
+class EventBus:
+    """Fans events out to sinks. Falsy when nobody listens, so emitters can skip building events."""
+
+    sinks: list[EventSink] = field(default_factory=list)
+
+    def __bool__(self) -> bool:
+        return bool(self.sinks)
+
+    def subscribe(self, sink: EventSink) -> None:
+        """Add a listener."""
+        self.sinks.append(sink)
+
+    def emit(self, event: Event) -> None:
+        """Deliver an event to every sink, in subscription order."""
+        for sink in self.sinks:
+            sink(event)

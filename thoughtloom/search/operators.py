@@ -1,0 +1,188 @@
+"""The operators: generate, evaluate, aggregate, refine and synthesize (plus the task's validate hook).
+
+Each operator builds prompts through the task (the prompter), calls the model through the
+gateway, parses the replies through the task (the parser) and turns results into nodes and edges.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+
+from ..graph import EdgeKind, NodeKind, NodeMeta, NodeStatus
+from .context import SearchContext
+
+_S = NodeStatus
+
+
+async def generate(ctx: SearchContext, node_id: int) -> tuple[list[str], int] | None:
+    """Candidate next thoughts for a node: one propose call, or `breadth` independent samples."""
+    cfg, task, problem = ctx.config, ctx.task, ctx.problem
+    steps = ctx.steps(node_id)
+    if cfg.generation == "propose":
+        got = await ctx.ask(task.propose(problem, steps, cfg.breadth), 1, "generate", steps)
+        if got is None:
+            return None
+        texts, cost = got
+        return task.parse_proposals(problem, steps, texts[0])[: cfg.breadth], cost
+    got = await ctx.ask(task.sample(problem, steps), cfg.breadth, "generate", steps)
+    if got is None:
+        return None
+    texts, cost = got
+    thoughts = [t for t in (task.parse_sample(problem, steps, x) for x in texts) if t]
+    return thoughts, cost
+
+
+async def expand(ctx: SearchContext, node_id: int) -> list[int]:
+    """Generate, validate, deduplicate and evaluate a node's children; return the scored ones."""
+    if ctx.stopped or node_id in ctx.expanded:
+        return []
+    ctx.expanded.add(node_id)
+    ctx.counts["expansions"] += 1
+    got = await generate(ctx, node_id)
+    if got is None:
+        return []
+    thoughts, cost = got
+    task, problem = ctx.task, ctx.problem
+    steps = ctx.steps(node_id)
+    share = cost // max(1, len(thoughts))
+    children: list[int] = []
+    for raw in thoughts:
+        verdict = task.validate(problem, steps, raw)
+        if not verdict.ok:
+            ctx.reject(node_id, raw, verdict.note or "rejected by the task's validator", "generate")
+            continue
+        if ctx.merge_duplicate(node_id, task.state_key(problem, steps + (verdict.thought,))):
+            continue
+        child = ctx.add_thought(
+            [node_id], verdict.thought, "generate", cost_tokens=share,
+            note=verdict.note if verdict.repaired else None,
+        )
+        if child is None:
+            break
+        ctx.seen[task.state_key(problem, steps + (verdict.thought,))] = child
+        children.append(child)
+    await evaluate(ctx, node_id, children)
+    return [c for c in children if ctx.graph.node(c).status is _S.SUCCEEDED]
+
+
+async def evaluate(ctx: SearchContext, parent_id: int, node_ids: Sequence[int]) -> None:
+    """Score new thoughts: each on its own (value) or siblings against each other (vote)."""
+    if not node_ids:
+        return
+    if ctx.config.evaluation == "vote":
+        await _vote(ctx, parent_id, node_ids)
+    elif len(node_ids) == 1:
+        await value(ctx, node_ids[0])
+    else:
+        await asyncio.gather(*(value(ctx, n) for n in node_ids))
+
+
+async def value(ctx: SearchContext, node_id: int) -> None:
+    """Score one thought: exactly when the task can, otherwise by sampled value prompts."""
+    task, problem = ctx.task, ctx.problem
+    steps = ctx.steps(node_id)
+    exact = task.exact_value(problem, steps)
+    if exact is not None:
+        ctx.set_score(node_id, exact)
+        return
+    ctx.graph.set_status(node_id, _S.IN_PROGRESS)
+    got = await ctx.ask(task.value(problem, steps), ctx.config.value_samples, "evaluate", steps)
+    if got is None:
+        ctx.cancel(node_id)
+        return
+    texts, cost = got
+    ctx.graph.node(node_id).meta.cost_tokens += cost
+    ctx.set_score(node_id, task.parse_value(problem, steps, texts))
+
+
+async def _vote(ctx: SearchContext, parent_id: int, node_ids: Sequence[int]) -> None:
+    task, problem = ctx.task, ctx.problem
+    if len(node_ids) == 1:
+        ctx.set_score(node_ids[0], 1.0)  # a vote with one candidate needs no call
+        return
+    candidates = [ctx.graph.node(n).content for n in node_ids]
+    for n in node_ids:
+        ctx.graph.set_status(n, _S.IN_PROGRESS)
+    steps = ctx.steps(parent_id)
+    got = await ctx.ask(task.vote(problem, steps, candidates), ctx.config.vote_samples, "evaluate", (steps, candidates))
+    if got is None:
+        for n in node_ids:
+            ctx.cancel(n)
+        return
+    texts, cost = got
+    shares = task.parse_vote(problem, candidates, texts)
+    for n, share in zip(node_ids, shares):
+        ctx.graph.node(n).meta.cost_tokens += cost // len(node_ids)
+        ctx.set_score(n, share)
+
+
+async def aggregate(ctx: SearchContext, node_ids: Sequence[int]) -> int | None:
+    """Merge several thoughts into one new node whose parents are all of them."""
+    task, problem = ctx.task, ctx.problem
+    paths = [ctx.steps(n) for n in node_ids]
+    got = await ctx.ask(task.aggregate(problem, paths), 1, "aggregate", paths)
+    if got is None:
+        return None
+    texts, cost = got
+    thought = task.parse_thought(problem, texts[0])
+    if thought is None:
+        return None
+    nid = ctx.add_thought(
+        list(node_ids), thought, "aggregate", kind=NodeKind.SYNTHESIS,
+        edge_kind=EdgeKind.AGGREGATION, cost_tokens=cost, replaces_last=True,
+    )
+    if nid is not None:
+        await value(ctx, nid)
+    return nid
+
+
+async def refine(ctx: SearchContext, node_id: int) -> int | None:
+    """Improve a thought given feedback on its score; the result is a new child node."""
+    task, problem = ctx.task, ctx.problem
+    node = ctx.graph.node(node_id)
+    steps = ctx.steps(node_id)
+    feedback = f"An evaluator scored this {node.score:.2f} out of 1. Fix its weaknesses and make it more complete."
+    got = await ctx.ask(task.refine(problem, steps, feedback), 1, "refine", steps)
+    if got is None:
+        return None
+    texts, cost = got
+    thought = task.parse_thought(problem, texts[0])
+    if thought is None:
+        return None
+    nid = ctx.add_thought([node_id], thought, "refine", kind=node.kind, edge_kind=EdgeKind.REFINEMENT,
+                          cost_tokens=cost, replaces_last=True)
+    if nid is not None:
+        await value(ctx, nid)
+    return nid
+
+
+async def synthesize(ctx: SearchContext, node_id: int) -> tuple[str | None, int | None]:
+    """The final answer from the path ending at node_id, added to the graph as a solution node."""
+    task, problem = ctx.task, ctx.problem
+    steps = ctx.steps(node_id)
+    reply: str | None = None
+    query = task.synthesize(problem, steps) if steps else None
+    if query is not None:
+        saved, ctx.stop_reason = ctx.stop_reason, None  # the final call is allowed after a stop
+        try:
+            got = await ctx.ask(query, 1, "synthesize", steps)
+        finally:
+            ctx.stop_reason = saved if saved is not None else ctx.stop_reason
+        if got is not None:
+            reply = got[0][0]
+    answer = task.compose_answer(problem, steps, reply)
+    if answer is None:
+        return None, None
+    node = ctx.graph.node(node_id)
+    # The solution node is added even past max_nodes: it is the answer, not more search.
+    solution = ctx.graph.add_node(
+        answer, NodeKind.SOLUTION, [node_id], EdgeKind.DEPENDENCY, NodeMeta(creator="synthesize"),
+        score=node.score,
+    )
+    # Walk the state machine forward even when the answer hangs below a pruned thought.
+    for status in (_S.READY, _S.IN_PROGRESS, _S.SUCCEEDED):
+        ctx.graph.set_status(solution.id, status)
+    ctx._steps[solution.id] = steps
+    ctx._path_score[solution.id] = ctx.path_score(node_id)
+    return answer, solution.id

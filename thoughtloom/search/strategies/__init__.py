@@ -1,0 +1,24 @@
+"""Search strategies: each decides which nodes to work on next over the same graph and operators."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+
+from ..context import SearchContext
+from .best_first import run_best_first
+from .bfs import run_bfs
+from .dfs import run_dfs
+from .got import run_got
+from .mcts import run_mcts
+
+StrategyFn = Callable[[SearchContext], Awaitable[None]]
+
+STRATEGY_FUNCTIONS: dict[str, StrategyFn] = {
+    "bfs": run_bfs,
+    "dfs": run_dfs,
+    "best_first": run_best_first,
+    "mcts": run_mcts,
+    "got": run_got,
+}
+
+__all__ = ["STRATEGY_FUNCTIONS", "StrategyFn"]

@@ -1,0 +1,40 @@
+"""Best-first search: always expand the most promising open thoughts, several at once."""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+
+from ..context import SearchContext
+from ..operators import expand
+
+
+def _priority(ctx: SearchContext, node_id: int) -> float:
+    if ctx.config.priority == "promise":
+        return ctx.path_score(node_id) or 0.0
+    return ctx.graph.node(node_id).score or 0.0
+
+
+async def run_best_first(ctx: SearchContext) -> None:
+    """Keep up to `beam` expansions in flight, each time taking the best open thought."""
+    heap: list[tuple[float, int]] = [(-1.0, ctx.root)]
+    running: dict[asyncio.Task[list[int]], int] = {}
+    try:
+        while not ctx.stopped:
+            while heap and len(running) < ctx.config.beam:
+                _, nid = heapq.heappop(heap)
+                if ctx.expandable(nid):
+                    running[asyncio.ensure_future(expand(ctx, nid))] = nid
+            if not running:
+                ctx.stop("frontier_exhausted")
+                return
+            done, _ = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
+            for task in done:
+                del running[task]
+                for child in task.result():
+                    heapq.heappush(heap, (-_priority(ctx, child), child))
+    finally:
+        for task in running:
+            task.cancel()
+        if running:
+            await asyncio.gather(*running, return_exceptions=True)

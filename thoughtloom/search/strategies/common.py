@@ -1,0 +1,35 @@
+"""Helpers the strategies share."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterable, Sequence
+
+from ..context import SearchContext
+from ..operators import expand
+
+
+async def expand_all(ctx: SearchContext, node_ids: Sequence[int]) -> list[int]:
+    """Expand several nodes concurrently; the scored children of all of them, in node order."""
+    if len(node_ids) == 1:
+        return await expand(ctx, node_ids[0])
+    results = await asyncio.gather(*(expand(ctx, n) for n in node_ids))
+    return [c for cs in results for c in cs]
+
+
+def rank(ctx: SearchContext, node_ids: Iterable[int]) -> list[int]:
+    """Best first: by own score, then path score, then age (older first, for determinism)."""
+    graph = ctx.graph
+    return sorted(
+        node_ids,
+        key=lambda n: (-(graph.node(n).score or 0.0), -(ctx.path_score(n) or 0.0), n),
+    )
+
+
+def keep_beam(ctx: SearchContext, candidates: Iterable[int]) -> list[int]:
+    """The best `beam` expandable candidates; the others are pruned."""
+    ranked = rank(ctx, (c for c in candidates if ctx.expandable(c)))
+    beam = ctx.config.beam
+    for dropped in ranked[beam:]:
+        ctx.prune(dropped, "outside the beam")
+    return ranked[:beam]

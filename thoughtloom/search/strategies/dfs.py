@@ -1,0 +1,29 @@
+"""Depth-first search with a pruning threshold and backtracking (the ToT paper's DFS)."""
+
+from __future__ import annotations
+
+from ...graph import NodeStatus
+from ..context import SearchContext
+from ..events import Backtracked
+from ..operators import expand
+from .common import rank
+
+
+async def run_dfs(ctx: SearchContext) -> None:
+    """Follow the best child first; children below the threshold are pruned; backtrack when stuck."""
+    await _visit(ctx, ctx.root)
+    ctx.stop("frontier_exhausted")
+
+
+async def _visit(ctx: SearchContext, node_id: int) -> None:
+    if ctx.stopped or not ctx.expandable(node_id):
+        return
+    children = await expand(ctx, node_id)
+    for child in rank(ctx, children):
+        if ctx.graph.node(child).status is not NodeStatus.SUCCEEDED:
+            continue
+        await _visit(ctx, child)
+        if ctx.stopped:
+            return
+    if node_id != ctx.root and ctx.bus:
+        ctx.bus.emit(Backtracked(node_id, ctx.graph.parents(node_id)[0]))

@@ -1,0 +1,38 @@
+"""Graph of thoughts: beam search that also merges the best thoughts of each level and refines the merge."""
+
+from __future__ import annotations
+
+from ..context import SearchContext
+from ..operators import aggregate, refine
+from .common import expand_all, keep_beam, rank
+
+
+async def run_got(ctx: SearchContext) -> None:
+    """Per level: expand, aggregate the top `aggregate_k` into one node, refine it, keep the beam."""
+    cfg = ctx.config
+    frontier = [ctx.root]
+    for level in range(cfg.max_depth):
+        children = await expand_all(ctx, frontier)
+        if ctx.stopped:
+            return
+        top = rank(ctx, children)[: cfg.aggregate_k]
+        if len(top) >= 2:
+            merged = await aggregate(ctx, top)
+            for _ in range(cfg.refine_rounds):
+                if merged is None or ctx.stopped:
+                    break
+                better = await refine(ctx, merged)
+                if better is not None:
+                    children.append(merged)
+                    merged = better
+            if merged is not None:
+                children.append(merged)
+        if ctx.stopped:
+            return
+        if level == cfg.max_depth - 1:
+            ctx.stop("max_depth")
+            return
+        frontier = keep_beam(ctx, children)
+        if not frontier:
+            ctx.stop("frontier_exhausted")
+            return

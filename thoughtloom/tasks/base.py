@@ -1,0 +1,167 @@
+"""The Task seam: a task bundles its prompts (prompter), its parsers and its exact validator.
+
+The engine never looks inside a thought; it asks the task to build each prompt, to parse each
+reply, to check each thought exactly where it can, and to say when a state solves the problem.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar, Generic, TypeVar
+
+from ..graph import NodeKind
+from ..llm.types import Prompt
+
+P = TypeVar("P")  # a task's parsed problem
+
+
+class ProblemError(ValueError):
+    """The problem text is not a valid instance of the task; the message says how to fix it."""
+
+
+class UnsupportedOperation(ValueError):
+    """The task has no prompt for this operator (e.g. aggregation in Game of 24)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Query:
+    """A prompt with the generation settings it needs."""
+
+    prompt: Prompt
+    max_tokens: int = 256
+    stop: tuple[str, ...] = ()
+    temperature: float | None = None  # None: the search's configured temperature
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """What the task's exact validator says of a proposed thought."""
+
+    ok: bool
+    thought: str  # the thought to keep, possibly repaired
+    note: str | None = None  # why it was rejected or what was repaired
+
+    @property
+    def repaired(self) -> bool:
+        """True when the validator changed the thought."""
+        return self.ok and self.note is not None
+
+
+class Task(Generic[P]):
+    """Base class of tasks. Subclasses override what they support; defaults are safe no-ops."""
+
+    name: ClassVar[str] = "task"
+    description: ClassVar[str] = ""
+    #: True when final answers are composed by the task itself (no synthesis call needed).
+    programmatic_answer: ClassVar[bool] = True
+
+    # --- problem ------------------------------------------------------------------------
+
+    def parse_problem(self, text: str) -> P:
+        """Turn the user's problem text into the task's problem; raise ProblemError if invalid."""
+        if not text.strip():
+            raise ProblemError(f"empty problem for task {self.name}; give the problem text")
+        return text.strip()  # type: ignore[return-value]
+
+    def root_content(self, problem: P) -> str:
+        """Content of the input node."""
+        return str(problem)
+
+    def describe(self, problem: P) -> dict[str, Any]:
+        """Facts about the problem worth keeping in results (ids, sizes)."""
+        return {}
+
+    # --- generate -----------------------------------------------------------------------
+
+    def propose(self, problem: P, steps: Sequence[str], k: int) -> Query:
+        """One call that lists several next steps."""
+        raise UnsupportedOperation(f"task {self.name} has no propose prompt; use --generation sample")
+
+    def parse_proposals(self, problem: P, steps: Sequence[str], text: str) -> list[str]:
+        """The next steps listed in a propose reply."""
+        return [line.strip() for line in text.splitlines() if line.strip()]
+
+    def sample(self, problem: P, steps: Sequence[str]) -> Query:
+        """One call per independent next-step sample."""
+        raise UnsupportedOperation(f"task {self.name} has no sample prompt; use --generation propose")
+
+    def parse_sample(self, problem: P, steps: Sequence[str], text: str) -> str | None:
+        """The thought in one sample reply, or None if there is none."""
+        text = text.strip()
+        return text or None
+
+    # --- check --------------------------------------------------------------------------
+
+    def validate(self, problem: P, steps: Sequence[str], thought: str) -> Verdict:
+        """Exact check of a proposed thought: accept, repair or reject it."""
+        return Verdict(True, thought)
+
+    def state_key(self, problem: P, steps: Sequence[str]) -> Hashable:
+        """Normalized state: two paths with equal keys are the same state and expand once."""
+        return tuple(" ".join(s.lower().split()) for s in steps)
+
+    def is_terminal(self, problem: P, steps: Sequence[str]) -> bool:
+        """True when no further step makes sense from this state."""
+        return False
+
+    def is_goal(self, problem: P, steps: Sequence[str]) -> bool:
+        """True when this state is known to solve the problem."""
+        return False
+
+    def thought_kind(self, problem: P, steps: Sequence[str]) -> NodeKind:
+        """The node kind of the last step."""
+        return NodeKind.HYPOTHESIS
+
+    # --- evaluate -----------------------------------------------------------------------
+
+    def exact_value(self, problem: P, steps: Sequence[str]) -> float | None:
+        """A value the task can compute exactly (no model call), or None."""
+        return None
+
+    def value(self, problem: P, steps: Sequence[str]) -> Query:
+        """A prompt that values one state."""
+        raise UnsupportedOperation(f"task {self.name} has no value prompt; use --evaluation vote")
+
+    def parse_value(self, problem: P, steps: Sequence[str], texts: Sequence[str]) -> float:
+        """A value in [0, 1] from the value samples."""
+        raise UnsupportedOperation(f"task {self.name} cannot parse values")
+
+    def vote(self, problem: P, steps: Sequence[str], candidates: Sequence[str]) -> Query:
+        """A prompt that asks which candidate next step is best."""
+        raise UnsupportedOperation(f"task {self.name} has no vote prompt; use --evaluation value")
+
+    def parse_vote(self, problem: P, candidates: Sequence[str], texts: Sequence[str]) -> list[float]:
+        """Each candidate's share of the votes."""
+        raise UnsupportedOperation(f"task {self.name} cannot parse votes")
+
+    # --- aggregate and refine -----------------------------------------------------------
+
+    def aggregate(self, problem: P, paths: Sequence[Sequence[str]]) -> Query:
+        """A prompt that merges several thoughts into one."""
+        raise UnsupportedOperation(f"task {self.name} does not support aggregation")
+
+    def refine(self, problem: P, steps: Sequence[str], feedback: str) -> Query:
+        """A prompt that improves the last step given feedback."""
+        raise UnsupportedOperation(f"task {self.name} does not support refinement")
+
+    def parse_thought(self, problem: P, text: str) -> str | None:
+        """The thought in an aggregate or refine reply."""
+        text = text.strip()
+        return text or None
+
+    # --- answer -------------------------------------------------------------------------
+
+    def synthesize(self, problem: P, steps: Sequence[str]) -> Query | None:
+        """A prompt for the final answer from the best path; None if the task composes it itself."""
+        return None
+
+    def compose_answer(self, problem: P, steps: Sequence[str], reply: str | None) -> str | None:
+        """The final answer from the best path (and the synthesis reply, when there was one)."""
+        if reply is not None:
+            return reply.strip() or None
+        return steps[-1] if steps else None
+
+    def check_answer(self, problem: P, answer: str | None) -> bool | None:
+        """The task's verdict on a final answer; None when the task cannot tell."""
+        return None
