@@ -60,9 +60,9 @@ async def search(
     calls_before = len(gateway.records)
     spent_before = gateway.budget.spent
     cost_before = gateway.budget.cost_usd
-    ctx = SearchContext(task, problem, gateway, config, bus)
     if bus:
         bus.emit(SearchStarted(task.name, problem_text, config.strategy, gateway.budget.limits.tokens))
+    ctx = SearchContext(task, problem, gateway, config, bus)
     if not task.programmatic_answer:
         gateway.budget.hold(SYNTHESIS_RESERVE_TOKENS)
     try:

@@ -55,6 +55,8 @@ class Task(Generic[P]):
     description: ClassVar[str] = ""
     #: True when final answers are composed by the task itself (no synthesis call needed).
     programmatic_answer: ClassVar[bool] = True
+    #: SearchConfig fields this task works best with; the user's flags override them.
+    search_defaults: ClassVar[dict[str, Any]] = {}
 
     # --- problem ------------------------------------------------------------------------
 

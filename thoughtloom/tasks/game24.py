@@ -118,6 +118,7 @@ class Game24(Task[Numbers]):
     name = "game24"
     description = 'Game of 24: four numbers, e.g. "4 5 6 10"; reach 24 with + - * /'
     programmatic_answer = True
+    search_defaults = {"breadth": 5, "beam": 3, "max_depth": 3, "value_samples": 3}
 
     def parse_problem(self, text: str) -> Numbers:
         """Four integers separated by spaces."""

@@ -41,6 +41,7 @@ class GeneralTask(Task[str]):
     name = "general"
     description = "any free-text question or problem"
     programmatic_answer = False
+    search_defaults = {"breadth": 3, "beam": 2, "max_depth": 3, "generation": "sample"}
 
     def propose(self, problem: str, steps: Sequence[str], k: int) -> Query:
         """List k distinct next steps."""

@@ -1,0 +1,137 @@
+"""A tiny scripted OpenAI-compatible HTTP server on 127.0.0.1, for tests through real HTTP."""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+
+@dataclass
+class Reply:
+    """A scripted HTTP answer: status, JSON body and an optional delay."""
+
+    status: int = 200
+    body: dict[str, Any] | None = None
+    delay_s: float = 0.0
+
+
+@dataclass
+class Seen:
+    """One request the server received."""
+
+    path: str
+    body: dict[str, Any]
+    headers: dict[str, str]
+
+
+def error_body(message: str, code: str | None = None, param: str | None = None) -> dict[str, Any]:
+    """An OpenAI-style error body."""
+    return {"error": {"message": message, "type": "error", "code": code, "param": param}}
+
+
+@dataclass
+class FakeOpenAIServer:
+    """Serves POST /v1/chat/completions and /v1/completions.
+
+    Scripted replies are used first, in order; after that it answers every request with
+    min(n, max_choices) choices, "sample {i}" (chat) or "text {i}", in reverse index order
+    so clients must sort them.
+    """
+
+    replies: list[Reply] = field(default_factory=list)
+    seen: list[Seen] = field(default_factory=list)
+    max_choices: int = 1_000
+    send_usage: bool = True
+    responder: Callable[[Seen], Reply] | None = None
+    url: str = ""
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def script(self, *replies: Reply) -> FakeOpenAIServer:
+        """Answer the next requests with these replies, in order."""
+        self.replies.extend(replies)
+        return self
+
+    def answer(self, seen: Seen) -> Reply:
+        """The reply for one request."""
+        with self.lock:
+            self.seen.append(seen)
+            if self.replies:
+                return self.replies.pop(0)
+        if self.responder is not None:
+            return self.responder(seen)
+        n = int(seen.body.get("n") or 1)
+        count = min(n, self.max_choices)
+        chat = seen.path.endswith("/chat/completions")
+        choices = [
+            {"index": i, "message": {"role": "assistant", "content": f"sample {i}"}, "finish_reason": "stop"}
+            if chat
+            else {"index": i, "text": f"text {i}", "finish_reason": "stop", "logprobs": None}
+            for i in reversed(range(count))
+        ]
+        body: dict[str, Any] = {
+            "id": "x",
+            "object": "chat.completion" if chat else "text_completion",
+            "created": 0,
+            "model": seen.body.get("model"),
+            "choices": choices,
+        }
+        if self.send_usage:
+            body["usage"] = {"prompt_tokens": 11, "completion_tokens": 3 * count, "total_tokens": 11 + 3 * count}
+        return Reply(200, body)
+
+
+def _handler(server: FakeOpenAIServer) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:  # noqa: N802 - the http.server naming
+            length = int(self.headers.get("Content-Length") or 0)
+            body = json.loads(self.rfile.read(length) or b"{}")
+            if self.path not in ("/v1/chat/completions", "/v1/completions"):
+                reply = Reply(404, error_body(f"no route {self.path}"))
+            else:
+                reply = server.answer(Seen(self.path, body, {k.lower(): v for k, v in self.headers.items()}))
+            if reply.delay_s:
+                time.sleep(reply.delay_s)
+            data = json.dumps(reply.body or {}).encode()
+            try:
+                self.send_response(reply.status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+            except (BrokenPipeError, ConnectionResetError):
+                pass  # the client gave up (timeout tests)
+
+        def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - keep test output quiet
+            pass
+
+    return Handler
+
+
+@contextmanager
+def serve(fake: FakeOpenAIServer | None = None) -> Iterator[FakeOpenAIServer]:
+    """Run a scripted server on an ephemeral 127.0.0.1 port for the duration of the block."""
+    fake = fake or FakeOpenAIServer()
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), _handler(fake))
+    httpd.daemon_threads = True
+    fake.url = f"http://127.0.0.1:{httpd.server_address[1]}/v1"
+    thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True)
+    thread.start()
+    try:
+        yield fake
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+
+
+def closed_port() -> int:
+    """A port on 127.0.0.1 that nothing listens on."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]

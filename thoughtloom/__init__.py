@@ -1,0 +1,43 @@
+"""thoughtloom: make a language model reason as a tree or graph of thoughts, under a hard budget.
+
+Imports are lazy so that `import thoughtloom` stays fast; heavy libraries load on first use.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+__version__ = "0.1.0"
+
+_EXPORTS = {
+    "solve": "thoughtloom.api",
+    "asolve": "thoughtloom.api",
+    "make_gateway": "thoughtloom.api",
+    "SearchConfig": "thoughtloom.search.config",
+    "SearchResult": "thoughtloom.search.result",
+    "search": "thoughtloom.search.engine",
+    "BudgetLimits": "thoughtloom.llm.budget",
+    "Gateway": "thoughtloom.llm.gateway",
+    "ThoughtGraph": "thoughtloom.graph.dag",
+    "get_task": "thoughtloom.tasks.registry",
+}
+
+__all__ = ["__version__", *_EXPORTS]
+
+if TYPE_CHECKING:
+    from .api import asolve, make_gateway, solve
+    from .graph.dag import ThoughtGraph
+    from .llm.budget import BudgetLimits
+    from .llm.gateway import Gateway
+    from .search.config import SearchConfig
+    from .search.engine import search
+    from .search.result import SearchResult
+    from .tasks.registry import get_task
+
+
+def __getattr__(name: str) -> Any:
+    if name in _EXPORTS:
+        import importlib
+
+        return getattr(importlib.import_module(_EXPORTS[name]), name)
+    raise AttributeError(f"module 'thoughtloom' has no attribute {name!r}")

@@ -1,0 +1,7 @@
+"""`python -m thoughtloom` runs the `loom` command."""
+
+import sys
+
+from .cli.main import main
+
+sys.exit(main())

@@ -1,0 +1,65 @@
+"""The Python API: solve a problem with one call."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from dataclasses import replace
+from typing import Any
+
+from .llm.budget import BudgetLimits, Pricing
+from .llm.cache import MemoryCache
+from .llm.gateway import Gateway
+from .llm.types import Backend
+from .search.config import SearchConfig
+from .search.engine import search
+from .search.events import EventSink
+from .search.result import SearchResult
+from .tasks.base import Task
+from .tasks.registry import get_task
+
+
+def make_gateway(
+    model: str | Backend = "local",
+    budget: BudgetLimits | None = None,
+    *,
+    concurrency: int = 8,
+    pricing: Pricing | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> Gateway:
+    """A gateway over the model named by a spec string (see thoughtloom.llm.registry) or a Backend."""
+    if isinstance(model, str):
+        from .llm.registry import make_backend
+
+        backend = make_backend(model, pricing=pricing, progress=progress)
+    else:
+        backend = model
+    return Gateway(
+        backend, budget, concurrency=concurrency, cache=MemoryCache(),
+        pricing=pricing or getattr(backend, "pricing", None),
+    )
+
+
+async def asolve(
+    problem: str,
+    *,
+    task: str | Task[Any] = "general",
+    model: str | Backend = "local",
+    config: SearchConfig | None = None,
+    budget: BudgetLimits | None = None,
+    sinks: list[EventSink] | None = None,
+    **overrides: Any,
+) -> SearchResult:
+    """Search for an answer (async). Keyword overrides change single SearchConfig fields."""
+    task_obj = get_task(task) if isinstance(task, str) else task
+    config = replace(config or SearchConfig(), **overrides)
+    gateway = make_gateway(model, budget, concurrency=config.concurrency)
+    try:
+        return await search(task_obj, problem, gateway, config, sinks=sinks)
+    finally:
+        await gateway.aclose()
+
+
+def solve(problem: str, **kwargs: Any) -> SearchResult:
+    """Search for an answer; see asolve for the arguments."""
+    return asyncio.run(asolve(problem, **kwargs))

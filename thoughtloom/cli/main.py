@@ -1,0 +1,235 @@
+"""`loom`: the command line. Imports stay inside commands so `loom --help` is instant."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from typing import Any
+
+DEFAULT_BUDGET_TOKENS = 20_000
+
+
+class UsageError(Exception):
+    """Bad input from the user: printed as one line, exit code 2."""
+
+
+def _positive_int(name: str):
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{name} must be a whole number; got {text!r}") from None
+        if value <= 0:
+            raise argparse.ArgumentTypeError(f"{name} must be at least 1; got {value}")
+        return value
+
+    return parse
+
+
+def _positive_float(name: str):
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{name} must be a number; got {text!r}") from None
+        if value <= 0:
+            raise argparse.ArgumentTypeError(f"{name} must be positive; got {text}")
+        return value
+
+    return parse
+
+
+def _unit_float(name: str):
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{name} must be a number; got {text!r}") from None
+        if not 0.0 <= value <= 1.0:
+            raise argparse.ArgumentTypeError(f"{name} must be between 0 and 1; got {text}")
+        return value
+
+    return parse
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with one-line errors and exit code 2."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.exit(2, f"{self.prog}: error: {message} (see '{self.prog} --help')\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser for all commands."""
+    parser = _Parser(
+        prog="loom",
+        description="Make a language model reason as a tree or graph of thoughts, under a hard budget.",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+
+    s = sub.add_parser("solve", help="search for an answer to a problem", description="Search for an answer to PROBLEM.")
+    s.add_argument("problem", metavar="PROBLEM", help='the problem text, e.g. "4 5 6 10" for --task game24')
+    s.add_argument("--task", default="general", help="task name (see 'loom tasks'); default: general")
+    s.add_argument(
+        "--model", default=os.environ.get("THOUGHTLOOM_MODEL", "local"),
+        help="model spec: local | local:PATH.gguf | openai:MODEL | openai-compatible:URL@MODEL | ollama:MODEL "
+        "(optional #chat or #completions); default: local (env THOUGHTLOOM_MODEL)",
+    )
+    s.add_argument("--strategy", choices=("bfs", "dfs", "best_first", "mcts", "got"), help="search strategy (default bfs)")
+    s.add_argument("--breadth", type=_positive_int("--breadth"), help="thoughts generated per expansion")
+    s.add_argument("--beam", type=_positive_int("--beam"), help="thoughts kept per level (beam width)")
+    s.add_argument("--depth", type=_positive_int("--depth"), help="maximum depth in steps")
+    s.add_argument("--generation", choices=("propose", "sample"), help="one propose call, or independent samples")
+    s.add_argument("--evaluation", choices=("value", "vote"), help="value each thought, or vote among siblings")
+    s.add_argument("--value-samples", type=_positive_int("--value-samples"), help="samples per value call")
+    s.add_argument("--prune-threshold", type=_unit_float("--prune-threshold"), help="prune thoughts scoring below this")
+    s.add_argument("--aggregation", choices=("sum", "product", "min", "mean"), help="path score aggregation")
+    s.add_argument("--iterations", type=_positive_int("--iterations"), help="MCTS simulations")
+    s.add_argument("--max-nodes", type=_positive_int("--max-nodes"), help="circuit breaker: most nodes in the graph")
+    s.add_argument("--concurrency", type=_positive_int("--concurrency"), help="model calls in flight at once")
+    s.add_argument("--temperature", type=float, help="sampling temperature")
+    s.add_argument("--budget-tokens", type=_positive_int("--budget-tokens"), default=DEFAULT_BUDGET_TOKENS,
+                   help=f"hard limit on input+output tokens (default {DEFAULT_BUDGET_TOKENS:,})")
+    s.add_argument("--budget-calls", type=_positive_int("--budget-calls"), help="hard limit on model calls")
+    s.add_argument("--budget-usd", type=_positive_float("--budget-usd"), help="hard limit in dollars (known prices only)")
+    s.add_argument("--budget-seconds", type=_positive_float("--budget-seconds"), help="hard wall-clock limit")
+    s.add_argument("--seed", type=int, help="seed for reproducible sampling")
+    s.add_argument("--json", action="store_true", help="print one JSON object instead of text")
+    s.add_argument("--mermaid", metavar="FILE", help="write the reasoning graph as a Mermaid flowchart")
+    s.add_argument("--quiet", action="store_true", help="no live progress on stderr")
+
+    sub.add_parser("tasks", help="list the tasks")
+    parser.add_argument("--version", action="store_true", help="print the version")
+    return parser
+
+
+def _config_overrides(args: argparse.Namespace) -> dict[str, Any]:
+    mapping = {
+        "strategy": "strategy", "breadth": "breadth", "beam": "beam", "depth": "max_depth",
+        "generation": "generation", "evaluation": "evaluation", "value_samples": "value_samples",
+        "prune_threshold": "prune_threshold", "aggregation": "aggregation", "iterations": "mcts_iterations",
+        "max_nodes": "max_nodes", "concurrency": "concurrency", "temperature": "temperature", "seed": "seed",
+    }
+    return {field: getattr(args, arg) for arg, field in mapping.items() if getattr(args, arg) is not None}
+
+
+def _format_text(result: Any) -> str:
+    lines = []
+    if result.answer is not None:
+        verdict = {True: "checked: correct", False: "checked: WRONG", None: "unchecked"}[result.solved]
+        lines.append(f"answer: {result.answer}   [{verdict}]")
+    else:
+        lines.append(f"no solution within budget (stopped: {result.termination_reason}); best partial path below")
+    lines.append("best path:")
+    for step in result.best_path:
+        score = "" if step.score is None else f"  [{step.score:.2f}]"
+        lines.append(f"  {step.id:>4}  {step.kind:<12} {step.content}{score}")
+    u, st = result.usage, result.stats
+    limit = f" of {u['token_limit']:,}" if u.get("token_limit") else ""
+    cost = f" · ${u['cost_usd']:.4f}" if u.get("cost_usd") else ""
+    lines.append(
+        f"stopped: {result.termination_reason} · nodes {st['nodes']} (pruned {st['pruned']}, rejected "
+        f"{st['rejected']}, repaired {st['repaired']}, duplicates {st['duplicates']}) · depth {st['max_depth']} · "
+        f"tokens {u['input_tokens'] + u['output_tokens']:,}{limit} (in {u['input_tokens']:,} / out "
+        f"{u['output_tokens']:,}) · calls {u['calls']}{cost} · {st['wall_s']:.1f}s"
+    )
+    if result.error:
+        lines.append(f"model error: {result.error}")
+    return "\n".join(lines)
+
+
+def cmd_solve(args: argparse.Namespace) -> int:
+    """Run one search and print its result."""
+    import asyncio
+    from dataclasses import replace
+
+    from ..api import make_gateway
+    from ..llm.budget import BudgetLimits
+    from ..search.config import SearchConfig
+    from ..search.engine import search
+    from ..tasks.registry import get_task
+    from ..views.mermaid import to_mermaid
+    from ..views.progress import ProgressDisplay
+
+    task = get_task(args.task)
+    problem = task.parse_problem(args.problem)  # fail fast on bad input, before loading any model
+    del problem
+    try:
+        config = replace(SearchConfig(**task.search_defaults), **_config_overrides(args))
+    except (TypeError, ValueError) as exc:
+        raise UsageError(str(exc)) from None
+    limits = BudgetLimits(
+        tokens=args.budget_tokens, calls=args.budget_calls, cost_usd=args.budget_usd, wall_s=args.budget_seconds
+    )
+    if args.mermaid:
+        _check_writable(args.mermaid)
+    sinks = [] if args.quiet else [ProgressDisplay()]
+    progress = (lambda msg: print(f"loom: {msg}", file=sys.stderr)) if not args.quiet else None
+
+    async def run() -> Any:
+        gateway = make_gateway(args.model, limits, concurrency=config.concurrency, progress=progress)
+        try:
+            return await search(task, args.problem, gateway, config, sinks=sinks)
+        finally:
+            await gateway.aclose()
+
+    result = asyncio.run(run())
+    if args.mermaid:
+        path_ids = [s.id for s in result.best_path]
+        with open(args.mermaid, "w", encoding="utf-8") as fh:
+            fh.write(to_mermaid(result.graph, path_ids, [result.goal_node] if result.goal_node is not None else []))
+    if args.json:
+        print(json.dumps(result.to_dict(), indent=2, ensure_ascii=False))
+    else:
+        print(_format_text(result))
+    return 0
+
+
+def _check_writable(path: str) -> None:
+    directory = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(directory):
+        raise UsageError(f"cannot write --mermaid {path}: directory {directory} does not exist")
+    if not os.access(directory, os.W_OK):
+        raise UsageError(f"cannot write --mermaid {path}: directory {directory} is not writable")
+
+
+def cmd_tasks(args: argparse.Namespace) -> int:
+    """List tasks."""
+    from ..tasks.registry import TASKS
+
+    for name, cls in sorted(TASKS.items()):
+        print(f"{name:<10} {cls.description}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the `loom` command."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.version:
+        from .. import __version__
+
+        print(f"loom {__version__}")
+        return 0
+    if args.command is None:
+        parser.print_help()
+        return 2
+    from ..llm.errors import ModelError
+    from ..tasks.base import ProblemError, UnsupportedOperation
+    from ..tasks.registry import UnknownTask
+
+    commands = {"solve": cmd_solve, "tasks": cmd_tasks}
+    try:
+        return commands[args.command](args)
+    except (UsageError, ProblemError, UnknownTask, UnsupportedOperation, ModelError) as exc:
+        print(f"loom: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("loom: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

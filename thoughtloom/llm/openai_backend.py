@@ -1,0 +1,304 @@
+"""A Backend over any OpenAI-compatible HTTP endpoint: OpenAI, vLLM, SGLang, llama.cpp server, Ollama.
+
+The `openai` SDK is imported on first use, never at import time: importing it costs about a
+second, and most runs use the embedded model.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal
+
+from .budget import Pricing
+from .errors import ModelConfigError, ModelError, ModelUnreachable, TransientModelError
+from .types import Completion, GenerateRequest, Prompt, Usage
+
+if TYPE_CHECKING:
+    from openai import AsyncOpenAI
+
+Api = Literal["chat", "completions"]
+
+# Statuses worth retrying; the same set the SDK itself would retry (408 request timeout,
+# 409 lock timeout, 429 rate limit, 5xx).
+TRANSIENT_STATUSES = frozenset({408, 409, 429})
+# Server error text quoted in our messages is cut to this many characters to keep them one line.
+MAX_QUOTE = 200
+# A dead host should fail fast even when generation may legitimately take minutes.
+MAX_CONNECT_TIMEOUT_S = 10.0
+
+
+@dataclass(frozen=True, slots=True)
+class _Sampled:
+    """What one HTTP call returned: texts in choice order and the usage it cost."""
+
+    texts: tuple[str, ...]
+    usage: Usage
+
+
+def _one_line(text: object) -> str:
+    """Server text squeezed onto one short line, for quoting inside an error message."""
+    flat = " ".join(str(text).split())
+    return flat if len(flat) <= MAX_QUOTE else flat[: MAX_QUOTE - 3] + "..."
+
+
+def _estimate_tokens(text: str) -> int:
+    """A rough token count for servers that report no usage: about 4 UTF-8 bytes a token."""
+    return len(text.encode()) // 4
+
+
+class OpenAIBackend:
+    """A Backend that calls an OpenAI-compatible server's chat or completions endpoint.
+
+    Servers that ignore `n` (the llama.cpp server, Ollama) return fewer choices than asked;
+    the missing samples are fetched with extra calls so callers always get exactly n texts.
+    """
+
+    def __init__(
+        self,
+        model: str,
+        base_url: str | None = None,
+        api_key: str = "none",
+        api: Api = "chat",
+        timeout_s: float = 120.0,
+        max_concurrency: int = 16,
+        pricing: Pricing | None = None,
+        name: str | None = None,
+        *,
+        key_env: str | None = None,
+    ) -> None:
+        if api not in ("chat", "completions"):
+            raise ModelConfigError(f"unknown OpenAI API {api!r}; use 'chat' or 'completions'")
+        if timeout_s <= 0:
+            raise ValueError(f"timeout_s must be positive, got {timeout_s}")
+        if max_concurrency < 1:
+            raise ValueError(f"max_concurrency must be >= 1, got {max_concurrency}")
+        self.model = model
+        # None means OpenAI itself; spelled out so OPENAI_BASE_URL in the environment cannot
+        # silently redirect calls meant for api.openai.com.
+        self.base_url = (base_url or "https://api.openai.com/v1").rstrip("/")
+        self.api_key = api_key
+        self.api: Api = api
+        self.timeout_s = timeout_s
+        self.max_concurrency = max_concurrency
+        self.pricing = pricing
+        self.name = name or f"openai-compatible:{self.base_url}@{model}"
+        #: The environment variable the key came from, named when the server rejects it.
+        self.key_env = key_env
+        self._client: AsyncOpenAI | None = None
+        self._sem: asyncio.Semaphore | None = None
+        # OpenAI's reasoning models refuse max_tokens; switched once on the first such refusal.
+        self._token_param = "max_tokens"
+
+    # --- Backend protocol ---------------------------------------------------------------
+
+    async def generate(self, request: GenerateRequest) -> Completion:
+        """Return exactly request.n samples, making extra calls if the server ignores n."""
+        first = await self._sample(request, request.n, request.seed)
+        if not first.texts:
+            raise ModelError(
+                f"model {self.model} at {self.base_url} returned no choices; "
+                "check that the server supports this endpoint"
+            )
+        texts = list(first.texts)
+        usage = first.usage
+        per_call = len(first.texts)
+        extra_calls = 0
+        while len(texts) < request.n:
+            missing = request.n - len(texts)
+            sizes = [min(per_call, missing - done) for done in range(0, missing, per_call)]
+            # Each extra call gets its own seed: with the caller's seed repeated, a seeded
+            # server would return the same sample every time.
+            seeds = [None if request.seed is None else request.seed + extra_calls + k + 1 for k in range(len(sizes))]
+            extra_calls += len(sizes)
+            results = await self._gather([self._sample(request, size, seed) for size, seed in zip(sizes, seeds)])
+            added = 0
+            for result in results:
+                texts.extend(result.texts)
+                usage = usage + result.usage
+                added += len(result.texts)
+            if added == 0:
+                raise ModelError(
+                    f"model {self.model} at {self.base_url} returned no choices for extra samples; "
+                    "ask for n=1 or check the server"
+                )
+        return Completion(tuple(texts[: request.n]), usage, self.name)
+
+    def count_tokens(self, prompt: Prompt) -> int | None:
+        """None: a remote model's tokenizer is not available locally."""
+        return None
+
+    async def aclose(self) -> None:
+        """Close the HTTP client if one was created."""
+        client, self._client, self._sem = self._client, None, None
+        if client is not None:
+            await client.close()
+
+    # --- calls --------------------------------------------------------------------------
+
+    def _ensure_client(self) -> tuple[AsyncOpenAI, asyncio.Semaphore]:
+        if self._client is None or self._sem is None:
+            import openai  # deferred: see the module docstring
+
+            self._client = openai.AsyncOpenAI(
+                base_url=self.base_url,
+                api_key=self.api_key,
+                # Retries belong to the gateway, which charges each attempt to the budget.
+                max_retries=0,
+                timeout=openai.Timeout(self.timeout_s, connect=min(self.timeout_s, MAX_CONNECT_TIMEOUT_S)),
+            )
+            self._sem = asyncio.Semaphore(self.max_concurrency)
+        return self._client, self._sem
+
+    async def _gather(self, calls: Sequence[Any]) -> list[_Sampled]:
+        """Run calls concurrently; on the first failure cancel the rest and raise that error."""
+        try:
+            async with asyncio.TaskGroup() as group:
+                tasks = [group.create_task(call) for call in calls]
+        except BaseExceptionGroup as failed:
+            raise _first_leaf(failed) from None
+        return [task.result() for task in tasks]
+
+    async def _sample(self, request: GenerateRequest, n: int, seed: int | None) -> _Sampled:
+        """One HTTP call for n samples, with SDK errors mapped to thoughtloom's."""
+        import openai
+
+        client, sem = self._ensure_client()
+        async with sem:
+            try:
+                return await self._post(client, request, n, seed)
+            except openai.BadRequestError as exc:
+                if self.api == "chat" and self._token_param == "max_tokens" and _wants_max_completion_tokens(exc):
+                    self._token_param = "max_completion_tokens"
+                    try:
+                        return await self._post(client, request, n, seed)
+                    except openai.OpenAIError as retry_exc:
+                        raise self._map_error(retry_exc) from retry_exc
+                raise self._map_error(exc) from exc
+            except openai.OpenAIError as exc:
+                raise self._map_error(exc) from exc
+            except ValueError as exc:
+                # The SDK lets JSON decoding errors through: the URL answers, but not as OpenAI's API.
+                raise ModelError(
+                    f"model endpoint {self.base_url} sent a response that is not valid JSON "
+                    f"({_one_line(exc)}); check that the base URL is an OpenAI-compatible API (usually .../v1)"
+                ) from exc
+
+    async def _post(self, client: AsyncOpenAI, request: GenerateRequest, n: int, seed: int | None) -> _Sampled:
+        params: dict[str, Any] = {"model": self.model, "n": n, "temperature": request.temperature}
+        if request.stop:
+            params["stop"] = list(request.stop)
+        if seed is not None:
+            params["seed"] = seed
+        if self.api == "chat":
+            params[self._token_param] = request.max_tokens
+            messages = request.prompt.as_messages()
+            response = await client.chat.completions.create(
+                messages=[{"role": m.role, "content": m.content} for m in messages],  # type: ignore[misc]
+                **params,
+            )
+            choices = _choices(response)
+            texts = tuple((getattr(getattr(c, "message", None), "content", None) or "") for c in choices)
+            prompt_text = "".join(m.content for m in messages)
+        else:
+            params["max_tokens"] = request.max_tokens
+            prompt_text = request.prompt.as_text()
+            response = await client.completions.create(prompt=prompt_text, **params)
+            choices = _choices(response)
+            texts = tuple((getattr(c, "text", None) or "") for c in choices)
+        return _Sampled(texts, _usage(response, prompt_text, texts))
+
+    # --- errors -------------------------------------------------------------------------
+
+    def _map_error(self, exc: Exception) -> ModelError:
+        """Translate an SDK exception into a one-line thoughtloom error saying what to do."""
+        import openai
+
+        where = f"{self.base_url} (model {self.model})"
+        if isinstance(exc, openai.APITimeoutError):
+            return TransientModelError(
+                f"model endpoint {where} did not answer within {self.timeout_s:g}s; "
+                "retrying, or raise the timeout if the model is slow"
+            )
+        if isinstance(exc, openai.APIConnectionError):
+            return ModelUnreachable(f"cannot reach model endpoint {self.base_url}: {_connection_reason(exc)}")
+        if isinstance(exc, openai.APIStatusError):
+            status = exc.status_code
+            said = f"HTTP {status}: {_one_line(exc.message)}"
+            if status in (401, 403):
+                key_hint = f"set {self.key_env} to a valid key" if self.key_env else "check the API key"
+                return ModelConfigError(f"model endpoint {where} rejected the API key ({said}); {key_hint}")
+            if status == 404:
+                return ModelConfigError(
+                    f"model endpoint {where} answered 404 ({said}); check the model name, that the base "
+                    f"URL ends in /v1, and that the server offers the {self.api} API (#chat or #completions)"
+                )
+            if status == 429 and exc.code == "insufficient_quota":
+                # OpenAI signals an empty account with 429 too, but waiting will not refill it.
+                return ModelError(f"model endpoint {where} says the account has no quota left ({said}); add credit")
+            if status in TRANSIENT_STATUSES or status >= 500:
+                return TransientModelError(f"model endpoint {where} failed ({said}); retrying may help")
+            return ModelError(f"model endpoint {where} refused the request ({said}); check the request settings")
+        return ModelError(f"model endpoint {where} failed: {type(exc).__name__}: {_one_line(exc)}")
+
+
+def _first_leaf(group: BaseExceptionGroup) -> BaseException:
+    """The first non-group exception inside a (possibly nested) exception group."""
+    first = group.exceptions[0]
+    return _first_leaf(first) if isinstance(first, BaseExceptionGroup) else first
+
+
+def _choices(response: Any) -> list[Any]:
+    """A response's choices in index order (servers need not return them sorted)."""
+    choices = getattr(response, "choices", None)
+    if not isinstance(choices, list):
+        raise ModelError(
+            f"the model server sent a response without a choices list ({_one_line(response)}); "
+            "check that the base URL is an OpenAI-compatible API (usually .../v1)"
+        )
+    ordered = sorted(enumerate(choices), key=lambda pair: (_index(pair[1], pair[0]), pair[0]))
+    return [choice for _, choice in ordered]
+
+
+def _index(choice: Any, position: int) -> int:
+    index = getattr(choice, "index", None)
+    return index if isinstance(index, int) else position
+
+
+def _usage(response: Any, prompt_text: str, texts: tuple[str, ...]) -> Usage:
+    """The response's token usage, or an estimate for servers that report none."""
+    usage = getattr(response, "usage", None)
+    prompt_tokens = getattr(usage, "prompt_tokens", None)
+    completion_tokens = getattr(usage, "completion_tokens", None)
+    if not isinstance(prompt_tokens, int):
+        prompt_tokens = _estimate_tokens(prompt_text)
+    if not isinstance(completion_tokens, int):
+        completion_tokens = sum(_estimate_tokens(t) for t in texts)
+    return Usage(prompt_tokens, completion_tokens)
+
+
+def _wants_max_completion_tokens(exc: Any) -> bool:
+    """Whether a 400 says the model takes max_completion_tokens instead of max_tokens.
+
+    Only the hint in the message counts: OpenAI also blames param "max_tokens" when the value
+    is merely too large, and switching would not help then.
+    """
+    return "max_completion_tokens" in str(getattr(exc, "message", exc))
+
+
+def _connection_reason(exc: BaseException) -> str:
+    """Why a connection failed, from the exception chain, with what to do about it."""
+    seen: set[int] = set()
+    cause: BaseException | None = exc
+    while cause is not None and id(cause) not in seen:
+        seen.add(id(cause))
+        if isinstance(cause, ConnectionRefusedError):
+            return "connection refused; is the server running?"
+        if isinstance(cause, socket.gaierror):
+            return "host name not found; check the URL"
+        cause = cause.__cause__ or cause.__context__
+    detail = exc.__cause__ or exc.__context__
+    reason = _one_line(detail) if detail is not None else _one_line(exc)
+    return f"connection failed ({reason}); check the URL and that the server is running"

@@ -1,0 +1,214 @@
+"""Choose a model with one string (the CLI's --model).
+
+Model specs:
+
+    local                                    the embedded model (default)
+    local:/path/to/model.gguf                any GGUF file, run in-process by llama.cpp
+    openai:MODEL                             api.openai.com; key from OPENAI_API_KEY
+    openai-compatible:BASE_URL@MODEL         any OpenAI-compatible server (vLLM, SGLang,
+                                             llama.cpp server); key from THOUGHTLOOM_API_KEY,
+                                             else OPENAI_API_KEY, else none
+    ollama:MODEL                             Ollama at OLLAMA_HOST (default http://127.0.0.1:11434)
+
+    Remote specs take an optional suffix choosing the endpoint: #chat (the default) or
+    #completions (raw text completion, for base models), e.g.
+    openai-compatible:http://127.0.0.1:8000/v1@Qwen2.5-0.5B#completions
+
+BASE_URL must start with http:// or https:// and usually ends in /v1.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from urllib.parse import urlsplit
+
+from .budget import Pricing
+from .errors import ModelConfigError
+from .openai_backend import OpenAIBackend
+from .types import Backend
+
+DEFAULT_SPEC = "local"
+OPENAI_BASE_URL = "https://api.openai.com/v1"
+DEFAULT_OLLAMA_HOST = "http://127.0.0.1:11434"
+# Servers that need no key still want the Authorization header, and the SDK refuses an empty key.
+DUMMY_API_KEY = "none"
+# Ollama ignores the key, but its docs use this one.
+OLLAMA_API_KEY = "ollama"
+
+ACCEPTED_FORMS = (
+    "local, local:/path/to/model.gguf, openai:MODEL, openai-compatible:BASE_URL@MODEL, "
+    "ollama:MODEL (remote forms may end in #chat or #completions)"
+)
+
+_GPT_4O_MINI = Pricing(0.15, 0.60)
+_GPT_4O = Pricing(2.50, 10.00)
+_GPT_41_MINI = Pricing(0.40, 1.60)
+_GPT_41 = Pricing(2.00, 8.00)
+
+#: Dollars per million tokens (input, output) for a few well-known OpenAI models. Names match
+#: exactly: snapshots are listed one by one because some are priced differently from their
+#: alias (gpt-4o-2024-05-13 costs more than gpt-4o), and a wrong price is worse than none.
+KNOWN_PRICES: dict[str, Pricing] = {
+    "gpt-4o-mini": _GPT_4O_MINI,
+    "gpt-4o-mini-2024-07-18": _GPT_4O_MINI,
+    "gpt-4o": _GPT_4O,
+    "gpt-4o-2024-08-06": _GPT_4O,
+    "gpt-4o-2024-11-20": _GPT_4O,
+    "gpt-4.1-mini": _GPT_41_MINI,
+    "gpt-4.1-mini-2025-04-14": _GPT_41_MINI,
+    "gpt-4.1": _GPT_41,
+    "gpt-4.1-2025-04-14": _GPT_41,
+}
+
+
+@dataclass(frozen=True, slots=True)
+class ModelSpec:
+    """A parsed model spec: which provider, which model, where, and through which endpoint."""
+
+    provider: str  # "local" | "openai" | "openai-compatible" | "ollama"
+    model: str | None  # local: the GGUF path, or None for the embedded model
+    base_url: str | None = None  # remote providers only
+    api: str | None = None  # "chat" | "completions" for remote providers; None for local
+
+    @property
+    def is_local(self) -> bool:
+        """Whether the model runs in-process."""
+        return self.provider == "local"
+
+    @property
+    def identity(self) -> str:
+        """The backend name recorded in caches and manifests; includes the endpoint when not chat."""
+        if self.provider == "local":
+            return "local" if self.model is None else f"local:{self.model}"
+        if self.provider == "openai-compatible":
+            core = f"openai-compatible:{self.base_url}@{self.model}"
+        else:
+            core = f"{self.provider}:{self.model}"
+        # Chat templates and raw completion give different outputs, so they must not share a cache.
+        return core if self.api == "chat" else f"{core}#{self.api}"
+
+
+def _bad(spec: str, why: str) -> ModelConfigError:
+    return ModelConfigError(f"bad model spec {spec!r}: {why}; accepted forms: {ACCEPTED_FORMS}")
+
+
+def _split_api(spec: str, rest: str) -> tuple[str, str]:
+    """Split an optional #chat / #completions suffix off a remote spec's body."""
+    body, hash_sign, suffix = rest.rpartition("#")
+    if not hash_sign:
+        return rest, "chat"
+    if suffix not in ("chat", "completions"):
+        raise _bad(spec, f"unknown endpoint suffix #{suffix} (use #chat or #completions)")
+    return body, suffix
+
+
+def _check_base_url(spec: str, url: str) -> str:
+    """The base URL without a trailing slash, if it is an http(s) URL with a host."""
+    if not url.startswith(("http://", "https://")):
+        raise _bad(spec, f"base URL {url!r} must start with http:// or https://")
+    if not urlsplit(url).hostname:
+        raise _bad(spec, f"base URL {url!r} has no host")
+    return url.rstrip("/")
+
+
+def _ollama_base_url(host: str) -> str:
+    """Ollama's OpenAI-compatible base URL from an OLLAMA_HOST value such as 127.0.0.1:11434."""
+    host = host.strip().rstrip("/")
+    if "://" not in host:
+        # As in Ollama's own client: a bare host means http on port 11434 unless one is given;
+        # with an explicit scheme the scheme's default port applies.
+        parts = urlsplit(f"http://{host}")
+        port = "" if parts.port is not None else ":11434"
+        host = f"http://{parts.netloc}{port}{parts.path}"
+    return host if host.endswith("/v1") else f"{host}/v1"
+
+
+def parse_model_spec(spec: str, env: Mapping[str, str] | None = None) -> ModelSpec:
+    """Parse a model spec string (see the module docstring for the syntax)."""
+    env = os.environ if env is None else env
+    text = spec.strip()
+    if text == "local":
+        return ModelSpec("local", None)
+    provider, colon, rest = text.partition(":")
+    if not colon:
+        raise _bad(spec, "unknown model")
+    if provider == "local":
+        # Paths are taken verbatim: a '#' in a file name is not an endpoint suffix.
+        if not rest:
+            raise _bad(spec, "local: needs the path of a .gguf file")
+        return ModelSpec("local", rest)
+    if provider == "openai":
+        model, api = _split_api(spec, rest)
+        if not model:
+            raise _bad(spec, "openai: needs a model name, e.g. openai:gpt-4o-mini")
+        return ModelSpec("openai", model, OPENAI_BASE_URL, api)
+    if provider == "openai-compatible":
+        body, api = _split_api(spec, rest)
+        # The last '@' separates the model, so a base URL may still carry user@host.
+        base_url, at, model = body.rpartition("@")
+        if not at or not base_url or not model:
+            raise _bad(spec, "openai-compatible: needs BASE_URL@MODEL, e.g. http://127.0.0.1:8000/v1@Qwen2.5-0.5B")
+        return ModelSpec("openai-compatible", model, _check_base_url(spec, base_url), api)
+    if provider == "ollama":
+        model, api = _split_api(spec, rest)
+        if not model:
+            raise _bad(spec, "ollama: needs a model name, e.g. ollama:llama3.2")
+        base_url = _ollama_base_url(env.get("OLLAMA_HOST") or DEFAULT_OLLAMA_HOST)
+        return ModelSpec("ollama", model, _check_base_url(spec, base_url), api)
+    raise _bad(spec, f"unknown provider {provider!r}")
+
+
+def known_pricing(spec: ModelSpec) -> Pricing | None:
+    """The list price of a known OpenAI model, or None (cost unknown) for anything else."""
+    if spec.provider != "openai" or spec.model is None:
+        return None
+    return KNOWN_PRICES.get(spec.model)
+
+
+def _api_key(spec: ModelSpec, env: Mapping[str, str]) -> tuple[str, str | None]:
+    """The key for a remote spec and the environment variable it came from."""
+    if spec.provider == "openai":
+        key = env.get("OPENAI_API_KEY")
+        if not key:
+            raise ModelConfigError("OPENAI_API_KEY is not set; export it or choose another --model")
+        return key, "OPENAI_API_KEY"
+    if spec.provider == "ollama":
+        return OLLAMA_API_KEY, None
+    for var in ("THOUGHTLOOM_API_KEY", "OPENAI_API_KEY"):
+        if env.get(var):
+            return env[var], var
+    return DUMMY_API_KEY, "THOUGHTLOOM_API_KEY"
+
+
+def make_backend(
+    spec: str,
+    env: Mapping[str, str] | None = None,
+    *,
+    pricing: Pricing | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> Backend:
+    """Build the Backend a model spec names; raises ModelConfigError for bad specs or missing keys.
+
+    progress receives one-line messages about slow first-use steps (assembling the local model).
+    """
+    env = os.environ if env is None else env
+    parsed = parse_model_spec(spec, env)
+    if parsed.is_local:
+        # Deferred: llama.cpp bindings are an optional extra and slow to import.
+        from .local import LocalLlamaBackend
+
+        path = None if parsed.model is None else os.path.expanduser(parsed.model)
+        return LocalLlamaBackend(model_path=path, progress=progress)
+    assert parsed.model is not None and parsed.api in ("chat", "completions")
+    key, key_env = _api_key(parsed, env)
+    return OpenAIBackend(
+        model=parsed.model,
+        base_url=parsed.base_url,
+        api_key=key,
+        api="chat" if parsed.api == "chat" else "completions",
+        pricing=pricing if pricing is not None else known_pricing(parsed),
+        name=parsed.identity,
+        key_env=key_env,
+    )

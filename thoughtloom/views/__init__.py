@@ -1,0 +1,1 @@
+"""Ways to look at a search: Mermaid pictures and live progress."""

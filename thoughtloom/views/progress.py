@@ -1,0 +1,93 @@
+"""Live progress on stderr, fed by the search's event stream."""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import TextIO
+
+from ..search.events import (
+    BudgetSpent,
+    Event,
+    GoalFound,
+    NodeAdded,
+    NodePruned,
+    NodeScored,
+    SearchStarted,
+    SearchStopped,
+    ThoughtRejected,
+)
+
+
+class ProgressDisplay:
+    """An event sink that keeps one status line up to date (or prints one now and then off a terminal)."""
+
+    def __init__(self, stream: TextIO | None = None, interval_s: float = 2.0) -> None:
+        self.stream = stream or sys.stderr
+        self.tty = self.stream.isatty()
+        self.interval_s = 0.1 if self.tty else interval_s
+        self.nodes = 0
+        self.depth = 0
+        self.max_depth = 0
+        self.best: float | None = None
+        self.pruned = 0
+        self.rejected = 0
+        self.tokens = 0
+        self.limit: int | None = None
+        self.calls = 0
+        self._started = time.monotonic()
+        self._last = self._started
+
+    def __call__(self, event: Event) -> None:
+        """Update counters from one event and redraw when due."""
+        if isinstance(event, NodeAdded):
+            self.nodes += 1
+            self.depth = max(self.depth, event.depth)
+        elif isinstance(event, NodeScored):
+            self.best = event.score if self.best is None else max(self.best, event.score)
+        elif isinstance(event, NodePruned):
+            self.pruned += 1
+        elif isinstance(event, ThoughtRejected):
+            self.rejected += 1
+        elif isinstance(event, BudgetSpent):
+            self.tokens, self.limit, self.calls = event.spent_tokens, event.token_limit, event.calls
+        elif isinstance(event, SearchStarted):
+            self.limit = event.token_limit
+            self._line(f"loom: {event.task} · {event.strategy} · {event.problem!r}")
+            return
+        elif isinstance(event, GoalFound):
+            self._line(f"goal reached at node {event.node_id}")
+            return
+        elif isinstance(event, SearchStopped):
+            self._draw(force=True)
+            if self.tty:
+                self.stream.write("\n")
+            self._line(f"stopped: {event.reason}")
+            return
+        self._draw()
+
+    def status(self) -> str:
+        """The current status line."""
+        budget = f"{self.tokens:,}" + (f"/{self.limit:,}" if self.limit else "")
+        best = "-" if self.best is None else f"{self.best:.2f}"
+        return (
+            f"nodes {self.nodes} (pruned {self.pruned}, rejected {self.rejected}) · depth {self.depth} · "
+            f"best {best} · tokens {budget} · calls {self.calls} · {time.monotonic() - self._started:.0f}s"
+        )
+
+    def _draw(self, force: bool = False) -> None:
+        now = time.monotonic()
+        if not force and now - self._last < self.interval_s:
+            return
+        self._last = now
+        if self.tty:
+            self.stream.write("\r\033[K" + self.status())
+        else:
+            self.stream.write(self.status() + "\n")
+        self.stream.flush()
+
+    def _line(self, text: str) -> None:
+        if self.tty:
+            self.stream.write("\r\033[K")
+        self.stream.write(text + "\n")
+        self.stream.flush()
