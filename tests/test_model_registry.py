@@ -214,7 +214,7 @@ def fake_local(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_local_makes_the_embedded_llama_backend() -> None:
     backend = make_backend("local", NO_ENV)
     assert isinstance(backend, RecordingLocalBackend)
-    assert (backend.model_path, backend.kwargs) == (None, {})
+    assert (backend.model_path, backend.kwargs) == (None, {"progress": None})
 
 
 @pytest.mark.usefixtures("fake_local")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import math
 import zlib
 from collections.abc import Hashable, Sequence
@@ -69,6 +70,8 @@ class SearchContext:
         self._path_score: dict[int, float | None] = {}
         self._best_key: tuple[Any, ...] | None = None
         self._successful_calls = 0
+        # The config's cap on model calls in flight, whatever the gateway's own limit is.
+        self._call_slots = asyncio.Semaphore(config.concurrency)
         root = self.graph.add_node(
             task.root_content(problem), NodeKind.INPUT, meta=NodeMeta(creator="input")
         )
@@ -152,7 +155,8 @@ class SearchContext:
             purpose=purpose,
         )
         try:
-            completion = await self.gateway.generate(request)
+            async with self._call_slots:
+                completion = await self.gateway.generate(request)
         except BudgetExceeded as exc:
             self.stop(f"budget_{exc.limit}")
             return None
@@ -206,7 +210,8 @@ class SearchContext:
 
     def reject(self, parent: int, content: str, reason: str, creator: str) -> None:
         """Record a thought the validator rejected, as a failed node."""
-        nid = self.add_thought([parent], content, creator)
+        # The task is not asked for the kind: a rejected thought may not even parse as a step.
+        nid = self.add_thought([parent], content, creator, kind=NodeKind.HYPOTHESIS)
         if nid is None:
             return
         self.graph.node(nid).meta.extra["rejected"] = reason

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 
 from ..graph import EdgeKind, NodeKind, NodeMeta, NodeStatus
 from .context import SearchContext
+from .events import NodeAdded
 
 _S = NodeStatus
 
@@ -52,7 +53,8 @@ async def expand(ctx: SearchContext, node_id: int) -> list[int]:
         if not verdict.ok:
             ctx.reject(node_id, raw, verdict.note or "rejected by the task's validator", "generate")
             continue
-        if ctx.merge_duplicate(node_id, task.state_key(problem, steps + (verdict.thought,))):
+        key = task.state_key(problem, steps + (verdict.thought,))
+        if ctx.merge_duplicate(node_id, key):
             continue
         child = ctx.add_thought(
             [node_id], verdict.thought, "generate", cost_tokens=share,
@@ -60,7 +62,7 @@ async def expand(ctx: SearchContext, node_id: int) -> list[int]:
         )
         if child is None:
             break
-        ctx.seen[task.state_key(problem, steps + (verdict.thought,))] = child
+        ctx.seen[key] = child
         children.append(child)
     await evaluate(ctx, node_id, children)
     return [c for c in children if ctx.graph.node(c).status is _S.SUCCEEDED]
@@ -185,4 +187,8 @@ async def synthesize(ctx: SearchContext, node_id: int) -> tuple[str | None, int 
         ctx.graph.set_status(solution.id, status)
     ctx._steps[solution.id] = steps
     ctx._path_score[solution.id] = ctx.path_score(node_id)
+    if ctx.bus:
+        ctx.bus.emit(
+            NodeAdded(solution.id, (node_id,), NodeKind.SOLUTION.value, solution.depth, answer, "synthesize")
+        )
     return answer, solution.id

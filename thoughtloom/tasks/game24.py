@@ -99,17 +99,16 @@ def numbers_text(numbers: Sequence[Fraction]) -> str:
     return " ".join(fmt(x) for x in sorted(numbers))
 
 
-def _take(pool: list[Fraction], value: Fraction) -> bool:
-    """Remove one number equal to value (or within 0.01 for a decimal rendering of a fraction)."""
+def _take(pool: list[Fraction], value: Fraction) -> Fraction | None:
+    """Remove and return one number equal to value (or within 0.01 of it, for a decimal rendering
+    of a fraction: the exact fraction is returned); None when there is none."""
     for i, x in enumerate(pool):
         if x == value:
-            del pool[i]
-            return True
+            return pool.pop(i)
     for i, x in enumerate(pool):
         if x.denominator != 1 and abs(x - value) < Fraction(1, 100):
-            del pool[i]
-            return True
-    return False
+            return pool.pop(i)
+    return None
 
 
 class Game24(Task[Numbers]):
@@ -215,10 +214,13 @@ class Game24(Task[Numbers]):
         pool = list(self.left(problem, steps))
         if len(pool) < 2:
             return Verdict(False, thought, "no numbers left to combine")
-        if not (_take(pool, a) and _take(pool, b)):
+        exact_a = _take(pool, a)
+        exact_b = _take(pool, b) if exact_a is not None else None
+        if exact_a is None or exact_b is None:
             return Verdict(
                 False, thought, f"uses {fmt(a)} and {fmt(b)} but the numbers left are {numbers_text(self.left(problem, steps))}"
             )
+        a, b = exact_a, exact_b  # compute with the exact numbers, not their decimal renderings
         if op == "/" and b == 0:
             return Verdict(False, thought, "division by zero")
         result = OPS[op](a, b)
@@ -308,7 +310,7 @@ def check_game24(problem: Sequence[Fraction | int], answer: str | None) -> bool:
     if not answer:
         return False
     line = answer.strip().splitlines()[-1] if answer.strip() else ""
-    line = re.sub(r"^\s*answer\s*:", "", line, flags=re.IGNORECASE).split("=")[0]
+    line = re.sub(r"^\s*answer\s*:", "", line, flags=re.IGNORECASE).split("=")[0].strip()
     try:
         value, used = evaluate(line)
     except (ExpressionError, ValueError, ZeroDivisionError):
