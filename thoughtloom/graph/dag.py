@@ -43,12 +43,22 @@ class ThoughtGraph:
         score: float | None = None,
     ) -> Node:
         """Add a node below the given parents (possibly several: an aggregation)."""
-        for p in parents:
-            if p not in self._nodes:
-                raise UnknownNode(p)
-        if len(set(parents)) != len(parents):
-            raise ValueError(f"duplicate parent in {list(parents)}")
-        depth = 1 + max((self._nodes[p].depth for p in parents), default=-1)
+        nodes = self._nodes
+        if len(parents) == 1:  # the common case, without the generic checks' overhead
+            (only,) = parents
+            parent = nodes.get(only)
+            if parent is None:
+                raise UnknownNode(only)
+            depth = parent.depth + 1
+            ready = parent.status is NodeStatus.SUCCEEDED
+        else:
+            for p in parents:
+                if p not in nodes:
+                    raise UnknownNode(p)
+            if len(set(parents)) != len(parents):
+                raise ValueError(f"duplicate parent in {list(parents)}")
+            depth = 1 + max((nodes[p].depth for p in parents), default=-1)
+            ready = all(nodes[p].status is NodeStatus.SUCCEEDED for p in parents)
         node = Node(
             id=self._next_id,
             kind=kind,
@@ -66,11 +76,7 @@ class ThoughtGraph:
         for p in parents:
             self._children[p].append(nid)
             self._edges[(p, nid)] = Edge(p, nid, edge_kind)
-        node.status = (
-            NodeStatus.READY
-            if all(self._nodes[p].status is NodeStatus.SUCCEEDED for p in parents)
-            else NodeStatus.PENDING
-        )
+        node.status = NodeStatus.READY if ready else NodeStatus.PENDING
         return node
 
     def add_edge(
@@ -93,7 +99,10 @@ class ThoughtGraph:
 
     def set_status(self, node_id: int, status: NodeStatus) -> None:
         """Move a node to a new status; illegal moves raise IllegalTransition."""
-        node = self.node(node_id)
+        try:
+            node = self._nodes[node_id]
+        except KeyError:
+            raise UnknownNode(node_id) from None
         if status is node.status:
             return
         if status not in TRANSITIONS[node.status]:
@@ -176,6 +185,8 @@ class ThoughtGraph:
 
     def reaches(self, src: int, dst: int) -> bool:
         """True if a directed path leads from src to dst."""
+        self.node(src)
+        self.node(dst)
         if src == dst:
             return True
         seen = {src}
@@ -220,6 +231,7 @@ class ThoughtGraph:
 
     def subtree(self, node_id: int) -> Iterable[int]:
         """The node and everything it reaches."""
+        self.node(node_id)
         seen = {node_id}
         stack = [node_id]
         while stack:

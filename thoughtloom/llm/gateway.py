@@ -124,13 +124,16 @@ class Gateway:
         t0 = time.monotonic()
         try:
             if missing:
-                sub = replace(request, n=len(missing))
+                # A copy only when the cache answered some samples (replace() is costly per call).
+                sub = request if len(missing) == request.n else replace(request, n=len(missing))
                 completion, attempts = await self._call_within_budget(sub, record)
                 record.attempts = attempts
                 usage = completion.usage
+                # Samples cut short by a budget-shrunk max_tokens must not answer the full request later.
+                cacheable = self.cache is not None and record.max_tokens == request.max_tokens
                 for i, text in zip(missing, completion.texts):
                     texts[i] = text
-                    if self.cache is not None:
+                    if cacheable:
                         self.cache.put(keys[i], text)
         except BaseException as exc:
             record.error = f"{type(exc).__name__}: {exc}"

@@ -35,44 +35,55 @@ Input: {input}
 Possible next steps:
 """
 
+# The paper's value prompt, with a blank line after each example so that a base model also ends
+# its own verdict with one and the "\n\n" stop cuts the reply short.
 VALUE_PROMPT = """Evaluate if given numbers can reach 24 (sure/likely/impossible)
+
 10 14
 10 + 14 = 24
 sure
+
 11 12
 11 + 12 = 23
 12 - 11 = 1
 11 * 12 = 132
 11 / 12 = 0.91
 impossible
+
 4 4 10
 4 + 4 + 10 = 8 + 10 = 18
 4 * 10 - 4 = 40 - 4 = 36
 (10 - 4) * 4 = 6 * 4 = 24
 sure
+
 4 9 11
 9 + 11 + 4 = 20 + 4 = 24
 sure
+
 5 7 8
 5 + 7 + 8 = 12 + 8 = 20
 (8 - 5) * 7 = 3 * 7 = 21
 I cannot obtain 24 now, but numbers are within a reasonable range
 likely
+
 5 6 6
 5 + 6 + 6 = 17
 (6 - 5) * 6 = 1 * 6 = 6
 I cannot obtain 24 now, but numbers are within a reasonable range
 likely
+
 10 10 11
 10 + 10 + 11 = 31
 (11 - 10) * 10 = 10
 10 10 10 are all too big
 impossible
+
 1 3 3
 1 * 3 * 3 = 9
 (1 + 3) * 3 = 12
 1 3 3 are all too small
 impossible
+
 {input}
 """
 

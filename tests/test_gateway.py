@@ -1,0 +1,554 @@
+"""The model gateway: hard budget, concurrency, retries, cache and call records."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+
+import pytest
+
+from thoughtloom.llm.budget import Budget, BudgetLimits, Pricing
+from thoughtloom.llm.cache import MemoryCache, sample_key
+from thoughtloom.llm.errors import BudgetExceeded, ModelError, TransientModelError
+from thoughtloom.llm.fake import ScriptedBackend
+from thoughtloom.llm.gateway import (
+    MIN_USEFUL_TOKENS,
+    CallRecord,
+    Gateway,
+    RetryPolicy,
+    prompt_token_bound,
+)
+from thoughtloom.llm.types import GenerateRequest, Message, Prompt, Usage
+
+FAST = RetryPolicy(base_delay_s=0.001, max_delay_s=0.001)
+PROMPT3 = "one two three"  # the fake counts 3 prompt tokens (words)
+DOLLAR_PER_TOKEN = Pricing(input_per_mtok=1_000_000, output_per_mtok=1_000_000)
+
+
+def req(text: str = PROMPT3, **kw) -> GenerateRequest:
+    return GenerateRequest(Prompt(text), **kw)
+
+
+def words(n: int) -> str:
+    return " ".join(["w"] * n)
+
+
+def gateway(backend: ScriptedBackend, limits: BudgetLimits | Budget | None = None, **kw) -> Gateway:
+    kw.setdefault("retry", FAST)
+    return Gateway(backend, limits, **kw)
+
+
+async def attempt(gw: Gateway, request: GenerateRequest) -> str | None:
+    """Run one call; None when the budget refused it (any other error propagates)."""
+    try:
+        return (await gw.generate(request)).texts[0]
+    except BudgetExceeded:
+        return None
+
+
+# --- the hard token budget -------------------------------------------------------------------
+
+
+async def test_fifty_concurrent_calls_under_a_1000_token_budget_never_spend_more_than_1000() -> None:
+    budget = Budget(BudgetLimits(tokens=1000))
+    committed: list[int] = []  # spent + reserved, sampled while calls are in flight
+    rng = random.Random(1)
+
+    def responder(request: GenerateRequest, index: int) -> str:
+        committed.append(budget.spent.total + budget.reserved_tokens)
+        return words(rng.randint(1, 150))
+
+    fake = ScriptedBackend(responder=responder, latency_s=0.01)
+    gw = gateway(fake, budget, concurrency=8)
+
+    async def one(i: int) -> str | None:
+        await asyncio.sleep(i * 0.001)  # staggered arrivals, so finished calls free tokens
+        return await attempt(gw, req(f"question number {i}", max_tokens=120))
+
+    results = await asyncio.gather(*(one(i) for i in range(50)))
+
+    assert budget.spent.total <= 1000
+    assert committed and max(committed) <= 1000
+    assert any(r is not None for r in results) and any(r is None for r in results)
+    assert (budget.reserved_tokens, budget.in_flight) == (0, 0)
+
+
+async def test_max_tokens_is_shrunk_to_the_tokens_left() -> None:
+    fake = ScriptedBackend(default="ok")
+    gw = gateway(fake, BudgetLimits(tokens=100))
+    await gw.generate(req(max_tokens=256))
+    assert fake.calls[0].max_tokens == 100 - 3
+    assert gw.records[0].max_tokens == 100 - 3
+
+
+async def test_max_tokens_is_shrunk_per_sample_when_n_is_above_one() -> None:
+    fake = ScriptedBackend(default="ok")
+    gw = gateway(fake, BudgetLimits(tokens=100))
+    await gw.generate(req(n=2, max_tokens=256))
+    assert fake.calls[0].max_tokens == (100 - 3) // 2
+
+
+async def test_a_request_that_fits_keeps_its_max_tokens() -> None:
+    fake = ScriptedBackend(default="ok")
+    gw = gateway(fake, BudgetLimits(tokens=1000))
+    await gw.generate(req(max_tokens=50))
+    assert fake.calls[0].max_tokens == 50
+
+
+async def test_a_call_is_refused_when_fewer_than_min_useful_tokens_per_sample_remain() -> None:
+    fake = ScriptedBackend(default="ok")
+    gw = gateway(fake, BudgetLimits(tokens=3 + MIN_USEFUL_TOKENS - 1))
+    with pytest.raises(BudgetExceeded) as err:
+        await gw.generate(req(max_tokens=256))
+    assert err.value.limit == "tokens"
+    assert fake.calls == []
+    assert gw.budget.spent == Usage()
+
+
+async def test_a_call_with_exactly_min_useful_tokens_left_goes_ahead() -> None:
+    fake = ScriptedBackend(default="ok")
+    gw = gateway(fake, BudgetLimits(tokens=3 + MIN_USEFUL_TOKENS))
+    await gw.generate(req(max_tokens=256))
+    assert fake.calls[0].max_tokens == MIN_USEFUL_TOKENS
+
+
+async def test_the_minimum_applies_to_each_of_n_samples() -> None:
+    fake = ScriptedBackend(default="ok")
+    gw = gateway(fake, BudgetLimits(tokens=3 + 2 * MIN_USEFUL_TOKENS - 1))
+    with pytest.raises(BudgetExceeded):
+        await gw.generate(req(n=2, max_tokens=256))
+    assert fake.calls == []
+
+
+async def test_a_backend_that_cannot_count_is_charged_the_prompt_byte_bound() -> None:
+    fake = ScriptedBackend(default="ok")
+
+    class Uncounting:
+        name, max_concurrency = fake.name, fake.max_concurrency
+        generate, aclose = fake.generate, fake.aclose
+
+        def count_tokens(self, prompt: Prompt) -> int | None:
+            return None
+
+    gw = Gateway(Uncounting(), BudgetLimits(tokens=100))
+    await gw.generate(req("abcd", max_tokens=256))
+    assert fake.calls[0].max_tokens == 100 - (4 + 8)
+
+
+def test_the_prompt_bound_counts_bytes_not_characters() -> None:
+    assert prompt_token_bound(Prompt("é")) == 2 + 8
+
+
+def test_the_prompt_bound_adds_template_tokens_per_message() -> None:
+    prompt = Prompt(messages=(Message("system", "ab"), Message("user", "c")))
+    assert prompt_token_bound(prompt) == (2 + 8) + (1 + 8) + 8
+
+
+async def test_spending_is_the_real_usage_not_the_reservation() -> None:
+    fake = ScriptedBackend(default=words(5))
+    gw = gateway(fake, BudgetLimits(tokens=1000))
+    await gw.generate(req(max_tokens=200))
+    assert gw.budget.spent == Usage(3, 5)
+    assert gw.budget.reserved_tokens == 0
+
+
+# --- calls and dollars -----------------------------------------------------------------------
+
+
+async def test_the_call_limit_is_hard_for_sequential_calls() -> None:
+    fake = ScriptedBackend(default="ok")
+    gw = gateway(fake, BudgetLimits(calls=3))
+    for _ in range(3):
+        await gw.generate(req())
+    with pytest.raises(BudgetExceeded) as err:
+        await gw.generate(req())
+    assert err.value.limit == "calls"
+    assert len(fake.calls) == 3
+
+
+async def test_the_call_limit_is_hard_for_concurrent_calls() -> None:
+    fake = ScriptedBackend(default="ok", latency_s=0.01)
+    gw = gateway(fake, BudgetLimits(calls=3))
+    results = await asyncio.gather(*(attempt(gw, req()) for _ in range(10)))
+    assert sum(r is not None for r in results) == 3
+    assert len(fake.calls) == 3 and gw.budget.calls == 3
+
+
+async def test_a_call_whose_worst_case_would_cross_the_dollar_limit_is_refused() -> None:
+    fake = ScriptedBackend(default="ok")
+    gw = gateway(fake, BudgetLimits(cost_usd=10), pricing=DOLLAR_PER_TOKEN)
+    with pytest.raises(BudgetExceeded) as err:
+        await gw.generate(req(max_tokens=20))  # worst case 3 + 20 tokens = $23
+    assert err.value.limit == "cost_usd"
+    assert fake.calls == []
+
+
+async def test_the_dollar_limit_is_hard_for_concurrent_calls() -> None:
+    budget = Budget(BudgetLimits(cost_usd=100))
+    committed: list[float] = []
+
+    def responder(request: GenerateRequest, index: int) -> str:
+        committed.append(budget.cost_usd + budget.reserved_cost)
+        return words(4)
+
+    fake = ScriptedBackend(responder=responder, latency_s=0.01)
+    gw = gateway(fake, budget, pricing=DOLLAR_PER_TOKEN)
+
+    async def one(i: int) -> str | None:
+        await asyncio.sleep(i * 0.002)
+        return await attempt(gw, req(max_tokens=20))
+
+    results = await asyncio.gather(*(one(i) for i in range(30)))
+    assert budget.cost_usd <= 100
+    assert max(committed) <= 100
+    assert any(r is None for r in results)
+
+
+async def test_a_call_is_priced_from_its_real_usage() -> None:
+    fake = ScriptedBackend(default=words(3))
+    gw = gateway(fake, pricing=Pricing(input_per_mtok=1_000_000, output_per_mtok=2_000_000))
+    await gw.generate(req(max_tokens=50))
+    assert gw.records[0].cost_usd == 3 * 1 + 3 * 2
+    assert gw.budget.cost_usd == 3 * 1 + 3 * 2
+
+
+# --- wall clock ------------------------------------------------------------------------------
+
+
+async def test_a_slow_call_is_cut_off_when_the_wall_clock_runs_out() -> None:
+    fake = ScriptedBackend(default="ok", latency_s=10)
+    gw = gateway(fake, BudgetLimits(wall_s=0.05))
+    t0 = time.monotonic()
+    with pytest.raises(BudgetExceeded) as err:
+        await gw.generate(req())
+    assert err.value.limit == "wall_s"
+    assert time.monotonic() - t0 < 2
+    assert (gw.budget.reserved_tokens, gw.budget.in_flight) == (0, 0)
+
+
+async def test_no_call_starts_once_the_wall_clock_is_used_up() -> None:
+    now = [0.0]
+    fake = ScriptedBackend(default="ok")
+    gw = gateway(fake, Budget(BudgetLimits(wall_s=5), clock=lambda: now[0]))
+    now[0] = 5.0
+    with pytest.raises(BudgetExceeded) as err:
+        await gw.generate(req())
+    assert err.value.limit == "wall_s"
+    assert fake.calls == []
+
+
+# --- concurrency -----------------------------------------------------------------------------
+
+
+async def test_no_more_calls_are_in_flight_than_the_concurrency_limit() -> None:
+    fake = ScriptedBackend(default="ok", latency_s=0.01)
+    gw = gateway(fake, concurrency=3)
+    await asyncio.gather(*(gw.generate(req()) for _ in range(12)))
+    assert fake.peak_in_flight == 3
+
+
+async def test_the_backend_max_concurrency_caps_the_gateway() -> None:
+    fake = ScriptedBackend(default="ok", latency_s=0.01, max_concurrency=2)
+    gw = gateway(fake, concurrency=8)
+    await asyncio.gather(*(gw.generate(req()) for _ in range(8)))
+    assert gw.concurrency == 2
+    assert fake.peak_in_flight == 2
+
+
+def test_concurrency_below_one_is_rejected() -> None:
+    with pytest.raises(ValueError):
+        Gateway(ScriptedBackend(default="ok"), concurrency=0)
+
+
+# --- retries ---------------------------------------------------------------------------------
+
+
+async def test_transient_errors_are_retried_until_success() -> None:
+    fake = ScriptedBackend(default="ok", failures=[TransientModelError("429"), TransientModelError("503")])
+    gw = gateway(fake)
+    completion = await gw.generate(req())
+    assert completion.texts == ("ok",)
+    assert gw.records[0].attempts == 3
+    assert len(fake.calls) == 3
+    assert gw.records[0].error is None
+
+
+async def test_a_non_transient_model_error_is_not_retried() -> None:
+    fake = ScriptedBackend(default="ok", failures=[ModelError("bad request")])
+    gw = gateway(fake)
+    with pytest.raises(ModelError, match="bad request"):
+        await gw.generate(req())
+    assert len(fake.calls) == 1
+
+
+async def test_the_last_transient_error_is_raised_when_retries_run_out() -> None:
+    failures = [TransientModelError(f"503 #{i}") for i in range(5)]
+    fake = ScriptedBackend(default="ok", failures=failures)
+    gw = gateway(fake, retry=RetryPolicy(max_attempts=3, base_delay_s=0.001))
+    with pytest.raises(TransientModelError, match="503 #2"):
+        await gw.generate(req())
+    assert len(fake.calls) == 3
+
+
+async def test_a_failed_call_releases_its_reservation_without_charging() -> None:
+    fake = ScriptedBackend(default="ok", failures=[ModelError("bad request")])
+    gw = gateway(fake, BudgetLimits(tokens=1000, calls=5))
+    with pytest.raises(ModelError):
+        await gw.generate(req())
+    budget = gw.budget
+    assert (budget.spent, budget.calls, budget.reserved_tokens, budget.in_flight) == (Usage(), 0, 0, 0)
+
+
+def test_retry_delay_doubles_within_jitter_and_is_capped() -> None:
+    policy = RetryPolicy(base_delay_s=1.0, max_delay_s=3.0)
+    rng = random.Random(0)
+    for attempt_no, full in [(1, 1.0), (2, 2.0), (3, 3.0), (6, 3.0)]:
+        delay = policy.delay(attempt_no, rng)
+        assert full / 2 <= delay <= full
+
+
+# --- cache -----------------------------------------------------------------------------------
+
+
+def counting_backend() -> ScriptedBackend:
+    """A fake whose every sample is distinct: call number and index within the call."""
+    fake = ScriptedBackend()
+    fake.responder = lambda request, index: f"call {len(fake.calls)} sample {index}"
+    return fake
+
+
+async def test_a_repeated_request_is_served_from_the_cache_at_no_cost() -> None:
+    fake = counting_backend()
+    gw = gateway(fake, BudgetLimits(tokens=1000), cache=MemoryCache())
+    first = await gw.generate(req(max_tokens=50))
+    spent = gw.budget.spent
+    again = await gw.generate(req(max_tokens=50))
+    assert again.texts == first.texts
+    assert again.usage == Usage()
+    assert gw.budget.spent == spent
+    assert len(fake.calls) == 1
+    assert gw.records[1].cached == 1
+
+
+async def test_each_of_n_samples_is_cached_separately() -> None:
+    fake = counting_backend()
+    cache = MemoryCache()
+    gw = gateway(fake, cache=cache)
+    completion = await gw.generate(req(n=3))
+    assert len(set(completion.texts)) == 3
+    assert len(cache) == 3
+
+
+async def test_a_larger_n_reuses_the_cached_samples_and_asks_only_for_the_rest() -> None:
+    fake = counting_backend()
+    gw = gateway(fake, cache=MemoryCache())
+    three = await gw.generate(req(n=3))
+    five = await gw.generate(req(n=5))
+    assert five.texts[:3] == three.texts
+    assert len(set(five.texts)) == 5
+    assert [c.n for c in fake.calls] == [3, 2]
+    assert gw.records[1].cached == 3
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"temperature": 0.2},
+        {"seed": 7},
+        {"max_tokens": 64},
+        {"stop": ("\n",)},
+        {"prompt": Prompt("another prompt")},
+    ],
+    ids=["temperature", "seed", "max_tokens", "stop", "prompt"],
+)
+async def test_a_request_differing_in_a_generation_parameter_misses_the_cache(change: dict) -> None:
+    fake = counting_backend()
+    gw = gateway(fake, cache=MemoryCache())
+    base = req(temperature=0.7, seed=1, max_tokens=32)
+    first = await gw.generate(base)
+    fields = {
+        "prompt": base.prompt,
+        "temperature": base.temperature,
+        "seed": base.seed,
+        "max_tokens": base.max_tokens,
+        "stop": base.stop,
+    }
+    second = await gw.generate(GenerateRequest(**(fields | change)))
+    assert len(fake.calls) == 2
+    assert second.texts != first.texts
+    assert gw.records[1].cached == 0
+
+
+async def test_the_purpose_is_not_part_of_the_cache_key() -> None:
+    fake = counting_backend()
+    gw = gateway(fake, cache=MemoryCache())
+    await gw.generate(req(purpose="generate"))
+    await gw.generate(req(purpose="evaluate"))
+    assert len(fake.calls) == 1
+
+
+def test_the_cache_key_includes_the_model_and_the_sample_index() -> None:
+    request = req()
+    keys = {sample_key("a", request, 0), sample_key("a", request, 1), sample_key("b", request, 0)}
+    assert len(keys) == 3
+
+
+async def test_a_sample_cut_short_by_the_budget_is_not_cached_as_a_full_answer() -> None:
+    fake = counting_backend()
+    budget = Budget(BudgetLimits(tokens=100))
+    gw = gateway(fake, budget, cache=MemoryCache())
+    budget.hold(60)
+    await gw.generate(req(max_tokens=80))  # shrunk to fit the 40 tokens not held
+    budget.release_hold()
+    await gw.generate(req(max_tokens=80))  # fits in full now: must not get the shrunk answer
+    assert [c.max_tokens for c in fake.calls] == [40 - 3, 80]
+
+
+# --- records and listener --------------------------------------------------------------------
+
+
+async def test_a_successful_call_is_recorded_with_its_request_and_result() -> None:
+    fake = ScriptedBackend(default=words(2))
+    gw = gateway(fake)
+    request = req(n=2, max_tokens=40, temperature=0.3, stop=("END",), seed=9, purpose="generate")
+    await gw.generate(request)
+    (record,) = gw.records
+    assert (record.seq, record.purpose, record.model, record.prompt) == (
+        0,
+        "generate",
+        fake.name,
+        request.prompt,
+    )
+    assert (record.n, record.max_tokens, record.temperature, record.stop, record.seed) == (
+        2,
+        40,
+        0.3,
+        ("END",),
+        9,
+    )
+    assert record.texts == ("w w", "w w")
+    assert record.usage == Usage(3, 4)
+    assert (record.cached, record.attempts, record.error) == (0, 1, None)
+    assert record.duration_s >= 0
+
+
+async def test_a_failed_call_is_recorded_with_its_error() -> None:
+    fake = ScriptedBackend(default="ok", failures=[ModelError("bad request")])
+    gw = gateway(fake)
+    with pytest.raises(ModelError):
+        await gw.generate(req())
+    (record,) = gw.records
+    assert record.error == "ModelError: bad request"
+    assert (record.texts, record.usage) == ((), Usage())
+
+
+async def test_a_call_refused_by_the_budget_is_recorded_with_its_error() -> None:
+    fake = ScriptedBackend(default="ok")
+    gw = gateway(fake, BudgetLimits(calls=1))
+    await gw.generate(req())
+    with pytest.raises(BudgetExceeded):
+        await gw.generate(req())
+    assert [r.seq for r in gw.records] == [0, 1]
+    assert gw.records[1].error is not None and gw.records[1].error.startswith("BudgetExceeded")
+
+
+async def test_a_call_served_from_the_cache_is_recorded_too() -> None:
+    fake = ScriptedBackend(default="ok")
+    gw = gateway(fake, cache=MemoryCache())
+    await gw.generate(req())
+    await gw.generate(req())
+    assert len(gw.records) == 2
+    assert (gw.records[1].texts, gw.records[1].cached, gw.records[1].usage) == (("ok",), 1, Usage())
+
+
+async def test_the_listener_receives_every_record_once() -> None:
+    received: list[CallRecord] = []
+    fake = ScriptedBackend(default="ok", failures=[ModelError("boom")])
+    gw = gateway(fake, listener=received.append)
+    with pytest.raises(ModelError):
+        await gw.generate(req("a"))
+    await gw.generate(req("b"))
+    await gw.generate(req("c"))
+    assert len(received) == 3
+    assert all(got is rec for got, rec in zip(received, gw.records, strict=True))
+
+
+# --- the budget ledger -----------------------------------------------------------------------
+
+
+def test_raise_limit_raises_the_token_limit_by_exactly_the_amount() -> None:
+    budget = Budget(BudgetLimits(tokens=100, calls=4, cost_usd=2.0, wall_s=60))
+    left = budget.tokens_left()
+    budget.raise_limit(50)
+    assert budget.limits == BudgetLimits(tokens=150, calls=4, cost_usd=2.0, wall_s=60)
+    assert budget.tokens_left() == left + 50
+
+
+@pytest.mark.parametrize("amount", [0, -5])
+def test_raise_limit_rejects_a_non_positive_amount(amount: int) -> None:
+    with pytest.raises(ValueError):
+        Budget(BudgetLimits(tokens=100)).raise_limit(amount)
+
+
+async def test_a_call_refused_for_tokens_goes_through_after_raise_limit() -> None:
+    fake = ScriptedBackend(default="ok")
+    gw = gateway(fake, BudgetLimits(tokens=10))
+    with pytest.raises(BudgetExceeded):
+        await gw.generate(req(max_tokens=256))
+    gw.budget.raise_limit(50)
+    await gw.generate(req(max_tokens=256))
+    assert fake.calls[0].max_tokens == 60 - 3
+
+
+async def test_held_tokens_are_kept_away_from_calls() -> None:
+    fake = ScriptedBackend(default="ok")
+    gw = gateway(fake, BudgetLimits(tokens=100))
+    gw.budget.hold(60)
+    await gw.generate(req(max_tokens=256))
+    assert fake.calls[0].max_tokens == 40 - 3
+
+
+async def test_a_call_is_refused_when_only_held_tokens_would_fit_it() -> None:
+    fake = ScriptedBackend(default="ok")
+    gw = gateway(fake, BudgetLimits(tokens=100))
+    gw.budget.hold(90)
+    with pytest.raises(BudgetExceeded):
+        await gw.generate(req(max_tokens=256))
+    assert fake.calls == []
+
+
+async def test_released_tokens_are_spendable_again() -> None:
+    fake = ScriptedBackend(default="ok")
+    gw = gateway(fake, BudgetLimits(tokens=100))
+    gw.budget.hold(90)
+    gw.budget.release_hold()
+    await gw.generate(req(max_tokens=256))
+    assert fake.calls[0].max_tokens == 100 - 3
+
+
+def test_hold_takes_no_more_than_is_left() -> None:
+    budget = Budget(BudgetLimits(tokens=100))
+    budget.hold(500)
+    assert (budget.held_tokens, budget.tokens_left()) == (100, 0)
+
+
+def test_a_refused_reservation_holds_nothing() -> None:
+    budget = Budget(BudgetLimits(tokens=100))
+    with pytest.raises(BudgetExceeded):
+        budget.reserve(101)
+    assert (budget.reserved_tokens, budget.in_flight, budget.tokens_left()) == (0, 0, 100)
+
+
+def test_settling_twice_counts_once() -> None:
+    budget = Budget(BudgetLimits(tokens=100))
+    reservation = budget.reserve(50)
+    budget.settle(reservation, Usage(3, 7))
+    budget.settle(reservation, Usage(3, 7))
+    assert (budget.spent, budget.calls, budget.reserved_tokens, budget.in_flight) == (Usage(3, 7), 1, 0, 0)
+
+
+@pytest.mark.parametrize("field", ["tokens", "calls", "cost_usd", "wall_s"])
+def test_budget_limits_must_be_positive(field: str) -> None:
+    with pytest.raises(ValueError):
+        BudgetLimits(**{field: 0})
