@@ -25,7 +25,8 @@ async def generate(ctx: SearchContext, node_id: int) -> tuple[list[str], int] | 
         if got is None:
             return None
         texts, cost = got
-        return task.parse_proposals(problem, steps, texts[0])[: cfg.breadth], cost
+        # Not cut to `breadth` here: expand keeps the first `breadth` that pass validation.
+        return task.parse_proposals(problem, steps, texts[0]), cost
     got = await ctx.ask(task.sample(problem, steps), cfg.breadth, "generate", steps)
     if got is None:
         return None
@@ -35,7 +36,10 @@ async def generate(ctx: SearchContext, node_id: int) -> tuple[list[str], int] | 
 
 
 async def expand(ctx: SearchContext, node_id: int) -> list[int]:
-    """Generate, validate, deduplicate and evaluate a node's children; return the scored ones."""
+    """Generate, validate, deduplicate and evaluate a node's children; return the scored ones.
+
+    Up to `breadth` new children are kept: proposals are validated in order until that many pass.
+    """
     if ctx.stopped or node_id in ctx.expanded:
         return []
     ctx.expanded.add(node_id)
@@ -48,7 +52,10 @@ async def expand(ctx: SearchContext, node_id: int) -> list[int]:
     steps = ctx.steps(node_id)
     share = cost // max(1, len(thoughts))
     children: list[int] = []
+    accepted = 0
     for raw in thoughts:
+        if accepted >= ctx.config.breadth:
+            break
         verdict = task.validate(problem, steps, raw)
         if not verdict.ok:
             ctx.reject(node_id, raw, verdict.note or "rejected by the task's validator", "generate")
@@ -56,6 +63,7 @@ async def expand(ctx: SearchContext, node_id: int) -> list[int]:
         key = task.state_key(problem, steps + (verdict.thought,))
         if ctx.merge_duplicate(node_id, key):
             continue
+        accepted += 1
         child = ctx.add_thought(
             [node_id], verdict.thought, "generate", cost_tokens=share,
             note=verdict.note if verdict.repaired else None,

@@ -21,6 +21,9 @@ from .base import ProblemError, Query, Task, Verdict
 Numbers = tuple[Fraction, ...]
 TARGET = Fraction(24)
 
+# The paper's propose example, plus examples with three, four and two numbers: with only the
+# paper's one example, the 270M base model mostly copies its numbers (2, 8, 14) instead of the
+# input's (7 of 42 proposals valid on ten sample states, against 31 of 47 with these).
 PROPOSE_PROMPT = """Input: 2 8 8 14
 Possible next steps:
 2 + 8 = 10 (left: 8 10 14)
@@ -29,8 +32,29 @@ Possible next steps:
 2 * 8 = 16 (left: 8 14 16)
 8 - 2 = 6 (left: 6 8 14)
 14 - 8 = 6 (left: 2 6 8)
-14 /  2 = 7 (left: 7 8 8)
+14 / 2 = 7 (left: 7 8 8)
 14 - 2 = 12 (left: 8 8 12)
+Input: 1 3 7
+Possible next steps:
+1 + 3 = 4 (left: 4 7)
+3 * 7 = 21 (left: 1 21)
+7 - 1 = 6 (left: 3 6)
+7 - 3 = 4 (left: 1 4)
+3 + 7 = 10 (left: 1 10)
+7 * 1 = 7 (left: 3 7)
+Input: 5 9 11 12
+Possible next steps:
+12 - 9 = 3 (left: 3 5 11)
+11 + 5 = 16 (left: 9 12 16)
+9 * 5 = 45 (left: 11 12 45)
+12 / 11 = 12/11 (left: 5 9 12/11)
+11 - 9 = 2 (left: 2 5 12)
+12 + 5 = 17 (left: 9 11 17)
+Input: 4 6
+Possible next steps:
+4 * 6 = 24 (left: 24)
+6 - 4 = 2 (left: 2)
+4 + 6 = 10 (left: 10)
 Input: {input}
 Possible next steps:
 """
@@ -128,7 +152,7 @@ class Game24(Task[Numbers]):
     name = "game24"
     description = 'Game of 24: four numbers, e.g. "4 5 6 10"; reach 24 with + - * /'
     programmatic_answer = True
-    search_defaults = {"breadth": 5, "beam": 3, "max_depth": 3, "value_samples": 3}
+    search_defaults = {"breadth": 5, "beam": 5, "max_depth": 3, "value_samples": 3}
 
     def parse_problem(self, text: str) -> Numbers:
         """Four integers separated by spaces."""
@@ -186,7 +210,7 @@ class Game24(Task[Numbers]):
         text = PROPOSE_PROMPT.format(input=numbers_text(self.left(problem, steps)))
         return Query(
             Prompt(text=text, messages=self._chat(text, f"List up to {k} possible next steps.")),
-            max_tokens=160,
+            max_tokens=120,
             stop=("\nInput:", "\n\n"),
         )
 
