@@ -149,6 +149,14 @@ class ThoughtGraph:
         self.node(node_id)
         return list(self._parents[node_id])
 
+    def primary_parent(self, node_id: int) -> int | None:
+        """The first parent (the one paths follow), or None for a root."""
+        try:
+            parents = self._parents[node_id]
+        except KeyError:
+            raise UnknownNode(node_id) from None
+        return parents[0] if parents else None
+
     def children(self, node_id: int) -> list[int]:
         """Ids of the node's children, oldest first."""
         self.node(node_id)

@@ -4,27 +4,34 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Hashable
 from typing import Protocol
 
 from .types import GenerateRequest
 
 
-def sample_key(model: str, request: GenerateRequest, index: int) -> str:
-    """Cache key of one sample: the sample index is part of it so caching keeps sample diversity."""
-    p = request.prompt
+SampleKey = tuple[Hashable, ...]
+
+
+def sample_key(model: str, request: GenerateRequest, index: int) -> SampleKey:
+    """Cache key of one sample: the sample index is part of it so caching keeps sample diversity.
+
+    A plain tuple: hashing it is cheap (strings cache their hash), which keeps the per-call cost
+    of the in-memory cache low. Stores that persist keys use `digest(key)`.
+    """
+    return (
+        model, request.prompt.text, request.prompt.messages, request.max_tokens, request.temperature,
+        request.stop, request.seed, index,
+    )
+
+
+def digest(key: SampleKey) -> str:
+    """A stable hex digest of a sample key, the same in every process (for persistent caches)."""
+    model, text, messages, max_tokens, temperature, stop, seed, index = key
     payload = json.dumps(
-        [
-            model,
-            p.text,
-            [[m.role, m.content] for m in p.messages] if p.messages else None,
-            request.max_tokens,
-            request.temperature,
-            list(request.stop),
-            request.seed,
-            index,
-        ],
-        ensure_ascii=False,
-        separators=(",", ":"),
+        [model, text, [[m.role, m.content] for m in messages] if messages else None,  # type: ignore[union-attr]
+         max_tokens, temperature, list(stop), seed, index],  # type: ignore[arg-type]
+        ensure_ascii=False, separators=(",", ":"),
     )
     return hashlib.sha256(payload.encode()).hexdigest()
 
@@ -32,11 +39,11 @@ def sample_key(model: str, request: GenerateRequest, index: int) -> str:
 class ResponseCache(Protocol):
     """Where sample texts are kept between identical calls."""
 
-    def get(self, key: str) -> str | None:
+    def get(self, key: SampleKey) -> str | None:
         """The cached text, or None."""
         ...
 
-    def put(self, key: str, text: str) -> None:
+    def put(self, key: SampleKey, text: str) -> None:
         """Remember a text."""
         ...
 
@@ -45,13 +52,13 @@ class MemoryCache:
     """A dict-backed ResponseCache for one process."""
 
     def __init__(self) -> None:
-        self._data: dict[str, str] = {}
+        self._data: dict[SampleKey, str] = {}
 
-    def get(self, key: str) -> str | None:
+    def get(self, key: SampleKey) -> str | None:
         """The cached text, or None."""
         return self._data.get(key)
 
-    def put(self, key: str, text: str) -> None:
+    def put(self, key: SampleKey, text: str) -> None:
         """Remember a text."""
         self._data[key] = text
 

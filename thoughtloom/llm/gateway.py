@@ -9,8 +9,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from .budget import Budget, BudgetLimits, Pricing
-from .cache import ResponseCache, sample_key
+from .cache import ResponseCache, SampleKey, sample_key
 from .errors import BudgetExceeded, TransientModelError
+from .slots import Slots
 from .types import Backend, Completion, GenerateRequest, Prompt, Usage
 
 # Fewer output tokens than this per sample is not worth a call when the budget is nearly gone.
@@ -54,6 +55,10 @@ class CallRecord:
     error: str | None = None
 
 
+class _CutOff(BudgetExceeded):
+    """The wall-clock limit stopped a call already running (so it is charged in full)."""
+
+
 def prompt_token_bound(prompt: Prompt) -> int:
     """An upper bound on a prompt's tokens without a tokenizer.
 
@@ -85,7 +90,7 @@ class Gateway:
         self.backend = backend
         self.budget = budget if isinstance(budget, Budget) else Budget(budget)
         self.concurrency = min(concurrency, max(1, backend.max_concurrency))
-        self._sem = asyncio.Semaphore(self.concurrency)
+        self._sem = Slots(self.concurrency)
         self.retry = retry or RetryPolicy()
         self.cache = cache
         self.pricing = pricing
@@ -99,52 +104,46 @@ class Gateway:
     async def generate(self, request: GenerateRequest) -> Completion:
         """Answer a request within the budget; raises BudgetExceeded instead of overspending."""
         model = self.backend.name
+        n = request.n
         record = CallRecord(
-            seq=len(self.records),
-            purpose=request.purpose,
-            model=model,
-            prompt=request.prompt,
-            n=request.n,
-            max_tokens=request.max_tokens,
-            temperature=request.temperature,
-            stop=request.stop,
-            seed=request.seed,
-            started_at=time.time(),
+            len(self.records), request.purpose, model, request.prompt, n, request.max_tokens,
+            request.temperature, request.stop, request.seed, started_at=time.time(),
         )
         self.records.append(record)
-        texts: list[str | None] = [None] * request.n
-        keys: list[str] = []
-        if self.cache is not None:
-            keys = [sample_key(model, request, i) for i in range(request.n)]
-            for i, k in enumerate(keys):
-                texts[i] = self.cache.get(k)
-        missing = [i for i, t in enumerate(texts) if t is None]
-        record.cached = request.n - len(missing)
+        cache = self.cache
+        if cache is not None:
+            keys = [sample_key(model, request, i) for i in range(n)]
+            texts: list[str | None] = [cache.get(k) for k in keys]
+            missing = [i for i, t in enumerate(texts) if t is None]
+        else:
+            keys, texts, missing = [], [None] * n, list(range(n))
+        record.cached = n - len(missing)
         usage = Usage()
-        t0 = time.monotonic()
+        t0 = time.perf_counter()
         try:
             if missing:
                 # A copy only when the cache answered some samples (replace() is costly per call).
-                sub = request if len(missing) == request.n else replace(request, n=len(missing))
-                completion, attempts = await self._call_within_budget(sub, record)
-                record.attempts = attempts
+                sub = request if len(missing) == n else replace(request, n=len(missing))
+                completion = await self._call_within_budget(sub, record)
                 usage = completion.usage
                 # Samples cut short by a budget-shrunk max_tokens must not answer the full request later.
-                cacheable = self.cache is not None and record.max_tokens == request.max_tokens
+                cacheable = cache is not None and record.max_tokens == request.max_tokens
                 for i, text in zip(missing, completion.texts):
                     texts[i] = text
                     if cacheable:
-                        self.cache.put(keys[i], text)
+                        cache.put(keys[i], text)  # type: ignore[union-attr]
         except BaseException as exc:
             record.error = f"{type(exc).__name__}: {exc}"
-            record.duration_s = time.monotonic() - t0
+            record.duration_s = time.perf_counter() - t0
             self._notify(record)
             raise
         record.texts = tuple(t or "" for t in texts)
         record.usage = usage
-        record.cost_usd = self._cost(usage)
-        record.duration_s = time.monotonic() - t0
-        self._notify(record)
+        if self.pricing is not None:
+            record.cost_usd = self._cost(usage)
+        record.duration_s = time.perf_counter() - t0
+        if self.listener is not None:
+            self.listener(record)
         return Completion(record.texts, usage, model)
 
     def _notify(self, record: CallRecord) -> None:
@@ -167,48 +166,49 @@ class Gateway:
             request = replace(request, max_tokens=per_sample)
         return request, input_bound + request.n * request.max_tokens
 
-    async def _call_within_budget(
-        self, request: GenerateRequest, record: CallRecord
-    ) -> tuple[Completion, int]:
-        async with self._sem:
+    async def _call_within_budget(self, request: GenerateRequest, record: CallRecord) -> Completion:
+        """Hold a slot and a reservation around the call and its retries; settle with real usage."""
+        await self._sem.acquire()
+        try:
             request, reserve_tokens = self._fit_request(request)
             record.max_tokens = request.max_tokens
-            reserve_cost = (
-                self.pricing.cost(reserve_tokens - request.n * request.max_tokens, request.n * request.max_tokens)
-                if self.pricing
-                else 0.0
-            )
-            reservation = self.budget.reserve(reserve_tokens, reserve_cost)
+            out_tokens = request.n * request.max_tokens
+            pricing = self.pricing
+            reserve_cost = pricing.cost(reserve_tokens - out_tokens, out_tokens) if pricing else 0.0
+            budget = self.budget
+            reservation = budget.reserve(reserve_tokens, reserve_cost)
             usage: Usage | None = None
             try:
-                completion, attempts = await self._call_with_retries(request)
-                usage = completion.usage
-                return completion, attempts
-            except asyncio.CancelledError:
-                # A cancelled call may have been billed in full: charge the worst case.
-                usage = Usage(reserve_tokens - request.n * request.max_tokens, request.n * request.max_tokens)
+                # Retries live here, inside one slot and one reservation.
+                attempt = 0
+                while True:
+                    attempt += 1
+                    record.attempts = attempt
+                    try:
+                        wall_left = budget.wall_left()
+                        if wall_left is None:
+                            completion = await self.backend.generate(request)
+                        elif wall_left <= 0:
+                            raise BudgetExceeded("wall_s", "wall-clock budget is used up")
+                        else:
+                            try:
+                                completion = await asyncio.wait_for(self.backend.generate(request), wall_left)
+                            except TimeoutError:
+                                raise _CutOff("wall_s", "wall-clock budget ran out during a call") from None
+                        usage = completion.usage
+                        return completion
+                    except TransientModelError:
+                        if attempt >= self.retry.max_attempts:
+                            raise
+                        await asyncio.sleep(self.retry.delay(attempt, self._rng))
+            except (asyncio.CancelledError, _CutOff):
+                # A call stopped midway may have been billed in full: charge the worst case.
+                usage = Usage(reserve_tokens - out_tokens, out_tokens)
                 raise
             finally:
-                self.budget.settle(reservation, usage, self._cost(usage) if usage else 0.0)
-
-    async def _call_with_retries(self, request: GenerateRequest) -> tuple[Completion, int]:
-        attempt = 0
-        while True:
-            attempt += 1
-            wall_left = self.budget.wall_left()
-            try:
-                if wall_left is not None:
-                    if wall_left <= 0:
-                        raise BudgetExceeded("wall_s", "wall-clock budget is used up")
-                    try:
-                        return await asyncio.wait_for(self.backend.generate(request), wall_left), attempt
-                    except TimeoutError:
-                        raise BudgetExceeded("wall_s", "wall-clock budget ran out during a call") from None
-                return await self.backend.generate(request), attempt
-            except TransientModelError:
-                if attempt >= self.retry.max_attempts:
-                    raise
-                await asyncio.sleep(self.retry.delay(attempt, self._rng))
+                budget.settle(reservation, usage, self._cost(usage) if usage is not None and pricing else 0.0)
+        finally:
+            self._sem.release()
 
     async def aclose(self) -> None:
         """Close the backend."""

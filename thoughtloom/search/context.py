@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import math
 import zlib
 from collections.abc import Hashable, Sequence
@@ -11,6 +10,7 @@ from typing import Any
 from ..graph import EdgeKind, NodeKind, NodeMeta, NodeStatus, ThoughtGraph
 from ..llm.errors import BudgetExceeded, ModelError
 from ..llm.gateway import Gateway
+from ..llm.slots import Slots
 from ..llm.types import GenerateRequest
 from ..tasks.base import Query, Task
 from .config import SearchConfig
@@ -70,8 +70,10 @@ class SearchContext:
         self._path_score: dict[int, float | None] = {}
         self._best_key: tuple[Any, ...] | None = None
         self._successful_calls = 0
-        # The config's cap on model calls in flight, whatever the gateway's own limit is.
-        self._call_slots = asyncio.Semaphore(config.concurrency)
+        # The config's cap on model calls in flight, needed only when the gateway allows more.
+        self._call_slots = (
+            Slots(config.concurrency) if gateway.concurrency > config.concurrency else None
+        )
         root = self.graph.add_node(
             task.root_content(problem), NodeKind.INPUT, meta=NodeMeta(creator="input")
         )
@@ -155,8 +157,11 @@ class SearchContext:
             purpose=purpose,
         )
         try:
-            async with self._call_slots:
+            if self._call_slots is None:
                 completion = await self.gateway.generate(request)
+            else:
+                async with self._call_slots:
+                    completion = await self.gateway.generate(request)
         except BudgetExceeded as exc:
             self.stop(f"budget_{exc.limit}")
             return None
@@ -245,9 +250,9 @@ class SearchContext:
         steps = self._steps[node_id]
         # The path score extends the nearest ancestor one step shorter (a merge or refinement
         # stands in for its parent's step rather than adding one).
-        base = graph.parents(node_id)[0]
+        base = graph.primary_parent(node_id)
         while base != self.root and len(self._steps[base]) >= len(steps):
-            base = graph.parents(base)[0]
+            base = graph.primary_parent(base)
         path = combine(self.config.aggregation, self._path_score[base], score, len(steps))
         self._path_score[node_id] = path
         if self.bus:

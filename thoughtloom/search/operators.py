@@ -82,10 +82,20 @@ async def evaluate(ctx: SearchContext, parent_id: int, node_ids: Sequence[int]) 
         return
     if ctx.config.evaluation == "vote":
         await _vote(ctx, parent_id, node_ids)
-    elif len(node_ids) == 1:
-        await value(ctx, node_ids[0])
-    else:
-        await asyncio.gather(*(value(ctx, n) for n in node_ids))
+        return
+    # Exact values first, inline: only thoughts that need a model call pay for a task.
+    task, problem = ctx.task, ctx.problem
+    pending = []
+    for n in node_ids:
+        exact = task.exact_value(problem, ctx.steps(n))
+        if exact is None:
+            pending.append(n)
+        else:
+            ctx.set_score(n, exact)
+    if len(pending) == 1:
+        await value(ctx, pending[0])
+    elif pending:
+        await asyncio.gather(*(value(ctx, n) for n in pending))
 
 
 async def value(ctx: SearchContext, node_id: int) -> None:
