@@ -253,8 +253,12 @@ def test_add_node_refuses_a_repeated_parent_and_leaves_the_graph_unchanged() -> 
 # --- status transitions ----------------------------------------------------------------------
 
 
-def test_terminal_statuses_are_failed_cancelled_and_pruned() -> None:
-    assert TERMINAL_STATUSES == {S.FAILED, S.CANCELLED, S.PRUNED}
+def test_terminal_statuses_are_failed_and_cancelled() -> None:
+    assert TERMINAL_STATUSES == {S.FAILED, S.CANCELLED}
+
+
+def test_a_pruned_thought_can_only_be_revived_to_succeeded() -> None:
+    assert TRANSITIONS[S.PRUNED] == {S.SUCCEEDED}
 
 
 @pytest.mark.parametrize(("src", "dst"), LEGAL_PAIRS, ids=[f"{a.value}->{b.value}" for a, b in LEGAL_PAIRS])

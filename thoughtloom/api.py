@@ -7,6 +7,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
+from .control.controller import Controller
 from .llm.budget import BudgetLimits, Pricing
 from .llm.cache import MemoryCache
 from .llm.gateway import Gateway
@@ -48,14 +49,19 @@ async def asolve(
     config: SearchConfig | None = None,
     budget: BudgetLimits | None = None,
     sinks: list[EventSink] | None = None,
+    controller: Controller | None = None,
     **overrides: Any,
 ) -> SearchResult:
-    """Search for an answer (async). Keyword overrides change single SearchConfig fields."""
+    """Search for an answer (async). Keyword overrides change single SearchConfig fields.
+
+    controller: a thoughtloom.control.Controller to run the search self-aware (budget
+    negotiation, compromises, depth policy, failure anticipation); None searches plainly.
+    """
     task_obj = get_task(task) if isinstance(task, str) else task
     config = replace(config or SearchConfig(), **overrides)
     gateway = make_gateway(model, budget, concurrency=config.concurrency)
     try:
-        return await search(task_obj, problem, gateway, config, sinks=sinks)
+        return await search(task_obj, problem, gateway, config, sinks=sinks, controller=controller)
     finally:
         await gateway.aclose()
 

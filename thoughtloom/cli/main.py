@@ -96,11 +96,26 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--budget-usd", type=_positive_float("--budget-usd"), help="hard limit in dollars (known prices only)")
     s.add_argument("--budget-seconds", type=_positive_float("--budget-seconds"), help="hard wall-clock limit")
     s.add_argument("--seed", type=int, help="seed for reproducible sampling")
+    c = s.add_argument_group("self-aware control (see 'loom profiles')")
+    c.add_argument("--profile", default="default", help="domain profile: thresholds and depth limits (default: default)")
+    c.add_argument("--acceptable", type=_unit_float("--acceptable"), help="quality a user would accept")
+    c.add_argument("--goal", type=_unit_float("--goal"), help="quality that counts as solved")
+    c.add_argument("--compromise", type=_unit_float("--compromise"), help="lowest quality offered as a compromise")
+    c.add_argument("--soft-depth", type=_positive_int("--soft-depth"), help="depth where progress is judged")
+    c.add_argument("--auto-approve-tokens", type=int, default=0, metavar="N",
+                   help="without a terminal: approve up to N more tokens in total (default 0: the budget is hard)")
+    c.add_argument("--accept-compromise-above", type=_unit_float("--accept-compromise-above"), metavar="X",
+                   help="without a terminal: accept compromises of at least this quality (default: --compromise)")
+    c.add_argument("--auto-deeper", type=int, default=0, metavar="N",
+                   help="without a terminal: go up to N levels past the soft depth when asked (default 0)")
+    c.add_argument("--interactive", action=argparse.BooleanOptionalAction, default=None,
+                   help="ask at the terminal about budget, compromises and depth (default: when on a terminal)")
     s.add_argument("--json", action="store_true", help="print one JSON object instead of text")
     s.add_argument("--mermaid", metavar="FILE", help="write the reasoning graph as a Mermaid flowchart")
     s.add_argument("--quiet", action="store_true", help="no live progress on stderr")
 
     sub.add_parser("tasks", help="list the tasks")
+    sub.add_parser("profiles", help="list the domain profiles and their thresholds")
     parser.add_argument("--version", action="store_true", help="print the version")
     return parser
 
@@ -137,6 +152,17 @@ def _format_text(result: Any) -> str:
     )
     if result.error:
         lines.append(f"model error: {result.error}")
+    control = result.control
+    if control:
+        for req in control["budget_requests"]:
+            answer = f"approved {req['granted']:,}" if req["approved"] else "denied"
+            lines.append(f"budget request: {req['tokens']:,} more tokens -> {answer}. {req['justification']}")
+        if control["compromise"]:
+            c = control["compromise"]
+            verdict = {True: "accepted", False: "rejected", None: "offered"}[c["accepted"]]
+            lines.append(f"compromise {verdict}: {c['explanation']}")
+        for act in control["actions"]:
+            lines.append(f"controller: {act['mode']}: {act['action']}")
     return "\n".join(lines)
 
 
@@ -146,6 +172,9 @@ def cmd_solve(args: argparse.Namespace) -> int:
     from dataclasses import replace
 
     from ..api import make_gateway
+    from ..control.controller import ControlSettings, Controller
+    from ..control.feedback import AutomaticHandler, InteractiveHandler
+    from ..control.profiles import get_profile
     from ..llm.budget import BudgetLimits
     from ..search.config import SearchConfig
     from ..search.engine import search
@@ -156,10 +185,34 @@ def cmd_solve(args: argparse.Namespace) -> int:
     task = get_task(args.task)
     problem = task.parse_problem(args.problem)  # fail fast on bad input, before loading any model
     del problem
+    profile = get_profile(args.profile)
+    defaults = {**task.search_defaults, **profile.search}
+    if profile.hard_depth is not None:
+        defaults["max_depth"] = profile.hard_depth
     try:
-        config = replace(SearchConfig(**task.search_defaults), **_config_overrides(args))
+        config = replace(SearchConfig(**defaults), **_config_overrides(args))
+        settings = ControlSettings.from_profile(
+            profile, acceptable_threshold=args.acceptable, goal_threshold=args.goal,
+            compromise_threshold=args.compromise, soft_depth=args.soft_depth,
+        )
     except (TypeError, ValueError) as exc:
         raise UsageError(str(exc)) from None
+    interactive = args.interactive
+    if interactive is None:
+        interactive = sys.stdin.isatty() and sys.stderr.isatty()
+    handler = (
+        InteractiveHandler()
+        if interactive
+        else AutomaticHandler(
+            approve_tokens=max(0, args.auto_approve_tokens),
+            accept_compromise_above=(
+                args.accept_compromise_above if args.accept_compromise_above is not None
+                else settings.compromise_threshold
+            ),
+            extra_depth=max(0, args.auto_deeper),
+        )
+    )
+    controller = Controller(settings, handler, profile=profile.name)
     limits = BudgetLimits(
         tokens=args.budget_tokens, calls=args.budget_calls, cost_usd=args.budget_usd, wall_s=args.budget_seconds
     )
@@ -171,7 +224,7 @@ def cmd_solve(args: argparse.Namespace) -> int:
     async def run() -> Any:
         gateway = make_gateway(args.model, limits, concurrency=config.concurrency, progress=progress)
         try:
-            return await search(task, args.problem, gateway, config, sinks=sinks)
+            return await search(task, args.problem, gateway, config, sinks=sinks, controller=controller)
         finally:
             await gateway.aclose()
 
@@ -193,6 +246,22 @@ def _check_writable(path: str) -> None:
         raise UsageError(f"cannot write --mermaid {path}: directory {directory} does not exist")
     if not os.access(directory, os.W_OK):
         raise UsageError(f"cannot write --mermaid {path}: directory {directory} is not writable")
+
+
+def cmd_profiles(args: argparse.Namespace) -> int:
+    """List profiles with their thresholds and limits."""
+    from ..control.profiles import PROFILES
+
+    print(f"{'profile':<20}{'acceptable':>11}{'goal':>6}{'compromise':>11}{'soft':>6}{'hard':>6}{'beam':>6}  description")
+    for p in PROFILES.values():
+        def show(v: object) -> str:
+            return "task" if v is None else str(v)
+
+        print(
+            f"{p.name:<20}{p.acceptable_threshold:>11.2f}{p.goal_threshold:>6.2f}{p.compromise_threshold:>11.2f}"
+            f"{show(p.soft_depth):>6}{show(p.hard_depth):>6}{show(p.search.get('beam')):>6}  {p.description}"
+        )
+    return 0
 
 
 def cmd_tasks(args: argparse.Namespace) -> int:
@@ -220,10 +289,12 @@ def main(argv: list[str] | None = None) -> int:
     from ..tasks.base import ProblemError, UnsupportedOperation
     from ..tasks.registry import UnknownTask
 
-    commands = {"solve": cmd_solve, "tasks": cmd_tasks}
+    from ..control.profiles import UnknownProfile
+
+    commands = {"solve": cmd_solve, "tasks": cmd_tasks, "profiles": cmd_profiles}
     try:
         return commands[args.command](args)
-    except (UsageError, ProblemError, UnknownTask, UnsupportedOperation, ModelError) as exc:
+    except (UsageError, ProblemError, UnknownTask, UnknownProfile, UnsupportedOperation, ModelError) as exc:
         print(f"loom: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

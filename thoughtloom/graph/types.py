@@ -49,6 +49,7 @@ class EdgeKind(str, enum.Enum):
 _S = NodeStatus
 # A scored (succeeded) thought may still be cut by the search later, hence SUCCEEDED -> PRUNED.
 # IN_PROGRESS -> READY lets an operator hand a node back after a transient failure.
+# PRUNED -> SUCCEEDED revives a scored thought when the search backtracks to it.
 TRANSITIONS: dict[NodeStatus, frozenset[NodeStatus]] = {
     _S.PENDING: frozenset({_S.READY, _S.CANCELLED, _S.PRUNED, _S.FAILED}),
     _S.READY: frozenset({_S.IN_PROGRESS, _S.CANCELLED, _S.PRUNED, _S.FAILED}),
@@ -56,7 +57,7 @@ TRANSITIONS: dict[NodeStatus, frozenset[NodeStatus]] = {
     _S.SUCCEEDED: frozenset({_S.PRUNED}),
     _S.FAILED: frozenset(),
     _S.CANCELLED: frozenset(),
-    _S.PRUNED: frozenset(),
+    _S.PRUNED: frozenset({_S.SUCCEEDED}),
 }
 TERMINAL_STATUSES = frozenset(s for s, nxt in TRANSITIONS.items() if not nxt)
 

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import math
 import zlib
+from collections import deque
 from collections.abc import Hashable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..graph import EdgeKind, NodeKind, NodeMeta, NodeStatus, ThoughtGraph
 from ..llm.errors import BudgetExceeded, ModelError
@@ -24,6 +25,9 @@ from .events import (
     ThoughtRejected,
     ThoughtRepaired,
 )
+
+if TYPE_CHECKING:
+    from ..control.controller import Controller
 
 _S = NodeStatus
 
@@ -51,6 +55,7 @@ class SearchContext:
         gateway: Gateway,
         config: SearchConfig,
         bus: EventBus | None = None,
+        controller: Controller | None = None,
     ) -> None:
         self.task = task
         self.problem = problem
@@ -65,7 +70,21 @@ class SearchContext:
         self.best_id: int | None = None
         self.seen: dict[Hashable, int] = {}
         self.expanded: set[int] = set()
-        self.counts = {"rejected": 0, "repaired": 0, "duplicates": 0, "pruned": 0, "expansions": 0}
+        self.counts = {"proposed": 0, "rejected": 0, "repaired": 0, "duplicates": 0, "pruned": 0, "expansions": 0}
+        # Knobs the controller may turn during the search; strategies and operators read these.
+        self.beam = config.beam
+        self.breadth = config.breadth
+        self.max_depth = config.max_depth
+        self.value_samples = config.value_samples
+        self.temperature = config.temperature
+        self.controller = controller
+        #: A thought whose quality reaches this counts as a goal (set by the controller).
+        self.goal_quality: float | None = None
+        self.value_spreads: deque[float] = deque(maxlen=100)
+        self.recent: deque[int] = deque(maxlen=50)
+        self.best_quality_id: int | None = None
+        self._quality: dict[int, float] = {}
+        self._best_by_depth: dict[int, float] = {}
         self._steps: dict[int, tuple[str, ...]] = {}
         self._path_score: dict[int, float | None] = {}
         self._best_key: tuple[Any, ...] | None = None
@@ -118,7 +137,7 @@ class SearchContext:
         return (
             node.status is _S.SUCCEEDED
             and node_id not in self.expanded
-            and len(self._steps[node_id]) < self.config.max_depth
+            and len(self._steps[node_id]) < self.max_depth
             and not self.task.is_terminal(self.problem, self._steps[node_id])
         )
 
@@ -151,26 +170,34 @@ class SearchContext:
             prompt=query.prompt,
             n=n,
             max_tokens=query.max_tokens,
-            temperature=self.config.temperature if query.temperature is None else query.temperature,
+            temperature=self.temperature if query.temperature is None else query.temperature,
             stop=query.stop,
             seed=self._seed(purpose, key),
             purpose=purpose,
         )
-        try:
-            if self._call_slots is None:
-                completion = await self.gateway.generate(request)
-            else:
-                async with self._call_slots:
+        while True:
+            limit_before = self.gateway.budget.limits.tokens
+            try:
+                if self._call_slots is None:
                     completion = await self.gateway.generate(request)
-        except BudgetExceeded as exc:
-            self.stop(f"budget_{exc.limit}")
-            return None
-        except ModelError as exc:
-            if self._successful_calls == 0:
-                raise  # nothing computed yet: a configuration problem the caller must see
-            self.error = str(exc)
-            self.stop("model_error")
-            return None
+                else:
+                    async with self._call_slots:
+                        completion = await self.gateway.generate(request)
+                break
+            except BudgetExceeded as exc:
+                if (
+                    exc.limit == "tokens" and self.controller is not None and not self.stopped
+                    and await self.controller.on_budget_exhausted(self, limit_before)
+                ):
+                    continue  # the budget was raised: make the call after all
+                self.stop(f"budget_{exc.limit}")
+                return None
+            except ModelError as exc:
+                if self._successful_calls == 0:
+                    raise  # nothing computed yet: a configuration problem the caller must see
+                self.error = str(exc)
+                self.stop("model_error")
+                return None
         self._successful_calls += 1
         return list(completion.texts), completion.usage.total
 
@@ -257,7 +284,17 @@ class SearchContext:
         self._path_score[node_id] = path
         if self.bus:
             self.bus.emit(NodeScored(node_id, score, path))
-        if self.task.is_goal(self.problem, steps):
+        quality = self.task.quality(self.problem, steps, score)
+        self._quality[node_id] = quality
+        depth = len(steps)
+        if quality > self._best_by_depth.get(depth, -1.0):
+            self._best_by_depth[depth] = quality
+        if self.best_quality_id is None or quality > self._quality[self.best_quality_id]:
+            self.best_quality_id = node_id
+        self.recent.append(node_id)
+        if self.task.is_goal(self.problem, steps) or (
+            self.goal_quality is not None and quality >= self.goal_quality
+        ):
             self.goals.append(node_id)
             self._goal_ids.add(node_id)
             if self.bus:
@@ -267,6 +304,27 @@ class SearchContext:
         elif score < self.config.prune_threshold:
             self.prune(node_id, f"score {score:.2f} below threshold {self.config.prune_threshold:.2f}")
         self._consider_best(node_id)
+
+    def quality(self, node_id: int) -> float:
+        """The task's judgement of a scored thought as an answer (0 for unscored ones)."""
+        return self._quality.get(node_id, 0.0)
+
+    def quality_history(self) -> list[float]:
+        """Best quality at each depth from 1 to the deepest scored one (0 where none)."""
+        deepest = max(self._best_by_depth, default=0)
+        return [self._best_by_depth.get(d, 0.0) for d in range(1, deepest + 1)]
+
+    async def checkpoint(self) -> list[int] | None:
+        """Let the controller look at the search; a list means: continue from these nodes."""
+        if self.controller is None or self.stopped:
+            return None
+        return await self.controller.checkpoint(self)
+
+    def revive(self, node_id: int) -> None:
+        """Bring a pruned thought back into the search (backtracking)."""
+        if self.graph.node(node_id).status is _S.PRUNED:
+            self.graph.set_status(node_id, _S.SUCCEEDED)
+            self.counts["pruned"] -= 1
 
     def prune(self, node_id: int, reason: str) -> None:
         """Cut a thought from the search."""

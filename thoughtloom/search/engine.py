@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..graph import NodeStatus
 from ..llm.gateway import CallRecord, Gateway
@@ -14,6 +14,9 @@ from .events import BudgetSpent, EventBus, EventSink, SearchStarted, SearchStopp
 from .operators import synthesize
 from .result import PathStep, SearchResult
 from .strategies import STRATEGY_FUNCTIONS
+
+if TYPE_CHECKING:
+    from ..control.controller import Controller
 
 #: Tokens kept back from the search for the final synthesis call, when the task needs one.
 SYNTHESIS_RESERVE_TOKENS = 600
@@ -45,6 +48,7 @@ async def search(
     config: SearchConfig | None = None,
     *,
     sinks: list[EventSink] | None = None,
+    controller: Controller | None = None,
 ) -> SearchResult:
     """Search for an answer to problem_text; always returns the best found and why it stopped.
 
@@ -62,7 +66,10 @@ async def search(
     cost_before = gateway.budget.cost_usd
     if bus:
         bus.emit(SearchStarted(task.name, problem_text, config.strategy, gateway.budget.limits.tokens))
-    ctx = SearchContext(task, problem, gateway, config, bus)
+    ctx = SearchContext(task, problem, gateway, config, bus, controller)
+    if controller is not None:
+        controller.attach(ctx)
+        ctx.goal_quality = controller.settings.goal_threshold
     if not task.programmatic_answer:
         gateway.budget.hold(SYNTHESIS_RESERVE_TOKENS)
     try:
@@ -119,4 +126,5 @@ async def search(
         best_node=best,
         answer_node=answer_node,
         error=ctx.error,
+        control=controller.report(ctx) if controller is not None else None,
     )

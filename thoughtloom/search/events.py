@@ -112,6 +112,16 @@ class SearchStopped(Event):
     nodes: int
 
 
+@dataclass(frozen=True, slots=True)
+class ControlDecision(Event):
+    """The controller decided something (depth, budget, compromise, failure anticipation)."""
+
+    type: ClassVar[str] = "control_decision"
+    kind: str
+    decision: str
+    reason: str
+
+
 EventSink = Callable[[Event], None]
 
 

@@ -21,13 +21,13 @@ async def generate(ctx: SearchContext, node_id: int) -> tuple[list[str], int] | 
     cfg, task, problem = ctx.config, ctx.task, ctx.problem
     steps = ctx.steps(node_id)
     if cfg.generation == "propose":
-        got = await ctx.ask(task.propose(problem, steps, cfg.breadth), 1, "generate", steps)
+        got = await ctx.ask(task.propose(problem, steps, ctx.breadth), 1, "generate", steps)
         if got is None:
             return None
         texts, cost = got
         # Not cut to `breadth` here: expand keeps the first `breadth` that pass validation.
         return task.parse_proposals(problem, steps, texts[0]), cost
-    got = await ctx.ask(task.sample(problem, steps), cfg.breadth, "generate", steps)
+    got = await ctx.ask(task.sample(problem, steps), ctx.breadth, "generate", steps)
     if got is None:
         return None
     texts, cost = got
@@ -54,8 +54,9 @@ async def expand(ctx: SearchContext, node_id: int) -> list[int]:
     children: list[int] = []
     accepted = 0
     for raw in thoughts:
-        if accepted >= ctx.config.breadth:
+        if accepted >= ctx.breadth:
             break
+        ctx.counts["proposed"] += 1
         verdict = task.validate(problem, steps, raw)
         if not verdict.ok:
             ctx.reject(node_id, raw, verdict.note or "rejected by the task's validator", "generate")
@@ -98,21 +99,31 @@ async def evaluate(ctx: SearchContext, parent_id: int, node_ids: Sequence[int]) 
         await asyncio.gather(*(value(ctx, n) for n in pending))
 
 
-async def value(ctx: SearchContext, node_id: int) -> None:
-    """Score one thought: exactly when the task can, otherwise by sampled value prompts."""
+async def value(ctx: SearchContext, node_id: int, *, rescore: bool = False) -> None:
+    """Score one thought: exactly when the task can, otherwise by sampled value prompts.
+
+    rescore: value an already scored thought again (with the current number of samples).
+    """
     task, problem = ctx.task, ctx.problem
     steps = ctx.steps(node_id)
     exact = task.exact_value(problem, steps)
     if exact is not None:
         ctx.set_score(node_id, exact)
         return
-    ctx.graph.set_status(node_id, _S.IN_PROGRESS)
-    got = await ctx.ask(task.value(problem, steps), ctx.config.value_samples, "evaluate", steps)
+    if not rescore:
+        ctx.graph.set_status(node_id, _S.IN_PROGRESS)
+    n = ctx.value_samples
+    got = await ctx.ask(task.value(problem, steps), n, "evaluate", (steps, n) if rescore else steps)
     if got is None:
-        ctx.cancel(node_id)
+        if not rescore:
+            ctx.cancel(node_id)
         return
     texts, cost = got
     ctx.graph.node(node_id).meta.cost_tokens += cost
+    if len(texts) > 1:
+        # How much the samples disagree tells the controller whether the evaluator is reliable.
+        singles = [task.parse_value(problem, steps, [t]) for t in texts]
+        ctx.value_spreads.append(max(singles) - min(singles))
     ctx.set_score(node_id, task.parse_value(problem, steps, texts))
 
 

@@ -40,6 +40,8 @@ class SearchResult:
     best_node: int | None = None
     answer_node: int | None = None
     error: str | None = None
+    #: The controller's report (decisions, budget requests, compromise, failures), when one ran.
+    control: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """Plain data for JSON output."""
@@ -58,4 +60,5 @@ class SearchResult:
             "usage": self.usage,
             "stats": self.stats,
             "config": self.config,
+            **({"control": self.control} if self.control is not None else {}),
         }

@@ -115,6 +115,10 @@ class Task(Generic[P]):
         """The node kind of the last step."""
         return NodeKind.HYPOTHESIS
 
+    def quality(self, problem: P, steps: Sequence[str], score: float) -> float:
+        """How good this thought is as an answer, in [0, 1]; the controller's thresholds apply to it."""
+        return score
+
     # --- evaluate -----------------------------------------------------------------------
 
     def exact_value(self, problem: P, steps: Sequence[str]) -> float | None:

@@ -199,6 +199,12 @@ class Game24(Task[Numbers]):
         """Exactly 24 left."""
         return self.left(problem, steps) == (TARGET,)
 
+    def quality(self, problem: Numbers, steps: Sequence[str], score: float) -> float:
+        """1 for a solution, 0 for a dead end; a partial path counts in proportion to how far it got."""
+        if self.is_terminal(problem, steps):
+            return 1.0 if self.is_goal(problem, steps) else 0.0
+        return score * len(steps) / (len(problem) - 1)
+
     def thought_kind(self, problem: Numbers, steps: Sequence[str]) -> NodeKind:
         """Steps are hypotheses; a step leaving one number is a candidate solution."""
         return NodeKind.SOLUTION if self.is_terminal(problem, steps) else NodeKind.HYPOTHESIS

@@ -8,6 +8,7 @@ from typing import TextIO
 
 from ..search.events import (
     BudgetSpent,
+    ControlDecision,
     Event,
     GoalFound,
     NodeAdded,
@@ -54,6 +55,9 @@ class ProgressDisplay:
         elif isinstance(event, SearchStarted):
             self.limit = event.token_limit
             self._line(f"loom: {event.task} · {event.strategy} · {event.problem!r}")
+            return
+        elif isinstance(event, ControlDecision):
+            self._line(f"control: {event.kind} {event.decision}: {event.reason}")
             return
         elif isinstance(event, GoalFound):
             self._line(f"goal reached at node {event.node_id}")

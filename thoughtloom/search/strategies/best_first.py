@@ -21,7 +21,7 @@ async def run_best_first(ctx: SearchContext) -> None:
     running: dict[asyncio.Task[list[int]], int] = {}
     try:
         while not ctx.stopped:
-            while heap and len(running) < ctx.config.beam:
+            while heap and len(running) < ctx.beam:
                 _, nid = heapq.heappop(heap)
                 if ctx.expandable(nid):
                     running[asyncio.ensure_future(expand(ctx, nid))] = nid
@@ -33,6 +33,8 @@ async def run_best_first(ctx: SearchContext) -> None:
                 del running[task]
                 for child in task.result():
                     heapq.heappush(heap, (-_priority(ctx, child), child))
+            for revived in await ctx.checkpoint() or ():
+                heapq.heappush(heap, (-_priority(ctx, revived), revived))
     finally:
         for task in running:
             task.cancel()

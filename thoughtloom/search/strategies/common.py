@@ -29,7 +29,7 @@ def rank(ctx: SearchContext, node_ids: Iterable[int]) -> list[int]:
 def keep_beam(ctx: SearchContext, candidates: Iterable[int]) -> list[int]:
     """The best `beam` expandable candidates; the others are pruned."""
     ranked = rank(ctx, (c for c in candidates if ctx.expandable(c)))
-    beam = ctx.config.beam
+    beam = ctx.beam
     for dropped in ranked[beam:]:
         ctx.prune(dropped, "outside the beam")
     return ranked[:beam]

@@ -19,6 +19,7 @@ async def _visit(ctx: SearchContext, node_id: int) -> None:
     if ctx.stopped or not ctx.expandable(node_id):
         return
     children = await expand(ctx, node_id)
+    await ctx.checkpoint()  # DFS backtracks by itself: a revived frontier is not needed here
     for child in rank(ctx, children):
         if ctx.graph.node(child).status is not NodeStatus.SUCCEEDED:
             continue

@@ -11,7 +11,7 @@ async def run_got(ctx: SearchContext) -> None:
     """Per level: expand, aggregate the top `aggregate_k` into one node, refine it, keep the beam."""
     cfg = ctx.config
     frontier = [ctx.root]
-    for level in range(cfg.max_depth):
+    while True:
         children = await expand_all(ctx, frontier)
         if ctx.stopped:
             return
@@ -29,7 +29,13 @@ async def run_got(ctx: SearchContext) -> None:
                 children.append(merged)
         if ctx.stopped:
             return
-        if level == cfg.max_depth - 1:
+        revived = await ctx.checkpoint()
+        if ctx.stopped:
+            return
+        if revived:
+            frontier = revived
+            continue
+        if len(ctx.steps(frontier[0])) + 1 >= ctx.max_depth:
             ctx.stop("max_depth")
             return
         frontier = keep_beam(ctx, children)

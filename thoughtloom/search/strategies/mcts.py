@@ -65,9 +65,10 @@ async def run_mcts(ctx: SearchContext) -> None:
     done = 0
     total = ctx.config.mcts_iterations
     while done < total and not ctx.stopped:
-        batch = min(ctx.config.beam, total - done)
+        batch = min(ctx.beam, total - done)
         await asyncio.gather(*(_simulate(ctx, tree) for _ in range(batch)))
         done += batch
+        await ctx.checkpoint()  # MCTS backtracks by itself: a revived frontier is not needed here
         if ctx.root in tree.dead:
             ctx.stop("frontier_exhausted")
             return
