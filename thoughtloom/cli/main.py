@@ -6,6 +6,7 @@ import argparse
 import json
 import os
 import sys
+from collections.abc import Callable
 from typing import Any
 
 DEFAULT_BUDGET_TOKENS = 20_000
@@ -15,43 +16,32 @@ class UsageError(Exception):
     """Bad input from the user: printed as one line, exit code 2."""
 
 
-def _positive_int(name: str):
-    def parse(text: str) -> int:
+def _number(name: str, cast: Callable[[str], Any], check: Callable[[Any], bool], requirement: str):
+    """An argparse type: parse with `cast`, then require `check` (said as `requirement`)."""
+    kind = "a whole number" if cast is int else "a number"
+
+    def parse(text: str) -> Any:
         try:
-            value = int(text)
+            value = cast(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"{name} must be a whole number; got {text!r}") from None
-        if value <= 0:
-            raise argparse.ArgumentTypeError(f"{name} must be at least 1; got {value}")
+            raise argparse.ArgumentTypeError(f"{name} must be {kind}; got {text!r}") from None
+        if not check(value):
+            raise argparse.ArgumentTypeError(f"{name} must be {requirement}; got {text}")
         return value
 
     return parse
+
+
+def _positive_int(name: str):
+    return _number(name, int, lambda v: v >= 1, "at least 1")
 
 
 def _positive_float(name: str):
-    def parse(text: str) -> float:
-        try:
-            value = float(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{name} must be a number; got {text!r}") from None
-        if value <= 0:
-            raise argparse.ArgumentTypeError(f"{name} must be positive; got {text}")
-        return value
-
-    return parse
+    return _number(name, float, lambda v: v > 0, "positive")
 
 
 def _unit_float(name: str):
-    def parse(text: str) -> float:
-        try:
-            value = float(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{name} must be a number; got {text!r}") from None
-        if not 0.0 <= value <= 1.0:
-            raise argparse.ArgumentTypeError(f"{name} must be between 0 and 1; got {text}")
-        return value
-
-    return parse
+    return _number(name, float, lambda v: 0.0 <= v <= 1.0, "between 0 and 1")
 
 
 class _Parser(argparse.ArgumentParser):

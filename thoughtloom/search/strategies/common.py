@@ -33,3 +33,26 @@ def keep_beam(ctx: SearchContext, candidates: Iterable[int]) -> list[int]:
     for dropped in ranked[beam:]:
         ctx.prune(dropped, "outside the beam")
     return ranked[:beam]
+
+
+async def next_level(ctx: SearchContext, frontier: Sequence[int], children: Iterable[int]) -> list[int] | None:
+    """After a level-by-level step: where to go next, or None when the search ends here.
+
+    The controller may send the search back to revived earlier thoughts; otherwise the best
+    `beam` children, unless the depth limit is reached or nothing is left to expand.
+    """
+    if ctx.stopped:
+        return None
+    revived = await ctx.checkpoint()
+    if ctx.stopped:
+        return None
+    if revived:
+        return revived
+    if len(ctx.steps(frontier[0])) + 1 >= ctx.max_depth:
+        ctx.stop("max_depth")
+        return None
+    beam = keep_beam(ctx, children)
+    if not beam:
+        ctx.stop("frontier_exhausted")
+        return None
+    return beam

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from ..context import SearchContext
 from ..operators import aggregate, refine
-from .common import expand_all, keep_beam, rank
+from .common import expand_all, next_level, rank
 
 
 async def run_got(ctx: SearchContext) -> None:
     """Per level: expand, aggregate the top `aggregate_k` into one node, refine it, keep the beam."""
     cfg = ctx.config
-    frontier = [ctx.root]
-    while True:
+    frontier: list[int] | None = [ctx.root]
+    while frontier:
         children = await expand_all(ctx, frontier)
         if ctx.stopped:
             return
@@ -27,18 +27,4 @@ async def run_got(ctx: SearchContext) -> None:
                     merged = better
             if merged is not None:
                 children.append(merged)
-        if ctx.stopped:
-            return
-        revived = await ctx.checkpoint()
-        if ctx.stopped:
-            return
-        if revived:
-            frontier = revived
-            continue
-        if len(ctx.steps(frontier[0])) + 1 >= ctx.max_depth:
-            ctx.stop("max_depth")
-            return
-        frontier = keep_beam(ctx, children)
-        if not frontier:
-            ctx.stop("frontier_exhausted")
-            return
+        frontier = await next_level(ctx, frontier, children)
