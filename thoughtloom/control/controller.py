@@ -150,7 +150,7 @@ class Controller:
         entry = {
             "kind": kind, "decision": decision, "reason": reason,
             "tokens_spent": ctx.gateway.budget.spent.total - self._spent_before,
-            "depth": ctx.deepest(), **detail,
+            "depth": len(ctx.quality_history()), **detail,
         }
         self.timeline.append(entry)
         if ctx.bus:
@@ -172,8 +172,16 @@ class Controller:
         expansions = ctx.counts["expansions"]
         best = ctx.best_quality_id
         history = ctx.quality_history()
+        # Live thoughts only, each once (a re-scored thought is appended again), oldest first.
+        recent: list[int] = []
+        seen: set[int] = set()
+        for n in reversed(ctx.recent):
+            if n not in seen and ctx.graph.node(n).status is _S.SUCCEEDED:
+                seen.add(n)
+                recent.append(n)
+        recent.reverse()
         return SearchState(
-            depth=ctx.deepest(),
+            depth=len(history),
             max_depth=ctx.max_depth,
             nodes=len(ctx.graph),
             expansions=expansions,
@@ -186,7 +194,7 @@ class Controller:
             rejected=ctx.counts["rejected"],
             duplicates=ctx.counts["duplicates"],
             value_spreads=list(ctx.value_spreads),
-            recent=[self._view(ctx, n) for n in list(ctx.recent)[-RECENT_WINDOW:]],
+            recent=[self._view(ctx, n) for n in recent[-RECENT_WINDOW:]],
             tokens_per_expansion=(spent / expansions) if expansions else None,
             progress=list(self.progress),
         )
@@ -262,12 +270,13 @@ class Controller:
         if compromise is not None and compromise.node_id != self._rejected_compromise:
             if await self._offer(ctx, compromise, negotiation.reason):
                 return False
-        if exhausted or self._denied:
+        # Short of tokens but not out of them (a checkpoint): the search spends what is left, and
+        # "terminate" is recorded only when a refused call really ends it.
+        if exhausted:
             if compromise is None:
                 self.record(ctx, "budget", "terminate",
                             "no budget left and no thought above the compromise threshold", situation=situation)
-            if exhausted:
-                ctx.stop("budget_tokens")
+            ctx.stop("budget_tokens")
         return False
 
     async def _offer(self, ctx: SearchContext, compromise: Compromise, reason: str) -> bool:

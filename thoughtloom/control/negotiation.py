@@ -10,8 +10,8 @@ The rules (seed 000 part II, made precise):
   more expansion at the observed cost (with no observation yet: any tokens left).
 - REQUEST_INCREASE: otherwise, if more tokens plausibly reach acceptable: an estimate exists and
   is at most `max_request_fraction` of the original budget, or (no estimate) the gap to acceptable
-  is at most `near_gap`. The request is the estimate (at least two expansions' worth), capped at
-  `max_request_fraction` of the original budget, rounded up to 100 tokens.
+  is at most `near_gap`. The request is the estimate (at least two expansions' worth), rounded up
+  to 100 tokens, and never more than `max_request_fraction` of the original budget.
 - PROPOSE_COMPROMISE: otherwise, if the best thought is at or above the compromise threshold.
 - TERMINATE: otherwise.
 """
@@ -83,8 +83,8 @@ class BudgetNegotiator:
         plausible = (est is not None and est <= cap) or (est is None and s.gap_to_acceptable <= self.near_gap)
         if plausible:
             floor = int(2 * (per_expansion or 0))
-            amount = min(cap, max(floor, est or floor or cap))
-            amount = int(math.ceil(amount / 100.0) * 100)
+            amount = max(floor, est or floor or cap)
+            amount = min(cap, int(math.ceil(amount / 100.0) * 100))
             justification = (
                 f"Best score {s.best_score:.2f} < {self.acceptable_threshold:.2f} acceptable; "
                 f"{s.tokens_spent:,} tokens spent, {max(0, s.tokens_left):,} left. "

@@ -1,0 +1,52 @@
+"""The controller on the real embedded model: a budget request under the automatic handler.
+
+Game of 24 on "4 9 10 13" with 1,500 tokens: the first propose and value calls cost about 1,170
+tokens, fewer are then left than one more expansion costs, and a depth-1 thought is worth at most
+1/3 of a solution (quality = score x depth / 3), usually far less. With the acceptable bar at 0.14
+the best thought is within the negotiator's near gap (0.15) of it, so the controller asks for more
+tokens rather than proposing a compromise; --auto-approve-tokens answers without a terminal.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+BUDGET = 1_500
+ALLOWANCE = 800
+
+
+@pytest.mark.local_model
+def test_embedded_model_run_asks_for_more_tokens_and_the_automatic_handler_grants_them() -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "thoughtloom", "solve", "--task", "game24", "4 9 10 13", "--json", "--quiet",
+         "--seed", "1", "--budget-tokens", str(BUDGET), "--auto-approve-tokens", str(ALLOWANCE),
+         "--acceptable", "0.14", "--compromise", "0"],
+        capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=600, check=False,
+        env={**os.environ}, cwd=Path(__file__).parents[1],
+    )
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert out["model"].startswith("local:")
+    control = out["control"]
+    requests = control["budget_requests"]
+    assert requests, control["decisions"]
+    first = requests[0]
+    assert first["tokens"] > 0 and "< 0.14 acceptable" in first["justification"]
+    assert first["situation"]["tokens_total"] == BUDGET
+    assert first["situation"]["best_score"] < 0.14
+    assert first["approved"] is True and 0 < first["granted"] <= ALLOWANCE
+    granted = sum(r["granted"] for r in requests)
+    assert granted <= ALLOWANCE
+    # the hard limit rose by exactly what was granted, and spending stayed within it
+    assert out["usage"]["token_limit"] == BUDGET + granted
+    spent = out["usage"]["input_tokens"] + out["usage"]["output_tokens"]
+    assert spent <= BUDGET + granted
+    assert spent > BUDGET  # the grant was used: the search went on past the original limit
+    kinds = [(d["kind"], d["decision"]) for d in control["decisions"]]
+    assert kinds.index(("budget", "request_increase")) < kinds.index(("budget", "approved"))
