@@ -247,8 +247,10 @@ class Controller:
         if negotiation.decision is BudgetDecision.REQUEST_INCREASE and not self._denied:
             request = negotiation.request
             assert request is not None
-            self.record(ctx, "budget", "request_increase", request.justification, tokens=request.tokens,
-                        situation=situation)
+            # The justification goes to the handler (and the report); the live line stays short.
+            self.record(ctx, "budget", "request_increase",
+                        f"asking for {request.tokens:,} more tokens: {negotiation.reason}",
+                        tokens=request.tokens, justification=request.justification, situation=situation)
             granted = await self.handler.request_budget(request)
             self.budget_requests.append({
                 "tokens": request.tokens, "justification": request.justification,
@@ -268,7 +270,8 @@ class Controller:
             return False
         compromise = negotiation.compromise or self.negotiator.compromise(self.snapshot(ctx))
         if compromise is not None and compromise.node_id != self._rejected_compromise:
-            if await self._offer(ctx, compromise, negotiation.reason):
+            why = negotiation.reason if negotiation.compromise is not None else "no more budget: offering the best thought"
+            if await self._offer(ctx, compromise, why):
                 return False
         # Short of tokens but not out of them (a checkpoint): the search spends what is left, and
         # "terminate" is recorded only when a refused call really ends it.
