@@ -179,3 +179,32 @@ def test_game24_end_to_end_on_the_embedded_model() -> None:
         assert out["solved"] is True  # a composed answer is always checked
     else:
         assert out["solved"] is False and out["best_path"]
+
+
+def test_profiles_lists_every_profile_with_its_thresholds() -> None:
+    proc = loom("profiles")
+    assert proc.returncode == 0
+    for name in ("default", "code_generation", "debugging", "research_synthesis", "strategic_planning", "design"):
+        assert name in proc.stdout
+    assert "0.75" in proc.stdout  # code_generation's acceptable threshold
+
+
+def test_unknown_profile_exits_2_and_lists_the_profiles() -> None:
+    assert_one_line_error(loom("solve", "--profile", "poetry", "hi"), "unknown profile 'poetry'", "debugging")
+
+
+def test_profile_values_are_overridden_flag_by_flag(game24_model: str) -> None:
+    proc = loom("solve", "--task", "game24", "--model", game24_model, "--json", "--quiet", "--profile", "debugging",
+                "--acceptable", "0.6", "--soft-depth", "2", "--depth", "4", "--min-progress", "0.1",
+                "--stagnation", "2", "4 5 6 10")
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    control = out["control"]
+    assert control["profile"] == "debugging"
+    assert control["thresholds"] == {"acceptable": 0.6, "goal": 0.9, "compromise": 0.5}
+    assert control["depth_limits"] == {"soft": 2, "hard": 4}
+    assert out["config"]["beam"] == 5  # from the profile
+
+
+def test_inconsistent_thresholds_exit_2() -> None:
+    assert_one_line_error(loom("solve", "--acceptable", "0.9", "--goal", "0.8", "hi"), "compromise <= acceptable <= goal")

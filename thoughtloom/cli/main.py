@@ -92,6 +92,10 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--goal", type=_unit_float("--goal"), help="quality that counts as solved")
     c.add_argument("--compromise", type=_unit_float("--compromise"), help="lowest quality offered as a compromise")
     c.add_argument("--soft-depth", type=_positive_int("--soft-depth"), help="depth where progress is judged")
+    c.add_argument("--min-progress", type=_unit_float("--min-progress"), metavar="X",
+                   help="quality gain per depth below which progress counts as slowing")
+    c.add_argument("--stagnation", type=_positive_int("--stagnation"), metavar="N",
+                   help="depths without improvement that count as stagnation")
     c.add_argument("--auto-approve-tokens", type=int, default=0, metavar="N",
                    help="without a terminal: approve up to N more tokens in total (default 0: the budget is hard)")
     c.add_argument("--accept-compromise-above", type=_unit_float("--accept-compromise-above"), metavar="X",
@@ -184,6 +188,7 @@ def cmd_solve(args: argparse.Namespace) -> int:
         settings = ControlSettings.from_profile(
             profile, acceptable_threshold=args.acceptable, goal_threshold=args.goal,
             compromise_threshold=args.compromise, soft_depth=args.soft_depth,
+            min_progress_rate=args.min_progress, stagnation_threshold=args.stagnation,
         )
     except (TypeError, ValueError) as exc:
         raise UsageError(str(exc)) from None
