@@ -9,7 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from .budget import Budget, BudgetLimits, Pricing
-from .cache import ResponseCache, SampleKey, sample_key
+from .cache import ResponseCache, sample_key
 from .errors import BudgetExceeded, TransientModelError
 from .slots import Slots
 from .types import Backend, Completion, GenerateRequest, Prompt, Usage
