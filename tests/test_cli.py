@@ -5,8 +5,10 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -208,3 +210,25 @@ def test_profile_values_are_overridden_flag_by_flag(game24_model: str) -> None:
 
 def test_inconsistent_thresholds_exit_2() -> None:
     assert_one_line_error(loom("solve", "--acceptable", "0.9", "--goal", "0.8", "hi"), "compromise <= acceptable <= goal")
+
+
+def test_ctrl_c_prints_what_was_found_and_exits_130(server: FakeOpenAIServer) -> None:
+    def slow(seen: Seen) -> Reply:
+        reply = game24_server_reply(seen)
+        return Reply(reply.status, reply.body, delay_s=0.3)
+
+    server.responder = slow
+    proc = subprocess.Popen(
+        [*LOOM, "solve", "--task", "game24", "--model", f"openai-compatible:{server.url}@m#completions", "--quiet",
+         "4 5 6 10"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=Path(__file__).parents[1],
+    )
+    deadline = time.monotonic() + 30
+    while len(server.seen) < 2 and time.monotonic() < deadline:  # the search is under way
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert "stopped: interrupted" in out
+    assert "best path:" in out
+    assert "Traceback" not in err

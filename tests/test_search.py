@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 from collections.abc import Mapping, Sequence
 from fractions import Fraction
@@ -578,3 +579,18 @@ async def test_a_model_error_after_successful_calls_stops_the_search_and_keeps_t
     assert result.error == "server went away"
     assert [s.content for s in result.best_path] == ["4 5 6 10", RIGHT, "5 * 6 = 30 (left: 6 30)"]
     assert result.solved is False
+
+
+async def test_a_cancelled_search_returns_what_it_found_as_interrupted() -> None:
+    fake = ScriptedBackend(latency_s=0.05, default="likely")
+    fake.on("Possible next steps", "4 + 5 = 9 (left: 6 9 10)\n10 - 4 = 6 (left: 5 6 6)")
+    gateway = Gateway(fake, BudgetLimits(tokens=100_000))
+    running = asyncio.ensure_future(search(get_task("game24"), "4 5 6 10", gateway, SearchConfig(strategy="bfs")))
+    await asyncio.sleep(0.12)  # after the first propose call, during the values
+    running.cancel()
+    result = await running
+    assert result.termination_reason == "interrupted"
+    assert result.stats["nodes"] > 1
+    calls_at_stop = len(fake.calls)
+    await asyncio.sleep(0.1)
+    assert len(fake.calls) == calls_at_stop  # nothing keeps calling the model after the stop

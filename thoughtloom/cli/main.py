@@ -232,7 +232,7 @@ def cmd_solve(args: argparse.Namespace) -> int:
         print(json.dumps(result.to_dict(), indent=2, ensure_ascii=False))
     else:
         print(_format_text(result))
-    return 0
+    return 130 if result.termination_reason == "interrupted" else 0
 
 
 def _check_writable(path: str) -> None:

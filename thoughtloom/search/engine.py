@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -54,6 +55,8 @@ async def search(
 
     Raises ProblemError for an invalid problem and ModelError when the very first model call
     fails (a configuration problem); later failures stop the search and keep what was found.
+    Cancelled (Ctrl-C), it returns what it has with termination_reason "interrupted" and makes
+    no further model call.
     """
     config = config or SearchConfig()
     problem = task.parse_problem(problem_text)
@@ -72,8 +75,13 @@ async def search(
         ctx.goal_quality = controller.settings.goal_threshold
     if not task.programmatic_answer:
         gateway.budget.hold(SYNTHESIS_RESERVE_TOKENS)
+    interrupted = False
     try:
         await STRATEGY_FUNCTIONS[config.strategy](ctx)
+    except asyncio.CancelledError:
+        # Ctrl-C or a caller's cancel: keep what was found rather than lose it with the task.
+        interrupted = True
+        ctx.stop_reason = "interrupted"
     finally:
         gateway.budget.release_hold()
     reason = ctx.stop_reason or "frontier_exhausted"
@@ -81,7 +89,7 @@ async def search(
         ctx.cancel(node.id)
     best = ctx.goals[0] if ctx.goals else ctx.best_id
     answer, answer_node = (None, None)
-    if best is not None:
+    if best is not None and not (interrupted and not task.programmatic_answer):
         answer, answer_node = await synthesize(ctx, best)
     if bus:
         bus.emit(SearchStopped(reason, best, len(ctx.graph)))
