@@ -134,7 +134,8 @@ def _format_text(result: Any) -> str:
     lines.append("best path:")
     for step in result.best_path:
         score = "" if step.score is None else f"  [{step.score:.2f}]"
-        lines.append(f"  {step.id:>4}  {step.kind:<12} {step.content}{score}")
+        content = " ".join(step.content.split())  # one line per step, however the model wrapped it
+        lines.append(f"  {step.id:>4}  {step.kind:<12} {content}{score}")
     u, st = result.usage, result.stats
     limit = f" of {u['token_limit']:,}" if u.get("token_limit") else ""
     cost = f" · ${u['cost_usd']:.4f}" if u.get("cost_usd") else ""
