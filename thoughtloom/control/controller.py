@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..graph import NodeStatus
 from ..search.events import ControlDecision
+from ..search.operators import value
 from .depth import DepthPolicy
 from .failures import DetectorLimits, FailureAnticipator
 from .feedback import AutomaticHandler, FeedbackHandler
@@ -367,8 +368,6 @@ class Controller:
                 ctx.prune(n, "restates an earlier thought (circular reasoning)")
             action = f"pruned {len(nodes)} thoughts that restate earlier ones"
         elif mode is FailureMode.EVALUATOR_UNRELIABLE:
-            from ..search.operators import value
-
             old = ctx.value_samples
             ctx.value_samples = min(9, old * 2)
             live = [v.id for v in state.recent if ctx.graph.node(v.id).status is _S.SUCCEEDED
