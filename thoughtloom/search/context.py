@@ -273,7 +273,8 @@ class SearchContext:
         node.score = score
         if node.status is _S.READY:
             graph.set_status(node_id, _S.IN_PROGRESS)
-        graph.set_status(node_id, _S.SUCCEEDED)
+        if node.status is not _S.PRUNED:  # a re-score must not revive a thought pruned meanwhile
+            graph.set_status(node_id, _S.SUCCEEDED)
         steps = self._steps[node_id]
         # The path score extends the nearest ancestor one step shorter (a merge or refinement
         # stands in for its parent's step rather than adding one).
