@@ -164,6 +164,12 @@ def test_depth_exceeded_uses_the_hard_depth_of_the_limits() -> None:
     assert failure is not None and failure.when == "now"
 
 
+def test_depth_exceeded_stays_quiet_when_every_answer_fits_within_the_limit() -> None:
+    at_limit = healthy(depth=5, score_history=[0.3, 0.4, 0.45, 0.5, 0.5])
+    assert DepthExceededDetector().assess(replace(at_limit, natural_depth=5), LIMITS) is None
+    assert DepthExceededDetector().assess(replace(at_limit, natural_depth=8), LIMITS) is not None
+
+
 def test_depth_exceeded_ignores_a_run_already_acceptable() -> None:
     state = healthy(depth=5, score_history=[0.3, 0.8], best=view(9, ("x",), quality=0.8))
     assert DepthExceededDetector().assess(state, LIMITS) is None

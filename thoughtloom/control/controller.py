@@ -198,6 +198,7 @@ class Controller:
             recent=[self._view(ctx, n) for n in recent[-RECENT_WINDOW:]],
             tokens_per_expansion=(spent / expansions) if expansions else None,
             progress=list(self.progress),
+            natural_depth=ctx.task.natural_depth(ctx.problem),
         )
 
     # --- checkpoints --------------------------------------------------------------------

@@ -218,7 +218,8 @@ class BudgetExhaustionDetector:
 class DepthExceededDetector:
     """The hard depth limit will be reached before any thought is acceptable.
 
-    Rule: nothing once the best quality is acceptable. At or past the hard depth (limits.hard_depth,
+    Rule: nothing once the best quality is acceptable, nor when the task fixes the number of
+    steps (SearchState.natural_depth) within the limit. At or past the hard depth (limits.hard_depth,
     else state.max_depth): 0.9. Otherwise the gain per depth level (running best of score_history,
     over its levels) gives the levels needed (gap / gain); likelihood = the shortfall
     (needed - remaining) / needed. With no measured gain per level, likelihood = 0.6 x how deep the
@@ -236,6 +237,8 @@ class DepthExceededDetector:
         hard = limits.hard_depth or state.max_depth
         if hard < 1:
             return None
+        if state.natural_depth is not None and state.natural_depth <= hard:
+            return None  # every answer is complete within the limit: more depth cannot help
         remaining = hard - state.depth
         history = _running_max(state.score_history)
         per_level = (history[-1] - history[0]) / (len(history) - 1) if len(history) >= 2 else None

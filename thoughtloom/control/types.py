@@ -45,6 +45,8 @@ class SearchState:
     tokens_per_expansion: float | None
     #: (tokens spent, best quality) after each checkpoint: the observed rate of progress.
     progress: list[tuple[int, float]] = field(default_factory=list)
+    #: Steps every answer takes when the task fixes it (Game of 24: 3); None when open-ended.
+    natural_depth: int | None = None
 
 
 class DepthAction(str, enum.Enum):

@@ -111,6 +111,10 @@ class Task(Generic[P]):
         """True when this state is known to solve the problem."""
         return False
 
+    def natural_depth(self, problem: P) -> int | None:
+        """The number of steps every answer takes, when the task fixes it; None when open-ended."""
+        return None
+
     def thought_kind(self, problem: P, steps: Sequence[str]) -> NodeKind:
         """The node kind of the last step."""
         return NodeKind.HYPOTHESIS

@@ -199,6 +199,10 @@ class Game24(Task[Numbers]):
         """Exactly 24 left."""
         return self.left(problem, steps) == (TARGET,)
 
+    def natural_depth(self, problem: Numbers) -> int | None:
+        """Each step combines two numbers into one: three steps for four numbers."""
+        return len(problem) - 1
+
     def quality(self, problem: Numbers, steps: Sequence[str], score: float) -> float:
         """1 for a solution, 0 for a dead end; a partial path counts in proportion to how far it got."""
         if self.is_terminal(problem, steps):
