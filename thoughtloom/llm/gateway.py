@@ -142,8 +142,7 @@ class Gateway:
         if self.pricing is not None:
             record.cost_usd = self._cost(usage)
         record.duration_s = time.perf_counter() - t0
-        if self.listener is not None:
-            self.listener(record)
+        self._notify(record)
         return Completion(record.texts, usage, model)
 
     def _notify(self, record: CallRecord) -> None:

@@ -240,6 +240,25 @@ class SearchContext:
             self.counts["repaired"] += 1
         return node.id
 
+    def add_solution(self, node_id: int, answer: str) -> int:
+        """Add the final answer below the thought it comes from, with that thought's scores.
+
+        Added even past max_nodes: it is the answer, not more search.
+        """
+        node = self.graph.node(node_id)
+        solution = self.graph.add_node(
+            answer, NodeKind.SOLUTION, [node_id], EdgeKind.DEPENDENCY, NodeMeta(creator="synthesize"),
+            score=node.score,
+        )
+        # Walk the state machine forward even when the answer hangs below a pruned thought.
+        for status in (_S.READY, _S.IN_PROGRESS, _S.SUCCEEDED):
+            self.graph.set_status(solution.id, status)
+        self._steps[solution.id] = self._steps[node_id]
+        self._path_score[solution.id] = self._path_score.get(node_id)
+        if self.bus:
+            self.bus.emit(NodeAdded(solution.id, (node_id,), NodeKind.SOLUTION.value, solution.depth, answer, "synthesize"))
+        return solution.id
+
     def reject(self, parent: int, content: str, reason: str, creator: str) -> None:
         """Record a thought the validator rejected, as a failed node."""
         # The task is not asked for the kind: a rejected thought may not even parse as a step.
@@ -293,6 +312,9 @@ class SearchContext:
         if self.best_quality_id is None or quality > self._quality[self.best_quality_id]:
             self.best_quality_id = node_id
         self.recent.append(node_id)
+        if node_id in self._goal_ids:  # re-scored: already a goal, and goals are never pruned
+            self._consider_best(node_id)
+            return
         if self.task.is_goal(self.problem, steps) or (
             self.goal_quality is not None and quality >= self.goal_quality
         ):

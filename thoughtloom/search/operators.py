@@ -9,9 +9,9 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 
-from ..graph import EdgeKind, NodeKind, NodeMeta, NodeStatus
+from ..graph import EdgeKind, NodeKind, NodeStatus
+from ..tasks.base import Query
 from .context import SearchContext
-from .events import NodeAdded
 
 _S = NodeStatus
 
@@ -150,39 +150,35 @@ async def _vote(ctx: SearchContext, parent_id: int, node_ids: Sequence[int]) -> 
 
 async def aggregate(ctx: SearchContext, node_ids: Sequence[int]) -> int | None:
     """Merge several thoughts into one new node whose parents are all of them."""
-    task, problem = ctx.task, ctx.problem
     paths = [ctx.steps(n) for n in node_ids]
-    got = await ctx.ask(task.aggregate(problem, paths), 1, "aggregate", paths)
-    if got is None:
-        return None
-    texts, cost = got
-    thought = task.parse_thought(problem, texts[0])
-    if thought is None:
-        return None
-    nid = ctx.add_thought(
-        list(node_ids), thought, "aggregate", kind=NodeKind.SYNTHESIS,
-        edge_kind=EdgeKind.AGGREGATION, cost_tokens=cost, replaces_last=True,
-    )
-    if nid is not None:
-        await value(ctx, nid)
-    return nid
+    query = ctx.task.aggregate(ctx.problem, paths)
+    return await _rewrite(ctx, query, "aggregate", paths, node_ids, NodeKind.SYNTHESIS, EdgeKind.AGGREGATION)
 
 
 async def refine(ctx: SearchContext, node_id: int) -> int | None:
     """Improve a thought given feedback on its score; the result is a new child node."""
-    task, problem = ctx.task, ctx.problem
     node = ctx.graph.node(node_id)
     steps = ctx.steps(node_id)
     feedback = f"An evaluator scored this {node.score:.2f} out of 1. Fix its weaknesses and make it more complete."
-    got = await ctx.ask(task.refine(problem, steps, feedback), 1, "refine", steps)
+    query = ctx.task.refine(ctx.problem, steps, feedback)
+    return await _rewrite(ctx, query, "refine", steps, [node_id], node.kind, EdgeKind.REFINEMENT)
+
+
+async def _rewrite(
+    ctx: SearchContext, query: Query, purpose: str, key: object,
+    parents: Sequence[int], kind: NodeKind, edge_kind: EdgeKind,
+) -> int | None:
+    """One call whose reply stands in for the parents' last step (a merge or a refinement), valued."""
+    got = await ctx.ask(query, 1, purpose, key)
     if got is None:
         return None
     texts, cost = got
-    thought = task.parse_thought(problem, texts[0])
+    thought = ctx.task.parse_thought(ctx.problem, texts[0])
     if thought is None:
         return None
-    nid = ctx.add_thought([node_id], thought, "refine", kind=node.kind, edge_kind=EdgeKind.REFINEMENT,
-                          cost_tokens=cost, replaces_last=True)
+    nid = ctx.add_thought(
+        list(parents), thought, purpose, kind=kind, edge_kind=edge_kind, cost_tokens=cost, replaces_last=True
+    )
     if nid is not None:
         await value(ctx, nid)
     return nid
@@ -205,19 +201,4 @@ async def synthesize(ctx: SearchContext, node_id: int) -> tuple[str | None, int 
     answer = task.compose_answer(problem, steps, reply)
     if answer is None:
         return None, None
-    node = ctx.graph.node(node_id)
-    # The solution node is added even past max_nodes: it is the answer, not more search.
-    solution = ctx.graph.add_node(
-        answer, NodeKind.SOLUTION, [node_id], EdgeKind.DEPENDENCY, NodeMeta(creator="synthesize"),
-        score=node.score,
-    )
-    # Walk the state machine forward even when the answer hangs below a pruned thought.
-    for status in (_S.READY, _S.IN_PROGRESS, _S.SUCCEEDED):
-        ctx.graph.set_status(solution.id, status)
-    ctx._steps[solution.id] = steps
-    ctx._path_score[solution.id] = ctx.path_score(node_id)
-    if ctx.bus:
-        ctx.bus.emit(
-            NodeAdded(solution.id, (node_id,), NodeKind.SOLUTION.value, solution.depth, answer, "synthesize")
-        )
-    return answer, solution.id
+    return answer, ctx.add_solution(node_id, answer)
