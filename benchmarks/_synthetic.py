@@ -33,7 +33,7 @@ class SyntheticTask(Task[str]):
         return tuple(steps)  # unique per path: siblings differ, so no duplicates are merged
 
 
-def synthetic_backend(k: int, latency_s: float = 0.0) -> ScriptedBackend:
+def synthetic_backend(k: int, latency_s: float = 0.0, batch: bool = False) -> ScriptedBackend:
     """A ScriptedBackend that proposes k numbered thoughts and values by prompt length."""
     proposals = "\n".join(f"{i}. step {i}" for i in range(1, k + 1))
 
@@ -42,4 +42,4 @@ def synthetic_backend(k: int, latency_s: float = 0.0) -> ScriptedBackend:
             return proposals
         return str((len(request.prompt.text or "") % 10 + 1) / 10)  # 0.1 .. 1.0, deterministic
 
-    return ScriptedBackend(responder=respond, latency_s=latency_s, name="fake:synthetic")
+    return ScriptedBackend(responder=respond, latency_s=latency_s, name="fake:synthetic", supports_batch=batch)

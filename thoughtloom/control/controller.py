@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..graph import NodeStatus
 from ..search.events import ControlDecision
-from ..search.operators import value
+from ..search.operators import value_many
 from .depth import DepthPolicy
 from .failures import DetectorLimits, FailureAnticipator
 from .feedback import AutomaticHandler, FeedbackHandler
@@ -373,7 +373,7 @@ class Controller:
             ctx.value_samples = min(9, old * 2)
             live = [v.id for v in state.recent if ctx.graph.node(v.id).status is _S.SUCCEEDED
                     and v.id not in ctx.expanded][-ctx.beam:]
-            await asyncio.gather(*(value(ctx, n, rescore=True) for n in live))
+            await value_many(ctx, live, rescore=True)
             nodes = live
             action = f"value samples {old} -> {ctx.value_samples}; re-scored {len(live)} open thoughts"
         elif mode is FailureMode.GENERATOR_EXHAUSTION:

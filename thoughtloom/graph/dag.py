@@ -34,7 +34,9 @@ class ThoughtGraph:
         # large graphs then cost the collector about a third less.
         self._parents: dict[int, tuple[int, ...]] = {}
         self._children: dict[int, list[int]] = {}
-        self._edges: dict[tuple[int, int], Edge] = {}
+        # An edge without a weight is stored as its kind (a shared enum member, not a new object):
+        # one object fewer per node for the garbage collector. Edge objects are made on demand.
+        self._edges: dict[tuple[int, int], Edge | EdgeKind] = {}
         self._next_id = 0
 
     # --- construction -------------------------------------------------------------------
@@ -80,7 +82,7 @@ class ThoughtGraph:
         # Edges into a brand-new node cannot close a cycle: no check needed.
         for p in parents:
             self._add_child(p, nid)
-            self._edges[(p, nid)] = Edge(p, nid, edge_kind)
+            self._edges[(p, nid)] = edge_kind
         node.status = NodeStatus.READY if ready else NodeStatus.PENDING
         return node
 
@@ -97,7 +99,7 @@ class ThoughtGraph:
         if (src, dst) in self._edges:
             raise ValueError(f"edge {src}->{dst} already exists")
         edge = Edge(src, dst, kind, weight)
-        self._edges[(src, dst)] = edge
+        self._edges[(src, dst)] = edge if weight is not None else kind
         self._parents[dst] += (src,)
         self._add_child(src, dst)
         return edge
@@ -129,6 +131,12 @@ class ThoughtGraph:
                 ):
                     child.status = NodeStatus.READY
 
+    def succeed(self, node_id: int) -> None:
+        """Mark a node succeeded, passing through in_progress when it is only ready."""
+        if self.node(node_id).status is NodeStatus.READY:
+            self.set_status(node_id, NodeStatus.IN_PROGRESS)
+        self.set_status(node_id, NodeStatus.SUCCEEDED)
+
     # --- queries ------------------------------------------------------------------------
 
     def __len__(self) -> int:
@@ -150,11 +158,12 @@ class ThoughtGraph:
     @property
     def edges(self) -> list[Edge]:
         """All edges, in insertion order."""
-        return list(self._edges.values())
+        return [e if isinstance(e, Edge) else Edge(s, d, e) for (s, d), e in self._edges.items()]
 
     def edge(self, src: int, dst: int) -> Edge:
         """The edge src->dst."""
-        return self._edges[(src, dst)]
+        e = self._edges[(src, dst)]
+        return e if isinstance(e, Edge) else Edge(src, dst, e)
 
     def parents(self, node_id: int) -> list[int]:
         """Ids of the node's parents, first (primary) parent first."""

@@ -47,7 +47,10 @@ class ScriptedBackend:
     name: str = "fake:scripted"
     max_concurrency: int = 1_000_000
     failures: list[Exception] = field(default_factory=list)
+    #: Answer several requests in one generate_batch call, as a batching server would.
+    supports_batch: bool = False
     calls: list[GenerateRequest] = field(default_factory=list)
+    batch_sizes: list[int] = field(default_factory=list)
     in_flight: int = 0
     peak_in_flight: int = 0
 
@@ -69,7 +72,15 @@ class ScriptedBackend:
 
     async def generate(self, request: GenerateRequest) -> Completion:
         """Return n scripted samples after the configured latency."""
-        self.calls.append(request)
+        return (await self._serve([request]))[0]
+
+    async def generate_batch(self, requests: Sequence[GenerateRequest]) -> list[Completion]:
+        """Answer several requests after one latency (only used when supports_batch is set)."""
+        self.batch_sizes.append(len(requests))
+        return await self._serve(requests)
+
+    async def _serve(self, requests: Sequence[GenerateRequest]) -> list[Completion]:
+        self.calls.extend(requests)
         self.in_flight += 1
         self.peak_in_flight = max(self.peak_in_flight, self.in_flight)
         try:
@@ -77,11 +88,13 @@ class ScriptedBackend:
                 await asyncio.sleep(self.latency_s)
             if self.failures:
                 raise self.failures.pop(0)
-            texts = tuple(self._reply(request, i) for i in range(request.n))
+            answers = [tuple(self._reply(r, i) for i in range(r.n)) for r in requests]
         finally:
             self.in_flight -= 1
-        out = sum(min(count_words(t), request.max_tokens) for t in texts)
-        return Completion(texts, Usage(self.count_tokens(request.prompt), out), self.name)
+        return [
+            Completion(texts, Usage(self.count_tokens(r.prompt), sum(min(count_words(t), r.max_tokens) for t in texts)), self.name)
+            for r, texts in zip(requests, answers)
+        ]
 
     def count_tokens(self, prompt: Prompt) -> int:
         """Prompt tokens as the fake counts them (words)."""

@@ -5,14 +5,17 @@ from __future__ import annotations
 import asyncio
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field, replace
+from typing import Any, TypeVar
 
-from .budget import Budget, BudgetLimits, Pricing
+from .budget import Budget, BudgetLimits, Pricing, Reservation
 from .cache import ResponseCache, sample_key
-from .errors import BudgetExceeded, TransientModelError
+from .errors import BudgetExceeded, ModelError, TransientModelError
 from .slots import Slots
 from .types import Backend, Completion, GenerateRequest, Prompt, Usage
+
+T = TypeVar("T")
 
 # Fewer output tokens than this per sample is not worth a call when the budget is nearly gone.
 MIN_USEFUL_TOKENS = 16
@@ -53,6 +56,19 @@ class CallRecord:
     duration_s: float = 0.0
     attempts: int = 0
     error: str | None = None
+
+
+@dataclass(slots=True)
+class _Open:
+    """A call between being recorded and being answered."""
+
+    request: GenerateRequest
+    record: CallRecord
+    keys: list[Any]
+    texts: list[str | None]
+    missing: list[int]  # samples the cache did not answer
+    sub: GenerateRequest | None  # what the backend must still answer (None: nothing, or done)
+    t0: float
 
 
 class _CutOff(BudgetExceeded):
@@ -101,58 +117,103 @@ class Gateway:
     def _cost(self, usage: Usage) -> float:
         return self.pricing.cost(usage.input_tokens, usage.output_tokens) if self.pricing else 0.0
 
-    async def generate(self, request: GenerateRequest) -> Completion:
-        """Answer a request within the budget; raises BudgetExceeded instead of overspending."""
-        model = self.backend.name
+    @property
+    def batches(self) -> bool:
+        """True when the backend answers several requests in one call (see generate_batch)."""
+        return bool(getattr(self.backend, "supports_batch", False))
+
+    def _open(self, request: GenerateRequest) -> _Open:
+        """Record a call and look its samples up in the cache."""
         n = request.n
         record = CallRecord(
-            len(self.records), request.purpose, model, request.prompt, n, request.max_tokens,
+            len(self.records), request.purpose, self.backend.name, request.prompt, n, request.max_tokens,
             request.temperature, request.stop, request.seed, started_at=time.time(),
         )
         self.records.append(record)
         cache = self.cache
         if cache is not None:
-            keys = [sample_key(model, request, i) for i in range(n)]
+            keys = [sample_key(record.model, request, i) for i in range(n)]
             texts: list[str | None] = [cache.get(k) for k in keys]
             missing = [i for i, t in enumerate(texts) if t is None]
         else:
             keys, texts, missing = [], [None] * n, list(range(n))
         record.cached = n - len(missing)
+        # A copy only when the cache answered some samples (replace() is costly per call).
+        sub = None if not missing else request if len(missing) == n else replace(request, n=len(missing))
+        return _Open(request, record, keys, texts, missing, sub, time.perf_counter())
+
+    def _close(self, call: _Open, completion: Completion | None) -> Completion:
+        """Fill in the record (and the cache) from what the backend returned."""
+        record, texts = call.record, call.texts
         usage = Usage()
-        t0 = time.perf_counter()
-        try:
-            if missing:
-                # A copy only when the cache answered some samples (replace() is costly per call).
-                sub = request if len(missing) == n else replace(request, n=len(missing))
-                completion = await self._call_within_budget(sub, record)
-                usage = completion.usage
-                # Samples cut short by a budget-shrunk max_tokens must not answer the full request later.
-                cacheable = cache is not None and record.max_tokens == request.max_tokens
-                for i, text in zip(missing, completion.texts):
-                    texts[i] = text
-                    if cacheable:
-                        cache.put(keys[i], text)  # type: ignore[union-attr]
-        except BaseException as exc:
-            record.error = f"{type(exc).__name__}: {exc}"
-            record.duration_s = time.perf_counter() - t0
-            self._notify(record)
-            raise
+        if completion is not None:
+            usage = completion.usage
+            cache = self.cache
+            # Samples cut short by a budget-shrunk max_tokens must not answer the full request later.
+            cacheable = cache is not None and record.max_tokens == call.request.max_tokens
+            for i, text in zip(call.missing, completion.texts):
+                texts[i] = text
+                if cacheable:
+                    cache.put(call.keys[i], text)  # type: ignore[union-attr]
         record.texts = tuple(t or "" for t in texts)
         record.usage = usage
         if self.pricing is not None:
             record.cost_usd = self._cost(usage)
-        record.duration_s = time.perf_counter() - t0
+        record.duration_s = time.perf_counter() - call.t0
         self._notify(record)
-        return Completion(record.texts, usage, model)
+        return Completion(record.texts, usage, record.model)
+
+    def _fail(self, call: _Open, exc: BaseException) -> None:
+        record = call.record
+        record.error = f"{type(exc).__name__}: {exc}"
+        record.duration_s = time.perf_counter() - call.t0
+        self._notify(record)
+
+    async def generate(self, request: GenerateRequest) -> Completion:
+        """Answer a request within the budget; raises BudgetExceeded instead of overspending."""
+        call = self._open(request)
+        try:
+            completion = None if call.sub is None else await self._call_within_budget(call.sub, call.record)
+        except BaseException as exc:
+            self._fail(call, exc)
+            raise
+        return self._close(call, completion)
+
+    async def generate_batch(self, requests: Sequence[GenerateRequest]) -> list[Completion]:
+        """Answer several requests with one backend call: all of them fit the budget, or none is made.
+
+        Each request is reserved at its full max_tokens (no shrinking) and recorded, cached and
+        charged as its own call. BudgetExceeded means the batch as a whole does not fit: make the
+        calls one by one with `generate`, which shrinks or refuses each on its own.
+        """
+        if not self.batches:
+            raise TypeError(f"{self.backend.name} does not answer batches; use generate()")
+        calls = [self._open(r) for r in requests]
+        todo = [i for i, c in enumerate(calls) if c.sub is not None]
+        out: list[Completion | None] = [None] * len(calls)
+        try:
+            if todo:
+                completions = await self._batch_within_budget([calls[i] for i in todo])
+                for i, completion in zip(todo, completions):
+                    out[i] = self._close(calls[i], completion)
+        except BaseException as exc:
+            for i in todo:
+                if out[i] is None:
+                    self._fail(calls[i], exc)
+            raise
+        return [c if c is not None else self._close(calls[i], None) for i, c in enumerate(out)]
 
     def _notify(self, record: CallRecord) -> None:
         if self.listener is not None:
             self.listener(record)
 
+    def _input_bound(self, request: GenerateRequest) -> int:
+        counted = self.backend.count_tokens(request.prompt)
+        return counted if counted is not None else prompt_token_bound(request.prompt)
+
     def _fit_request(self, request: GenerateRequest) -> tuple[GenerateRequest, int]:
         """Shrink max_tokens to what the budget still allows; return the request and its reservation."""
-        counted = self.backend.count_tokens(request.prompt)
-        input_bound = counted if counted is not None else prompt_token_bound(request.prompt)
+        input_bound = self._input_bound(request)
         left = self.budget.tokens_left()
         if left is not None and input_bound + request.n * request.max_tokens > left:
             per_sample = (left - input_bound) // request.n
@@ -171,43 +232,93 @@ class Gateway:
         try:
             request, reserve_tokens = self._fit_request(request)
             record.max_tokens = request.max_tokens
-            out_tokens = request.n * request.max_tokens
-            pricing = self.pricing
-            reserve_cost = pricing.cost(reserve_tokens - out_tokens, out_tokens) if pricing else 0.0
-            budget = self.budget
-            reservation = budget.reserve(reserve_tokens, reserve_cost)
+            reservation, out_tokens = self._reserve(request, reserve_tokens)
             usage: Usage | None = None
             try:
-                # Retries live here, inside one slot and one reservation.
-                attempt = 0
-                while True:
-                    attempt += 1
-                    record.attempts = attempt
-                    try:
-                        wall_left = budget.wall_left()
-                        if wall_left is None:
-                            completion = await self.backend.generate(request)
-                        elif wall_left <= 0:
-                            raise BudgetExceeded("wall_s", "wall-clock budget is used up")
-                        else:
-                            try:
-                                completion = await asyncio.wait_for(self.backend.generate(request), wall_left)
-                            except TimeoutError:
-                                raise _CutOff("wall_s", "wall-clock budget ran out during a call") from None
-                        usage = completion.usage
-                        return completion
-                    except TransientModelError:
-                        if attempt >= self.retry.max_attempts:
-                            raise
-                        await asyncio.sleep(self.retry.delay(attempt, self._rng))
+                completion = await self._attempts(lambda: self.backend.generate(request), [record])
+                usage = completion.usage
+                return completion
             except (asyncio.CancelledError, _CutOff):
                 # A call stopped midway may have been billed in full: charge the worst case.
                 usage = Usage(reserve_tokens - out_tokens, out_tokens)
                 raise
             finally:
-                budget.settle(reservation, usage, self._cost(usage) if usage is not None and pricing else 0.0)
+                self.budget.settle(reservation, usage, self._cost(usage) if usage is not None else 0.0)
         finally:
             self._sem.release()
+
+    async def _batch_within_budget(self, calls: list[_Open]) -> list[Completion]:
+        """One slot and one reservation per request around one batched backend call."""
+        backend: Any = self.backend
+        requests = [c.sub for c in calls]
+        reservations: list[tuple[Reservation, int, int]] = []
+        await self._sem.acquire()
+        try:
+            bounds = [self._input_bound(r) + r.n * r.max_tokens for r in requests]  # type: ignore[union-attr]
+            left = self.budget.tokens_left()
+            if left is not None and sum(bounds) > left:
+                raise BudgetExceeded(
+                    "tokens",
+                    f"a batch of {len(requests)} calls needing up to {sum(bounds)} tokens does not fit in "
+                    f"the {max(left, 0)} left of the {self.budget.limits.tokens}-token budget",
+                )
+            try:
+                for request, reserve_tokens in zip(requests, bounds):
+                    assert request is not None
+                    reservation, out_tokens = self._reserve(request, reserve_tokens)
+                    reservations.append((reservation, reserve_tokens, out_tokens))
+            except BudgetExceeded:
+                for reservation, _, _ in reservations:
+                    self.budget.settle(reservation, None)
+                raise
+            usages: list[Usage | None] = [None] * len(requests)
+            try:
+                completions = await self._attempts(
+                    lambda: backend.generate_batch(requests), [c.record for c in calls]
+                )
+                if len(completions) != len(requests):
+                    raise ModelError(
+                        f"{backend.name} answered {len(completions)} of {len(requests)} batched requests"
+                    )
+                usages = [c.usage for c in completions]
+                return completions
+            except (asyncio.CancelledError, _CutOff):
+                usages = [Usage(r - o, o) for _, r, o in reservations]
+                raise
+            finally:
+                for (reservation, _, _), usage in zip(reservations, usages):
+                    self.budget.settle(reservation, usage, self._cost(usage) if usage is not None else 0.0)
+        finally:
+            self._sem.release()
+
+    def _reserve(self, request: GenerateRequest, reserve_tokens: int) -> tuple[Reservation, int]:
+        out_tokens = request.n * request.max_tokens
+        pricing = self.pricing
+        reserve_cost = pricing.cost(reserve_tokens - out_tokens, out_tokens) if pricing else 0.0
+        return self.budget.reserve(reserve_tokens, reserve_cost), out_tokens
+
+    async def _attempts(self, make_call: Callable[[], Awaitable[T]], records: Sequence[CallRecord]) -> T:
+        """Run a backend call with retries on transient errors, cut off by the wall-clock budget."""
+        budget = self.budget
+        attempt = 0
+        while True:
+            attempt += 1
+            for record in records:
+                record.attempts = attempt
+            try:
+                wall_left = budget.wall_left()
+                if wall_left is None:
+                    return await make_call()
+                if wall_left <= 0:
+                    raise BudgetExceeded("wall_s", "wall-clock budget is used up")
+                try:
+                    return await asyncio.wait_for(make_call(), wall_left)
+                except TimeoutError:
+                    raise _CutOff("wall_s", "wall-clock budget ran out during a call") from None
+            except TransientModelError:
+                if attempt >= self.retry.max_attempts:
+                    raise
+                await asyncio.sleep(self.retry.delay(attempt, self._rng))
 
     async def aclose(self) -> None:
         """Close the backend."""

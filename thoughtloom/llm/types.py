@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
@@ -108,4 +109,16 @@ class Backend(Protocol):
 
     async def aclose(self) -> None:
         """Release connections or model memory."""
+        ...
+
+
+@runtime_checkable
+class BatchBackend(Backend, Protocol):
+    """A Backend that can also answer several requests in one call (a completions server's
+    prompt list, a batched decode). The gateway uses it only when `supports_batch` is True."""
+
+    supports_batch: bool
+
+    async def generate_batch(self, requests: Sequence[GenerateRequest]) -> list[Completion]:
+        """One Completion per request, in order, each with its own usage."""
         ...

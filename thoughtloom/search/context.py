@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import math
 import zlib
 from collections import deque
@@ -162,11 +163,8 @@ class SearchContext:
             return None
         return zlib.crc32(f"{self.config.seed}|{purpose}|{key!r}".encode()) & 0x7FFFFFFF
 
-    async def ask(self, query: Query, n: int, purpose: str, key: object) -> tuple[list[str], int] | None:
-        """Make one model call; None when the budget or a model failure stopped the search."""
-        if self.stopped:
-            return None
-        request = GenerateRequest(
+    def _request(self, query: Query, n: int, purpose: str, key: object) -> GenerateRequest:
+        return GenerateRequest(
             prompt=query.prompt,
             n=n,
             max_tokens=query.max_tokens,
@@ -175,6 +173,12 @@ class SearchContext:
             seed=self._seed(purpose, key),
             purpose=purpose,
         )
+
+    async def ask(self, query: Query, n: int, purpose: str, key: object) -> tuple[list[str], int] | None:
+        """Make one model call; None when the budget or a model failure stopped the search."""
+        if self.stopped:
+            return None
+        request = self._request(query, n, purpose, key)
         while True:
             limit_before = self.gateway.budget.limits.tokens
             try:
@@ -193,13 +197,40 @@ class SearchContext:
                 self.stop(f"budget_{exc.limit}")
                 return None
             except ModelError as exc:
-                if self._successful_calls == 0:
-                    raise  # nothing computed yet: a configuration problem the caller must see
-                self.error = str(exc)
-                self.stop("model_error")
+                self._model_failed(exc)
                 return None
         self._successful_calls += 1
         return list(completion.texts), completion.usage.total
+
+    def _model_failed(self, exc: ModelError) -> None:
+        if self._successful_calls == 0:
+            raise exc  # nothing computed yet: a configuration problem the caller must see
+        self.error = str(exc)
+        self.stop("model_error")
+
+    async def ask_many(
+        self, queries: Sequence[Query], n: int, purpose: str, keys: Sequence[object]
+    ) -> list[tuple[list[str], int] | None]:
+        """Make several calls as one batched backend call (concurrent single calls if it cannot)."""
+        if self.stopped:
+            return [None] * len(queries)
+        if self.gateway.batches:
+            requests = [self._request(q, n, purpose, k) for q, k in zip(queries, keys)]
+            try:
+                if self._call_slots is None:
+                    completions = await self.gateway.generate_batch(requests)
+                else:
+                    async with self._call_slots:
+                        completions = await self.gateway.generate_batch(requests)
+            except BudgetExceeded:
+                pass  # the batch does not fit as a whole: the calls one by one shrink or negotiate
+            except ModelError as exc:
+                self._model_failed(exc)
+                return [None] * len(queries)
+            else:
+                self._successful_calls += len(completions)
+                return [(list(c.texts), c.usage.total) for c in completions]
+        return list(await asyncio.gather(*(self.ask(q, n, purpose, k) for q, k in zip(queries, keys))))
 
     # --- graph mutations ----------------------------------------------------------------
 
@@ -286,42 +317,43 @@ class SearchContext:
 
     def set_score(self, node_id: int, score: float) -> None:
         """Record a node's score, its path score, goal status and threshold pruning."""
-        score = 0.0 if math.isnan(score) else min(1.0, max(0.0, score))
+        # The hot path of every search (once per thought): lookups are hoisted, calls kept few.
+        score = 0.0 if score != score else 1.0 if score > 1.0 else 0.0 if score < 0.0 else score  # NaN -> 0
         graph = self.graph
         node = graph.node(node_id)
         node.score = score
-        if node.status is _S.READY:
-            graph.set_status(node_id, _S.IN_PROGRESS)
         if node.status is not _S.PRUNED:  # a re-score must not revive a thought pruned meanwhile
-            graph.set_status(node_id, _S.SUCCEEDED)
+            graph.succeed(node_id)
         steps = self._steps[node_id]
+        depth = len(steps)
         # The path score extends the nearest ancestor one step shorter (a merge or refinement
         # stands in for its parent's step rather than adding one).
         base = graph.primary_parent(node_id)
-        while base != self.root and len(self._steps[base]) >= len(steps):
+        while base != self.root and len(self._steps[base]) >= depth:
             base = graph.primary_parent(base)
-        path = combine(self.config.aggregation, self._path_score[base], score, len(steps))
+        path = combine(self.config.aggregation, self._path_score[base], score, depth)
         self._path_score[node_id] = path
-        if self.bus:
-            self.bus.emit(NodeScored(node_id, score, path))
-        quality = self.task.quality(self.problem, steps, score)
+        bus = self.bus
+        if bus:
+            bus.emit(NodeScored(node_id, score, path))
+        task, problem = self.task, self.problem
+        quality = task.quality(problem, steps, score)
         self._quality[node_id] = quality
-        depth = len(steps)
         if quality > self._best_by_depth.get(depth, -1.0):
             self._best_by_depth[depth] = quality
-        if self.best_quality_id is None or quality > self._quality[self.best_quality_id]:
+        best_quality_id = self.best_quality_id
+        if best_quality_id is None or quality > self._quality[best_quality_id]:
             self.best_quality_id = node_id
         self.recent.append(node_id)
         if node_id in self._goal_ids:  # re-scored: already a goal, and goals are never pruned
             self._consider_best(node_id)
             return
-        if self.task.is_goal(self.problem, steps) or (
-            self.goal_quality is not None and quality >= self.goal_quality
-        ):
+        goal_quality = self.goal_quality
+        if task.is_goal(problem, steps) or (goal_quality is not None and quality >= goal_quality):
             self.goals.append(node_id)
             self._goal_ids.add(node_id)
-            if self.bus:
-                self.bus.emit(GoalFound(node_id))
+            if bus:
+                bus.emit(GoalFound(node_id))
             if self.config.stop_on_goal:
                 self.stop("goal_reached")
         elif score < self.config.prune_threshold:

@@ -84,19 +84,7 @@ async def evaluate(ctx: SearchContext, parent_id: int, node_ids: Sequence[int]) 
     if ctx.config.evaluation == "vote":
         await _vote(ctx, parent_id, node_ids)
         return
-    # Exact values first, inline: only thoughts that need a model call pay for a task.
-    task, problem = ctx.task, ctx.problem
-    pending = []
-    for n in node_ids:
-        exact = task.exact_value(problem, ctx.steps(n))
-        if exact is None:
-            pending.append(n)
-        else:
-            ctx.set_score(n, exact)
-    if len(pending) == 1:
-        await value(ctx, pending[0])
-    elif pending:
-        await asyncio.gather(*(value(ctx, n) for n in pending))
+    await value_many(ctx, node_ids)
 
 
 async def value(ctx: SearchContext, node_id: int, *, rescore: bool = False) -> None:
@@ -104,16 +92,46 @@ async def value(ctx: SearchContext, node_id: int, *, rescore: bool = False) -> N
 
     rescore: value an already scored thought again (with the current number of samples).
     """
+    await value_many(ctx, [node_id], rescore=rescore)
+
+
+async def value_many(ctx: SearchContext, node_ids: Sequence[int], *, rescore: bool = False) -> None:
+    """Score several thoughts with their value prompts in one batch (or concurrently)."""
     task, problem = ctx.task, ctx.problem
-    steps = ctx.steps(node_id)
-    exact = task.exact_value(problem, steps)
-    if exact is not None:
-        ctx.set_score(node_id, exact)
+    asking: list[int] = []
+    for node_id in node_ids:
+        exact = task.exact_value(problem, ctx.steps(node_id))
+        if exact is not None:
+            ctx.set_score(node_id, exact)
+            continue
+        if not rescore:
+            ctx.graph.set_status(node_id, _S.IN_PROGRESS)
+        asking.append(node_id)
+    if not asking:
         return
-    if not rescore:
-        ctx.graph.set_status(node_id, _S.IN_PROGRESS)
     n = ctx.value_samples
-    got = await ctx.ask(task.value(problem, steps), n, "evaluate", (steps, n) if rescore else steps)
+    paths = [ctx.steps(node_id) for node_id in asking]
+    keys = [(steps, n) if rescore else steps for steps in paths]
+    if len(asking) > 1 and ctx.gateway.batches:
+        answers = await ctx.ask_many([task.value(problem, steps) for steps in paths], n, "evaluate", keys)
+        for node_id, steps, got in zip(asking, paths, answers):
+            _take_value(ctx, node_id, steps, got, rescore)
+        return
+
+    async def one(node_id: int, steps: tuple[str, ...], key: object) -> None:
+        # Each score lands as soon as its call returns: a goal found first stops the calls not yet made.
+        _take_value(ctx, node_id, steps, await ctx.ask(task.value(problem, steps), n, "evaluate", key), rescore)
+
+    if len(asking) == 1:
+        await one(asking[0], paths[0], keys[0])
+    else:
+        await asyncio.gather(*(one(*args) for args in zip(asking, paths, keys)))
+
+
+def _take_value(
+    ctx: SearchContext, node_id: int, steps: tuple[str, ...], got: tuple[list[str], int] | None, rescore: bool
+) -> None:
+    task, problem = ctx.task, ctx.problem
     if got is None:
         if not rescore:
             ctx.cancel(node_id)
