@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
 from .control.controller import Controller
+from .grounding.adjust import GroundingPolicy
+from .grounding.types import Grounder
 from .llm.budget import BudgetLimits, Pricing
 from .llm.cache import MemoryCache
 from .llm.gateway import Gateway
@@ -50,18 +52,23 @@ async def asolve(
     budget: BudgetLimits | None = None,
     sinks: list[EventSink] | None = None,
     controller: Controller | None = None,
+    grounders: Sequence[Grounder] = (),
+    grounding_policy: GroundingPolicy | None = None,
     **overrides: Any,
 ) -> SearchResult:
     """Search for an answer (async). Keyword overrides change single SearchConfig fields.
 
     controller: a thoughtloom.control.Controller to run the search self-aware (budget
     negotiation, compromises, depth policy, failure anticipation); None searches plainly.
+    grounders: extra grounders (e.g. a ResearchGrounder over your documents) besides the task's
+    own; grounding_policy: how their results move scores.
     """
     task_obj = get_task(task) if isinstance(task, str) else task
     config = replace(config or SearchConfig(), **overrides)
     gateway = make_gateway(model, budget, concurrency=config.concurrency)
     try:
-        return await search(task_obj, problem, gateway, config, sinks=sinks, controller=controller)
+        return await search(task_obj, problem, gateway, config, sinks=sinks, controller=controller,
+                            grounders=grounders, grounding_policy=grounding_policy)
     finally:
         await gateway.aclose()
 

@@ -12,6 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..grounding.adjust import GroundingPolicy
+
 
 @dataclass(frozen=True, slots=True)
 class DomainProfile:
@@ -28,7 +30,11 @@ class DomainProfile:
     stagnation_threshold: int = 3
     #: SearchConfig fields the profile sets (the user's flags override them).
     search: dict[str, Any] = field(default_factory=dict)
-    #: Seed 000's domain settings, kept for the grounders of later work and shown by `loom profiles`.
+    #: How grounding results (tests run, claims checked) move scores in this domain.
+    grounding: GroundingPolicy = field(default_factory=GroundingPolicy)
+    #: The task `loom solve --profile NAME` uses when no --task is given.
+    default_task: str | None = None
+    #: Seed 000's other domain settings, shown by `loom profiles`.
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -46,18 +52,24 @@ PROFILES: dict[str, DomainProfile] = {
             "code_generation", "problem -> approaches -> implementations -> tested solutions",
             acceptable_threshold=0.75, goal_threshold=0.95, soft_depth=8, hard_depth=15,
             min_progress_rate=0.03, stagnation_threshold=4, search=_search(4, 150),
+            # A failing test is certain evidence; partial passes still rank programs.
+            grounding=GroundingPolicy(fail_factor=0.1, boost=1.2, partial_credit=0.5), default_task="code",
             extra={"require_grounding": True, "syntax_check_early": True},
         ),
         DomainProfile(
             "debugging", "bug -> causes -> tests -> fixes",
             acceptable_threshold=0.70, goal_threshold=0.90, soft_depth=6, hard_depth=12,
             min_progress_rate=0.05, stagnation_threshold=3, search=_search(5, 100),
+            # A fix that breaks other tests is nearly worthless: little partial credit.
+            grounding=GroundingPolicy(fail_factor=0.05, boost=1.2, partial_credit=0.2), default_task="debug",
             extra={"require_reproduction": True, "run_regression_tests": True},
         ),
         DomainProfile(
             "research_synthesis", "question -> hypotheses -> evidence -> conclusions",
             acceptable_threshold=0.60, goal_threshold=0.85, soft_depth=10, hard_depth=20,
             min_progress_rate=0.02, stagnation_threshold=5, search=_search(3, 200),
+            # A lexical contradiction check is weaker evidence than a test: a milder penalty.
+            grounding=GroundingPolicy(fail_factor=0.3, boost=1.1, partial_credit=0.5),
             extra={"require_citations": True, "cross_reference_threshold": 0.7},
         ),
         DomainProfile(

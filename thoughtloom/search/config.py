@@ -44,6 +44,8 @@ class SearchConfig:
     max_nodes: int = 2000
     #: Model calls in flight at once.
     concurrency: int = 8
+    #: Groundings (sandbox runs, test suites) in flight at once; they compete for the CPU.
+    grounding_concurrency: int = 2
     stop_on_goal: bool = True
     temperature: float = 0.7
     seed: int | None = None
@@ -59,7 +61,7 @@ class SearchConfig:
         choice("evaluation", EVALUATIONS)
         choice("priority", PRIORITIES)
         for name in ("breadth", "beam", "max_depth", "value_samples", "vote_samples", "mcts_iterations",
-                     "aggregate_k", "max_nodes", "concurrency"):
+                     "aggregate_k", "max_nodes", "concurrency", "grounding_concurrency"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1; got {getattr(self, name)}")
         if self.refine_rounds < 0:

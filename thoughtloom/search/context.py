@@ -10,6 +10,8 @@ from collections.abc import Hashable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..graph import EdgeKind, NodeKind, NodeMeta, NodeStatus, ThoughtGraph
+from ..grounding.adjust import GroundingPolicy
+from ..grounding.types import Grounder, GroundingResult, Thought
 from ..llm.errors import BudgetExceeded, ModelError
 from ..llm.gateway import Gateway
 from ..llm.slots import Slots
@@ -23,6 +25,7 @@ from .events import (
     NodeAdded,
     NodePruned,
     NodeScored,
+    ThoughtGrounded,
     ThoughtRejected,
     ThoughtRepaired,
 )
@@ -57,6 +60,8 @@ class SearchContext:
         config: SearchConfig,
         bus: EventBus | None = None,
         controller: Controller | None = None,
+        grounders: Sequence[Grounder] = (),
+        grounding_policy: GroundingPolicy | None = None,
     ) -> None:
         self.task = task
         self.problem = problem
@@ -71,7 +76,14 @@ class SearchContext:
         self.best_id: int | None = None
         self.seen: dict[Hashable, int] = {}
         self.expanded: set[int] = set()
-        self.counts = {"proposed": 0, "rejected": 0, "repaired": 0, "duplicates": 0, "pruned": 0, "expansions": 0}
+        self.counts = {"proposed": 0, "rejected": 0, "repaired": 0, "duplicates": 0, "pruned": 0, "expansions": 0,
+                       "grounded": 0, "verified": 0, "grounding_failed": 0, "grounder_errors": 0}
+        self.grounders = tuple(grounders)
+        self.grounding_policy = grounding_policy or GroundingPolicy()
+        #: What grounding found, by node.
+        self.grounding: dict[int, GroundingResult] = {}
+        self._grounding_slots = Slots(config.grounding_concurrency)
+        self._grounded_goals: set[int] = set()
         # Knobs the controller may turn during the search; strategies and operators read these.
         self.beam = config.beam
         self.breadth = config.breadth
@@ -98,6 +110,8 @@ class SearchContext:
             task.root_content(problem), NodeKind.INPUT, meta=NodeMeta(creator="input")
         )
         self.root = root.id
+        #: The problem as grounders see it.
+        self.problem_text = root.content
         self._steps[self.root] = ()
         self._path_score[self.root] = None
         self.graph.set_status(self.root, _S.IN_PROGRESS)
@@ -232,6 +246,51 @@ class SearchContext:
                 return [(list(c.texts), c.usage.total) for c in completions]
         return list(await asyncio.gather(*(self.ask(q, n, purpose, k) for q, k in zip(queries, keys))))
 
+    # --- grounding ----------------------------------------------------------------------
+
+    async def ground(self, node_id: int, score: float) -> float:
+        """Test a thought with the first grounder that can; return its score adjusted by the result.
+
+        A thought is grounded once: a re-score reuses the result it already has.
+        """
+        result = self.grounding.get(node_id)
+        if result is None:
+            result = await self._run_grounder(node_id)
+            if result is None:
+                return score
+        adjusted = self.grounding_policy.adjust(score, result)
+        if self.bus:
+            first = result.evidence.strip().splitlines()[0] if result.evidence.strip() else ""
+            self.bus.emit(ThoughtGrounded(
+                node_id, result.grounder, result.verified, result.passed, result.failed, score, adjusted, first,
+            ))
+        return adjusted
+
+    async def _run_grounder(self, node_id: int) -> GroundingResult | None:
+        steps = self._steps[node_id]
+        node = self.graph.node(node_id)
+        thought = Thought(self.problem_text, steps[:-1], steps[-1], node.kind.value)
+        grounder = next((g for g in self.grounders if g.can_ground(thought)), None)
+        if grounder is None:
+            return None
+        async with self._grounding_slots:
+            try:
+                result = await grounder.ground(thought)
+            except Exception as exc:
+                # A grounder that breaks must cost one thought its check, not the whole search.
+                self.counts["grounder_errors"] += 1
+                result = GroundingResult(
+                    grounder.name, False, None, f"the grounder failed: {type(exc).__name__}: {exc}", 0.0
+                )
+        self.grounding[node_id] = result
+        node.meta.extra["grounding"] = result.to_dict()
+        if result.grounded and result.verified is not None:
+            self.counts["grounded"] += 1
+            self.counts["verified" if result.verified else "grounding_failed"] += 1
+        if self.task.grounded_goal(self.problem, steps, result):
+            self._grounded_goals.add(node_id)
+        return result
+
     # --- graph mutations ----------------------------------------------------------------
 
     def add_thought(
@@ -349,7 +408,10 @@ class SearchContext:
             self._consider_best(node_id)
             return
         goal_quality = self.goal_quality
-        if task.is_goal(problem, steps) or (goal_quality is not None and quality >= goal_quality):
+        if (
+            task.is_goal(problem, steps) or node_id in self._grounded_goals
+            or (goal_quality is not None and quality >= goal_quality)
+        ):
             self.goals.append(node_id)
             self._goal_ids.add(node_id)
             if bus:

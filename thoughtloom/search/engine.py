@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..graph import NodeStatus
+from ..grounding.adjust import GroundingPolicy
+from ..grounding.types import Grounder
 from ..llm.gateway import CallRecord, Gateway
 from ..tasks.base import Task
 from .config import SearchConfig
@@ -50,16 +53,21 @@ async def search(
     *,
     sinks: list[EventSink] | None = None,
     controller: Controller | None = None,
+    grounders: Sequence[Grounder] = (),
+    grounding_policy: GroundingPolicy | None = None,
 ) -> SearchResult:
     """Search for an answer to problem_text; always returns the best found and why it stopped.
 
     Raises ProblemError for an invalid problem and ModelError when the very first model call
     fails (a configuration problem); later failures stop the search and keep what was found.
+    Thoughts are grounded by the task's own grounders and by `grounders`, and their scores moved
+    by `grounding_policy` (default: GroundingPolicy()).
     Cancelled (Ctrl-C), it returns what it has with termination_reason "interrupted" and makes
     no further model call.
     """
     config = config or SearchConfig()
-    problem = task.parse_problem(problem_text)
+    problem = await task.prepare(task.parse_problem(problem_text))
+    all_grounders = [*task.grounders(problem), *grounders]
     bus = EventBus(list(sinks or []))
     if bus and gateway.listener is None:
         gateway.listener = _budget_listener(gateway, bus)
@@ -69,7 +77,7 @@ async def search(
     cost_before = gateway.budget.cost_usd
     if bus:
         bus.emit(SearchStarted(task.name, problem_text, config.strategy, gateway.budget.limits.tokens))
-    ctx = SearchContext(task, problem, gateway, config, bus, controller)
+    ctx = SearchContext(task, problem, gateway, config, bus, controller, all_grounders, grounding_policy)
     if controller is not None:
         controller.attach(ctx)
         ctx.goal_quality = controller.settings.goal_threshold
@@ -114,13 +122,15 @@ async def search(
         "duplicates": ctx.counts["duplicates"],
         "expansions": ctx.counts["expansions"],
         "max_depth": ctx.deepest(),
+        **({k: ctx.counts[k] for k in ("grounded", "verified", "grounding_failed", "grounder_errors")}
+           if all_grounders else {}),
         "wall_s": round(time.monotonic() - started, 3),
     }
     return SearchResult(
         task=task.name,
         problem=problem_text,
         answer=answer,
-        solved=task.check_answer(problem, answer),
+        solved=await task.acheck_answer(problem, answer),
         score=ctx.graph.node(best).score if best is not None else None,
         termination_reason=reason,
         best_path=best_path,
@@ -135,4 +145,5 @@ async def search(
         answer_node=answer_node,
         error=ctx.error,
         control=controller.report(ctx) if controller is not None else None,
+        grounding={n: r for n, r in sorted(ctx.grounding.items())},
     )

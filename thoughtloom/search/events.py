@@ -84,6 +84,21 @@ class Backtracked(Event):
 
 
 @dataclass(frozen=True, slots=True)
+class ThoughtGrounded(Event):
+    """A thought was tested against reality; its score moved from `before` to `after`."""
+
+    type: ClassVar[str] = "thought_grounded"
+    node_id: int
+    grounder: str
+    verified: bool | None
+    passed: int
+    failed: int
+    before: float
+    after: float
+    evidence: str  # the first line of the grounder's evidence
+
+
+@dataclass(frozen=True, slots=True)
 class GoalFound(Event):
     type: ClassVar[str] = "goal_found"
     node_id: int

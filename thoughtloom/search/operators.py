@@ -17,17 +17,26 @@ _S = NodeStatus
 
 
 async def generate(ctx: SearchContext, node_id: int) -> tuple[list[str], int] | None:
-    """Candidate next thoughts for a node: one propose call, or `breadth` independent samples."""
+    """Candidate next thoughts for a node: one propose call, or `breadth` independent samples.
+
+    When grounding failed the node, the task may turn the evidence into a revision prompt.
+    """
     cfg, task, problem = ctx.config, ctx.task, ctx.problem
     steps = ctx.steps(node_id)
+    grounded = ctx.grounding.get(node_id)
+    revision = (
+        task.revise(problem, steps, grounded.evidence)
+        if grounded is not None and grounded.verified is False else None
+    )
     if cfg.generation == "propose":
-        got = await ctx.ask(task.propose(problem, steps, ctx.breadth), 1, "generate", steps)
+        query = revision or task.propose(problem, steps, ctx.breadth)
+        got = await ctx.ask(query, 1, "generate", steps)
         if got is None:
             return None
         texts, cost = got
         # Not cut to `breadth` here: expand keeps the first `breadth` that pass validation.
         return task.parse_proposals(problem, steps, texts[0]), cost
-    got = await ctx.ask(task.sample(problem, steps), ctx.breadth, "generate", steps)
+    got = await ctx.ask(revision or task.sample(problem, steps), ctx.breadth, "generate", steps)
     if got is None:
         return None
     texts, cost = got
@@ -99,14 +108,17 @@ async def value_many(ctx: SearchContext, node_ids: Sequence[int], *, rescore: bo
     """Score several thoughts with their value prompts in one batch (or concurrently)."""
     task, problem = ctx.task, ctx.problem
     asking: list[int] = []
+    exact_scores: list[tuple[int, float]] = []
     for node_id in node_ids:
         exact = task.exact_value(problem, ctx.steps(node_id))
         if exact is not None:
-            ctx.set_score(node_id, exact)
+            exact_scores.append((node_id, exact))
             continue
         if not rescore:
             ctx.graph.set_status(node_id, _S.IN_PROGRESS)
         asking.append(node_id)
+    if exact_scores:
+        await settle_scores(ctx, exact_scores)
     if not asking:
         return
     n = ctx.value_samples
@@ -114,13 +126,16 @@ async def value_many(ctx: SearchContext, node_ids: Sequence[int], *, rescore: bo
     keys = [(steps, n) if rescore else steps for steps in paths]
     if len(asking) > 1 and ctx.gateway.batches:
         answers = await ctx.ask_many([task.value(problem, steps) for steps in paths], n, "evaluate", keys)
-        for node_id, steps, got in zip(asking, paths, answers):
-            _take_value(ctx, node_id, steps, got, rescore)
+        scores = [_take_value(ctx, node_id, steps, got, rescore) for node_id, steps, got in zip(asking, paths, answers)]
+        await settle_scores(ctx, [(node_id, s) for node_id, s in zip(asking, scores) if s is not None])
         return
 
     async def one(node_id: int, steps: tuple[str, ...], key: object) -> None:
         # Each score lands as soon as its call returns: a goal found first stops the calls not yet made.
-        _take_value(ctx, node_id, steps, await ctx.ask(task.value(problem, steps), n, "evaluate", key), rescore)
+        got = await ctx.ask(task.value(problem, steps), n, "evaluate", key)
+        score = _take_value(ctx, node_id, steps, got, rescore)
+        if score is not None:
+            await settle_scores(ctx, [(node_id, score)])
 
     if len(asking) == 1:
         await one(asking[0], paths[0], keys[0])
@@ -130,25 +145,38 @@ async def value_many(ctx: SearchContext, node_ids: Sequence[int], *, rescore: bo
 
 def _take_value(
     ctx: SearchContext, node_id: int, steps: tuple[str, ...], got: tuple[list[str], int] | None, rescore: bool
-) -> None:
+) -> float | None:
+    """The score the value replies give (None when the call was not made)."""
     task, problem = ctx.task, ctx.problem
     if got is None:
         if not rescore:
             ctx.cancel(node_id)
-        return
+        return None
     texts, cost = got
     ctx.graph.node(node_id).meta.cost_tokens += cost
     if len(texts) > 1:
         # How much the samples disagree tells the controller whether the evaluator is reliable.
         singles = [task.parse_value(problem, steps, [t]) for t in texts]
         ctx.value_spreads.append(max(singles) - min(singles))
-    ctx.set_score(node_id, task.parse_value(problem, steps, texts))
+    return task.parse_value(problem, steps, texts)
+
+
+async def settle_scores(ctx: SearchContext, scores: Sequence[tuple[int, float]]) -> None:
+    """Ground the scored thoughts (when grounders are configured), then record their scores."""
+    if ctx.grounders:
+        if len(scores) == 1:
+            adjusted = [await ctx.ground(*scores[0])]
+        else:
+            adjusted = list(await asyncio.gather(*(ctx.ground(n, s) for n, s in scores)))
+        scores = [(n, a) for (n, _), a in zip(scores, adjusted)]
+    for node_id, score in scores:
+        ctx.set_score(node_id, score)
 
 
 async def _vote(ctx: SearchContext, parent_id: int, node_ids: Sequence[int]) -> None:
     task, problem = ctx.task, ctx.problem
     if len(node_ids) == 1:
-        ctx.set_score(node_ids[0], 1.0)  # a vote with one candidate needs no call
+        await settle_scores(ctx, [(node_ids[0], 1.0)])  # a vote with one candidate needs no call
         return
     candidates = [ctx.graph.node(n).content for n in node_ids]
     for n in node_ids:
@@ -161,9 +189,9 @@ async def _vote(ctx: SearchContext, parent_id: int, node_ids: Sequence[int]) -> 
         return
     texts, cost = got
     shares = task.parse_vote(problem, candidates, texts)
-    for n, share in zip(node_ids, shares):
+    for n in node_ids:
         ctx.graph.node(n).meta.cost_tokens += cost // len(node_ids)
-        ctx.set_score(n, share)
+    await settle_scores(ctx, list(zip(node_ids, shares)))
 
 
 async def aggregate(ctx: SearchContext, node_ids: Sequence[int]) -> int | None:

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..graph import ThoughtGraph
+from ..grounding.types import GroundingResult
 from ..llm.gateway import CallRecord
 
 
@@ -42,6 +43,8 @@ class SearchResult:
     error: str | None = None
     #: The controller's report (decisions, budget requests, compromise, failures), when one ran.
     control: dict[str, Any] | None = None
+    #: What grounding found, by node id (empty when no grounder ran).
+    grounding: dict[int, GroundingResult] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         """Plain data for JSON output."""
@@ -61,4 +64,6 @@ class SearchResult:
             "stats": self.stats,
             "config": self.config,
             **({"control": self.control} if self.control is not None else {}),
+            **({"grounding": [{"node": n, **r.to_dict()} for n, r in self.grounding.items()]}
+               if self.grounding else {}),
         }

@@ -8,10 +8,13 @@ from __future__ import annotations
 
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 
 from ..graph import NodeKind
 from ..llm.types import Prompt
+
+if TYPE_CHECKING:
+    from ..grounding.types import Grounder, GroundingResult
 
 P = TypeVar("P")  # a task's parsed problem
 
@@ -73,6 +76,24 @@ class Task(Generic[P]):
     def describe(self, problem: P) -> dict[str, Any]:
         """Facts about the problem worth keeping in results (ids, sizes)."""
         return {}
+
+    async def prepare(self, problem: P) -> P:
+        """Work done once before the search (e.g. reproducing a bug); raise ProblemError if it fails."""
+        return problem
+
+    # --- grounding ----------------------------------------------------------------------
+
+    def grounders(self, problem: P) -> list[Grounder]:
+        """Grounders that test this task's thoughts against reality (none by default)."""
+        return []
+
+    def grounded_goal(self, problem: P, steps: Sequence[str], result: GroundingResult) -> bool:
+        """True when this grounding result proves the thought solves the problem."""
+        return False
+
+    def revise(self, problem: P, steps: Sequence[str], feedback: str) -> Query | None:
+        """A prompt for a better next thought, given why grounding failed the last one; None: ignore it."""
+        return None
 
     # --- generate -----------------------------------------------------------------------
 
@@ -171,6 +192,10 @@ class Task(Generic[P]):
         if reply is not None:
             return reply.strip() or None
         return steps[-1] if steps else None
+
+    async def acheck_answer(self, problem: P, answer: str | None) -> bool | None:
+        """check_answer for checks that must run something (hidden tests in a sandbox)."""
+        return self.check_answer(problem, answer)
 
     def check_answer(self, problem: P, answer: str | None) -> bool | None:
         """The task's verdict on a final answer; None when the task cannot tell."""

@@ -20,6 +20,9 @@ _CLASSES = {
     "pruned": "fill:#f1f1f1,stroke:#9a9a9a,stroke-dasharray:5 5,color:#777",
     "failed": "fill:#f8d7da,stroke:#c82333,color:#721c24",
     "cancelled": "fill:#fff3cd,stroke:#b38600,color:#6b5200",
+    # Grounding outcomes draw the border only, so they combine with the classes above.
+    "verified": "stroke:#0b7d3e,stroke-width:3px",
+    "refuted": "stroke:#c82333,stroke-width:3px",
 }
 
 
@@ -30,6 +33,14 @@ def _escape(text: str) -> str:
     return (
         text.replace("&", "&amp;").replace('"', "#quot;").replace("<", "&lt;").replace(">", "&gt;")
     )
+
+
+def _grounding_badge(grounding: dict) -> str:
+    """✓ / ✗ / ? with the grounder's name and counts, e.g. "✗ code 2/5 passed"."""
+    mark = {True: "✓", False: "✗", None: "?"}[grounding.get("verified")]
+    passed, failed = grounding.get("passed", 0), grounding.get("failed", 0)
+    counts = f" {passed}/{passed + failed} passed" if passed or failed else ""
+    return f"{mark} {_escape(str(grounding.get('grounder', '')))}{counts}"
 
 
 def to_mermaid(graph: ThoughtGraph, best_path: Iterable[int] = (), goals: Iterable[int] = ()) -> str:
@@ -44,6 +55,11 @@ def to_mermaid(graph: ThoughtGraph, best_path: Iterable[int] = (), goals: Iterab
         label = f"{node.kind.value}: {_escape(node.content)}"
         if node.score is not None:
             label += f"<br/>score {node.score:.2f}"
+        grounding = node.meta.extra.get("grounding")
+        if grounding is not None:
+            label += f"<br/>{_grounding_badge(grounding)}"
+            if grounding.get("verified") is not None:
+                (members["verified"] if grounding["verified"] else members["refuted"]).append(f"n{node.id}")
         if node.status in (NodeStatus.PRUNED, NodeStatus.FAILED, NodeStatus.CANCELLED):
             reason = node.meta.extra.get("rejected")
             label += f"<br/><i>{node.status.value}" + (f": {_escape(reason)}" if reason else "") + "</i>"

@@ -16,6 +16,7 @@ from ..search.events import (
     NodeScored,
     SearchStarted,
     SearchStopped,
+    ThoughtGrounded,
     ThoughtRejected,
 )
 
@@ -36,6 +37,8 @@ class ProgressDisplay:
         self.tokens = 0
         self.limit: int | None = None
         self.calls = 0
+        self.grounded = 0
+        self.verified = 0
         self._started = time.monotonic()
         self._last = self._started
 
@@ -59,6 +62,11 @@ class ProgressDisplay:
         elif isinstance(event, ControlDecision):
             self._line(f"control: {event.kind} {event.decision}: {event.reason}")
             return
+        elif isinstance(event, ThoughtGrounded):
+            self.grounded += 1
+            self.verified += event.verified is True
+            self._line(f"grounded #{event.node_id} ({event.grounder}): {grounding_summary(event)}")
+            return
         elif isinstance(event, GoalFound):
             self._line(f"goal reached at node {event.node_id}")
             return
@@ -74,9 +82,10 @@ class ProgressDisplay:
         """The current status line."""
         budget = f"{self.tokens:,}" + (f"/{self.limit:,}" if self.limit else "")
         best = "-" if self.best is None else f"{self.best:.2f}"
+        grounded = f" · grounded {self.grounded} ({self.verified} verified)" if self.grounded else ""
         return (
             f"nodes {self.nodes} (pruned {self.pruned}, rejected {self.rejected}) · depth {self.depth} · "
-            f"best {best} · tokens {budget} · calls {self.calls} · {time.monotonic() - self._started:.0f}s"
+            f"best {best} · tokens {budget} · calls {self.calls}{grounded} · {time.monotonic() - self._started:.0f}s"
         )
 
     def _draw(self, force: bool = False) -> None:
@@ -95,3 +104,11 @@ class ProgressDisplay:
             self.stream.write("\r\033[K")
         self.stream.write(text + "\n")
         self.stream.flush()
+
+
+def grounding_summary(event: ThoughtGrounded) -> str:
+    """`verified`, `FAILED` or `inconclusive`, with counts, the score change and the first evidence line."""
+    verdict = {True: "verified", False: "FAILED", None: "inconclusive"}[event.verified]
+    counts = f" {event.passed} passed, {event.failed} failed" if event.passed or event.failed else ""
+    evidence = event.evidence if len(event.evidence) <= 100 else event.evidence[:97] + "..."
+    return f"{verdict}{counts} · score {event.before:.2f} -> {event.after:.2f}" + (f" · {evidence}" if evidence else "")

@@ -1,0 +1,54 @@
+"""How a grounding result changes a thought's score (seed 000 part IV, made graded and configurable).
+
+The rule, with s the score the evaluator gave, c the grounder's confidence and p the graded
+outcome (the fraction of tests passed, of claims supported):
+
+- verified:      s' = min(1, s * boost)                           (bounded boost, default x1.2)
+- not verified:  m  = fail_factor + partial_credit * p * (1 - fail_factor)
+                 s' = s * (1 - c * (1 - m))                       (strong penalty, default x0.1 when
+                                                                   nothing passed and c = 1)
+- inconclusive (nothing could be tested, or verified is None): s' = s.
+
+The penalty is weighted by confidence so that a shaky check (a hypothesis matched against a
+traceback) costs less than a certain one (a failing test), and partial credit keeps a program
+that passes 4 of 5 tests ahead of one that passes none.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from .types import GroundingResult
+
+
+@dataclass(frozen=True, slots=True)
+class GroundingPolicy:
+    """How strongly grounding moves scores; one per profile, every value overridable."""
+
+    fail_factor: float = 0.1  # score multiplier when verification failed outright with confidence 1
+    boost: float = 1.2  # score multiplier when verified (capped at 1)
+    partial_credit: float = 0.5  # how much of the graded outcome softens the penalty (0: none)
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.fail_factor <= 1.0:
+            raise ValueError(f"fail_factor must be in [0, 1], got {self.fail_factor}")
+        if self.boost < 1.0:
+            raise ValueError(f"boost must be >= 1, got {self.boost}")
+        if not 0.0 <= self.partial_credit <= 1.0:
+            raise ValueError(f"partial_credit must be in [0, 1], got {self.partial_credit}")
+
+    def adjust(self, score: float, result: GroundingResult) -> float:
+        """The score after grounding (see the module docstring for the rule)."""
+        if not result.grounded or result.verified is None:
+            return score
+        if result.verified:
+            return min(1.0, score * self.boost)
+        outcome = result.outcome or 0.0
+        multiplier = self.fail_factor + self.partial_credit * outcome * (1.0 - self.fail_factor)
+        confidence = min(1.0, max(0.0, result.confidence))
+        return score * (1.0 - confidence * (1.0 - multiplier))
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain data for results and `loom profiles`."""
+        return asdict(self)
