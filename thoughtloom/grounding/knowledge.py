@@ -1,0 +1,307 @@
+"""A local knowledge base: a folder of text and markdown documents, indexed with SQLite FTS5.
+
+`KnowledgeBase.open(folder, index_path)` walks the folder (``*.md``, ``*.markdown``, ``*.txt``,
+``*.rst``; hidden files and folders skipped), cuts every document into passages and indexes them
+in an FTS5 table with the porter tokenizer, so "boils" finds "boiling". A passage is a paragraph
+(lines between blank lines); a paragraph longer than WINDOW_LINES lines is cut into windows of
+WINDOW_LINES lines that overlap by one line, so a citation stays a few lines long. Every passage
+keeps its path (relative to the folder, with "/"), its first and last line (1-based) and its text.
+
+The index lives in memory by default, or in the SQLite file `index_path` (never inside the
+user's folder unless they ask for it). A file index is reused: on open, only files whose size or
+modification time changed are read again, new files are added and deleted ones dropped.
+
+`search(query)` never lets the query's text reach FTS5 syntax: it keeps the query's content words
+and numbers, quotes each one as a phrase and ORs them, and ranks by bm25. All SQLite work is
+done under one lock, so a KnowledgeBase can be shared by threads (the grounder searches from
+`asyncio.to_thread`).
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+from typing import Self
+
+from thoughtloom.grounding.claims import query_terms
+from thoughtloom.grounding.types import Citation
+
+#: File name endings that are indexed.
+EXTENSIONS: tuple[str, ...] = (".md", ".markdown", ".txt", ".rst")
+#: A paragraph longer than this many lines is cut into windows of this many lines.
+WINDOW_LINES = 5
+#: Consecutive windows share this many lines, so a sentence wrapped across a cut is whole in one.
+WINDOW_OVERLAP = 1
+#: At most this many terms go into one FTS5 query (a long claim does not need more).
+MAX_QUERY_TERMS = 32
+
+# Bump when the tables or the passage rules change: an index built by other rules is rebuilt.
+SCHEMA_VERSION = "1"
+
+_SCHEMA = """
+CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE documents (
+    path TEXT PRIMARY KEY,
+    mtime_ns INTEGER NOT NULL,
+    size INTEGER NOT NULL
+);
+CREATE TABLE passages (
+    id INTEGER PRIMARY KEY,
+    path TEXT NOT NULL,
+    line_start INTEGER NOT NULL,
+    line_end INTEGER NOT NULL,
+    text TEXT NOT NULL
+);
+CREATE INDEX passages_by_path ON passages (path);
+CREATE VIRTUAL TABLE passages_fts USING fts5 (
+    text, content='passages', content_rowid='id', tokenize='porter unicode61'
+);
+CREATE TRIGGER passages_added AFTER INSERT ON passages BEGIN
+    INSERT INTO passages_fts (rowid, text) VALUES (new.id, new.text);
+END;
+CREATE TRIGGER passages_removed AFTER DELETE ON passages BEGIN
+    INSERT INTO passages_fts (passages_fts, rowid, text) VALUES ('delete', old.id, old.text);
+END;
+"""
+_TABLES = ("passages_fts", "passages", "documents", "meta")
+
+
+class KnowledgeBaseError(ValueError):
+    """The knowledge base cannot be used; the message says what to do."""
+
+
+@dataclass(frozen=True, slots=True)
+class Passage:
+    """A piece of a document: its lines (1-based, inclusive) and their text."""
+
+    line_start: int
+    line_end: int
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class IndexStats:
+    """What the last refresh did."""
+
+    indexed: tuple[str, ...]  # new or changed files that were read and indexed
+    removed: tuple[str, ...]  # files that disappeared from the folder
+    unchanged: int  # files whose size and mtime matched the index, not read
+    unreadable: tuple[str, ...]  # files that could not be read (permissions, vanished mid-walk)
+    documents: int
+    passages: int
+
+
+def split_passages(text: str) -> list[Passage]:
+    """Cut a document into paragraphs, and long paragraphs into overlapping windows of lines."""
+    lines = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
+    passages: list[Passage] = []
+    paragraph: list[int] = []  # indices of the current paragraph's lines
+    for index, line in enumerate([*lines, ""]):
+        if line.strip():
+            paragraph.append(index)
+            continue
+        if paragraph:
+            passages.extend(_windows(lines, paragraph[0], paragraph[-1] + 1))
+            paragraph = []
+    return passages
+
+
+def _windows(lines: list[str], start: int, end: int) -> Iterator[Passage]:
+    step = WINDOW_LINES - WINDOW_OVERLAP
+    for first in range(start, end, step):
+        last = min(first + WINDOW_LINES, end)
+        yield Passage(first + 1, last, "\n".join(lines[first:last]).strip())
+        if last == end:
+            return
+
+
+def match_expression(query: str) -> str | None:
+    """A safe FTS5 MATCH expression for free text: its terms quoted and ORed, or None if it has none."""
+    terms = query_terms(query)[:MAX_QUERY_TERMS]
+    if not terms:
+        return None
+    # Inside double quotes FTS5 reads only tokens; doubling a quote is the one escape needed.
+    return " OR ".join('"' + term.replace('"', '""') + '"' for term in terms)
+
+
+def _walk(folder: Path) -> Iterator[Path]:
+    """The indexable files under `folder`, hidden files and folders skipped, in a stable order."""
+    for root, dirs, files in os.walk(folder):
+        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+        for name in sorted(files):
+            if not name.startswith(".") and name.lower().endswith(EXTENSIONS):
+                yield Path(root) / name
+
+
+def _read_text(path: Path) -> str:
+    # Documents are user files of unknown provenance: a stray byte must not hide the rest.
+    return path.read_bytes().decode("utf-8", errors="replace").removeprefix("\ufeff")
+
+
+class KnowledgeBase:
+    """A folder of documents indexed for full-text search; see the module docstring."""
+
+    def __init__(self, folder: str | Path, index_path: str | Path | None = None) -> None:
+        """Index `folder` (incrementally when `index_path` holds an earlier index); see `open`."""
+        self.folder = Path(folder).expanduser()
+        self.index_path = Path(index_path).expanduser() if index_path is not None else None
+        if not self.folder.exists():
+            raise KnowledgeBaseError(
+                f"knowledge base folder {self.folder} does not exist; pass the folder of .md/.txt documents to check against"
+            )
+        if not self.folder.is_dir():
+            raise KnowledgeBaseError(
+                f"{self.folder} is a file, not a folder; pass the folder that holds the documents"
+            )
+        self.folder = self.folder.resolve()
+        self._lock = threading.Lock()
+        self._conn = self._connect()
+        try:
+            self.stats = self.refresh()
+            if self.stats.documents == 0:
+                raise KnowledgeBaseError(
+                    f"no documents in {self.folder} (looked for {', '.join('*' + e for e in EXTENSIONS)}, "
+                    "hidden folders skipped); add text or markdown files or point at another folder"
+                )
+            if self.stats.passages == 0:
+                raise KnowledgeBaseError(
+                    f"the documents in {self.folder} are empty; add some text to them or point at another folder"
+                )
+        except BaseException:
+            self._conn.close()
+            raise
+
+    @classmethod
+    def open(cls, folder: str | Path, index_path: str | Path | None = None) -> KnowledgeBase:
+        """Open the knowledge base for `folder`, indexed in memory or in the SQLite file `index_path`."""
+        return cls(folder, index_path)
+
+    def _connect(self) -> sqlite3.Connection:
+        target = ":memory:"
+        if self.index_path is not None:
+            self.index_path.parent.mkdir(parents=True, exist_ok=True)
+            target = str(self.index_path)
+        # One connection shared by threads, always used under self._lock.
+        conn = sqlite3.connect(target, check_same_thread=False, timeout=10.0)
+        try:
+            self._prepare(conn)
+        except sqlite3.DatabaseError as exc:
+            conn.close()
+            raise KnowledgeBaseError(
+                f"{self.index_path} is not a usable index ({exc}); delete it or pass another index_path"
+            ) from exc
+        return conn
+
+    def _prepare(self, conn: sqlite3.Connection) -> None:
+        """Create the tables, or rebuild them when the index was made by other rules or for another folder."""
+        wanted = {"schema": SCHEMA_VERSION, "folder": str(self.folder)}
+        with conn:
+            exists = conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'meta'").fetchone()
+            if exists and dict(conn.execute("SELECT key, value FROM meta").fetchall()) == wanted:
+                return
+            for table in _TABLES:
+                conn.execute(f"DROP TABLE IF EXISTS {table}")
+            conn.executescript(_SCHEMA)
+            conn.executemany("INSERT INTO meta (key, value) VALUES (?, ?)", wanted.items())
+
+    def refresh(self) -> IndexStats:
+        """Bring the index up to date with the folder: read new and changed files, drop deleted ones."""
+        with self._lock, self._conn:
+            known = {
+                path: (mtime_ns, size)
+                for path, mtime_ns, size in self._conn.execute("SELECT path, mtime_ns, size FROM documents")
+            }
+            seen: set[str] = set()
+            indexed: list[str] = []
+            unreadable: list[str] = []
+            unchanged = 0
+            for file in _walk(self.folder):
+                rel = file.relative_to(self.folder).as_posix()
+                try:
+                    st = file.stat()
+                    signature = (st.st_mtime_ns, st.st_size)
+                    if known.get(rel) == signature:
+                        seen.add(rel)
+                        unchanged += 1
+                        continue
+                    text = _read_text(file)
+                except OSError:
+                    unreadable.append(rel)
+                    continue
+                seen.add(rel)
+                self._replace(rel, signature, split_passages(text))
+                indexed.append(rel)
+            removed = sorted(set(known) - seen)
+            for rel in removed:
+                self._conn.execute("DELETE FROM passages WHERE path = ?", (rel,))
+                self._conn.execute("DELETE FROM documents WHERE path = ?", (rel,))
+            documents, passages = self._counts()
+        return IndexStats(tuple(indexed), tuple(removed), unchanged, tuple(unreadable), documents, passages)
+
+    def _replace(self, rel: str, signature: tuple[int, int], passages: list[Passage]) -> None:
+        self._conn.execute("DELETE FROM passages WHERE path = ?", (rel,))
+        self._conn.execute(
+            "INSERT OR REPLACE INTO documents (path, mtime_ns, size) VALUES (?, ?, ?)", (rel, *signature)
+        )
+        self._conn.executemany(
+            "INSERT INTO passages (path, line_start, line_end, text) VALUES (?, ?, ?, ?)",
+            [(rel, p.line_start, p.line_end, p.text) for p in passages],
+        )
+
+    def _counts(self) -> tuple[int, int]:
+        documents = self._conn.execute("SELECT count(*) FROM documents").fetchone()[0]
+        passages = self._conn.execute("SELECT count(*) FROM passages").fetchone()[0]
+        return int(documents), int(passages)
+
+    @property
+    def documents(self) -> int:
+        """How many documents are indexed."""
+        with self._lock:
+            return self._counts()[0]
+
+    @property
+    def passages(self) -> int:
+        """How many passages are indexed."""
+        with self._lock:
+            return self._counts()[1]
+
+    def search(self, query: str, limit: int = 5) -> list[Citation]:
+        """The passages that best match the words of `query`, most relevant first (bm25)."""
+        expression = match_expression(query)
+        if expression is None or limit <= 0:
+            return []
+        with self._lock:
+            rows = self._conn.execute(
+                """
+                SELECT p.path, p.line_start, p.line_end, p.text, bm25(passages_fts) AS rank
+                FROM passages_fts JOIN passages AS p ON p.id = passages_fts.rowid
+                WHERE passages_fts MATCH ?
+                ORDER BY rank, p.path, p.line_start
+                LIMIT ?
+                """,
+                (expression, limit),
+            ).fetchall()
+        # bm25 is lower-is-better and negative; Citation.score is higher-is-better.
+        return [Citation(path, start, end, text, score=-rank) for path, start, end, text, rank in rows]
+
+    def close(self) -> None:
+        """Close the index (a file index stays on disk for the next open)."""
+        with self._lock:
+            self._conn.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        where = self.index_path if self.index_path is not None else ":memory:"
+        return f"KnowledgeBase({str(self.folder)!r}, index={str(where)!r})"
