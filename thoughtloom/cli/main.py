@@ -60,8 +60,10 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
 
     s = sub.add_parser("solve", help="search for an answer to a problem", description="Search for an answer to PROBLEM.")
-    s.add_argument("problem", metavar="PROBLEM", help='the problem text, e.g. "4 5 6 10" for --task game24')
-    s.add_argument("--task", default="general", help="task name (see 'loom tasks'); default: general")
+    s.add_argument("problem", metavar="PROBLEM", nargs="?",
+                   help='the problem text, e.g. "4 5 6 10" for --task game24 (or --problem ID for a benchmark)')
+    s.add_argument("--task", help="task name (see 'loom tasks'); default: the profile's task, else general")
+    s.add_argument("--problem", dest="problem_id", metavar="ID", help="a benchmark problem by id, e.g. HumanEval/0")
     s.add_argument(
         "--model", default=os.environ.get("THOUGHTLOOM_MODEL", "local"),
         help="model spec: local | local:PATH.gguf | openai:MODEL | openai-compatible:URL@MODEL | ollama:MODEL "
@@ -104,6 +106,22 @@ def build_parser() -> argparse.ArgumentParser:
                    help="without a terminal: go up to N levels past the soft depth when asked (default 0)")
     c.add_argument("--interactive", action=argparse.BooleanOptionalAction, default=None,
                    help="ask at the terminal about budget, compromises and depth (default: when on a terminal)")
+    g = s.add_argument_group("grounding (testing thoughts against reality)")
+    g.add_argument("--tests", metavar="FILE", help="code: a file of asserts or test_ functions the program must pass")
+    g.add_argument("--data", metavar="PATH", help="humaneval, mbpp: the benchmark data file")
+    g.add_argument("--repo", metavar="DIR", help="debug: the repository with the failing test (never modified)")
+    g.add_argument("--failing-test", metavar="TEST", help="debug: the failing test, a pytest node id relative to --repo")
+    g.add_argument("--test-command", metavar="CMD", help='debug: how to run a test, e.g. "python -m pytest -q" (default)')
+    g.add_argument("--knowledge", metavar="DIR", help="check claims against the .md/.txt documents in DIR")
+    g.add_argument("--knowledge-index", metavar="FILE", help="keep the --knowledge search index in this SQLite file")
+    g.add_argument("--sandbox-timeout", type=_positive_float("--sandbox-timeout"), metavar="S",
+                   help="wall-clock seconds per sandboxed run (default: 10 for code, 60 for debug)")
+    g.add_argument("--sandbox-memory", type=_positive_int("--sandbox-memory"), metavar="MB",
+                   help="memory limit per sandboxed run (default 1024)")
+    g.add_argument("--grounding-penalty", type=_unit_float("--grounding-penalty"), metavar="X",
+                   help="score multiplier for a thought that fails grounding (default: the profile's)")
+    g.add_argument("--grounding-boost", type=float, metavar="X",
+                   help="score multiplier (>= 1) for a verified thought (default: the profile's)")
     s.add_argument("--json", action="store_true", help="print one JSON object instead of text")
     s.add_argument("--mermaid", metavar="FILE", help="write the reasoning graph as a Mermaid flowchart")
     s.add_argument("--quiet", action="store_true", help="no live progress on stderr")
@@ -128,14 +146,25 @@ def _format_text(result: Any) -> str:
     lines = []
     if result.answer is not None:
         verdict = {True: "checked: correct", False: "checked: WRONG", None: "unchecked"}[result.solved]
-        lines.append(f"answer: {result.answer}   [{verdict}]")
+        if "\n" in result.answer.strip():  # a program or a patch: keep its lines
+            lines.append(f"answer [{verdict}]:")
+            lines.extend(f"  {line}" for line in result.answer.rstrip().splitlines())
+        else:
+            lines.append(f"answer: {result.answer}   [{verdict}]")
     else:
         lines.append(f"no solution within budget (stopped: {result.termination_reason}); best partial path below")
     lines.append("best path:")
     for step in result.best_path:
         score = "" if step.score is None else f"  [{step.score:.2f}]"
         content = " ".join(step.content.split())  # one line per step, however the model wrapped it
-        lines.append(f"  {step.id:>4}  {step.kind:<12} {content}{score}")
+        if len(content) > 160:
+            content = content[:157] + "..."
+        grounded = result.grounding.get(step.id)
+        mark = "" if grounded is None else {True: "  ✓", False: "  ✗", None: "  ?"}[grounded.verified]
+        lines.append(f"  {step.id:>4}  {step.kind:<12} {content}{score}{mark}")
+        if grounded is not None and grounded.evidence.strip():
+            for ev in grounded.evidence.strip().splitlines()[:3]:
+                lines.append(f"{'':>20}{ev[:140]}")
     u, st = result.usage, result.stats
     limit = f" of {u['token_limit']:,}" if u.get("token_limit") else ""
     cost = f" · ${u['cost_usd']:.4f}" if u.get("cost_usd") else ""
@@ -145,6 +174,12 @@ def _format_text(result: Any) -> str:
         f"tokens {u['input_tokens'] + u['output_tokens']:,}{limit} (in {u['input_tokens']:,} / out "
         f"{u['output_tokens']:,}) · calls {u['calls']}{cost} · {st['wall_s']:.1f}s"
     )
+    if result.grounding:
+        g = st
+        lines.append(
+            f"grounding: {len(result.grounding)} thoughts tested · {g.get('verified', 0)} verified · "
+            f"{g.get('grounding_failed', 0)} failed" + (f" · {g['grounder_errors']} grounder errors" if g.get("grounder_errors") else "")
+        )
     if result.error:
         lines.append(f"model error: {result.error}")
     control = result.control
@@ -177,10 +212,20 @@ def cmd_solve(args: argparse.Namespace) -> int:
     from ..views.mermaid import to_mermaid
     from ..views.progress import ProgressDisplay
 
-    task = get_task(args.task)
-    problem = task.parse_problem(args.problem)  # fail fast on bad input, before loading any model
-    del problem
     profile = get_profile(args.profile)
+    task_name = args.task or _implied_task(args, profile.default_task)
+    task = get_task(task_name, _task_options(args, task_name))
+    problem_text = _problem_text(args, task_name)
+    # Fail fast on bad input, before loading any model.
+    task.parse_problem(problem_text)
+    grounders = _extra_grounders(args)
+    try:
+        policy = replace(
+            profile.grounding,
+            **{k: v for k, v in (("fail_factor", args.grounding_penalty), ("boost", args.grounding_boost)) if v is not None},
+        )
+    except ValueError as exc:
+        raise UsageError(f"--grounding-boost: {exc}") from None
     defaults = {**task.search_defaults, **profile.search}
     if profile.hard_depth is not None:
         defaults["max_depth"] = profile.hard_depth
@@ -220,7 +265,8 @@ def cmd_solve(args: argparse.Namespace) -> int:
     async def run() -> Any:
         gateway = make_gateway(args.model, limits, concurrency=config.concurrency, progress=progress)
         try:
-            return await search(task, args.problem, gateway, config, sinks=sinks, controller=controller)
+            return await search(task, problem_text, gateway, config, sinks=sinks, controller=controller,
+                                grounders=grounders, grounding_policy=policy)
         finally:
             await gateway.aclose()
 
@@ -234,6 +280,79 @@ def cmd_solve(args: argparse.Namespace) -> int:
     else:
         print(_format_text(result))
     return 130 if result.termination_reason == "interrupted" else 0
+
+
+def _implied_task(args: argparse.Namespace, profile_task: str | None) -> str:
+    """The task when --task is not given: from the options used, else the profile's, else general."""
+    if args.repo or args.failing_test:
+        return "debug"
+    if args.tests:
+        return "code"
+    if args.problem_id:
+        prefix = args.problem_id.split("/")[0].lower()
+        if prefix in ("humaneval", "mbpp"):
+            return prefix
+    return profile_task or "general"
+
+
+def _task_options(args: argparse.Namespace, task_name: str) -> Any:
+    import shlex
+    from pathlib import Path
+
+    from ..grounding.sandbox import SandboxLimits
+    from ..tasks.registry import TaskOptions
+
+    for flag, value in (("--tests", args.tests), ("--data", args.data), ("--repo", args.repo)):
+        if value is not None and not os.path.exists(value):
+            raise UsageError(f"{flag} {value}: no such file or directory")
+    sandbox = None
+    if args.sandbox_timeout is not None or args.sandbox_memory is not None:
+        base = SandboxLimits(timeout_s=60, cpu_s=60) if task_name == "debug" else SandboxLimits()
+        timeout = args.sandbox_timeout if args.sandbox_timeout is not None else base.timeout_s
+        sandbox = replace_limits(base, timeout, args.sandbox_memory)
+    try:
+        command = tuple(shlex.split(args.test_command)) if args.test_command else None
+    except ValueError as exc:
+        raise UsageError(f"--test-command: {exc}") from None
+    return TaskOptions(
+        tests=Path(args.tests) if args.tests else None, data=Path(args.data) if args.data else None,
+        repo=Path(args.repo) if args.repo else None, failing_test=args.failing_test, test_command=command,
+        sandbox=sandbox,
+    )
+
+
+def replace_limits(base: Any, timeout_s: float, memory_mb: int | None) -> Any:
+    """Sandbox limits with a new timeout (and CPU limit to match) and, if given, a memory limit."""
+    from dataclasses import replace
+
+    changes: dict[str, Any] = {"timeout_s": timeout_s, "cpu_s": max(1, int(timeout_s + 0.999))}
+    if memory_mb is not None:
+        changes["memory_mb"] = memory_mb
+    return replace(base, **changes)
+
+
+def _problem_text(args: argparse.Namespace, task_name: str) -> str:
+    if args.problem is not None and args.problem_id is not None:
+        raise UsageError("give the problem either as text or as --problem ID, not both")
+    text = args.problem_id if args.problem_id is not None else args.problem
+    if text is None and task_name != "debug":
+        raise UsageError(f"no problem given: loom solve --task {task_name} \"PROBLEM\" (or --problem ID)")
+    return text or ""
+
+
+def _extra_grounders(args: argparse.Namespace) -> list[Any]:
+    if args.knowledge_index and not args.knowledge:
+        raise UsageError("--knowledge-index needs --knowledge DIR")
+    if not args.knowledge:
+        return []
+    from ..grounding.knowledge import KnowledgeBase, KnowledgeBaseError
+    from ..grounding.research import ResearchGrounder
+
+    try:
+        kb = KnowledgeBase.open(args.knowledge, args.knowledge_index)
+    except KnowledgeBaseError as exc:
+        raise UsageError(str(exc)) from None
+    return [ResearchGrounder(kb)]
 
 
 def _check_writable(path: str) -> None:
@@ -264,8 +383,8 @@ def cmd_tasks(args: argparse.Namespace) -> int:
     """List tasks."""
     from ..tasks.registry import TASKS
 
-    for name, cls in sorted(TASKS.items()):
-        print(f"{name:<10} {cls.description}")
+    for name, (description, _) in sorted(TASKS.items()):
+        print(f"{name:<10} {description}")
     return 0
 
 
@@ -286,11 +405,13 @@ def main(argv: list[str] | None = None) -> int:
     from ..tasks.registry import UnknownTask
 
     from ..control.profiles import UnknownProfile
+    from ..tasks.registry import TaskOptionError
 
     commands = {"solve": cmd_solve, "tasks": cmd_tasks, "profiles": cmd_profiles}
     try:
         return commands[args.command](args)
-    except (UsageError, ProblemError, UnknownTask, UnknownProfile, UnsupportedOperation, ModelError) as exc:
+    except (UsageError, ProblemError, UnknownTask, UnknownProfile, UnsupportedOperation, ModelError,
+            TaskOptionError) as exc:
         print(f"loom: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

@@ -1,23 +1,114 @@
-"""Tasks by name."""
+"""Tasks by name, and the options some of them take (tests, data files, a repository to debug)."""
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from .base import Task
 from .game24 import Game24
 from .general import GeneralTask
 
-TASKS: dict[str, type[Task[Any]]] = {"game24": Game24, "general": GeneralTask}
+if TYPE_CHECKING:
+    from ..grounding.sandbox import SandboxLimits
+
+
+@dataclass(frozen=True, slots=True)
+class TaskOptions:
+    """What `loom solve` passes to tasks besides the problem text; each task uses its own."""
+
+    tests: Path | None = None  # code: a file of tests the program must pass
+    data: Path | None = None  # humaneval, mbpp: the benchmark file
+    repo: Path | None = None  # debug: the repository with the bug
+    failing_test: str | None = None  # debug: the test that fails (a pytest node id)
+    test_command: tuple[str, ...] | None = None  # debug: how to run tests (default: pytest)
+    sandbox: SandboxLimits | None = None  # code, debug: limits for running programs and tests
+
+    def given(self) -> list[str]:
+        """Names of the options that are set."""
+        return [name for name in ("tests", "data", "repo", "failing_test", "test_command") if getattr(self, name)]
 
 
 class UnknownTask(ValueError):
     """No task of that name."""
 
 
-def get_task(name: str) -> Task[Any]:
+class TaskOptionError(ValueError):
+    """An option the task does not take, or one it needs and did not get."""
+
+
+def _no_options(cls: type[Task[Any]]) -> Callable[[TaskOptions], Task[Any]]:
+    def build(options: TaskOptions) -> Task[Any]:
+        if options.given():
+            raise TaskOptionError(
+                f"task {cls.name} takes no --{options.given()[0].replace('_', '-')}; "
+                "see 'loom tasks' for the tasks that do"
+            )
+        return cls()
+
+    return build
+
+
+def _only(options: TaskOptions, task: str, allowed: set[str]) -> None:
+    extra = [name for name in options.given() if name not in allowed]
+    if extra:
+        raise TaskOptionError(f"task {task} takes no --{extra[0].replace('_', '-')}")
+
+
+def _sandbox_kw(options: TaskOptions) -> dict[str, Any]:
+    return {"sandbox_limits": options.sandbox} if options.sandbox is not None else {}
+
+
+def _code(options: TaskOptions) -> Task[Any]:
+    from .code import CodeTask, read_tests
+
+    _only(options, "code", {"tests"})
+    return CodeTask(tests=read_tests(options.tests) if options.tests else (), **_sandbox_kw(options))
+
+
+def _humaneval(options: TaskOptions) -> Task[Any]:
+    from .humaneval import HumanEvalTask
+
+    _only(options, "humaneval", {"data"})
+    return HumanEvalTask(data=options.data, **_sandbox_kw(options))
+
+
+def _mbpp(options: TaskOptions) -> Task[Any]:
+    from .humaneval import MBPPTask
+
+    _only(options, "mbpp", {"data"})
+    return MBPPTask(data=options.data, **_sandbox_kw(options))
+
+
+def _debug(options: TaskOptions) -> Task[Any]:
+    from .debug import DebugTask
+
+    _only(options, "debug", {"repo", "failing_test", "test_command"})
+    if options.repo is None or not options.failing_test:
+        raise TaskOptionError("task debug needs --repo DIR and --failing-test TEST (a pytest node id)")
+    return DebugTask(
+        repo=options.repo, failing_test=options.failing_test, test_command=options.test_command,
+        **_sandbox_kw(options),
+    )
+
+
+#: name -> (one-line description, builder)
+TASKS: dict[str, tuple[str, Callable[[TaskOptions], Task[Any]]]] = {
+    "game24": (Game24.description, _no_options(Game24)),
+    "general": (GeneralTask.description, _no_options(GeneralTask)),
+    "code": ("write a Python function (--tests FILE); programs are run against the tests in a sandbox", _code),
+    "humaneval": ("HumanEval problem by id (--problem HumanEval/0); pass@1 on the hidden tests", _humaneval),
+    "mbpp": ("MBPP problem by id (--problem MBPP/2, --data FILE); pass@1 on all its tests", _mbpp),
+    "debug": ("fix a failing test in a repository (--repo DIR --failing-test TEST)", _debug),
+}
+
+
+def get_task(name: str, options: TaskOptions | None = None) -> Task[Any]:
     """A fresh task instance by name; UnknownTask lists the names there are."""
     try:
-        return TASKS[name]()
+        _, build = TASKS[name]
     except KeyError:
         raise UnknownTask(f"unknown task {name!r}; choose one of: {', '.join(sorted(TASKS))}") from None
+    return build(options or TaskOptions())

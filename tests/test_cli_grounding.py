@@ -1,0 +1,111 @@
+"""`loom solve` for code, HumanEval and debugging, as a user runs it: subprocesses, a scripted HTTP model,
+real sandboxes, a real repository with a failing test."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from openai_server import FakeOpenAIServer, Reply, Seen
+from test_code_task import HE0_CORRECT
+from test_cli import assert_one_line_error, loom
+from test_debugging_grounder import CALC, FAILING, FIXED_CALC, TEST_CALC
+
+
+def replying(answer: Callable[[str], str]) -> Callable[[Seen], Reply]:
+    """A completions responder: answer(prompt) for every choice."""
+
+    def reply(seen: Seen) -> Reply:
+        prompt = seen.body.get("prompt") or seen.body["messages"][-1]["content"]
+        n = int(seen.body.get("n") or 1)
+        return Reply(200, {
+            "id": "x", "object": "text_completion", "created": 0, "model": "m",
+            "choices": [{"index": i, "text": answer(prompt), "finish_reason": "stop"} for i in range(n)],
+            "usage": {"prompt_tokens": 100, "completion_tokens": 30 * n, "total_tokens": 100 + 30 * n},
+        })
+
+    return reply
+
+
+def model_spec(server: FakeOpenAIServer, answer: Callable[[str], str]) -> str:
+    server.responder = replying(answer)
+    return f"openai-compatible:{server.url}@scripted#completions"
+
+
+def test_code_generation_against_the_users_tests(server: FakeOpenAIServer, tmp_path: Path) -> None:
+    tests = tmp_path / "test_add.py"
+    tests.write_text("assert add(2, 3) == 5\n")
+    model = model_spec(server, lambda prompt: "a, b):\n    return a + b\n")
+    proc = loom("solve", "--profile", "code_generation", "--tests", str(tests), "--model", model,
+                "write a function add(a, b) that returns the sum")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("answer [checked: correct]:")
+    assert "    return a + b" in proc.stdout
+    assert "(code): verified 1 passed, 0 failed" in proc.stderr
+
+
+def test_humaneval_problem_by_id_reports_pass_at_1(server: FakeOpenAIServer) -> None:
+    model = model_spec(server, lambda prompt: HE0_CORRECT)
+    proc = loom("solve", "--task", "humaneval", "--problem", "HumanEval/0", "--model", model, "--json")
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert out["solved"] is True and out["termination_reason"] == "goal_reached"
+    assert out["grounding"][0]["grounder"] == "code" and out["grounding"][0]["verified"] is True
+
+
+def test_debugging_a_real_failing_test(server: FakeOpenAIServer, tmp_path: Path) -> None:
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    (repo / "calc.py").write_text(CALC)
+    (repo / "test_calc.py").write_text(TEST_CALC)
+
+    def answer(prompt: str) -> str:
+        return FIXED_CALC if "(fixed)" in prompt else "add() in calc.py subtracts instead of adding."
+
+    proc = loom("solve", "--profile", "debugging", "--repo", str(repo), "--failing-test", FAILING,
+                "--model", model_spec(server, answer), "--breadth", "1", "--json")
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert out["solved"] is True and out["task"] == "debug"
+    assert "return a + b" in out["answer"]
+    assert (repo / "calc.py").read_text() == CALC
+
+
+def test_an_unknown_humaneval_id_exits_2_with_one_line() -> None:
+    assert_one_line_error(loom("solve", "--task", "humaneval", "--problem", "HumanEval/999"), "HumanEval/999")
+
+
+def test_a_missing_tests_file_exits_2_with_one_line(tmp_path: Path) -> None:
+    assert_one_line_error(loom("solve", "--tests", str(tmp_path / "nope.py"), "add"), "--tests", "no such file")
+
+
+def test_an_option_the_task_does_not_take_exits_2(tmp_path: Path) -> None:
+    tests = tmp_path / "t.py"
+    tests.write_text("assert f() == 1\n")
+    assert_one_line_error(loom("solve", "--task", "game24", "--tests", str(tests), "4 5 6 10"), "game24", "--tests")
+
+
+def test_debugging_without_a_failing_test_exits_2(tmp_path: Path) -> None:
+    assert_one_line_error(loom("solve", "--profile", "debugging", "--repo", str(tmp_path)), "--failing-test")
+
+
+def test_a_test_that_does_not_fail_exits_2_saying_there_is_nothing_to_debug(tmp_path: Path) -> None:
+    (tmp_path / "calc.py").write_text(FIXED_CALC)
+    (tmp_path / "test_calc.py").write_text(TEST_CALC)
+    proc = loom("solve", "--repo", str(tmp_path), "--failing-test", FAILING)
+    assert_one_line_error(proc, "passes on the unmodified repo")
+
+
+@pytest.mark.local_model
+def test_humaneval_end_to_end_on_the_embedded_model() -> None:
+    proc = loom("solve", "--task", "humaneval", "--problem", "HumanEval/0", "--json", "--quiet", "--seed", "1",
+                "--depth", "2", timeout=900)
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert out["model"].startswith("local:")
+    assert out["grounding"], "every sampled program is run against the docstring examples"
+    assert all(g["grounder"] == "code" and g["passed"] + g["failed"] == 2 for g in out["grounding"] if g["grounded"])
+    assert "def has_close_elements" in out["answer"]
+    assert isinstance(out["solved"], bool)  # pass@1 on the hidden tests, whatever the 270M model wrote

@@ -1,0 +1,179 @@
+"""Code tasks: programs as thoughts, visible tests as grounding, hidden tests only for pass@1."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from thoughtloom.llm.fake import ScriptedBackend
+from thoughtloom.llm.gateway import Gateway
+from thoughtloom.search.config import SearchConfig
+from thoughtloom.search.engine import search
+from thoughtloom.tasks.base import ProblemError
+from thoughtloom.tasks.code import CodeProblem, docstring_tests, entry_point_of, split_tests
+from thoughtloom.tasks.humaneval import load_humaneval, load_mbpp
+from thoughtloom.tasks.registry import TaskOptions, get_task
+
+MBPP = Path(__file__).parents[2] / "shared" / "data" / "mbpp" / "sanitized-mbpp-nontest.json"
+needs_mbpp = pytest.mark.skipif(not MBPP.is_file(), reason=f"MBPP data not at {MBPP}")
+
+HE0_CORRECT = (
+    "    for i, a in enumerate(numbers):\n        for j, b in enumerate(numbers):\n"
+    "            if i != j and abs(a - b) < threshold:\n                return True\n    return False\n"
+)
+HE0_WRONG = "    return False\n"
+# Passes both docstring examples, fails the hidden tests: what pass@1 must catch.
+HE0_OVERFITTED = "    return numbers == [1.0, 2.8, 3.0, 4.0, 5.0, 2.0]\n"
+
+
+def model(*bodies: str) -> ScriptedBackend:
+    return ScriptedBackend(responder=lambda request, index: bodies[index % len(bodies)])
+
+
+async def solve(task_name: str, problem: str, fake: ScriptedBackend, **options):
+    task = get_task(task_name, TaskOptions(**options))
+    return await search(task, problem, Gateway(fake), SearchConfig(**task.search_defaults))
+
+
+# --- tests the search may see -----------------------------------------------------------------
+
+
+def test_docstring_examples_become_asserts() -> None:
+    prompt = 'def f(x):\n    """Double.\n    >>> f(2)\n    4\n    >>> f(0)\n    0\n    """\n'
+    assert docstring_tests(prompt, "f") == ("assert f(2) == 4", "assert f(0) == 0")
+
+
+def test_arrow_examples_become_asserts_when_there_is_no_doctest() -> None:
+    prompt = 'def f(x):\n    """Example:\n    f(2) ➞ 4\n    f(3) == 6\n    """\n'
+    assert docstring_tests(prompt, "f") == ("assert f(2) == 4", "assert f(3) == 6")
+
+
+def test_examples_naming_undefined_things_are_left_out() -> None:
+    prompt = 'def f(x):\n    """\n    >>> f(1)\n    true\n    >>> f(a)\n    1\n    >>> f(2)\n    True\n    """\n'
+    assert docstring_tests(prompt, "f") == ("assert f(2) == True",)
+
+
+def test_most_humaneval_problems_get_visible_tests_from_their_docstrings() -> None:
+    items = load_humaneval()
+    assert len(items) == 164
+    assert sum(1 for item in items.values() if item.problem.visible_tests) >= 120
+
+
+def test_a_tests_file_is_cut_into_asserts_and_test_functions_with_the_imports_in_front() -> None:
+    source = "import math\n\nassert area(1) == math.pi\n\ndef test_zero():\n    assert area(0) == 0\n"
+    assert split_tests(source) == (
+        "import math\nassert area(1) == math.pi",
+        "import math\ndef test_zero():\n    assert area(0) == 0\ntest_zero()",
+    )
+
+
+def test_a_tests_file_without_tests_is_a_problem_error() -> None:
+    with pytest.raises(ProblemError, match="no tests"):
+        split_tests("x = 1\n")
+
+
+def test_the_entry_point_is_the_first_function_the_tests_call_and_do_not_define() -> None:
+    assert entry_point_of(["def helper(): return 1", "assert len(add(helper(), 2)) == 3"]) == "add"
+
+
+def test_a_completion_is_appended_to_the_prompt_and_a_full_function_keeps_the_prompts_imports() -> None:
+    problem = CodeProblem("x", "d", "from typing import List\n\ndef f(xs: List[int]) -> int:\n", "f")
+    assert problem.program_from("    return 1\n") == "from typing import List\n\ndef f(xs: List[int]) -> int:\n    return 1\n"
+    full = problem.program_from("```python\ndef f(xs):\n    return 2\n```")
+    assert full == "from typing import List\ndef f(xs):\n    return 2\n"
+
+
+# --- HumanEval: the hidden tests never reach the search -----------------------------------------
+
+
+async def test_humaneval_is_solved_when_a_sample_passes_the_visible_tests_and_scored_on_the_hidden_ones() -> None:
+    result = await solve("humaneval", "HumanEval/0", model(HE0_WRONG, HE0_CORRECT))
+    assert result.termination_reason == "goal_reached"
+    assert result.solved is True
+    assert "def has_close_elements" in result.answer and "abs(a - b)" in result.answer
+
+
+async def test_a_program_that_only_fits_the_visible_examples_fails_pass_at_1() -> None:
+    result = await solve("humaneval", "HumanEval/0", model(HE0_OVERFITTED))
+    assert result.termination_reason == "goal_reached"  # the search saw two passing examples
+    assert result.solved is False  # the hidden tests did not pass
+
+
+async def test_the_hidden_tests_reach_neither_the_prompts_nor_the_grounder() -> None:
+    hidden = load_humaneval()["HumanEval/0"].hidden_check
+    hidden_lines = [ln.strip() for ln in hidden.splitlines() if ln.strip().startswith("assert")]
+    assert hidden_lines
+    fake = model(HE0_WRONG)
+    task = get_task("humaneval")
+    config = replace(SearchConfig(**task.search_defaults), max_depth=2)
+    result = await search(task, "HumanEval/0", Gateway(fake), config)
+    prompts = [r.prompt.as_text() + "".join(m.content for m in r.prompt.as_messages()) for r in fake.calls]
+    assert len(prompts) >= 2  # samples and a revision after the failure
+    for line in [*hidden_lines, "def check(candidate)"]:
+        assert all(line not in p for p in prompts)
+        assert all(line not in g.evidence for g in result.grounding.values())
+    problem = task.parse_problem("HumanEval/0")
+    assert all(line not in " ".join(problem.visible_tests) for line in hidden_lines)
+
+
+def test_an_unknown_humaneval_id_is_a_one_line_problem_error() -> None:
+    with pytest.raises(ProblemError, match="no humaneval problem 'HumanEval/999'"):
+        get_task("humaneval").parse_problem("HumanEval/999")
+
+
+def test_a_bare_number_names_a_humaneval_problem() -> None:
+    assert get_task("humaneval").parse_problem("7").id == "HumanEval/7"
+
+
+# --- MBPP -------------------------------------------------------------------------------------
+
+
+@needs_mbpp
+def test_mbpp_shows_the_first_test_and_checks_all_of_them() -> None:
+    item = load_mbpp(MBPP)["MBPP/2"]
+    assert item.problem.entry_point == "similar_elements"
+    assert len(item.problem.visible_tests) == 1 and "similar_elements((3, 4, 5, 6)" in item.problem.visible_tests[0]
+    assert item.hidden_check.count("assert") == 3
+
+
+@needs_mbpp
+async def test_mbpp_solved_with_the_reference_program() -> None:
+    import json
+
+    row = next(r for r in json.loads(MBPP.read_text()) if r["task_id"] == 2)
+    result = await solve("mbpp", "MBPP/2", model(f"```python\n{row['code']}\n```"), data=MBPP)
+    assert result.solved is True and result.termination_reason == "goal_reached"
+
+
+def test_mbpp_without_data_says_how_to_pass_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("THOUGHTLOOM_MBPP", raising=False)
+    with pytest.raises(ProblemError, match="--data"):
+        get_task("mbpp").parse_problem("MBPP/2")
+
+
+# --- users' own problems -----------------------------------------------------------------------
+
+
+async def test_a_users_problem_is_solved_against_their_tests(tmp_path: Path) -> None:
+    tests = tmp_path / "test_add.py"
+    tests.write_text("assert add(1, 2) == 3\nassert add(-1, 1) == 0\n")
+    fake = model("a, b):\n    return a - b\n", "a, b):\n    return a + b\n")
+    result = await solve("code", "write a function add(a, b) that returns the sum", fake, tests=tests)
+    assert result.solved is True
+    assert result.answer.rstrip().endswith("return a + b")
+    prompt = fake.calls[0].prompt.as_text()
+    assert "assert add(1, 2) == 3" in prompt and prompt.endswith("def add(")
+
+
+async def test_a_failed_program_is_revised_with_the_failing_test_in_the_prompt(tmp_path: Path) -> None:
+    tests = tmp_path / "t.py"
+    tests.write_text("assert add(1, 2) == 3\n")
+    fake = ScriptedBackend().on("An earlier version failed", "a, b):\n    return a + b\n")
+    fake.default = "a, b):\n    return a - b\n"
+    result = await solve("code", "add two numbers", fake, tests=tests)
+    revision = [r for r in fake.calls if "An earlier version failed" in r.prompt.as_text()]
+    assert revision and "assert add(1, 2) == 3" in revision[0].prompt.as_text()
+    assert result.solved is True
