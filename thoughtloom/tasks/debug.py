@@ -96,8 +96,11 @@ class DebugTask(Task[DebugProblem]):
         """The grounder for this repository (one per task: it keeps the reproduced failure)."""
         if self._grounder is None:
             try:
+                command = self.test_command
+                if command is not None and problem.failing_test not in command:
+                    command = [*command, problem.failing_test]  # the user gave how to run tests, not which
                 self._grounder = DebuggingGrounder(
-                    problem.repo, problem.failing_test, Sandbox(self.sandbox_limits), test_command=self.test_command,
+                    problem.repo, problem.failing_test, Sandbox(self.sandbox_limits), test_command=command,
                     env=dict(self.test_env) if self.test_env else None,
                 )
             except GroundingSetupError as exc:
