@@ -177,3 +177,18 @@ async def test_a_failed_program_is_revised_with_the_failing_test_in_the_prompt(t
     revision = [r for r in fake.calls if "An earlier version failed" in r.prompt.as_text()]
     assert revision and "assert add(1, 2) == 3" in revision[0].prompt.as_text()
     assert result.solved is True
+
+
+async def test_hostile_programs_are_contained_and_the_search_goes_on() -> None:
+    from thoughtloom.grounding.sandbox import SandboxLimits
+
+    loop = "    while True:\n        pass\n"
+    fork_bomb = "    import os\n    while True:\n        os.fork()\n"
+    limits = SandboxLimits(timeout_s=2, cpu_s=2, max_processes=16)
+    task = get_task("humaneval", TaskOptions(sandbox=limits))
+    config = replace(SearchConfig(**task.search_defaults), breadth=3)
+    result = await search(task, "HumanEval/0", Gateway(model(loop, fork_bomb, HE0_CORRECT)), config)
+    assert result.solved is True and result.termination_reason == "goal_reached"
+    errors = [t["error"] or "" for g in result.grounding.values() for t in g.details.get("tests", [])]
+    assert any("timeout" in e for e in errors)  # the endless loop was stopped per test
+    assert sum(1 for g in result.grounding.values() if g.verified is False) == 2  # loop and fork bomb failed

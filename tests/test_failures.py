@@ -265,6 +265,16 @@ def test_grounding_failure_waits_for_enough_samples() -> None:
     assert GroundingFailureDetector().assess(healthy(generated=4, rejected=4), LIMITS) is None
 
 
+def test_grounding_failure_fires_when_most_grounded_thoughts_fail_their_tests() -> None:
+    failure = GroundingFailureDetector().assess(healthy(grounded=10, grounding_failed=9), LIMITS)
+    assert failure is not None and failure.likelihood == pytest.approx(1.0)
+    assert "9 of 10 grounded thoughts (90%) failed their tests" in failure.evidence
+
+
+def test_grounding_failure_waits_for_enough_grounded_thoughts() -> None:
+    assert GroundingFailureDetector().assess(healthy(grounded=3, grounding_failed=3), LIMITS) is None
+
+
 # --- generator exhaustion ---------------------------------------------------------------------
 
 

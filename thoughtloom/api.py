@@ -64,7 +64,8 @@ async def asolve(
     own; grounding_policy: how their results move scores.
     """
     task_obj = get_task(task) if isinstance(task, str) else task
-    config = replace(config or SearchConfig(), **overrides)
+    # Without a config the task's own defaults apply, as on the command line.
+    config = replace(config or SearchConfig(**task_obj.search_defaults), **overrides)
     gateway = make_gateway(model, budget, concurrency=config.concurrency)
     try:
         return await search(task_obj, problem, gateway, config, sinks=sinks, controller=controller,

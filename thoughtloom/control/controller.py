@@ -194,6 +194,8 @@ class Controller:
             generated=ctx.counts["proposed"],
             rejected=ctx.counts["rejected"],
             duplicates=ctx.counts["duplicates"],
+            grounded=ctx.counts["grounded"],
+            grounding_failed=ctx.counts["grounding_failed"],
             value_spreads=list(ctx.value_spreads),
             recent=[self._view(ctx, n) for n in recent[-RECENT_WINDOW:]],
             tokens_per_expansion=(spent / expansions) if expansions else None,

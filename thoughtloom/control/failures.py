@@ -343,28 +343,34 @@ class CircularReasoningDetector:
 
 @dataclass(frozen=True, slots=True)
 class GroundingFailureDetector:
-    """The task's exact validator rejects most of what the generator proposes.
+    """Reality keeps saying no: the task's validator rejects most proposals, or most grounded
+    thoughts fail their tests or checks.
 
-    Rule: nothing before limits.min_samples thoughts are generated. Likelihood =
-    (rejected / generated - 0.3) / 0.5, clamped to [0, 1]: 40% rejected gives 0.2, 55% gives
-    0.5, 80% or more gives 1.
+    Rule: two rates, each judged once it has limits.min_samples thoughts behind it: rejected /
+    generated, and failed / grounded. Likelihood = (worse rate - 0.3) / 0.5, clamped to [0, 1]:
+    40% gives 0.2, 55% gives 0.5, 80% or more gives 1.
     """
 
     mode: ClassVar[FailureMode] = FailureMode.GROUNDING_FAILURE
 
     def assess(self, state: SearchState, limits: DetectorLimits) -> AnticipatedFailure | None:
         """See `GroundingFailureDetector`."""
-        if state.generated < limits.min_samples:
+        rates: list[tuple[float, str]] = []
+        if state.generated >= limits.min_samples:
+            fraction = state.rejected / state.generated
+            rates.append((fraction, f"{state.rejected} of {state.generated} generated thoughts ({fraction:.0%}) "
+                                    "were rejected by the task's validator"))
+        if state.grounded >= limits.min_samples:
+            fraction = state.grounding_failed / state.grounded
+            rates.append((fraction, f"{state.grounding_failed} of {state.grounded} grounded thoughts ({fraction:.0%}) "
+                                    "failed their tests or checks"))
+        if not rates:
             return None
-        fraction = state.rejected / state.generated
-        evidence = (
-            f"{state.rejected} of {state.generated} generated thoughts ({fraction:.0%}) were rejected by "
-            "the task's validator"
-        )
+        fraction, evidence = max(rates)
         prevention = (
-            "Show the generator the validator's rules (a valid example step) or lower the temperature."
+            "Show the generator the validator's rules or the failing tests (a valid example), or lower the temperature."
         )
-        mitigation = "Keep only validated thoughts and fall back to the best validated one."
+        mitigation = "Keep only verified thoughts and fall back to the best verified one."
         return _failure(self.mode, (fraction - 0.3) / 0.5, "now", prevention, mitigation, evidence)
 
 

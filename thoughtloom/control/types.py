@@ -47,6 +47,9 @@ class SearchState:
     progress: list[tuple[int, float]] = field(default_factory=list)
     #: Steps every answer takes when the task fixes it (Game of 24: 3); None when open-ended.
     natural_depth: int | None = None
+    #: Thoughts tested by a grounder (tests run, claims checked), and how many of them failed.
+    grounded: int = 0
+    grounding_failed: int = 0
 
 
 class DepthAction(str, enum.Enum):
