@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
+from typing import Any
 
 import pytest
 from openai_server import FakeOpenAIServer, serve
+
+from thoughtloom.llm.openai_backend import OpenAIBackend
 
 
 @pytest.fixture
@@ -13,3 +16,22 @@ def server() -> Iterator[FakeOpenAIServer]:
     """A scripted OpenAI-compatible server on an ephemeral 127.0.0.1 port."""
     with serve() as fake:
         yield fake
+
+
+BackendFactory = Callable[..., OpenAIBackend]
+
+
+@pytest.fixture
+async def backend_for(server: FakeOpenAIServer) -> AsyncIterator[BackendFactory]:
+    """Make backends pointed at the fake server (keyword arguments override); closed after the test."""
+    made: list[OpenAIBackend] = []
+
+    def make(**kwargs: Any) -> OpenAIBackend:
+        options: dict[str, Any] = {"model": "test-model", "base_url": server.url, "api_key": "sk-test"}
+        options.update(kwargs)
+        made.append(OpenAIBackend(**options))
+        return made[-1]
+
+    yield make
+    for backend in made:
+        await backend.aclose()

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import pytest
+from conftest import BackendFactory
 from openai_server import FakeOpenAIServer, Reply, closed_port, error_body
 
 from thoughtloom.llm.errors import (
@@ -19,25 +19,6 @@ from thoughtloom.llm.errors import (
 from thoughtloom.llm.gateway import Gateway, RetryPolicy
 from thoughtloom.llm.openai_backend import OpenAIBackend
 from thoughtloom.llm.types import Completion, GenerateRequest, Message, Prompt, Usage
-
-BackendFactory = Callable[..., OpenAIBackend]
-
-
-@pytest.fixture
-async def backend_for(server: FakeOpenAIServer) -> AsyncIterator[BackendFactory]:
-    """Make backends pointed at the fake server (keyword arguments override); closed after the test."""
-    made: list[OpenAIBackend] = []
-
-    def make(**kwargs: Any) -> OpenAIBackend:
-        options: dict[str, Any] = {"model": "test-model", "base_url": server.url, "api_key": "sk-test"}
-        options.update(kwargs)
-        made.append(OpenAIBackend(**options))
-        return made[-1]
-
-    yield make
-    for backend in made:
-        await backend.aclose()
-
 
 def ask(n: int = 1, **kwargs: Any) -> GenerateRequest:
     """A request with a plain-text prompt."""

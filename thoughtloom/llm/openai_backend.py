@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import asyncio
 import socket
-from collections.abc import Sequence
+import zlib
+from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from .budget import Pricing
 from .errors import ModelConfigError, ModelError, ModelUnreachable, TransientModelError
@@ -20,6 +21,7 @@ if TYPE_CHECKING:
     from openai import AsyncOpenAI
 
 Api = Literal["chat", "completions"]
+T = TypeVar("T")
 
 # Statuses worth retrying; the same set the SDK itself would retry (408 request timeout,
 # 409 lock timeout, 429 rate limit, 5xx).
@@ -68,6 +70,7 @@ class OpenAIBackend:
         name: str | None = None,
         *,
         key_env: str | None = None,
+        batch: bool = True,
     ) -> None:
         if api not in ("chat", "completions"):
             raise ModelConfigError(f"unknown OpenAI API {api!r}; use 'chat' or 'completions'")
@@ -91,6 +94,10 @@ class OpenAIBackend:
         self._sem: asyncio.Semaphore | None = None
         # OpenAI's reasoning models refuse max_tokens; switched once on the first such refusal.
         self._token_param = "max_tokens"
+        #: Several prompts in one completions request (OpenAI, vLLM, the llama.cpp server accept a
+        #: list of prompts); chat has no such form. Switched off for good if a server answers a
+        #: batch with the wrong number of choices.
+        self.supports_batch = batch and api == "completions"
 
     # --- Backend protocol ---------------------------------------------------------------
 
@@ -126,6 +133,55 @@ class OpenAIBackend:
                 )
         return Completion(tuple(texts[: request.n]), usage, self.name)
 
+    async def generate_batch(self, requests: Sequence[GenerateRequest]) -> list[Completion]:
+        """Several requests as one completions call with a list of prompts (choice i*n + j is
+        prompt i's sample j); requests that differ in their settings, or a server that answers
+        with the wrong number of choices, get one call each instead."""
+        first = requests[0]
+        uniform = all(
+            (r.n, r.max_tokens, r.temperature, r.stop) == (first.n, first.max_tokens, first.temperature, first.stop)
+            for r in requests
+        )
+        if not (self.supports_batch and uniform and len(requests) > 1):
+            return await self._gather([self.generate(r) for r in requests])
+        seeds = [r.seed for r in requests]
+        # One seed for the whole call, derived from every request's own: same batch, same seed.
+        seed = None if all(x is None for x in seeds) else zlib.crc32(repr(seeds).encode()) & 0x7FFFFFFF
+        prompts = [r.prompt.as_text() for r in requests]
+        sampled = await self._sample_batch(first, prompts, seed)
+        n = first.n
+        if len(sampled.texts) != n * len(requests):
+            self.supports_batch = False  # this server does not batch: never ask it again
+            return await self._gather([self.generate(r) for r in requests])
+        texts = [sampled.texts[i * n : (i + 1) * n] for i in range(len(requests))]
+        usages = _split_usage(sampled.usage, prompts, texts)
+        return [Completion(tuple(t), u, self.name) for t, u in zip(texts, usages)]
+
+    async def _sample_batch(self, request: GenerateRequest, prompts: list[str], seed: int | None) -> _Sampled:
+        """One completions call for several prompts, with SDK errors mapped to thoughtloom's."""
+        import openai
+
+        client, sem = self._ensure_client()
+        params: dict[str, Any] = {"model": self.model, "n": request.n, "temperature": request.temperature,
+                                  "max_tokens": request.max_tokens}
+        if request.stop:
+            params["stop"] = list(request.stop)
+        if seed is not None:
+            params["seed"] = seed
+        async with sem:
+            try:
+                response = await client.completions.create(prompt=prompts, **params)
+            except openai.OpenAIError as exc:
+                raise self._map_error(exc) from exc
+            except ValueError as exc:
+                raise ModelError(
+                    f"model endpoint {self.base_url} sent a response that is not valid JSON ({_one_line(exc)}); "
+                    "check that the base URL is an OpenAI-compatible API (usually .../v1)"
+                ) from exc
+        choices = _choices(response)
+        texts = tuple((getattr(c, "text", None) or "") for c in choices)
+        return _Sampled(texts, _usage(response, "".join(prompts), texts))
+
     def count_tokens(self, prompt: Prompt) -> int | None:
         """None: a remote model's tokenizer is not available locally."""
         return None
@@ -152,7 +208,7 @@ class OpenAIBackend:
             self._sem = asyncio.Semaphore(self.max_concurrency)
         return self._client, self._sem
 
-    async def _gather(self, calls: Sequence[Any]) -> list[_Sampled]:
+    async def _gather(self, calls: Sequence[Awaitable[T]]) -> list[T]:
         """Run calls concurrently; on the first failure cancel the rest and raise that error."""
         try:
             async with asyncio.TaskGroup() as group:
@@ -277,6 +333,21 @@ def _usage(response: Any, prompt_text: str, texts: tuple[str, ...]) -> Usage:
     if not isinstance(completion_tokens, int):
         completion_tokens = sum(_estimate_tokens(t) for t in texts)
     return Usage(prompt_tokens, completion_tokens)
+
+
+def _split_usage(total: Usage, prompts: Sequence[str], texts: Sequence[Sequence[str]]) -> list[Usage]:
+    """A batched call's usage shared among its requests: input in proportion to prompt bytes,
+    output to completion bytes; the sums are exact (the last request takes the rounding)."""
+
+    def shares(amount: int, weights: list[int]) -> list[int]:
+        whole = sum(weights) or len(weights)
+        parts = [amount * (w or (0 if sum(weights) else 1)) // whole for w in weights]
+        parts[-1] += amount - sum(parts)
+        return parts
+
+    ins = shares(total.input_tokens, [len(p.encode()) for p in prompts])
+    outs = shares(total.output_tokens, [sum(len(t.encode()) for t in ts) for ts in texts])
+    return [Usage(i, o) for i, o in zip(ins, outs)]
 
 
 def _wants_max_completion_tokens(exc: Any) -> bool:

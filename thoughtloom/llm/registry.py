@@ -211,4 +211,6 @@ def make_backend(
         pricing=pricing if pricing is not None else known_pricing(parsed),
         name=parsed.identity,
         key_env=key_env,
+        # Ollama's completions endpoint takes one prompt per request.
+        batch=parsed.provider != "ollama",
     )
