@@ -17,44 +17,15 @@ from collections.abc import Sequence
 
 from .sandbox import Sandbox, SandboxLimits, check_syntax
 from .testrun import TestRun, run_tests
+from .fences import fenced_blocks
 from .types import GroundingResult, Thought, join_evidence, not_grounded
 
-_FENCE = re.compile(r"^[ \t]{0,3}(`{3,}|~{3,})[ \t]*([^\n`]*)$")
 _PY_TAGS = {"python", "py", "python3", "py3", "ipython", "pycon"}
 _CODE_WORD = re.compile(r"\b(def|class|import|return)\b")
 _DEFINES = re.compile(r"^\s*(?:async\s+def|def|class)\s+\w+", re.MULTILINE)
 CONFIDENCE_ALL_PASSED = 0.9  # visible tests passing is strong but not proof (hidden tests may differ)
 CONFIDENCE_FAILED = 1.0  # a failing test (or a syntax error) is definite
 CONFIDENCE_NO_TESTS = 0.3  # only "it loads" was checked
-
-
-def _fenced_blocks(text: str) -> list[tuple[str, str]]:
-    """(info string, body) of each fenced block; an unclosed last fence runs to the end."""
-    blocks: list[tuple[str, str]] = []
-    lines = text.splitlines()
-    i = 0
-    while i < len(lines):
-        m = _FENCE.match(lines[i])
-        if not m:
-            i += 1
-            continue
-        fence, info = m.group(1), m.group(2).strip()
-        body: list[str] = []
-        i += 1
-        while i < len(lines):
-            close = _FENCE.match(lines[i])
-            if (
-                close
-                and close.group(1)[0] == fence[0]
-                and len(close.group(1)) >= len(fence)
-                and not close.group(2).strip()
-            ):
-                break
-            body.append(lines[i])
-            i += 1
-        blocks.append((info, "\n".join(body)))
-        i += 1
-    return blocks
 
 
 def _compiles(code: str) -> bool:
@@ -75,7 +46,7 @@ def extract_code(text: str) -> str | None:
     later full rewrite beats an earlier draft, a short trailing example does not).
     """
     candidates: list[str] = []
-    for info, body in _fenced_blocks(text):
+    for info, body in ((b.info, "\n".join(b.body)) for b in fenced_blocks(text.splitlines())):
         tag = info.split()[0].lower() if info else ""
         if not body.strip():
             continue

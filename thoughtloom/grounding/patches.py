@@ -28,6 +28,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from .fences import FENCE as _FENCE
+from .fences import fenced_blocks
+
 
 class PatchError(ValueError):
     """A patch that cannot be applied (bad path, missing context, nothing to apply)."""
@@ -62,7 +65,6 @@ class FileEdit:
     position: int = 0  # line in the thought where the edit starts, to keep the thought's order
 
 
-_FENCE = re.compile(r"^[ \t]{0,3}(`{3,}|~{3,})[ \t]*([^\n`]*)$")
 _HUNK = re.compile(r"^@@\s*-(\d+)(?:,\d+)?\s+\+\d+(?:,\d+)?\s*@@")
 # A file name with an extension that starts with a letter ("python3.11" is not a path).
 _PATH_TOKEN = re.compile(r"^[\w.\-/]*[\w\-]\.[A-Za-z][A-Za-z0-9]{0,7}$|^[\w.\-]+/[\w.\-/]+$")
@@ -341,31 +343,9 @@ def _apply_search_replace(rel: str, current: str | None, search: str, replace: s
 
 def _parse_whole_files(lines: list[str]) -> list[FileEdit]:
     edits: list[FileEdit] = []
-    i = 0
-    while i < len(lines):
-        m = _FENCE.match(lines[i])
-        if not m:
-            i += 1
-            continue
-        fence, info = m.group(1), m.group(2).strip()
-        open_at = i
-        body: list[str] = []
-        i += 1
-        closed = False
-        while i < len(lines):
-            close = _FENCE.match(lines[i])
-            if (
-                close
-                and close.group(1)[0] == fence[0]
-                and len(close.group(1)) >= len(fence)
-                and not close.group(2).strip()
-            ):
-                closed = True
-                break
-            body.append(lines[i])
-            i += 1
-        i += 1
-        if not closed:
+    for block in fenced_blocks(lines):
+        body = block.body
+        if not block.closed:
             continue  # a truncated block would replace a file with half of it
         if any(line.strip() == _SEARCH for line in body):
             continue
@@ -373,9 +353,9 @@ def _parse_whole_files(lines: list[str]) -> list[FileEdit]:
             b.startswith("--- ") and k + 1 < len(body) and body[k + 1].startswith("+++ ") for k, b in enumerate(body)
         ):
             continue  # a diff, handled by _parse_diffs
-        path = _path_for_block(lines, open_at, info, body)
+        path = _path_for_block(lines, block.open_at, block.info, body)
         if path is not None:
-            edits.append(FileEdit(path=path, kind="replace", content="\n".join(body), position=open_at))
+            edits.append(FileEdit(path=path, kind="replace", content="\n".join(body), position=block.open_at))
     return edits
 
 
