@@ -367,14 +367,16 @@ def cmd_profiles(args: argparse.Namespace) -> int:
     """List profiles with their thresholds and limits."""
     from ..control.profiles import PROFILES
 
-    print(f"{'profile':<20}{'acceptable':>11}{'goal':>6}{'compromise':>11}{'soft':>6}{'hard':>6}{'beam':>6}  description")
+    print(f"{'profile':<20}{'acceptable':>11}{'goal':>6}{'compromise':>11}{'soft':>6}{'hard':>6}{'beam':>6}"
+          f"{'task':>8}{'penalty':>9}{'boost':>7}  description")
     for p in PROFILES.values():
         def show(v: object) -> str:
             return "task" if v is None else str(v)
 
         print(
             f"{p.name:<20}{p.acceptable_threshold:>11.2f}{p.goal_threshold:>6.2f}{p.compromise_threshold:>11.2f}"
-            f"{show(p.soft_depth):>6}{show(p.hard_depth):>6}{show(p.search.get('beam')):>6}  {p.description}"
+            f"{show(p.soft_depth):>6}{show(p.hard_depth):>6}{show(p.search.get('beam')):>6}"
+            f"{p.default_task or '-':>8}{p.grounding.fail_factor:>9.2f}{p.grounding.boost:>7.2f}  {p.description}"
         )
     return 0
 
