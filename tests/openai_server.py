@@ -58,13 +58,23 @@ class FakeOpenAIServer:
         self.replies.extend(replies)
         return self
 
+    def _fan_out(self, seen: Seen, prompts: list[Any]) -> Reply:
+        """A batched completions request, answered prompt by prompt by the responder."""
+        assert self.responder is not None
+        replies = [self.responder(Seen(seen.path, {**seen.body, "prompt": p}, seen.headers)) for p in prompts]
+        failed = next((r for r in replies if r.status != 200), None)
+        return failed if failed is not None else _merge_batch(int(seen.body.get("n") or 1), replies)
+
     def answer(self, seen: Seen) -> Reply:
-        """The reply for one request."""
+        """The reply for one request (a prompt list goes to the responder one prompt at a time)."""
         with self.lock:
             self.seen.append(seen)
             if self.replies:
                 return self.replies.pop(0)
         if self.responder is not None:
+            prompts = seen.body.get("prompt")
+            if isinstance(prompts, list):
+                return self._fan_out(seen, prompts)
             return self.responder(seen)
         n = int(seen.body.get("n") or 1)
         count = min(n, self.max_choices)
@@ -85,6 +95,21 @@ class FakeOpenAIServer:
         if self.send_usage:
             body["usage"] = {"prompt_tokens": 11, "completion_tokens": 3 * count, "total_tokens": 11 + 3 * count}
         return Reply(200, body)
+
+
+def _merge_batch(n: int, replies: list[Reply]) -> Reply:
+    """One completions reply for a prompt list from one reply per prompt, as vLLM numbers
+    choices (prompt i's sample j is index i*n + j) and sums usage."""
+    choices: list[dict[str, Any]] = []
+    usage = {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}
+    for i, reply in enumerate(replies):
+        body = reply.body or {}
+        for choice in body.get("choices", []):
+            choices.append({**choice, "index": i * n + int(choice.get("index", 0))})
+        for key in usage:
+            usage[key] += int((body.get("usage") or {}).get(key, 0))
+    first = replies[0].body or {}
+    return Reply(200, {**first, "choices": choices, "usage": usage}, max(r.delay_s for r in replies))
 
 
 def _handler(server: FakeOpenAIServer) -> type[BaseHTTPRequestHandler]:

@@ -13,7 +13,7 @@ from thoughtloom.llm.types import GenerateRequest, Prompt, Usage
 
 
 def batch_reply(seen: Seen) -> Reply:
-    """Choices for a prompt list as OpenAI orders them: index i*n + j is prompt i's sample j."""
+    """Each prompt echoed n times (the server fans a prompt list out to this, one prompt at a time)."""
     prompts = seen.body["prompt"] if isinstance(seen.body["prompt"], list) else [seen.body["prompt"]]
     n = int(seen.body.get("n") or 1)
     choices = [{"index": i * n + j, "text": f"{p} #{j}", "finish_reason": "stop"}
@@ -40,8 +40,8 @@ async def test_a_batchs_usage_is_shared_by_prompt_and_output_size_and_sums_exact
 ) -> None:
     server.responder = batch_reply
     out = await backend_for(api="completions").generate_batch(requests("aa", "bbbb", "cc"))
-    assert sum((c.usage for c in out), Usage()) == Usage(30, 12)
-    assert out[1].usage.input_tokens == 15  # "bbbb" is half of the prompt bytes
+    assert sum((c.usage for c in out), Usage()) == Usage(90, 36)  # the server reports 30 + 12 per prompt
+    assert out[1].usage.input_tokens == 45  # "bbbb" is half of the prompt bytes
 
 
 async def test_seeded_batches_send_one_seed_derived_from_every_request(
@@ -104,3 +104,15 @@ async def test_a_search_over_http_sends_sibling_values_as_one_request(server: Fa
         await gateway.aclose()
     value_requests = [s for s in server.seen if "scale of 0 to 10" in str(s.body["prompt"])]
     assert len(value_requests) == 1 and len(value_requests[0].body["prompt"]) >= 2
+
+
+async def test_a_server_that_refuses_prompt_lists_gets_single_calls_from_then_on(
+    server: FakeOpenAIServer, backend_for: BackendFactory,
+) -> None:
+    server.script(Reply(400, {"error": {"message": "prompt must be a string", "type": "invalid_request_error"}}))
+    server.responder = lambda seen: Reply(200, {"id": "x", "object": "text_completion", "created": 0, "model": "m",
+                                                "choices": [{"index": 0, "text": "ok", "finish_reason": "stop"}]})
+    backend = backend_for(api="completions")
+    out = await backend.generate_batch(requests("a", "b", n=1))
+    assert [c.texts for c in out] == [("ok",), ("ok",)]
+    assert backend.supports_batch is False

@@ -148,7 +148,14 @@ class OpenAIBackend:
         # One seed for the whole call, derived from every request's own: same batch, same seed.
         seed = None if all(x is None for x in seeds) else zlib.crc32(repr(seeds).encode()) & 0x7FFFFFFF
         prompts = [r.prompt.as_text() for r in requests]
-        sampled = await self._sample_batch(first, prompts, seed)
+        try:
+            sampled = await self._sample_batch(first, prompts, seed)
+        except TransientModelError:
+            raise  # the gateway retries the batch
+        except ModelError:
+            # Some servers refuse a prompt list outright; single calls say whether the server itself is at fault.
+            self.supports_batch = False
+            return await self._gather([self.generate(r) for r in requests])
         n = first.n
         if len(sampled.texts) != n * len(requests):
             self.supports_batch = False  # this server does not batch: never ask it again
