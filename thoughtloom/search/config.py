@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
-StrategyName = Literal["bfs", "dfs", "best_first", "mcts", "got"]
-STRATEGIES: tuple[str, ...] = ("bfs", "dfs", "best_first", "mcts", "got")
+StrategyName = Literal["bfs", "dfs", "best_first", "mcts", "got", "recursive"]
+STRATEGIES: tuple[str, ...] = ("bfs", "dfs", "best_first", "mcts", "got", "recursive")
 AGGREGATIONS: tuple[str, ...] = ("sum", "product", "min", "mean")
 GENERATIONS: tuple[str, ...] = ("propose", "sample")
 EVALUATIONS: tuple[str, ...] = ("value", "vote")
@@ -40,6 +40,10 @@ class SearchConfig:
     #: got: how many top thoughts each aggregation merges, and refine rounds after it.
     aggregate_k: int = 3
     refine_rounds: int = 1
+    #: recursive: most children one decomposition may have (fan-out limit).
+    recursive_fanout: int = 8
+    #: recursive: most tokens the calls at one recursion depth may spend (None: only the global budget).
+    recursive_level_tokens: int | None = None
     #: Circuit breaker: the search stops adding nodes past this many.
     max_nodes: int = 2000
     #: Model calls in flight at once.
@@ -61,9 +65,11 @@ class SearchConfig:
         choice("evaluation", EVALUATIONS)
         choice("priority", PRIORITIES)
         for name in ("breadth", "beam", "max_depth", "value_samples", "vote_samples", "mcts_iterations",
-                     "aggregate_k", "max_nodes", "concurrency", "grounding_concurrency"):
+                     "aggregate_k", "max_nodes", "concurrency", "grounding_concurrency", "recursive_fanout"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1; got {getattr(self, name)}")
+        if self.recursive_level_tokens is not None and self.recursive_level_tokens < 1:
+            raise ValueError(f"recursive_level_tokens must be at least 1; got {self.recursive_level_tokens}")
         if self.refine_rounds < 0:
             raise ValueError(f"refine_rounds must be >= 0; got {self.refine_rounds}")
         if not 0.0 <= self.prune_threshold <= 1.0:

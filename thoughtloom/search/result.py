@@ -66,4 +66,16 @@ class SearchResult:
             **({"control": self.control} if self.control is not None else {}),
             **({"grounding": [{"node": n, **r.to_dict()} for n, r in self.grounding.items()]}
                if self.grounding else {}),
+            **({"recursion": self.recursion()} if self.recursion() is not None else {}),
         }
+
+    def recursion(self) -> dict[str, Any] | None:
+        """The recursive strategy's trace: its summary and every node's goal, contract and verification."""
+        summary = self.graph.node(0).meta.extra.get("recursion_summary") if len(self.graph) else None
+        if summary is None:
+            return None
+        nodes = [
+            {"node": n.id, "kind": n.kind.value, "status": n.status.value, **n.meta.extra["recursion"]}
+            for n in self.graph if "recursion" in n.meta.extra
+        ]
+        return {"summary": summary, "nodes": nodes}

@@ -15,6 +15,7 @@ from ..llm.types import Prompt
 
 if TYPE_CHECKING:
     from ..grounding.types import Grounder, GroundingResult
+    from ..search.recursive.hooks import RecursiveHooks
 
 P = TypeVar("P")  # a task's parsed problem
 
@@ -199,4 +200,10 @@ class Task(Generic[P]):
 
     def check_answer(self, problem: P, answer: str | None) -> bool | None:
         """The task's verdict on a final answer; None when the task cannot tell."""
+        return None
+
+    # --- recursive decomposition (--strategy recursive) ---------------------------------
+
+    def recursion(self, problem: P) -> RecursiveHooks | None:
+        """The task's own decomposition hooks; None: the generic model-driven ones."""
         return None

@@ -25,10 +25,12 @@ class TaskOptions:
     failing_test: str | None = None  # debug: the test that fails (a pytest node id)
     test_command: tuple[str, ...] | None = None  # debug: how to run tests (default: pytest)
     sandbox: SandboxLimits | None = None  # code, debug: limits for running programs and tests
+    size: int | None = None  # sorting, set_intersection: instance size (data file, or a generated instance)
 
     def given(self) -> list[str]:
         """Names of the options that are set."""
-        return [name for name in ("tests", "data", "repo", "failing_test", "test_command") if getattr(self, name)]
+        return [name for name in ("tests", "data", "repo", "failing_test", "test_command", "size")
+                if getattr(self, name)]
 
 
 class UnknownTask(ValueError):
@@ -94,6 +96,20 @@ def _debug(options: TaskOptions) -> Task[Any]:
     )
 
 
+def _got(name: str) -> Callable[[TaskOptions], Task[Any]]:
+    def build(options: TaskOptions) -> Task[Any]:
+        from .got import KeywordCountingTask, SetIntersectionTask, SortingTask
+
+        if name == "keyword_counting":
+            _only(options, name, {"data"})
+            return KeywordCountingTask(data=options.data)
+        _only(options, name, {"data", "size"})
+        cls = SortingTask if name == "sorting" else SetIntersectionTask
+        return cls(size=options.size, data=options.data)
+
+    return build
+
+
 #: name -> (one-line description, builder)
 TASKS: dict[str, tuple[str, Callable[[TaskOptions], Task[Any]]]] = {
     "game24": (Game24.description, _no_options(Game24)),
@@ -102,6 +118,11 @@ TASKS: dict[str, tuple[str, Callable[[TaskOptions], Task[Any]]]] = {
     "humaneval": ("HumanEval problem by id (--problem HumanEval/0); pass@1 on the hidden tests", _humaneval),
     "mbpp": ("MBPP problem by id (--problem MBPP/2, --data FILE); pass@1 on all its tests", _mbpp),
     "debug": ("fix a failing test in a repository (--repo DIR --failing-test TEST)", _debug),
+    "sorting": ("sort digits 0-9 (GoT): a list, an ID with --size 32/64/128, or --size N alone; exact errors", _got("sorting")),
+    "set_intersection": ("intersect two sets (GoT): \"[..] [..]\" or an ID with --size 32/64/128; exact errors",
+                         _got("set_intersection")),
+    "keyword_counting": ("count country mentions (GoT): a text or an ID from countries.csv; exact errors",
+                         _got("keyword_counting")),
 }
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from ..graph import EdgeKind, NodeStatus, ThoughtGraph
+from ..graph import EdgeKind, NodeKind, NodeStatus, ThoughtGraph
 
 MAX_LABEL = 70
 
@@ -23,7 +23,25 @@ _CLASSES = {
     # Grounding outcomes draw the border only, so they combine with the classes above.
     "verified": "stroke:#0b7d3e,stroke-width:3px",
     "refuted": "stroke:#c82333,stroke-width:3px",
+    # The recursive strategy: decompositions (trapezoids) and their recompositions (hexagons).
+    "decomposition": "fill:#e3ecfa,stroke:#2457a6,stroke-width:2px,color:#0d2a57",
+    "recomposition": "fill:#f3e8fb,stroke:#6f2da8,stroke-width:2px,color:#36104f",
 }
+
+
+def _recursion_badge(record: dict) -> str:
+    """The contract (specs, failure policy) and the verification of a recursive node, for its label."""
+    parts = []
+    contract = record.get("contract")
+    if contract:
+        p = contract["failure_policy"]
+        parts.append(f"contract: {len(contract['child_specs'])} specs, retry {p['retry']} / replan "
+                     f"{p['replan']} / backtrack {p['backtrack']}")
+    ver = record.get("verification")
+    if ver:
+        first = _escape(ver["diagnostics"][0]) if ver.get("diagnostics") else ""
+        parts.append(("✓ verified" if ver["passed"] else "✗ failed") + (f": {first}" if first else ""))
+    return "<br/>".join(parts)
 
 
 def _escape(text: str) -> str:
@@ -60,10 +78,20 @@ def to_mermaid(graph: ThoughtGraph, best_path: Iterable[int] = (), goals: Iterab
             label += f"<br/>{_grounding_badge(grounding)}"
             if grounding.get("verified") is not None:
                 (members["verified"] if grounding["verified"] else members["refuted"]).append(f"n{node.id}")
+        record = node.meta.extra.get("recursion")
+        if record is not None and _recursion_badge(record):
+            label += f"<br/>{_recursion_badge(record)}"
         if node.status in (NodeStatus.PRUNED, NodeStatus.FAILED, NodeStatus.CANCELLED):
             reason = node.meta.extra.get("rejected")
             label += f"<br/><i>{node.status.value}" + (f": {_escape(reason)}" if reason else "") + "</i>"
-        lines.append(f'    n{node.id}["{label}"]')
+        if record is not None and node.kind is NodeKind.DECOMPOSITION:
+            lines.append(f'    n{node.id}[/"{label}"\\]')
+            members["decomposition"].append(f"n{node.id}")
+        elif record is not None and record.get("mode") == "recompose":
+            lines.append(f'    n{node.id}{{{{"{label}"}}}}')
+            members["recomposition"].append(f"n{node.id}")
+        else:
+            lines.append(f'    n{node.id}["{label}"]')
         if node.id in goal_set:
             members["goal"].append(f"n{node.id}")
         elif node.id in best_set:

@@ -10,6 +10,7 @@ from .bfs import run_bfs
 from .dfs import run_dfs
 from .got import run_got
 from .mcts import run_mcts
+from .recursive import run_recursive
 
 StrategyFn = Callable[[SearchContext], Awaitable[None]]
 
@@ -19,6 +20,7 @@ STRATEGY_FUNCTIONS: dict[str, StrategyFn] = {
     "best_first": run_best_first,
     "mcts": run_mcts,
     "got": run_got,
+    "recursive": run_recursive,
 }
 
 __all__ = ["STRATEGY_FUNCTIONS", "StrategyFn"]

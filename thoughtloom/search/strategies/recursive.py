@@ -1,0 +1,35 @@
+"""recursive (ToT-Gen, seed 002): search over decompositions of the problem, with recomposition contracts."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..context import SearchContext
+from ..recursive.hooks import RecursiveHooks
+from ..recursive.solver import Solver
+
+
+async def run_recursive(ctx: SearchContext) -> None:
+    """Solve the root goal recursively; the best root-level result becomes the search's answer."""
+    hooks = ctx.task.recursion(ctx.problem) or RecursiveHooks(ctx.problem_text)
+    solver = Solver(ctx, hooks)
+    root_goal = hooks.root_goal()
+    outcome = await solver.solve(root_goal, 0, (), ctx.root, hooks.default_policy)
+    chosen = max(
+        solver.root_outcomes, key=lambda o: (o.verification.passed, o.score), default=None
+    )
+    if chosen is not None and not ctx.goals:
+        # The context ranks deeper thoughts first; a recursive search's answer is its best root result.
+        ctx.best_id = chosen.result_node
+    summary: dict[str, Any] = {
+        "verified": outcome.verification.passed,
+        "mode": outcome.mode,
+        **{k: solver.stats[k] for k in ("goals", "plans", "decompositions", "recompositions", "recompositions_failed",
+                                        "invalid_plans", "cycles", "backtracks", "retries", "replans",
+                                        "level_budget_refusals")},
+        "level_tokens": dict(sorted(solver.level_tokens.items())),
+    }
+    errors = hooks.errors(root_goal, chosen.value if chosen is not None else None)
+    if errors is not None:
+        summary["errors"] = errors
+    ctx.graph.node(ctx.root).meta.extra["recursion_summary"] = summary
