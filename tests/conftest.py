@@ -11,6 +11,12 @@ from openai_server import FakeOpenAIServer, serve
 from thoughtloom.llm.openai_backend import OpenAIBackend
 
 
+@pytest.fixture(autouse=True)
+def private_store(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Runs stored by `loom solve` (in-process or in a subprocess) go to a temporary store, not ~/.thoughtloom."""
+    monkeypatch.setenv("THOUGHTLOOM_STORE", str(tmp_path_factory.mktemp("store") / "store.db"))
+
+
 @pytest.fixture
 def server() -> Iterator[FakeOpenAIServer]:
     """A scripted OpenAI-compatible server on an ephemeral 127.0.0.1 port."""

@@ -54,6 +54,8 @@ async def asolve(
     controller: Controller | None = None,
     grounders: Sequence[Grounder] = (),
     grounding_policy: GroundingPolicy | None = None,
+    store: Any = None,
+    run_id: str | None = None,
     **overrides: Any,
 ) -> SearchResult:
     """Search for an answer (async). Keyword overrides change single SearchConfig fields.
@@ -62,16 +64,35 @@ async def asolve(
     negotiation, compromises, depth policy, failure anticipation); None searches plainly.
     grounders: extra grounders (e.g. a ResearchGrounder over your documents) besides the task's
     own; grounding_policy: how their results move scores.
+    store: a thoughtloom.store BlockStore or the path of a SQLite store file: the run is recorded
+    there as it runs (see thoughtloom.store.runs), under `run_id` (default: a new id).
     """
     task_obj = get_task(task) if isinstance(task, str) else task
     # Without a config the task's own defaults apply, as on the command line.
     config = replace(config or SearchConfig(**task_obj.search_defaults), **overrides)
+    session = None
+    if store is not None:
+        from .store.session import api_session
+
+        session = api_session(store, run_id=run_id, model=model, task=task_obj, problem=problem, config=config,
+                              budget=budget)
     gateway = make_gateway(model, budget, concurrency=config.concurrency)
+    if session is not None:
+        session.attach(gateway)
     try:
-        return await search(task_obj, problem, gateway, config, sinks=sinks, controller=controller,
-                            grounders=grounders, grounding_policy=grounding_policy)
+        result = await search(task_obj, problem, gateway, config,
+                              sinks=[*(sinks or []), *session.sinks] if session is not None else sinks,
+                              controller=controller, grounders=grounders, grounding_policy=grounding_policy,
+                              on_context=session.on_context if session is not None else None)
+    except BaseException:
+        if session is not None:
+            session.abort()
+        raise
     finally:
         await gateway.aclose()
+    if session is not None:
+        session.finish(result)
+    return result
 
 
 def solve(problem: str, **kwargs: Any) -> SearchResult:

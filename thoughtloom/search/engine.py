@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..graph import NodeStatus
@@ -55,13 +55,15 @@ async def search(
     controller: Controller | None = None,
     grounders: Sequence[Grounder] = (),
     grounding_policy: GroundingPolicy | None = None,
+    on_context: Callable[[SearchContext], None] | None = None,
 ) -> SearchResult:
     """Search for an answer to problem_text; always returns the best found and why it stopped.
 
     Raises ProblemError for an invalid problem and ModelError when the very first model call
     fails (a configuration problem); later failures stop the search and keep what was found.
     Thoughts are grounded by the task's own grounders and by `grounders`, and their scores moved
-    by `grounding_policy` (default: GroundingPolicy()).
+    by `grounding_policy` (default: GroundingPolicy()). `on_context` is called once with the
+    SearchContext before the strategy starts (a run recorder reads the graph through it).
     Cancelled (Ctrl-C), it returns what it has with termination_reason "interrupted" and makes
     no further model call.
     """
@@ -78,6 +80,8 @@ async def search(
     if bus:
         bus.emit(SearchStarted(task.name, problem_text, config.strategy, gateway.budget.limits.tokens))
     ctx = SearchContext(task, problem, gateway, config, bus, controller, all_grounders, grounding_policy)
+    if on_context is not None:
+        on_context(ctx)
     if controller is not None:
         controller.attach(ctx)
         ctx.goal_quality = controller.settings.goal_threshold

@@ -1,0 +1,380 @@
+"""The `loom` commands over stored runs: runs, show, export, import, resume, replay (and solve's hook).
+
+Every command takes `--store PATH` (default: $THOUGHTLOOM_STORE, else ~/.thoughtloom/store.db).
+Runs are named by id or by any unique prefix of it. Bad input (no such run, an ambiguous prefix, a
+corrupt or missing block, an unreadable CAR or manifest) is one line on stderr and exit code 2:
+main() catches STORE_ERRORS. `loom resume` and `loom replay` rebuild the `loom solve` options the
+run recorded and run them through cmd_solve itself, with a session that serves the recorded calls.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from dataclasses import asdict
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+# Only argparse work happens at import (build_parser imports this module): `loom --help` stays
+# instant; the store, blocks and runs modules load inside the commands.
+if TYPE_CHECKING:
+    from .manifest import Manifest
+    from .runs import StoredRun
+    from .store import BlockStore
+
+#: `loom solve` options naming files: kept absolute in the manifest so resume works from anywhere.
+_PATH_OPTIONS = ("tests", "data", "repo", "knowledge", "knowledge_index")
+#: `loom solve` options that are about output or storage, not about the search.
+_OUTPUT_OPTIONS = ("json", "mermaid", "quiet", "store", "no_store", "command", "version")
+
+
+def add_store_commands(sub: Any) -> None:
+    """Add runs, show, export, import, resume and replay to loom's subparsers."""
+    def store_option(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--store", metavar="PATH",
+                       help="the run store (default: $THOUGHTLOOM_STORE, else ~/.thoughtloom/store.db)")
+
+    p = sub.add_parser("runs", help="list stored runs", description="List stored runs, oldest first.")
+    store_option(p)
+    p.add_argument("--json", action="store_true", help="one JSON object per run, one per line")
+    p = sub.add_parser("show", help="print a stored run's tree", description="Print a stored run's reasoning tree.")
+    p.add_argument("run", metavar="RUN", help="run id or unique prefix")
+    store_option(p)
+    p.add_argument("--mermaid", metavar="FILE", help="write the graph as a Mermaid flowchart")
+    p.add_argument("--json", action="store_true", help="print the run as one JSON object")
+    p = sub.add_parser("export", help="export a run as a CAR file or its manifest as JSON",
+                       description="Export a run with every saved state (CARv1, for 'loom import' or 'ipfs dag import').")
+    p.add_argument("run", metavar="RUN", help="run id or unique prefix")
+    store_option(p)
+    p.add_argument("--car", metavar="FILE", help="write the run's whole DAG to this CARv1 file")
+    p.add_argument("--manifest", metavar="FILE", help="write the run's manifest as JSON (for 'loom replay FILE')")
+    p = sub.add_parser("import", help="import a run from a CAR file", description="Import runs from a CARv1 file.")
+    p.add_argument("file", metavar="FILE", help="a CAR file written by 'loom export'")
+    store_option(p)
+    for name, text in (("resume", "continue a killed or interrupted run"),
+                       ("replay", "re-run a run from its recorded calls and compare the graph")):
+        p = sub.add_parser(name, help=text, description=text[0].upper() + text[1:] + ".")
+        p.add_argument("run", metavar="RUN" if name == "resume" else "RUN|MANIFEST",
+                       help="run id or unique prefix" + (", or a manifest JSON file" if name == "replay" else ""))
+        store_option(p)
+        p.add_argument("--json", action="store_true", help="print the result as one JSON object")
+        p.add_argument("--mermaid", metavar="FILE", help="write the reasoning graph as a Mermaid flowchart")
+        p.add_argument("--quiet", action="store_true", help="no live progress on stderr")
+
+
+def store_errors() -> tuple[type[Exception], ...]:
+    """Errors every store command reports as one line with exit code 2."""
+    from .blocks import CorruptBlock, MissingBlock
+    from .manifest import ManifestError
+    from .runs import RunError
+    from .store import StoreError
+
+    return (RunError, StoreError, CorruptBlock, MissingBlock, ManifestError)
+
+
+# --- opening the store ----------------------------------------------------------------------------
+
+
+def store_path(option: str | None) -> Path:
+    """The store file an option names, else the default."""
+    from .sqlite import default_store_path
+
+    return Path(option).expanduser() if option else default_store_path()
+
+
+def open_store(option: str | None, *, must_exist: bool = True) -> tuple[BlockStore, Path]:
+    """The SQLite store (StoreError, one line, when it cannot be opened or does not exist)."""
+    from .sqlite import SQLiteStore
+    from .store import StoreError
+
+    path = store_path(option)
+    if must_exist and not path.exists():
+        raise StoreError(f"no run store at {path} (runs are stored by 'loom solve'; choose one with --store)")
+    return SQLiteStore(path), path
+
+
+# --- loom solve's hook ----------------------------------------------------------------------------
+
+
+def cli_options(args: argparse.Namespace) -> dict[str, Any]:
+    """`loom solve`'s options as the manifest keeps them: JSON values, file options absolute."""
+    out: dict[str, Any] = {}
+    for key, value in vars(args).items():
+        if key.startswith("_") or key == "run_session" or key in _OUTPUT_OPTIONS:
+            continue
+        if value is not None and not isinstance(value, (str, int, float, bool)):
+            continue
+        if key in _PATH_OPTIONS and isinstance(value, str):
+            value = os.path.abspath(value)
+        out[key] = value
+    return out
+
+
+def solve_session(args: argparse.Namespace, *, task: Any, task_name: str, problem_text: str, config: Any,
+                  limits: Any) -> Any:
+    """The RunSession `loom solve` records into (None with --no-store); resume and replay preset one."""
+    from .manifest import Manifest, code_version, prompt_hashes
+    from .runs import new_run_id
+    from .session import record_session
+    from .store import StoreError
+
+    preset = getattr(args, "run_session", None)
+    if preset is not None:
+        preset.check(task, config)
+        return preset
+    if getattr(args, "no_store", False):
+        return None
+    try:
+        store, path = open_store(getattr(args, "store", None), must_exist=False)
+    except StoreError as exc:
+        if getattr(args, "store", None):
+            raise
+        print(f"loom: warning: this run is not stored: {exc}", file=sys.stderr)
+        return None
+    version, commit = code_version()
+    options = cli_options(args)
+    manifest = Manifest(
+        run_id=new_run_id(), model=args.model, backend=args.model, max_concurrency=1, supports_batch=False,
+        task=task_name, problem=problem_text, config=config.to_dict(), budget=asdict(limits),
+        task_options={k: options[k] for k in (*_PATH_OPTIONS, "failing_test", "test_command", "sandbox_timeout",
+                                              "sandbox_memory") if options.get(k) is not None},
+        profile=getattr(args, "profile", None), seed=config.seed, version=version, commit=commit,
+        prompt_hashes=prompt_hashes(task), cli=options,
+    )
+    return record_session(store, str(path), manifest)
+
+
+def _solve_namespace(manifest: Manifest, args: argparse.Namespace) -> argparse.Namespace:
+    """The `loom solve` options the run was made with, with this command's output options."""
+    from ..cli.main import build_parser
+    from .runs import RunError
+
+    if manifest.cli is None:
+        raise RunError(f"run {manifest.run_id} was recorded through the Python API, not 'loom solve'; "
+                       "it can be shown and exported but not resumed or replayed from the command line")
+    ns = vars(build_parser().parse_args(["solve"]))  # every option's default, for options added since
+    ns.update(manifest.cli)
+    ns.update(json=args.json, mermaid=args.mermaid, quiet=args.quiet, store=args.store, no_store=False,
+              interactive=False)  # recorded answers only come from the automatic policy
+    return argparse.Namespace(**ns)
+
+
+# --- commands -------------------------------------------------------------------------------------
+
+
+def cmd_resume(args: argparse.Namespace) -> int:
+    """Continue a killed or interrupted run to completion, recorded calls served from the store."""
+    from ..cli.main import cmd_solve
+    from .runs import RunError, open_run
+    from .session import resume_session
+
+    store, path = open_store(args.store)
+    try:
+        run = open_run(store, args.run)
+        if run.status == "finished":
+            reason = (run.result or {}).get("termination_reason", "?")
+            raise RunError(f"run {run.run_id} is finished (stopped: {reason}); nothing to resume")
+        ns = _solve_namespace(run.manifest, args)
+    except BaseException:
+        store.close()
+        raise
+    ns.run_session = resume_session(store, str(path), run, json_output=args.json)
+    print(f"loom: resuming run {run.run_id} ({run.head['usage']['calls']} recorded calls)", file=sys.stderr)
+    return cmd_solve(ns)
+
+
+def cmd_replay(args: argparse.Namespace) -> int:
+    """Re-run a finished run with zero model calls; exit 1 when the graph differs."""
+    from ..cli.main import cmd_solve
+    from .manifest import Manifest, ManifestError
+    from .runs import RunError, open_run
+    from .session import replay_session
+
+    store, path = open_store(args.store)
+    try:
+        if os.path.isfile(args.run) or args.run.endswith(".json"):
+            manifest = Manifest.load_json(args.run)
+            if not manifest.head or not manifest.graph:
+                raise ManifestError(f"{args.run} names no head and graph to reproduce (write it with 'loom export RUN --manifest FILE')")
+            head_cid = manifest.head
+        else:
+            run = open_run(store, args.run)
+            if run.status != "finished":
+                raise RunError(f"run {run.run_id} is not finished ({run.status}); 'loom resume {run.run_id}' first")
+            manifest, head_cid = run.manifest, run.head_cid
+        ns = _solve_namespace(manifest, args)
+        ns.budget_seconds = None  # the wall clock's stop is replayed from the record, not re-measured
+        ns.run_session = replay_session(store, str(path), manifest, head_cid, json_output=args.json)
+    except BaseException:
+        store.close()
+        raise
+    return cmd_solve(ns)
+
+
+def _row(run: StoredRun) -> dict[str, Any]:
+    result = run.result or {}
+    return {
+        "id": run.run_id, "status": run.status, "task": run.manifest.task, "problem": run.manifest.problem,
+        "started": run.manifest.created_at, "answer": result.get("answer"), "solved": result.get("solved"),
+        "stopped": result.get("termination_reason"), "tokens": run.tokens, "calls": run.head["usage"]["calls"],
+        "nodes": run.head["nodes"], "head": run.head_cid, "graph": run.graph_cid,
+    }
+
+
+def cmd_runs(args: argparse.Namespace) -> int:
+    """List stored runs: id, status, when, task, tokens, answer (or problem while unfinished)."""
+    from .blocks import CorruptBlock, MissingBlock
+    from .runs import RunError, open_run, run_ids
+
+    store, _ = open_store(args.store)
+    with store:
+        ids = run_ids(store)
+        if not args.json:
+            print(f"{'run':<11} {'status':<11} {'started':<16} {'task':<9} {'tokens':>8}  answer / problem")
+        for run_id in ids:
+            try:
+                row = _row(open_run(store, run_id))
+            except (CorruptBlock, MissingBlock, RunError) as exc:
+                row = {"id": run_id, "status": "damaged", "error": str(exc)}
+            if args.json:
+                print(json.dumps(row, ensure_ascii=False))
+                continue
+            if row["status"] == "damaged":
+                print(f"{run_id:<11} damaged     {row['error']}")
+                continue
+            when = time.strftime("%Y-%m-%d %H:%M", time.localtime(row["started"]))
+            text = row["answer"] if row["answer"] is not None else f"({row['stopped'] or 'no answer yet'}) {row['problem']}"
+            text = " ".join(str(text).split())
+            print(f"{run_id:<11} {row['status']:<11} {when:<16} {row['task']:<9} {row['tokens']:>8,}  {text[:70]}")
+    return 0
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    """Print a stored run's tree (or JSON); --mermaid writes its picture."""
+    from ..views.mermaid import to_mermaid
+    from .runs import RunError, load_graph, open_run
+
+    store, _ = open_store(args.store)
+    with store:
+        run = open_run(store, args.run)
+        stored = load_graph(store, run.graph_cid, run.head["timings"].cid)
+        graph, result = stored.graph, run.result or {}
+        best = result.get("best_path") or []
+        goals = [result["goal_node"]] if result.get("goal_node") is not None else []
+        if args.mermaid:
+            try:
+                Path(args.mermaid).write_text(to_mermaid(graph, best, goals), encoding="utf-8")
+            except OSError as exc:
+                raise RunError(f"cannot write --mermaid {args.mermaid}: {exc.strerror or exc}") from None
+        if args.json:
+            print(json.dumps({
+                **_row(run), "manifest": {k: v for k, v in asdict(run.manifest).items()},
+                "result": result,
+                "nodes": [{"id": n.id, "kind": n.kind.value, "status": n.status.value, "score": n.score,
+                           "depth": n.depth, "parents": graph.parents(n.id), "content": n.content,
+                           "cid": stored.versions[n.id]} for n in graph],
+            }, indent=2, ensure_ascii=False, default=str))
+            return 0
+        m = run.manifest
+        print(f"run {run.run_id} · {run.status} · {m.task} · model {m.model} · head {run.head_cid}")
+        print(f"problem: {' '.join(m.problem.split())[:200]}")
+        if result:
+            answer = result.get("answer")
+            print(f"answer: {answer if answer is not None else '(none)'} · stopped: {result.get('termination_reason')}")
+        print(f"graph {run.graph_cid} · {len(graph)} nodes · {run.head['usage']['calls']} calls · {run.tokens:,} tokens")
+        best_set = set(best)
+        for line in _tree_lines(graph, best_set):
+            print(line)
+    return 0
+
+
+def _tree_lines(graph: Any, best: set[int]) -> list[str]:
+    """The graph as an indented tree along primary parents (other parents noted on the node)."""
+    lines: list[str] = []
+    roots = [n for n in graph.roots()]
+    stack = [(r, 0) for r in reversed(roots)]
+    while stack:
+        nid, level = stack.pop()
+        node = graph.node(nid)
+        score = "" if node.score is None else f" [{node.score:.2f}]"
+        status = "" if node.status.value == "succeeded" else f" ({node.status.value})"
+        also = [p for p in graph.parents(nid)[1:]]
+        extra = f" (also from {', '.join(f'#{p}' for p in also)})" if also else ""
+        content = " ".join(node.content.split())
+        if len(content) > 100:
+            content = content[:97] + "..."
+        mark = "*" if nid in best else " "
+        lines.append(f"{mark} {'  ' * level}#{nid} {node.kind.value}: {content}{score}{status}{extra}")
+        children = [c for c in graph.children(nid) if graph.primary_parent(c) == nid]
+        stack.extend((c, level + 1) for c in reversed(children))
+    return lines
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    """Write a run's whole DAG (every head, every node version) as CARv1, and/or its manifest."""
+    from .car import export_car
+    from .runs import RunError, open_run
+
+    if not args.car and not args.manifest:
+        raise RunError("say what to export: --car FILE and/or --manifest FILE")
+    store, _ = open_store(args.store)
+    with store:
+        run = open_run(store, args.run)
+        if args.car:
+            try:
+                count = export_car(store, [run.head_cid], args.car)
+            except OSError as exc:
+                raise RunError(f"cannot write {args.car}: {exc.strerror or exc}") from None
+            print(f"exported run {run.run_id}: {count} blocks (root {run.head_cid}) to {args.car}")
+        if args.manifest:
+            manifest = run.manifest
+            manifest.head, manifest.graph = run.head_cid, run.graph_cid
+            manifest.calls = manifest.calls or run.calls_cid
+            try:
+                Path(args.manifest).write_text(manifest.to_json() + "\n", encoding="utf-8")
+            except OSError as exc:
+                raise RunError(f"cannot write {args.manifest}: {exc.strerror or exc}") from None
+            print(f"wrote the manifest of run {run.run_id} to {args.manifest}")
+    return 0
+
+
+def cmd_import(args: argparse.Namespace) -> int:
+    """Import the runs of a CAR file; every block of each run is verified against its CID."""
+    from .blocks import CorruptBlock
+    from .car import import_car, walk
+    from .runs import RunError, head_ref, load_head
+
+    store, path = open_store(args.store, must_exist=False)
+    with store:
+        try:
+            roots = import_car(store, args.file)
+        except OSError as exc:
+            raise RunError(f"cannot read {args.file}: {exc.strerror or exc}") from None
+        except CorruptBlock as exc:
+            raise RunError(f"{args.file}: {exc}; nothing imported") from None
+        except ValueError as exc:
+            raise RunError(f"{args.file} is not a readable CAR file: {exc}") from None
+        imported = 0
+        for root in roots:
+            head = load_head(store, root)
+            count = sum(1 for _ in walk(store, [root]))  # every block read back and verified: none missing
+            run_id = str(head["run"])
+            current = store.get_ref(head_ref(run_id))
+            if current is not None and current != root and int(load_head(store, current)["seq"]) > int(head["seq"]):
+                # An older export must not roll a run back: its states are kept, the ref is not moved.
+                print(f"imported run {run_id}: {count} blocks, every CID verified; the store already had a "
+                      f"newer state of it, which stays current")
+            else:
+                store.set_ref(head_ref(run_id), root)
+                print(f"imported run {run_id} ({head['status']}): {count} blocks, every CID verified, into {path}")
+            imported += 1
+        if not imported:
+            raise RunError(f"{args.file} holds no run (no roots)")
+    return 0
+
+
+COMMANDS = {"runs": cmd_runs, "show": cmd_show, "export": cmd_export, "import": cmd_import,
+            "resume": cmd_resume, "replay": cmd_replay}

@@ -1,0 +1,690 @@
+"""Runs in the block store: the recorder that persists a search while it runs, and the readers.
+
+Block schemas (dag-cbor, CIDv1 sha2-256; text over INLINE_LIMIT bytes goes in a raw block and is
+linked instead):
+
+- thought  {type, id, kind, depth, creator, content, parents: [link thought], edges: [edge kind]}
+  A node's immutable part, written once when the node first reaches the store. Parents are the
+  ones the node was created with and link their *thought* blocks, so a parent's later versions
+  never change a child's CID.
+- node     {type, thought: link, status, score, cost_tokens, extra, merged: [[link thought, kind]]}
+  One version of a node's state; a new block whenever status, score, metadata or parents (a
+  duplicate merged into it) change. `extra` is node.meta.extra without wall-clock fields.
+- chunk    {type, items: [...]}: CHUNK items of a list; lists (graph nodes, calls, timings) are
+  stored as chunks so a new head rewrites only the chunks that changed.
+- graph    {type, count, nodes: [link chunk of node versions, in node id order]}
+  The canonical graph: no timestamps or durations anywhere below it, so the same search gives
+  the same graph CID on any machine, any day. Replay reproduces exactly this CID.
+- prompt   {type, text, messages: [[role, content]] | null}
+- call     {type, rank, start, issued, purpose, model, prompt: link, n, max_tokens, temperature,
+            stop, seed, texts, usage: [in, out], error: {kind, message} | null, batch}
+  One backend exchange as the backend saw it (the gateway's cache answers are not exchanges):
+  `start` is its order of being sent, `rank` its order of completing, `issued` how many
+  exchanges had been sent when it completed (replay uses all three to answer in the same order).
+  error kinds: model, transient (retried by the gateway), cutoff (the wall-clock budget ended it).
+- calls    {type, count, chunks: [link chunk of call links]}
+- timings  {type, created_at: chunked node creation times, call_duration_s: chunked}
+- manifest see manifest.py
+- head     {type, run, seq, prev: link head | null, status: running | finished | interrupted, at,
+            manifest: link, graph: link, nodes, calls: link, counts: chunked [prompt digest, tokens],
+            usage: {input_tokens, output_tokens, calls}, timings: link, result: summary | null}
+  One per saved state; `prev` chains every state of the run, so every earlier node version stays
+  reachable. The ref "run/<id>/head" points at the newest.
+
+Flush policy: nothing is written until the first backend exchange is answered (a run whose first
+calls fail was a configuration problem, not a run). From then on every finished exchange, answered
+or failed (a batch counts as one), is followed by one flush: the call blocks, a new version of
+every node whose status, score, metadata size or cost changed (checked for the nodes events named
+since the last flush, and for all nodes every FULL_SCAN_EVERY flushes and at the final one), the
+changed chunks, graph, timings and a new head, in one put_many transaction; then the ref moves. A
+SIGKILL loses at most the calls in flight and the graph changes since the last answered call;
+`loom resume` recomputes those from the recorded calls. `finish` writes the final head with the
+result summary. Cost: about 2-3 ms and 20 KB per answered call for a 1,000-node search on a local
+disk (benchmarks/engine_overhead.py's tree, zero-latency model); nothing without a recorder.
+
+The recorder sees the backend through RecordingBackend, a proxy the gateway calls instead of the
+real backend; it sees the graph through the SearchContext (search(..., on_context=...)) and the
+creation-time parents and merges through the event stream. A search without a recorder runs
+exactly as before. It leaves Gateway.listener (the engine's BudgetSpent feed) alone: replay needs
+what the backend itself saw (the sub-request left after cache hits, max_tokens as the budget shrank
+it, the backend's token counts, every retried attempt, the completion order), which the gateway's
+CallRecords do not keep.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import hashlib
+import json
+import math
+import os
+import secrets
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from ..graph import EdgeKind, NodeKind, NodeMeta, NodeStatus, ThoughtGraph
+from ..llm.errors import BudgetExceeded, ModelError, TransientModelError
+from ..llm.types import Backend, Completion, GenerateRequest, Message, Prompt, Usage
+from ..search.events import DuplicateMerged, Event, NodeAdded
+from .blocks import CID, Link, encode, link, raw
+from .manifest import Manifest
+from .store import BlockStore, get_obj
+
+if TYPE_CHECKING:
+    from ..llm.gateway import Gateway
+    from ..search.context import SearchContext
+    from ..search.result import SearchResult
+
+#: Items per list chunk.
+CHUNK = 64
+#: Every this many flushes (and at the final one) every node is compared with its last stored
+#: version; in between only the nodes events named. Status changes no event announces (a node
+#: taken in progress, cancelled, revived by backtracking) reach the store at the next full scan.
+FULL_SCAN_EVERY = 16
+#: Text longer than this (UTF-8 bytes) is stored in its own raw block.
+INLINE_LIMIT = 1024
+#: Keys of node metadata that hold wall-clock measurements: left out of the canonical graph.
+WALL_CLOCK_KEYS = frozenset({"elapsed_ms", "elapsed_s", "duration_s", "duration_ms", "wall_s", "time_s",
+                             "started_at", "created_at"})
+RUN_PREFIX = "run/"
+_ALPHABET = "0123456789abcdefghjkmnpqrstvwxyz"  # Crockford base32, lower case
+_EPOCH = 1_700_000_000  # 2023-11-14: six base32 digits of seconds last until 2057
+
+Block = tuple[CID, bytes]
+
+
+class RunError(Exception):
+    """A run that cannot be found, resolved or used as asked (one-line message)."""
+
+
+# --- ids and refs ---------------------------------------------------------------------------------
+
+
+def new_run_id(now: float | None = None) -> str:
+    """A short id, sortable by creation time (6 base32 digits of seconds) plus 4 random digits."""
+    seconds = max(0, int((time.time() if now is None else now) - _EPOCH))
+    value = (seconds << 20) | secrets.randbits(20)
+    return "".join(_ALPHABET[(value >> shift) & 31] for shift in range(45, -1, -5))
+
+
+def head_ref(run_id: str) -> str:
+    """The ref naming a run's newest head."""
+    return f"{RUN_PREFIX}{run_id}/head"
+
+
+def run_ids(store: BlockStore) -> list[str]:
+    """Every stored run id, oldest first."""
+    return sorted(name[len(RUN_PREFIX):-len("/head")] for name in store.refs(RUN_PREFIX) if name.endswith("/head"))
+
+
+def resolve_run(store: BlockStore, prefix: str) -> str:
+    """The one run id starting with `prefix` (RunError when none or several do)."""
+    ids = run_ids(store)
+    if prefix in ids:
+        return prefix
+    matches = [i for i in ids if i.startswith(prefix)] if prefix else []
+    if not matches:
+        raise RunError(f"no run {prefix!r} in the store (see 'loom runs')")
+    if len(matches) > 1:
+        raise RunError(f"run prefix {prefix!r} is ambiguous: {', '.join(matches[:5])}{' ...' if len(matches) > 5 else ''}")
+    return matches[0]
+
+
+# --- encoding helpers -----------------------------------------------------------------------------
+
+
+def _put(obj: dict[str, Any], blocks: list[Block]) -> Link:
+    cid, data = encode(obj)
+    blocks.append((cid, data))
+    return link(cid)
+
+
+def _text(value: str, blocks: list[Block]) -> str | Link:
+    data = value.encode()
+    if len(data) <= INLINE_LIMIT:
+        return value
+    cid, body = raw(data)
+    blocks.append((cid, body))
+    return link(cid)
+
+
+def read_text(store: BlockStore, value: str | Link | None) -> str | None:
+    """Inline text as is, linked text fetched (and verified) from its raw block."""
+    if isinstance(value, Link):
+        return bytes(store.get(value.cid)).decode()
+    return value
+
+
+def canonical(value: Any) -> Any:
+    """Plain dag-cbor data from metadata: wall-clock keys dropped, enums and paths as strings."""
+    if isinstance(value, dict):
+        return {str(k): canonical(v) for k, v in value.items() if str(k) not in WALL_CLOCK_KEYS}
+    if isinstance(value, (list, tuple)):
+        return [canonical(v) for v in value]
+    if isinstance(value, (set, frozenset)):
+        return sorted((canonical(v) for v in value), key=repr)
+    if isinstance(value, enum.Enum):
+        return canonical(value.value)
+    if value is None or isinstance(value, (bool, int, str)):
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else str(value)  # dag-cbor has no NaN or infinity
+    if isinstance(value, os.PathLike):
+        return os.fspath(value)
+    return str(value)
+
+
+def prompt_digest(prompt: Prompt) -> str:
+    """A stable digest of a prompt (both forms), the key of recorded token counts."""
+    payload = json.dumps([prompt.text, [[m.role, m.content] for m in prompt.messages] if prompt.messages else None],
+                         ensure_ascii=False, separators=(",", ":"))
+    return hashlib.sha256(payload.encode()).hexdigest()
+
+
+class _Chunks:
+    """A list stored as chunk blocks; only chunks touched since the last encode are re-encoded."""
+
+    def __init__(self) -> None:
+        self.items: list[Any] = []
+        self._links: list[Link | None] = []
+
+    def append(self, item: Any) -> None:
+        self.items.append(item)
+        self._touch(len(self.items) - 1)
+
+    def set(self, index: int, item: Any) -> None:
+        if self.items[index] != item:
+            self.items[index] = item
+            self._touch(index)
+
+    def _touch(self, index: int) -> None:
+        c = index // CHUNK
+        while len(self._links) <= c:
+            self._links.append(None)
+        self._links[c] = None
+
+    def encode(self, blocks: list[Block]) -> dict[str, Any]:
+        """{count, chunks: [links]}, writing the chunks that changed into `blocks`."""
+        for c, known in enumerate(self._links):
+            if known is None:
+                self._links[c] = _put({"type": "chunk", "items": self.items[c * CHUNK:(c + 1) * CHUNK]}, blocks)
+        return {"count": len(self.items), "chunks": list(self._links)}
+
+
+def read_chunks(store: BlockStore, obj: dict[str, Any]) -> list[Any]:
+    """The items of a chunked list (each chunk verified on read)."""
+    items: list[Any] = []
+    for chunk in obj["chunks"]:
+        items.extend(get_obj(store, chunk.cid)["items"])
+    return items
+
+
+# --- recorded calls -------------------------------------------------------------------------------
+
+
+def request_key(prompt: Prompt, n: int, max_tokens: int, temperature: float, stop: Sequence[str],
+                seed: int | None) -> tuple[Any, ...]:
+    """What identifies a backend request when replaying (the purpose is not part of it)."""
+    return (prompt.text, prompt.messages, n, max_tokens, float(temperature), tuple(stop), seed)
+
+
+@dataclass(frozen=True, slots=True)
+class RecordedCall:
+    """One backend exchange as stored: the request, the answer (or error) and its ordering."""
+
+    rank: int
+    start: int
+    issued: int
+    purpose: str
+    model: str
+    prompt: Prompt
+    n: int
+    max_tokens: int
+    temperature: float
+    stop: tuple[str, ...]
+    seed: int | None
+    texts: tuple[str, ...]
+    usage: Usage
+    error_kind: str | None = None
+    error: str | None = None
+    batch: int | None = None  # size of the batch this exchange was part of (its first member's rank first)
+
+    @property
+    def key(self) -> tuple[Any, ...]:
+        """The request key this exchange answers."""
+        return request_key(self.prompt, self.n, self.max_tokens, self.temperature, self.stop, self.seed)
+
+
+def _prompt_block(prompt: Prompt, blocks: list[Block]) -> Link:
+    messages = [[m.role, _text(m.content, blocks)] for m in prompt.messages] if prompt.messages else None
+    text = _text(prompt.text, blocks) if prompt.text is not None else None
+    return _put({"type": "prompt", "text": text, "messages": messages}, blocks)
+
+
+def _read_prompt(store: BlockStore, cid: CID) -> Prompt:
+    obj = get_obj(store, cid)
+    messages = obj.get("messages")
+    return Prompt(
+        text=read_text(store, obj.get("text")),
+        messages=tuple(Message(role, read_text(store, content) or "") for role, content in messages) if messages else None,
+    )
+
+
+def load_calls(store: BlockStore, calls_cid: CID) -> list[RecordedCall]:
+    """Every recorded exchange of a calls list, in completion (rank) order."""
+    out: list[RecordedCall] = []
+    for item in read_chunks(store, get_obj(store, calls_cid)):
+        c = get_obj(store, item.cid)
+        error = c.get("error") or {}
+        out.append(RecordedCall(
+            rank=c["rank"], start=c["start"], issued=c["issued"], purpose=c["purpose"], model=c["model"],
+            prompt=_read_prompt(store, c["prompt"].cid), n=c["n"], max_tokens=c["max_tokens"],
+            temperature=c["temperature"], stop=tuple(c["stop"]), seed=c["seed"],
+            texts=tuple(read_text(store, t) or "" for t in c["texts"]), usage=Usage(*c["usage"]),
+            error_kind=error.get("kind"), error=error.get("message"), batch=c.get("batch"),
+        ))
+    out.sort(key=lambda r: r.rank)
+    return out
+
+
+# --- the recorder ---------------------------------------------------------------------------------
+
+
+class RunRecorder:
+    """Persists one search incrementally: an event sink, a backend proxy, one transaction per flush."""
+
+    def __init__(
+        self,
+        store: BlockStore,
+        manifest: Manifest,
+        *,
+        prev: CID | None = None,
+        seq: int = 0,
+        started: bool = False,
+        on_start: Any = None,
+    ) -> None:
+        self.store = store
+        self.manifest = manifest
+        self.run_id = manifest.run_id
+        #: The newest head written (or, resuming, the head the run continues from).
+        self.head: CID | None = prev
+        self.seq = seq
+        self.graph_cid: CID | None = None
+        self.started = started
+        self._on_start = on_start
+        self._manifest_link: Link | None = None
+        self._ctx: SearchContext | None = None
+        self._gateway: Gateway | None = None
+        self._created: dict[int, tuple[int, ...]] = {}
+        self._merged: set[int] = set()
+        self._dirty: set[int] = set()
+        self._thoughts: list[Link] = []
+        self._fps: list[tuple[Any, ...] | None] = []
+        self._nodes = _Chunks()
+        self._created_at = _Chunks()
+        self._calls = _Chunks()
+        self._durations = _Chunks()
+        self._counts = _Chunks()
+        self._counted: set[str] = set()
+        self._pending: list[Block] = []
+        self._issued = 0
+        self._completed = 0
+        self._usage = [0, 0]
+        self._answered = 0
+
+    # --- wiring ---------------------------------------------------------------------------------
+
+    def __call__(self, event: Event) -> None:
+        """Event sink: creation-time parents, merges, and which nodes changed (read from the graph)."""
+        if type(event) is NodeAdded:
+            self._created[event.node_id] = event.parents
+        elif type(event) is DuplicateMerged:
+            self._merged.add(event.existing_id)
+        else:
+            node_id = getattr(event, "node_id", None)
+            if node_id is not None:
+                self._dirty.add(node_id)
+
+    def on_context(self, ctx: SearchContext) -> None:
+        """Read access to the search's graph (search(..., on_context=recorder.on_context))."""
+        self._ctx = ctx
+
+    def attach(self, gateway: Gateway) -> None:
+        """Put the recording proxy between the gateway and its backend."""
+        self._gateway = gateway
+        gateway.backend = RecordingBackend(gateway.backend, self)
+
+    # --- what the proxy reports -----------------------------------------------------------------
+
+    def _begin(self) -> int:
+        start = self._issued
+        self._issued += 1
+        return start
+
+    def _count(self, prompt: Prompt, tokens: int) -> None:
+        digest = prompt_digest(prompt)
+        if digest not in self._counted:
+            self._counted.add(digest)
+            self._counts.append([digest, tokens])
+
+    def _exchange(self, start: int, request: GenerateRequest, completion: Completion | None,
+                  error: tuple[str, str] | None, t0: float, batch: int | None = None) -> None:
+        """Record one finished exchange (not yet flushed)."""
+        blocks = self._pending
+        usage = completion.usage if completion is not None else Usage()
+        obj = {
+            "type": "call", "rank": self._completed, "start": start, "issued": self._issued,
+            "purpose": request.purpose,
+            "model": (completion.model if completion is not None and completion.model else "") or self.manifest.backend,
+            "prompt": _prompt_block(request.prompt, blocks), "n": request.n, "max_tokens": request.max_tokens,
+            "temperature": float(request.temperature), "stop": list(request.stop), "seed": request.seed,
+            "texts": [_text(t, blocks) for t in completion.texts] if completion is not None else [],
+            "usage": [usage.input_tokens, usage.output_tokens],
+            "error": {"kind": error[0], "message": error[1]} if error else None,
+            "batch": batch,
+        }
+        self._completed += 1
+        self._calls.append(_put(obj, blocks))
+        self._durations.append(round(time.perf_counter() - t0, 6))
+        if completion is not None:
+            self._usage[0] += usage.input_tokens
+            self._usage[1] += usage.output_tokens
+            self._answered += 1
+
+    def _cut_off(self) -> bool:
+        """Whether a cancelled call was ended by the wall-clock budget (rather than an interrupt)."""
+        gateway = self._gateway
+        left = gateway.budget.wall_left() if gateway is not None else None
+        return left is not None and left <= 0
+
+    # --- flushing -------------------------------------------------------------------------------
+
+    def flush(self, status: str = "running", result: dict[str, Any] | None = None) -> CID:
+        """Write what changed and a new head in one transaction; move the run's ref to it."""
+        blocks, self._pending = self._pending, []
+        if not self.started:
+            self.started = True
+            if self._on_start is not None:
+                self._on_start(self.run_id)
+        graph = self._graph(blocks, full=status != "running" or self.seq % FULL_SCAN_EVERY == 0)
+        calls = _put({"type": "calls", **self._calls.encode(blocks)}, blocks)
+        if result is not None:  # the finished run's manifest names its recorded calls
+            self.manifest.calls = calls.cid
+            self._manifest_link = None
+        if self._manifest_link is None:
+            self._manifest_link = _put(self.manifest.to_obj(), blocks)
+        timings = _put({"type": "timings", "created_at": self._created_at.encode(blocks),
+                        "call_duration_s": self._durations.encode(blocks)}, blocks)
+        head = _put({
+            "type": "head", "run": self.run_id, "seq": self.seq, "prev": link(self.head) if self.head else None,
+            "status": status, "at": time.time(), "manifest": self._manifest_link, "graph": graph,
+            "nodes": len(self._nodes.items), "calls": calls, "counts": self._counts.encode(blocks),
+            "usage": {"input_tokens": self._usage[0], "output_tokens": self._usage[1], "calls": self._answered},
+            "timings": timings, "result": result,
+        }, blocks)
+        self.store.put_many(blocks)
+        self.store.set_ref(head_ref(self.run_id), head.cid)
+        self.head = head.cid
+        self.seq += 1
+        return head.cid
+
+    def flush_started(self) -> None:
+        """Flush after a failed exchange, once the run exists: a run whose first calls fail (a bad
+        endpoint, a missing key) is a configuration error, not a run, and is not stored; its
+        failed exchanges are written with the first answered one."""
+        if self.started:
+            self.flush()
+
+    def _graph(self, blocks: list[Block], full: bool) -> Link:
+        ctx = self._ctx
+        if ctx is not None:
+            graph = ctx.graph
+            merged, self._merged = self._merged, set()
+            fps = self._fps
+            known = len(fps)
+            if full:
+                ids: Any = range(len(graph))
+            else:  # the nodes events named, and the new ones; in id order (parents first)
+                ids = sorted({*(i for i in self._dirty | merged if i < known), *range(known, len(graph))})
+            self._dirty = set()
+            for nid in ids:
+                node = graph.node(nid)
+                fp = (node.status, node.score, len(node.meta.extra), node.meta.cost_tokens)
+                if nid == len(fps):
+                    self._thoughts.append(self._thought(graph, node, blocks))
+                    self._created_at.append(node.meta.created_at)
+                    fps.append(None)
+                elif fps[nid] == fp and nid not in merged:
+                    continue
+                fps[nid] = fp
+                version = self._version(graph, node, blocks)
+                if nid == len(self._nodes.items):
+                    self._nodes.append(version)
+                else:
+                    self._nodes.set(nid, version)
+        g = _put({"type": "graph", "count": len(self._nodes.items), "nodes": self._nodes.encode(blocks)}, blocks)
+        self.graph_cid = g.cid
+        return g
+
+    def _thought(self, graph: ThoughtGraph, node: Any, blocks: list[Block]) -> Link:
+        parents = self._created.get(node.id)
+        if parents is None:  # not announced by an event: its parents now are its creation parents
+            parents = tuple(graph.parents(node.id))
+        return _put({
+            "type": "thought", "id": node.id, "kind": node.kind.value, "depth": node.depth,
+            "creator": node.meta.creator, "content": _text(node.content, blocks),
+            "parents": [self._thoughts[p] for p in parents],
+            "edges": [graph.edge(p, node.id).kind.value for p in parents],
+        }, blocks)
+
+    def _version(self, graph: ThoughtGraph, node: Any, blocks: list[Block]) -> Link:
+        created = self._created.get(node.id)
+        later = graph.parents(node.id)[len(created):] if created is not None else []
+        return _put({
+            "type": "node", "thought": self._thoughts[node.id], "status": node.status.value, "score": node.score,
+            "cost_tokens": node.meta.cost_tokens, "extra": canonical(node.meta.extra),
+            "merged": [[self._thoughts[p], graph.edge(p, node.id).kind.value] for p in later],
+        }, blocks)
+
+    def finish(self, result: SearchResult) -> CID:
+        """Write the final head: status finished (interrupted after Ctrl-C) and the result summary."""
+        status = "interrupted" if result.termination_reason == "interrupted" else "finished"
+        return self.flush(status, summarize(result))
+
+    def abort(self) -> None:
+        """The process is going down outside the search: mark the run interrupted if it was stored."""
+        if self.started:
+            self.flush("interrupted")
+
+
+def summarize(result: SearchResult) -> dict[str, Any]:
+    """The result as stored in a finished head (plain data)."""
+    return canonical({
+        "answer": result.answer, "solved": result.solved, "score": result.score,
+        "termination_reason": result.termination_reason, "error": result.error, "model": result.model,
+        "best_path": [s.id for s in result.best_path], "goal_node": result.goal_node,
+        "best_node": result.best_node, "answer_node": result.answer_node,
+        "usage": result.usage, "stats": result.stats, "control": result.control,
+    })
+
+
+class RecordingBackend:
+    """The backend as the gateway sees it while recording: forwards everything, records exchanges."""
+
+    def __init__(self, inner: Backend, recorder: RunRecorder) -> None:
+        self.inner = inner
+        self.recorder = recorder
+        self.name = inner.name
+        self.max_concurrency = inner.max_concurrency
+        self.supports_batch = bool(getattr(inner, "supports_batch", False))
+        self.pricing = getattr(inner, "pricing", None)
+
+    def count_tokens(self, prompt: Prompt) -> int | None:
+        """The inner backend's count, remembered so a replay reserves exactly the same."""
+        tokens = self.inner.count_tokens(prompt)
+        if tokens is not None:
+            self.recorder._count(prompt, tokens)
+        return tokens
+
+    async def generate(self, request: GenerateRequest) -> Completion:
+        """Forward one request; record and flush when it completes or fails."""
+        rec = self.recorder
+        start, t0 = rec._begin(), time.perf_counter()
+        try:
+            completion = await self.inner.generate(request)
+        except asyncio.CancelledError:
+            if rec._cut_off():
+                rec._exchange(start, request, None, ("cutoff", "wall-clock budget ran out during a call"), t0)
+                rec.flush_started()
+            raise
+        except ModelError as exc:
+            rec._exchange(start, request, None, ("transient" if isinstance(exc, TransientModelError) else "model", str(exc)), t0)
+            rec.flush_started()
+            raise
+        except BudgetExceeded:
+            raise  # a replay's emulated wall-clock stop: nothing was exchanged
+        rec._exchange(start, request, completion, None, t0)
+        rec.flush()
+        return completion
+
+    async def generate_batch(self, requests: Sequence[GenerateRequest]) -> list[Completion]:
+        """Forward a batch; each request is recorded as its own exchange, then one flush."""
+        rec = self.recorder
+        starts, t0 = [rec._begin() for _ in requests], time.perf_counter()
+        try:
+            completions = await self.inner.generate_batch(requests)  # type: ignore[attr-defined]
+        except asyncio.CancelledError:
+            if rec._cut_off():
+                for s, r in zip(starts, requests):
+                    rec._exchange(s, r, None, ("cutoff", "wall-clock budget ran out during a call"), t0, len(requests))
+                rec.flush_started()
+            raise
+        except ModelError as exc:
+            kind = "transient" if isinstance(exc, TransientModelError) else "model"
+            for s, r in zip(starts, requests):
+                rec._exchange(s, r, None, (kind, str(exc)), t0, len(requests))
+            rec.flush_started()
+            raise
+        except BudgetExceeded:
+            raise
+        for s, r, c in zip(starts, requests, completions):
+            rec._exchange(s, r, c, None, t0, len(requests))
+        rec.flush()
+        return completions
+
+    async def aclose(self) -> None:
+        """Close the inner backend."""
+        await self.inner.aclose()
+
+
+# --- readers --------------------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class StoredRun:
+    """A run as its newest head describes it."""
+
+    run_id: str
+    head_cid: CID
+    head: dict[str, Any]
+    manifest: Manifest
+
+    @property
+    def status(self) -> str:
+        """running (or killed), finished or interrupted."""
+        return str(self.head["status"])
+
+    @property
+    def graph_cid(self) -> CID:
+        """The canonical graph's CID."""
+        return self.head["graph"].cid
+
+    @property
+    def calls_cid(self) -> CID:
+        """The recorded-calls list's CID."""
+        return self.head["calls"].cid
+
+    @property
+    def result(self) -> dict[str, Any] | None:
+        """The result summary (finished and interrupted runs)."""
+        return self.head.get("result")
+
+    @property
+    def tokens(self) -> int:
+        """Input plus output tokens of the recorded exchanges."""
+        u = self.head.get("usage") or {}
+        return int(u.get("input_tokens", 0)) + int(u.get("output_tokens", 0))
+
+
+def load_head(store: BlockStore, head_cid: CID) -> dict[str, Any]:
+    """A head block (RunError if the CID names something else)."""
+    head = get_obj(store, head_cid)
+    if not isinstance(head, dict) or head.get("type") != "head":
+        raise RunError(f"block {head_cid} is not a run head")
+    return head
+
+
+def open_run(store: BlockStore, prefix: str) -> StoredRun:
+    """The run with this id (or unique id prefix), read from its newest head."""
+    run_id = resolve_run(store, prefix)
+    head_cid = store.get_ref(head_ref(run_id))
+    assert head_cid is not None
+    head = load_head(store, head_cid)
+    return StoredRun(run_id, head_cid, head, Manifest.from_obj(get_obj(store, head["manifest"].cid)))
+
+
+def history(store: BlockStore, head_cid: CID) -> Iterator[tuple[CID, dict[str, Any]]]:
+    """Every head of a run, newest first, following `prev`."""
+    cid: CID | None = head_cid
+    while cid is not None:
+        head = load_head(store, cid)
+        yield cid, head
+        prev = head.get("prev")
+        cid = prev.cid if prev is not None else None
+
+
+def load_counts(store: BlockStore, head: dict[str, Any]) -> dict[str, int]:
+    """Recorded prompt token counts by prompt digest."""
+    return {digest: tokens for digest, tokens in read_chunks(store, head["counts"])}
+
+
+@dataclass(slots=True)
+class StoredGraph:
+    """A stored graph rebuilt as a ThoughtGraph, with each node's version CID."""
+
+    graph: ThoughtGraph
+    versions: list[CID]
+
+
+def load_graph(store: BlockStore, graph_cid: CID, timings: CID | None = None) -> StoredGraph:
+    """Rebuild the ThoughtGraph a graph block describes (every block verified on read)."""
+    obj = get_obj(store, graph_cid)
+    if not isinstance(obj, dict) or obj.get("type") != "graph":
+        raise RunError(f"block {graph_cid} is not a graph")
+    versions = [v.cid for v in read_chunks(store, obj["nodes"])]
+    created = read_chunks(store, get_obj(store, timings)["created_at"]) if timings else []
+    graph = ThoughtGraph()
+    ids: dict[CID, int] = {}
+    for vcid in versions:
+        version = get_obj(store, vcid)
+        tcid = version["thought"].cid
+        thought = get_obj(store, tcid)
+        nid = thought["id"]
+        meta = NodeMeta(created_at=created[nid] if nid < len(created) else 0.0,
+                        cost_tokens=version["cost_tokens"], creator=thought["creator"], extra=dict(version["extra"]))
+        node = graph.add_node(read_text(store, thought["content"]) or "", NodeKind(thought["kind"]), meta=meta,
+                              score=version["score"])
+        if node.id != nid:
+            raise RunError(f"graph {graph_cid}: node {nid} stored out of order")
+        ids[tcid] = nid
+        node.depth = thought["depth"]
+        node.status = NodeStatus(version["status"])
+        edges = list(zip((p.cid for p in thought["parents"]), thought["edges"]))
+        edges += [(p.cid, kind) for p, kind in version["merged"]]
+        for parent, kind in edges:
+            graph.add_edge(ids[parent], nid, EdgeKind(kind))
+    return StoredGraph(graph, versions)
+
