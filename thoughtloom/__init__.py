@@ -20,12 +20,14 @@ _EXPORTS = {
     "Gateway": "thoughtloom.llm.gateway",
     "ThoughtGraph": "thoughtloom.graph.dag",
     "get_task": "thoughtloom.tasks.registry",
+    "compare_strategies": "thoughtloom.eval.runner",
 }
 
 __all__ = ["__version__", *_EXPORTS]
 
 if TYPE_CHECKING:
     from .api import asolve, make_gateway, solve
+    from .eval.runner import compare_strategies
     from .graph.dag import ThoughtGraph
     from .llm.budget import BudgetLimits
     from .llm.gateway import Gateway

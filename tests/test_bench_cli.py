@@ -1,0 +1,167 @@
+"""`loom bench` end to end against the scripted OpenAI-compatible server: outputs, audit, kill + resume."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from openai_server import FakeOpenAIServer, Reply, Seen
+
+from thoughtloom.cli.main import main
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = ROOT.parent / "shared" / "data"
+pytestmark = pytest.mark.skipif(not (DATA / "game24" / "24_dev.csv").is_file(),
+                                reason=f"benchmark data not found at {DATA}")
+
+
+def completions(answer_for: dict[str, str], delay_s: float = 0.0):
+    """A responder: completions whose text depends on the puzzle in the prompt's last 'Input:' line."""
+
+    def respond(seen: Seen) -> Reply:
+        prompt = seen.body.get("prompt") or ""
+        puzzle = prompt.rsplit("Input: ", 1)[-1].splitlines()[0] if "Input: " in prompt else ""
+        text = answer_for.get(puzzle, " 1 + 1 = 2")
+        n = int(seen.body.get("n") or 1)
+        body = {"id": "x", "object": "text_completion", "created": 0, "model": "m",
+                "choices": [{"index": i, "text": text, "finish_reason": "stop", "logprobs": None} for i in range(n)],
+                "usage": {"prompt_tokens": 50, "completion_tokens": 5 * n, "total_tokens": 50 + 5 * n}}
+        return Reply(200, body, delay_s)
+
+    return respond
+
+
+def spec(server: FakeOpenAIServer) -> str:
+    return f"openai-compatible:{server.url}@m#completions"
+
+
+def bench_args(server: FakeOpenAIServer, out: Path, *extra: str) -> list[str]:
+    return ["bench", "--tasks", "game24", "--model", spec(server), "--data-dir", str(DATA), "--out", str(out),
+            "--select", "first", "--quiet", *extra]
+
+
+def test_bench_prints_a_table_and_writes_json_csv_and_png(server: FakeOpenAIServer, tmp_path: Path,
+                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    # Puzzle rank 1 is "1 1 4 6": io answers it right, everything else is wrong.
+    server.responder = completions({"1 1 4 6": " 1 * 1 * 4 * 6 = 24"})
+    out = tmp_path / "run"
+    code = main(bench_args(server, out, "--lanes", "io,cot,cot_sc", "--limit", "3", "--budget-tokens", "1000"))
+    printed = capsys.readouterr().out
+    assert code == 0
+    assert "### game24" in printed and "| io | 3 | 1/3 = 33% [" in printed and "| cot_sc | 3 |" in printed
+    summary = json.loads((out / "summary.json").read_text())
+    assert [s["lane"] for s in summary["summaries"]] == ["io", "cot", "cot_sc"]
+    assert summary["manifest"]["problems"] == {"game24": ["1", "2", "3"]}
+    assert summary["parity_audit"]
+    rows = list(csv.DictReader((out / "summary.csv").open()))
+    assert rows[0]["lane"] == "io" and rows[0]["solved"] == "1" and rows[0]["n"] == "3"
+    if os.environ.get("THOUGHTLOOM_NO_PLOT") is None:
+        pytest.importorskip("matplotlib")
+        assert (out / "quality_vs_tokens.png").read_bytes()[:4] == b"\x89PNG"
+    assert len(server.seen) == 9  # 3 lanes x 3 problems, one call each (cot_sc: k samples in one call)
+
+
+def test_an_unfair_protocol_is_refused_before_any_model_call(server: FakeOpenAIServer, tmp_path: Path,
+                                                            capsys: pytest.CaptureFixture[str]) -> None:
+    protocol = tmp_path / "unfair.json"
+    protocol.write_text(json.dumps({
+        "tasks": ["game24"], "limit": 2, "budget_tokens": 1000,
+        "lanes": ["io", {"lane": "cot", "budget_tokens": 5000}],
+    }))
+    out = tmp_path / "run"
+    code = main(["bench", "--protocol", str(protocol), "--model", spec(server), "--data-dir", str(DATA),
+                 "--out", str(out)])
+    err = capsys.readouterr().err.strip()
+    assert code == 2
+    assert err.count("\n") == 0 and "parity audit failed: lane cot has budget_tokens 5000 but lane io has 1000" in err
+    assert server.seen == [] and not out.exists()
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--lanes", "io,magic"], "unknown lane 'magic'"),
+        (["--tasks", "chess"], "unknown data set 'chess'"),
+        (["--param", "cot_sc-k=3"], "LANE.KEY=VALUE"),
+        (["--lanes", "io", "--param", "tot.beam=2"], "not in --lanes"),
+        (["--data-dir", "/nonexistent/data"], "no such directory"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(args: list[str], message: str, tmp_path: Path,
+                                          capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["bench", "--model", "openai-compatible:http://127.0.0.1:9/v1@m", "--data-dir", str(DATA),
+                 "--out", str(tmp_path / "r"), *args])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and err.count("\n") == 0 and message in err, err
+
+
+def test_a_killed_bench_resumes_without_redoing_finished_problems(server: FakeOpenAIServer, tmp_path: Path) -> None:
+    server.responder = completions({}, delay_s=0.15)
+    out = tmp_path / "run"
+    cmd = [sys.executable, "-m", "thoughtloom", *bench_args(server, out, "--lanes", "io,cot", "--limit", "6",
+                                                            "--budget-tokens", "1000", "--no-plot")]
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    results = out / "results.jsonl"
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if results.is_file() and len(results.read_text().splitlines()) >= 4:
+            break
+        time.sleep(0.05)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    finished = {tuple(json.loads(l)[k] for k in ("lane", "problem_id"))
+                for l in results.read_text().splitlines() if l.endswith("}")}
+    assert 4 <= len(finished) < 12, "the run finished before it could be killed"
+    before = len(server.seen)
+
+    done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
+    assert len(server.seen) - before == 12 - len(finished)  # one call per unfinished (lane, problem) only
+    keys = [tuple(json.loads(l)[k] for k in ("lane", "problem_id")) for l in results.read_text().splitlines()
+            if l.strip().endswith("}")]
+    assert len(set(keys)) == 12 and len(keys) == 12
+    assert "| io | 6 |" in done.stdout
+
+
+def test_workers_split_the_problems_between_processes(server: FakeOpenAIServer, tmp_path: Path,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    server.responder = completions({"1 1 4 6": " 1 * 1 * 4 * 6 = 24"})
+    out = tmp_path / "run"
+    code = main(bench_args(server, out, "--lanes", "io", "--limit", "4", "--budget-tokens", "1000", "--no-plot",
+                           "--workers", "2", "--model-concurrency", "1"))
+    assert code == 0
+    assert "| io | 4 | 1/4 = 25% [" in capsys.readouterr().out
+    assert len(server.seen) == 4  # each problem once, across both processes
+
+
+@pytest.mark.local_model
+def test_embedded_model_bench_two_puzzles_io_and_cot(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "run"
+    code = main(["bench", "--tasks", "game24", "--lanes", "io,cot", "--model", "local", "--limit", "2",
+                 "--budget-tokens", "600", "--data-dir", str(DATA), "--out", str(out), "--quiet", "--no-plot"])
+    assert code == 0
+    records = [json.loads(l) for l in (out / "results.jsonl").read_text().splitlines()]
+    assert len(records) == 4 and all(0 < r["tokens"] <= 600 for r in records)
+    assert "| cot | 2 |" in capsys.readouterr().out
+
+
+def test_the_issue_example_runs_lanes_where_they_apply_and_says_where_they_do_not(
+        server: FakeOpenAIServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    server.responder = completions({})
+    out = tmp_path / "run"
+    code = main(bench_args(server, out, "--tasks", "game24,sorting32", "--lanes", "io,cot,cot_sc,tot", "--limit", "2",
+                           "--budget-tokens", "600", "--no-plot"))
+    printed = capsys.readouterr().out
+    assert code == 0
+    assert "### game24" in printed and "### sorting32" in printed
+    assert "| median errors [95% CI] | solved |" in printed  # the GoT metric for sorting
+    assert "not run on sorting32: tot (" in printed and "| tot | 2 |" in printed  # tot runs on game24 only
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert set(manifest["not_applicable"]["sorting32"]) == {"tot"}

@@ -1,0 +1,127 @@
+"""The benchmark scoring rules (shared/data/README.md) and the confidence intervals, as specifications."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from thoughtloom.eval.datasets import DATASETS, DataError, find_data_dir, load_dataset
+from thoughtloom.eval.scoring import (
+    score_game24,
+    score_gsm8k,
+    score_keyword_counting,
+    score_set_intersection,
+    score_sorting,
+)
+from thoughtloom.eval.stats import median, median_ci, wilson
+
+DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+needs_data = pytest.mark.skipif(not (DATA / "game24").is_dir(), reason=f"benchmark data not found at {DATA}")
+
+
+@pytest.mark.parametrize(
+    ("answer", "solved"),
+    [
+        ("Answer: (4 + 8) * (6 - 4) = 24", True),
+        ("some steps\nanswer: 4 * 6 * (8 - 4 - 3)", False),  # a number not in the puzzle
+        ("(8 / (3 - 8 / 3)) = 24", False),  # the wrong numbers, though exactly 24
+        ("steps...\n(4 + 8) * (6 - 4)", True),  # only the last line counts
+        ("(4 + 8) * (6 - 4) = 24\nI am not sure", False),
+        ("4 * 6 = 24", False),  # uses two of the four numbers
+        (None, False),
+    ],
+)
+def test_game24_rule_last_line_strip_answer_cut_at_equals_exact_multiset(answer: str | None, solved: bool) -> None:
+    assert score_game24([4, 4, 6, 8], answer).solved is solved
+
+
+def test_game24_rule_uses_fractions_not_floats() -> None:
+    assert score_game24([3, 3, 8, 8], "8 / (3 - 8 / 3) = 24").solved
+
+
+def test_gsm8k_exact_match_of_the_final_number() -> None:
+    gold = "Natalia sold 48/2 = <<48/2=24>>24 clips in May.\n#### 72"
+    assert score_gsm8k(gold, "She sold 48 + 24 = 72 clips. The answer is 72.").solved
+    assert score_gsm8k("#### 1,200", "The answer is 1200").solved
+    assert not score_gsm8k(gold, "The answer is 71.").solved
+    assert not score_gsm8k(gold, None).solved
+
+
+def test_sorting_errors_count_differences_and_inversions_and_unparsable_is_300() -> None:
+    unsorted = [3, 1, 2, 2]
+    assert score_sorting(unsorted, "[1, 2, 2, 3]") == score_sorting(unsorted, "Output: [1, 2, 2, 3]")
+    assert score_sorting(unsorted, "[1, 2, 2, 3]").solved and score_sorting(unsorted, "[1, 2, 2, 3]").errors == 0
+    s = score_sorting(unsorted, "[1, 2, 3, 1]")
+    assert (s.solved, s.errors) == (False, 1 + 1 + 1)  # a 2 missing, an extra 1, and 3 > 1
+    assert score_sorting(unsorted, "no list here").errors == 300
+
+
+def test_set_intersection_missing_and_extra_elements_are_one_error_each() -> None:
+    assert score_set_intersection([3, 11, 14], "[14, 3, 11]").solved
+    s = score_set_intersection([3, 11, 14], "[3, 11, 99]")
+    assert (s.solved, s.errors) == (False, 2)
+    assert score_set_intersection([3], "nothing").errors == 1000
+
+
+def test_keyword_counting_sums_count_differences_and_invalid_json_is_100() -> None:
+    gold = ["Norway", "Sweden", "Norway", "Canada"]
+    assert score_keyword_counting(gold, '{"Norway": 2, "Sweden": 1, "Canada": 1}').solved
+    s = score_keyword_counting(gold, 'Output: {"Norway": 1, "Sweden": 1, "Peru": 2}')
+    assert (s.solved, s.errors) == (False, 1 + 1 + 2)  # Norway off by 1, Canada missing, Peru extra x2
+    assert score_keyword_counting(gold, "{not json").errors == 100
+
+
+def test_wilson_interval_matches_known_values_and_stays_in_bounds() -> None:
+    lo, hi = wilson(10, 20)
+    assert lo == pytest.approx(0.2993, abs=1e-3) and hi == pytest.approx(0.7007, abs=1e-3)
+    lo, hi = wilson(0, 20)
+    assert lo == 0.0 and hi == pytest.approx(0.1611, abs=1e-3)
+    assert wilson(20, 20)[1] == 1.0
+    assert wilson(0, 0) == (0.0, 1.0)
+
+
+def test_median_interval_is_the_order_statistics_with_95_percent_coverage() -> None:
+    values = list(range(1, 21))  # n = 20: the interval is x(6) .. x(15)
+    assert median(values) == 10.5
+    assert median_ci(values) == (6.0, 15.0)
+    assert median_ci([5.0]) == (5.0, 5.0)  # too few values: the full range
+    assert median_ci([]) is None
+
+
+@needs_data
+def test_game24_data_set_loads_1262_puzzles_ranked_and_spread_selection_spans_difficulty() -> None:
+    ds = load_dataset("game24", DATA)
+    assert len(ds.problems) == 1262
+    assert ds.problems[0].text == "1 1 4 6"
+    picked = ds.select(20, "spread")
+    ranks = [int(p.id) for p in picked]
+    assert len(picked) == 20 and ranks[0] == 1 and ranks[-1] > 1200
+    assert not any(901 <= r <= 1000 for r in ranks)  # the withheld test slice is not in the file
+    assert ds.select(3, "first") == ds.problems[:3]
+
+
+@needs_data
+@pytest.mark.parametrize("name", ["gsm8k", "mbpp", "sorting32", "set_intersection32", "keyword_counting"])
+async def test_every_data_set_loads_and_scores_its_own_gold_as_solved(name: str) -> None:
+    ds = load_dataset(name, DATA)
+    p = ds.problems[0]
+    if name == "mbpp":
+        assert p.id.startswith("MBPP/")
+        return  # scoring runs the hidden tests in the sandbox: covered by the code task's tests
+    gold = {
+        "gsm8k": lambda: f"The answer is {p.gold}",
+        "sorting32": lambda: str(sorted(p.gold["unsorted"])),
+        "set_intersection32": lambda: str(p.gold["intersection"]),
+        "keyword_counting": lambda: "{" + ", ".join(f'"{c}": {p.gold.count(c)}' for c in set(p.gold)) + "}",
+    }[name]()
+    assert (await ds.score(p, gold)).solved
+
+
+def test_a_missing_data_directory_is_a_one_line_error(tmp_path: Path) -> None:
+    with pytest.raises(DataError, match="no such directory"):
+        find_data_dir(tmp_path / "nope")
+    with pytest.raises(DataError, match="not found"):
+        load_dataset("game24", tmp_path)
+    assert set(DATASETS) >= {"game24", "gsm8k", "humaneval", "mbpp", "sorting32", "set_intersection32",
+                             "keyword_counting"}

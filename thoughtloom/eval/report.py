@@ -1,0 +1,170 @@
+"""Summaries of a run: a table per data set, JSON, CSV, and a plot of quality against tokens spent."""
+
+from __future__ import annotations
+
+import csv
+import json
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from statistics import fmean
+
+from .stats import median, median_ci, wilson
+from .store import Record
+
+SUMMARY_JSON = "summary.json"
+SUMMARY_CSV = "summary.csv"
+PLOT_PNG = "quality_vs_tokens.png"
+
+
+@dataclass(frozen=True, slots=True)
+class LaneSummary:
+    """One lane on one data set: quality with its 95% interval, and what it cost."""
+
+    task: str
+    lane: str
+    metric: str  # "rate" or "errors"
+    n: int
+    planned: int
+    solved: int
+    rate: float
+    rate_ci: tuple[float, float]
+    #: any@k: some candidate solved it (lanes with several candidates only)
+    any_of_k: float | None
+    median_errors: float | None
+    median_errors_ci: tuple[float, float] | None
+    mean_tokens: float
+    mean_calls: float
+    wall_s: float
+    mean_wall_s: float
+    #: problems where the lane hit a model error or crashed (counted as unsolved)
+    lane_errors: int
+
+
+def summarize(records: Iterable[Record], metrics: dict[str, str], lanes: Sequence[str],
+              planned: dict[str, int], skip: dict[str, dict[str, str]] | None = None) -> list[LaneSummary]:
+    """Per (data set, lane) summaries, in the protocol's order; lanes in `skip` (not applicable) left out."""
+    skip = skip or {}
+    by: dict[tuple[str, str], list[Record]] = {}
+    for r in records:
+        by.setdefault((r.task, r.lane), []).append(r)
+    out = []
+    for task, metric in metrics.items():
+        for lane in lanes:
+            if lane in skip.get(task, {}):
+                continue
+            rs = by.get((task, lane), [])
+            n = len(rs)
+            solved = sum(r.solved for r in rs)
+            multi = [r for r in rs if r.any_correct is not None]
+            errors = [r.errors for r in rs if r.errors is not None]
+            out.append(LaneSummary(
+                task=task, lane=lane, metric=metric, n=n, planned=planned.get(task, n), solved=solved,
+                rate=solved / n if n else 0.0, rate_ci=wilson(solved, n),
+                any_of_k=(sum(bool(r.any_correct) for r in multi) / len(multi)) if multi else None,
+                median_errors=median(errors) if metric == "errors" else None,
+                median_errors_ci=median_ci(errors) if metric == "errors" else None,
+                mean_tokens=fmean(r.tokens for r in rs) if rs else 0.0,
+                mean_calls=fmean(r.calls for r in rs) if rs else 0.0,
+                wall_s=sum(r.wall_s for r in rs), mean_wall_s=fmean(r.wall_s for r in rs) if rs else 0.0,
+                lane_errors=sum(1 for r in rs if r.stop_reason in ("model_error", "lane_crashed")),
+            ))
+    return out
+
+
+def format_table(summaries: Sequence[LaneSummary], skip: dict[str, dict[str, str]] | None = None) -> str:
+    """A text table per data set (Markdown, so it pastes into a README as is)."""
+    skip = skip or {}
+    blocks = []
+    for task in dict.fromkeys(s.task for s in summaries):
+        rows = [s for s in summaries if s.task == task]
+        errors = rows[0].metric == "errors"
+        head = ["lane", "n"]
+        head += ["median errors [95% CI]", "solved"] if errors else ["success [95% CI]", "any@k"]
+        head += ["mean tokens", "mean calls", "wall s (mean)"]
+        lines = [f"### {task}", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+        for s in rows:
+            n = f"{s.n}" if s.n == s.planned else f"{s.n}/{s.planned}"
+            if errors:
+                ci = s.median_errors_ci
+                q = "-" if s.median_errors is None else f"{s.median_errors:g} [{ci[0]:g}, {ci[1]:g}]" if ci else f"{s.median_errors:g}"
+                cells = [q, f"{s.solved}/{s.n}"]
+            else:
+                cells = [f"{s.solved}/{s.n} = {s.rate:.0%} [{s.rate_ci[0]:.0%}, {s.rate_ci[1]:.0%}]",
+                         "-" if s.any_of_k is None else f"{s.any_of_k:.0%}"]
+            cells += [f"{s.mean_tokens:,.0f}", f"{s.mean_calls:.1f}", f"{s.wall_s:,.0f} ({s.mean_wall_s:.1f})"]
+            lines.append("| " + " | ".join([s.lane, n, *cells]) + " |")
+        for s in rows:
+            if s.lane_errors:
+                lines.append(f"\n{s.lane}: {s.lane_errors} of {s.n} problems ended in a model error or a crash "
+                             "(counted as unsolved; see results.jsonl)")
+        for lane, why in skip.get(task, {}).items():
+            lines.append(f"\nnot run on {task}: {lane} ({why})")
+        blocks.append("\n".join(lines))
+    return "\n\n".join(blocks)
+
+
+def write_json(path: Path, manifest: dict[str, object], summaries: Sequence[LaneSummary], audit: list[str]) -> None:
+    """The manifest, the audit and the summaries in one JSON file."""
+    data = {"manifest": manifest, "parity_audit": audit, "summaries": [asdict(s) for s in summaries]}
+    path.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+
+
+def write_csv(path: Path, summaries: Sequence[LaneSummary]) -> None:
+    """One row per (data set, lane)."""
+    fields = ["task", "lane", "metric", "n", "planned", "solved", "rate", "rate_ci_low", "rate_ci_high", "any_of_k",
+              "median_errors", "median_errors_ci_low", "median_errors_ci_high", "mean_tokens", "mean_calls",
+              "wall_s", "mean_wall_s", "lane_errors"]
+    with path.open("w", newline="", encoding="utf-8") as fh:
+        w = csv.writer(fh)
+        w.writerow(fields)
+        for s in summaries:
+            ci = s.median_errors_ci or (None, None)
+            w.writerow([s.task, s.lane, s.metric, s.n, s.planned, s.solved, f"{s.rate:.4f}", f"{s.rate_ci[0]:.4f}",
+                        f"{s.rate_ci[1]:.4f}", "" if s.any_of_k is None else f"{s.any_of_k:.4f}",
+                        "" if s.median_errors is None else s.median_errors, "" if ci[0] is None else ci[0],
+                        "" if ci[1] is None else ci[1], f"{s.mean_tokens:.1f}", f"{s.mean_calls:.2f}",
+                        f"{s.wall_s:.1f}", f"{s.mean_wall_s:.2f}", s.lane_errors])
+
+
+def write_plot(path: Path, summaries: Sequence[LaneSummary], title: str = "") -> str | None:
+    """Quality against mean tokens per problem, one point (with its 95% CI) per lane and one panel
+    per data set. Returns None when written, else a one-line note (matplotlib missing)."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")  # no display needed: the plot is a file
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return "no plot: matplotlib is not installed (pip install 'thoughtloom[plot]')"
+    tasks = list(dict.fromkeys(s.task for s in summaries))
+    fig, axes = plt.subplots(1, len(tasks), figsize=(5.2 * len(tasks), 4.2), squeeze=False)
+    for ax, task in zip(axes[0], tasks):
+        rows = [s for s in summaries if s.task == task and s.n]
+        errors = bool(rows) and rows[0].metric == "errors"
+        for s in rows:
+            if errors:
+                y = s.median_errors or 0.0
+                lo, hi = s.median_errors_ci or (y, y)
+            else:
+                y, (lo, hi) = s.rate * 100, (s.rate_ci[0] * 100, s.rate_ci[1] * 100)
+            # max(0, ...): rounding can put y a hair outside its own interval.
+            ax.errorbar([s.mean_tokens], [y], yerr=[[max(0.0, y - lo)], [max(0.0, hi - y)]], fmt="o", capsize=4,
+                        label=s.lane)
+            ax.annotate(s.lane, (s.mean_tokens, y), textcoords="offset points", xytext=(6, 4), fontsize=9)
+        ax.set_xlabel("mean tokens per problem (input + output)")
+        ax.set_ylabel("median errors (lower is better)" if errors else "success rate, % (95% Wilson CI)")
+        n = max((s.n for s in rows), default=0)
+        ax.set_title(f"{task} (n={n})")
+        if not errors:
+            ax.set_ylim(-3, 103)
+        ax.set_xlim(left=0)
+        ax.grid(alpha=0.3)
+        if rows:
+            ax.legend(fontsize=8, loc="best")
+    if title:
+        fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return None

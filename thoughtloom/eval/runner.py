@@ -1,0 +1,390 @@
+"""Running a protocol: audit, then every (data set, problem, lane) once, streamed to disk.
+
+Each lane gets, per problem, a fresh Gateway with the protocol's budget over ONE shared backend
+(so the model is loaded once and every lane pays for its tokens the same way). Problems run
+problem-major (all lanes of a problem before the next problem), so an interrupted run has
+compared the lanes on the same problems. `jobs` problems may run at once, and a global limiter
+caps the calls the model serves at once, across processes too when `slots_dir` is given.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import fcntl
+import json
+import os
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..llm.budget import BudgetLimits
+from ..llm.cache import MemoryCache
+from ..llm.gateway import Gateway
+from ..llm.types import Backend, Completion, GenerateRequest, Prompt
+from .datasets import Dataset, Problem, load_dataset
+from .lanes import ALL_LANES, LANE_DEFAULTS, LaneError, check_lane, run_lane
+from .protocol import LanePlan, Protocol, ProtocolError, audit, code_version
+from .store import MANIFEST_FILE, Record, ResultsStore
+
+Progress = Callable[[str], None]
+
+
+class SharedSlots:
+    """A model-concurrency limit: an asyncio semaphore, plus lock files when processes share it."""
+
+    def __init__(self, limit: int, slots_dir: Path | None = None) -> None:
+        self.limit = max(1, limit)
+        self._sem = asyncio.Semaphore(self.limit)
+        self._dir = slots_dir
+        self._held: list[Any] = []
+
+    async def __aenter__(self) -> None:
+        await self._sem.acquire()
+        if self._dir is None:
+            return
+        self._dir.mkdir(parents=True, exist_ok=True)
+        # Cross-process: hold one of `limit` lock files; poll, since flock cannot be awaited.
+        while True:
+            for i in range(self.limit):
+                fh = open(self._dir / f"slot-{i}.lock", "a")  # noqa: ASYNC230, SIM115 - held until __aexit__
+                try:
+                    fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except OSError:
+                    fh.close()
+                    continue
+                self._held.append(fh)
+                return
+            await asyncio.sleep(0.05)
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self._dir is not None and self._held:
+            fh = self._held.pop()
+            fcntl.flock(fh, fcntl.LOCK_UN)
+            fh.close()
+        self._sem.release()
+
+
+@dataclass
+class LimitedBackend:
+    """A backend whose calls wait for a SharedSlots slot: one model-concurrency limit for all lanes."""
+
+    inner: Backend
+    slots: SharedSlots
+    calls: int = 0
+
+    @property
+    def name(self) -> str:
+        """The model's identity."""
+        return self.inner.name
+
+    @property
+    def max_concurrency(self) -> int:
+        """As the wrapped backend."""
+        return min(self.inner.max_concurrency, self.slots.limit)
+
+    @property
+    def supports_batch(self) -> bool:
+        """As the wrapped backend."""
+        return bool(getattr(self.inner, "supports_batch", False))
+
+    @property
+    def pricing(self) -> Any:
+        """As the wrapped backend."""
+        return getattr(self.inner, "pricing", None)
+
+    async def generate(self, request: GenerateRequest) -> Completion:
+        """One call, within the shared limit."""
+        async with self.slots:
+            self.calls += 1
+            return await self.inner.generate(request)
+
+    async def generate_batch(self, requests: Sequence[GenerateRequest]) -> list[Completion]:
+        """One batched call, within the shared limit."""
+        async with self.slots:
+            self.calls += 1
+            return await self.inner.generate_batch(requests)  # type: ignore[attr-defined]
+
+    def count_tokens(self, prompt: Prompt) -> int | None:
+        """As the wrapped backend."""
+        return self.inner.count_tokens(prompt)
+
+    async def aclose(self) -> None:
+        """Lanes share the backend: the runner closes the inner one once, at the end."""
+
+
+@dataclass(frozen=True, slots=True)
+class BenchOptions:
+    """How to build a protocol from command-line style settings."""
+
+    tasks: Sequence[str]
+    lanes: Sequence[str]
+    model: str = "local"
+    limit: int | None = 20
+    selection: str = "spread"
+    ids: Sequence[str] = ()
+    budget_tokens: int | None = 4000
+    budget_calls: int | None = None
+    budget_usd: float | None = None
+    budget_seconds: float | None = None
+    temperature: float = 0.7
+    seed: int | None = 0
+    data_dir: str | None = None
+    #: lane -> parameters (e.g. {"cot_sc": {"k": 5}, "tot": {"beam": 1}})
+    lane_params: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: lane -> settings that differ from the shared ones (only to build unfair protocols on purpose)
+    lane_overrides: dict[str, dict[str, Any]] = field(default_factory=dict)
+    declared_differences: Sequence[str] = ()
+
+
+def build_protocol(opts: BenchOptions, datasets: dict[str, Dataset] | None = None) -> Protocol:
+    """A frozen protocol: load the data sets, choose the problems, plan every lane."""
+    datasets = datasets if datasets is not None else {t: load_dataset(t, opts.data_dir) for t in opts.tasks}
+    problems = {
+        t: [p.id for p in datasets[t].select(opts.limit, opts.selection, opts.ids or None)] for t in opts.tasks
+    }
+    not_applicable: dict[str, dict[str, str]] = {}
+    for lane in opts.lanes:
+        if lane not in ALL_LANES:
+            raise LaneError(f"unknown lane {lane!r}; choose from: {', '.join(ALL_LANES)}")
+        for t in opts.tasks:
+            try:
+                check_lane(lane, datasets[t])
+            except LaneError as exc:
+                # Left out of this data set's comparison, and said so in the table.
+                not_applicable.setdefault(t, {})[lane] = str(exc)
+        if all(lane in not_applicable.get(t, {}) for t in opts.tasks):
+            raise LaneError(not_applicable[opts.tasks[0]][lane])
+    unknown = set(opts.lane_params) - set(opts.lanes)
+    if unknown:
+        raise LaneError(f"parameters given for lane {min(unknown)}, which is not in --lanes")
+    plans = []
+    for lane in opts.lanes:
+        shared = {
+            "model": opts.model, "temperature": opts.temperature, "budget_tokens": opts.budget_tokens,
+            "budget_calls": opts.budget_calls, "budget_usd": opts.budget_usd, "budget_seconds": opts.budget_seconds,
+            "seed": opts.seed, "problems": problems,
+        }
+        extra = dict(opts.lane_overrides.get(lane, {}))
+        bad = set(extra) - set(shared)
+        if bad:
+            raise ProtocolError(f"lane {lane}: unknown setting {min(bad)!r}")
+        if "problems" in extra and isinstance(extra["problems"], list):
+            extra["problems"] = {t: list(extra["problems"]) for t in opts.tasks}
+        params = {**LANE_DEFAULTS.get(lane, {}), **opts.lane_params.get(lane, {})}
+        plans.append(LanePlan(lane=lane, params=params, **{**shared, **extra}))
+    return Protocol(
+        tasks=list(opts.tasks), problems=problems, lanes=plans, model=opts.model, temperature=opts.temperature,
+        budget_tokens=opts.budget_tokens, budget_calls=opts.budget_calls, budget_usd=opts.budget_usd,
+        budget_seconds=opts.budget_seconds, seed=opts.seed, selection=opts.selection, data_dir=opts.data_dir,
+        declared_differences=list(opts.declared_differences), code_version=code_version(),
+        not_applicable=not_applicable,
+    )
+
+
+def prepare_run_dir(protocol: Protocol, out_dir: Path, progress: Progress | None = None) -> Protocol:
+    """Write the manifest, or check that a resumed run keeps the protocol it started with."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / MANIFEST_FILE
+    if path.is_file():
+        try:
+            stored = Protocol.from_dict(json.loads(path.read_text(encoding="utf-8")))
+        except ValueError as exc:
+            raise ProtocolError(f"{path} is not a bench manifest: {exc}") from None
+        if stored.fingerprint() != protocol.fingerprint():
+            raise ProtocolError(
+                f"{out_dir} holds a run with a different protocol; resume it with the same settings or use another --out"
+            )
+        if stored.code_version != protocol.code_version and progress:
+            progress(f"resuming a run started with code {stored.code_version} (now {protocol.code_version})")
+        return stored
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(protocol.to_dict(), indent=2) + "\n", encoding="utf-8")
+    os.replace(tmp, path)  # a kill never leaves half a manifest
+    return protocol
+
+
+def limits_of(plan: LanePlan) -> BudgetLimits:
+    """The per-problem budget of a lane."""
+    return BudgetLimits(tokens=plan.budget_tokens, calls=plan.budget_calls, cost_usd=plan.budget_usd,
+                        wall_s=plan.budget_seconds)
+
+
+async def run_one(dataset: Dataset, problem: Problem, index: int, plan: LanePlan, backend: Backend,
+                  protocol: Protocol) -> Record:
+    """One lane on one problem under a fresh gateway with the lane's budget; scored exactly."""
+    gateway = Gateway(backend, limits_of(plan), concurrency=8, cache=MemoryCache(),
+                      pricing=getattr(backend, "pricing", None))
+    seed = protocol.seed_for(plan, index)
+    started = time.monotonic()
+    outcome = await run_lane(plan.lane, dataset, problem, gateway, params=plan.params,
+                             temperature=plan.temperature, seed=seed)
+    wall = time.monotonic() - started
+    score = await dataset.score(problem, outcome.answer)
+    any_correct = None
+    if outcome.candidates:
+        any_correct = False
+        for cand in outcome.candidates:
+            if cand is not None and (await dataset.score(problem, cand)).solved:
+                any_correct = True
+                break
+    spent = gateway.budget.spent
+    return Record(
+        task=dataset.name, lane=plan.lane, problem_id=problem.id, index=index, seed=seed, answer=outcome.answer,
+        solved=score.solved, errors=score.errors, any_correct=any_correct, candidates=len(outcome.candidates),
+        tokens=spent.total, input_tokens=spent.input_tokens, output_tokens=spent.output_tokens,
+        calls=gateway.budget.calls, wall_s=round(wall, 3), stop_reason=outcome.stop_reason, error=outcome.error,
+    )
+
+
+@dataclass
+class RunStats:
+    """What one run invocation did."""
+
+    done: int = 0
+    skipped: int = 0
+    records: list[Record] = field(default_factory=list)
+
+
+async def run_protocol(
+    protocol: Protocol,
+    backend: Backend,
+    store: ResultsStore | None,
+    *,
+    datasets: dict[str, Dataset] | None = None,
+    jobs: int = 1,
+    model_concurrency: int | None = None,
+    slots_dir: Path | None = None,
+    shard: tuple[int, int] = (0, 1),
+    progress: Progress | None = None,
+) -> RunStats:
+    """Run every unfinished (data set, problem, lane) of the protocol; finished ones are skipped."""
+    audit(protocol)
+    datasets = datasets if datasets is not None else {t: load_dataset(t, protocol.data_dir) for t in protocol.tasks}
+    done = store.load() if store is not None else {}
+    slots = SharedSlots(model_concurrency or backend.max_concurrency, slots_dir)
+    shared = LimitedBackend(backend, slots)
+    stats = RunStats()
+    work: list[tuple[Dataset, Problem, int]] = []
+    for t in protocol.tasks:
+        by_id = {p.id: p for p in datasets[t].problems}
+        for index, pid in enumerate(protocol.problems[t]):
+            if pid not in by_id:
+                raise ProtocolError(f"data set {t} has no problem {pid!r} (the data files changed since the manifest)")
+            if index % shard[1] == shard[0]:
+                work.append((datasets[t], by_id[pid], index))
+    total = sum(sum(protocol.runs(d.name, p.lane) for p in protocol.lanes) for d, _, _ in work)
+    gate = asyncio.Semaphore(max(1, jobs))
+
+    async def one_problem(dataset: Dataset, problem: Problem, index: int) -> None:
+        async with gate:
+            for plan in protocol.lanes:
+                if not protocol.runs(dataset.name, plan.lane):
+                    continue
+                key = (dataset.name, plan.lane, problem.id)
+                if key in done:
+                    stats.skipped += 1
+                    continue
+                rec = await run_one(dataset, problem, index, plan, shared, protocol)
+                if store is not None:
+                    store.append(rec)
+                stats.records.append(rec)
+                stats.done += 1
+                if progress:
+                    mark = "solved" if rec.solved else "failed"
+                    err = f", errors {rec.errors:g}" if rec.errors is not None else ""
+                    progress(f"[{stats.done + stats.skipped}/{total}] {dataset.name} #{problem.id} {plan.lane}: {mark}"
+                             f"{err} · {rec.tokens:,} tokens · {rec.calls} calls · {rec.wall_s:.1f}s")
+
+    await asyncio.gather(*(one_problem(d, p, i) for d, p, i in work))
+    return stats
+
+
+@dataclass
+class Comparison:
+    """What compare_strategies found: a summary per lane (index it by lane name) and the records."""
+
+    summaries: dict[str, Any]
+    records: list[Record]
+    protocol: Protocol
+
+    def __getitem__(self, lane: str) -> Any:
+        return self.summaries[lane]
+
+    def __iter__(self) -> Any:
+        return iter(self.summaries)
+
+    def table(self) -> str:
+        """The Markdown table `loom bench` prints."""
+        from .report import format_table
+
+        return format_table(list(self.summaries.values()), self.protocol.not_applicable)
+
+
+async def compare_strategies(
+    problem_or_task: str | Dataset,
+    lanes: Sequence[str],
+    *,
+    task: str = "game24",
+    model: str | Backend = "local",
+    budget_tokens: int | None = 4000,
+    temperature: float = 0.7,
+    seed: int | None = 0,
+    limit: int | None = 5,
+    lane_params: dict[str, dict[str, Any]] | None = None,
+    data_dir: str | None = None,
+    out_dir: str | os.PathLike[str] | None = None,
+) -> Comparison:
+    """Compare lanes fairly (seed 001's compare_strategies): the same model, budget and problems.
+
+    problem_or_task: one problem's text for `task` (e.g. "4 9 10 13"), a data set name
+    ("game24": `limit` problems spread by difficulty) or a loaded Dataset. Returns a Comparison:
+    `result["tot"]` is that lane's LaneSummary (success rate with its 95% interval, any@k, mean
+    tokens and calls), `result.records` the per-problem records, `result.table()` the table.
+    With out_dir, results stream there and a second call resumes.
+    """
+    from .datasets import DATASETS, DatasetSpec
+    from .report import summarize
+
+    if isinstance(problem_or_task, Dataset):
+        dataset = problem_or_task
+    elif problem_or_task in DATASETS:
+        dataset = load_dataset(problem_or_task, data_dir)
+    else:
+        spec = DATASETS.get(task) or DatasetSpec(task, task, None, "rate", task)
+        dataset = Dataset(spec, [_single_problem(task, problem_or_task)], "<given>")
+        limit = 1
+    opts = BenchOptions(tasks=[dataset.name], lanes=list(lanes), model=model if isinstance(model, str) else model.name,
+                        limit=limit, budget_tokens=budget_tokens, temperature=temperature, seed=seed,
+                        lane_params=lane_params or {}, data_dir=data_dir)
+    protocol = build_protocol(opts, {dataset.name: dataset})
+    audit(protocol)
+    store = None
+    if out_dir is not None:
+        prepare_run_dir(protocol, Path(out_dir))
+        store = ResultsStore(out_dir)
+    if isinstance(model, str):
+        from ..llm.registry import make_backend
+
+        backend: Backend = make_backend(model)
+    else:
+        backend = model
+    try:
+        stats = await run_protocol(protocol, backend, store, datasets={dataset.name: dataset})
+    finally:
+        if isinstance(model, str):
+            await backend.aclose()
+    records = list(store.load().values()) if store is not None else stats.records
+    summaries = summarize(records, {dataset.name: dataset.spec.metric}, list(lanes),
+                          {dataset.name: len(protocol.problems[dataset.name])}, protocol.not_applicable)
+    return Comparison({s.lane: s for s in summaries}, records, protocol)
+
+
+def _single_problem(task: str, text: str) -> Problem:
+    """A problem given as text, with the gold its scorer needs (Game of 24: the numbers)."""
+    from ..tasks.registry import get_task
+
+    parsed = get_task(task).parse_problem(text)
+    gold: Any = [int(x) for x in parsed] if task == "game24" else None
+    return Problem("given", text, " ".join(text.split()) if task == "game24" else text, gold)

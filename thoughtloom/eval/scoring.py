@@ -1,0 +1,127 @@
+"""Exact scoring rules of the benchmark data sets (shared/data/README.md), one function per set."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+from fractions import Fraction
+from itertools import pairwise
+
+
+#: Errors charged for output that cannot be parsed, per the GoT benchmark's rules.
+SORTING_UNPARSABLE = 300
+SET_INTERSECTION_UNPARSABLE = 1000
+KEYWORD_COUNTING_INVALID = 100
+
+_LIST = re.compile(r"\[([^\[\]]*)\]")
+_NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?")
+
+
+@dataclass(frozen=True, slots=True)
+class Score:
+    """One answer's verdict: solved, and for the GoT tasks the error count (lower is better)."""
+
+    solved: bool
+    errors: float | None = None
+
+
+def score_game24(numbers: Sequence[int], answer: str | None) -> Score:
+    """Last line, strip 'answer:', cut at '='; the four numbers exactly once each, exactly 24."""
+    from ..tasks.game24 import check_game24  # deferred: `loom --help` imports this module
+
+    return Score(check_game24([Fraction(n) for n in numbers], answer))
+
+
+def final_number(text: str | None) -> Fraction | None:
+    """The answer's final number: after '####' or 'The answer is' if present, else the last number."""
+    if not text:
+        return None
+    for marker in ("####", "answer is", "Answer:"):
+        idx = text.rfind(marker)
+        if idx >= 0:
+            found = _NUMBER.findall(text[idx + len(marker):])
+            if found:
+                return _to_fraction(found[0])
+    found = _NUMBER.findall(text)
+    return _to_fraction(found[-1]) if found else None
+
+
+def _to_fraction(token: str) -> Fraction | None:
+    try:
+        return Fraction(token.replace(",", "").rstrip("."))
+    except (ValueError, ZeroDivisionError):
+        return None
+
+
+def score_gsm8k(gold: str, answer: str | None) -> Score:
+    """Exact match of the final number (commas and a trailing period ignored)."""
+    want = final_number(gold)
+    got = final_number(answer)
+    return Score(want is not None and got == want)
+
+
+def parse_int_list(text: str | None) -> list[int] | None:
+    """The first bracketed list of integers in the text; None when there is none."""
+    if not text:
+        return None
+    for m in _LIST.finditer(text):
+        body = m.group(1).strip()
+        if not body:
+            return []
+        try:
+            return [int(x.strip()) for x in body.split(",") if x.strip()]
+        except ValueError:
+            continue
+    return None
+
+
+def score_sorting(unsorted: Sequence[int], answer: str | None) -> Score:
+    """errors = sum_d |count_out(d) - count_gold(d)| + adjacent pairs out of order; unparsable = 300."""
+    out = parse_int_list(answer)
+    if out is None:
+        return Score(False, SORTING_UNPARSABLE)
+    gold = Counter(unsorted)
+    have = Counter(out)
+    errors = sum(abs(have[d] - gold[d]) for d in set(gold) | set(have))
+    errors += sum(1 for a, b in pairwise(out) if a > b)
+    return Score(out == sorted(unsorted), errors)
+
+
+def score_set_intersection(gold: Sequence[int], answer: str | None) -> Score:
+    """Each missing or extra element is one error; unparsable = 1000; solved iff sorted(out) == gold."""
+    out = parse_int_list(answer)
+    if out is None:
+        return Score(False, SET_INTERSECTION_UNPARSABLE)
+    want, have = Counter(gold), Counter(out)
+    errors = sum((want - have).values()) + sum((have - want).values())
+    return Score(sorted(out) == sorted(gold), errors)
+
+
+def parse_counts(text: str | None) -> dict[str, int] | None:
+    """The first JSON object in the text, as {country: count}; None when it is not valid."""
+    if not text:
+        return None
+    start = text.find("{")
+    end = text.find("}", start)
+    if start < 0 or end < 0:
+        return None
+    try:
+        obj = json.loads(text[start:end + 1])
+    except ValueError:
+        return None
+    if not isinstance(obj, dict) or not all(isinstance(v, int) and not isinstance(v, bool) for v in obj.values()):
+        return None
+    return {str(k): v for k, v in obj.items()}
+
+
+def score_keyword_counting(gold: Sequence[str], answer: str | None) -> Score:
+    """errors = sum over countries of |gold - out| (missing and extra count fully); invalid JSON = 100."""
+    out = parse_counts(answer)
+    if out is None:
+        return Score(False, KEYWORD_COUNTING_INVALID)
+    want = Counter(gold)
+    errors = sum(abs(want.get(c, 0) - out.get(c, 0)) for c in set(want) | set(out))
+    return Score(errors == 0, errors)

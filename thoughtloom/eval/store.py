@@ -1,0 +1,93 @@
+"""Results streamed to disk one line per (data set, lane, problem), so an interrupted run resumes.
+
+Each finished problem is appended to results.jsonl and fsynced before the next starts; a run
+killed mid-problem loses only that problem. Appends take an exclusive file lock, so several
+processes (`loom bench --workers N`) can share one results file.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+RESULTS_FILE = "results.jsonl"
+MANIFEST_FILE = "manifest.json"
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    """One lane's outcome on one problem."""
+
+    task: str
+    lane: str
+    problem_id: str
+    index: int
+    seed: int | None
+    answer: str | None
+    solved: bool
+    errors: float | None
+    #: any of the lane's candidates solved it (cot_sc, best_of_n); None for one-answer lanes
+    any_correct: bool | None
+    candidates: int
+    tokens: int
+    input_tokens: int
+    output_tokens: int
+    calls: int
+    wall_s: float
+    stop_reason: str
+    error: str | None = None
+
+    @property
+    def key(self) -> tuple[str, str, str]:
+        """What identifies a finished unit of work."""
+        return (self.task, self.lane, self.problem_id)
+
+
+class ResultsStore:
+    """The results file of one run directory."""
+
+    def __init__(self, out_dir: str | os.PathLike[str]) -> None:
+        self.dir = Path(out_dir)
+        self.path = self.dir / RESULTS_FILE
+
+    def load(self) -> dict[tuple[str, str, str], Record]:
+        """Finished records by key; a line cut short by a kill is ignored (its problem reruns)."""
+        out: dict[tuple[str, str, str], Record] = {}
+        if not self.path.is_file():
+            return out
+        for line in self.path.read_text(encoding="utf-8").splitlines():
+            try:
+                rec = Record(**json.loads(line))
+            except (ValueError, TypeError):
+                continue
+            out[rec.key] = rec
+        return out
+
+    @contextmanager
+    def _locked(self) -> Iterator[Any]:
+        self.dir.mkdir(parents=True, exist_ok=True)
+        with open(self.path, "a+b") as fh:
+            fcntl.flock(fh, fcntl.LOCK_EX)
+            try:
+                yield fh
+            finally:
+                fcntl.flock(fh, fcntl.LOCK_UN)
+
+    def append(self, record: Record) -> None:
+        """Write one record durably (a partial last line from a killed run is closed off first)."""
+        data = (json.dumps(asdict(record), ensure_ascii=False) + "\n").encode()
+        with self._locked() as fh:
+            fh.seek(0, os.SEEK_END)
+            if fh.tell() > 0:
+                fh.seek(-1, os.SEEK_END)
+                if fh.read(1) != b"\n":
+                    fh.write(b"\n")
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
