@@ -249,3 +249,17 @@ def test_contracts_and_verification_traces_are_in_the_json_output():
     assert all({"goal", "mode", "children", "contract", "result", "verification", "score"} <= set(n) for n in nodes)
     assert any(n["mode"] == "recompose" and n["verification"]["passed"] for n in nodes)
     assert data["recursion"]["summary"]["verified"] is True
+
+
+async def test_a_task_whose_steps_have_a_fixed_form_refuses_the_generic_decomposition() -> None:
+    from thoughtloom.llm.fake import ScriptedBackend
+    from thoughtloom.llm.gateway import Gateway
+    from thoughtloom.search.config import SearchConfig
+    from thoughtloom.search.engine import search
+    from thoughtloom.tasks.base import UnsupportedOperation
+    from thoughtloom.tasks.registry import get_task
+
+    fake = ScriptedBackend(default="anything")
+    with pytest.raises(UnsupportedOperation, match="task game24 has no decomposition for --strategy recursive"):
+        await search(get_task("game24"), "4 5 6 10", Gateway(fake), SearchConfig(strategy="recursive"))
+    assert fake.calls == []

@@ -69,7 +69,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="model spec: local | local:PATH.gguf | openai:MODEL | openai-compatible:URL@MODEL | ollama:MODEL "
         "(optional #chat or #completions); default: local (env THOUGHTLOOM_MODEL)",
     )
-    s.add_argument("--strategy", choices=("bfs", "dfs", "best_first", "mcts", "got"), help="search strategy (default bfs)")
+    s.add_argument("--strategy", choices=("bfs", "dfs", "best_first", "mcts", "got", "recursive"),
+                   help="search strategy (default: the task's, else bfs)")
     s.add_argument("--breadth", type=_positive_int("--breadth"), help="thoughts generated per expansion")
     s.add_argument("--beam", type=_positive_int("--beam"), help="thoughts kept per level (beam width)")
     s.add_argument("--depth", type=_positive_int("--depth"), help="maximum depth in steps")
@@ -88,6 +89,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--budget-usd", type=_positive_float("--budget-usd"), help="hard limit in dollars (known prices only)")
     s.add_argument("--budget-seconds", type=_positive_float("--budget-seconds"), help="hard wall-clock limit")
     s.add_argument("--seed", type=int, help="seed for reproducible sampling")
+    s.add_argument("--size", type=_positive_int("--size"),
+                   help="sorting, set_intersection: instance size (32/64/128 for data IDs; sorting: alone, a generated list)")
     c = s.add_argument_group("self-aware control (see 'loom profiles')")
     c.add_argument("--profile", default="default", help="domain profile: thresholds and depth limits (default: default)")
     c.add_argument("--acceptable", type=_unit_float("--acceptable"), help="quality a user would accept")
@@ -125,7 +128,16 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--json", action="store_true", help="print one JSON object instead of text")
     s.add_argument("--mermaid", metavar="FILE", help="write the reasoning graph as a Mermaid flowchart")
     s.add_argument("--quiet", action="store_true", help="no live progress on stderr")
+    s.add_argument("--store", metavar="PATH",
+                   help="store the run here (default: $THOUGHTLOOM_STORE, else ~/.thoughtloom/store.db)")
+    s.add_argument("--no-store", action="store_true", help="do not store the run")
 
+    from ..eval.cli import add_bench_parser
+
+    add_bench_parser(sub, _positive_int, _positive_float)
+    from ..store.cli import add_store_commands
+
+    add_store_commands(sub)
     sub.add_parser("tasks", help="list the tasks")
     sub.add_parser("profiles", help="list the domain profiles and their thresholds")
     parser.add_argument("--version", action="store_true", help="print the version")
@@ -180,6 +192,16 @@ def _format_text(result: Any) -> str:
             f"grounding: {len(result.grounding)} thoughts tested · {g.get('verified', 0)} verified · "
             f"{g.get('grounding_failed', 0)} failed" + (f" · {g['grounder_errors']} grounder errors" if g.get("grounder_errors") else "")
         )
+    recursion = result.recursion()
+    if recursion is not None:
+        r = recursion["summary"]
+        errors = f"errors {r['errors']} · " if "errors" in r else ""
+        lines.append(
+            f"recursion: {errors}verified {str(r['verified']).lower()} · goals {r['goals']} · decompositions "
+            f"{r['decompositions']} · recompositions {r['recompositions']} (failed {r['recompositions_failed']}) · "
+            f"invalid plans {r['invalid_plans']} · cycles {r['cycles']} · backtracks {r['backtracks']} · "
+            f"retries {r['retries']}"
+        )
     if result.error:
         lines.append(f"model error: {result.error}")
     control = result.control
@@ -217,7 +239,7 @@ def cmd_solve(args: argparse.Namespace) -> int:
     task = get_task(task_name, _task_options(args, task_name))
     problem_text = _problem_text(args, task_name)
     # Fail fast on bad input, before loading any model.
-    task.parse_problem(problem_text)
+    parsed = task.parse_problem(problem_text)
     grounders = _extra_grounders(args)
     try:
         policy = replace(
@@ -238,6 +260,9 @@ def cmd_solve(args: argparse.Namespace) -> int:
         )
     except (TypeError, ValueError) as exc:
         raise UsageError(str(exc)) from None
+    if config.strategy == "recursive" and not task.free_text_steps and task.recursion(parsed) is None:
+        raise UsageError(f"task {task.name} has no decomposition for --strategy recursive (its steps have a fixed "
+                         "form); use bfs, dfs, best_first, mcts or got")
     interactive = args.interactive
     if interactive is None:
         interactive = sys.stdin.isatty() and sys.stderr.isatty()
@@ -261,16 +286,30 @@ def cmd_solve(args: argparse.Namespace) -> int:
         _check_writable(args.mermaid)
     sinks = [] if args.quiet else [ProgressDisplay()]
     progress = (lambda msg: print(f"loom: {msg}", file=sys.stderr)) if not args.quiet else None
+    # The run store (issue 6): records this run, or serves a resumed / replayed one's calls.
+    from ..store.cli import solve_session
+
+    session = solve_session(args, task=task, task_name=task_name, problem_text=problem_text, config=config,
+                            limits=limits)
 
     async def run() -> Any:
-        gateway = make_gateway(args.model, limits, concurrency=config.concurrency, progress=progress)
+        model = session.model(args.model, progress) if session else args.model
+        gateway = make_gateway(model, limits, concurrency=config.concurrency, progress=progress)
+        if session:
+            session.attach(gateway)
         try:
-            return await search(task, problem_text, gateway, config, sinks=sinks, controller=controller,
-                                grounders=grounders, grounding_policy=policy)
+            return await search(task, problem_text, gateway, config, sinks=sinks + (session.sinks if session else []),
+                                controller=controller, grounders=grounders, grounding_policy=policy,
+                                on_context=session.on_context if session else None)
         finally:
             await gateway.aclose()
 
-    result = asyncio.run(run())
+    try:
+        result = asyncio.run(run())
+    except BaseException:
+        if session:
+            session.abort()
+        raise
     if args.mermaid:
         path_ids = [s.id for s in result.best_path]
         with open(args.mermaid, "w", encoding="utf-8") as fh:
@@ -279,7 +318,8 @@ def cmd_solve(args: argparse.Namespace) -> int:
         print(json.dumps(result.to_dict(), indent=2, ensure_ascii=False))
     else:
         print(_format_text(result))
-    return 130 if result.termination_reason == "interrupted" else 0
+    code = 130 if result.termination_reason == "interrupted" else 0
+    return session.finish(result, code) if session else code
 
 
 def _implied_task(args: argparse.Namespace, profile_task: str | None) -> str:
@@ -317,7 +357,7 @@ def _task_options(args: argparse.Namespace, task_name: str) -> Any:
     return TaskOptions(
         tests=Path(args.tests) if args.tests else None, data=Path(args.data) if args.data else None,
         repo=Path(args.repo) if args.repo else None, failing_test=args.failing_test, test_command=command,
-        sandbox=sandbox,
+        sandbox=sandbox, size=args.size,
     )
 
 
@@ -335,7 +375,7 @@ def _problem_text(args: argparse.Namespace, task_name: str) -> str:
     if args.problem is not None and args.problem_id is not None:
         raise UsageError("give the problem either as text or as --problem ID, not both")
     text = args.problem_id if args.problem_id is not None else args.problem
-    if text is None and task_name != "debug":
+    if text is None and task_name != "debug" and not (task_name == "sorting" and args.size is not None):
         raise UsageError(f"no problem given: loom solve --task {task_name} \"PROBLEM\" (or --problem ID)")
     return text or ""
 
@@ -409,11 +449,16 @@ def main(argv: list[str] | None = None) -> int:
     from ..control.profiles import UnknownProfile
     from ..tasks.registry import TaskOptionError
 
-    commands = {"solve": cmd_solve, "tasks": cmd_tasks, "profiles": cmd_profiles}
+    from ..eval.cli import cmd_bench
+
+    from ..store.cli import COMMANDS as STORE_COMMANDS, store_errors
+
+    commands = {"solve": cmd_solve, "bench": cmd_bench, "tasks": cmd_tasks, "profiles": cmd_profiles,
+                **STORE_COMMANDS}
     try:
         return commands[args.command](args)
     except (UsageError, ProblemError, UnknownTask, UnknownProfile, UnsupportedOperation, ModelError,
-            TaskOptionError) as exc:
+            TaskOptionError, *store_errors()) as exc:
         print(f"loom: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

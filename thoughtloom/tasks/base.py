@@ -61,6 +61,9 @@ class Task(Generic[P]):
     programmatic_answer: ClassVar[bool] = True
     #: SearchConfig fields this task works best with; the user's flags override them.
     search_defaults: ClassVar[dict[str, Any]] = {}
+    #: False when a step must have the task's own form (Game of 24's "a op b = c (left: ...)"): the
+    #: recursive strategy's generic free-text goals then do not apply (see `recursion`).
+    free_text_steps: ClassVar[bool] = True
 
     # --- problem ------------------------------------------------------------------------
 

@@ -153,6 +153,7 @@ class Game24(Task[Numbers]):
     description = 'Game of 24: four numbers, e.g. "4 5 6 10"; reach 24 with + - * /'
     programmatic_answer = True
     search_defaults = {"breadth": 5, "beam": 5, "max_depth": 3, "value_samples": 3}
+    free_text_steps = False  # every step is "a op b = c (left: ...)", checked exactly
 
     def parse_problem(self, text: str) -> Numbers:
         """Four integers separated by spaces."""

@@ -7,11 +7,19 @@ from typing import Any
 from ..context import SearchContext
 from ..recursive.hooks import RecursiveHooks
 from ..recursive.solver import Solver
+from ...tasks.base import UnsupportedOperation
 
 
 async def run_recursive(ctx: SearchContext) -> None:
     """Solve the root goal recursively; the best root-level result becomes the search's answer."""
-    hooks = ctx.task.recursion(ctx.problem) or RecursiveHooks(ctx.problem_text)
+    hooks = ctx.task.recursion(ctx.problem)
+    if hooks is None:
+        if not ctx.task.free_text_steps:
+            raise UnsupportedOperation(
+                f"task {ctx.task.name} has no decomposition for --strategy recursive (its steps have a fixed "
+                "form); use bfs, dfs, best_first, mcts or got"
+            )
+        hooks = RecursiveHooks(ctx.problem_text)
     solver = Solver(ctx, hooks)
     root_goal = hooks.root_goal()
     outcome = await solver.solve(root_goal, 0, (), ctx.root, hooks.default_policy)
