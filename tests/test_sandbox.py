@@ -244,3 +244,20 @@ def _processes_with(token: str) -> list[int]:
             except OSError:
                 continue
     return found
+
+
+async def test_an_interpreter_under_tmp_stays_usable_behind_the_private_tmp() -> None:
+    # A checkout (and its .venv) under /tmp is common in CI; the private /tmp must not hide it.
+    base = Path("/tmp") / f"thoughtloom-venv-{uuid.uuid4().hex[:8]}"
+    try:
+        subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(base)], check=True, timeout=120)
+        box = Sandbox(SandboxLimits(timeout_s=10), python=str(base / "bin" / "python"))
+        result = await box.run_python(
+            f"import sys, pathlib\nprint(sys.prefix)\n"
+            f"try:\n    pathlib.Path({str(base)!r}, 'x').write_text('x')\nexcept OSError:\n    print('read-only')\n"
+        )
+        assert result.exit_code == 0, result.stderr
+        assert result.stdout.split() == [str(base), "read-only"]
+        assert (await box.isolation()).tmp
+    finally:
+        shutil.rmtree(base, ignore_errors=True)

@@ -164,6 +164,7 @@ class Sandbox:
         self.base_dir = str(base_dir) if base_dir is not None else tempfile.gettempdir()
         self._iso: Isolation | None = None
         self._expose: list[tuple[str, list[str]]] = []
+        self._keep: list[str] = []
         self._userns = False  # a non-root sandbox gets its namespaces through a user namespace
         self._lock: asyncio.Lock | None = None
         self._lock_loop: asyncio.AbstractEventLoop | None = None
@@ -274,8 +275,15 @@ class Sandbox:
     async def _probe(self) -> Isolation:
         """Run the interpreter once in the sandbox with every isolation requested; keep what worked."""
         notes: list[str] = []
+        paths = await self._interpreter_paths(notes)
         if self.uid is not None:
-            self._expose = await self._interpreter_exposure(notes)
+            # Directories of the interpreter the sandbox uid cannot reach (e.g. under a 0700 /root):
+            # in the run's mount namespace each hiding ancestor gets an empty tmpfs with only the
+            # interpreter's directories bind-mounted back read-only, so the code runs this exact
+            # interpreter but cannot see the rest (e.g. the rest of the home directory).
+            self._expose = _exposure_plan(paths, self.uid, self.gid if self.gid is not None else self.uid, notes)
+        # An interpreter (a venv) under /tmp would vanish behind the private /tmp: bound back read-only.
+        self._keep = _under_masked(paths)
         ns = self.namespaces
         want = {"user": ns and not self._root, "net": ns, "mnt": ns, "pid": ns}
         if not ns:
@@ -314,13 +322,8 @@ class Sandbox:
             notes=tuple(notes),
         )
 
-    async def _interpreter_exposure(self, notes: list[str]) -> list[tuple[str, list[str]]]:
-        """Directories of the interpreter the sandbox uid cannot reach (e.g. under a 0700 /root).
-
-        In the run's mount namespace each such hiding ancestor gets an empty tmpfs with only the
-        interpreter's directories bind-mounted back read-only, so the code can run this exact
-        interpreter but cannot see the rest (e.g. the rest of the home directory).
-        """
+    async def _interpreter_paths(self, notes: list[str]) -> list[str]:
+        """The directories this interpreter runs from: its prefixes, sys.path, its symlinks' targets."""
         code = "import sys, json; print(json.dumps([sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix, *sys.path]))"
         try:
             proc = await asyncio.create_subprocess_exec(
@@ -333,9 +336,7 @@ class Sandbox:
         except (OSError, ValueError, TimeoutError) as exc:
             notes.append(f"could not ask {self.python} for its paths: {exc}")
             paths = []
-        paths += _symlink_dirs(self.python)
-        assert self.uid is not None
-        return _exposure_plan(paths, self.uid, self.gid if self.gid is not None else self.uid, notes)
+        return paths + _symlink_dirs(self.python)
 
     # ---------------------------------------------------------------- running
 
@@ -380,6 +381,7 @@ class Sandbox:
             "rlimits": self._rlimits(limits),
             "mask": [d for d in MASKED_DIRS if _world_writable(d)],
             "expose": self._expose,
+            "keep": self._keep,
             "tmpfs_mb": max(1, limits.max_file_mb),
             "parent_pid": os.getpid(),
         }
@@ -744,6 +746,18 @@ def _exposure_plan(paths: Sequence[str], uid: int, gid: int, notes: list[str]) -
     return sorted(plan.items())
 
 
+def _under_masked(paths: Sequence[str]) -> list[str]:
+    """The directories among `paths` that lie inside a MASKED_DIR, outermost only."""
+    masks = [d for d in MASKED_DIRS if _world_writable(d)]
+    normal = {os.path.normpath(os.path.abspath(p)) for p in paths}
+    inside = sorted(p for p in normal if os.path.isdir(p) and any(p.startswith(m + "/") for m in masks))
+    kept: list[str] = []
+    for p in inside:
+        if not any(p == q or p.startswith(q + "/") for q in kept):
+            kept.append(p)
+    return kept
+
+
 def _count_processes(uid: int) -> int:
     count = 0
     with contextlib.suppress(OSError):
@@ -851,10 +865,21 @@ if want["pid"] and unshare(CLONE_NEWPID, "pid namespace"):
 
 workdir = cfg["workdir"]
 wfd = os.open(workdir, os.O_RDONLY | os.O_DIRECTORY)  # before a mount can hide it
+keep_fds = []
+for p in cfg["keep"]:
+    try:
+        keep_fds.append((p, os.open(p, os.O_RDONLY | os.O_DIRECTORY)))
+    except OSError as exc:
+        notes.append("cannot keep %s: %s" % (p, exc))
 if iso["mnt"]:
     size = "size=%dm" % cfg["tmpfs_mb"]
     masked = [d for d in cfg["mask"] if mount("tmpfs", d, "tmpfs", MS_NOSUID | MS_NODEV, size + ",mode=1777", "private " + d)]
     iso["tmp"] = len(masked) == len(cfg["mask"])
+    # The interpreter's own directories under a now-private /tmp, back at their paths, read-only.
+    for p, fd in keep_fds:
+        os.makedirs(p, 0o755, exist_ok=True)
+        if mount("/proc/self/fd/%d" % fd, p, None, MS_BIND, None, "keeping " + p):
+            mount(None, p, None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV, None, "read-only " + p)
     for hide, paths in cfg["expose"]:
         fds = []
         for p in paths:
@@ -885,6 +910,8 @@ if iso["mnt"]:
         # A /proc for the new PID namespace: the code cannot see (or signal) host processes.
         iso["proc"] = mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, None, "private /proc")
 os.close(wfd)
+for _, fd in keep_fds:
+    os.close(fd)
 drop = cfg["drop"]
 iso["dropped"] = bool(drop) and os.geteuid() == 0 and not iso["user"]
 emit({"iso": iso, "notes": notes})
