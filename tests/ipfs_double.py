@@ -3,7 +3,9 @@
 Implements POST /api/v0/{block/put, block/get, block/stat, pin/add, pin/ls, dag/export, dag/import}
 with Kubo's JSON shapes (errors: HTTP 500 {"Message", "Code": 0, "Type": "error"}; GET: 405),
 blocks in memory. Fault modes for the verification tests: `corrupt_reads` flips a byte in every
-block returned, `lie_on_put` answers block/put with some other CID.
+block returned, `lie_on_put` answers block/put with some other CID, `ignore_cid_codec` behaves
+like js-ipfs (it ignores Kubo's `cid-codec` and keys the block as dag-pb unless the older
+`format=` parameter is given).
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ class IPFSDouble:
     calls: list[str] = field(default_factory=list)
     corrupt_reads: bool = False
     lie_on_put: bool = False
+    ignore_cid_codec: bool = False
     url: str = ""
 
     # The read side of a BlockStore, so the package's CAR writer can walk the double's blocks.
@@ -111,7 +114,10 @@ def _handler(state: IPFSDouble) -> type[BaseHTTPRequestHandler]:
 
         def _block_put(self, query: dict[str, list[str]], body: bytes) -> None:
             data = _multipart_file(self.headers["Content-Type"], body)
-            codec = CODECS.get(query.get("cid-codec", ["raw"])[0])
+            if state.ignore_cid_codec:
+                codec = CODECS.get(query["format"][0]) if "format" in query else CODECS["dag-pb"]
+            else:
+                codec = CODECS.get(query.get("cid-codec", ["raw"])[0])
             if codec is None or query.get("mhtype", ["sha2-256"])[0] != "sha2-256":
                 raise _Error("unsupported codec or multihash", 400)
             cid = cid_of(data, codec)

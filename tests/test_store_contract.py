@@ -7,14 +7,16 @@ http://127.0.0.1:5001) or an `ipfs` (Kubo) binary is on PATH (a throwaway offlin
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import sqlite3
 import subprocess
 import tempfile
 import time
+import urllib.request
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
@@ -41,6 +43,31 @@ class Backend:
     store: BlockStore
     corrupt: Callable[[str], None] | None  # None: this backend cannot be corrupted from outside
     reopen: Callable[[], BlockStore]
+    unsupported: dict[str, str] = field(default_factory=dict)  # operation -> why this backend lacks it
+
+    def skip_unless(self, operation: str) -> None:
+        if reason := self.unsupported.get(operation):
+            pytest.skip(reason)
+
+
+# What a js-ipfs node (0.66.1, HTTP RPC; the only real node installable here, see NOTES.md) cannot do
+# that Kubo can. Tests skip exactly these operations against it and still run everything else.
+JS_IPFS_LIMITS = {
+    "absent-lookup": "js-ipfs has no offline block lookup: block/stat and block/get of an absent block "
+                     "ignore `offline` and wait on bitswap until the request times out (Kubo answers "
+                     "'not found locally' at once)",
+    "1mib-block": "js-ipfs caps the whole block/put request body at 1048576 bytes (413), so a 1 MiB "
+                  "block plus multipart framing is refused; Kubo accepts blocks up to 1 MiB",
+}
+
+
+def _real_node_limits(url: str) -> dict[str, str]:
+    """JS_IPFS_LIMITS if the node at `url` is js-ipfs (its /version names ipfs-core), else none."""
+    request = urllib.request.Request(url.rstrip("/").removesuffix("/api/v0") + "/api/v0/version",
+                                     data=b"", method="POST")
+    with urllib.request.urlopen(request, timeout=10) as response:
+        version = json.loads(response.read())
+    return dict(JS_IPFS_LIMITS) if "ipfs-core" in version else {}
 
 
 def _sqlite_corrupt(path: Path) -> Callable[[str], None]:
@@ -120,7 +147,7 @@ def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]
         def open_real() -> BlockStore:
             return IPFSStore(url, refs_path=tmp_path / "refs.db", timeout_s=10, offline=True)
 
-        b = Backend(open_real(), None, open_real)
+        b = Backend(open_real(), None, open_real, _real_node_limits(url))
     try:
         yield b
     finally:
@@ -153,12 +180,14 @@ def test_put_is_idempotent(backend: Backend) -> None:
 
 def test_has(backend: Backend) -> None:
     cid, data = encode(unique("has"))
-    assert not backend.store.has(cid)
+    if "absent-lookup" not in backend.unsupported:
+        assert not backend.store.has(cid)
     backend.store.put(cid, data)
     assert backend.store.has(cid)
 
 
 def test_missing_block_raises_missing_block_naming_the_cid(backend: Backend) -> None:
+    backend.skip_unless("absent-lookup")
     cid, _ = encode(unique("never stored"))
     with pytest.raises(MissingBlock) as info:
         backend.store.get(cid)
@@ -182,7 +211,8 @@ def test_put_refuses_data_that_does_not_match_the_cid(backend: Backend) -> None:
         backend.store.put(cid, data + b"x")
     with pytest.raises(CorruptBlock):
         backend.store.put_many([encode(unique("fine")), (cid, data + b"x")])
-    assert not backend.store.has(cid)
+    if "absent-lookup" not in backend.unsupported:
+        assert not backend.store.has(cid)
 
 
 def test_put_many(backend: Backend) -> None:
@@ -232,6 +262,7 @@ def test_blocks_and_refs_persist_across_reopen(backend: Backend) -> None:
 
 
 def test_large_blocks_1mib(backend: Backend) -> None:
+    backend.skip_unless("1mib-block")
     payload = os.urandom(1 << 20)
     cid, data = raw(payload)
     backend.store.put(cid, data)

@@ -30,6 +30,19 @@ def test_a_node_that_answers_with_another_cid_is_caught(node: tuple[IPFSDouble, 
         s.put(cid, data)
 
 
+def test_a_node_that_ignores_cid_codec_gets_the_older_format_parameter_and_keeps_our_cids(
+    node: tuple[IPFSDouble, IPFSStore],
+) -> None:
+    double, s = node
+    double.ignore_cid_codec = True  # as js-ipfs does
+    first = put_obj(s, {"x": 1})
+    second = put_obj(s, {"x": 2})
+    assert first.startswith("bafyrei") and s.get(first) == double.blocks[first]
+    assert double.blocks[second] and s.has(second)
+    puts = [c for c in double.calls if c.startswith("block/put")]
+    assert len(puts) == 3  # the first block twice (cid-codec ignored, then format=), the second once
+
+
 def test_blocks_are_put_with_the_right_codec_and_refs_pin(node: tuple[IPFSDouble, IPFSStore]) -> None:
     double, s = node
     cid = put_obj(s, {"x": 1})

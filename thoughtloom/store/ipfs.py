@@ -29,6 +29,8 @@ from thoughtloom.store.blocks import (
     CID,
     CorruptBlock,
     MissingBlock,
+    _read_varint,
+    cid_bytes,
     codec_of,
     normalize,
     verify,
@@ -44,6 +46,15 @@ def default_refs_path() -> Path:
     from thoughtloom.store.sqlite import default_store_path
 
     return default_store_path().parent / "ipfs-refs.db"
+
+
+def _same_multihash(a: CID, b: CID) -> bool:
+    """Whether two CIDs (any version/multibase) name the same multihash, i.e. the same bytes."""
+    try:
+        ma, mb = (cid_bytes(c) for c in (a, b))
+        return ma[_read_varint(ma, 1)[1]:] == mb[_read_varint(mb, 1)[1]:]
+    except ValueError:
+        return False
 
 
 class IPFSError(StoreError):
@@ -69,6 +80,10 @@ class IPFSStore:
         except (OSError, sqlite3.Error) as e:
             raise StoreError(f"cannot open IPFS refs file {self.refs_path}: {e}") from None
         self._lock = threading.Lock()
+        # js-ipfs ignores Kubo's `cid-codec` (answering with a CIDv0 dag-pb key for the same bytes) and
+        # wants the legacy `format` + `version=1`, which Kubo refuses alongside a custom `cid-codec`;
+        # set on the first put whose answer shows the node ignored `cid-codec`.
+        self._legacy_put = False
 
     # --- HTTP -------------------------------------------------------------------------------------
 
@@ -109,13 +124,21 @@ class IPFSStore:
         cid = normalize(cid)
         if not verify(cid, data):
             raise CorruptBlock(cid, "refusing to store data that does not match its CID")
-        codec = codec_of(cid)
-        params = {"cid-codec": _CODEC_NAMES.get(codec, hex(codec)), "mhtype": "sha2-256", "mhlen": "32",
-                  "pin": "false"}
-        answer = self._json("block/put", params, file=bytes(data))
-        key = answer.get("Key") if isinstance(answer, dict) else None
+        codec = _CODEC_NAMES.get(codec_of(cid), hex(codec_of(cid)))
+        key = None if self._legacy_put else self._put_block(data, {"cid-codec": codec})
+        if self._legacy_put or (key and normalize(key) != cid and _same_multihash(key, cid)):
+            # Same bytes and hash, other codec/version: a node (js-ipfs) that ignores `cid-codec`.
+            self._legacy_put = True
+            key = self._put_block(data, {"format": codec, "version": "1"})
         if not key or normalize(key) != cid:
             raise CorruptBlock(cid, f"IPFS node at {self.api_url} stored it as {key}")
+
+    def _put_block(self, data: bytes, codec_params: dict[str, str]) -> str | None:
+        """One block/put; the Key the node answers with (None if the answer has none)."""
+        params = {**codec_params, "mhtype": "sha2-256", "mhlen": "32", "pin": "false"}
+        answer = self._json("block/put", params, file=bytes(data))
+        key = answer.get("Key") if isinstance(answer, dict) else None
+        return str(key) if key else None
 
     def put_many(self, items: Iterable[tuple[CID, bytes]]) -> None:
         """Store many blocks: all verified first, then one request each (the RPC has no batch put).
