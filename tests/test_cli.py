@@ -232,3 +232,10 @@ def test_ctrl_c_prints_what_was_found_and_exits_130(server: FakeOpenAIServer) ->
     assert "stopped: interrupted" in out
     assert "best path:" in out
     assert "Traceback" not in err
+
+
+def test_a_reader_that_goes_away_gets_no_traceback() -> None:
+    # `true` exits without reading long before loom starts writing: loom's writes meet a closed pipe.
+    proc = subprocess.run(f"{sys.executable} -m thoughtloom profiles | true", shell=True, capture_output=True,
+                          text=True, timeout=60)
+    assert "Traceback" not in proc.stderr and "Exception ignored" not in proc.stderr

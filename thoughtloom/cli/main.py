@@ -456,7 +456,9 @@ def main(argv: list[str] | None = None) -> int:
     commands = {"solve": cmd_solve, "bench": cmd_bench, "tasks": cmd_tasks, "profiles": cmd_profiles,
                 **STORE_COMMANDS}
     try:
-        return commands[args.command](args)
+        code = commands[args.command](args)
+        sys.stdout.flush()  # inside the try: a reader that went away is handled below, not at exit
+        return code
     except (UsageError, ProblemError, UnknownTask, UnknownProfile, UnsupportedOperation, ModelError,
             TaskOptionError, *store_errors()) as exc:
         print(f"loom: error: {exc}", file=sys.stderr)
@@ -464,6 +466,11 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("loom: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        # The reader went away (`loom runs | head`): stop quietly, as other command-line tools do.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 141
 
 
 if __name__ == "__main__":
