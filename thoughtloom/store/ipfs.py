@@ -35,6 +35,7 @@ from thoughtloom.store.blocks import (
     normalize,
     verify,
 )
+from thoughtloom.store.refs import REFS_SCHEMA, RefTable
 from thoughtloom.store.store import StoreError
 
 _CODEC_NAMES = {0x71: "dag-cbor", 0x55: "raw", 0x70: "dag-pb", 0x0129: "dag-json"}
@@ -76,10 +77,11 @@ class IPFSStore:
             self.refs_path.parent.mkdir(parents=True, exist_ok=True)
             self._refs = sqlite3.connect(self.refs_path, isolation_level=None, check_same_thread=False)
             self._refs.execute("PRAGMA journal_mode=WAL")
-            self._refs.execute("CREATE TABLE IF NOT EXISTS refs (name TEXT PRIMARY KEY, cid TEXT NOT NULL) WITHOUT ROWID")
+            self._refs.execute(REFS_SCHEMA)
         except (OSError, sqlite3.Error) as e:
             raise StoreError(f"cannot open IPFS refs file {self.refs_path}: {e}") from None
         self._lock = threading.Lock()
+        self._ref_table = RefTable(self._refs, self._lock)
         # js-ipfs ignores Kubo's `cid-codec` (answering with a CIDv0 dag-pb key for the same bytes) and
         # wants the legacy `format` + `version=1`, which Kubo refuses alongside a custom `cid-codec`;
         # set on the first put whose answer shows the node ignored `cid-codec`.
@@ -204,26 +206,19 @@ class IPFSStore:
         cid = normalize(cid)
         if self.pin_refs:
             self.pin(cid)
-        with self._lock:
-            self._refs.execute("INSERT OR REPLACE INTO refs (name, cid) VALUES (?, ?)", (name, cid))
+        self._ref_table.set(name, cid)
 
     def get_ref(self, name: str) -> CID | None:
         """The CID a ref points at, or None."""
-        with self._lock:
-            row = self._refs.execute("SELECT cid FROM refs WHERE name = ?", (name,)).fetchone()
-        return None if row is None else str(row[0])
+        return self._ref_table.get(name)
 
     def refs(self, prefix: str = "") -> dict[str, CID]:
         """All refs whose name starts with `prefix`, sorted by name."""
-        with self._lock:
-            rows = self._refs.execute("SELECT name, cid FROM refs WHERE substr(name, 1, ?) = ? ORDER BY name",
-                                      (len(prefix), prefix)).fetchall()
-        return {str(n): str(c) for n, c in rows}
+        return self._ref_table.items(prefix)
 
     def delete_ref(self, name: str) -> None:
         """Remove a ref (no error if absent); the node keeps its pins (unpin by hand if wanted)."""
-        with self._lock:
-            self._refs.execute("DELETE FROM refs WHERE name = ?", (name,))
+        self._ref_table.delete(name)
 
     # --- lifecycle --------------------------------------------------------------------------------
 

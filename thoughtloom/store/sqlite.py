@@ -27,6 +27,7 @@ from thoughtloom.store.blocks import (
     cid_str,
     verify,
 )
+from thoughtloom.store.refs import REFS_SCHEMA, RefTable
 from thoughtloom.store.store import StoreError
 
 APPLICATION_ID = 0x746C6F6D  # "tlom": marks the file as a thoughtloom store
@@ -34,9 +35,9 @@ SCHEMA_VERSION = 1
 _BATCH = 10_000  # rows per executemany, to bound memory when put_many gets a generator
 _IN_BATCH = 500  # CIDs per "WHERE cid IN (...)": one statement per ~500 rows instead of per row
 
-_SCHEMA = """
+_SCHEMA = f"""
 CREATE TABLE IF NOT EXISTS blocks (cid BLOB PRIMARY KEY, data BLOB NOT NULL) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS refs (name TEXT PRIMARY KEY, cid TEXT NOT NULL) WITHOUT ROWID;
+{REFS_SCHEMA};
 """
 
 
@@ -72,6 +73,7 @@ class SQLiteStore:
                                            timeout=busy_timeout_s)
         except sqlite3.Error as e:
             raise StoreError(f"cannot open store {self.path}: {e}") from None
+        self._refs = RefTable(self._db, self._lock)
         try:
             self._init_schema()
         except sqlite3.DatabaseError as e:
@@ -198,27 +200,19 @@ class SQLiteStore:
 
     def set_ref(self, name: str, cid: CID) -> None:
         """Point the named ref at `cid`."""
-        with self._lock:
-            self._db.execute("INSERT OR REPLACE INTO refs (name, cid) VALUES (?, ?)", (name, cid))
+        self._refs.set(name, cid)
 
     def get_ref(self, name: str) -> CID | None:
         """The CID a ref points at, or None."""
-        with self._lock:
-            row = self._db.execute("SELECT cid FROM refs WHERE name = ?", (name,)).fetchone()
-        return None if row is None else str(row[0])
+        return self._refs.get(name)
 
     def refs(self, prefix: str = "") -> dict[str, CID]:
         """All refs whose name starts with `prefix`, sorted by name."""
-        with self._lock:
-            rows = self._db.execute(
-                "SELECT name, cid FROM refs WHERE substr(name, 1, ?) = ? ORDER BY name", (len(prefix), prefix)
-            ).fetchall()
-        return {str(n): str(c) for n, c in rows}
+        return self._refs.items(prefix)
 
     def delete_ref(self, name: str) -> None:
         """Remove a ref (no error if absent)."""
-        with self._lock:
-            self._db.execute("DELETE FROM refs WHERE name = ?", (name,))
+        self._refs.delete(name)
 
     # --- lifecycle --------------------------------------------------------------------------------
 
