@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from test_knowledge import CHEMISTRY, WATER
 
 from thoughtloom.grounding.claims import extract_claims, sentences, stem
 from thoughtloom.grounding.knowledge import KnowledgeBase
@@ -21,23 +22,6 @@ from thoughtloom.grounding.research import (
     judge_passage,
 )
 from thoughtloom.grounding.types import Citation, Grounder, Thought
-
-WATER = """# Water
-
-Water is a chemical compound of hydrogen and oxygen.
-At sea level, pure water boils at 100 degrees Celsius
-and freezes at 0 degrees Celsius.
-
-## Density
-
-Ice is less dense than liquid water, which is why ice floats.
-"""
-
-CHEMISTRY = """Reaction rates
-
-Raising the temperature increases the reaction rate of most reactions.
-Catalysts lower the activation energy of a reaction.
-"""
 
 PYTHON = """# Python notes
 
