@@ -87,7 +87,7 @@ def test_sorting_decomposes_into_chunks_solves_them_and_merges_programmatically(
     summary = result.recursion()["summary"]
     assert summary["errors"] == 0 and summary["decompositions"] == 1
     (recomposition,) = [n for n in result.graph if n.kind is NodeKind.SYNTHESIS]
-    assert recomposition.meta.extra["recursion"]["by"] == "task"
+    assert recomposition.extra["recursion"]["by"] == "task"
     assert len(result.graph.parents(recomposition.id)) == 3  # the decomposition and both chunks
 
 

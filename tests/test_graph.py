@@ -20,7 +20,6 @@ from thoughtloom.graph import (
     IllegalTransition,
     Node,
     NodeKind,
-    NodeMeta,
     NodeStatus,
     ThoughtGraph,
     UnknownNode,
@@ -82,22 +81,23 @@ def diamond() -> ThoughtGraph:
 # --- node fields and defaults ---------------------------------------------------------------
 
 
-def test_a_node_defaults_to_pending_unscored_with_fresh_meta() -> None:
+def test_a_node_defaults_to_pending_unscored_with_fresh_bookkeeping() -> None:
     node = Node(id=7, kind=NodeKind.PLAN, content="plan", depth=2)
     assert (node.status, node.score) == (S.PENDING, None)
-    assert (node.meta.cost_tokens, node.meta.creator, node.meta.extra) == (0, "", {})
+    assert (node.cost_tokens, node.creator, node.extra) == (0, "", {})
 
 
-def test_node_meta_defaults_are_not_shared_between_nodes() -> None:
-    a, b = NodeMeta(), NodeMeta()
+def test_node_extras_are_not_shared_between_nodes() -> None:
+    g = ThoughtGraph()
+    a, b = g.add_node("a"), g.add_node("b")
     a.extra["x"] = 1
     assert b.extra == {}
 
 
-def test_node_meta_records_its_creation_time() -> None:
+def test_a_node_records_its_creation_time() -> None:
     before = time.time()
-    meta = NodeMeta()
-    assert before <= meta.created_at <= time.time()
+    node = ThoughtGraph().add_node("x")
+    assert before <= node.created_at <= time.time()
 
 
 def test_add_node_defaults_to_a_hypothesis_root_at_depth_zero() -> None:
@@ -116,10 +116,13 @@ def test_add_node_gives_consecutive_ids_from_zero() -> None:
     assert [g.add_node(str(i)).id for i in range(4)] == [0, 1, 2, 3]
 
 
-def test_add_node_keeps_the_given_kind_score_and_meta() -> None:
-    meta = NodeMeta(cost_tokens=12, creator="generate")
-    node = ThoughtGraph().add_node("x", NodeKind.CODE, meta=meta, score=0.25)
-    assert (node.kind, node.score, node.meta) == (NodeKind.CODE, 0.25, meta)
+def test_add_node_keeps_the_given_kind_score_and_bookkeeping() -> None:
+    node = ThoughtGraph().add_node(
+        "x", NodeKind.CODE, score=0.25, creator="generate", cost_tokens=12, created_at=5.0, extra={"k": 1}
+    )
+    assert (node.kind, node.score, node.creator, node.cost_tokens, node.created_at, node.extra) == (
+        NodeKind.CODE, 0.25, "generate", 12, 5.0, {"k": 1}
+    )
 
 
 def test_add_node_returns_the_node_the_graph_stores() -> None:

@@ -45,7 +45,7 @@ def run(backend: ScriptedBackend, problem: str = PROBLEM, **config) -> object:
 
 
 def records(result) -> list[dict]:
-    return [n.meta.extra["recursion"] for n in result.graph if "recursion" in n.meta.extra]
+    return [n.extra["recursion"] for n in result.graph if "recursion" in n.extra]
 
 
 def by_kind(result, kind: NodeKind) -> list:
@@ -95,10 +95,10 @@ def test_a_decomposition_without_a_contract_is_rejected_and_its_branch_cut():
     result = run(backend)
     cut = [n for n in by_kind(result, NodeKind.DECOMPOSITION)]
     assert len(cut) == 1 and cut[0].status is NodeStatus.FAILED
-    assert "missing contract" in cut[0].meta.extra["recursion"]["invalid"]
+    assert "missing contract" in cut[0].extra["recursion"]["invalid"]
     assert not [n for n in result.graph if n.kind is NodeKind.QUESTION]  # no child was ever solved
     assert result.answer == "Rivers run to the sea\nand carry the sky"
-    assert result.graph.node(0).meta.extra["recursion_summary"]["invalid_plans"] == 1
+    assert result.graph.node(0).extra["recursion_summary"]["invalid_plans"] == 1
 
 
 def test_a_failed_recomposition_backtracks_to_an_alternative_decomposition_that_succeeds():
@@ -122,9 +122,9 @@ def test_a_failed_recomposition_backtracks_to_an_alternative_decomposition_that_
     result = run(backend)
     decomps = by_kind(result, NodeKind.DECOMPOSITION)
     assert [n.status for n in decomps] == [NodeStatus.FAILED, NodeStatus.SUCCEEDED]
-    assert "not about rivers" in decomps[0].meta.extra["recursion"]["verification"]["diagnostics"][0]
+    assert "not about rivers" in decomps[0].extra["recursion"]["verification"]["diagnostics"][0]
     assert result.answer == "A spring wakes in the hills\nand sleeps in the sea"
-    summary = result.graph.node(0).meta.extra["recursion_summary"]
+    summary = result.graph.node(0).extra["recursion_summary"]
     assert summary["backtracks"] == 1 and summary["verified"] is True
 
 
@@ -139,8 +139,8 @@ def test_a_cycle_of_equivalent_goals_is_stopped():
     )
     result = run(backend, max_depth=4)
     cyclic = [n for n in result.graph if n.kind is NodeKind.QUESTION and n.status is NodeStatus.FAILED]
-    assert cyclic and "cycle: equivalent to the ancestor goal" in cyclic[0].meta.extra["rejected"]
-    assert result.graph.node(0).meta.extra["recursion_summary"]["cycles"] >= 1
+    assert cyclic and "cycle: equivalent to the ancestor goal" in cyclic[0].extra["rejected"]
+    assert result.graph.node(0).extra["recursion_summary"]["cycles"] >= 1
     # Stopped at once: the root and its one genuine child asked for plans, no restatement did.
     assert sum(c.purpose == "decompose" for c in backend.calls) <= 2
 
@@ -153,7 +153,7 @@ def test_a_paraphrased_goal_counts_as_a_cycle():
         .on("Verify the result", "PASS")
     )
     result = run(backend, max_depth=3)
-    assert result.graph.node(0).meta.extra["recursion_summary"]["cycles"] >= 1
+    assert result.graph.node(0).extra["recursion_summary"]["cycles"] >= 1
 
 
 def test_a_child_sees_only_its_own_goal_and_the_context_its_contract_gives():
@@ -216,7 +216,7 @@ def test_a_decomposition_above_the_fanout_limit_is_cut():
     )
     result = run(backend, recursive_fanout=1)
     (cut,) = by_kind(result, NodeKind.DECOMPOSITION)
-    assert "fan-out 2 above the limit 1" in cut.meta.extra["rejected"]
+    assert "fan-out 2 above the limit 1" in cut.extra["rejected"]
 
 
 def test_a_spent_level_token_budget_stops_calls_at_that_level():
@@ -227,11 +227,11 @@ def test_a_spent_level_token_budget_stops_calls_at_that_level():
         .on("Verify the result", "PASS")
     )
     result = run(backend, recursive_level_tokens=1)
-    assert result.graph.node(0).meta.extra["recursion_summary"]["level_budget_refusals"] >= 1
+    assert result.graph.node(0).extra["recursion_summary"]["level_budget_refusals"] >= 1
     # Each level's first call spends its budget: no recomposition is ever asked for.
     assert not [c for c in backend.calls if c.purpose == "recompose"]
     (decomposition_node,) = by_kind(result, NodeKind.DECOMPOSITION)
-    assert "token budget of 1 spent" in decomposition_node.meta.extra["rejected"]
+    assert "token budget of 1 spent" in decomposition_node.extra["rejected"]
 
 
 def test_contracts_and_verification_traces_are_in_the_json_output():

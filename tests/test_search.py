@@ -409,7 +409,7 @@ async def test_a_step_using_absent_numbers_is_rejected_as_a_failed_node():
     result, _ = await run("game24", "4 5 6 10", model, max_depth=1, value_samples=1)
     node = result.graph.node(node_by_content(result, "7 * 3 = 21 (left: 4 5 6 10 21)"))
     assert node.status is NodeStatus.FAILED
-    assert "uses 7 and 3" in node.meta.extra["rejected"]
+    assert "uses 7 and 3" in node.extra["rejected"]
     assert result.stats["rejected"] == 1
 
 

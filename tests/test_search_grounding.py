@@ -90,8 +90,8 @@ async def test_a_refuted_thought_is_penalized_and_keeps_its_evidence() -> None:
                           grounders=[WordGrounder({"right"})])
     wrong = next(n for n in result.graph if n.content == "wrong")
     assert wrong.score == pytest.approx(0.05)  # 0.5 x fail factor 0.1
-    assert wrong.meta.extra["grounding"]["verified"] is False
-    assert wrong.meta.extra["grounding"]["evidence"] == "wrong is bad"
+    assert wrong.extra["grounding"]["verified"] is False
+    assert wrong.extra["grounding"]["evidence"] == "wrong is bad"
     assert result.stats["grounded"] == 2 and result.stats["verified"] == 1 and result.stats["grounding_failed"] == 1
 
 
@@ -120,7 +120,7 @@ async def test_a_grounder_that_raises_costs_that_thought_its_check_not_the_searc
     result = await search(Guesses(), "p", Gateway(model({"guess after": ["boom", "right"]})), CONFIG, grounders=[grounder])
     assert result.termination_reason == "goal_reached"
     boom = next(n for n in result.graph if n.content == "boom")
-    assert "grounder failed: RuntimeError: grounder bug" in boom.meta.extra["grounding"]["evidence"]
+    assert "grounder failed: RuntimeError: grounder bug" in boom.extra["grounding"]["evidence"]
     assert boom.score == 0.5 and result.stats["grounder_errors"] == 1
 
 

@@ -11,7 +11,6 @@ from .types import (
     IllegalTransition,
     Node,
     NodeKind,
-    NodeMeta,
     NodeStatus,
     UnknownNode,
 )
@@ -26,7 +25,6 @@ __all__ = [
     "IllegalTransition",
     "Node",
     "NodeKind",
-    "NodeMeta",
     "NodeStatus",
     "ThoughtGraph",
     "UnknownNode",

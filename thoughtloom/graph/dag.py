@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import time
 from collections import deque
 from collections.abc import Iterable, Iterator, Sequence
+from typing import Any
 
 from .types import (
     TRANSITIONS,
@@ -13,7 +15,6 @@ from .types import (
     IllegalTransition,
     Node,
     NodeKind,
-    NodeMeta,
     NodeStatus,
     UnknownNode,
 )
@@ -47,10 +48,17 @@ class ThoughtGraph:
         kind: NodeKind = NodeKind.HYPOTHESIS,
         parents: Sequence[int] = (),
         edge_kind: EdgeKind = EdgeKind.ELABORATION,
-        meta: NodeMeta | None = None,
+        *,
         score: float | None = None,
+        creator: str = "",
+        cost_tokens: int = 0,
+        created_at: float | None = None,
+        extra: dict[str, Any] | None = None,
     ) -> Node:
-        """Add a node below the given parents (possibly several: an aggregation)."""
+        """Add a node below the given parents (possibly several: an aggregation).
+
+        created_at defaults to now; extra (the node's own dict from then on) to an empty one.
+        """
         nodes = self._nodes
         if len(parents) == 1:  # the common case, without the generic checks' overhead
             (only,) = parents
@@ -67,23 +75,24 @@ class ThoughtGraph:
                 raise ValueError(f"duplicate parent in {list(parents)}")
             depth = 1 + max((nodes[p].depth for p in parents), default=-1)
             ready = all(nodes[p].status is NodeStatus.SUCCEEDED for p in parents)
+        nid = self._next_id
+        self._next_id = nid + 1
         node = Node(
-            id=self._next_id,
-            kind=kind,
-            content=content,
-            depth=depth,
-            score=score,
-            meta=meta if meta is not None else NodeMeta(),
+            nid, kind, content, depth, NodeStatus.READY if ready else NodeStatus.PENDING, score,
+            time.time() if created_at is None else created_at, cost_tokens, creator,
+            {} if extra is None else extra,
         )
-        self._next_id += 1
-        nid = node.id
-        self._nodes[nid] = node
-        self._parents[nid] = tuple(parents)
+        nodes[nid] = node
+        self._parents[nid] = parents if type(parents) is tuple else tuple(parents)
         # Edges into a brand-new node cannot close a cycle: no check needed.
+        children, edges = self._children, self._edges
         for p in parents:
-            self._add_child(p, nid)
-            self._edges[(p, nid)] = edge_kind
-        node.status = NodeStatus.READY if ready else NodeStatus.PENDING
+            siblings = children.get(p)
+            if siblings is None:
+                children[p] = [nid]
+            else:
+                siblings.append(nid)
+            edges[(p, nid)] = edge_kind
         return node
 
     def add_edge(
@@ -133,7 +142,13 @@ class ThoughtGraph:
 
     def succeed(self, node_id: int) -> None:
         """Mark a node succeeded, passing through in_progress when it is only ready."""
-        if self.node(node_id).status is NodeStatus.READY:
+        node = self.node(node_id)
+        # The hot path of every scored thought: ready -> in_progress -> succeeded and
+        # in_progress -> succeeded are legal, and a childless node wakes nobody.
+        if (node.status is NodeStatus.READY or node.status is NodeStatus.IN_PROGRESS) and node_id not in self._children:
+            node.status = NodeStatus.SUCCEEDED
+            return
+        if node.status is NodeStatus.READY:
             self.set_status(node_id, NodeStatus.IN_PROGRESS)
         self.set_status(node_id, NodeStatus.SUCCEEDED)
 

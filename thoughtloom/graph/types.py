@@ -79,18 +79,13 @@ class UnknownNode(GraphError, KeyError):
 
 
 @dataclass(slots=True)
-class NodeMeta:
-    """Bookkeeping about how a node came to be."""
-
-    created_at: float = field(default_factory=time.time)
-    cost_tokens: int = 0
-    creator: str = ""
-    extra: dict[str, Any] = field(default_factory=dict)
-
-
-@dataclass(slots=True)
 class Node:
-    """One thought: its content, where it stands, and what it is worth."""
+    """One thought: its content, where it stands, what it is worth, and how it came to be.
+
+    The bookkeeping (created_at, cost_tokens, creator, extra) sits on the node itself rather
+    than in a separate object: one object per thought is what keeps a 100,000-node graph cheap
+    for the garbage collector.
+    """
 
     id: int
     kind: NodeKind
@@ -98,7 +93,14 @@ class Node:
     depth: int
     status: NodeStatus = NodeStatus.PENDING
     score: float | None = None
-    meta: NodeMeta = field(default_factory=NodeMeta)
+    #: Wall-clock time the node was made (time.time()).
+    created_at: float = field(default_factory=time.time)
+    #: Tokens spent producing and scoring this thought.
+    cost_tokens: int = 0
+    #: Which operator (or model) made it: generate, evaluate, aggregate, refine, synthesize, input.
+    creator: str = ""
+    #: Anything else worth keeping: grounding evidence, rejection reasons, recursion records.
+    extra: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(slots=True, frozen=True)

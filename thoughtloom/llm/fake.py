@@ -49,6 +49,8 @@ class ScriptedBackend:
     failures: list[Exception] = field(default_factory=list)
     #: Answer several requests in one generate_batch call, as a batching server would.
     supports_batch: bool = False
+    #: Only asyncio.sleep inside: safe to run eagerly (see Gateway._own_task).
+    eager_safe: bool = True
     calls: list[GenerateRequest] = field(default_factory=list)
     batch_sizes: list[int] = field(default_factory=list)
     in_flight: int = 0

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import random
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
@@ -113,6 +113,7 @@ class Gateway:
         self.listener = listener
         self.records: list[CallRecord] = []
         self._rng = random.Random(rng_seed)
+        self._eager_safe = bool(getattr(backend, "eager_safe", False))
 
     def _cost(self, usage: Usage) -> float:
         return self.pricing.cost(usage.input_tokens, usage.output_tokens) if self.pricing else 0.0
@@ -235,7 +236,7 @@ class Gateway:
             reservation, out_tokens = self._reserve(request, reserve_tokens)
             usage: Usage | None = None
             try:
-                completion = await self._attempts(lambda: self.backend.generate(request), [record])
+                completion = await self._attempts(lambda: self._own_task(self.backend.generate(request)), [record])
                 usage = completion.usage
                 return completion
             except (asyncio.CancelledError, _CutOff):
@@ -274,7 +275,7 @@ class Gateway:
             usages: list[Usage | None] = [None] * len(requests)
             try:
                 completions = await self._attempts(
-                    lambda: backend.generate_batch(requests), [c.record for c in calls]
+                    lambda: self._own_task(backend.generate_batch(requests)), [c.record for c in calls]
                 )
                 if len(completions) != len(requests):
                     raise ModelError(
@@ -290,6 +291,17 @@ class Gateway:
                     self.budget.settle(reservation, usage, self._cost(usage) if usage is not None else 0.0)
         finally:
             self._sem.release()
+
+    def _own_task(self, call: Coroutine[Any, Any, T]) -> Awaitable[T]:
+        """The backend call, in a task of its own unless the backend is eager-safe.
+
+        The search runs operators eagerly (search/eager.py): a coroutine may start in its
+        caller's task and finish in another. Backends built on per-task state (httpx's anyio
+        cancel scopes, TaskGroups) must start and end in one task; a task costs nothing beside
+        a network call. Backends that declare `eager_safe = True` (in-process fakes, replays)
+        are awaited directly.
+        """
+        return call if self._eager_safe else asyncio.ensure_future(call)
 
     def _reserve(self, request: GenerateRequest, reserve_tokens: int) -> tuple[Reservation, int]:
         out_tokens = request.n * request.max_tokens

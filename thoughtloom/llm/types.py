@@ -99,6 +99,10 @@ class Backend(Protocol):
     #: How many calls the backend can usefully serve at once (the embedded model: 1).
     max_concurrency: int
 
+    # Optional: `eager_safe = True` when generate() keeps no per-task state (no anyio cancel
+    # scope, no TaskGroup) and so may start in one asyncio task and finish in another; the
+    # gateway then calls it without giving it a task of its own (see llm/gateway.py _own_task).
+
     async def generate(self, request: GenerateRequest) -> Completion:
         """Return request.n samples and the real token usage."""
         ...

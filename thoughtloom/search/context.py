@@ -9,7 +9,7 @@ from collections import deque
 from collections.abc import Hashable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from ..graph import EdgeKind, NodeKind, NodeMeta, NodeStatus, ThoughtGraph
+from ..graph import EdgeKind, NodeKind, NodeStatus, ThoughtGraph
 from ..grounding.adjust import GroundingPolicy
 from ..grounding.types import Grounder, GroundingResult, Thought
 from ..llm.errors import BudgetExceeded, ModelError
@@ -18,6 +18,7 @@ from ..llm.slots import Slots
 from ..llm.types import GenerateRequest
 from ..tasks.base import Query, Task
 from .config import SearchConfig
+from .eager import eager_gather
 from .events import (
     DuplicateMerged,
     EventBus,
@@ -107,7 +108,7 @@ class SearchContext:
             Slots(config.concurrency) if gateway.concurrency > config.concurrency else None
         )
         root = self.graph.add_node(
-            task.root_content(problem), NodeKind.INPUT, meta=NodeMeta(creator="input")
+            task.root_content(problem), NodeKind.INPUT, creator="input"
         )
         self.root = root.id
         #: The problem as grounders see it.
@@ -244,7 +245,7 @@ class SearchContext:
             else:
                 self._successful_calls += len(completions)
                 return [(list(c.texts), c.usage.total) for c in completions]
-        return list(await asyncio.gather(*(self.ask(q, n, purpose, k) for q, k in zip(queries, keys))))
+        return await eager_gather(self.ask(q, n, purpose, k) for q, k in zip(queries, keys))
 
     # --- grounding ----------------------------------------------------------------------
 
@@ -275,7 +276,8 @@ class SearchContext:
             return None
         async with self._grounding_slots:
             try:
-                result = await grounder.ground(thought)
+                # In a task of its own: a grounder may keep per-task state (see search/eager.py).
+                result = await asyncio.ensure_future(grounder.ground(thought))
             except Exception as exc:
                 # A grounder that breaks must cost one thought its check, not the whole search.
                 self.counts["grounder_errors"] += 1
@@ -283,7 +285,7 @@ class SearchContext:
                     grounder.name, False, None, f"the grounder failed: {type(exc).__name__}: {exc}", 0.0
                 )
         self.grounding[node_id] = result
-        node.meta.extra["grounding"] = result.to_dict()
+        node.extra["grounding"] = result.to_dict()
         if result.grounded and result.verified is not None:
             self.counts["grounded"] += 1
             self.counts["verified" if result.verified else "grounding_failed"] += 1
@@ -317,10 +319,10 @@ class SearchContext:
         steps = (base[:-1] if replaces_last else base) + (content,)
         if kind is None:
             kind = self.task.thought_kind(self.problem, steps)
-        meta = NodeMeta(creator=creator, cost_tokens=cost_tokens)
-        if note is not None:
-            meta.extra["repaired"] = note
-        node = self.graph.add_node(content, kind, parents, edge_kind, meta)
+        node = self.graph.add_node(
+            content, kind, parents, edge_kind, creator=creator, cost_tokens=cost_tokens,
+            extra=None if note is None else {"repaired": note},
+        )
         self._steps[node.id] = steps
         if self.bus:
             self.bus.emit(NodeAdded(node.id, tuple(parents), kind.value, node.depth, content, creator))
@@ -337,8 +339,7 @@ class SearchContext:
         """
         node = self.graph.node(node_id)
         solution = self.graph.add_node(
-            answer, NodeKind.SOLUTION, [node_id], EdgeKind.DEPENDENCY, NodeMeta(creator="synthesize"),
-            score=node.score,
+            answer, NodeKind.SOLUTION, [node_id], EdgeKind.DEPENDENCY, creator="synthesize", score=node.score,
         )
         # Walk the state machine forward even when the answer hangs below a pruned thought.
         for status in (_S.READY, _S.IN_PROGRESS, _S.SUCCEEDED):
@@ -355,7 +356,7 @@ class SearchContext:
         nid = self.add_thought([parent], content, creator, kind=NodeKind.HYPOTHESIS)
         if nid is None:
             return
-        self.graph.node(nid).meta.extra["rejected"] = reason
+        self.graph.node(nid).extra["rejected"] = reason
         self.graph.set_status(nid, _S.FAILED)
         self.counts["rejected"] += 1
         if self.bus:

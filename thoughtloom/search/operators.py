@@ -6,12 +6,12 @@ gateway, parses the replies through the task (the parser) and turns results into
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Sequence
 
 from ..graph import EdgeKind, NodeKind, NodeStatus
 from ..tasks.base import Query
 from .context import SearchContext
+from .eager import eager_gather
 
 _S = NodeStatus
 
@@ -140,7 +140,7 @@ async def value_many(ctx: SearchContext, node_ids: Sequence[int], *, rescore: bo
     if len(asking) == 1:
         await one(asking[0], paths[0], keys[0])
     else:
-        await asyncio.gather(*(one(*args) for args in zip(asking, paths, keys)))
+        await eager_gather(one(*args) for args in zip(asking, paths, keys))
 
 
 def _take_value(
@@ -153,7 +153,7 @@ def _take_value(
             ctx.cancel(node_id)
         return None
     texts, cost = got
-    ctx.graph.node(node_id).meta.cost_tokens += cost
+    ctx.graph.node(node_id).cost_tokens += cost
     if len(texts) > 1:
         # How much the samples disagree tells the controller whether the evaluator is reliable.
         singles = [task.parse_value(problem, steps, [t]) for t in texts]
@@ -167,7 +167,7 @@ async def settle_scores(ctx: SearchContext, scores: Sequence[tuple[int, float]])
         if len(scores) == 1:
             adjusted = [await ctx.ground(*scores[0])]
         else:
-            adjusted = list(await asyncio.gather(*(ctx.ground(n, s) for n, s in scores)))
+            adjusted = await eager_gather(ctx.ground(n, s) for n, s in scores)
         scores = [(n, a) for (n, _), a in zip(scores, adjusted)]
     for node_id, score in scores:
         ctx.set_score(node_id, score)
@@ -190,7 +190,7 @@ async def _vote(ctx: SearchContext, parent_id: int, node_ids: Sequence[int]) -> 
     texts, cost = got
     shares = task.parse_vote(problem, candidates, texts)
     for n in node_ids:
-        ctx.graph.node(n).meta.cost_tokens += cost // len(node_ids)
+        ctx.graph.node(n).cost_tokens += cost // len(node_ids)
     await settle_scores(ctx, list(zip(node_ids, shares)))
 
 

@@ -71,11 +71,11 @@ class SearchResult:
 
     def recursion(self) -> dict[str, Any] | None:
         """The recursive strategy's trace: its summary and every node's goal, contract and verification."""
-        summary = self.graph.node(0).meta.extra.get("recursion_summary") if len(self.graph) else None
+        summary = self.graph.node(0).extra.get("recursion_summary") if len(self.graph) else None
         if summary is None:
             return None
         nodes = [
-            {"node": n.id, "kind": n.kind.value, "status": n.status.value, **n.meta.extra["recursion"]}
-            for n in self.graph if "recursion" in n.meta.extra
+            {"node": n.id, "kind": n.kind.value, "status": n.status.value, **n.extra["recursion"]}
+            for n in self.graph if "recursion" in n.extra
         ]
         return {"summary": summary, "nodes": nodes}

@@ -9,7 +9,7 @@ linked instead):
   never change a child's CID.
 - node     {type, thought: link, status, score, cost_tokens, extra, merged: [[link thought, kind]]}
   One version of a node's state; a new block whenever status, score, metadata or parents (a
-  duplicate merged into it) change. `extra` is node.meta.extra without wall-clock fields.
+  duplicate merged into it) change. `extra` is node.extra without wall-clock fields.
 - chunk    {type, items: [...]}: CHUNK items of a list; lists (graph nodes, calls, timings) are
   stored as chunks so a new head rewrites only the chunks that changed.
 - graph    {type, count, nodes: [link chunk of node versions, in node id order]}
@@ -65,7 +65,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ..graph import EdgeKind, NodeKind, NodeMeta, NodeStatus, ThoughtGraph
+from ..graph import EdgeKind, NodeKind, NodeStatus, ThoughtGraph
 from ..llm.errors import BudgetExceeded, ModelError, TransientModelError
 from ..llm.types import Backend, Completion, GenerateRequest, Message, Prompt, Usage
 from ..search.events import DuplicateMerged, Event, NodeAdded
@@ -452,10 +452,10 @@ class RunRecorder:
             self._dirty = set()
             for nid in ids:
                 node = graph.node(nid)
-                fp = (node.status, node.score, len(node.meta.extra), node.meta.cost_tokens)
+                fp = (node.status, node.score, len(node.extra), node.cost_tokens)
                 if nid == len(fps):
                     self._thoughts.append(self._thought(graph, node, blocks))
-                    self._created_at.append(node.meta.created_at)
+                    self._created_at.append(node.created_at)
                     fps.append(None)
                 elif fps[nid] == fp and nid not in merged:
                     continue
@@ -475,7 +475,7 @@ class RunRecorder:
             parents = tuple(graph.parents(node.id))
         return _put({
             "type": "thought", "id": node.id, "kind": node.kind.value, "depth": node.depth,
-            "creator": node.meta.creator, "content": _text(node.content, blocks),
+            "creator": node.creator, "content": _text(node.content, blocks),
             "parents": [self._thoughts[p] for p in parents],
             "edges": [graph.edge(p, node.id).kind.value for p in parents],
         }, blocks)
@@ -485,7 +485,7 @@ class RunRecorder:
         later = graph.parents(node.id)[len(created):] if created is not None else []
         return _put({
             "type": "node", "thought": self._thoughts[node.id], "status": node.status.value, "score": node.score,
-            "cost_tokens": node.meta.cost_tokens, "extra": canonical(node.meta.extra),
+            "cost_tokens": node.cost_tokens, "extra": canonical(node.extra),
             "merged": [[self._thoughts[p], graph.edge(p, node.id).kind.value] for p in later],
         }, blocks)
 
@@ -673,10 +673,11 @@ def load_graph(store: BlockStore, graph_cid: CID, timings: CID | None = None) ->
         tcid = version["thought"].cid
         thought = get_obj(store, tcid)
         nid = thought["id"]
-        meta = NodeMeta(created_at=created[nid] if nid < len(created) else 0.0,
-                        cost_tokens=version["cost_tokens"], creator=thought["creator"], extra=dict(version["extra"]))
-        node = graph.add_node(read_text(store, thought["content"]) or "", NodeKind(thought["kind"]), meta=meta,
-                              score=version["score"])
+        node = graph.add_node(
+            read_text(store, thought["content"]) or "", NodeKind(thought["kind"]), score=version["score"],
+            created_at=created[nid] if nid < len(created) else 0.0, cost_tokens=version["cost_tokens"],
+            creator=thought["creator"], extra=dict(version["extra"]),
+        )
         if node.id != nid:
             raise RunError(f"graph {graph_cid}: node {nid} stored out of order")
         ids[tcid] = nid

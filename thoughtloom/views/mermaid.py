@@ -73,16 +73,16 @@ def to_mermaid(graph: ThoughtGraph, best_path: Iterable[int] = (), goals: Iterab
         label = f"{node.kind.value}: {_escape(node.content)}"
         if node.score is not None:
             label += f"<br/>score {node.score:.2f}"
-        grounding = node.meta.extra.get("grounding")
+        grounding = node.extra.get("grounding")
         if grounding is not None:
             label += f"<br/>{_grounding_badge(grounding)}"
             if grounding.get("verified") is not None:
                 (members["verified"] if grounding["verified"] else members["refuted"]).append(f"n{node.id}")
-        record = node.meta.extra.get("recursion")
+        record = node.extra.get("recursion")
         if record is not None and _recursion_badge(record):
             label += f"<br/>{_recursion_badge(record)}"
         if node.status in (NodeStatus.PRUNED, NodeStatus.FAILED, NodeStatus.CANCELLED):
-            reason = node.meta.extra.get("rejected")
+            reason = node.extra.get("rejected")
             label += f"<br/><i>{node.status.value}" + (f": {_escape(reason)}" if reason else "") + "</i>"
         if record is not None and node.kind is NodeKind.DECOMPOSITION:
             lines.append(f'    n{node.id}[/"{label}"\\]')

@@ -4,7 +4,7 @@ solve(goal) ranks the goal's plans (the task's, the model's, and solving directl
 `beam` of them (the frontier width w), and tries them in order: a decomposition solves its children
 (concurrently when independent, in order for a chain), gates on their typed outputs, recomposes,
 verifies, and on failure follows its contract's failure policy (retry, replan, backtrack to the
-next alternative). Every node carries the seed's schema in meta.extra["recursion"].
+next alternative). Every node carries the seed's schema in node.extra["recursion"].
 """
 
 from __future__ import annotations
@@ -357,14 +357,14 @@ class Solver:
                                     edge_kind=EdgeKind.AGGREGATION)
 
     def _record(self, node: int, **fields: Any) -> None:
-        record = self.ctx.graph.node(node).meta.extra.setdefault("recursion", {
+        record = self.ctx.graph.node(node).extra.setdefault("recursion", {
             "goal": None, "mode": None, "children": [], "contract": None, "result": None,
             "verification": None, "score": None,
         })
         record.update(fields)
 
     def _note(self, node: int, note: str) -> None:
-        self.ctx.graph.node(node).meta.extra.setdefault("recursion", {}).setdefault("notes", []).append(note)
+        self.ctx.graph.node(node).extra.setdefault("recursion", {}).setdefault("notes", []).append(note)
 
     def _score(self, node: int, score: float) -> None:
         # Inner nodes are scored here, not through ctx.set_score: only root-level results compete
@@ -391,7 +391,7 @@ class Solver:
         if graph.node(node).status is _S.IN_PROGRESS:
             graph.set_status(node, _S.SUCCEEDED if ok else _S.FAILED)
         if not ok and reason:
-            graph.node(node).meta.extra["rejected"] = reason
+            graph.node(node).extra["rejected"] = reason
 
     def _cut(self, node: int, plan: Plan, reason: str) -> None:
         """Record an invalid decomposition as a failed node with the reason, and cut its branch."""

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Iterable, Sequence
 
 from ..context import SearchContext
+from ..eager import eager_gather
 from ..operators import expand
 
 
@@ -13,7 +13,7 @@ async def expand_all(ctx: SearchContext, node_ids: Sequence[int]) -> list[int]:
     """Expand several nodes concurrently; the scored children of all of them, in node order."""
     if len(node_ids) == 1:
         return await expand(ctx, node_ids[0])
-    results = await asyncio.gather(*(expand(ctx, n) for n in node_ids))
+    results = await eager_gather(expand(ctx, n) for n in node_ids)
     return [c for cs in results for c in cs]
 
 

@@ -40,4 +40,4 @@ async def run_recursive(ctx: SearchContext) -> None:
     errors = hooks.errors(root_goal, chosen.value if chosen is not None else None)
     if errors is not None:
         summary["errors"] = errors
-    ctx.graph.node(ctx.root).meta.extra["recursion_summary"] = summary
+    ctx.graph.node(ctx.root).extra["recursion_summary"] = summary
