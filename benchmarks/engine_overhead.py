@@ -25,7 +25,7 @@ from collections.abc import Sequence
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from _synthetic import SyntheticTask, synthetic_backend  # noqa: E402
+from _synthetic import SyntheticBackend, SyntheticTask  # noqa: E402
 
 from thoughtloom.api import make_gateway  # noqa: E402
 from thoughtloom.llm.budget import BudgetLimits  # noqa: E402
@@ -52,7 +52,7 @@ def _config(depth: int) -> SearchConfig:
 
 
 async def _search(depth: int, mode: str, sinks: list | None) -> tuple[float, SearchResult, int]:
-    backend = synthetic_backend(BREADTH, batch=mode == "batched")
+    backend = SyntheticBackend(BREADTH, batch=mode == "batched")
     gateway = make_gateway(backend, BudgetLimits(), concurrency=64)
     task = ExactSyntheticTask() if mode == "exact" else SyntheticTask()
     t0 = time.perf_counter()
@@ -61,8 +61,8 @@ async def _search(depth: int, mode: str, sinks: list | None) -> tuple[float, Sea
     scored = sum(1 for n in result.graph if n.score is not None and n.kind.value != "solution")
     expected = sum(BREADTH**d for d in range(1, depth + 1))
     assert scored == expected and result.termination_reason == "max_depth", (scored, expected)
-    assert result.usage["calls"] == len(backend.calls)
-    return wall, result, len(backend.calls)
+    assert result.usage["calls"] == backend.calls
+    return wall, result, backend.calls
 
 
 def speed(depth: int, repeats: int, mode: str, with_sink: bool) -> tuple[float, int, int]:
@@ -102,7 +102,7 @@ def call_cost(n: int = 10_000) -> tuple[float, float]:
     requests = [GenerateRequest(Prompt(text=f"value {i}"), max_tokens=4, purpose="evaluate") for i in range(n)]
 
     async def run() -> tuple[float, float]:
-        backend = synthetic_backend(BREADTH)
+        backend = SyntheticBackend(BREADTH)
         gateway = make_gateway(backend, BudgetLimits(), concurrency=64)
         t0 = time.perf_counter()
         for r in requests:

@@ -90,13 +90,16 @@ class ScriptedBackend:
                 await asyncio.sleep(self.latency_s)
             if self.failures:
                 raise self.failures.pop(0)
-            answers = [tuple(self._reply(r, i) for i in range(r.n)) for r in requests]
+            out = []
+            for r in requests:
+                texts = tuple([self._reply(r, i) for i in range(r.n)])
+                used = 0
+                for t in texts:
+                    used += min(count_words(t), r.max_tokens)
+                out.append(Completion(texts, Usage(count_words(r.prompt.as_text()), used), self.name))
         finally:
             self.in_flight -= 1
-        return [
-            Completion(texts, Usage(self.count_tokens(r.prompt), sum(min(count_words(t), r.max_tokens) for t in texts)), self.name)
-            for r, texts in zip(requests, answers)
-        ]
+        return out
 
     def count_tokens(self, prompt: Prompt) -> int:
         """Prompt tokens as the fake counts them (words)."""

@@ -6,14 +6,14 @@ import asyncio
 import random
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
 from .budget import Budget, BudgetLimits, Pricing, Reservation
 from .cache import ResponseCache, sample_key
 from .errors import BudgetExceeded, ModelError, TransientModelError
 from .slots import Slots
-from .types import Backend, Completion, GenerateRequest, Prompt, Usage
+from .types import NO_USAGE, Backend, Completion, GenerateRequest, Prompt, Usage
 
 T = TypeVar("T")
 
@@ -49,7 +49,7 @@ class CallRecord:
     stop: tuple[str, ...]
     seed: int | None
     texts: tuple[str, ...] = ()
-    usage: Usage = field(default_factory=Usage)
+    usage: Usage = NO_USAGE  # frozen, so one shared instance serves every record until it is settled
     cost_usd: float = 0.0
     cached: int = 0  # how many of the n samples came from the cache
     started_at: float = 0.0
@@ -132,12 +132,16 @@ class Gateway:
         )
         self.records.append(record)
         cache = self.cache
-        if cache is not None:
-            keys = [sample_key(record.model, request, i) for i in range(n)]
-            texts: list[str | None] = [cache.get(k) for k in keys]
-            missing = [i for i, t in enumerate(texts) if t is None]
-        else:
+        if cache is None:
             keys, texts, missing = [], [None] * n, list(range(n))
+        elif n == 1:  # the common case, without the comprehensions
+            key = sample_key(record.model, request, 0)
+            text = cache.get(key)
+            keys, texts, missing = [key], [text], [0] if text is None else []
+        else:
+            keys = [sample_key(record.model, request, i) for i in range(n)]
+            texts = [cache.get(k) for k in keys]
+            missing = [i for i, t in enumerate(texts) if t is None]
         record.cached = n - len(missing)
         # A copy only when the cache answered some samples (replace() is costly per call).
         sub = None if not missing else request if len(missing) == n else replace(request, n=len(missing))
@@ -146,23 +150,33 @@ class Gateway:
     def _close(self, call: _Open, completion: Completion | None) -> Completion:
         """Fill in the record (and the cache) from what the backend returned."""
         record, texts = call.record, call.texts
-        usage = Usage()
+        usage = NO_USAGE
+        whole = False  # the backend answered every sample: its completion can be passed on as is
         if completion is not None:
             usage = completion.usage
             cache = self.cache
             # Samples cut short by a budget-shrunk max_tokens must not answer the full request later.
-            cacheable = cache is not None and record.max_tokens == call.request.max_tokens
-            for i, text in zip(call.missing, completion.texts):
-                texts[i] = text
-                if cacheable:
-                    cache.put(call.keys[i], text)  # type: ignore[union-attr]
-        record.texts = tuple(t or "" for t in texts)
+            if cache is not None and record.max_tokens == call.request.max_tokens:
+                keys = call.keys
+                for i, text in zip(call.missing, completion.texts):
+                    cache.put(keys[i], text)
+            if len(call.missing) == record.n and len(completion.texts) == record.n:
+                got = completion.texts
+                record.texts = got if type(got) is tuple else tuple(got)
+                whole = got is record.texts and completion.model == record.model
+            else:
+                for i, text in zip(call.missing, completion.texts):
+                    texts[i] = text
+                record.texts = tuple(t or "" for t in texts)
+        else:
+            record.texts = tuple(t or "" for t in texts)
         record.usage = usage
         if self.pricing is not None:
             record.cost_usd = self._cost(usage)
         record.duration_s = time.perf_counter() - call.t0
-        self._notify(record)
-        return Completion(record.texts, usage, record.model)
+        if self.listener is not None:
+            self.listener(record)
+        return completion if whole else Completion(record.texts, usage, record.model)  # type: ignore[return-value]
 
     def _fail(self, call: _Open, exc: BaseException) -> None:
         record = call.record

@@ -81,6 +81,10 @@ class Usage:
         return Usage(self.input_tokens + other.input_tokens, self.output_tokens + other.output_tokens)
 
 
+#: Zero usage: what a call that never reached the model used.
+NO_USAGE = Usage()
+
+
 @dataclass(frozen=True, slots=True)
 class Completion:
     """The texts a call returned, one per sample, and what they cost."""
