@@ -16,7 +16,7 @@ from thoughtloom.llm.fake import ScriptedBackend
 from thoughtloom.llm.gateway import Gateway
 from thoughtloom.llm.types import GenerateRequest
 from thoughtloom.search import SearchConfig, SearchResult, search
-from thoughtloom.search.context import combine
+from thoughtloom.search.context import combine, overrides
 from thoughtloom.search.events import (
     Backtracked,
     BudgetSpent,
@@ -31,6 +31,7 @@ from thoughtloom.search.events import (
 )
 from thoughtloom.tasks import get_task
 from thoughtloom.tasks.arith import fmt
+from thoughtloom.tasks.base import Task, Verdict
 
 # --- scripted models --------------------------------------------------------------------
 
@@ -289,6 +290,32 @@ async def test_mcts_runs_mcts_iterations_simulations_and_stops_with_iterations(i
     assert result.termination_reason == "iterations"
     assert result.stats["expansions"] == iterations  # each simulation expands one new leaf here
     assert result.solved is False
+
+
+# --- task hooks ---------------------------------------------------------------------------
+
+
+class _Plain(Task[str]):
+    name = "plain"
+
+
+class _Checked(_Plain):
+    def validate(self, problem: str, steps: Sequence[str], thought: str) -> Verdict:
+        return Verdict(False, thought, "never")
+
+
+def test_a_hook_left_at_the_base_default_is_not_an_override():
+    assert not overrides(_Plain(), "validate")
+
+
+def test_a_subclass_hook_is_an_override():
+    assert overrides(_Checked(), "validate")
+
+
+def test_a_hook_set_on_the_instance_is_an_override():
+    task = _Plain()
+    task.is_goal = lambda problem, steps: True  # type: ignore[method-assign]
+    assert overrides(task, "is_goal")
 
 
 # --- score aggregation ------------------------------------------------------------------

@@ -37,6 +37,13 @@ if TYPE_CHECKING:
 _S = NodeStatus
 
 
+def overrides(task: Task[Any], hook: str) -> bool:
+    """True when the task (its class or the instance itself) replaces the base Task's hook."""
+    if hook in getattr(task, "__dict__", {}):
+        return True
+    return getattr(type(task), hook, None) is not getattr(Task, hook)
+
+
 def combine(aggregation: str, parent_value: float | None, score: float, length: int) -> float:
     """Path score after appending `score` to a path of `length - 1` scored steps."""
     if parent_value is None or length <= 1:
@@ -66,6 +73,12 @@ class SearchContext:
     ) -> None:
         self.task = task
         self.problem = problem
+        # Hooks the task leaves at the base class's default are not called once per thought.
+        self.task_validates = overrides(task, "validate")
+        self._kinds = overrides(task, "thought_kind")
+        self._qualities = overrides(task, "quality")
+        self._goals = overrides(task, "is_goal")
+        self._terminals = overrides(task, "is_terminal")
         self.gateway = gateway
         self.config = config
         self.bus = bus or EventBus()
@@ -154,21 +167,8 @@ class SearchContext:
             node.status is _S.SUCCEEDED
             and node_id not in self.expanded
             and len(self._steps[node_id]) < self.max_depth
-            and not self.task.is_terminal(self.problem, self._steps[node_id])
+            and not (self._terminals and self.task.is_terminal(self.problem, self._steps[node_id]))
         )
-
-    def _consider_best(self, node_id: int) -> None:
-        node = self.graph.node(node_id)
-        key = (
-            node_id in self._goal_ids,
-            (node.score or 0.0) > 0.0,
-            len(self._steps[node_id]),
-            self._path_score[node_id] or 0.0,
-            -node_id,
-        )
-        if self._best_key is None or key > self._best_key:
-            self._best_key = key
-            self.best_id = node_id
 
     # --- model calls --------------------------------------------------------------------
 
@@ -312,19 +312,20 @@ class SearchContext:
         replaces_last: the thought stands in for the primary parent's last step (a merge or a
         refinement), so it sits at the same search level rather than one step further.
         """
-        if len(self.graph) >= self.config.max_nodes:
+        graph = self.graph
+        if len(graph) >= self.config.max_nodes:
             self.stop("max_nodes")
             return None
         base = self._steps[parents[0]]
         steps = (base[:-1] if replaces_last else base) + (content,)
         if kind is None:
-            kind = self.task.thought_kind(self.problem, steps)
-        node = self.graph.add_node(
+            kind = self.task.thought_kind(self.problem, steps) if self._kinds else NodeKind.HYPOTHESIS
+        node = graph.add_node(
             content, kind, parents, edge_kind, creator=creator, cost_tokens=cost_tokens,
             extra=None if note is None else {"repaired": note},
         )
         self._steps[node.id] = steps
-        if self.bus:
+        if self.bus.sinks:
             self.bus.emit(NodeAdded(node.id, tuple(parents), kind.value, node.depth, content, creator))
             if note is not None:
                 self.bus.emit(ThoughtRepaired(node.id, note))
@@ -384,20 +385,21 @@ class SearchContext:
         node.score = score
         if node.status is not _S.PRUNED:  # a re-score must not revive a thought pruned meanwhile
             graph.succeed(node_id)
-        steps = self._steps[node_id]
+        steps_of = self._steps
+        steps = steps_of[node_id]
         depth = len(steps)
         # The path score extends the nearest ancestor one step shorter (a merge or refinement
         # stands in for its parent's step rather than adding one).
         base = graph.primary_parent(node_id)
-        while base != self.root and len(self._steps[base]) >= depth:
+        while base != self.root and len(steps_of[base]) >= depth:
             base = graph.primary_parent(base)
         path = combine(self.config.aggregation, self._path_score[base], score, depth)
         self._path_score[node_id] = path
         bus = self.bus
-        if bus:
+        if bus.sinks:
             bus.emit(NodeScored(node_id, score, path))
         task, problem = self.task, self.problem
-        quality = task.quality(problem, steps, score)
+        quality = task.quality(problem, steps, score) if self._qualities else score
         self._quality[node_id] = quality
         if quality > self._best_by_depth.get(depth, -1.0):
             self._best_by_depth[depth] = quality
@@ -405,23 +407,29 @@ class SearchContext:
         if best_quality_id is None or quality > self._quality[best_quality_id]:
             self.best_quality_id = node_id
         self.recent.append(node_id)
-        if node_id in self._goal_ids:  # re-scored: already a goal, and goals are never pruned
-            self._consider_best(node_id)
-            return
-        goal_quality = self.goal_quality
-        if (
-            task.is_goal(problem, steps) or node_id in self._grounded_goals
-            or (goal_quality is not None and quality >= goal_quality)
-        ):
-            self.goals.append(node_id)
-            self._goal_ids.add(node_id)
-            if bus:
-                bus.emit(GoalFound(node_id))
-            if self.config.stop_on_goal:
-                self.stop("goal_reached")
-        elif score < self.config.prune_threshold:
-            self.prune(node_id, f"score {score:.2f} below threshold {self.config.prune_threshold:.2f}")
-        self._consider_best(node_id)
+        goal = node_id in self._goal_ids
+        if not goal:  # a re-scored goal stays a goal, and goals are never pruned
+            goal_quality = self.goal_quality
+            if (
+                (self._goals and task.is_goal(problem, steps)) or node_id in self._grounded_goals
+                or (goal_quality is not None and quality >= goal_quality)
+            ):
+                goal = True
+                self.goals.append(node_id)
+                self._goal_ids.add(node_id)
+                if bus.sinks:
+                    bus.emit(GoalFound(node_id))
+                if self.config.stop_on_goal:
+                    self.stop("goal_reached")
+            elif score < self.config.prune_threshold:
+                self.prune(node_id, f"score {score:.2f} below threshold {self.config.prune_threshold:.2f}")
+        # The best thought so far: goals first, then scored above zero, deeper, better path, older.
+        best = self._best_key
+        if best is None or goal or not best[0]:  # a non-goal never beats a goal
+            key = (goal, score > 0.0, depth, path or 0.0, -node_id)
+            if best is None or key > best:
+                self._best_key = key
+                self.best_id = node_id
 
     def quality(self, node_id: int) -> float:
         """The task's judgement of a scored thought as an answer (0 for unscored ones)."""

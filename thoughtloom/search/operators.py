@@ -58,32 +58,37 @@ async def expand(ctx: SearchContext, node_id: int) -> list[int]:
         return []
     thoughts, cost = got
     task, problem = ctx.task, ctx.problem
+    validate, state_key, seen = task.validate, task.state_key, ctx.seen  # once per call: this loop runs per thought
+    validates = ctx.task_validates
     steps = ctx.steps(node_id)
     share = cost // max(1, len(thoughts))
+    parents = (node_id,)
     children: list[int] = []
-    accepted = 0
+    breadth = ctx.breadth
+    proposed = 0
     for raw in thoughts:
-        if accepted >= ctx.breadth:
+        if len(children) >= breadth:
             break
-        ctx.counts["proposed"] += 1
-        verdict = task.validate(problem, steps, raw)
-        if not verdict.ok:
-            ctx.reject(node_id, raw, verdict.note or "rejected by the task's validator", "generate")
+        proposed += 1
+        thought, note = raw, None
+        if validates:
+            verdict = validate(problem, steps, raw)
+            if not verdict.ok:
+                ctx.reject(node_id, raw, verdict.note or "rejected by the task's validator", "generate")
+                continue
+            thought, note = verdict.thought, verdict.note if verdict.repaired else None
+        key = state_key(problem, steps + (thought,))
+        if key in seen and ctx.merge_duplicate(node_id, key):
             continue
-        key = task.state_key(problem, steps + (verdict.thought,))
-        if ctx.merge_duplicate(node_id, key):
-            continue
-        accepted += 1
-        child = ctx.add_thought(
-            [node_id], verdict.thought, "generate", cost_tokens=share,
-            note=verdict.note if verdict.repaired else None,
-        )
+        child = ctx.add_thought(parents, thought, "generate", cost_tokens=share, note=note)
         if child is None:
             break
-        ctx.seen[key] = child
+        seen[key] = child
         children.append(child)
+    ctx.counts["proposed"] += proposed
     await evaluate(ctx, node_id, children)
-    return [c for c in children if ctx.graph.node(c).status is _S.SUCCEEDED]
+    node = ctx.graph.node
+    return [c for c in children if node(c).status is _S.SUCCEEDED]
 
 
 async def evaluate(ctx: SearchContext, parent_id: int, node_ids: Sequence[int]) -> None:
