@@ -6,7 +6,7 @@ import asyncio
 import math
 import zlib
 from collections import deque
-from collections.abc import Hashable, Sequence
+from collections.abc import Hashable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..graph import EdgeKind, NodeKind, NodeStatus, ThoughtGraph
@@ -378,58 +378,65 @@ class SearchContext:
 
     def set_score(self, node_id: int, score: float) -> None:
         """Record a node's score, its path score, goal status and threshold pruning."""
+        self.set_scores(((node_id, score),))
+
+    def set_scores(self, scores: Iterable[tuple[int, float]]) -> None:
+        """set_score for several nodes in turn (siblings, usually), with lookups made once."""
         # The hot path of every search (once per thought): lookups are hoisted, calls kept few.
-        score = 0.0 if score != score else 1.0 if score > 1.0 else 0.0 if score < 0.0 else score  # NaN -> 0
-        graph = self.graph
-        node = graph.node(node_id)
-        node.score = score
-        if node.status is not _S.PRUNED:  # a re-score must not revive a thought pruned meanwhile
-            graph.succeed(node_id)
-        steps_of = self._steps
-        steps = steps_of[node_id]
-        depth = len(steps)
-        # The path score extends the nearest ancestor one step shorter (a merge or refinement
-        # stands in for its parent's step rather than adding one).
-        base = graph.primary_parent(node_id)
-        while base != self.root and len(steps_of[base]) >= depth:
-            base = graph.primary_parent(base)
-        path = combine(self.config.aggregation, self._path_score[base], score, depth)
-        self._path_score[node_id] = path
-        bus = self.bus
-        if bus.sinks:
-            bus.emit(NodeScored(node_id, score, path))
+        graph, root, steps_of, path_scores = self.graph, self.root, self._steps, self._path_score
+        node_of, succeed, primary_parent = graph.node, graph.succeed, graph.primary_parent
+        aggregation = self.config.aggregation
         task, problem = self.task, self.problem
-        quality = task.quality(problem, steps, score) if self._qualities else score
-        self._quality[node_id] = quality
-        if quality > self._best_by_depth.get(depth, -1.0):
-            self._best_by_depth[depth] = quality
-        best_quality_id = self.best_quality_id
-        if best_quality_id is None or quality > self._quality[best_quality_id]:
-            self.best_quality_id = node_id
-        self.recent.append(node_id)
-        goal = node_id in self._goal_ids
-        if not goal:  # a re-scored goal stays a goal, and goals are never pruned
-            goal_quality = self.goal_quality
-            if (
-                (self._goals and task.is_goal(problem, steps)) or node_id in self._grounded_goals
-                or (goal_quality is not None and quality >= goal_quality)
-            ):
-                goal = True
-                self.goals.append(node_id)
-                self._goal_ids.add(node_id)
-                if bus.sinks:
-                    bus.emit(GoalFound(node_id))
-                if self.config.stop_on_goal:
-                    self.stop("goal_reached")
-            elif score < self.config.prune_threshold:
-                self.prune(node_id, f"score {score:.2f} below threshold {self.config.prune_threshold:.2f}")
-        # The best thought so far: goals first, then scored above zero, deeper, better path, older.
-        best = self._best_key
-        if best is None or goal or not best[0]:  # a non-goal never beats a goal
-            key = (goal, score > 0.0, depth, path or 0.0, -node_id)
-            if best is None or key > best:
-                self._best_key = key
-                self.best_id = node_id
+        qualities, best_by_depth, goal_ids, recent = self._quality, self._best_by_depth, self._goal_ids, self.recent
+        sinks = self.bus.sinks
+        for node_id, score in scores:
+            score = 0.0 if score != score else 1.0 if score > 1.0 else 0.0 if score < 0.0 else score  # NaN -> 0
+            node = node_of(node_id)
+            node.score = score
+            if node.status is not _S.PRUNED:  # a re-score must not revive a thought pruned meanwhile
+                succeed(node_id)
+            steps = steps_of[node_id]
+            depth = len(steps)
+            # The path score extends the nearest ancestor one step shorter (a merge or refinement
+            # stands in for its parent's step rather than adding one).
+            base = primary_parent(node_id)
+            while base != root and len(steps_of[base]) >= depth:
+                base = primary_parent(base)
+            path = combine(aggregation, path_scores[base], score, depth)
+            path_scores[node_id] = path
+            if sinks:
+                self.bus.emit(NodeScored(node_id, score, path))
+            quality = task.quality(problem, steps, score) if self._qualities else score
+            qualities[node_id] = quality
+            if quality > best_by_depth.get(depth, -1.0):
+                best_by_depth[depth] = quality
+            best_quality_id = self.best_quality_id
+            if best_quality_id is None or quality > qualities[best_quality_id]:
+                self.best_quality_id = node_id
+            recent.append(node_id)
+            goal = node_id in goal_ids
+            if not goal:  # a re-scored goal stays a goal, and goals are never pruned
+                goal_quality = self.goal_quality
+                if (
+                    (self._goals and task.is_goal(problem, steps)) or node_id in self._grounded_goals
+                    or (goal_quality is not None and quality >= goal_quality)
+                ):
+                    goal = True
+                    self.goals.append(node_id)
+                    goal_ids.add(node_id)
+                    if sinks:
+                        self.bus.emit(GoalFound(node_id))
+                    if self.config.stop_on_goal:
+                        self.stop("goal_reached")
+                elif score < self.config.prune_threshold:
+                    self.prune(node_id, f"score {score:.2f} below threshold {self.config.prune_threshold:.2f}")
+            # The best thought so far: goals first, then scored above zero, deeper, better path, older.
+            best = self._best_key
+            if best is None or goal or not best[0]:  # a non-goal never beats a goal
+                key = (goal, score > 0.0, depth, path or 0.0, -node_id)
+                if best is None or key > best:
+                    self._best_key = key
+                    self.best_id = node_id
 
     def quality(self, node_id: int) -> float:
         """The task's judgement of a scored thought as an answer (0 for unscored ones)."""

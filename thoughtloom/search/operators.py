@@ -114,8 +114,9 @@ async def value_many(ctx: SearchContext, node_ids: Sequence[int], *, rescore: bo
     task, problem = ctx.task, ctx.problem
     asking: list[int] = []
     exact_scores: list[tuple[int, float]] = []
+    steps_of, exact_value = ctx.steps, task.exact_value
     for node_id in node_ids:
-        exact = task.exact_value(problem, ctx.steps(node_id))
+        exact = exact_value(problem, steps_of(node_id))
         if exact is not None:
             exact_scores.append((node_id, exact))
             continue
@@ -174,8 +175,7 @@ async def settle_scores(ctx: SearchContext, scores: Sequence[tuple[int, float]])
         else:
             adjusted = await eager_gather(ctx.ground(n, s) for n, s in scores)
         scores = [(n, a) for (n, _), a in zip(scores, adjusted)]
-    for node_id, score in scores:
-        ctx.set_score(node_id, score)
+    ctx.set_scores(scores)
 
 
 async def _vote(ctx: SearchContext, parent_id: int, node_ids: Sequence[int]) -> None:
