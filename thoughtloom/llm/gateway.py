@@ -13,7 +13,7 @@ from .budget import Budget, BudgetLimits, Pricing, Reservation
 from .cache import ResponseCache, sample_key
 from .errors import BudgetExceeded, ModelError, TransientModelError
 from .slots import Slots
-from .types import NO_USAGE, Backend, Completion, GenerateRequest, Prompt, Usage
+from .types import NO_USAGE, Backend, Completion, GenerateRequest, Message, Prompt, Usage
 
 T = TypeVar("T")
 
@@ -37,25 +37,46 @@ class RetryPolicy:
 
 @dataclass(slots=True)
 class CallRecord:
-    """One call as it happened: enough to replay it without the model."""
+    """One call as it happened: enough to replay it without the model.
+
+    The prompt and the usage are kept as plain fields (text, messages, token counts) and
+    rebuilt on access: a long search holds one record per call, and one object per record
+    instead of three is what the garbage collector notices.
+    """
 
     seq: int
     purpose: str
     model: str
-    prompt: Prompt
+    prompt_text: str | None
+    prompt_messages: tuple[Message, ...] | None
     n: int
     max_tokens: int
     temperature: float
     stop: tuple[str, ...]
     seed: int | None
     texts: tuple[str, ...] = ()
-    usage: Usage = NO_USAGE  # frozen, so one shared instance serves every record until it is settled
+    input_tokens: int = 0
+    output_tokens: int = 0
     cost_usd: float = 0.0
     cached: int = 0  # how many of the n samples came from the cache
     started_at: float = 0.0
     duration_s: float = 0.0
     attempts: int = 0
     error: str | None = None
+
+    @property
+    def prompt(self) -> Prompt:
+        """What was asked."""
+        return Prompt(self.prompt_text, self.prompt_messages)
+
+    @property
+    def usage(self) -> Usage:
+        """Tokens the call consumed (zero until it is answered, or when it failed)."""
+        return Usage(self.input_tokens, self.output_tokens)
+
+    @usage.setter
+    def usage(self, usage: Usage) -> None:
+        self.input_tokens, self.output_tokens = usage.input_tokens, usage.output_tokens
 
 
 @dataclass(slots=True)
@@ -126,9 +147,10 @@ class Gateway:
     def _open(self, request: GenerateRequest) -> _Open:
         """Record a call and look its samples up in the cache."""
         n = request.n
+        prompt = request.prompt
         record = CallRecord(
-            len(self.records), request.purpose, self.backend.name, request.prompt, n, request.max_tokens,
-            request.temperature, request.stop, request.seed, started_at=time.time(),
+            len(self.records), request.purpose, self.backend.name, prompt.text, prompt.messages, n,
+            request.max_tokens, request.temperature, request.stop, request.seed, started_at=time.time(),
         )
         self.records.append(record)
         cache = self.cache
