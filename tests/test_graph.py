@@ -316,6 +316,20 @@ def test_add_edge_appends_a_secondary_parent_after_the_primary() -> None:
     assert g.parents(child) == [a, b]
 
 
+def test_edges_list_creation_edges_by_node_then_later_links_in_order() -> None:
+    g = ThoughtGraph()
+    a, b = g.add_node("a").id, g.add_node("b").id
+    c = g.add_node("c", parents=[a]).id
+    g.add_edge(b, c, EdgeKind.REFINEMENT, weight=0.25)
+    d = g.add_node("d", parents=[a, b], edge_kind=EdgeKind.AGGREGATION).id
+    g.add_edge(c, d)
+    assert g.edges == [
+        Edge(a, c), Edge(a, d, EdgeKind.AGGREGATION), Edge(b, d, EdgeKind.AGGREGATION),
+        Edge(b, c, EdgeKind.REFINEMENT, 0.25), Edge(c, d),
+    ]
+    assert g.edge(b, c).weight == 0.25 and g.edge(c, d).kind is EdgeKind.ELABORATION
+
+
 def test_add_edge_does_not_change_depth() -> None:
     g = ThoughtGraph()
     chain = [g.add_node("0").id]

@@ -26,7 +26,7 @@ _NO_CHILDREN: tuple[int, ...] = ()
 class ThoughtGraph:
     """A directed acyclic graph of thoughts; every mutation keeps it acyclic."""
 
-    __slots__ = ("_nodes", "_parents", "_children", "_edges", "_next_id")
+    __slots__ = ("_nodes", "_parents", "_children", "_in_kinds", "_late", "_next_id")
 
     def __init__(self) -> None:
         self._nodes: dict[int, Node] = {}
@@ -35,9 +35,13 @@ class ThoughtGraph:
         # large graphs then cost the collector about a third less.
         self._parents: dict[int, tuple[int, ...]] = {}
         self._children: dict[int, list[int]] = {}
-        # An edge without a weight is stored as its kind (a shared enum member, not a new object):
-        # one object fewer per node for the garbage collector. Edge objects are made on demand.
-        self._edges: dict[tuple[int, int], Edge | EdgeKind] = {}
+        # Edges are stored by their head: for each node, the edges in from its parents, aligned
+        # with _parents. A node's usual single unweighted edge is stored as its kind alone (a
+        # shared enum member): no tuple key or object per edge for the garbage collector to
+        # scan. Edge objects are made on demand.
+        self._in_kinds: dict[int, EdgeKind | list[Edge | EdgeKind]] = {}
+        # Edges added after their head node was created (merges), in the order they were added.
+        self._late: list[tuple[int, int]] = []
         self._next_id = 0
 
     # --- construction -------------------------------------------------------------------
@@ -85,14 +89,14 @@ class ThoughtGraph:
         nodes[nid] = node
         self._parents[nid] = parents if type(parents) is tuple else tuple(parents)
         # Edges into a brand-new node cannot close a cycle: no check needed.
-        children, edges = self._children, self._edges
+        children = self._children
         for p in parents:
             siblings = children.get(p)
             if siblings is None:
                 children[p] = [nid]
             else:
                 siblings.append(nid)
-            edges[(p, nid)] = edge_kind
+        self._in_kinds[nid] = edge_kind if len(parents) == 1 else [edge_kind] * len(parents)
         return node
 
     def add_edge(
@@ -105,12 +109,19 @@ class ThoughtGraph:
             raise UnknownNode(dst)
         if src == dst or self.reaches(dst, src):
             raise CycleError(f"edge {src}->{dst} would close a cycle")
-        if (src, dst) in self._edges:
+        if src in self._parents[dst]:
             raise ValueError(f"edge {src}->{dst} already exists")
         edge = Edge(src, dst, kind, weight)
-        self._edges[(src, dst)] = edge if weight is not None else kind
+        kinds = self._in_kinds.get(dst)
+        if kinds is None:
+            kinds = []
+        elif not isinstance(kinds, list):
+            kinds = [kinds]
+        kinds.append(edge if weight is not None else kind)
+        self._in_kinds[dst] = kinds[0] if len(kinds) == 1 and not isinstance(kinds[0], Edge) else kinds
         self._parents[dst] += (src,)
         self._add_child(src, dst)
+        self._late.append((src, dst))
         return edge
 
     def _add_child(self, parent: int, child: int) -> None:
@@ -172,12 +183,18 @@ class ThoughtGraph:
 
     @property
     def edges(self) -> list[Edge]:
-        """All edges, in insertion order."""
-        return [e if isinstance(e, Edge) else Edge(s, d, e) for (s, d), e in self._edges.items()]
+        """Every edge: those each node was made with, in node order, then later links in the order made."""
+        late = set(self._late)
+        made = [self.edge(p, n) for n, ps in self._parents.items() for p in ps if (p, n) not in late]
+        return made + [self.edge(s, d) for s, d in self._late]
 
     def edge(self, src: int, dst: int) -> Edge:
         """The edge src->dst."""
-        e = self._edges[(src, dst)]
+        parents = self._parents.get(dst, ())
+        if src not in parents:
+            raise KeyError((src, dst))
+        kinds = self._in_kinds[dst]
+        e = kinds[parents.index(src)] if isinstance(kinds, list) else kinds
         return e if isinstance(e, Edge) else Edge(src, dst, e)
 
     def parents(self, node_id: int) -> list[int]:
