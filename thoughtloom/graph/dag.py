@@ -52,7 +52,6 @@ class ThoughtGraph:
         kind: NodeKind = NodeKind.HYPOTHESIS,
         parents: Sequence[int] = (),
         edge_kind: EdgeKind = EdgeKind.ELABORATION,
-        *,
         score: float | None = None,
         creator: str = "",
         cost_tokens: int = 0,

@@ -306,23 +306,26 @@ class SearchContext:
         cost_tokens: int = 0,
         note: str | None = None,
         replaces_last: bool = False,
+        steps: tuple[str, ...] | None = None,
     ) -> int | None:
         """Add a thought below its parents (first parent = primary); None past max_nodes.
 
         replaces_last: the thought stands in for the primary parent's last step (a merge or a
         refinement), so it sits at the same search level rather than one step further.
+        steps: the new thought's path, when the caller already built it (saves a copy).
         """
         graph = self.graph
         if len(graph) >= self.config.max_nodes:
             self.stop("max_nodes")
             return None
-        base = self._steps[parents[0]]
-        steps = (base[:-1] if replaces_last else base) + (content,)
+        if steps is None:
+            base = self._steps[parents[0]]
+            steps = (base[:-1] if replaces_last else base) + (content,)
         if kind is None:
             kind = self.task.thought_kind(self.problem, steps) if self._kinds else NodeKind.HYPOTHESIS
         node = graph.add_node(
-            content, kind, parents, edge_kind, creator=creator, cost_tokens=cost_tokens,
-            extra=None if note is None else {"repaired": note},
+            content, kind, parents, edge_kind, None, creator, cost_tokens, None,
+            None if note is None else {"repaired": note},
         )
         self._steps[node.id] = steps
         if self.bus.sinks:

@@ -77,10 +77,11 @@ async def expand(ctx: SearchContext, node_id: int) -> list[int]:
                 ctx.reject(node_id, raw, verdict.note or "rejected by the task's validator", "generate")
                 continue
             thought, note = verdict.thought, verdict.note if verdict.repaired else None
-        key = state_key(problem, steps + (thought,))
+        path = steps + (thought,)
+        key = state_key(problem, path)
         if key in seen and ctx.merge_duplicate(node_id, key):
             continue
-        child = ctx.add_thought(parents, thought, "generate", cost_tokens=share, note=note)
+        child = ctx.add_thought(parents, thought, "generate", cost_tokens=share, note=note, steps=path)
         if child is None:
             break
         seen[key] = child
