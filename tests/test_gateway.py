@@ -291,6 +291,21 @@ async def test_the_last_transient_error_is_raised_when_retries_run_out() -> None
     assert len(fake.calls) == 3
 
 
+async def test_one_attempt_means_no_retry() -> None:
+    fake = ScriptedBackend(default="ok", failures=[TransientModelError("429 once")])
+    gw = gateway(fake, retry=RetryPolicy(max_attempts=1))
+    with pytest.raises(TransientModelError, match="429 once"):
+        await gw.generate(req())
+    assert (len(fake.calls), gw.records[0].attempts) == (1, 1)
+
+
+async def test_transient_errors_are_retried_under_a_wall_clock_limit_too() -> None:
+    fake = ScriptedBackend(default="ok", failures=[TransientModelError("503")])
+    gw = gateway(fake, BudgetLimits(wall_s=60), retry=RetryPolicy(base_delay_s=0.001))
+    assert (await gw.generate(req())).texts == ("ok",)
+    assert gw.records[0].attempts == 2
+
+
 async def test_a_failed_call_releases_its_reservation_without_charging() -> None:
     fake = ScriptedBackend(default="ok", failures=[ModelError("bad request")])
     gw = gateway(fake, BudgetLimits(tokens=1000, calls=5))

@@ -55,3 +55,21 @@ async def test_a_cancelled_waiter_does_not_lose_the_slot() -> None:
 def test_size_below_one_is_refused() -> None:
     with pytest.raises(ValueError, match="size must be >= 1"):
         Slots(0)
+
+
+async def test_try_acquire_takes_a_free_slot_and_never_waits() -> None:
+    slots = Slots(1)
+    assert slots.try_acquire() is True
+    assert slots.try_acquire() is False
+    slots.release()
+    assert slots.free == 1
+
+
+async def test_try_acquire_does_not_jump_the_queue_of_waiters() -> None:
+    slots = Slots(1)
+    await slots.acquire()
+    waiter = asyncio.ensure_future(slots.acquire())
+    await asyncio.sleep(0)
+    slots.release()  # the slot passes to the waiter
+    assert slots.try_acquire() is False
+    await waiter

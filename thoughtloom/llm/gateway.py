@@ -265,14 +265,30 @@ class Gateway:
 
     async def _call_within_budget(self, request: GenerateRequest, record: CallRecord) -> Completion:
         """Hold a slot and a reservation around the call and its retries; settle with real usage."""
-        await self._sem.acquire()
+        if not self._sem.try_acquire():
+            await self._sem.acquire()
         try:
             request, reserve_tokens = self._fit_request(request)
             record.max_tokens = request.max_tokens
             reservation, out_tokens = self._reserve(request, reserve_tokens)
             usage: Usage | None = None
             try:
-                completion = await self._attempts(lambda: self._own_task(self.backend.generate(request)), [record])
+                if self.budget.limits.wall_s is None:
+                    # The first attempt without the retry loop's extra coroutine (the common case).
+                    record.attempts = 1
+                    try:
+                        completion = await self._own_task(self.backend.generate(request))
+                    except TransientModelError:
+                        if self.retry.max_attempts <= 1:
+                            raise
+                        await asyncio.sleep(self.retry.delay(1, self._rng))
+                        completion = await self._attempts(
+                            lambda: self._own_task(self.backend.generate(request)), [record], tried=1
+                        )
+                else:
+                    completion = await self._attempts(
+                        lambda: self._own_task(self.backend.generate(request)), [record]
+                    )
                 usage = completion.usage
                 return completion
             except (asyncio.CancelledError, _CutOff):
@@ -345,10 +361,15 @@ class Gateway:
         reserve_cost = pricing.cost(reserve_tokens - out_tokens, out_tokens) if pricing else 0.0
         return self.budget.reserve(reserve_tokens, reserve_cost), out_tokens
 
-    async def _attempts(self, make_call: Callable[[], Awaitable[T]], records: Sequence[CallRecord]) -> T:
-        """Run a backend call with retries on transient errors, cut off by the wall-clock budget."""
+    async def _attempts(
+        self, make_call: Callable[[], Awaitable[T]], records: Sequence[CallRecord], tried: int = 0
+    ) -> T:
+        """Run a backend call with retries on transient errors, cut off by the wall-clock budget.
+
+        tried: attempts already made (failed transiently, backoff waited) before this call.
+        """
         budget = self.budget
-        attempt = 0
+        attempt = tried
         while True:
             attempt += 1
             for record in records:

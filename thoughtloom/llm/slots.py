@@ -27,6 +27,13 @@ class Slots:
         """Slots nobody holds."""
         return self._free
 
+    def try_acquire(self) -> bool:
+        """Take a slot if one is free now (never waits); True when taken."""
+        if self._free > 0 and not self._waiters:
+            self._free -= 1
+            return True
+        return False
+
     async def acquire(self) -> None:
         """Take a slot, waiting for one if none is free."""
         if self._free > 0 and not self._waiters:
