@@ -7,9 +7,13 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, ClassVar
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Event:
-    """Base of all events."""
+    """Base of all events. Events are values: sinks read them and must not change them.
+
+    Not frozen on purpose: a frozen dataclass's __init__ costs five times as much, and a
+    search emits two events per thought.
+    """
 
     type: ClassVar[str] = "event"
 
@@ -18,7 +22,7 @@ class Event:
         return {"type": self.type, **asdict(self)}
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class SearchStarted(Event):
     type: ClassVar[str] = "search_started"
     task: str
@@ -27,7 +31,7 @@ class SearchStarted(Event):
     token_limit: int | None
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class NodeAdded(Event):
     type: ClassVar[str] = "node_added"
     node_id: int
@@ -38,21 +42,21 @@ class NodeAdded(Event):
     creator: str
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class ThoughtRepaired(Event):
     type: ClassVar[str] = "thought_repaired"
     node_id: int
     note: str
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class ThoughtRejected(Event):
     type: ClassVar[str] = "thought_rejected"
     node_id: int
     reason: str
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class DuplicateMerged(Event):
     """A thought reached a state already in the graph: linked to it instead of expanded twice."""
 
@@ -61,7 +65,7 @@ class DuplicateMerged(Event):
     existing_id: int
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class NodeScored(Event):
     type: ClassVar[str] = "node_scored"
     node_id: int
@@ -69,21 +73,21 @@ class NodeScored(Event):
     path_score: float
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class NodePruned(Event):
     type: ClassVar[str] = "node_pruned"
     node_id: int
     reason: str
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Backtracked(Event):
     type: ClassVar[str] = "backtracked"
     from_id: int
     to_id: int
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class ThoughtGrounded(Event):
     """A thought was tested against reality; its score moved from `before` to `after`."""
 
@@ -98,13 +102,13 @@ class ThoughtGrounded(Event):
     evidence: str  # the first line of the grounder's evidence
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class GoalFound(Event):
     type: ClassVar[str] = "goal_found"
     node_id: int
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class BudgetSpent(Event):
     """One model call finished (or failed): what it cost and where the budget stands."""
 
@@ -119,7 +123,7 @@ class BudgetSpent(Event):
     error: str | None
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class SearchStopped(Event):
     type: ClassVar[str] = "search_stopped"
     reason: str
@@ -127,7 +131,7 @@ class SearchStopped(Event):
     nodes: int
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class ControlDecision(Event):
     """The controller decided something (depth, budget, compromise, failure anticipation)."""
 
