@@ -3,7 +3,10 @@
 Usage: .venv/bin/python benchmarks/engine_overhead.py
 Builds full 10-ary trees of ~10k (depth 4) and ~100k (depth 5) scored thoughts with bfs and an
 unlimited budget, through the gateway the API and the CLI use (make_gateway: budget ledger,
-semaphore, response cache, call records). Every expansion costs one propose call. Thoughts are
+semaphore, response cache, call records). The model is SyntheticBackend (benchmarks/_synthetic.py):
+zero latency and nothing but the reply, so the figures are the engine's, not the fake's (the tests'
+ScriptedBackend matches rules and counts words, several microseconds more per call). Every
+expansion costs one propose call. Thoughts are
 valued three ways: `model` one value call per thought; `batched` the same value calls, sent to a
 backend that batches (one backend call per group of siblings, each request still reserved,
 cached and recorded as its own call); `exact` valued by the task, no value call (the engine's
@@ -118,7 +121,7 @@ def call_cost(n: int = 10_000) -> tuple[float, float]:
 
 def main() -> None:
     print(f"python {sys.version.split()[0]}, {os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f}; "
-          f"bfs breadth {BREADTH}, zero-latency ScriptedBackend, best of 3 (10k) / 2 (100k)")
+          f"bfs breadth {BREADTH}, zero-latency SyntheticBackend, best of 3 (10k) / 2 (100k)")
     header = (f"{'graph':>6} {'values':>7} {'sink':>5} {'scored':>7} {'calls':>7} {'wall s':>7} "
               f"{'nodes/s':>8} {'us/node':>8} {'target':>7}")
     print(header)
@@ -132,7 +135,7 @@ def main() -> None:
                 print(f"{label:>6} {mode:>7} {'yes' if with_sink else 'no':>5} "
                       f"{scored:>7} {calls:>7} {wall:>7.3f} {rate:>8,.0f} {wall / scored * 1e6:>8.1f} {verdict:>7}")
     gw, fake = call_cost()
-    print(f"one call, sequential: {gw:.1f} us through the gateway (of which {fake:.1f} us in ScriptedBackend)")
+    print(f"one call, sequential: {gw:.1f} us through the gateway (of which {fake:.1f} us in SyntheticBackend)")
     print()
     print(f"{'graph':>6} {'peak B/node':>12} {'retained B/node':>16}   (tracemalloc, no sink; includes call records)")
     for label, (depth, _) in SIZES.items():
