@@ -1,16 +1,20 @@
 """eager_gather: asyncio.gather that makes a task only for the coroutines that really wait.
 
 A search gathers thousands of small coroutines (one per expansion, one per value call). Against
-a fast model (a cache hit, a replay, a batching fake) most of them finish without ever waiting,
-and wrapping each in an asyncio Task costs more than the work itself. Like Python 3.12's eager
-task factory, but local to the call: each coroutine runs at once, in order, up to its first real
-wait; only then is the rest of it handed to a task. Coroutines start in the same order as with
-gather, so results and the order of model calls do not change.
+a fast model (a response-cache hit, an in-process fake) most of them finish without ever
+waiting, and wrapping each in an asyncio Task costs more than the work itself. Like Python 3.12's
+eager task factory, but local to the call: each coroutine runs at once, in order, up to its first
+real wait; only then is the rest of it handed to a task. Coroutines start in the same order as
+with gather, so results and the order of model calls do not change.
 
 The one rule: a coroutine may start in its caller's task and finish in a new one, so code that
 keeps per-task state across a wait (anyio cancel scopes inside httpx, TaskGroups) must run in a
 task of its own. The gateway does that for backends not marked `eager_safe`, and the search for
 grounders.
+
+What it costs: coroutines that never wait never yield to the event loop. Against an in-process
+model or the response cache a whole level of the search runs without a pause, and a cancellation
+(Ctrl-C) lands at the next real wait: the next model call that leaves the process.
 """
 
 from __future__ import annotations
