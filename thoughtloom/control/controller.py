@@ -335,7 +335,7 @@ class Controller:
         candidates = [
             n.id for n in ctx.graph
             if len(ctx.steps(n.id)) == target and n.id not in ctx.expanded and n.score is not None
-            and n.status in (_S.SUCCEEDED, _S.PRUNED) and ctx.graph.node(n.id).extra.get("rejected") is None
+            and n.status in (_S.SUCCEEDED, _S.PRUNED) and n.extra.get("rejected") is None
         ]
         candidates.sort(key=lambda n: -ctx.quality(n))
         chosen = candidates[: ctx.beam]
