@@ -196,8 +196,7 @@ class Gateway:
         if self.pricing is not None:
             record.cost_usd = self._cost(usage)
         record.duration_s = time.perf_counter() - call.t0
-        if self.listener is not None:
-            self.listener(record)
+        self._notify(record)
         return completion if whole else Completion(record.texts, usage, record.model)  # type: ignore[return-value]
 
     def _fail(self, call: _Open, exc: BaseException) -> None:
