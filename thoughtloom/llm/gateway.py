@@ -271,23 +271,23 @@ class Gateway:
             record.max_tokens = request.max_tokens
             reservation, out_tokens = self._reserve(request, reserve_tokens)
             usage: Usage | None = None
+
+            def call() -> Awaitable[Completion]:
+                return self._own_task(self.backend.generate(request))
+
             try:
                 if self.budget.limits.wall_s is None:
                     # The first attempt without the retry loop's extra coroutine (the common case).
                     record.attempts = 1
                     try:
-                        completion = await self._own_task(self.backend.generate(request))
+                        completion = await call()
                     except TransientModelError:
                         if self.retry.max_attempts <= 1:
                             raise
                         await asyncio.sleep(self.retry.delay(1, self._rng))
-                        completion = await self._attempts(
-                            lambda: self._own_task(self.backend.generate(request)), [record], tried=1
-                        )
+                        completion = await self._attempts(call, [record], tried=1)
                 else:
-                    completion = await self._attempts(
-                        lambda: self._own_task(self.backend.generate(request)), [record]
-                    )
+                    completion = await self._attempts(call, [record])
                 usage = completion.usage
                 return completion
             except (asyncio.CancelledError, _CutOff):
