@@ -23,7 +23,7 @@ from thoughtloom.control import (
     ControlSettings,
     FeedbackHandler,
 )
-from thoughtloom.control.similarity import similarity
+from thoughtloom.tasks.similarity import similarity
 from thoughtloom.control.types import (
     BudgetRequest,
     Compromise,

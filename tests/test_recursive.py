@@ -12,7 +12,7 @@ from thoughtloom.llm.budget import BudgetLimits
 from thoughtloom.llm.fake import ScriptedBackend
 from thoughtloom.llm.gateway import Gateway
 from thoughtloom.search import SearchConfig, search
-from thoughtloom.search.recursive import (
+from thoughtloom.tasks.recursion import (
     ChildSpec, Contract, ContractError, FailurePolicy, check_contract, parse_contract,
 )
 from thoughtloom.tasks import get_task

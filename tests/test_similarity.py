@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from thoughtloom.control.similarity import (
+from thoughtloom.tasks.similarity import (
     PARAPHRASE_THRESHOLD,
     find_loops,
     fingerprint,

@@ -72,7 +72,7 @@ async def asolve(
     config = replace(config or SearchConfig(**task_obj.search_defaults), **overrides)
     session = None
     if store is not None:
-        from .store.session import api_session
+        from .run.session import api_session
 
         session = api_session(store, run_id=run_id, model=model, task=task_obj, problem=problem, config=config,
                               budget=budget)

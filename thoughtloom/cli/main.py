@@ -132,10 +132,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="store the run here (default: $THOUGHTLOOM_STORE, else ~/.thoughtloom/store.db)")
     s.add_argument("--no-store", action="store_true", help="do not store the run")
 
-    from ..eval.cli import add_bench_parser
+    from .bench import add_bench_parser
 
     add_bench_parser(sub, _positive_int, _positive_float)
-    from ..store.cli import add_store_commands
+    from .runs import add_store_commands
 
     add_store_commands(sub)
     sub.add_parser("tasks", help="list the tasks")
@@ -287,7 +287,7 @@ def cmd_solve(args: argparse.Namespace) -> int:
     sinks = [] if args.quiet else [ProgressDisplay()]
     progress = (lambda msg: print(f"loom: {msg}", file=sys.stderr)) if not args.quiet else None
     # The run store (issue 6): records this run, or serves a resumed / replayed one's calls.
-    from ..store.cli import solve_session
+    from .runs import solve_session
 
     session = solve_session(args, task=task, task_name=task_name, problem_text=problem_text, config=config,
                             limits=limits)
@@ -449,9 +449,9 @@ def main(argv: list[str] | None = None) -> int:
     from ..control.profiles import UnknownProfile
     from ..tasks.registry import TaskOptionError
 
-    from ..eval.cli import cmd_bench
+    from .bench import cmd_bench
 
-    from ..store.cli import COMMANDS as STORE_COMMANDS, store_errors
+    from .runs import COMMANDS as STORE_COMMANDS, store_errors
 
     commands = {"solve": cmd_solve, "bench": cmd_bench, "tasks": cmd_tasks, "profiles": cmd_profiles,
                 **STORE_COMMANDS}

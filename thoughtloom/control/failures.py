@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import ClassVar, Protocol, runtime_checkable
 
-from thoughtloom.control.similarity import (
+from ..tasks.similarity import (
     PARAPHRASE_THRESHOLD,
     find_loops,
     restating_ids,

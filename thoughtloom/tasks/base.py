@@ -15,7 +15,7 @@ from ..llm.types import Prompt
 
 if TYPE_CHECKING:
     from ..grounding.types import Grounder, GroundingResult
-    from ..search.recursive.hooks import RecursiveHooks
+    from .recursion.hooks import RecursiveHooks
 
 P = TypeVar("P")  # a task's parsed problem
 

@@ -21,8 +21,8 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from ..llm.types import Message, Prompt
-from ..search.recursive.contract import ChildSpec, Contract, FailurePolicy
-from ..search.recursive.hooks import Goal, Plan, RecursiveHooks, Verification
+from .recursion.contract import ChildSpec, Contract, FailurePolicy
+from .recursion.hooks import Goal, Plan, RecursiveHooks, Verification
 from .base import ProblemError, Query, Task
 
 #: Errors the data README gives an unparsable output.

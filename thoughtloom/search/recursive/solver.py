@@ -19,8 +19,8 @@ from ...graph import EdgeKind, NodeKind, NodeStatus
 from ...tasks.base import Query
 from ..context import SearchContext
 from ..events import Backtracked, NodeScored, ThoughtRejected
-from .contract import ContractError, FailurePolicy, check_contract
-from .hooks import Goal, Plan, RecursiveHooks, Verification
+from ...tasks.recursion.contract import ContractError, FailurePolicy, check_contract
+from ...tasks.recursion.hooks import Goal, Plan, RecursiveHooks, Verification
 
 _S = NodeStatus
 #: Ranking weights of a branch: decomposition quality, child completion, verification confidence.

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..context import SearchContext
-from ..recursive.hooks import RecursiveHooks
+from ...tasks.recursion.hooks import RecursiveHooks
 from ..recursive.solver import Solver
 from ...tasks.base import UnsupportedOperation
 

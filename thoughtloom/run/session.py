@@ -24,11 +24,11 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from ..llm.errors import ModelError
-from .blocks import CID
-from .manifest import Manifest, prompt_hashes
-from .memory import MemoryStore
-from .replay import Divergence, ReplayBackend, compare_graphs
-from .runs import (
+from ..store.blocks import CID
+from ..store.manifest import Manifest, prompt_hashes
+from ..store.memory import MemoryStore
+from ..store.replay import Divergence, ReplayBackend, compare_graphs
+from ..store.runs import (
     RunError,
     RunRecorder,
     StoredRun,
@@ -37,7 +37,7 @@ from .runs import (
     load_head,
     open_run,
 )
-from .store import BlockStore
+from ..store.store import BlockStore
 
 if TYPE_CHECKING:
     from ..llm.gateway import Gateway
@@ -230,7 +230,7 @@ def resume_session(store: BlockStore, store_path: str, run: StoredRun, *, json_o
 def replay_session(store: BlockStore, store_path: str, manifest: Manifest, head_cid: CID, *,
                    json_output: bool = False) -> RunSession:
     """Re-run a finished run from its recorded exchanges only, to compare the graph it builds."""
-    from .car import walk
+    from ..store.car import walk
 
     head = load_head(store, head_cid)
     calls_cid = manifest.calls or head["calls"].cid
@@ -252,9 +252,9 @@ def api_session(store: Any, *, run_id: str | None, model: Any, task: Any, proble
     """asolve(store=...): record a run made through the Python API (a store object or a file path)."""
     from dataclasses import asdict
 
-    from .manifest import code_version
-    from .runs import new_run_id
-    from .sqlite import SQLiteStore
+    from ..store.manifest import code_version
+    from ..store.runs import new_run_id
+    from ..store.sqlite import SQLiteStore
 
     owns = isinstance(store, (str, os.PathLike))
     opened: BlockStore = SQLiteStore(store) if owns else store

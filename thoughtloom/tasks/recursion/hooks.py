@@ -15,9 +15,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ...control.similarity import is_paraphrase, normalize_words
+from ..similarity import is_paraphrase, normalize_words
 from ...llm.types import Message, Prompt
-from ...tasks.base import Query
+from ..base import Query
 from .contract import ChildSpec, Contract, ContractError, FailurePolicy, parse_contract
 
 MODES: tuple[str, ...] = ("decompose", "solve", "chain")

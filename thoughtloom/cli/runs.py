@@ -21,9 +21,9 @@ from typing import TYPE_CHECKING, Any
 # Only argparse work happens at import (build_parser imports this module): `loom --help` stays
 # instant; the store, blocks and runs modules load inside the commands.
 if TYPE_CHECKING:
-    from .manifest import Manifest
-    from .runs import StoredRun
-    from .store import BlockStore
+    from ..store.manifest import Manifest
+    from ..store.runs import StoredRun
+    from ..store.store import BlockStore
 
 #: `loom solve` options naming files: kept absolute in the manifest so resume works from anywhere.
 _PATH_OPTIONS = ("tests", "data", "repo", "knowledge", "knowledge_index")
@@ -67,10 +67,10 @@ def add_store_commands(sub: Any) -> None:
 
 def store_errors() -> tuple[type[Exception], ...]:
     """Errors every store command reports as one line with exit code 2."""
-    from .blocks import CorruptBlock, MissingBlock
-    from .manifest import ManifestError
-    from .runs import RunError
-    from .store import StoreError
+    from ..store.blocks import CorruptBlock, MissingBlock
+    from ..store.manifest import ManifestError
+    from ..store.runs import RunError
+    from ..store.store import StoreError
 
     return (RunError, StoreError, CorruptBlock, MissingBlock, ManifestError)
 
@@ -80,15 +80,15 @@ def store_errors() -> tuple[type[Exception], ...]:
 
 def store_path(option: str | None) -> Path:
     """The store file an option names, else the default."""
-    from .sqlite import default_store_path
+    from ..store.sqlite import default_store_path
 
     return Path(option).expanduser() if option else default_store_path()
 
 
 def open_store(option: str | None, *, must_exist: bool = True) -> tuple[BlockStore, Path]:
     """The SQLite store (StoreError, one line, when it cannot be opened or does not exist)."""
-    from .sqlite import SQLiteStore
-    from .store import StoreError
+    from ..store.sqlite import SQLiteStore
+    from ..store.store import StoreError
 
     path = store_path(option)
     if must_exist and not path.exists():
@@ -116,10 +116,10 @@ def cli_options(args: argparse.Namespace) -> dict[str, Any]:
 def solve_session(args: argparse.Namespace, *, task: Any, task_name: str, problem_text: str, config: Any,
                   limits: Any) -> Any:
     """The RunSession `loom solve` records into (None with --no-store); resume and replay preset one."""
-    from .manifest import Manifest, code_version, prompt_hashes
-    from .runs import new_run_id
-    from .session import record_session
-    from .store import StoreError
+    from ..store.manifest import Manifest, code_version, prompt_hashes
+    from ..store.runs import new_run_id
+    from ..run.session import record_session
+    from ..store.store import StoreError
 
     preset = getattr(args, "run_session", None)
     if preset is not None:
@@ -149,8 +149,8 @@ def solve_session(args: argparse.Namespace, *, task: Any, task_name: str, proble
 
 def _solve_namespace(manifest: Manifest, args: argparse.Namespace) -> argparse.Namespace:
     """The `loom solve` options the run was made with, with this command's output options."""
-    from ..cli.main import build_parser
-    from .runs import RunError
+    from .main import build_parser
+    from ..store.runs import RunError
 
     if manifest.cli is None:
         raise RunError(f"run {manifest.run_id} was recorded through the Python API, not 'loom solve'; "
@@ -167,9 +167,9 @@ def _solve_namespace(manifest: Manifest, args: argparse.Namespace) -> argparse.N
 
 def cmd_resume(args: argparse.Namespace) -> int:
     """Continue a killed or interrupted run to completion, recorded calls served from the store."""
-    from ..cli.main import cmd_solve
-    from .runs import RunError, open_run
-    from .session import resume_session
+    from .main import cmd_solve
+    from ..store.runs import RunError, open_run
+    from ..run.session import resume_session
 
     store, path = open_store(args.store)
     try:
@@ -188,10 +188,10 @@ def cmd_resume(args: argparse.Namespace) -> int:
 
 def cmd_replay(args: argparse.Namespace) -> int:
     """Re-run a finished run with zero model calls; exit 1 when the graph differs."""
-    from ..cli.main import cmd_solve
-    from .manifest import Manifest, ManifestError
-    from .runs import RunError, open_run
-    from .session import replay_session
+    from .main import cmd_solve
+    from ..store.manifest import Manifest, ManifestError
+    from ..store.runs import RunError, open_run
+    from ..run.session import replay_session
 
     store, path = open_store(args.store)
     try:
@@ -226,8 +226,8 @@ def _row(run: StoredRun) -> dict[str, Any]:
 
 def cmd_runs(args: argparse.Namespace) -> int:
     """List stored runs: id, status, when, task, tokens, answer (or problem while unfinished)."""
-    from .blocks import CorruptBlock, MissingBlock
-    from .runs import RunError, open_run, run_ids
+    from ..store.blocks import CorruptBlock, MissingBlock
+    from ..store.runs import RunError, open_run, run_ids
 
     store, _ = open_store(args.store)
     with store:
@@ -255,7 +255,7 @@ def cmd_runs(args: argparse.Namespace) -> int:
 def cmd_show(args: argparse.Namespace) -> int:
     """Print a stored run's tree (or JSON); --mermaid writes its picture."""
     from ..views.mermaid import to_mermaid
-    from .runs import RunError, load_graph, open_run
+    from ..store.runs import RunError, load_graph, open_run
 
     store, _ = open_store(args.store)
     with store:
@@ -315,8 +315,8 @@ def _tree_lines(graph: Any, best: set[int]) -> list[str]:
 
 def cmd_export(args: argparse.Namespace) -> int:
     """Write a run's whole DAG (every head, every node version) as CARv1, and/or its manifest."""
-    from .car import export_car
-    from .runs import RunError, open_run
+    from ..store.car import export_car
+    from ..store.runs import RunError, open_run
 
     if not args.car and not args.manifest:
         raise RunError("say what to export: --car FILE and/or --manifest FILE")
@@ -343,9 +343,9 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 def cmd_import(args: argparse.Namespace) -> int:
     """Import the runs of a CAR file; every block of each run is verified against its CID."""
-    from .blocks import CorruptBlock
-    from .car import import_car, walk
-    from .runs import RunError, head_ref, load_head
+    from ..store.blocks import CorruptBlock
+    from ..store.car import import_car, walk
+    from ..store.runs import RunError, head_ref, load_head
 
     store, path = open_store(args.store, must_exist=False)
     with store:

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from .datasets import DATASETS, GAME24_SELECTIONS
+from ..eval.datasets import DATASETS, GAME24_SELECTIONS
 
 DEFAULT_BENCH_TOKENS = 4000
 DEFAULT_OUT_ROOT = "loom-bench"
@@ -72,13 +72,13 @@ def _param_value(text: str) -> Any:
 
 def _options(args: argparse.Namespace) -> Any:
     """BenchOptions from a protocol file and the flags (flags win)."""
-    from .runner import BenchOptions
+    from ..eval.runner import BenchOptions
 
     base: dict[str, Any] = {}
     lane_params: dict[str, dict[str, Any]] = {}
     overrides: dict[str, dict[str, Any]] = {}
     if args.protocol:
-        from .protocol import load_protocol_file
+        from ..eval.protocol import load_protocol_file
 
         data = load_protocol_file(args.protocol)
         known = {"tasks", "lanes", "model", "limit", "selection", "ids", "budget_tokens", "budget_calls", "budget_usd",
@@ -134,11 +134,11 @@ def _options(args: argparse.Namespace) -> Any:
 def cmd_bench(args: argparse.Namespace) -> int:
     """Audit the protocol, run (or resume) it, print the tables, write JSON, CSV and the plot."""
     from ..llm.errors import ModelError
-    from .datasets import DataError, load_dataset
-    from .lanes import LaneError
-    from .protocol import AuditError, Protocol, ProtocolError, audit
-    from .runner import build_protocol, prepare_run_dir, run_protocol
-    from .store import MANIFEST_FILE, ResultsStore
+    from ..eval.datasets import DataError, load_dataset
+    from ..eval.lanes import LaneError
+    from ..eval.protocol import AuditError, Protocol, ProtocolError, audit
+    from ..eval.runner import build_protocol, prepare_run_dir, run_protocol
+    from ..eval.store import MANIFEST_FILE, ResultsStore
 
     say = (lambda msg: None) if args.quiet else (lambda msg: print(f"loom bench: {msg}", file=sys.stderr, flush=True))
     try:
@@ -228,8 +228,8 @@ def _spawn_workers(args: argparse.Namespace, out: Path) -> None:
 
 
 def _report(protocol: Any, out: Path, checks: list[str], *, plot: bool, say: Any) -> int:
-    from .datasets import DATASETS
-    from .report import (
+    from ..eval.datasets import DATASETS
+    from ..eval.report import (
         PLOT_PNG,
         SUMMARY_CSV,
         SUMMARY_JSON,
@@ -239,7 +239,7 @@ def _report(protocol: Any, out: Path, checks: list[str], *, plot: bool, say: Any
         write_json,
         write_plot,
     )
-    from .store import ResultsStore
+    from ..eval.store import ResultsStore
 
     records = [r for r in ResultsStore(out).load().values()
                if r.task in protocol.problems and r.problem_id in set(protocol.problems[r.task])]
