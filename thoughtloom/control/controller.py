@@ -130,6 +130,11 @@ class Controller:
 
     # --- wiring -------------------------------------------------------------------------
 
+    @property
+    def goal_quality(self) -> float:
+        """The quality at which a thought counts as reaching the goal."""
+        return self.settings.goal_threshold
+
     def attach(self, ctx: SearchContext) -> None:
         """Bind to a search: depth limits from its config, the budget it starts with."""
         hard = ctx.max_depth

@@ -7,7 +7,7 @@ import math
 import zlib
 from collections import deque
 from collections.abc import Hashable, Iterable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from ..graph import EdgeKind, NodeKind, NodeStatus, ThoughtGraph
 from ..grounding.adjust import GroundingPolicy
@@ -31,10 +31,32 @@ from .events import (
     ThoughtRepaired,
 )
 
-if TYPE_CHECKING:
-    from ..control.controller import Controller
-
 _S = NodeStatus
+
+
+class SearchController(Protocol):
+    """Called by the engine and the strategies at fixed points; it may turn the context's knobs."""
+
+    @property
+    def goal_quality(self) -> float:
+        """The quality at which a thought counts as reaching the goal."""
+        ...
+
+    def attach(self, ctx: SearchContext) -> None:
+        """Bind to a search before its strategy starts."""
+        ...
+
+    async def checkpoint(self, ctx: SearchContext) -> list[int] | None:
+        """After a unit of work: a list means continue from these nodes (backtracking)."""
+        ...
+
+    async def on_budget_exhausted(self, ctx: SearchContext, limit_before: int | None) -> bool:
+        """A call was refused for lack of tokens: True to retry it (the limit was raised)."""
+        ...
+
+    def report(self, ctx: SearchContext) -> dict[str, Any]:
+        """What the controller saw and did, for the result."""
+        ...
 
 
 def overrides(task: Task[Any], hook: str) -> bool:
@@ -67,7 +89,7 @@ class SearchContext:
         gateway: Gateway,
         config: SearchConfig,
         bus: EventBus | None = None,
-        controller: Controller | None = None,
+        controller: SearchController | None = None,
         grounders: Sequence[Grounder] = (),
         grounding_policy: GroundingPolicy | None = None,
     ) -> None:

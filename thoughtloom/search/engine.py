@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ..graph import NodeStatus
 from ..grounding.adjust import GroundingPolicy
@@ -13,14 +13,11 @@ from ..grounding.types import Grounder
 from ..llm.gateway import CallRecord, Gateway
 from ..tasks.base import Task
 from .config import SearchConfig
-from .context import SearchContext
+from .context import SearchContext, SearchController
 from .events import BudgetSpent, EventBus, EventSink, SearchStarted, SearchStopped
 from .operators import synthesize
 from .result import PathStep, SearchResult
 from .strategies import STRATEGY_FUNCTIONS
-
-if TYPE_CHECKING:
-    from ..control.controller import Controller
 
 #: Tokens kept back from the search for the final synthesis call, when the task needs one.
 SYNTHESIS_RESERVE_TOKENS = 600
@@ -52,7 +49,7 @@ async def search(
     config: SearchConfig | None = None,
     *,
     sinks: list[EventSink] | None = None,
-    controller: Controller | None = None,
+    controller: SearchController | None = None,
     grounders: Sequence[Grounder] = (),
     grounding_policy: GroundingPolicy | None = None,
     on_context: Callable[[SearchContext], None] | None = None,
@@ -84,7 +81,7 @@ async def search(
         on_context(ctx)
     if controller is not None:
         controller.attach(ctx)
-        ctx.goal_quality = controller.settings.goal_threshold
+        ctx.goal_quality = controller.goal_quality
     if not task.programmatic_answer:
         gateway.budget.hold(SYNTHESIS_RESERVE_TOKENS)
     interrupted = False

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 
 from ..graph import NodeKind
 from ..llm.types import Prompt
+from .query import Query, Verdict
 
 if TYPE_CHECKING:
     from ..grounding.types import Grounder, GroundingResult
@@ -26,30 +27,6 @@ class ProblemError(ValueError):
 
 class UnsupportedOperation(ValueError):
     """The task has no prompt for this operator (e.g. aggregation in Game of 24)."""
-
-
-@dataclass(frozen=True, slots=True)
-class Query:
-    """A prompt with the generation settings it needs."""
-
-    prompt: Prompt
-    max_tokens: int = 256
-    stop: tuple[str, ...] = ()
-    temperature: float | None = None  # None: the search's configured temperature
-
-
-@dataclass(frozen=True, slots=True)
-class Verdict:
-    """What the task's exact validator says of a proposed thought."""
-
-    ok: bool
-    thought: str  # the thought to keep, possibly repaired
-    note: str | None = None  # why it was rejected or what was repaired
-
-    @property
-    def repaired(self) -> bool:
-        """True when the validator changed the thought."""
-        return self.ok and self.note is not None
 
 
 class Task(Generic[P]):

@@ -29,8 +29,20 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
+from typing import Protocol
 
-from thoughtloom.control.types import ThoughtView
+
+class PathThought(Protocol):
+    """A thought with its place in the tree (the controller's PathThought is one)."""
+
+    @property
+    def id(self) -> int: ...
+    @property
+    def content(self) -> str: ...
+    @property
+    def depth(self) -> int: ...
+    @property
+    def path(self) -> tuple[str, ...]: ...
 
 #: Weight of the word Jaccard in the blend; the rest goes to the trigram cosine.
 W_JACCARD = 0.7
@@ -296,14 +308,14 @@ def is_paraphrase(a: str, b: str, threshold: float = PARAPHRASE_THRESHOLD) -> bo
     return similarity(a, b) >= threshold
 
 
-def _ancestors(thought: ThoughtView) -> tuple[str, ...]:
+def _ancestors(thought: PathThought) -> tuple[str, ...]:
     # The path runs down to the thought itself; tolerate a path that stops at its parent.
     path = thought.path
     return path[:-1] if path and path[-1] == thought.content else path
 
 
 def find_loops(
-    thoughts: Sequence[ThoughtView], threshold: float = PARAPHRASE_THRESHOLD
+    thoughts: Sequence[PathThought], threshold: float = PARAPHRASE_THRESHOLD
 ) -> list[tuple[int, int, float]]:
     """Pairs (earlier, later, similarity) where the later thought restates the earlier one.
 

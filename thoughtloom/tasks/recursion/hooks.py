@@ -17,7 +17,7 @@ from typing import Any
 
 from ..similarity import is_paraphrase, normalize_words
 from ...llm.types import Message, Prompt
-from ..base import Query
+from ..query import Query
 from .contract import ChildSpec, Contract, ContractError, FailurePolicy, parse_contract
 
 MODES: tuple[str, ...] = ("decompose", "solve", "chain")

@@ -1,0 +1,31 @@
+"""What a task hands the engine: a prompt with its generation settings, and a validator's verdict."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..llm.types import Prompt
+
+
+@dataclass(frozen=True, slots=True)
+class Query:
+    """A prompt with the generation settings it needs."""
+
+    prompt: Prompt
+    max_tokens: int = 256
+    stop: tuple[str, ...] = ()
+    temperature: float | None = None  # None: the search's configured temperature
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """What the task's exact validator says of a proposed thought."""
+
+    ok: bool
+    thought: str  # the thought to keep, possibly repaired
+    note: str | None = None  # why it was rejected or what was repaired
+
+    @property
+    def repaired(self) -> bool:
+        """True when the validator changed the thought."""
+        return self.ok and self.note is not None
