@@ -64,7 +64,7 @@ async def _search(depth: int, mode: str, sinks: list | None) -> tuple[float, Sea
     scored = sum(1 for n in result.graph if n.score is not None and n.kind.value != "solution")
     expected = sum(BREADTH**d for d in range(1, depth + 1))
     assert scored == expected and result.termination_reason == "max_depth", (scored, expected)
-    assert result.usage["calls"] == backend.calls
+    assert result.usage.calls == backend.calls
     return wall, result, backend.calls
 
 

@@ -216,7 +216,7 @@ async def test_stagnation_asks_for_feedback_and_goes_deeper(handler: FeedbackHan
     assert depth[0]["depth"] == 2 and "progress slowing" in depth[0]["reason"] and depth[0]["suggestion"]
     assert "soft limit moved to 4" in depth[1]["reason"]
     assert c["depth_limits"] == {"soft": 4, "hard": 5}
-    assert r.result.stats["max_depth"] == 4  # past the soft limit of 2
+    assert r.result.stats.max_depth == 4  # past the soft limit of 2
     assert c["score_history"] == [0.5, 0.5, 0.7, 1.0]
     assert c["goal_reached"] is True and r.result.termination_reason == "goal_reached"
 
@@ -226,7 +226,7 @@ async def test_stagnation_with_no_depth_allowance_stops_at_the_soft_limit() -> N
                   AutomaticHandler(extra_depth=0), max_depth=5)
     assert r.decisions("depth") == ["request_feedback", "stop"]
     assert r.result.termination_reason == "depth_soft_limit"
-    assert r.result.stats["max_depth"] == 2 and r.control["goal_reached"] is False
+    assert r.result.stats.max_depth == 2 and r.control["goal_reached"] is False
 
 
 # --- c. budget nearly spent close to acceptable -> request -> approved -> goal --------------------
@@ -256,7 +256,7 @@ async def test_budget_request_approved_raises_the_limit_by_exactly_the_grant_and
     assert appear_in_order(r.decisions("budget"), "request_increase", "approved")
     # the hard limit rose by exactly the grant, and the run really used tokens beyond the original
     assert r.gateway.budget.limits.tokens == tokens + request["granted"]
-    assert r.result.usage["token_limit"] == tokens + request["granted"]
+    assert r.result.usage.token_limit == tokens + request["granted"]
     assert tokens < r.gateway.budget.spent.total == STEADY_RUN_TOKENS <= r.gateway.budget.limits.tokens
     assert c["goal_reached"] is True and r.result.termination_reason == "goal_reached"
     assert c["score_history"] == [0.3, 0.45, 0.6, 1.0]

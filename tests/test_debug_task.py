@@ -68,7 +68,7 @@ async def test_a_fix_that_breaks_another_test_is_revised_with_what_the_tests_sai
     result = await run(repo, fake)
     revisions = [r for r in fake.calls if "This attempt did not work" in r.prompt.as_text()]
     assert revisions
-    assert result.solved is True and result.stats["grounding_failed"] >= 1
+    assert result.solved is True and result.stats.grounding.grounding_failed >= 1
 
 
 async def test_the_repository_itself_is_never_modified(repo: Path) -> None:

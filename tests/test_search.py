@@ -288,7 +288,7 @@ async def test_mcts_runs_mcts_iterations_simulations_and_stops_with_iterations(i
     result, _ = await run("game24", "1 1 1 1", every_step_model(), strategy="mcts", beam=1, breadth=5,
                           max_depth=3, value_samples=1, mcts_iterations=iterations)
     assert result.termination_reason == "iterations"
-    assert result.stats["expansions"] == iterations  # each simulation expands one new leaf here
+    assert result.stats.expansions == iterations  # each simulation expands one new leaf here
     assert result.solved is False
 
 
@@ -373,7 +373,7 @@ async def test_vote_evaluation_makes_one_vote_call_per_sibling_group():
     result, _ = await run("general", "Plan a trip", model, strategy="bfs", generation="propose",
                           evaluation="vote", breadth=3, beam=2, max_depth=2, vote_samples=5)
     evaluate_calls = [r for r in model.calls if r.purpose == "evaluate"]
-    assert result.stats["expansions"] == 3  # the root, then the two kept thoughts
+    assert result.stats.expansions == 3  # the root, then the two kept thoughts
     assert len(evaluate_calls) == 3
     assert all(r.prompt.as_text().endswith("Choice") and "Choice 3:" in r.prompt.as_text() for r in evaluate_calls)
     assert [r.n for r in evaluate_calls] == [5, 5, 5]
@@ -403,7 +403,7 @@ async def test_two_paths_to_the_same_state_share_one_node():
     assert len(state_nodes) == 1
     (merged,) = of(events, DuplicateMerged)
     assert merged.existing_id == state_nodes[0]
-    assert result.stats["duplicates"] == 1
+    assert result.stats.duplicates == 1
 
 
 async def test_a_duplicate_state_gets_an_extra_edge_from_its_second_parent():
@@ -428,7 +428,7 @@ async def test_wrong_arithmetic_is_repaired_in_the_node_content():
     (repaired,) = of(events, ThoughtRepaired)
     assert result.graph.node(repaired.node_id).content == "4 + 5 = 9 (left: 6 9 10)"
     assert "result corrected to 9" in repaired.note
-    assert result.stats["repaired"] == 1
+    assert result.stats.repaired == 1
 
 
 async def test_a_step_using_absent_numbers_is_rejected_as_a_failed_node():
@@ -437,7 +437,7 @@ async def test_a_step_using_absent_numbers_is_rejected_as_a_failed_node():
     node = result.graph.node(node_by_content(result, "7 * 3 = 21 (left: 4 5 6 10 21)"))
     assert node.status is NodeStatus.FAILED
     assert "uses 7 and 3" in node.extra["rejected"]
-    assert result.stats["rejected"] == 1
+    assert result.stats.rejected == 1
 
 
 # --- circuit breakers -------------------------------------------------------------------
@@ -455,7 +455,7 @@ async def test_max_nodes_stops_the_search_within_the_node_limit():
 async def test_no_thought_is_deeper_than_max_depth(strategy):
     result, _ = await run("game24", "1 1 1 1", every_step_model(), strategy=strategy, breadth=3, beam=2,
                           max_depth=2, value_samples=1, mcts_iterations=20)
-    assert result.stats["max_depth"] == 2
+    assert result.stats.max_depth == 2
     assert max(n.depth for n in result.graph) == 2
 
 
@@ -465,7 +465,7 @@ async def test_a_token_budget_stops_the_search_without_overspending():
     result, events = await run("game24", "1 1 1 1", model, limits=BudgetLimits(tokens=limit), breadth=5,
                                beam=5, max_depth=3, value_samples=3)
     assert result.termination_reason == "budget_tokens"
-    assert result.usage["input_tokens"] + result.usage["output_tokens"] <= limit
+    assert result.usage.input_tokens + result.usage.output_tokens <= limit
     assert all(e.spent_tokens <= limit for e in of(events, BudgetSpent))
 
 
@@ -485,7 +485,7 @@ async def test_the_general_task_synthesizes_its_answer_after_a_token_budget_stop
     assert result.termination_reason == "budget_tokens"
     assert model.calls[-1].purpose == "synthesize"
     assert result.answer == "the final answer"
-    assert result.usage["input_tokens"] + result.usage["output_tokens"] <= 1_500
+    assert result.usage.input_tokens + result.usage.output_tokens <= 1_500
 
 
 # --- the result -------------------------------------------------------------------------
@@ -617,7 +617,7 @@ async def test_a_cancelled_search_returns_what_it_found_as_interrupted() -> None
     running.cancel()
     result = await running
     assert result.termination_reason == "interrupted"
-    assert result.stats["nodes"] > 1
+    assert result.stats.nodes > 1
     calls_at_stop = len(fake.calls)
     await asyncio.sleep(0.1)
     assert len(fake.calls) == calls_at_stop  # nothing keeps calling the model after the stop

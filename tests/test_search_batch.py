@@ -49,7 +49,7 @@ async def test_siblings_are_valued_in_one_batched_call() -> None:
     fake = backend(batch=True)
     result = await search(Numbered(), "p", Gateway(fake), CONFIG)
     assert fake.batch_sizes and set(fake.batch_sizes) == {3}
-    assert result.usage["calls"] == len(fake.calls)
+    assert result.usage.calls == len(fake.calls)
 
 
 async def test_batching_changes_neither_the_graph_nor_the_answer() -> None:

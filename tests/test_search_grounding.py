@@ -92,7 +92,7 @@ async def test_a_refuted_thought_is_penalized_and_keeps_its_evidence() -> None:
     assert wrong.score == pytest.approx(0.05)  # 0.5 x fail factor 0.1
     assert wrong.extra["grounding"]["verified"] is False
     assert wrong.extra["grounding"]["evidence"] == "wrong is bad"
-    assert result.stats["grounded"] == 2 and result.stats["verified"] == 1 and result.stats["grounding_failed"] == 1
+    assert result.stats.grounding.grounded == 2 and result.stats.grounding.verified == 1 and result.stats.grounding.grounding_failed == 1
 
 
 async def test_the_policy_sets_how_hard_a_failure_is_penalized() -> None:
@@ -121,7 +121,7 @@ async def test_a_grounder_that_raises_costs_that_thought_its_check_not_the_searc
     assert result.termination_reason == "goal_reached"
     boom = next(n for n in result.graph if n.content == "boom")
     assert "grounder failed: RuntimeError: grounder bug" in boom.extra["grounding"]["evidence"]
-    assert boom.score == 0.5 and result.stats["grounder_errors"] == 1
+    assert boom.score == 0.5 and result.stats.grounding.grounder_errors == 1
 
 
 async def test_grounding_is_reported_in_events_json_and_the_picture() -> None:

@@ -42,6 +42,7 @@ from .types import (
     SearchState,
     ThoughtView,
 )
+from ..search.stop import StopReason
 
 if TYPE_CHECKING:
     from ..search.context import SearchContext
@@ -275,7 +276,7 @@ class Controller:
             pass  # a denied request is not asked again: fall through to a compromise
         elif negotiation.decision is BudgetDecision.TERMINATE:
             self.record(ctx, "budget", "terminate", negotiation.reason, situation=situation)
-            ctx.stop("budget_tokens")
+            ctx.stop(StopReason.BUDGET_TOKENS)
             return False
         compromise = negotiation.compromise or self.negotiator.compromise(self.snapshot(ctx))
         if compromise is not None and compromise.node_id != self._rejected_compromise:
@@ -288,7 +289,7 @@ class Controller:
             if compromise is None:
                 self.record(ctx, "budget", "terminate",
                             "no budget left and no thought above the compromise threshold", situation=situation)
-            ctx.stop("budget_tokens")
+            ctx.stop(StopReason.BUDGET_TOKENS)
         return False
 
     async def _offer(self, ctx: SearchContext, compromise: Compromise, reason: str) -> bool:
@@ -298,7 +299,7 @@ class Controller:
         self.compromise_accepted = accepted
         if accepted:
             self.record(ctx, "compromise", "accepted", compromise.explain())
-            ctx.stop("compromise_accepted")
+            ctx.stop(StopReason.COMPROMISE_ACCEPTED)
             return True
         self._rejected_compromise = compromise.node_id
         self.record(ctx, "compromise", "rejected", "compromise not accepted")
@@ -329,7 +330,7 @@ class Controller:
             self.record(ctx, "depth", "backtrack", "feedback asked to try another branch")
             return self._backtrack(ctx, state)
         self.record(ctx, "depth", "stop", "feedback: stop at the soft depth limit")
-        ctx.stop("depth_soft_limit")
+        ctx.stop(StopReason.DEPTH_SOFT_LIMIT)
         return None
 
     def _backtrack(self, ctx: SearchContext, state: SearchState) -> list[int] | None:

@@ -30,6 +30,7 @@ from .events import (
     ThoughtRejected,
     ThoughtRepaired,
 )
+from .stop import StopReason
 
 _S = NodeStatus
 
@@ -105,7 +106,7 @@ class SearchContext:
         self.config = config
         self.bus = bus or EventBus()
         self.graph = ThoughtGraph()
-        self.stop_reason: str | None = None
+        self.stop_reason: StopReason | None = None
         self.error: str | None = None
         self.goals: list[int] = []
         self._goal_ids: set[int] = set()
@@ -163,7 +164,7 @@ class SearchContext:
         """True once any stop condition fired."""
         return self.stop_reason is not None
 
-    def stop(self, reason: str) -> None:
+    def stop(self, reason: StopReason) -> None:
         """Stop the search; the first reason given is the one reported."""
         if self.stop_reason is None:
             self.stop_reason = reason
@@ -231,7 +232,7 @@ class SearchContext:
                     and await self.controller.on_budget_exhausted(self, limit_before)
                 ):
                     continue  # the budget was raised: make the call after all
-                self.stop(f"budget_{exc.limit}")
+                self.stop(StopReason.budget(exc.limit))
                 return None
             except ModelError as exc:
                 self._model_failed(exc)
@@ -243,7 +244,7 @@ class SearchContext:
         if self._successful_calls == 0:
             raise exc  # nothing computed yet: a configuration problem the caller must see
         self.error = str(exc)
-        self.stop("model_error")
+        self.stop(StopReason.MODEL_ERROR)
 
     async def ask_many(
         self, queries: Sequence[Query], n: int, purpose: str, keys: Sequence[object]
@@ -338,7 +339,7 @@ class SearchContext:
         """
         graph = self.graph
         if len(graph) >= self.config.max_nodes:
-            self.stop("max_nodes")
+            self.stop(StopReason.MAX_NODES)
             return None
         if steps is None:
             base = self._steps[parents[0]]
@@ -452,7 +453,7 @@ class SearchContext:
                     if sinks:
                         self.bus.emit(GoalFound(node_id))
                     if self.config.stop_on_goal:
-                        self.stop("goal_reached")
+                        self.stop(StopReason.GOAL_REACHED)
                 elif score < self.config.prune_threshold:
                     self.prune(node_id, f"score {score:.2f} below threshold {self.config.prune_threshold:.2f}")
             # The best thought so far: goals first, then scored above zero, deeper, better path, older.

@@ -16,8 +16,9 @@ from .config import SearchConfig
 from .context import SearchContext, SearchController
 from .events import BudgetSpent, EventBus, EventSink, SearchStarted, SearchStopped
 from .operators import synthesize
-from .result import PathStep, SearchResult
+from .result import GroundingStats, PathStep, SearchResult, SearchStats, SearchUsage
 from .strategies import STRATEGY_FUNCTIONS
+from .stop import StopReason
 
 #: Tokens kept back from the search for the final synthesis call, when the task needs one.
 SYNTHESIS_RESERVE_TOKENS = 600
@@ -90,10 +91,10 @@ async def search(
     except asyncio.CancelledError:
         # Ctrl-C or a caller's cancel: keep what was found rather than lose it with the task.
         interrupted = True
-        ctx.stop_reason = "interrupted"
+        ctx.stop_reason = StopReason.INTERRUPTED
     finally:
         gateway.budget.release_hold()
-    reason = ctx.stop_reason or "frontier_exhausted"
+    reason = ctx.stop_reason or StopReason.FRONTIER_EXHAUSTED
     for node in ctx.graph.by_status(NodeStatus.READY, NodeStatus.PENDING, NodeStatus.IN_PROGRESS):
         ctx.cancel(node.id)
     best = ctx.goals[0] if ctx.goals else ctx.best_id
@@ -108,25 +109,21 @@ async def search(
     ]
     budget = gateway.budget
     spent = budget.spent
-    usage = {
-        "input_tokens": spent.input_tokens - spent_before.input_tokens,
-        "output_tokens": spent.output_tokens - spent_before.output_tokens,
-        "calls": sum(1 for r in gateway.records[calls_before:] if r.error is None and r.cached < r.n),
-        "cost_usd": round(budget.cost_usd - cost_before, 6),
-        "token_limit": budget.limits.tokens,
-    }
-    stats = {
-        "nodes": len(ctx.graph),
-        "pruned": ctx.counts["pruned"],
-        "rejected": ctx.counts["rejected"],
-        "repaired": ctx.counts["repaired"],
-        "duplicates": ctx.counts["duplicates"],
-        "expansions": ctx.counts["expansions"],
-        "max_depth": ctx.deepest(),
-        **({k: ctx.counts[k] for k in ("grounded", "verified", "grounding_failed", "grounder_errors")}
-           if all_grounders else {}),
-        "wall_s": round(time.monotonic() - started, 3),
-    }
+    usage = SearchUsage(
+        input_tokens=spent.input_tokens - spent_before.input_tokens,
+        output_tokens=spent.output_tokens - spent_before.output_tokens,
+        calls=sum(1 for r in gateway.records[calls_before:] if r.error is None and r.cached < r.n),
+        cost_usd=round(budget.cost_usd - cost_before, 6),
+        token_limit=budget.limits.tokens,
+    )
+    counts = ctx.counts
+    stats = SearchStats(
+        nodes=len(ctx.graph), pruned=counts["pruned"], rejected=counts["rejected"], repaired=counts["repaired"],
+        duplicates=counts["duplicates"], expansions=counts["expansions"], max_depth=ctx.deepest(),
+        wall_s=round(time.monotonic() - started, 3),
+        grounding=GroundingStats(counts["grounded"], counts["verified"], counts["grounding_failed"],
+                                 counts["grounder_errors"]) if all_grounders else None,
+    )
     return SearchResult(
         task=task.name,
         problem=problem_text,

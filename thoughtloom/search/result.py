@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from ..graph import ThoughtGraph
 from ..grounding.types import GroundingResult
 from ..llm.gateway import CallRecord
+from .stop import StopReason
 
 
 @dataclass(frozen=True, slots=True)
@@ -20,6 +21,61 @@ class PathStep:
     score: float | None
 
 
+@dataclass(frozen=True, slots=True)
+class SearchUsage:
+    """What a search spent: tokens in and out, answered model calls, dollars, and the token limit."""
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+    calls: int = 0
+    cost_usd: float = 0.0
+    token_limit: int | None = None
+
+    @property
+    def total_tokens(self) -> int:
+        """Input plus output tokens."""
+        return self.input_tokens + self.output_tokens
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain data for JSON output and stored runs."""
+        return asdict(self)
+
+
+@dataclass(frozen=True, slots=True)
+class GroundingStats:
+    """How many thoughts were grounded, verified, failed, and how often a grounder itself failed."""
+
+    grounded: int = 0
+    verified: int = 0
+    grounding_failed: int = 0
+    grounder_errors: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class SearchStats:
+    """The shape of a search: nodes by fate, expansions, depth reached, wall time, grounding counts."""
+
+    nodes: int = 0
+    pruned: int = 0
+    rejected: int = 0
+    repaired: int = 0
+    duplicates: int = 0
+    expansions: int = 0
+    max_depth: int = 0
+    wall_s: float = 0.0
+    #: None when no grounder ran.
+    grounding: GroundingStats | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain data for JSON output: the grounding counts sit beside the others, as before wall_s."""
+        out: dict[str, Any] = {k: getattr(self, k) for k in
+                               ("nodes", "pruned", "rejected", "repaired", "duplicates", "expansions", "max_depth")}
+        if self.grounding is not None:
+            out.update(asdict(self.grounding))
+        out["wall_s"] = self.wall_s
+        return out
+
+
 @dataclass(slots=True)
 class SearchResult:
     """Everything a search found; `to_dict` is the `--json` output."""
@@ -29,10 +85,10 @@ class SearchResult:
     answer: str | None
     solved: bool | None
     score: float | None
-    termination_reason: str
+    termination_reason: StopReason
     best_path: list[PathStep]
-    usage: dict[str, Any]
-    stats: dict[str, Any]
+    usage: SearchUsage
+    stats: SearchStats
     config: dict[str, Any]
     model: str
     graph: ThoughtGraph = field(repr=False)
@@ -55,13 +111,13 @@ class SearchResult:
             "answer": self.answer,
             "solved": self.solved,
             "score": self.score,
-            "termination_reason": self.termination_reason,
+            "termination_reason": str(self.termination_reason),
             "error": self.error,
             "best_path": [
                 {"id": s.id, "kind": s.kind, "content": s.content, "score": s.score} for s in self.best_path
             ],
-            "usage": self.usage,
-            "stats": self.stats,
+            "usage": self.usage.to_dict(),
+            "stats": self.stats.to_dict(),
             "config": self.config,
             **({"control": self.control} if self.control is not None else {}),
             **({"grounding": [{"node": n, **r.to_dict()} for n, r in self.grounding.items()]}

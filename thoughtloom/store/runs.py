@@ -69,6 +69,7 @@ from ..graph import EdgeKind, NodeKind, NodeStatus, ThoughtGraph
 from ..llm.errors import BudgetExceeded, ModelError, TransientModelError
 from ..llm.types import Backend, Completion, GenerateRequest, Message, Prompt, Usage
 from ..search.events import DuplicateMerged, Event, NodeAdded
+from ..search.stop import StopReason
 from .blocks import CID, Link, encode, link, raw
 from .manifest import Manifest
 from .store import BlockStore, get_obj
@@ -491,7 +492,7 @@ class RunRecorder:
 
     def finish(self, result: SearchResult) -> CID:
         """Write the final head: status finished (interrupted after Ctrl-C) and the result summary."""
-        status = "interrupted" if result.termination_reason == "interrupted" else "finished"
+        status = "interrupted" if result.termination_reason == StopReason.INTERRUPTED else "finished"
         return self.flush(status, summarize(result))
 
     def abort(self) -> None:
@@ -507,7 +508,7 @@ def summarize(result: SearchResult) -> dict[str, Any]:
         "termination_reason": result.termination_reason, "error": result.error, "model": result.model,
         "best_path": [s.id for s in result.best_path], "goal_node": result.goal_node,
         "best_node": result.best_node, "answer_node": result.answer_node,
-        "usage": result.usage, "stats": result.stats, "control": result.control,
+        "usage": result.usage.to_dict(), "stats": result.stats.to_dict(), "control": result.control,
     })
 
 

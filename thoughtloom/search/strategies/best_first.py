@@ -7,6 +7,7 @@ import heapq
 
 from ..context import SearchContext
 from ..operators import expand
+from ..stop import StopReason
 
 
 def _priority(ctx: SearchContext, node_id: int) -> float:
@@ -26,7 +27,7 @@ async def run_best_first(ctx: SearchContext) -> None:
                 if ctx.expandable(nid):
                     running[asyncio.ensure_future(expand(ctx, nid))] = nid
             if not running:
-                ctx.stop("frontier_exhausted")
+                ctx.stop(StopReason.FRONTIER_EXHAUSTED)
                 return
             done, _ = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
             for task in done:

@@ -7,6 +7,7 @@ from collections.abc import Iterable, Sequence
 from ..context import SearchContext
 from ..eager import eager_gather
 from ..operators import expand
+from ..stop import StopReason
 
 
 async def expand_all(ctx: SearchContext, node_ids: Sequence[int]) -> list[int]:
@@ -49,10 +50,10 @@ async def next_level(ctx: SearchContext, frontier: Sequence[int], children: Iter
     if revived:
         return revived
     if len(ctx.steps(frontier[0])) + 1 >= ctx.max_depth:
-        ctx.stop("max_depth")
+        ctx.stop(StopReason.MAX_DEPTH)
         return None
     beam = keep_beam(ctx, children)
     if not beam:
-        ctx.stop("frontier_exhausted")
+        ctx.stop(StopReason.FRONTIER_EXHAUSTED)
         return None
     return beam

@@ -7,12 +7,13 @@ from ..context import SearchContext
 from ..events import Backtracked
 from ..operators import expand
 from .common import rank
+from ..stop import StopReason
 
 
 async def run_dfs(ctx: SearchContext) -> None:
     """Follow the best child first; children below the threshold are pruned; backtrack when stuck."""
     await _visit(ctx, ctx.root)
-    ctx.stop("frontier_exhausted")
+    ctx.stop(StopReason.FRONTIER_EXHAUSTED)
 
 
 async def _visit(ctx: SearchContext, node_id: int) -> None:

@@ -8,6 +8,7 @@ import math
 from ...graph import NodeStatus
 from ..context import SearchContext
 from ..operators import expand
+from ..stop import StopReason
 
 
 class _Tree:
@@ -70,6 +71,6 @@ async def run_mcts(ctx: SearchContext) -> None:
         done += batch
         await ctx.checkpoint()  # MCTS backtracks by itself: a revived frontier is not needed here
         if ctx.root in tree.dead:
-            ctx.stop("frontier_exhausted")
+            ctx.stop(StopReason.FRONTIER_EXHAUSTED)
             return
-    ctx.stop("iterations")
+    ctx.stop(StopReason.ITERATIONS)

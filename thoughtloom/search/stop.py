@@ -1,0 +1,28 @@
+"""Why a search stopped: one closed set of reasons, shared by the engine, the controller and reports."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class StopReason(StrEnum):
+    """The reason a search ended; its value is the string `--json` and stored runs carry."""
+
+    GOAL_REACHED = "goal_reached"
+    MAX_DEPTH = "max_depth"
+    FRONTIER_EXHAUSTED = "frontier_exhausted"
+    ITERATIONS = "iterations"
+    MAX_NODES = "max_nodes"
+    BUDGET_TOKENS = "budget_tokens"
+    BUDGET_CALLS = "budget_calls"
+    BUDGET_COST_USD = "budget_cost_usd"
+    BUDGET_WALL_S = "budget_wall_s"
+    MODEL_ERROR = "model_error"
+    INTERRUPTED = "interrupted"
+    COMPROMISE_ACCEPTED = "compromise_accepted"
+    DEPTH_SOFT_LIMIT = "depth_soft_limit"
+
+    @classmethod
+    def budget(cls, limit: str) -> StopReason:
+        """The reason for a budget limit named as the Budget names it (tokens, calls, cost_usd, wall_s)."""
+        return cls(f"budget_{limit}")
