@@ -50,8 +50,9 @@ def opts(**kw: object) -> BenchOptions:
 async def lane(name: str, backend: ScriptedBackend, *, problem: int = 0, params: dict | None = None,
                tokens: int = 2000) -> object:
     ds = game24()
-    gw = Gateway(backend, BudgetLimits(tokens=tokens))
-    return await run_lane(name, ds, ds.problems[problem], gw, params=params or {}, temperature=0.7, seed=1)
+    outcome, _ = await run_lane(name, ds, ds.problems[problem], backend, BudgetLimits(tokens=tokens),
+                                params=params or {}, temperature=0.7, seed=1)
+    return outcome
 
 
 async def test_io_reads_the_answer_line_of_the_few_shot_completion() -> None:
@@ -204,7 +205,7 @@ async def test_concurrent_problems_share_one_global_model_concurrency_limit() ->
 
 
 async def test_the_limit_holds_across_processes_through_lock_files(tmp_path: Path) -> None:
-    from thoughtloom.eval.runner import SharedSlots
+    from thoughtloom.llm.limits import SharedSlots
 
     a, b = SharedSlots(1, tmp_path), SharedSlots(1, tmp_path)  # two "processes" sharing one slot
     order: list[str] = []

@@ -28,7 +28,7 @@ from thoughtloom.store.runs import (
     open_run,
     resolve_run,
 )
-from thoughtloom.store.session import areplay
+from thoughtloom.api import areplay
 from thoughtloom.store.sqlite import SQLiteStore
 from thoughtloom.store.store import get_obj
 

@@ -13,6 +13,11 @@ _EXPORTS = {
     "solve": "thoughtloom.api",
     "asolve": "thoughtloom.api",
     "make_gateway": "thoughtloom.api",
+    "areplay": "thoughtloom.api",
+    "RunSpec": "thoughtloom.run.spec",
+    "resolve": "thoughtloom.run.spec",
+    "execute": "thoughtloom.run.execute",
+    "StopReason": "thoughtloom.search.stop",
     "SearchConfig": "thoughtloom.search.config",
     "SearchResult": "thoughtloom.search.result",
     "search": "thoughtloom.search.engine",
@@ -26,7 +31,10 @@ _EXPORTS = {
 __all__ = ["__version__", *_EXPORTS]
 
 if TYPE_CHECKING:
-    from .api import asolve, make_gateway, solve
+    from .api import areplay, asolve, make_gateway, solve
+    from .run.execute import execute
+    from .run.spec import RunSpec, resolve
+    from .search.stop import StopReason
     from .eval.runner import compare_strategies
     from .graph.dag import ThoughtGraph
     from .llm.budget import BudgetLimits

@@ -1,100 +1,108 @@
-"""The Python API: solve a problem with one call."""
+"""The Python API: solve a problem with one call, built exactly as `loom solve` builds it."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Sequence
+import concurrent.futures
+import functools
 from dataclasses import replace
-from typing import Any
+from collections.abc import Callable, Coroutine, Sequence
+from typing import Any, ParamSpec, TypeVar
 
 from .control.controller import Controller
+from .control.feedback import FeedbackHandler
 from .grounding.adjust import GroundingPolicy
 from .grounding.types import Grounder
-from .llm.budget import BudgetLimits, Pricing
-from .llm.cache import MemoryCache
-from .llm.gateway import Gateway
+from .llm.budget import BudgetLimits
 from .llm.types import Backend
+from .run.execute import execute
+from .run.gateway import make_gateway
+from .run.session import ReplayVerdict, open_replay
+from .run.spec import resolve
 from .search.config import SearchConfig
-from .search.engine import search
 from .search.events import EventSink
 from .search.result import SearchResult
 from .tasks.base import Task
-from .tasks.registry import get_task
+from .tasks.registry import TaskOptions
 
+__all__ = ["areplay", "asolve", "make_gateway", "solve"]
 
-def make_gateway(
-    model: str | Backend = "local",
-    budget: BudgetLimits | None = None,
-    *,
-    concurrency: int = 8,
-    pricing: Pricing | None = None,
-    progress: Callable[[str], None] | None = None,
-) -> Gateway:
-    """A gateway over the model named by a spec string (see thoughtloom.llm.registry) or a Backend."""
-    if isinstance(model, str):
-        from .llm.registry import make_backend
-
-        backend = make_backend(model, pricing=pricing, progress=progress)
-    else:
-        backend = model
-    return Gateway(
-        backend, budget, concurrency=concurrency, cache=MemoryCache(),
-        pricing=pricing or getattr(backend, "pricing", None),
-    )
+_P = ParamSpec("_P")
+_T = TypeVar("_T")
 
 
 async def asolve(
     problem: str,
     *,
-    task: str | Task[Any] = "general",
+    task: str | Task[Any] | None = None,
     model: str | Backend = "local",
+    profile: str = "default",
     config: SearchConfig | None = None,
     budget: BudgetLimits | None = None,
-    sinks: list[EventSink] | None = None,
-    controller: Controller | None = None,
+    task_options: TaskOptions | None = None,
+    sinks: Sequence[EventSink] = (),
+    controller: bool | Controller = True,
+    handler: FeedbackHandler | None = None,
     grounders: Sequence[Grounder] = (),
     grounding_policy: GroundingPolicy | None = None,
+    knowledge: str | None = None,
     store: Any = None,
     run_id: str | None = None,
     **overrides: Any,
 ) -> SearchResult:
-    """Search for an answer (async). Keyword overrides change single SearchConfig fields.
+    """Search for an answer (async); the same run `loom solve` makes with the same settings.
 
-    controller: a thoughtloom.control.Controller to run the search self-aware (budget
-    negotiation, compromises, depth policy, failure anticipation); None searches plainly.
-    grounders: extra grounders (e.g. a ResearchGrounder over your documents) besides the task's
-    own; grounding_policy: how their results move scores.
-    store: a thoughtloom.store BlockStore or the path of a SQLite store file: the run is recorded
-    there as it runs (see thoughtloom.store.runs), under `run_id` (default: a new id).
+    task: a task name (default: the profile's, else "general") or a Task object. profile: a
+    domain profile (see `loom profiles`), applied exactly as `--profile`. config: a whole
+    SearchConfig instead of the task's and profile's settings; keyword `overrides` set single
+    SearchConfig fields on top. controller: True runs the self-aware controller with the
+    profile's thresholds (as the CLI does), False a plain search, or give a Controller; handler
+    answers its questions (default: the automatic policy, which keeps the budget hard).
+    grounders / grounding_policy / knowledge: extra grounders, how grounding moves scores, and a
+    folder of documents to check claims against. store: a BlockStore or a SQLite file path to
+    record the run in (`result.run_id`), under `run_id` (default: a new id). A Backend object
+    passed as `model` is not closed: the caller owns it.
     """
-    task_obj = get_task(task) if isinstance(task, str) else task
-    # Without a config the task's own defaults apply, as on the command line.
-    config = replace(config or SearchConfig(**task_obj.search_defaults), **overrides)
-    session = None
-    if store is not None:
-        from .run.session import api_session
-
-        session = api_session(store, run_id=run_id, model=model, task=task_obj, problem=problem, config=config,
-                              budget=budget)
-    gateway = make_gateway(model, budget, concurrency=config.concurrency)
-    if session is not None:
-        session.attach(gateway)
-    try:
-        result = await search(task_obj, problem, gateway, config,
-                              sinks=[*(sinks or []), *session.sinks] if session is not None else sinks,
-                              controller=controller, grounders=grounders, grounding_policy=grounding_policy,
-                              on_context=session.on_context if session is not None else None)
-    except BaseException:
-        if session is not None:
-            session.abort()
-        raise
-    finally:
-        await gateway.aclose()
-    if session is not None:
-        session.finish(result)
-    return result
+    spec = resolve(
+        problem, task=task, model=model, profile=profile, task_options=task_options, config=config,
+        search=overrides, budget=budget,
+        control=controller.settings if isinstance(controller, Controller) else controller,
+        grounding=grounding_policy, knowledge=knowledge, grounders=grounders, store=store, run_id=run_id,
+    )
+    return await execute(spec, sinks=sinks, handler=handler,
+                         controller=controller if isinstance(controller, Controller) else None)
 
 
-def solve(problem: str, **kwargs: Any) -> SearchResult:
-    """Search for an answer; see asolve for the arguments."""
-    return asyncio.run(asolve(problem, **kwargs))
+async def areplay(store: Any, run: str, *, task: Task[Any] | None = None, config: SearchConfig | None = None,
+                  controller: Controller | None = None) -> tuple[SearchResult, ReplayVerdict]:
+    """Replay a finished stored run with zero model calls; the verdict says whether the graph came out identical.
+
+    The search is rebuilt from the run's stored spec; pass `task` (a custom Task object the run
+    used), `config` or `controller` to replay it with those instead (and see where it diverges).
+    """
+    spec, session = open_replay(store, run)
+    if task is not None or config is not None:
+        spec = replace(spec, task=task if task is not None else spec.task, config=config or spec.config)
+    result = await execute(spec, session=session, controller=controller)
+    return result, session.verdict()
+
+
+def _blocking(coroutine_function: Callable[_P, Coroutine[Any, Any, _T]]) -> Callable[_P, _T]:
+    """The blocking form of an async function; inside a running event loop (Jupyter) it runs in a thread."""
+
+    @functools.wraps(coroutine_function)
+    def run(*args: _P.args, **kwargs: _P.kwargs) -> _T:
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return asyncio.run(coroutine_function(*args, **kwargs))
+        # asyncio.run cannot nest in a running loop; a worker thread has none. Awaiting the
+        # async form directly is better there: `await asolve(...)`.
+        with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="thoughtloom-solve") as pool:
+            return pool.submit(asyncio.run, coroutine_function(*args, **kwargs)).result()
+
+    return run
+
+
+solve = _blocking(asolve)
+solve.__doc__ = """Search for an answer (blocking); the arguments are asolve's. Works inside a running event loop too."""

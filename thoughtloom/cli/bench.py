@@ -55,6 +55,8 @@ def add_bench_parser(sub: Any, positive_int: Any, positive_float: Any) -> None:
     b.add_argument("--model-concurrency", type=positive_int("--model-concurrency"),
                    help="model calls in flight at once, over all problems and workers (default: the backend's)")
     b.add_argument("--shard", help=argparse.SUPPRESS)
+    b.add_argument("--store", metavar="PATH",
+                   help="record every search lane's run in this store, for 'loom show' and 'loom replay' (default: not stored)")
     b.add_argument("--no-plot", action="store_true", help="skip the PNG plot")
     b.add_argument("--quiet", action="store_true", help="no per-problem progress on stderr")
 
@@ -177,7 +179,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
                         protocol, backend, store, datasets=datasets, jobs=args.jobs,
                         model_concurrency=args.model_concurrency,
                         slots_dir=out / ".slots" if (args.workers > 1 or shard != (0, 1)) else None,
-                        shard=shard, progress=say,
+                        shard=shard, progress=say, run_store=args.store,
                     )
                 finally:
                     await backend.aclose()
@@ -214,6 +216,8 @@ def _spawn_workers(args: argparse.Namespace, out: Path) -> None:
     extra = ["--quiet"] if args.quiet else []
     if args.model_concurrency:
         extra += ["--model-concurrency", str(args.model_concurrency)]
+    if args.store:
+        extra += ["--store", args.store]
     import subprocess
 
     procs = [

@@ -1,10 +1,11 @@
-"""The `loom` commands over stored runs: runs, show, export, import, resume, replay (and solve's hook).
+"""The `loom` commands over stored runs: runs, show, export, import, resume, replay.
 
 Every command takes `--store PATH` (default: $THOUGHTLOOM_STORE, else ~/.thoughtloom/store.db).
 Runs are named by id or by any unique prefix of it. Bad input (no such run, an ambiguous prefix, a
 corrupt or missing block, an unreadable CAR or manifest) is one line on stderr and exit code 2:
-main() catches STORE_ERRORS. `loom resume` and `loom replay` rebuild the `loom solve` options the
-run recorded and run them through cmd_solve itself, with a session that serves the recorded calls.
+main() catches store_errors(). `loom resume` and `loom replay` rebuild the run's spec from its
+manifest (thoughtloom.run.session) and run it through `loom solve`'s own command with a session
+that serves the recorded calls.
 """
 
 from __future__ import annotations
@@ -14,21 +15,16 @@ import json
 import os
 import sys
 import time
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from .common import open_store
 
 # Only argparse work happens at import (build_parser imports this module): `loom --help` stays
 # instant; the store, blocks and runs modules load inside the commands.
 if TYPE_CHECKING:
-    from ..store.manifest import Manifest
     from ..store.runs import StoredRun
-    from ..store.store import BlockStore
-
-#: `loom solve` options naming files: kept absolute in the manifest so resume works from anywhere.
-_PATH_OPTIONS = ("tests", "data", "repo", "knowledge", "knowledge_index")
-#: `loom solve` options that are about output or storage, not about the search.
-_OUTPUT_OPTIONS = ("json", "mermaid", "quiet", "store", "no_store", "command", "version")
 
 
 def add_store_commands(sub: Any) -> None:
@@ -75,91 +71,33 @@ def store_errors() -> tuple[type[Exception], ...]:
     return (RunError, StoreError, CorruptBlock, MissingBlock, ManifestError)
 
 
-# --- opening the store ----------------------------------------------------------------------------
+# --- resume and replay: a stored run's spec and session, run by `loom solve`'s own command ---------
 
 
-def store_path(option: str | None) -> Path:
-    """The store file an option names, else the default."""
-    from ..store.sqlite import default_store_path
+@dataclass
+class StoredRunJob:
+    """A stored run to continue or re-run: its spec, the session serving its record, and what to report."""
 
-    return Path(option).expanduser() if option else default_store_path()
+    spec: Any
+    session: Any
+    json_output: bool
 
-
-def open_store(option: str | None, *, must_exist: bool = True) -> tuple[BlockStore, Path]:
-    """The SQLite store (StoreError, one line, when it cannot be opened or does not exist)."""
-    from ..store.sqlite import SQLiteStore
-    from ..store.store import StoreError
-
-    path = store_path(option)
-    if must_exist and not path.exists():
-        raise StoreError(f"no run store at {path} (runs are stored by 'loom solve'; choose one with --store)")
-    return SQLiteStore(path), path
-
-
-# --- loom solve's hook ----------------------------------------------------------------------------
-
-
-def cli_options(args: argparse.Namespace) -> dict[str, Any]:
-    """`loom solve`'s options as the manifest keeps them: JSON values, file options absolute."""
-    out: dict[str, Any] = {}
-    for key, value in vars(args).items():
-        if key.startswith("_") or key == "run_session" or key in _OUTPUT_OPTIONS:
-            continue
-        if value is not None and not isinstance(value, (str, int, float, bool)):
-            continue
-        if key in _PATH_OPTIONS and isinstance(value, str):
-            value = os.path.abspath(value)
-        out[key] = value
-    return out
+    def report(self, code: int) -> int:
+        """Say what resume or replay did; a replay that diverged exits 1."""
+        s = self.session
+        if s.mode == "resume":
+            print(f"loom: run {s.run_id} resumed: {s.replayed} recorded calls served from the store, "
+                  f"{s.live_calls} new model calls", file=sys.stderr)
+            return code
+        verdict = s.verdict()
+        print(verdict, file=sys.stderr if self.json_output else sys.stdout)
+        return code if verdict.identical else 1
 
 
-def solve_session(args: argparse.Namespace, *, task: Any, task_name: str, problem_text: str, config: Any,
-                  limits: Any) -> Any:
-    """The RunSession `loom solve` records into (None with --no-store); resume and replay preset one."""
-    from ..store.manifest import Manifest, code_version, prompt_hashes
-    from ..store.runs import new_run_id
-    from ..run.session import record_session
-    from ..store.store import StoreError
-
-    preset = getattr(args, "run_session", None)
-    if preset is not None:
-        preset.check(task, config)
-        return preset
-    if getattr(args, "no_store", False):
-        return None
-    try:
-        store, path = open_store(getattr(args, "store", None), must_exist=False)
-    except StoreError as exc:
-        if getattr(args, "store", None):
-            raise
-        print(f"loom: warning: this run is not stored: {exc}", file=sys.stderr)
-        return None
-    version, commit = code_version()
-    options = cli_options(args)
-    manifest = Manifest(
-        run_id=new_run_id(), model=args.model, backend=args.model, max_concurrency=1, supports_batch=False,
-        task=task_name, problem=problem_text, config=config.to_dict(), budget=asdict(limits),
-        task_options={k: options[k] for k in (*_PATH_OPTIONS, "failing_test", "test_command", "sandbox_timeout",
-                                              "sandbox_memory") if options.get(k) is not None},
-        profile=getattr(args, "profile", None), seed=config.seed, version=version, commit=commit,
-        prompt_hashes=prompt_hashes(task), cli=options,
-    )
-    return record_session(store, str(path), manifest)
-
-
-def _solve_namespace(manifest: Manifest, args: argparse.Namespace) -> argparse.Namespace:
-    """The `loom solve` options the run was made with, with this command's output options."""
-    from .main import build_parser
-    from ..store.runs import RunError
-
-    if manifest.cli is None:
-        raise RunError(f"run {manifest.run_id} was recorded through the Python API, not 'loom solve'; "
-                       "it can be shown and exported but not resumed or replayed from the command line")
-    ns = vars(build_parser().parse_args(["solve"]))  # every option's default, for options added since
-    ns.update(manifest.cli)
-    ns.update(json=args.json, mermaid=args.mermaid, quiet=args.quiet, store=args.store, no_store=False,
-              interactive=False)  # recorded answers only come from the automatic policy
-    return argparse.Namespace(**ns)
+def _solve_args(args: argparse.Namespace) -> argparse.Namespace:
+    """This command's output options in the form `loom solve` reads them."""
+    return argparse.Namespace(json=args.json, mermaid=args.mermaid, quiet=args.quiet, store=args.store,
+                              no_store=True, interactive=False)
 
 
 # --- commands -------------------------------------------------------------------------------------
@@ -167,31 +105,28 @@ def _solve_namespace(manifest: Manifest, args: argparse.Namespace) -> argparse.N
 
 def cmd_resume(args: argparse.Namespace) -> int:
     """Continue a killed or interrupted run to completion, recorded calls served from the store."""
-    from .main import cmd_solve
-    from ..store.runs import RunError, open_run
     from ..run.session import resume_session
+    from ..store.runs import open_run
+    from .solve import cmd_solve
 
     store, path = open_store(args.store)
     try:
         run = open_run(store, args.run)
-        if run.status == "finished":
-            reason = (run.result or {}).get("termination_reason", "?")
-            raise RunError(f"run {run.run_id} is finished (stopped: {reason}); nothing to resume")
-        ns = _solve_namespace(run.manifest, args)
+        spec, session = resume_session(store, str(path), run)
     except BaseException:
         store.close()
         raise
-    ns.run_session = resume_session(store, str(path), run, json_output=args.json)
+    session.owns_store = True
     print(f"loom: resuming run {run.run_id} ({run.head['usage']['calls']} recorded calls)", file=sys.stderr)
-    return cmd_solve(ns)
+    return cmd_solve(_solve_args(args), StoredRunJob(spec, session, args.json))
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
     """Re-run a finished run with zero model calls; exit 1 when the graph differs."""
-    from .main import cmd_solve
+    from ..run.session import replay_session
     from ..store.manifest import Manifest, ManifestError
     from ..store.runs import RunError, open_run
-    from ..run.session import replay_session
+    from .solve import cmd_solve
 
     store, path = open_store(args.store)
     try:
@@ -205,13 +140,12 @@ def cmd_replay(args: argparse.Namespace) -> int:
             if run.status != "finished":
                 raise RunError(f"run {run.run_id} is not finished ({run.status}); 'loom resume {run.run_id}' first")
             manifest, head_cid = run.manifest, run.head_cid
-        ns = _solve_namespace(manifest, args)
-        ns.budget_seconds = None  # the wall clock's stop is replayed from the record, not re-measured
-        ns.run_session = replay_session(store, str(path), manifest, head_cid, json_output=args.json)
+        spec, session = replay_session(store, str(path), manifest, head_cid)
     except BaseException:
         store.close()
         raise
-    return cmd_solve(ns)
+    session.owns_store = True
+    return cmd_solve(_solve_args(args), StoredRunJob(spec, session, args.json))
 
 
 def _row(run: StoredRun) -> dict[str, Any]:

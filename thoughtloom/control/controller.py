@@ -1,4 +1,4 @@
-"""The controller: one self-aware supervisor that any strategy runs under (seed 000 parts I-III, V).
+"""The controller: one self-aware supervisor that any strategy runs under.
 
 Strategies call `ctx.checkpoint()` after each unit of work (a level, an expansion, a batch of
 simulations); the context forwards to the controller, which then, in this order:

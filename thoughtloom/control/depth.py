@@ -1,4 +1,4 @@
-"""Depth policy: soft and hard depth limits judged by the progress made (seed 000 part I).
+"""Depth policy: soft and hard depth limits judged by the progress made.
 
 Rules, checked at each checkpoint in this order:
 1. At or past the hard limit: STOP.

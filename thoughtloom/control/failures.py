@@ -1,4 +1,4 @@
-"""Anticipatory failure handling (seed 000 part III): one detector per failure mode.
+"""Anticipatory failure handling: one detector per failure mode.
 
 Each detector reads a SearchState snapshot and says how likely its failure is, when it will hit,
 what would prevent it and what to do if it happens, with the numbers it saw. Detectors are pure
@@ -483,7 +483,7 @@ class FailureAnticipator:
     """Runs the detectors at a checkpoint and keeps the failures likely enough to act on."""
 
     detectors: tuple[FailureDetector, ...] = field(default_factory=default_detectors)
-    #: Failures less likely than this are dropped (seed 000: 30%).
+    #: Failures less likely than this are dropped (30%).
     threshold: float = 0.3
 
     def __post_init__(self) -> None:

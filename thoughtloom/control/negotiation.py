@@ -1,6 +1,6 @@
 """Budget negotiation: assess, then decide sufficient / request more / propose a compromise / stop.
 
-The rules (seed 000 part II, made precise):
+The rules:
 
 - Progress rate: the best quality gained per token between the first and the latest checkpoint
   (state.progress). Estimated tokens to reach a threshold = gap / rate; None when there is no

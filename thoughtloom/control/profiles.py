@@ -1,9 +1,8 @@
-"""Domain profiles (seed 000 part VI): thresholds, depth limits and search settings per domain.
+"""Domain profiles: thresholds, depth limits and search settings per domain.
 
-Seed 000 gives each domain both a search max_depth and a depth-policy hard limit; here the hard
-limit is the search's depth limit (one number, the absolute bound) and the soft limit is where
-the controller starts judging progress. Seed 000's `max_expansions` becomes the node circuit
-breaker (expansions x 4 nodes); its `beam_width` is our beam. The `default` profile keeps the
+A profile's hard depth is the search's depth limit (one number, the absolute bound) and its soft
+depth is where the controller starts judging progress. A domain's expansion allowance becomes the
+node circuit breaker (expansions x 4 nodes); its beam is the search's beam. The `default` profile keeps the
 task's own search settings with the soft limit equal to the hard one (no depth negotiation).
 """
 
@@ -34,7 +33,7 @@ class DomainProfile:
     grounding: GroundingPolicy = field(default_factory=GroundingPolicy)
     #: The task `loom solve --profile NAME` uses when no --task is given.
     default_task: str | None = None
-    #: Seed 000's other domain settings, shown by `loom profiles`.
+    #: The domain's other settings.
     extra: dict[str, Any] = field(default_factory=dict)
 
 

@@ -144,7 +144,7 @@ class DepthAnswer:
 
 
 class FailureMode(str, enum.Enum):
-    """The failure modes of seed 000 part III."""
+    """The failure modes a search can fall into."""
 
     BUDGET_EXHAUSTED = "budget_exhausted"
     DEPTH_EXCEEDED = "depth_exceeded"

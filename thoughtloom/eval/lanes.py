@@ -10,12 +10,16 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any
 
+from ..llm.budget import BudgetLimits
 from ..llm.errors import BudgetExceeded, ModelConfigError, ModelError
 from ..llm.gateway import Gateway
-from ..llm.types import GenerateRequest, Prompt
+from ..llm.limits import SharedSlots
+from ..llm.types import Backend, GenerateRequest, Prompt
+from ..search.stop import StopReason
 from ..tasks.arith import ExpressionError, evaluate, fmt
 from .datasets import Dataset, Problem
 from .prompts import PROMPTS, answer_from, calculator_call
@@ -39,14 +43,29 @@ class LaneError(ValueError):
     """A lane that cannot run on a data set (no such lane, no prompt, strategy not registered)."""
 
 
+class LaneStop(StrEnum):
+    """Why a lane ended, besides a search's own stop reasons."""
+
+    DONE = "done"
+    NO_VALID_CANDIDATE = "no_valid_candidate"
+    NO_ACTION = "no_action"
+    MAX_STEPS = "max_steps"
+    PROBLEM_ERROR = "problem_error"
+    UNSUPPORTED = "unsupported"
+    CRASHED = "lane_crashed"
+
+
 @dataclass(slots=True)
 class LaneOutcome:
     """What a lane produced for one problem: one answer, and the candidates it chose among."""
 
     answer: str | None
     candidates: list[str | None] = field(default_factory=list)
-    stop_reason: str = "done"
+    stop_reason: StopReason | LaneStop = LaneStop.DONE
     error: str | None = None
+    #: Search lanes with a store: the stored run and its graph's CID.
+    run_id: str | None = None
+    graph: str | None = None
 
 
 def available_strategies() -> set[str]:
@@ -96,44 +115,74 @@ def _generates(task_name: str) -> bool:
     return cls.propose is not Task.propose or cls.sample is not Task.sample
 
 
-def search_config(lane: str, dataset: Dataset, params: dict[str, Any], temperature: float, seed: int | None) -> Any:
-    """The SearchConfig a search lane runs: the task's defaults, the lane's parameters, the shared settings."""
-    from ..search.config import SearchConfig
+def search_spec(lane: str, dataset: Dataset, problem: Problem, backend: Backend, limits: BudgetLimits,
+                params: dict[str, Any], temperature: float, seed: int | None, store: Any = None) -> Any:
+    """The RunSpec a search lane runs: resolved like `loom solve` (task defaults, default profile), plus the lane's settings."""
+    from ..run.spec import SpecError, resolve
     from ..tasks.registry import get_task
 
-    task = get_task(dataset.spec.task)
-    base = SearchConfig(**task.search_defaults)
+    task = dataset.code_task() if dataset.spec.prompts == "code" else get_task(dataset.spec.task)
     try:
-        return replace(base, strategy=SEARCH_LANES[lane], temperature=temperature, seed=seed, **params)
-    except (TypeError, ValueError) as exc:
+        return resolve(problem.text, task=task, model=backend, budget=limits, store=store,
+                       search={"strategy": SEARCH_LANES[lane], "temperature": temperature, "seed": seed, **params})
+    except SpecError as exc:
         raise LaneError(f"lane {lane}: {exc}") from None
+
+
+@dataclass(slots=True)
+class LaneSpend:
+    """What a lane spent on one problem, read from its gateway's budget (the same measure for every lane)."""
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+    calls: int = 0
 
 
 async def run_lane(
     lane: str,
     dataset: Dataset,
     problem: Problem,
-    gateway: Gateway,
+    backend: Backend,
+    limits: BudgetLimits,
     *,
     params: dict[str, Any],
     temperature: float,
     seed: int | None,
-) -> LaneOutcome:
-    """Run one lane on one problem under the gateway's budget; never raises for model trouble."""
+    slots: SharedSlots | None = None,
+    store: Any = None,
+) -> tuple[LaneOutcome, LaneSpend]:
+    """Run one lane on one problem under a fresh budget over `backend`; never raises for model trouble.
+
+    slots: the model-concurrency limit all lanes share. store: search lanes record their runs there.
+    """
+    from ..run.execute import lane_gateway
+
+    gateways: list[Gateway] = []
     try:
         if lane in SEARCH_LANES:
-            return await _search(lane, dataset, problem, gateway, params, temperature, seed)
-        runner = _SAMPLERS[lane]
-        return await runner(dataset, problem, gateway, params, temperature, seed)
+            outcome = await _search(lane, dataset, problem, backend, limits, params, temperature, seed, slots,
+                                    store, gateways.append)
+        else:
+            gateway = lane_gateway(backend, limits, slots)
+            gateways.append(gateway)
+            try:
+                outcome = await _SAMPLERS[lane](dataset, problem, gateway, params, temperature, seed)
+            finally:
+                await gateway.aclose()
     except ModelConfigError:
         raise  # a wrong model spec or key: the whole run is wrong, not this problem
     except BudgetExceeded as exc:
-        return LaneOutcome(None, stop_reason=f"budget_{exc.args[0] if exc.args else 'tokens'}")
+        outcome = LaneOutcome(None, stop_reason=StopReason.budget(exc.args[0] if exc.args else "tokens"))
     except ModelError as exc:
-        return LaneOutcome(None, stop_reason="model_error", error=str(exc))
+        outcome = LaneOutcome(None, stop_reason=StopReason.MODEL_ERROR, error=str(exc))
     except Exception as exc:  # noqa: BLE001 - one lane's bug must not end a long benchmark
         # Recorded (unsolved, with the error) and counted in the report's lane_errors column.
-        return LaneOutcome(None, stop_reason="lane_crashed", error=f"{type(exc).__name__}: {exc}")
+        outcome = LaneOutcome(None, stop_reason=LaneStop.CRASHED, error=f"{type(exc).__name__}: {exc}")
+    spend = LaneSpend()
+    if gateways:
+        b = gateways[0].budget
+        spend = LaneSpend(b.spent.input_tokens, b.spent.output_tokens, b.calls)
+    return outcome, spend
 
 
 # --- sampling lanes ------------------------------------------------------------------------
@@ -237,7 +286,7 @@ async def _best_of_n(dataset: Dataset, problem: Problem, gateway: Gateway, param
     for cand in candidates:
         if cand is not None and await dataset.validate(problem, cand):
             return LaneOutcome(cand, candidates)
-    return LaneOutcome(majority(dataset, candidates), candidates, stop_reason="no_valid_candidate")
+    return LaneOutcome(majority(dataset, candidates), candidates, stop_reason=LaneStop.NO_VALID_CANDIDATE)
 
 
 async def _react(dataset: Dataset, problem: Problem, gateway: Gateway, params: dict[str, Any], temperature: float,
@@ -256,7 +305,7 @@ async def _react(dataset: Dataset, problem: Problem, gateway: Gateway, params: d
             return LaneOutcome(line)
         expression = calculator_call(reply)
         if expression is None:
-            return LaneOutcome(None, stop_reason="no_action")
+            return LaneOutcome(None, stop_reason=LaneStop.NO_ACTION)
         # The tool: exact fraction arithmetic, so the model's arithmetic never has to be right.
         try:
             value, _ = evaluate(expression)
@@ -264,7 +313,7 @@ async def _react(dataset: Dataset, problem: Problem, gateway: Gateway, params: d
         except (ExpressionError, ValueError, ZeroDivisionError, RecursionError):
             result = "error"
         transcript += f"\nResult: {result}\n"
-    return LaneOutcome(None, stop_reason="max_steps")
+    return LaneOutcome(None, stop_reason=LaneStop.MAX_STEPS)
 
 
 _SAMPLERS = {"io": _io, "cot": _cot, "cot_sc": _cot_sc, "best_of_n": _best_of_n, "react": _react}
@@ -273,22 +322,18 @@ _SAMPLERS = {"io": _io, "cot": _cot, "cot_sc": _cot_sc, "best_of_n": _best_of_n,
 # --- search lanes --------------------------------------------------------------------------
 
 
-async def _search(lane: str, dataset: Dataset, problem: Problem, gateway: Gateway, params: dict[str, Any],
-                  temperature: float, seed: int | None) -> LaneOutcome:
-    from ..search.engine import search
+async def _search(lane: str, dataset: Dataset, problem: Problem, backend: Backend, limits: BudgetLimits,
+                  params: dict[str, Any], temperature: float, seed: int | None, slots: SharedSlots | None,
+                  store: Any, on_gateway: Any) -> LaneOutcome:
+    from ..run.execute import execute
     from ..tasks.base import ProblemError, UnsupportedOperation
-    from ..tasks.registry import get_task
 
-    task = get_task(dataset.spec.task)
-    if dataset.spec.prompts == "code":
-        task = dataset.code_task()
-    config = search_config(lane, dataset, params, temperature, seed)
     try:
-        result = await search(task, problem.text, gateway, config)
+        spec = search_spec(lane, dataset, problem, backend, limits, params, temperature, seed, store)
+        result = await execute(spec, slots=slots, on_gateway=on_gateway)
     except ProblemError as exc:
-        return LaneOutcome(None, stop_reason="problem_error", error=str(exc))
+        return LaneOutcome(None, stop_reason=LaneStop.PROBLEM_ERROR, error=str(exc))
     except UnsupportedOperation as exc:
-        return LaneOutcome(None, stop_reason="unsupported", error=str(exc))
-    except asyncio.CancelledError:
-        raise
-    return LaneOutcome(result.answer, stop_reason=result.termination_reason, error=result.error)
+        return LaneOutcome(None, stop_reason=LaneStop.UNSUPPORTED, error=str(exc))
+    return LaneOutcome(result.answer, stop_reason=result.termination_reason, error=result.error,
+                       run_id=result.run_id, graph=result.graph_cid)

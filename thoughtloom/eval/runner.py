@@ -1,7 +1,8 @@
 """Running a protocol: audit, then every (data set, problem, lane) once, streamed to disk.
 
-Each lane gets, per problem, a fresh Gateway with the protocol's budget over ONE shared backend
-(so the model is loaded once and every lane pays for its tokens the same way). Problems run
+Each lane gets, per problem, a fresh gateway with the protocol's budget over ONE shared backend
+(so the model is loaded once and every lane pays for its tokens the same way); search lanes run
+through the run layer exactly as `loom solve` would run them. Problems run
 problem-major (all lanes of a problem before the next problem), so an interrupted run has
 compared the lanes on the same problems. `jobs` problems may run at once, and a global limiter
 caps the calls the model serves at once, across processes too when `slots_dir` is given.
@@ -10,7 +11,6 @@ caps the calls the model serves at once, across processes too when `slots_dir` i
 from __future__ import annotations
 
 import asyncio
-import fcntl
 import json
 import os
 import time
@@ -20,98 +20,14 @@ from pathlib import Path
 from typing import Any
 
 from ..llm.budget import BudgetLimits
-from ..llm.cache import MemoryCache
-from ..llm.gateway import Gateway
-from ..llm.types import Backend, Completion, GenerateRequest, Prompt
+from ..llm.limits import SharedSlots
+from ..llm.types import Backend
 from .datasets import Dataset, Problem, load_dataset
 from .lanes import ALL_LANES, LANE_DEFAULTS, LaneError, check_lane, run_lane
 from .protocol import LanePlan, Protocol, ProtocolError, audit, code_version
 from .store import MANIFEST_FILE, Record, ResultsStore
 
 Progress = Callable[[str], None]
-
-
-class SharedSlots:
-    """A model-concurrency limit: an asyncio semaphore, plus lock files when processes share it."""
-
-    def __init__(self, limit: int, slots_dir: Path | None = None) -> None:
-        self.limit = max(1, limit)
-        self._sem = asyncio.Semaphore(self.limit)
-        self._dir = slots_dir
-        self._held: list[Any] = []
-
-    async def __aenter__(self) -> None:
-        await self._sem.acquire()
-        if self._dir is None:
-            return
-        self._dir.mkdir(parents=True, exist_ok=True)
-        # Cross-process: hold one of `limit` lock files; poll, since flock cannot be awaited.
-        while True:
-            for i in range(self.limit):
-                fh = open(self._dir / f"slot-{i}.lock", "a")  # noqa: ASYNC230, SIM115 - held until __aexit__
-                try:
-                    fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                except OSError:
-                    fh.close()
-                    continue
-                self._held.append(fh)
-                return
-            await asyncio.sleep(0.05)
-
-    async def __aexit__(self, *exc: object) -> None:
-        if self._dir is not None and self._held:
-            fh = self._held.pop()
-            fcntl.flock(fh, fcntl.LOCK_UN)
-            fh.close()
-        self._sem.release()
-
-
-@dataclass
-class LimitedBackend:
-    """A backend whose calls wait for a SharedSlots slot: one model-concurrency limit for all lanes."""
-
-    inner: Backend
-    slots: SharedSlots
-    calls: int = 0
-
-    @property
-    def name(self) -> str:
-        """The model's identity."""
-        return self.inner.name
-
-    @property
-    def max_concurrency(self) -> int:
-        """As the wrapped backend."""
-        return min(self.inner.max_concurrency, self.slots.limit)
-
-    @property
-    def supports_batch(self) -> bool:
-        """As the wrapped backend."""
-        return bool(getattr(self.inner, "supports_batch", False))
-
-    @property
-    def pricing(self) -> Any:
-        """As the wrapped backend."""
-        return getattr(self.inner, "pricing", None)
-
-    async def generate(self, request: GenerateRequest) -> Completion:
-        """One call, within the shared limit."""
-        async with self.slots:
-            self.calls += 1
-            return await self.inner.generate(request)
-
-    async def generate_batch(self, requests: Sequence[GenerateRequest]) -> list[Completion]:
-        """One batched call, within the shared limit."""
-        async with self.slots:
-            self.calls += 1
-            return await self.inner.generate_batch(requests)  # type: ignore[attr-defined]
-
-    def count_tokens(self, prompt: Prompt) -> int | None:
-        """As the wrapped backend."""
-        return self.inner.count_tokens(prompt)
-
-    async def aclose(self) -> None:
-        """Lanes share the backend: the runner closes the inner one once, at the end."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -212,14 +128,12 @@ def limits_of(plan: LanePlan) -> BudgetLimits:
 
 
 async def run_one(dataset: Dataset, problem: Problem, index: int, plan: LanePlan, backend: Backend,
-                  protocol: Protocol) -> Record:
-    """One lane on one problem under a fresh gateway with the lane's budget; scored exactly."""
-    gateway = Gateway(backend, limits_of(plan), concurrency=8, cache=MemoryCache(),
-                      pricing=getattr(backend, "pricing", None))
+                  protocol: Protocol, slots: SharedSlots | None = None, store: Any = None) -> Record:
+    """One lane on one problem under a fresh budget (the lane's) over the shared backend; scored exactly."""
     seed = protocol.seed_for(plan, index)
     started = time.monotonic()
-    outcome = await run_lane(plan.lane, dataset, problem, gateway, params=plan.params,
-                             temperature=plan.temperature, seed=seed)
+    outcome, spend = await run_lane(plan.lane, dataset, problem, backend, limits_of(plan), params=plan.params,
+                                    temperature=plan.temperature, seed=seed, slots=slots, store=store)
     wall = time.monotonic() - started
     score = await dataset.score(problem, outcome.answer)
     any_correct = None
@@ -229,12 +143,12 @@ async def run_one(dataset: Dataset, problem: Problem, index: int, plan: LanePlan
             if cand is not None and (await dataset.score(problem, cand)).solved:
                 any_correct = True
                 break
-    spent = gateway.budget.spent
     return Record(
         task=dataset.name, lane=plan.lane, problem_id=problem.id, index=index, seed=seed, answer=outcome.answer,
         solved=score.solved, errors=score.errors, any_correct=any_correct, candidates=len(outcome.candidates),
-        tokens=spent.total, input_tokens=spent.input_tokens, output_tokens=spent.output_tokens,
-        calls=gateway.budget.calls, wall_s=round(wall, 3), stop_reason=outcome.stop_reason, error=outcome.error,
+        tokens=spend.input_tokens + spend.output_tokens, input_tokens=spend.input_tokens,
+        output_tokens=spend.output_tokens, calls=spend.calls, wall_s=round(wall, 3),
+        stop_reason=str(outcome.stop_reason), error=outcome.error, run_id=outcome.run_id, graph=outcome.graph,
     )
 
 
@@ -258,13 +172,16 @@ async def run_protocol(
     slots_dir: Path | None = None,
     shard: tuple[int, int] = (0, 1),
     progress: Progress | None = None,
+    run_store: Any = None,
 ) -> RunStats:
-    """Run every unfinished (data set, problem, lane) of the protocol; finished ones are skipped."""
+    """Run every unfinished (data set, problem, lane) of the protocol; finished ones are skipped.
+
+    run_store: a BlockStore (or SQLite path) the search lanes record their runs in (None: not stored).
+    """
     audit(protocol)
     datasets = datasets if datasets is not None else {t: load_dataset(t, protocol.data_dir) for t in protocol.tasks}
     done = store.load() if store is not None else {}
     slots = SharedSlots(model_concurrency or backend.max_concurrency, slots_dir)
-    shared = LimitedBackend(backend, slots)
     stats = RunStats()
     work: list[tuple[Dataset, Problem, int]] = []
     for t in protocol.tasks:
@@ -286,7 +203,7 @@ async def run_protocol(
                 if key in done:
                     stats.skipped += 1
                     continue
-                rec = await run_one(dataset, problem, index, plan, shared, protocol)
+                rec = await run_one(dataset, problem, index, plan, backend, protocol, slots, run_store)
                 if store is not None:
                     store.append(rec)
                 stats.records.append(rec)
@@ -336,7 +253,7 @@ async def compare_strategies(
     data_dir: str | None = None,
     out_dir: str | os.PathLike[str] | None = None,
 ) -> Comparison:
-    """Compare lanes fairly (seed 001's compare_strategies): the same model, budget and problems.
+    """Compare lanes fairly: the same model, budget and problems.
 
     problem_or_task: one problem's text for `task` (e.g. "4 9 10 13"), a data set name
     ("game24": `limit` problems spread by difficulty) or a loaded Dataset. Returns a Comparison:

@@ -42,6 +42,9 @@ class Record:
     wall_s: float
     stop_reason: str
     error: str | None = None
+    #: Search lanes whose runs were stored (`loom bench --store`): the run and its graph's CID.
+    run_id: str | None = None
+    graph: str | None = None
 
     @property
     def key(self) -> tuple[str, str, str]:

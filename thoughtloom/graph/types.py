@@ -9,7 +9,7 @@ from typing import Any
 
 
 class NodeKind(str, enum.Enum):
-    """What a thought is (seed 003's taxonomy)."""
+    """What a thought is: its role in the reasoning."""
 
     INPUT = "input"
     QUESTION = "question"

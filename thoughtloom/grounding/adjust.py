@@ -1,4 +1,4 @@
-"""How a grounding result changes a thought's score (seed 000 part IV, made graded and configurable).
+"""How a grounding result changes a thought's score (graded and configurable per profile).
 
 The rule, with s the score the evaluator gave, c the grounder's confidence and p the graded
 outcome (the fraction of tests passed, of claims supported):

@@ -1,50 +1,41 @@
-"""A stored run seen from the code that runs the search: record a new run, resume one, replay one.
+"""A stored run seen from the code that runs it: record a new run, resume one, replay one.
 
-`loom solve` (and `asolve(store=...)`) use the same hooks in every mode, so a resumed or replayed
-search is built by exactly the code that built the original:
+`execute` composes a session's backend wrapper under the gateway and its recorder into the
+search, the same way in every mode, so a resumed or replayed search is built by exactly the code
+that built the original:
 
-    session = ...                                   # record_session / resume_session / replay_session
-    gateway = make_gateway(session.model(spec, progress), limits, ...)
-    session.attach(gateway)                         # the recording proxy (and, replaying, no retry delay)
-    result = await search(..., sinks=[*sinks, *session.sinks], on_context=session.on_context)
-    code = session.finish(result, code)             # final head; resume / replay say what they did
+- record: a new run id and manifest (with the run's spec); the live model, recorded.
+- resume: the run's recorded exchanges are served first (no model call, no waiting), the rest go
+  to the live model; new heads go on the same run (`prev` links the head the run had).
+- replay: only recorded exchanges (a request off the record is a divergence), recorded into a
+  memory store so the replayed graph's CID can be compared with the stored one.
 
-record: a new run id, a manifest, the live model. resume: the run's recorded exchanges served first
-(no model call, no waiting), the rest from the live model, new heads on the same run (`prev` links
-the head the run had). replay: only recorded exchanges (a request off the record is a divergence),
-recorded into a memory store so the replayed graph's CID can be compared with the stored one.
+Nothing here prints: what resume and replay did is on the session (`replayed`, `live_calls`,
+`verdict()`), and the first stored state is announced through the `on_start` callback.
 """
 
 from __future__ import annotations
 
 import os
-import sys
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from ..llm.errors import ModelError
+from ..llm.types import Backend
 from ..store.blocks import CID
-from ..store.manifest import Manifest, prompt_hashes
+from ..store.manifest import Manifest, code_version, plain_options, prompt_hashes
 from ..store.memory import MemoryStore
 from ..store.replay import Divergence, ReplayBackend, compare_graphs
-from ..store.runs import (
-    RunError,
-    RunRecorder,
-    StoredRun,
-    load_calls,
-    load_counts,
-    load_head,
-    open_run,
-)
+from ..store.runs import RunError, RunRecorder, StoredRun, load_calls, load_counts, load_head, new_run_id, open_run
 from ..store.store import BlockStore
+from .spec import RunSpec, SpecError
 
 if TYPE_CHECKING:
-    from ..llm.gateway import Gateway
-    from ..llm.types import Backend
     from ..search.config import SearchConfig
     from ..search.context import SearchContext
     from ..search.result import SearchResult
+    from ..tasks.base import Task
 
 
 def _pricing(spec: str) -> Any:
@@ -92,16 +83,16 @@ class RunSession:
 
     mode: str  # "record" | "resume" | "replay"
     store: BlockStore
-    store_path: str
+    store_path: str | None
     recorder: RunRecorder
     manifest: Manifest
+    #: resume, replay: builds the backend serving the record, over the live backend (resume) or none.
+    make_replay: Callable[[Backend | None], ReplayBackend] | None = None
     replay: ReplayBackend | None = None
     #: replay: the graph the run ended with, and the store holding it.
     expected_graph: CID | None = None
     source_store: BlockStore | None = None
-    #: Where resume / replay print what they did (stdout for a text replay verdict).
-    json_output: bool = False
-    owns_store: bool = True
+    owns_store: bool = False
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -114,11 +105,16 @@ class RunSession:
         """Event sinks to add to the search."""
         return [self.recorder]
 
+    @property
+    def needs_live_model(self) -> bool:
+        """Whether calls may go to a live model (not for a replay)."""
+        return self.mode != "replay"
+
     def on_context(self, ctx: SearchContext) -> None:
         """search(..., on_context=...): the recorder reads the graph through the context."""
         self.recorder.on_context(ctx)
 
-    def check(self, task: Any, config: SearchConfig) -> None:
+    def check(self, task: Task[Any], config: SearchConfig) -> None:
         """Note where the search about to run differs from the recorded one (explains divergence)."""
         if self.mode == "record":
             return
@@ -129,45 +125,42 @@ class RunSession:
         if self.manifest.prompt_hashes and prompt_hashes(task) != self.manifest.prompt_hashes:
             self.notes.append("the task's prompt templates changed since the run")
 
-    def model(self, spec: str, progress: Callable[[str], None] | None = None) -> str | Backend:
-        """What make_gateway gets: the spec when recording, the replay backend otherwise."""
+    def wrap(self, live: Backend | None) -> Backend:
+        """The backend chain below the gateway: recorded answers first (resume, replay), recording on top."""
         if self.mode == "record":
-            return spec
-        assert self.replay is not None
-        if self.mode == "resume":
-            from ..llm.registry import make_backend
+            assert live is not None
+            self.manifest.backend = live.name
+            self.manifest.max_concurrency = live.max_concurrency
+            self.manifest.supports_batch = bool(getattr(live, "supports_batch", False))
+            return self.recorder.wrap(live)
+        assert self.make_replay is not None
+        self.replay = self.make_replay(live if self.mode == "resume" else None)
+        return self.recorder.wrap(self.replay)
 
-            # Built now, so a missing key or a bad spec stops the resume before anything runs.
-            live = make_backend(spec, pricing=self.replay.pricing, progress=progress)
-            self.replay._make_live = lambda: live
-            self.replay._live = live
-        return self.replay
+    @property
+    def retry_delays(self) -> bool:
+        """False for a replay: recorded transient errors are retried as before, without waiting for nothing."""
+        return self.mode != "replay"
 
-    def attach(self, gateway: Gateway) -> None:
-        """Record through the gateway; the manifest learns the backend's identity."""
-        backend = gateway.backend
-        if self.mode == "record":
-            self.manifest.backend = backend.name
-            self.manifest.max_concurrency = backend.max_concurrency
-            self.manifest.supports_batch = bool(getattr(backend, "supports_batch", False))
-        if self.mode == "replay":
-            # Recorded transient errors are retried as before, without waiting for nothing.
-            gateway.retry = replace(gateway.retry, base_delay_s=0.0, max_delay_s=0.0)
-        self.recorder.attach(gateway)
-
-    def finish(self, result: SearchResult, code: int = 0) -> int:
-        """Write the final head; resume and replay report what they did. Returns the exit code."""
+    def finish(self, result: SearchResult) -> None:
+        """Write the final head and put the run's id, store and graph CID on the result."""
         try:
             self.recorder.finish(result)
-            if self.mode == "resume":
-                assert self.replay is not None
-                print(f"loom: run {self.run_id} resumed: {self.replay.replayed} recorded calls served from the "
-                      f"store, {self.replay.live_calls} new model calls", file=sys.stderr)
-            elif self.mode == "replay":
-                return self._verdict(code)
-            return code
+            result.graph_cid = str(self.recorder.graph_cid)
+            if self.mode != "replay":
+                result.run_id, result.store = self.run_id, self.store_path
         finally:
             self.close()
+
+    @property
+    def replayed(self) -> int:
+        """Recorded exchanges served from the store (resume, replay)."""
+        return self.replay.replayed if self.replay is not None else 0
+
+    @property
+    def live_calls(self) -> int:
+        """Calls that went to the live model after the record was used up (resume)."""
+        return self.replay.live_calls if self.replay is not None else 0
 
     def verdict(self) -> ReplayVerdict:
         """replay: how the replayed graph compares with the recorded one."""
@@ -175,16 +168,11 @@ class RunSession:
         got = self.recorder.graph_cid
         assert got is not None
         return ReplayVerdict(
-            run_id=self.run_id, expected=self.expected_graph, got=got, nodes=len(self.recorder._nodes.items),
+            run_id=self.run_id, expected=self.expected_graph, got=got, nodes=self.recorder.node_count,
             replayed=self.replay.replayed, model_calls=self.replay.live_calls,
             divergence=compare_graphs(self.source_store, self.expected_graph, self.recorder.store, got),
             off_record=self.replay.divergence, notes=tuple(self.notes),
         )
-
-    def _verdict(self, code: int) -> int:
-        verdict = self.verdict()
-        print(verdict, file=sys.stderr if self.json_output else sys.stdout)
-        return code if verdict.identical else 1
 
     def abort(self) -> None:
         """The search ended with an exception: an interrupted head if anything was stored."""
@@ -200,35 +188,72 @@ class RunSession:
             self.store.close()
 
 
-def record_session(store: BlockStore, store_path: str, manifest: Manifest, *, announce: bool = True,
-                   owns_store: bool = True) -> RunSession:
-    """A new run; `announce` prints `run <id> stored in <path>` on stderr when it is first stored."""
-    def started(run_id: str) -> None:
-        if announce:
-            print(f"loom: run {run_id} stored in {store_path}", file=sys.stderr, flush=True)
+def open_block_store(store: Any) -> tuple[BlockStore, str | None, bool]:
+    """A spec's store: a BlockStore as given (the caller closes it), or a SQLite file path opened here."""
+    if isinstance(store, (str, os.PathLike)):
+        from ..store.sqlite import SQLiteStore
 
-    recorder = RunRecorder(store, manifest, on_start=started)
-    return RunSession("record", store, store_path, recorder, manifest, owns_store=owns_store)
+        opened = SQLiteStore(store)
+        return opened, str(opened.path), True
+    path = getattr(store, "path", None)
+    return store, (str(path) if path is not None else None), False
+
+
+def record_session(spec: RunSpec, task: Task[Any], *, on_start: Callable[[str], None] | None = None) -> RunSession:
+    """A new run of `spec` in `spec.store`; `on_start(run_id)` is called once its first state is stored."""
+    store, path, owns = open_block_store(spec.store)
+    version, commit = code_version()
+    manifest = Manifest(
+        run_id=spec.run_id or new_run_id(), model=spec.model_name, backend=spec.model_name, max_concurrency=1,
+        supports_batch=False, task=spec.task_name, problem=spec.problem, config=spec.config.to_dict(),
+        budget=asdict(spec.budget), task_options=plain_options(spec.task_options), profile=spec.profile,
+        seed=spec.config.seed, version=version, commit=commit, prompt_hashes=prompt_hashes(task),
+        spec=spec.to_dict(),
+    )
+    recorder = RunRecorder(store, manifest, on_start=on_start)
+    return RunSession("record", store, path, recorder, manifest, owns_store=owns)
+
+
+def spec_of(manifest: Manifest) -> RunSpec:
+    """The spec a stored run was made with (runs stored with `loom solve`'s options before specs: rebuilt from them)."""
+    if manifest.spec is not None:
+        return RunSpec.from_dict(manifest.spec)
+    if manifest.cli is not None:
+        from .options import spec_from_options
+
+        return spec_from_options(manifest.cli)
+    raise RunError(f"run {manifest.run_id} keeps neither its spec nor its options; it can be shown and exported "
+                   "but not resumed or replayed")
 
 
 def _replay_backend(store: BlockStore, manifest: Manifest, head: dict[str, Any], calls_cid: CID,
-                    **kwargs: Any) -> ReplayBackend:
-    return ReplayBackend(
-        load_calls(store, calls_cid), name=manifest.backend, max_concurrency=max(1, manifest.max_concurrency),
-        supports_batch=manifest.supports_batch, pricing=_pricing(manifest.model), counts=load_counts(store, head),
-        **kwargs,
-    )
+                    **kwargs: Any) -> Callable[[Backend | None], ReplayBackend]:
+    """Read the record now (a damaged one fails before anything runs); build the backend when the run is."""
+    calls, counts = load_calls(store, calls_cid), load_counts(store, head)
+
+    def make(live: Backend | None) -> ReplayBackend:
+        return ReplayBackend(
+            calls, name=manifest.backend, max_concurrency=max(1, manifest.max_concurrency),
+            supports_batch=manifest.supports_batch, pricing=_pricing(manifest.model), counts=counts, live=live,
+            **kwargs,
+        )
+
+    return make
 
 
-def resume_session(store: BlockStore, store_path: str, run: StoredRun, *, json_output: bool = False) -> RunSession:
-    """Continue a killed or interrupted run: recorded exchanges first, then the live model."""
-    backend = _replay_backend(store, run.manifest, run.head, run.calls_cid, live=lambda: None)  # set in model()
+def resume_session(store: BlockStore, store_path: str | None, run: StoredRun) -> tuple[RunSpec, RunSession]:
+    """Continue a killed or interrupted run: its spec, and a session serving its recorded exchanges first."""
+    if run.status == "finished":
+        reason = (run.result or {}).get("termination_reason", "?")
+        raise RunError(f"run {run.run_id} is finished (stopped: {reason}); nothing to resume")
+    spec = spec_of(run.manifest)
+    make = _replay_backend(store, run.manifest, run.head, run.calls_cid)
     recorder = RunRecorder(store, run.manifest, prev=run.head_cid, seq=int(run.head["seq"]) + 1, started=True)
-    return RunSession("resume", store, store_path, recorder, run.manifest, replay=backend, json_output=json_output)
+    return spec, RunSession("resume", store, store_path, recorder, run.manifest, make_replay=make)
 
 
-def replay_session(store: BlockStore, store_path: str, manifest: Manifest, head_cid: CID, *,
-                   json_output: bool = False) -> RunSession:
+def replay_session(store: BlockStore, store_path: str | None, manifest: Manifest,
+                   head_cid: CID) -> tuple[RunSpec, RunSession]:
     """Re-run a finished run from its recorded exchanges only, to compare the graph it builds."""
     from ..store.car import walk
 
@@ -240,63 +265,23 @@ def replay_session(store: BlockStore, store_path: str, manifest: Manifest, head_
     for _ in walk(store, [expected]):
         pass
     reason = (head.get("result") or {}).get("termination_reason")
-    backend = _replay_backend(store, manifest, head, calls_cid,
-                              after_recording="wall_s" if reason == "budget_wall_s" else None)
+    make = _replay_backend(store, manifest, head, calls_cid,
+                           after_recording="wall_s" if reason == "budget_wall_s" else None)
+    spec = spec_of(manifest)
+    # The wall clock's stop is replayed from the record, not measured again.
+    spec = replace(spec, budget=replace(spec.budget, wall_s=None), store=None, run_id=manifest.run_id)
     recorder = RunRecorder(MemoryStore(), replace(manifest), started=True)
-    return RunSession("replay", store, store_path, recorder, manifest, replay=backend, expected_graph=expected,
-                      source_store=store, json_output=json_output)
+    return spec, RunSession("replay", store, store_path, recorder, manifest, make_replay=make,
+                            expected_graph=expected, source_store=store)
 
 
-def api_session(store: Any, *, run_id: str | None, model: Any, task: Any, problem: str, config: SearchConfig,
-                budget: Any) -> RunSession:
-    """asolve(store=...): record a run made through the Python API (a store object or a file path)."""
-    from dataclasses import asdict
-
-    from ..store.manifest import code_version
-    from ..store.runs import new_run_id
-    from ..store.sqlite import SQLiteStore
-
-    owns = isinstance(store, (str, os.PathLike))
-    opened: BlockStore = SQLiteStore(store) if owns else store
-    name = model if isinstance(model, str) else model.name
-    version, commit = code_version()
-    manifest = Manifest(
-        run_id=run_id or new_run_id(), model=name, backend=name, max_concurrency=1, supports_batch=False,
-        task=task.name, problem=problem, config=config.to_dict(), budget=asdict(budget) if budget else {},
-        seed=config.seed, version=version, commit=commit, prompt_hashes=prompt_hashes(task),
-    )
-    return record_session(opened, str(getattr(opened, "path", "memory")), manifest, announce=False, owns_store=owns)
-
-
-async def areplay(store: BlockStore, run: str, *, task: Any = None, config: SearchConfig | None = None,
-                  controller: Any = None) -> tuple[SearchResult, ReplayVerdict]:
-    """Replay a finished run in this process from its structured manifest (no `loom solve` options).
-
-    The search is rebuilt from the manifest's task name, config and budget; pass `task`, `config`
-    or `controller` when the run used ones a name cannot rebuild (or to see how a change diverges).
-    """
-    from ..api import make_gateway
-    from ..llm.budget import BudgetLimits
-    from ..search.config import SearchConfig
-    from ..search.engine import search
-    from ..tasks.registry import get_task
-
+def open_replay(store: BlockStore, run: str) -> tuple[RunSpec, RunSession]:
+    """A finished run by id or prefix, ready to replay."""
     stored = open_run(store, run)
     if stored.status != "finished":
-        raise RunError(f"run {stored.run_id} is not finished ({stored.status})")
-    session = replay_session(store, "", stored.manifest, stored.head_cid)
-    session.owns_store = False
-    m = stored.manifest
-    task_obj = task if task is not None else get_task(m.task)
-    cfg = config if config is not None else SearchConfig(**m.config)
-    limits = BudgetLimits(**{**m.budget, "wall_s": None}) if m.budget else None
-    session.check(task_obj, cfg)
-    gateway = make_gateway(session.model(m.model), limits, concurrency=cfg.concurrency)
-    session.attach(gateway)
-    try:
-        result = await search(task_obj, m.problem, gateway, cfg, sinks=session.sinks, controller=controller,
-                              on_context=session.on_context)
-    finally:
-        await gateway.aclose()
-    session.recorder.finish(result)
-    return result, session.verdict()
+        raise RunError(f"run {stored.run_id} is not finished ({stored.status}); 'loom resume {stored.run_id}' first")
+    return replay_session(store, None, stored.manifest, stored.head_cid)
+
+
+__all__ = ["ReplayVerdict", "RunSession", "SpecError", "open_block_store", "open_replay", "record_session",
+           "replay_session", "resume_session", "spec_of"]

@@ -1,4 +1,4 @@
-"""Typed search configuration (seed 001's parameters plus the engine's circuit breakers)."""
+"""Typed search configuration (the search's parameters plus the engine's circuit breakers)."""
 
 from __future__ import annotations
 

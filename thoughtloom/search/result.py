@@ -101,6 +101,10 @@ class SearchResult:
     control: dict[str, Any] | None = None
     #: What grounding found, by node id (empty when no grounder ran).
     grounding: dict[int, GroundingResult] = field(default_factory=dict)
+    #: The stored run's id, the store holding it and its graph's CID, when the run was recorded.
+    run_id: str | None = None
+    store: str | None = None
+    graph_cid: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """Plain data for JSON output."""
@@ -119,6 +123,8 @@ class SearchResult:
             "usage": self.usage.to_dict(),
             "stats": self.stats.to_dict(),
             "config": self.config,
+            **({"run_id": self.run_id, "store": self.store, "graph_cid": self.graph_cid}
+               if self.run_id is not None else {}),
             **({"control": self.control} if self.control is not None else {}),
             **({"grounding": [{"node": n, **r.to_dict()} for n, r in self.grounding.items()]}
                if self.grounding else {}),

@@ -5,9 +5,10 @@ concurrency and batching), the task (name, options, problem text), the SearchCon
 limits, the controller profile, the seed, the code (thoughtloom version and git commit when the
 package runs from a checkout), and sha256 hashes of the task's prompt templates: the source of
 every thoughtloom.tasks module in the task class's MRO, so a replay can say "the prompts changed
-since the run" when it diverges. Runs made by `loom solve` also keep the command's parsed options
-(`cli`), so `loom resume` and `loom replay` rebuild the identical search (controller policy,
-grounders, task options) through the same code path as `loom solve`.
+since the run" when it diverges. It keeps the run's whole spec (`spec`: task and options, model,
+search config, budget, profile, controller settings and automatic answers, grounding), so resume
+and replay rebuild the identical search however it was started; runs stored before that keep
+`loom solve`'s parsed options (`cli`) instead, which rebuild the same spec.
 
 The block form is written once when a run starts and again (with `calls` set) when it finishes;
 heads link the current one. The JSON file form (`loom export RUN --manifest FILE`) adds the CIDs
@@ -54,7 +55,9 @@ class Manifest:
     commit: str | None = None
     prompt_hashes: dict[str, str] = field(default_factory=dict)
     created_at: float = field(default_factory=time.time)
-    #: `loom solve`'s parsed options (None for runs made through the Python API).
+    #: The run's spec (thoughtloom.run.spec.RunSpec.to_dict): how resume and replay rebuild it.
+    spec: dict[str, Any] | None = None
+    #: Runs stored before specs were: `loom solve`'s parsed options (None for Python API runs).
     cli: dict[str, Any] | None = None
     #: CID of the recorded-calls list (set in the manifest written when the run finishes).
     calls: str | None = None

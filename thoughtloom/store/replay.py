@@ -13,8 +13,8 @@ order completions are processed: exchange `rank` r is answered only when
    came over the network long after the microseconds of work the previous one caused.
 
 A request that matches nothing raises ModelError("replay diverged: ...") (a pure replay), or,
-for resume, waits until every recorded exchange has been answered and goes to the live backend,
-which is built only then (`live_calls` counts those; a replay's is always 0). Recorded errors are
+for resume, waits until every recorded exchange has been answered and goes to the live backend
+(`live_calls` counts those; a replay's is always 0). Recorded errors are
 raised again: model errors as ModelError, transient ones as TransientModelError (the gateway
 retries them; the replay gateway without delay), wall-clock cut-offs as the gateway's own cut-off.
 A run that stopped on its wall-clock budget is replayed without that limit; once its recorded
@@ -33,12 +33,13 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from ..llm.errors import BudgetExceeded, ModelError, TransientModelError
 from ..llm.types import Backend, Completion, GenerateRequest, Prompt
+from ..llm.wrapper import BackendWrapper
 from .blocks import CID
 from .runs import RecordedCall, load_graph, prompt_digest, read_text, request_key
 from .store import BlockStore, get_obj
@@ -57,8 +58,35 @@ def _cut_off(message: str) -> Exception:
     return _CutOff("wall_s", message)
 
 
-class ReplayBackend:
-    """A Backend answering from recorded exchanges, in their recorded order (see module docstring)."""
+class OfflineBackend:
+    """What a pure replay wraps: the recorded backend's identity, and no model behind it."""
+
+    def __init__(self, name: str, max_concurrency: int) -> None:
+        self.name = name
+        self.max_concurrency = max_concurrency
+
+    async def generate(self, request: GenerateRequest) -> Completion:
+        """Never reached: a replay answers only from the record."""
+        raise ModelError("replay has no live model")
+
+    async def generate_batch(self, requests: Sequence[GenerateRequest]) -> list[Completion]:
+        """Never reached: a replay answers only from the record."""
+        raise ModelError("replay has no live model")
+
+    def count_tokens(self, prompt: Prompt) -> int | None:
+        """Unknown: the record's counts are all a replay has."""
+        return None
+
+    async def aclose(self) -> None:
+        """Nothing to release."""
+
+
+class ReplayBackend(BackendWrapper):
+    """A Backend answering from recorded exchanges, in their recorded order (see module docstring).
+
+    It wraps the live backend when resuming (`live`), else an OfflineBackend; the recorded
+    identity (name, concurrency, batching, pricing) is what the gateway sees either way.
+    """
 
     def __init__(
         self,
@@ -69,10 +97,12 @@ class ReplayBackend:
         supports_batch: bool = False,
         pricing: Any = None,
         counts: dict[str, int] | None = None,
-        live: Callable[[], Backend] | None = None,
+        live: Backend | None = None,
         after_recording: str | None = None,
         stall_s: float = STALL_S,
     ) -> None:
+        super().__init__(live if live is not None else OfflineBackend(name, max_concurrency))
+        self.resuming = live is not None
         self.name = name
         self.max_concurrency = max_concurrency
         self.supports_batch = supports_batch
@@ -80,8 +110,6 @@ class ReplayBackend:
         self.counts = dict(counts or {})
         self.stall_s = stall_s
         self.after_recording = after_recording
-        self._make_live = live
-        self._live: Backend | None = None
         self._order = sorted(calls, key=lambda c: c.rank)
         self._position = {id(c): i for i, c in enumerate(self._order)}
         self._queues: dict[tuple[Any, ...], deque[RecordedCall]] = {}
@@ -146,7 +174,7 @@ class ReplayBackend:
                 await self._settle()
                 break
             if not await self._wait_change():
-                if self._make_live is not None:  # resume: stop holding calls back, carry on
+                if self.resuming:  # resume: stop holding calls back, carry on
                     self._abandoned = True
                     break
                 waiting = self._order[self._next] if self._next < len(self._order) else None
@@ -173,7 +201,7 @@ class ReplayBackend:
 
     async def _off_record(self, request: GenerateRequest) -> None:
         """A request the record does not hold: diverge, refuse as the wall clock did, or wait for live."""
-        if self._make_live is None:
+        if not self.resuming:
             if self.after_recording == "wall_s" and self._next >= len(self._order):
                 raise BudgetExceeded("wall_s", "wall-clock budget is used up")
             self._diverged(f"replay diverged: the search asked for a call that was not recorded "
@@ -182,12 +210,6 @@ class ReplayBackend:
             if not await self._wait_change():
                 self._abandoned = True
         self.live_calls += 1
-
-    def _live_backend(self) -> Backend:
-        if self._live is None:
-            assert self._make_live is not None
-            self._live = self._make_live()
-        return self._live
 
     # --- the Backend protocol -------------------------------------------------------------------
 
@@ -198,7 +220,7 @@ class ReplayBackend:
         call = self._take(request)
         if call is None:
             await self._off_record(request)
-            return await self._live_backend().generate(request)
+            return await self.inner.generate(request)
         await self._turn(call, 1)
         return self._answer(call)
 
@@ -208,11 +230,11 @@ class ReplayBackend:
         self._poke()
         calls = [self._take(r) for r in requests]
         if any(c is None for c in calls):
-            if self._make_live is None or any(c is not None for c in calls):
+            if not self.resuming or any(c is not None for c in calls):
                 self._diverged("replay diverged: the search asked for a batch that was not recorded")
             await self._off_record(requests[0])
             self.live_calls += len(requests) - 1
-            return await self._live_backend().generate_batch(requests)  # type: ignore[attr-defined]
+            return await self.inner.generate_batch(requests)  # type: ignore[attr-defined]
         first = min(calls, key=lambda c: c.rank)  # type: ignore[union-attr]
         await self._turn(first, len(calls))  # type: ignore[arg-type]
         return [self._answer(c) for c in calls]  # type: ignore[arg-type]
@@ -220,14 +242,13 @@ class ReplayBackend:
     def count_tokens(self, prompt: Prompt) -> int | None:
         """The count the original backend gave for this prompt (the live one's when resuming)."""
         tokens = self.counts.get(prompt_digest(prompt)) if self.counts else None
-        if tokens is None and self._make_live is not None:
-            return self._live_backend().count_tokens(prompt)
+        if tokens is None and self.resuming:
+            return self.inner.count_tokens(prompt)
         return tokens
 
     async def aclose(self) -> None:
-        """Close the live backend if one was built."""
-        if self._live is not None:
-            await self._live.aclose()
+        """Close the live backend (resuming)."""
+        await self.inner.aclose()
 
 
 def _tail(prompt: Prompt, size: int = 60) -> str:

@@ -43,7 +43,7 @@ result summary. Cost: about 2-3 ms and 20 KB per answered call for a 1,000-node 
 disk (benchmarks/engine_overhead.py's tree, zero-latency model); nothing without a recorder.
 
 The recorder sees the backend through RecordingBackend, a proxy the gateway calls instead of the
-real backend; it sees the graph through the SearchContext (search(..., on_context=...)) and the
+real backend (composed below the gateway when the run is built); it sees the graph through the SearchContext (search(..., on_context=...)) and the
 creation-time parents and merges through the event stream. A search without a recorder runs
 exactly as before. It leaves Gateway.listener (the engine's BudgetSpent feed) alone: replay needs
 what the backend itself saw (the sub-request left after cache hits, max_tokens as the budget shrank
@@ -68,6 +68,7 @@ from typing import TYPE_CHECKING, Any
 from ..graph import EdgeKind, NodeKind, NodeStatus, ThoughtGraph
 from ..llm.errors import BudgetExceeded, ModelError, TransientModelError
 from ..llm.types import Backend, Completion, GenerateRequest, Message, Prompt, Usage
+from ..llm.wrapper import BackendWrapper
 from ..search.events import DuplicateMerged, Event, NodeAdded
 from ..search.stop import StopReason
 from .blocks import CID, Link, encode, link, raw
@@ -75,7 +76,6 @@ from .manifest import Manifest
 from .store import BlockStore, get_obj
 
 if TYPE_CHECKING:
-    from ..llm.gateway import Gateway
     from ..search.context import SearchContext
     from ..search.result import SearchResult
 
@@ -318,7 +318,6 @@ class RunRecorder:
         self._on_start = on_start
         self._manifest_link: Link | None = None
         self._ctx: SearchContext | None = None
-        self._gateway: Gateway | None = None
         self._created: dict[int, tuple[int, ...]] = {}
         self._merged: set[int] = set()
         self._dirty: set[int] = set()
@@ -353,10 +352,14 @@ class RunRecorder:
         """Read access to the search's graph (search(..., on_context=recorder.on_context))."""
         self._ctx = ctx
 
-    def attach(self, gateway: Gateway) -> None:
-        """Put the recording proxy between the gateway and its backend."""
-        self._gateway = gateway
-        gateway.backend = RecordingBackend(gateway.backend, self)
+    @property
+    def node_count(self) -> int:
+        """Nodes recorded so far."""
+        return len(self._nodes.items)
+
+    def wrap(self, backend: Backend) -> RecordingBackend:
+        """The recording proxy to put between the gateway and `backend`."""
+        return RecordingBackend(backend, self)
 
     # --- what the proxy reports -----------------------------------------------------------------
 
@@ -397,8 +400,7 @@ class RunRecorder:
 
     def _cut_off(self) -> bool:
         """Whether a cancelled call was ended by the wall-clock budget (rather than an interrupt)."""
-        gateway = self._gateway
-        left = gateway.budget.wall_left() if gateway is not None else None
+        left = self._ctx.gateway.budget.wall_left() if self._ctx is not None else None
         return left is not None and left <= 0
 
     # --- flushing -------------------------------------------------------------------------------
@@ -512,16 +514,12 @@ def summarize(result: SearchResult) -> dict[str, Any]:
     })
 
 
-class RecordingBackend:
+class RecordingBackend(BackendWrapper):
     """The backend as the gateway sees it while recording: forwards everything, records exchanges."""
 
     def __init__(self, inner: Backend, recorder: RunRecorder) -> None:
-        self.inner = inner
+        super().__init__(inner)
         self.recorder = recorder
-        self.name = inner.name
-        self.max_concurrency = inner.max_concurrency
-        self.supports_batch = bool(getattr(inner, "supports_batch", False))
-        self.pricing = getattr(inner, "pricing", None)
 
     def count_tokens(self, prompt: Prompt) -> int | None:
         """The inner backend's count, remembered so a replay reserves exactly the same."""
@@ -575,10 +573,6 @@ class RecordingBackend:
             rec._exchange(s, r, c, None, t0, len(requests))
         rec.flush()
         return completions
-
-    async def aclose(self) -> None:
-        """Close the inner backend."""
-        await self.inner.aclose()
 
 
 # --- readers --------------------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""A general task for any free-text question: generator, evaluator and synthesizer prompts (seed 001).
+"""A general task for any free-text question: generator, evaluator and synthesizer prompts.
 
 Each prompt has a chat form for instruction-tuned models and a completion form for base models
 (the embedded one), which only continue text patterns.

@@ -1,4 +1,4 @@
-"""The reasoning graph as a Mermaid flowchart: scores on nodes, best path highlighted (seed 001 §6.3)."""
+"""The reasoning graph as a Mermaid flowchart: scores on nodes, best path highlighted."""
 
 from __future__ import annotations
 

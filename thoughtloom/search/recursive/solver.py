@@ -4,7 +4,7 @@ solve(goal) ranks the goal's plans (the task's, the model's, and solving directl
 `beam` of them (the frontier width w), and tries them in order: a decomposition solves its children
 (concurrently when independent, in order for a chain), gates on their typed outputs, recomposes,
 verifies, and on failure follows its contract's failure policy (retry, replan, backtrack to the
-next alternative). Every node carries the seed's schema in node.extra["recursion"].
+next alternative). Every node carries its recursion record in node.extra["recursion"].
 """
 
 from __future__ import annotations

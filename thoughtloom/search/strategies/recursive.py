@@ -1,4 +1,4 @@
-"""recursive (ToT-Gen, seed 002): search over decompositions of the problem, with recomposition contracts."""
+"""recursive: search over decompositions of the problem, with recomposition contracts."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Recomposition contracts (seed 002 §4): what each child must return, how to merge, verify and recover."""
+"""Recomposition contracts: what each child must return, how to merge, verify and recover."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Any
 
 #: Output types a child spec may require; each has an exact check and a parser from model text.
 SPEC_TYPES: tuple[str, ...] = ("text", "integer", "number", "boolean", "list[integer]", "list[text]", "object[integer]")
-#: Most retries / replans / backtracks one contract may ask for: the seed's cost blow-up control.
+#: Most retries / replans / backtracks one contract may ask for: so a failing plan cannot multiply its cost.
 MAX_POLICY_COUNT = 5
 
 

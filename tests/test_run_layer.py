@@ -1,0 +1,219 @@
+"""The run layer: one way to resolve a run's settings and one way to build it, from every entry point."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from openai_server import FakeOpenAIServer
+from test_cli import game24_server_reply, loom
+
+from thoughtloom import solve
+from thoughtloom.api import asolve
+from thoughtloom.control.controller import ControlSettings
+from thoughtloom.control.profiles import get_profile
+from thoughtloom.llm.fake import ScriptedBackend
+from thoughtloom.llm.limits import LimitedBackend, SharedSlots
+from thoughtloom.llm.wrapper import BackendWrapper
+from thoughtloom.run.options import spec_from_options
+from thoughtloom.run.spec import RunSpec, SpecError, resolve
+from thoughtloom.search.stop import StopReason
+from thoughtloom.store.runs import RecordingBackend
+
+PUZZLE = "4 5 6 10"
+
+
+@pytest.fixture
+def game24_model(server: FakeOpenAIServer) -> str:
+    """A model spec pointing at the scripted game24 server."""
+    server.responder = game24_server_reply
+    return f"openai-compatible:{server.url}@scripted#completions"
+
+
+# --- resolving: task defaults, then the profile, then explicit settings --------------------------
+
+
+def test_the_tasks_defaults_apply_when_nothing_else_is_said() -> None:
+    spec = resolve(PUZZLE, task="game24")
+    assert (spec.config.breadth, spec.config.beam, spec.config.max_depth) == (5, 5, 3)
+
+
+def test_the_profile_overrides_the_task_defaults_and_sets_the_hard_depth() -> None:
+    spec = resolve(PUZZLE, task="game24", profile="code_generation")
+    profile = get_profile("code_generation")
+    assert spec.config.beam == profile.search["beam"]
+    assert spec.config.max_depth == profile.hard_depth
+    assert spec.control is not None and spec.control.acceptable_threshold == profile.acceptable_threshold
+    assert spec.grounding == profile.grounding
+
+
+def test_explicit_settings_override_the_profile() -> None:
+    spec = resolve(PUZZLE, task="game24", profile="code_generation", search={"beam": 2, "max_depth": 4},
+                   control={"acceptable_threshold": 0.6}, grounding={"boost": 1.5})
+    assert (spec.config.beam, spec.config.max_depth) == (2, 4)
+    assert spec.control is not None and spec.control.acceptable_threshold == 0.6
+    assert spec.grounding.boost == 1.5
+
+
+def test_the_profile_names_the_task_when_none_is_given() -> None:
+    assert resolve("write slugify", profile="code_generation").task_name == "code"
+
+
+def test_an_empty_task_name_is_an_error_not_the_general_task() -> None:
+    with pytest.raises(SpecError, match="empty task name"):
+        resolve("hi", task="")
+
+
+def test_control_false_is_a_plain_search() -> None:
+    assert resolve(PUZZLE, task="game24", control=False).control is None
+
+
+def test_cli_options_and_python_arguments_resolve_to_the_same_spec() -> None:
+    from_cli = spec_from_options({"task": "game24", "problem": PUZZLE, "profile": "strategic_planning", "beam": 2,
+                                  "seed": 7, "acceptable": 0.6, "budget_tokens": 5000, "model": "local"})
+    from_python = resolve(PUZZLE, task="game24", profile="strategic_planning", search={"beam": 2, "seed": 7},
+                          control={"acceptable_threshold": 0.6}, budget=from_cli.budget)
+    assert from_cli.to_dict() == from_python.to_dict()
+
+
+def test_a_spec_survives_its_stored_form() -> None:
+    spec = resolve(PUZZLE, task="game24", profile="design", search={"seed": 3}, grounding={"boost": 1.3})
+    assert RunSpec.from_dict(json.loads(json.dumps(spec.to_dict()))).to_dict() == spec.to_dict()
+
+
+# --- backend wrappers ------------------------------------------------------------------------------
+
+
+def test_a_wrapper_forwards_every_attribute_it_does_not_override() -> None:
+    inner = ScriptedBackend()
+    inner.eager_safe = True  # type: ignore[attr-defined]
+    inner.pricing = "price list"  # type: ignore[attr-defined]
+    inner.something_new = 42  # type: ignore[attr-defined]
+    for wrapper in (BackendWrapper(inner), LimitedBackend(inner, SharedSlots(2))):
+        assert wrapper.name == inner.name
+        assert wrapper.eager_safe is True
+        assert wrapper.pricing == "price list"
+        assert wrapper.something_new == 42
+    assert LimitedBackend(inner, SharedSlots(1)).max_concurrency == 1  # what the limit changes, it overrides
+
+
+def test_the_recording_wrapper_is_a_backend_wrapper() -> None:
+    assert issubclass(RecordingBackend, BackendWrapper)
+
+
+# --- one search from every entry point -------------------------------------------------------------
+
+
+def _graph_cid(store: Path, run_id: str) -> str:
+    proc = loom("show", run_id, "--store", str(store), "--json")
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)["graph"]
+
+
+def test_the_same_spec_gives_the_same_graph_from_python_the_cli_the_bench_and_replay(
+        game24_model: str, tmp_path: Path) -> None:
+    store = tmp_path / "runs.db"
+    common = ["--task", "game24", "--model", game24_model, "--seed", "5", "--concurrency", "1",
+              "--budget-tokens", "4000"]
+    cli = loom("solve", *common, "--store", str(store), "--json", "--quiet", PUZZLE)
+    assert cli.returncode == 0, cli.stderr
+    cli_out = json.loads(cli.stdout)
+    assert cli_out["run_id"] and cli_out["store"] == str(store)  # a script goes from --json to `loom export`
+    from thoughtloom.llm.budget import BudgetLimits
+
+    py = solve(PUZZLE, task="game24", model=game24_model, seed=5, concurrency=1,
+               budget=BudgetLimits(tokens=4000), store=str(store))
+    data = tmp_path / "data"
+    (data / "game24").mkdir(parents=True)
+    (data / "game24" / "24_dev.csv").write_text(f"Rank,Puzzles\n1,{PUZZLE}\n", encoding="utf-8")
+    bench = loom("bench", "--tasks", "game24", "--lanes", "tot", "--model", game24_model, "--data-dir", str(data),
+                 "--limit", "1", "--seed", "5", "--budget-tokens", "4000", "--param", "tot.concurrency=1",
+                 "--store", str(store), "--out", str(tmp_path / "bench"), "--no-plot", "--quiet")
+    assert bench.returncode == 0, bench.stderr
+    record = json.loads((tmp_path / "bench" / "results.jsonl").read_text().splitlines()[0])
+    replay = loom("replay", cli_out["run_id"], "--store", str(store))
+    assert replay.returncode == 0, replay.stdout + replay.stderr
+    graphs = {cli_out["graph_cid"], py.graph_cid, record["graph"], _graph_cid(store, cli_out["run_id"])}
+    assert len(graphs) == 1, graphs
+    assert f"identical graph {cli_out['graph_cid']}" in replay.stdout
+
+
+# --- the Python API -------------------------------------------------------------------------------
+
+
+def test_asolve_applies_a_profile_exactly_as_the_cli_flag() -> None:
+    fake = ScriptedBackend(default="1 + 1 = 2 (left: 2)")
+    result = asyncio.run(asolve(PUZZLE, task="game24", model=fake, profile="strategic_planning", max_nodes=5))
+    profile = get_profile("strategic_planning")
+    assert result.config["beam"] == profile.search["beam"]
+    assert result.config["max_depth"] == profile.hard_depth
+    assert result.control is not None and result.control["profile"] == "strategic_planning"
+
+
+def test_solve_works_inside_a_running_event_loop() -> None:
+    fake = ScriptedBackend(default="1 + 1 = 2 (left: 2)")
+
+    async def notebook_cell() -> Any:
+        return solve(PUZZLE, task="game24", model=fake, max_nodes=5, controller=False)
+
+    result = asyncio.run(notebook_cell())
+    assert result.termination_reason in set(StopReason)
+
+
+def test_a_backend_object_passed_in_is_left_open_for_its_owner() -> None:
+    closed: list[bool] = []
+    fake = ScriptedBackend(default="1 + 1 = 2 (left: 2)")
+
+    async def aclose() -> None:
+        closed.append(True)
+
+    fake.aclose = aclose  # type: ignore[method-assign]
+    solve(PUZZLE, task="game24", model=fake, max_nodes=5)
+    assert closed == []
+
+
+def test_a_run_stored_from_python_resumes_and_replays_like_a_cli_run(game24_model: str, tmp_path: Path) -> None:
+    store = tmp_path / "runs.db"
+    result = solve(PUZZLE, task="game24", model=game24_model, seed=2, concurrency=1, store=str(store))
+    replay = loom("replay", str(result.run_id), "--store", str(store))
+    assert replay.returncode == 0, replay.stdout + replay.stderr
+    assert f"identical graph {result.graph_cid}" in replay.stdout
+
+
+# --- stored runs from before specs were stored ----------------------------------------------------
+
+FIXTURE = Path(__file__).parent / "fixtures" / "legacy_run.db"
+
+
+def test_a_run_stored_with_cli_options_before_specs_still_replays(tmp_path: Path) -> None:
+    store = tmp_path / "legacy.db"
+    store.write_bytes(FIXTURE.read_bytes())
+    runs = loom("runs", "--store", str(store), "--json")
+    assert runs.returncode == 0, runs.stderr
+    run_id = json.loads(runs.stdout.splitlines()[0])["id"]
+    replay = loom("replay", run_id, "--store", str(store))
+    assert replay.returncode == 0, replay.stdout + replay.stderr
+    assert "identical graph" in replay.stdout
+
+
+# --- the package's shape --------------------------------------------------------------------------
+
+
+def test_a_run_is_assembled_only_in_the_run_layer() -> None:
+    root = Path(__file__).parents[1] / "thoughtloom"
+    builders = []
+    for path in root.rglob("*.py"):
+        rel = path.relative_to(root).as_posix()
+        if rel.startswith("run/") or rel == "llm/gateway.py":
+            continue
+        text = path.read_text(encoding="utf-8")
+        if "Gateway(" in text.replace("class Gateway(", "") or "make_gateway(" in text.replace("def make_gateway(", ""):
+            builders.append(rel)
+    assert builders == []
+
+
+def test_control_settings_keep_their_defaults_in_a_spec() -> None:
+    assert resolve("hi").control == ControlSettings.from_profile(get_profile("default"))

@@ -1,0 +1,230 @@
+"""`loom solve`: its options, how a result is printed, and the command itself (through the run layer)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from typing import Any
+
+from .common import UsageError, positive_float, positive_int, unit_float
+
+DEFAULT_BUDGET_TOKENS = 20_000
+
+
+def add_solve_parser(sub: Any) -> None:
+    """Add `loom solve` and its options to loom's subparsers."""
+    s = sub.add_parser("solve", help="search for an answer to a problem", description="Search for an answer to PROBLEM.")
+    s.add_argument("problem", metavar="PROBLEM", nargs="?",
+                   help='the problem text, e.g. "4 5 6 10" for --task game24 (or --problem ID for a benchmark)')
+    s.add_argument("--task", help="task name (see 'loom tasks'); default: the profile's task, else general")
+    s.add_argument("--problem", dest="problem_id", metavar="ID", help="a benchmark problem by id, e.g. HumanEval/0")
+    s.add_argument(
+        "--model", default=os.environ.get("THOUGHTLOOM_MODEL", "local"),
+        help="model spec: local | local:PATH.gguf | openai:MODEL | openai-compatible:URL@MODEL | ollama:MODEL "
+        "(optional #chat or #completions); default: local (env THOUGHTLOOM_MODEL)",
+    )
+    s.add_argument("--strategy", choices=("bfs", "dfs", "best_first", "mcts", "got", "recursive"),
+                   help="search strategy (default: the task's, else bfs)")
+    s.add_argument("--breadth", type=positive_int("--breadth"), help="thoughts generated per expansion")
+    s.add_argument("--beam", type=positive_int("--beam"), help="thoughts kept per level (beam width)")
+    s.add_argument("--depth", type=positive_int("--depth"), help="maximum depth in steps")
+    s.add_argument("--generation", choices=("propose", "sample"), help="one propose call, or independent samples")
+    s.add_argument("--evaluation", choices=("value", "vote"), help="value each thought, or vote among siblings")
+    s.add_argument("--value-samples", type=positive_int("--value-samples"), help="samples per value call")
+    s.add_argument("--prune-threshold", type=unit_float("--prune-threshold"), help="prune thoughts scoring below this")
+    s.add_argument("--aggregation", choices=("sum", "product", "min", "mean"), help="path score aggregation")
+    s.add_argument("--iterations", type=positive_int("--iterations"), help="MCTS simulations")
+    s.add_argument("--max-nodes", type=positive_int("--max-nodes"), help="circuit breaker: most nodes in the graph")
+    s.add_argument("--concurrency", type=positive_int("--concurrency"), help="model calls in flight at once")
+    s.add_argument("--temperature", type=float, help="sampling temperature")
+    s.add_argument("--budget-tokens", type=positive_int("--budget-tokens"), default=DEFAULT_BUDGET_TOKENS,
+                   help=f"hard limit on input+output tokens (default {DEFAULT_BUDGET_TOKENS:,})")
+    s.add_argument("--budget-calls", type=positive_int("--budget-calls"), help="hard limit on model calls")
+    s.add_argument("--budget-usd", type=positive_float("--budget-usd"), help="hard limit in dollars (known prices only)")
+    s.add_argument("--budget-seconds", type=positive_float("--budget-seconds"), help="hard wall-clock limit")
+    s.add_argument("--seed", type=int, help="seed for reproducible sampling")
+    s.add_argument("--size", type=positive_int("--size"),
+                   help="sorting, set_intersection: instance size (32/64/128 for data IDs; sorting: alone, a generated list)")
+    c = s.add_argument_group("self-aware control (see 'loom profiles')")
+    c.add_argument("--profile", default="default", help="domain profile: thresholds and depth limits (default: default)")
+    c.add_argument("--acceptable", type=unit_float("--acceptable"), help="quality a user would accept")
+    c.add_argument("--goal", type=unit_float("--goal"), help="quality that counts as solved")
+    c.add_argument("--compromise", type=unit_float("--compromise"), help="lowest quality offered as a compromise")
+    c.add_argument("--soft-depth", type=positive_int("--soft-depth"), help="depth where progress is judged")
+    c.add_argument("--min-progress", type=unit_float("--min-progress"), metavar="X",
+                   help="quality gain per depth below which progress counts as slowing")
+    c.add_argument("--stagnation", type=positive_int("--stagnation"), metavar="N",
+                   help="depths without improvement that count as stagnation")
+    c.add_argument("--auto-approve-tokens", type=int, default=0, metavar="N",
+                   help="without a terminal: approve up to N more tokens in total (default 0: the budget is hard)")
+    c.add_argument("--accept-compromise-above", type=unit_float("--accept-compromise-above"), metavar="X",
+                   help="without a terminal: accept compromises of at least this quality (default: --compromise)")
+    c.add_argument("--auto-deeper", type=int, default=0, metavar="N",
+                   help="without a terminal: go up to N levels past the soft depth when asked (default 0)")
+    c.add_argument("--interactive", action=argparse.BooleanOptionalAction, default=None,
+                   help="ask at the terminal about budget, compromises and depth (default: when on a terminal)")
+    g = s.add_argument_group("grounding (testing thoughts against reality)")
+    g.add_argument("--tests", metavar="FILE", help="code: a file of asserts or test_ functions the program must pass")
+    g.add_argument("--data", metavar="PATH", help="humaneval, mbpp: the benchmark data file")
+    g.add_argument("--repo", metavar="DIR", help="debug: the repository with the failing test (never modified)")
+    g.add_argument("--failing-test", metavar="TEST", help="debug: the failing test, a pytest node id relative to --repo")
+    g.add_argument("--test-command", metavar="CMD", help='debug: how to run a test, e.g. "python -m pytest -q" (default)')
+    g.add_argument("--knowledge", metavar="DIR", help="check claims against the .md/.txt documents in DIR")
+    g.add_argument("--knowledge-index", metavar="FILE", help="keep the --knowledge search index in this SQLite file")
+    g.add_argument("--sandbox-timeout", type=positive_float("--sandbox-timeout"), metavar="S",
+                   help="wall-clock seconds per sandboxed run (default: 10 for code, 60 for debug)")
+    g.add_argument("--sandbox-memory", type=positive_int("--sandbox-memory"), metavar="MB",
+                   help="memory limit per sandboxed run (default 1024)")
+    g.add_argument("--grounding-penalty", type=unit_float("--grounding-penalty"), metavar="X",
+                   help="score multiplier for a thought that fails grounding (default: the profile's)")
+    g.add_argument("--grounding-boost", type=float, metavar="X",
+                   help="score multiplier (>= 1) for a verified thought (default: the profile's)")
+    s.add_argument("--json", action="store_true", help="print one JSON object instead of text")
+    s.add_argument("--mermaid", metavar="FILE", help="write the reasoning graph as a Mermaid flowchart")
+    s.add_argument("--quiet", action="store_true", help="no live progress on stderr")
+    s.add_argument("--store", metavar="PATH",
+                   help="store the run here (default: $THOUGHTLOOM_STORE, else ~/.thoughtloom/store.db)")
+    s.add_argument("--no-store", action="store_true", help="do not store the run")
+
+
+def cmd_solve(args: argparse.Namespace, session: Any = None) -> int:
+    """Run one search (or resume / replay one, given its session) and print its result."""
+    import asyncio
+    from dataclasses import replace
+
+    from ..control.feedback import InteractiveHandler
+    from ..run.execute import execute
+    from ..run.options import spec_from_options
+    from ..views.mermaid import to_mermaid
+    from ..views.progress import ProgressDisplay
+
+    if session is None:
+        spec = spec_from_options(vars(args))
+    else:
+        spec = session.spec
+    if args.mermaid:
+        check_writable(args.mermaid)
+    interactive = args.interactive if session is None else False  # recorded answers come from the automatic policy
+    if interactive is None:
+        interactive = sys.stdin.isatty() and sys.stderr.isatty()
+    sinks = [] if args.quiet else [ProgressDisplay()]
+    progress = (lambda msg: print(f"loom: {msg}", file=sys.stderr)) if not args.quiet else None
+    store = None
+    if session is None and not args.no_store:
+        store = _open_run_store(args.store)
+        if store is not None:
+            spec = replace(spec, store=store)
+
+    def stored(run_id: str) -> None:
+        print(f"loom: run {run_id} stored in {store.path}", file=sys.stderr, flush=True)
+
+    try:
+        result = asyncio.run(execute(
+            spec, sinks=sinks, handler=InteractiveHandler() if interactive else None,
+            session=session.session if session is not None else None, progress=progress,
+            on_stored=stored if store is not None else None,
+        ))
+    finally:
+        if store is not None:
+            store.close()
+    if args.mermaid:
+        path_ids = [s.id for s in result.best_path]
+        with open(args.mermaid, "w", encoding="utf-8") as fh:
+            fh.write(to_mermaid(result.graph, path_ids, [result.goal_node] if result.goal_node is not None else []))
+    if args.json:
+        print(json.dumps(result.to_dict(), indent=2, ensure_ascii=False))
+    else:
+        print(format_text(result))
+    code = 130 if result.termination_reason == "interrupted" else 0
+    return session.report(code) if session is not None else code
+
+
+def _open_run_store(option: str | None) -> Any:
+    """The store `loom solve` records into: the one asked for (errors are the user's), else the default if it opens."""
+    from ..store.store import StoreError
+    from .common import open_store
+
+    try:
+        store, _ = open_store(option, must_exist=False)
+    except StoreError as exc:
+        if option:
+            raise
+        print(f"loom: warning: this run is not stored: {exc}", file=sys.stderr)
+        return None
+    return store
+
+
+def check_writable(path: str) -> None:
+    """A file loom will write after the search: its directory must exist and be writable now."""
+    directory = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(directory):
+        raise UsageError(f"cannot write --mermaid {path}: directory {directory} does not exist")
+    if not os.access(directory, os.W_OK):
+        raise UsageError(f"cannot write --mermaid {path}: directory {directory} is not writable")
+
+
+def format_text(result: Any) -> str:
+    """A result as `loom solve` prints it: answer, best path, how it stopped, grounding, recursion, control."""
+    lines = []
+    if result.answer is not None:
+        verdict = {True: "checked: correct", False: "checked: WRONG", None: "unchecked"}[result.solved]
+        if "\n" in result.answer.strip():  # a program or a patch: keep its lines
+            lines.append(f"answer [{verdict}]:")
+            lines.extend(f"  {line}" for line in result.answer.rstrip().splitlines())
+        else:
+            lines.append(f"answer: {result.answer}   [{verdict}]")
+    else:
+        lines.append(f"no solution within budget (stopped: {result.termination_reason}); best partial path below")
+    lines.append("best path:")
+    for step in result.best_path:
+        score = "" if step.score is None else f"  [{step.score:.2f}]"
+        content = " ".join(step.content.split())  # one line per step, however the model wrapped it
+        if len(content) > 160:
+            content = content[:157] + "..."
+        grounded = result.grounding.get(step.id)
+        mark = "" if grounded is None else {True: "  ✓", False: "  ✗", None: "  ?"}[grounded.verified]
+        lines.append(f"  {step.id:>4}  {step.kind:<12} {content}{score}{mark}")
+        if grounded is not None and grounded.evidence.strip():
+            for ev in grounded.evidence.strip().splitlines()[:3]:
+                lines.append(f"{'':>20}{ev[:140]}")
+    u, st = result.usage, result.stats
+    limit = f" of {u.token_limit:,}" if u.token_limit else ""
+    cost = f" · ${u.cost_usd:.4f}" if u.cost_usd else ""
+    lines.append(
+        f"stopped: {result.termination_reason} · nodes {st.nodes} (pruned {st.pruned}, rejected "
+        f"{st.rejected}, repaired {st.repaired}, duplicates {st.duplicates}) · depth {st.max_depth} · "
+        f"tokens {u.total_tokens:,}{limit} (in {u.input_tokens:,} / out {u.output_tokens:,}) · calls {u.calls}"
+        f"{cost} · {st.wall_s:.1f}s"
+    )
+    if result.grounding and st.grounding is not None:
+        g = st.grounding
+        lines.append(
+            f"grounding: {len(result.grounding)} thoughts tested · {g.verified} verified · {g.grounding_failed} failed"
+            + (f" · {g.grounder_errors} grounder errors" if g.grounder_errors else "")
+        )
+    recursion = result.recursion()
+    if recursion is not None:
+        r = recursion["summary"]
+        errors = f"errors {r['errors']} · " if "errors" in r else ""
+        lines.append(
+            f"recursion: {errors}verified {str(r['verified']).lower()} · goals {r['goals']} · decompositions "
+            f"{r['decompositions']} · recompositions {r['recompositions']} (failed {r['recompositions_failed']}) · "
+            f"invalid plans {r['invalid_plans']} · cycles {r['cycles']} · backtracks {r['backtracks']} · "
+            f"retries {r['retries']}"
+        )
+    if result.error:
+        lines.append(f"model error: {result.error}")
+    control = result.control
+    if control:
+        for req in control["budget_requests"]:
+            answer = f"approved {req['granted']:,}" if req["approved"] else "denied"
+            lines.append(f"budget request: {req['tokens']:,} more tokens -> {answer}. {req['justification']}")
+        if control["compromise"]:
+            c = control["compromise"]
+            verdict = {True: "accepted", False: "rejected", None: "offered"}[c["accepted"]]
+            lines.append(f"compromise {verdict}: {c['explanation']}")
+        for act in control["actions"]:
+            lines.append(f"controller: {act['mode']}: {act['action']}")
+    return "\n".join(lines)

@@ -1,0 +1,80 @@
+"""A model-concurrency limit several runs share, within one process or across processes.
+
+`loom bench` runs many (lane, problem) searches over one loaded model or one server; each gets
+its own gateway and budget, and all of them wait for a `SharedSlots` slot before a call goes to
+the model, so the model never serves more than `limit` calls at once however many runs are in
+flight. With `slots_dir`, processes sharing the directory share the limit (lock files).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import fcntl
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from .types import Backend, Completion, GenerateRequest
+from .wrapper import BackendWrapper
+
+
+class SharedSlots:
+    """A model-concurrency limit: an asyncio semaphore, plus lock files when processes share it."""
+
+    def __init__(self, limit: int, slots_dir: Path | None = None) -> None:
+        self.limit = max(1, limit)
+        self._sem = asyncio.Semaphore(self.limit)
+        self._dir = slots_dir
+        self._held: list[Any] = []
+
+    async def __aenter__(self) -> None:
+        await self._sem.acquire()
+        if self._dir is None:
+            return
+        self._dir.mkdir(parents=True, exist_ok=True)
+        # Cross-process: hold one of `limit` lock files; poll, since flock cannot be awaited.
+        while True:
+            for i in range(self.limit):
+                fh = open(self._dir / f"slot-{i}.lock", "a")  # noqa: ASYNC230, SIM115 - held until __aexit__
+                try:
+                    fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except OSError:
+                    fh.close()
+                    continue
+                self._held.append(fh)
+                return
+            await asyncio.sleep(0.05)
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self._dir is not None and self._held:
+            fh = self._held.pop()
+            fcntl.flock(fh, fcntl.LOCK_UN)
+            fh.close()
+        self._sem.release()
+
+
+class LimitedBackend(BackendWrapper):
+    """A backend whose calls each wait for a SharedSlots slot."""
+
+    def __init__(self, inner: Backend, slots: SharedSlots) -> None:
+        super().__init__(inner)
+        self.slots = slots
+        #: Calls (a batch counts once) that went through this wrapper.
+        self.calls = 0
+
+    @property
+    def max_concurrency(self) -> int:
+        """The wrapped backend's, capped by the shared limit."""
+        return min(self.inner.max_concurrency, self.slots.limit)
+
+    async def generate(self, request: GenerateRequest) -> Completion:
+        """One call, within the shared limit."""
+        async with self.slots:
+            self.calls += 1
+            return await self.inner.generate(request)
+
+    async def generate_batch(self, requests: Sequence[GenerateRequest]) -> list[Completion]:
+        """One batched call, within the shared limit."""
+        async with self.slots:
+            self.calls += 1
+            return await self.inner.generate_batch(requests)  # type: ignore[attr-defined]

@@ -1,0 +1,144 @@
+"""Running a RunSpec: the one place that builds the backend chain, the gateway, the controller and the store session.
+
+    live backend  (the spec's model, built here; or a Backend object the caller owns)
+      -> LimitedBackend   (a model-concurrency limit shared with other runs, `slots`)
+      -> ReplayBackend    (resume: recorded answers first; replay: recorded answers only)
+      -> RecordingBackend (a stored run records every exchange)
+      -> Gateway          (hard budget, concurrency, retries, cache, call records)
+      -> search()         (with the controller, the grounders and the session's recorder as a sink)
+
+`loom solve`, `solve()` / `asolve()`, the search lanes of `loom bench`, `loom resume` and
+`loom replay` all run through `execute`, so they search the same way.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+
+from ..control.controller import Controller
+from ..control.feedback import AutomaticHandler, FeedbackHandler
+from ..grounding.types import Grounder
+from ..llm.budget import BudgetLimits
+from ..llm.gateway import Gateway, RetryPolicy
+from ..llm.limits import LimitedBackend, SharedSlots
+from ..llm.types import Backend
+from ..llm.wrapper import SharedBackend
+from ..search.context import SearchController
+from ..search.engine import search
+from ..search.events import EventSink
+from ..search.result import SearchResult
+from .gateway import build_gateway
+from .session import RunSession, record_session
+from .spec import RunSpec, SpecError
+
+
+def build_controller(spec: RunSpec, handler: FeedbackHandler | None = None) -> Controller | None:
+    """The spec's controller (None for a plain search), answering through `handler` or the spec's automatic answers."""
+    if spec.control is None:
+        return None
+    if handler is None:
+        a = spec.answers
+        handler = AutomaticHandler(
+            approve_tokens=a.approve_tokens,
+            accept_compromise_above=(a.accept_compromise_above if a.accept_compromise_above is not None
+                                     else spec.control.compromise_threshold),
+            extra_depth=a.extra_depth,
+        )
+    return Controller(spec.control, handler, profile=spec.profile)
+
+
+def spec_grounders(spec: RunSpec) -> list[Grounder]:
+    """Grounders the spec adds to the task's own: a research grounder over `knowledge`, then the given ones."""
+    out: list[Grounder] = []
+    if spec.knowledge is not None:
+        from ..grounding.knowledge import KnowledgeBase, KnowledgeBaseError
+        from ..grounding.research import ResearchGrounder
+
+        try:
+            out.append(ResearchGrounder(KnowledgeBase.open(spec.knowledge, spec.knowledge_index)))
+        except KnowledgeBaseError as exc:
+            raise SpecError(str(exc)) from None
+    return [*out, *spec.grounders]
+
+
+def lane_gateway(backend: Backend, budget: BudgetLimits | None, slots: SharedSlots | None = None) -> Gateway:
+    """A gateway for a method that prompts the model without a search (a benchmark's sampling lane).
+
+    Built like a search's: over a backend the caller owns, within the shared concurrency limit.
+    """
+    return build_gateway(_bottom(SharedBackend(backend), slots), budget)
+
+
+def _bottom(backend: Backend, slots: SharedSlots | None) -> Backend:
+    return LimitedBackend(backend, slots) if slots is not None else backend
+
+
+def live_backend(spec: RunSpec, progress: Callable[[str], None] | None = None) -> Backend:
+    """The model a spec names, built now (a missing key or a bad spec fails here); a Backend object as given."""
+    if not isinstance(spec.model, str):
+        return SharedBackend(spec.model)  # the caller owns it and closes it
+    from ..llm.registry import make_backend
+
+    return make_backend(spec.model, progress=progress)
+
+
+async def execute(
+    spec: RunSpec,
+    *,
+    sinks: Sequence[EventSink] = (),
+    handler: FeedbackHandler | None = None,
+    controller: SearchController | None = None,
+    session: RunSession | None = None,
+    slots: SharedSlots | None = None,
+    progress: Callable[[str], None] | None = None,
+    on_stored: Callable[[str], None] | None = None,
+    on_gateway: Callable[[Gateway], None] | None = None,
+) -> SearchResult:
+    """Run the spec's search; the result carries the stored run's id and store when it was recorded.
+
+    sinks: event sinks (a progress display, ...). handler: who answers the controller (default: the
+    spec's automatic answers). controller: one to use instead of the spec's. session: a resume or
+    replay session (thoughtloom.run.session); a new run is recorded when `spec.store` is set.
+    slots: a model-concurrency limit shared with other runs. progress: one-line notes while the
+    model loads. on_stored(run_id): called once the run's first state is stored. on_gateway:
+    called with the run's gateway once it is built (a benchmark reads what the run spent from its budget).
+    """
+    task = spec.task_object()
+    grounders = spec_grounders(spec)
+    ctrl = controller if controller is not None else build_controller(spec, handler)
+    if session is None and spec.store is not None:
+        session = record_session(spec, task, on_start=on_stored)
+    try:
+        if session is not None:
+            session.check(task, spec.config)
+        backend: Backend | None = None
+        if session is None or session.needs_live_model:
+            backend = _bottom(live_backend(spec, progress), slots)
+        if session is not None:
+            backend = session.wrap(backend)
+        assert backend is not None
+        retry = None if session is None or session.retry_delays else replace(RetryPolicy(), base_delay_s=0.0,
+                                                                               max_delay_s=0.0)
+        gateway = build_gateway(backend, spec.budget, concurrency=spec.config.concurrency, retry=retry)
+    except BaseException:
+        if session is not None:
+            session.close()
+        raise
+    if on_gateway is not None:
+        on_gateway(gateway)
+    try:
+        result = await search(
+            task, spec.problem, gateway, spec.config,
+            sinks=[*sinks, *(session.sinks if session is not None else [])], controller=ctrl, grounders=grounders,
+            grounding_policy=spec.grounding, on_context=session.on_context if session is not None else None,
+        )
+    except BaseException:
+        if session is not None:
+            session.abort()
+        raise
+    finally:
+        await gateway.aclose()
+    if session is not None:
+        session.finish(result)
+    return result

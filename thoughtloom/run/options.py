@@ -1,0 +1,103 @@
+"""The flat form of a run: `loom solve`'s option names and values, resolved into a RunSpec.
+
+`loom solve` hands its parsed options here, and so do runs stored before runs kept their spec
+(their manifests keep these options), so both go through one mapping and then `resolve`.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+from collections.abc import Mapping
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from ..grounding.sandbox import SandboxLimits
+from ..llm.budget import BudgetLimits
+from ..tasks.registry import TaskOptions
+from .spec import AutoAnswers, RunSpec, SpecError, implied_task, resolve
+
+#: Option name -> SearchConfig field.
+SEARCH_OPTIONS = {
+    "strategy": "strategy", "breadth": "breadth", "beam": "beam", "depth": "max_depth",
+    "generation": "generation", "evaluation": "evaluation", "value_samples": "value_samples",
+    "prune_threshold": "prune_threshold", "aggregation": "aggregation", "iterations": "mcts_iterations",
+    "max_nodes": "max_nodes", "concurrency": "concurrency", "temperature": "temperature", "seed": "seed",
+}
+#: Option name -> ControlSettings field.
+CONTROL_OPTIONS = {
+    "acceptable": "acceptable_threshold", "goal": "goal_threshold", "compromise": "compromise_threshold",
+    "soft_depth": "soft_depth", "min_progress": "min_progress_rate", "stagnation": "stagnation_threshold",
+}
+
+
+def sandbox_limits(task_name: str, timeout_s: float | None, memory_mb: int | None) -> SandboxLimits | None:
+    """Sandbox limits from the timeout and memory options (None when neither is given)."""
+    if timeout_s is None and memory_mb is None:
+        return None
+    base = SandboxLimits(timeout_s=60, cpu_s=60) if task_name == "debug" else SandboxLimits()
+    timeout = timeout_s if timeout_s is not None else base.timeout_s
+    changes: dict[str, Any] = {"timeout_s": timeout, "cpu_s": max(1, int(timeout + 0.999))}
+    if memory_mb is not None:
+        changes["memory_mb"] = memory_mb
+    return replace(base, **changes)
+
+
+def task_options(options: Mapping[str, Any], task_name: str) -> TaskOptions:
+    """The options a task takes (files must exist; the test command must parse)."""
+    for key in ("tests", "data", "repo"):
+        value = options.get(key)
+        if value is not None and not os.path.exists(value):
+            raise SpecError(f"--{key} {value}: no such file or directory")
+    try:
+        command = tuple(shlex.split(options["test_command"])) if options.get("test_command") else None
+    except ValueError as exc:
+        raise SpecError(f"--test-command: {exc}") from None
+
+    def path(key: str) -> Path | None:
+        return Path(options[key]) if options.get(key) else None
+
+    return TaskOptions(
+        tests=path("tests"), data=path("data"), repo=path("repo"), failing_test=options.get("failing_test"),
+        test_command=command, size=options.get("size"),
+        sandbox=sandbox_limits(task_name, options.get("sandbox_timeout"), options.get("sandbox_memory")),
+    )
+
+
+def problem_text(options: Mapping[str, Any], task_name: str) -> str:
+    """The problem: its text or a benchmark id (not both; none only where the task makes its own)."""
+    text, problem_id = options.get("problem"), options.get("problem_id")
+    if text is not None and problem_id is not None:
+        raise SpecError("give the problem either as text or as --problem ID, not both")
+    chosen = problem_id if problem_id is not None else text
+    if chosen is None and task_name != "debug" and not (task_name == "sorting" and options.get("size") is not None):
+        raise SpecError(f"no problem given: loom solve --task {task_name} \"PROBLEM\" (or --problem ID)")
+    return chosen or ""
+
+
+def spec_from_options(options: Mapping[str, Any]) -> RunSpec:
+    """A RunSpec from `loom solve`'s options (names as its flags, dashes as underscores)."""
+    from ..control.profiles import get_profile
+
+    profile = get_profile(options.get("profile") or "default")
+    given_task = options.get("task")
+    preliminary = TaskOptions(
+        tests=Path(options["tests"]) if options.get("tests") else None,
+        repo=Path(options["repo"]) if options.get("repo") else None, failing_test=options.get("failing_test"),
+    )
+    task_name = given_task if given_task is not None else implied_task(
+        preliminary, options.get("problem_id") or "", profile.default_task)
+    budget = BudgetLimits(tokens=options.get("budget_tokens"), calls=options.get("budget_calls"),
+                          cost_usd=options.get("budget_usd"), wall_s=options.get("budget_seconds"))
+    accept = options.get("accept_compromise_above")
+    return resolve(
+        problem_text(options, task_name), task=task_name, model=options.get("model") or "local",
+        profile=profile.name, task_options=task_options(options, task_name),
+        search={field: options.get(opt) for opt, field in SEARCH_OPTIONS.items()}, budget=budget,
+        control={field: options.get(opt) for opt, field in CONTROL_OPTIONS.items()},
+        answers=AutoAnswers(approve_tokens=max(0, options.get("auto_approve_tokens") or 0),
+                            accept_compromise_above=accept, extra_depth=max(0, options.get("auto_deeper") or 0)),
+        grounding={"fail_factor": options.get("grounding_penalty"), "boost": options.get("grounding_boost")},
+        knowledge=options.get("knowledge"), knowledge_index=options.get("knowledge_index"),
+    )

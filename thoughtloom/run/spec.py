@@ -1,0 +1,236 @@
+"""What a run is: one typed, frozen RunSpec, resolved in one place from task, profile and the user's choices.
+
+Every entry point (`loom solve`, `solve()` / `asolve()`, the search lanes of `loom bench`,
+`loom resume`, `loom replay`) builds its RunSpec through `resolve`, so the same problem searched
+any of these ways is the same search. The order is fixed: the task's own search defaults, then
+the profile (its search settings and hard depth, its thresholds, its grounding policy), then what
+the caller set explicitly. A stored run keeps its spec as plain data (`to_dict`), and `from_dict`
+rebuilds it for resume and replay.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any
+
+from ..control.controller import ControlSettings
+from ..control.profiles import get_profile
+from ..grounding.adjust import GroundingPolicy
+from ..grounding.sandbox import SandboxLimits
+from ..grounding.types import Grounder
+from ..llm.budget import BudgetLimits
+from ..llm.types import Backend
+from ..search.config import SearchConfig
+from ..tasks.base import Task
+from ..tasks.registry import TaskOptions, get_task
+
+#: Version of the plain-data form a stored run keeps.
+SPEC_FORMAT = 1
+
+
+class SpecError(ValueError):
+    """A run that cannot be built as asked (a setting out of range, a combination that cannot work)."""
+
+
+@dataclass(frozen=True, slots=True)
+class AutoAnswers:
+    """How the controller's questions are answered when nobody is asked (and always on resume and replay)."""
+
+    #: More tokens approved in total when the controller asks for them (0: the budget stays hard).
+    approve_tokens: int = 0
+    #: Compromises of at least this quality are accepted (None: the compromise threshold).
+    accept_compromise_above: float | None = None
+    #: Levels past the soft depth approved when the depth policy asks.
+    extra_depth: int = 0
+
+    def __post_init__(self) -> None:
+        if self.approve_tokens < 0 or self.extra_depth < 0:
+            raise SpecError("approve_tokens and extra_depth must be >= 0")
+        if self.accept_compromise_above is not None and not 0.0 <= self.accept_compromise_above <= 1.0:
+            raise SpecError(f"accept_compromise_above must be between 0 and 1; got {self.accept_compromise_above}")
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """Everything that decides what a run does (runtime collaborators such as event sinks are not in it)."""
+
+    #: The task, by registry name or as an object (a custom Task; stored by its name).
+    task: str | Task[Any]
+    problem: str
+    #: A model spec string (see thoughtloom.llm.registry) or a Backend object (stored by its name).
+    model: str | Backend = "local"
+    task_options: TaskOptions = field(default_factory=TaskOptions)
+    config: SearchConfig = field(default_factory=SearchConfig)
+    budget: BudgetLimits = field(default_factory=BudgetLimits)
+    profile: str = "default"
+    #: The self-aware controller's settings; None runs a plain search without a controller.
+    control: ControlSettings | None = field(default_factory=ControlSettings)
+    answers: AutoAnswers = field(default_factory=AutoAnswers)
+    grounding: GroundingPolicy = field(default_factory=GroundingPolicy)
+    #: Claims in thoughts are checked against the documents in this folder (a research grounder).
+    knowledge: str | None = None
+    knowledge_index: str | None = None
+    #: More grounders given as objects (Python only; not part of the stored form).
+    grounders: tuple[Grounder, ...] = ()
+    #: Where the run is recorded (a SQLite path or a BlockStore); None: not stored.
+    store: Any = None
+    run_id: str | None = None
+
+    @property
+    def task_name(self) -> str:
+        """The task's registry name."""
+        return self.task if isinstance(self.task, str) else self.task.name
+
+    @property
+    def model_name(self) -> str:
+        """The model spec string, or the backend object's name."""
+        return self.model if isinstance(self.model, str) else self.model.name
+
+    def task_object(self) -> Task[Any]:
+        """The task to search with (a fresh instance for a name)."""
+        return get_task(self.task, self.task_options) if isinstance(self.task, str) else self.task
+
+    def to_dict(self) -> dict[str, Any]:
+        """The plain-data form a stored run keeps (objects by name; Python-only grounders left out)."""
+        return {
+            "format": SPEC_FORMAT, "task": self.task_name, "problem": self.problem, "model": self.model_name,
+            "task_options": _plain(self.task_options), "config": self.config.to_dict(),
+            "budget": asdict(self.budget), "profile": self.profile,
+            "control": asdict(self.control) if self.control is not None else None,
+            "answers": asdict(self.answers), "grounding": asdict(self.grounding),
+            "knowledge": self.knowledge, "knowledge_index": self.knowledge_index,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> RunSpec:
+        """Rebuild a spec from `to_dict`'s form (unknown keys of newer versions are ignored)."""
+        try:
+            options = dict(data.get("task_options") or {})
+            sandbox = options.pop("sandbox", None)
+            task_options = TaskOptions(
+                **{k: (Path(v) if k in ("tests", "data", "repo") else tuple(v) if k == "test_command" else v)
+                   for k, v in options.items() if k in _OPTION_FIELDS},
+                sandbox=SandboxLimits(**sandbox) if sandbox else None,
+            )
+            control = data.get("control")
+            return cls(
+                task=data["task"], problem=data["problem"], model=data.get("model", "local"),
+                task_options=task_options, config=SearchConfig(**_known(SearchConfig, data.get("config") or {})),
+                budget=BudgetLimits(**(data.get("budget") or {})), profile=data.get("profile") or "default",
+                control=ControlSettings(**_known(ControlSettings, control)) if control is not None else None,
+                answers=AutoAnswers(**(data.get("answers") or {})),
+                grounding=GroundingPolicy(**(data.get("grounding") or {})),
+                knowledge=data.get("knowledge"), knowledge_index=data.get("knowledge_index"),
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise SpecError(f"not a run spec: {exc}") from None
+
+
+_OPTION_FIELDS = {f.name for f in fields(TaskOptions)} - {"sandbox"}
+
+
+def _known(cls: type, data: Mapping[str, Any]) -> dict[str, Any]:
+    names = {f.name for f in fields(cls)}
+    return {k: v for k, v in data.items() if k in names}
+
+
+def _plain(options: TaskOptions) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for f in fields(options):
+        value = getattr(options, f.name)
+        if value is None:
+            continue
+        if isinstance(value, os.PathLike):
+            value = os.path.abspath(value)  # a resumed run may start from another directory
+        elif isinstance(value, tuple):
+            value = list(value)
+        elif isinstance(value, SandboxLimits):
+            value = asdict(value)
+        out[f.name] = value
+    return out
+
+
+def implied_task(options: TaskOptions, problem: str, profile_task: str | None) -> str:
+    """The task when none is named: from the options given, a benchmark id's prefix, the profile, else general."""
+    if options.repo is not None or options.failing_test:
+        return "debug"
+    if options.tests is not None:
+        return "code"
+    prefix = problem.split("/")[0].lower() if "/" in problem else ""
+    if prefix in ("humaneval", "mbpp"):
+        return prefix
+    return profile_task or "general"
+
+
+def resolve(
+    problem: str,
+    *,
+    task: str | Task[Any] | None = None,
+    model: str | Backend = "local",
+    profile: str = "default",
+    task_options: TaskOptions | None = None,
+    config: SearchConfig | None = None,
+    search: Mapping[str, Any] | None = None,
+    budget: BudgetLimits | None = None,
+    control: bool | ControlSettings | Mapping[str, Any] = True,
+    answers: AutoAnswers | None = None,
+    grounding: GroundingPolicy | Mapping[str, Any] | None = None,
+    knowledge: str | os.PathLike[str] | None = None,
+    knowledge_index: str | os.PathLike[str] | None = None,
+    grounders: Sequence[Grounder] = (),
+    store: Any = None,
+    run_id: str | None = None,
+) -> RunSpec:
+    """The one way to build a RunSpec: task defaults, then the profile, then the explicit settings.
+
+    `config` replaces the task's and profile's search settings as a whole; `search` sets single
+    SearchConfig fields on top (None values ignored). `control`: True for the profile's thresholds,
+    a mapping of ControlSettings fields to override some of them, a ControlSettings as is, or False
+    for a plain search. `grounding`: a GroundingPolicy, or fields overriding the profile's.
+    Raises UnknownProfile / UnknownTask / TaskOptionError / ProblemError / SpecError with one line.
+    """
+    prof = get_profile(profile)
+    options = task_options or TaskOptions()
+    task_ref: str | Task[Any] = task if task is not None else implied_task(options, problem, prof.default_task)
+    if isinstance(task_ref, str) and not task_ref.strip():
+        raise SpecError("empty task name; choose one of the tasks 'loom tasks' lists")
+    task_obj = get_task(task_ref, options) if isinstance(task_ref, str) else task_ref
+    explicit = {k: v for k, v in (search or {}).items() if v is not None}
+    try:
+        if config is None:
+            defaults = {**task_obj.search_defaults, **prof.search}
+            if prof.hard_depth is not None:
+                defaults["max_depth"] = prof.hard_depth
+            config = SearchConfig(**defaults)
+        config = replace(config, **explicit)
+        settings: ControlSettings | None
+        if control is False:
+            settings = None
+        elif isinstance(control, ControlSettings):
+            settings = control
+        else:
+            settings = ControlSettings.from_profile(prof, **(control if isinstance(control, Mapping) else {}))
+        if isinstance(grounding, GroundingPolicy):
+            policy = grounding
+        else:
+            policy = replace(prof.grounding, **{k: v for k, v in (grounding or {}).items() if v is not None})
+    except (TypeError, ValueError) as exc:
+        raise SpecError(str(exc)) from None
+    parsed = task_obj.parse_problem(problem)  # fail fast, before any model loads
+    if config.strategy == "recursive" and not task_obj.free_text_steps and task_obj.recursion(parsed) is None:
+        raise SpecError(f"task {task_obj.name} has no decomposition for --strategy recursive (its steps have a fixed "
+                        "form); use bfs, dfs, best_first, mcts or got")
+    if knowledge_index is not None and knowledge is None:
+        raise SpecError("--knowledge-index needs --knowledge DIR")
+    return RunSpec(
+        task=task_ref, problem=problem, model=model, task_options=options, config=config,
+        budget=budget or BudgetLimits(), profile=prof.name, control=settings, answers=answers or AutoAnswers(),
+        grounding=policy, knowledge=os.fspath(knowledge) if knowledge is not None else None,
+        knowledge_index=os.fspath(knowledge_index) if knowledge_index is not None else None,
+        grounders=tuple(grounders), store=store, run_id=run_id,
+    )
+
+
