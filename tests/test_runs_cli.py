@@ -183,7 +183,7 @@ def test_a_changed_manifest_replay_reports_the_first_diverging_node(stored: dict
     # The same manifest replays identically ...
     assert loom("replay", str(manifest), "--store", str(stored["store"]), "--quiet").returncode == 0
     # ... an edited one (prune everything the model called merely "likely") does not.
-    data["cli"]["prune_threshold"] = 0.5
+    data["spec"]["config"]["prune_threshold"] = 0.5
     manifest.write_text(json.dumps(data))
     proc = loom("replay", str(manifest), "--store", str(stored["store"]), "--quiet")
     assert proc.returncode == 1, proc.stdout + proc.stderr

@@ -138,4 +138,4 @@ async def test_grounding_is_reported_in_events_json_and_the_picture() -> None:
 
 async def test_without_grounders_no_grounding_appears_in_results() -> None:
     result = await search(Guesses(), "p", Gateway(model({"guess after": ["wrong", "right"]})), CONFIG)
-    assert "grounding" not in result.to_dict() and "grounded" not in result.stats
+    assert "grounding" not in result.to_dict() and result.stats.grounding is None

@@ -172,7 +172,7 @@ async def run_lane(
     except ModelConfigError:
         raise  # a wrong model spec or key: the whole run is wrong, not this problem
     except BudgetExceeded as exc:
-        outcome = LaneOutcome(None, stop_reason=StopReason.budget(exc.args[0] if exc.args else "tokens"))
+        outcome = LaneOutcome(None, stop_reason=StopReason.budget(exc.limit))
     except ModelError as exc:
         outcome = LaneOutcome(None, stop_reason=StopReason.MODEL_ERROR, error=str(exc))
     except Exception as exc:  # noqa: BLE001 - one lane's bug must not end a long benchmark

@@ -94,6 +94,7 @@ class RunSession:
     source_store: BlockStore | None = None
     owns_store: bool = False
     notes: list[str] = field(default_factory=list)
+    _verdict: ReplayVerdict | None = None
 
     @property
     def run_id(self) -> str:
@@ -147,7 +148,9 @@ class RunSession:
         try:
             self.recorder.finish(result)
             result.graph_cid = str(self.recorder.graph_cid)
-            if self.mode != "replay":
+            if self.mode == "replay":
+                self._verdict = self._compare()  # reads the source store, which closes below
+            else:
                 result.run_id, result.store = self.run_id, self.store_path
         finally:
             self.close()
@@ -164,6 +167,9 @@ class RunSession:
 
     def verdict(self) -> ReplayVerdict:
         """replay: how the replayed graph compares with the recorded one."""
+        return self._verdict if self._verdict is not None else self._compare()
+
+    def _compare(self) -> ReplayVerdict:
         assert self.replay is not None and self.source_store is not None and self.expected_graph is not None
         got = self.recorder.graph_cid
         assert got is not None
