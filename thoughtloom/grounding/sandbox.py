@@ -4,13 +4,20 @@ Each run gets a fresh working directory (removed afterwards), a minimal explicit
 (never the parent's), resource limits (CPU, address space, processes, file size, no core
 dumps), a wall-clock timeout that kills everything the run started, and a cap on captured
 output. Where the kernel allows it the run also gets its own network namespace (no network;
-a private loopback only), mount namespace (a private /tmp, /var/tmp, /dev/shm, /run/lock and a
-hidden home) and PID namespace (it sees only its own processes, and when it ends every process
-it forked dies with it). As root the code runs as an unprivileged uid (65534 by default),
-because RLIMIT_NPROC and file permissions do not bind root.
+a private loopback only), mount namespace and PID namespace (it sees only its own processes, and
+when it ends every process it forked dies with it). In the mount namespace the run gets a new,
+read-only root (an empty tmpfs) holding only what it needs: the system directories (/usr, /bin,
+/lib...), the interpreter's own directories, a few device nodes, a fresh /proc, minimal /etc
+files, private /tmp, /var/tmp, /dev/shm and /run/lock, and its workdir. Nothing else on the host
+is there: not the project checkout, not the home directories, not /work. With
+`site_packages=False` the interpreter's installed packages are hidden too (only its standard
+library is visible), so a run cannot read data files that ship in packages (e.g. the hidden
+tests of a benchmark). As root the code runs as an unprivileged uid (65534 by default), because
+RLIMIT_NPROC and file permissions do not bind root.
 
 How: the sandbox starts a small trusted bootstrap (`_BOOT`, run by this interpreter with -I -S)
-that unshares the namespaces, mounts the private directories, forks the code as a child (with
+that reads its configuration from a pipe (never argv: /proc/PID/cmdline is world-readable),
+unshares the namespaces, builds the new root, forks the code as a child (with
 the limits set and privileges dropped just before exec), waits for it and reports its status,
 CPU time and peak memory on a private pipe the code cannot write to. Every isolation step that
 fails is skipped and reported (`SandboxResult.isolation_notes`), never fatal.
@@ -37,6 +44,10 @@ SANDBOX_UID = 65534  # "nobody" on Debian-like systems
 MAIN_SCRIPT = "main.py"  # the file run_python writes the code to
 COPY_IGNORE = (".git", ".venv", "__pycache__", "node_modules", ".pytest_cache", ".mypy_cache", ".ruff_cache")
 MASKED_DIRS = ("/tmp", "/var/tmp", "/dev/shm", "/run/lock")  # world-writable places outside the workdir
+SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")  # shared libraries, tools
+DEVICES = ("null", "zero", "full", "random", "urandom")
+ETC_FILES = ("ld.so.cache", "localtime", "nsswitch.conf")  # read by the dynamic linker and libc
+_SITE_DIRS = ("site-packages", "dist-packages")
 _MEMORY_MARKERS = ("MemoryError", "Cannot allocate memory", "std::bad_alloc", "out of memory")
 _TAIL_BYTES = 4096  # how much of each stream's end is kept for diagnosis even when output is capped
 
@@ -72,6 +83,7 @@ class Isolation:
     tmp: bool  # private /tmp, /var/tmp, /dev/shm, /run/lock
     pid: bool  # own PID namespace: sees only its processes, all die with the run
     uid: int  # the uid the code runs as
+    fs: bool = False  # own root: sees only the workdir, the interpreter and system directories
     notes: tuple[str, ...] = ()
 
 
@@ -97,6 +109,7 @@ class SandboxResult:
     user_isolated: bool = False
     tmp_isolated: bool = False
     pid_isolated: bool = False
+    fs_isolated: bool = False
     isolation_notes: tuple[str, ...] = ()
     cpu_ms: int | None = None
     max_rss_kb: int | None = None
@@ -113,6 +126,7 @@ class SandboxResult:
             "user_isolated": self.user_isolated,
             "tmp_isolated": self.tmp_isolated,
             "pid_isolated": self.pid_isolated,
+            "fs_isolated": self.fs_isolated,
         }
 
 
@@ -153,9 +167,12 @@ class Sandbox:
         gid: int | None = None,
         base_dir: str | Path | None = None,
         namespaces: bool = True,
+        site_packages: bool = True,
     ) -> None:
         self.limits = limits
         self.namespaces = namespaces  # False: limits and uid only (for machines or tests without them)
+        # False: the run sees the interpreter's standard library only, not its installed packages.
+        self.site_packages = site_packages
         self.python = python or "python3"
         self._root = os.geteuid() == 0
         # Only root can switch uid; a non-root sandbox runs as the current user (reported).
@@ -163,8 +180,8 @@ class Sandbox:
         self.gid = (gid if gid is not None else self.uid) if self.uid is not None else None
         self.base_dir = str(base_dir) if base_dir is not None else tempfile.gettempdir()
         self._iso: Isolation | None = None
-        self._expose: list[tuple[str, list[str]]] = []
-        self._keep: list[str] = []
+        self._binds: list[str] = []  # host paths bound read-only into the run's root
+        self._hide: list[str] = []  # directories inside those that the run must not see
         self._userns = False  # a non-root sandbox gets its namespaces through a user namespace
         self._lock: asyncio.Lock | None = None
         self._lock_loop: asyncio.AbstractEventLoop | None = None
@@ -275,15 +292,8 @@ class Sandbox:
     async def _probe(self) -> Isolation:
         """Run the interpreter once in the sandbox with every isolation requested; keep what worked."""
         notes: list[str] = []
-        paths = await self._interpreter_paths(notes)
-        if self.uid is not None:
-            # Directories of the interpreter the sandbox uid cannot reach (e.g. under a 0700 /root):
-            # in the run's mount namespace each hiding ancestor gets an empty tmpfs with only the
-            # interpreter's directories bind-mounted back read-only, so the code runs this exact
-            # interpreter but cannot see the rest (e.g. the rest of the home directory).
-            self._expose = _exposure_plan(paths, self.uid, self.gid if self.gid is not None else self.uid, notes)
-        # An interpreter (a venv) under /tmp would vanish behind the private /tmp: bound back read-only.
-        self._keep = _under_masked(paths)
+        layout = await self._interpreter_layout(notes)
+        self._binds, self._hide = _root_plan(layout, self.python, self.site_packages)
         ns = self.namespaces
         want = {"user": ns and not self._root, "net": ns, "mnt": ns, "pid": ns}
         if not ns:
@@ -319,12 +329,22 @@ class Sandbox:
             tmp=bool(got.get("tmp")),
             pid=bool(got.get("pid")),
             uid=self.uid if self.uid is not None else os.getuid(),
+            fs=bool(got.get("fs")),
             notes=tuple(notes),
         )
 
-    async def _interpreter_paths(self, notes: list[str]) -> list[str]:
-        """The directories this interpreter runs from: its prefixes, sys.path, its symlinks' targets."""
-        code = "import sys, json; print(json.dumps([sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix, *sys.path]))"
+    async def _interpreter_layout(self, notes: list[str]) -> dict[str, list[str]]:
+        """Where this interpreter lives: its prefixes, import path, package directories, venv file."""
+        code = (
+            "import sys, json, site, sysconfig, os\n"
+            "base = sysconfig.get_paths(vars={'base': sys.base_prefix, 'platbase': sys.base_exec_prefix})\n"
+            "cfg = os.path.join(sys.prefix, 'pyvenv.cfg')\n"
+            "print(json.dumps({'prefixes': [sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix],"
+            " 'base': [sys.base_prefix, sys.base_exec_prefix], 'path': sys.path,"
+            " 'sites': [*site.getsitepackages(), base['purelib'], base['platlib']],"
+            " 'stdlib': [base['stdlib'], base['platstdlib']],"
+            " 'files': [cfg] if os.path.isfile(cfg) else []}))"
+        )
         try:
             proc = await asyncio.create_subprocess_exec(
                 self.python, "-s", "-c", code,
@@ -332,11 +352,11 @@ class Sandbox:
                 env=_base_env("/", "/tmp", self.python), cwd="/",
             )  # fmt: skip
             out, _ = await asyncio.wait_for(proc.communicate(), 20)
-            paths = [p for p in json.loads(out) if p]
-        except (OSError, ValueError, TimeoutError) as exc:
+            layout = {k: [p for p in v if isinstance(p, str) and p] for k, v in json.loads(out).items()}
+        except (OSError, ValueError, TimeoutError, AttributeError) as exc:
             notes.append(f"could not ask {self.python} for its paths: {exc}")
-            paths = []
-        return paths + _symlink_dirs(self.python)
+            layout = {}
+        return layout
 
     # ---------------------------------------------------------------- running
 
@@ -380,33 +400,42 @@ class Sandbox:
             "drop": [self.uid, self.gid] if self.uid is not None else None,
             "rlimits": self._rlimits(limits),
             "mask": [d for d in MASKED_DIRS if _world_writable(d)],
-            "expose": self._expose,
-            "keep": self._keep,
+            "binds": self._binds,
+            "hide": self._hide,
+            "system": [[d, os.readlink(d) if os.path.islink(d) else None] for d in SYSTEM_DIRS if os.path.lexists(d)],
+            "devices": [f"/dev/{d}" for d in DEVICES if os.path.exists(f"/dev/{d}")],
+            "etc": [f"/etc/{f}" for f in ETC_FILES if os.path.isfile(f"/etc/{f}")],
+            "passwd": _passwd(self.uid, self.gid),
             "tmpfs_mb": max(1, limits.max_file_mb),
             "parent_pid": os.getpid(),
         }
         r_fd, w_fd = os.pipe()
         cfg["status_fd"] = w_fd
+        # The configuration travels on a pipe, not in argv, where any process could read it.
+        cfg_r, cfg_w = os.pipe()
+        cfg_data = json.dumps(cfg).encode()
         report = _Report()
         t0 = time.monotonic()
         try:
             proc = await asyncio.create_subprocess_exec(
-                sys.executable or "python3", "-I", "-S", "-c", _BOOT, json.dumps(cfg),
+                sys.executable or "python3", "-I", "-S", "-c", _BOOT, str(cfg_r),
                 stdin=asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL,
                 stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.PIPE,
-                pass_fds=(w_fd,),
+                pass_fds=(w_fd, cfg_r),
                 start_new_session=True,  # its own process group, so a kill reaches everything
                 env=_base_env(str(workdir), tmp_dir, self.python),
                 cwd=str(workdir),
             )  # fmt: skip
         except OSError as exc:
-            os.close(r_fd)
-            os.close(w_fd)
+            for fd in (r_fd, w_fd, cfg_r, cfg_w):
+                os.close(fd)
             report.exec_error = f"could not start the sandbox: {exc}"
             return report
         os.close(w_fd)
+        os.close(cfg_r)
         try:
+            await asyncio.to_thread(_write_all, cfg_w, cfg_data)
             await self._supervise(proc, stdin, limits, report)
         finally:
             if proc.returncode is None:  # cancelled or failed while running: leave nothing behind
@@ -483,6 +512,8 @@ class Sandbox:
             notes.append("no private /tmp: the code can write to the world-writable directories it can reach")
         if not got.get("pid"):
             notes.append("no PID namespace: a process that leaves the process group can outlive the run")
+        if not got.get("fs"):
+            notes.append("no private root: the code can read every host file its uid may read")
         exit_code, sig = report.exit_code, report.signal
         if exit_code is None and sig is None and report.returncode is not None and not report.stopped:
             # The bootstrap died without reporting: use its own status.
@@ -510,6 +541,7 @@ class Sandbox:
             user_isolated=self.uid is not None and bool(got.get("dropped")),
             tmp_isolated=bool(got.get("tmp")),
             pid_isolated=bool(got.get("pid")),
+            fs_isolated=bool(got.get("fs")),
             isolation_notes=tuple(notes),
             cpu_ms=report.cpu_ms,
             max_rss_kb=report.max_rss_kb,
@@ -699,18 +731,6 @@ def _world_writable(path: str) -> bool:
     return stat.S_ISDIR(st.st_mode) and bool(st.st_mode & stat.S_IWOTH)
 
 
-def _searchable(path: str, uid: int, gid: int) -> bool:
-    try:
-        st = os.stat(path)
-    except OSError:
-        return False
-    if st.st_uid == uid:
-        return bool(st.st_mode & stat.S_IXUSR)
-    if st.st_gid == gid:
-        return bool(st.st_mode & stat.S_IXGRP)
-    return bool(st.st_mode & stat.S_IXOTH)
-
-
 def _symlink_dirs(path: str) -> list[str]:
     """The directories of every hop of a symlink chain (a venv's python points into the base install)."""
     dirs: list[str] = []
@@ -724,38 +744,58 @@ def _symlink_dirs(path: str) -> list[str]:
     return dirs
 
 
-def _exposure_plan(paths: Sequence[str], uid: int, gid: int, notes: list[str]) -> list[tuple[str, list[str]]]:
-    """Group the unreachable directories by the first ancestor that hides them from `uid`."""
-    plan: dict[str, list[str]] = {}
-    for p in sorted({os.path.normpath(os.path.abspath(p)) for p in paths if os.path.isdir(p)}):
-        parts = Path(p).parts
-        hide = None
-        for i in range(2, len(parts) + 1):
-            ancestor = str(Path(*parts[:i]))
-            if not _searchable(ancestor, uid, gid):
-                hide = ancestor
-                break
-        if hide is None:
-            continue
-        if hide == p:
-            notes.append(f"{p} is not readable by uid {uid}; the code may not be able to use it")
-            continue
-        kept = plan.setdefault(hide, [])
-        if not any(p == q or p.startswith(q + "/") for q in kept):
-            kept.append(p)
-    return sorted(plan.items())
+def _within(path: str, roots: Sequence[str]) -> bool:
+    return any(path == r or path.startswith(r.rstrip("/") + "/") for r in roots)
 
 
-def _under_masked(paths: Sequence[str]) -> list[str]:
-    """The directories among `paths` that lie inside a MASKED_DIR, outermost only."""
-    masks = [d for d in MASKED_DIRS if _world_writable(d)]
-    normal = {os.path.normpath(os.path.abspath(p)) for p in paths}
-    inside = sorted(p for p in normal if os.path.isdir(p) and any(p.startswith(m + "/") for m in masks))
+def _outermost(paths: Sequence[str]) -> list[str]:
+    """`paths` without those inside another one of them."""
     kept: list[str] = []
-    for p in inside:
-        if not any(p == q or p.startswith(q + "/") for q in kept):
+    for p in sorted(set(paths), key=lambda q: (q.count("/"), q)):
+        if not _within(p, kept):
             kept.append(p)
-    return kept
+    return sorted(kept)
+
+
+def _root_plan(layout: Mapping[str, Sequence[str]], python: str, site_packages: bool) -> tuple[list[str], list[str]]:
+    """What a run's root holds of the interpreter: (paths bound read-only, directories hidden in them).
+
+    Always the base installation (standard library, shared library) and the executable's
+    symlink chain; the venv file so the interpreter knows its prefix. With `site_packages` also
+    the venv and every package directory on the import path, but never other import-path entries
+    (an editable install points into a source checkout).
+    """
+    norm = lambda ps: [os.path.normpath(os.path.abspath(p)) for p in ps if p]  # noqa: E731
+    sites = {p for p in norm([*layout.get("sites", []), *layout.get("path", [])]) if os.path.basename(p) in _SITE_DIRS}
+    for lib in norm(layout.get("stdlib", [])):  # a base install keeps its own package directory in the stdlib's
+        sites.update(os.path.join(lib, d) for d in _SITE_DIRS)
+    sites = {p for p in sites if os.path.isdir(p)}
+    binds = [*norm(layout.get("base", [])), *_symlink_dirs(python), *norm(layout.get("files", []))]
+    if site_packages:
+        binds += [*norm(layout.get("prefixes", [])), *sites]
+    binds = _outermost([p for p in binds if os.path.exists(p) and not _within(p, SYSTEM_DIRS)])
+    hide = [] if site_packages else _outermost([p for p in sites if _within(p, [*binds, *SYSTEM_DIRS])])
+    return binds, hide
+
+
+def _passwd(uid: int | None, gid: int | None) -> str:
+    """The run's /etc/passwd: root, nobody and the uid the code runs as (tools look themselves up)."""
+    lines = {0: "root:x:0:0:root:/root:/bin/sh", SANDBOX_UID: f"nobody:x:{SANDBOX_UID}:{SANDBOX_UID}:nobody:/:/bin/sh"}
+    if uid is not None and uid not in lines:
+        lines[uid] = f"sandbox:x:{uid}:{gid if gid is not None else uid}:sandbox:/:/bin/sh"
+    return "\n".join(lines.values()) + "\n"
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    """Write `data` to a pipe and close it (the reader may be gone: not our failure)."""
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
 
 
 def _count_processes(uid: int) -> int:
@@ -779,24 +819,30 @@ def _last_line(text: str) -> str:
 # Runs as a separate process (this interpreter, -I -S: no site, no environment, no cwd on
 # sys.path) so that no namespace or privilege change ever happens in the caller's process, and
 # no preexec_fn runs in a multi-threaded parent. It is trusted code; the untrusted program is
-# only what it finally execs. Protocol: JSON lines on the status fd ("iso" after the setup,
+# only what it finally execs. Its configuration arrives as JSON on the fd named by argv[1] (argv
+# stays free of it: the code can read /proc/1/cmdline). Protocol: JSON lines on the status fd ("iso" after the setup,
 # "exec_error" if the exec failed, "exit"/"signal" with CPU and memory use at the end).
 _BOOT = r"""
-import ctypes, fcntl, json, os, resource, signal, socket, struct, sys
+import ctypes, fcntl, json, os, platform, resource, signal, socket, struct, sys
 
-cfg = json.loads(sys.argv[1])
+cfg_fd = int(sys.argv[1])
+with os.fdopen(cfg_fd, "rb") as cfg_file:
+    cfg = json.loads(cfg_file.read())
 status_fd = cfg["status_fd"]
 os.set_inheritable(status_fd, False)  # pass_fds made it inheritable: the program must not get it
 notes = []
-iso = {"user": False, "net": False, "mnt": False, "pid": False, "tmp": False, "proc": False, "dropped": False}
+iso = {"user": False, "net": False, "mnt": False, "pid": False, "tmp": False, "proc": False, "fs": False, "dropped": False}
 CLONE_NEWNS, CLONE_NEWUSER, CLONE_NEWPID, CLONE_NEWNET = 0x20000, 0x10000000, 0x20000000, 0x40000000
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 1, 2, 4, 8, 32, 4096, 16384, 1 << 18
+MNT_DETACH = 2
 PR_SET_PDEATHSIG, PR_SET_NO_NEW_PRIVS = 1, 38
+SYS_PIVOT_ROOT = {"x86_64": 155, "aarch64": 41, "riscv64": 41, "i686": 217, "armv7l": 218}.get(platform.machine())
 
 libc = ctypes.CDLL(None, use_errno=True)
 libc.mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_char_p]
 libc.unshare.argtypes = [ctypes.c_int]
 libc.prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
+libc.umount2.argtypes = [ctypes.c_char_p, ctypes.c_int]
 
 
 def emit(obj):
@@ -863,55 +909,96 @@ if want["pid"] and unshare(CLONE_NEWPID, "pid namespace"):
         os._exit(os.waitstatus_to_exitcode(st) & 0xFF)
     libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
 
+def bind(src, target, what, readonly=True, flags=MS_NOSUID | MS_NODEV, rec=0):
+    # Not recursive by default: the workdir's mount point is under the new root by then.
+    if os.path.isdir(src):
+        os.makedirs(target, 0o755, exist_ok=True)
+    else:
+        os.makedirs(os.path.dirname(target), 0o755, exist_ok=True)
+        if not os.path.exists(target):
+            os.close(os.open(target, os.O_WRONLY | os.O_CREAT, 0o644))
+    if not mount(src, target, None, MS_BIND | rec, None, what):
+        return False
+    return not readonly or mount(None, target, None, MS_REMOUNT | MS_BIND | MS_RDONLY | flags, None, "read-only " + what)
+
+
+def build_root(root, wfd):
+    # A new root on an empty tmpfs at `root` (the workdir's path): only what the run needs,
+    # read-only. All or nothing: when a step fails before the switch, the tmpfs is detached again
+    # and the run goes on in the host's tree (reported: no private root, no private /tmp).
+    if not mount("tmpfs", root, "tmpfs", MS_NOSUID | MS_NODEV, "size=16m,mode=0755", "the new root"):
+        return False
+    try:
+        ok = populate(root, wfd)
+    except OSError as exc:
+        ok = failed("building the root: %s" % exc)
+    if ok:
+        os.chdir(root)
+        if SYS_PIVOT_ROOT is not None and libc.syscall(SYS_PIVOT_ROOT, b".", b".") == 0:
+            # The old root is now stacked on the new one; detaching it leaves nothing of the host.
+            if libc.umount2(b".", MNT_DETACH) == 0:
+                os.chdir("/")
+                return True
+            failed("detaching the old root")
+            emit({"exec_error": "could not leave the host's root: " + notes[-1]})
+            os._exit(111)  # half-switched: never run the code
+        notes.append("pivot_root unavailable: chroot instead")
+        try:
+            os.chroot(root)
+            os.chdir("/")
+            return True
+        except OSError as exc:
+            notes.append("chroot: %s" % exc)
+            os.chdir("/")
+    libc.umount2(root.encode(), MNT_DETACH)
+    iso["tmp"] = iso["proc"] = False
+    return False
+
+
+def populate(root, wfd):
+    size = "size=%dm" % cfg["tmpfs_mb"]
+    masked = []
+    for d in cfg["mask"]:  # first: an interpreter or workdir under /tmp is bound inside the private one
+        os.makedirs(root + d, 0o755, exist_ok=True)
+        if mount("tmpfs", root + d, "tmpfs", MS_NOSUID | MS_NODEV, size + ",mode=1777", "private " + d):
+            masked.append(d)
+    iso["tmp"] = len(masked) == len(cfg["mask"])
+    ok = True
+    for d, link in cfg["system"]:
+        if link is not None:
+            os.symlink(link, root + d)
+        else:
+            ok = bind(d, root + d, "binding " + d) and ok
+    for p in cfg["binds"]:
+        ok = bind(p, root + p, "binding " + p) and ok
+    for p in cfg["hide"]:
+        ok = mount("tmpfs", root + p, "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV, "size=4k,mode=0755", "hiding " + p) and ok
+    os.makedirs(root + "/dev", 0o755, exist_ok=True)
+    for dev in cfg["devices"]:
+        ok = bind(dev, root + dev, "binding " + dev, flags=MS_NOSUID) and ok
+    for name, target in (("fd", "/proc/self/fd"), ("stdin", "/proc/self/fd/0"), ("stdout", "/proc/self/fd/1"), ("stderr", "/proc/self/fd/2")):
+        os.symlink(target, root + "/dev/" + name)
+    os.makedirs(root + "/etc", 0o755)
+    for f in cfg["etc"]:
+        bind(f, root + f, "binding " + f)
+    for name, text in (("passwd", cfg["passwd"]), ("group", "root:x:0:\nnogroup:x:65534:\n"), ("hosts", "127.0.0.1 localhost\n::1 localhost\n")):
+        with open(root + "/etc/" + name, "w") as f:
+            f.write(text)
+    os.makedirs(root + workdir, 0o700, exist_ok=True)
+    ok = bind("/proc/self/fd/%d" % wfd, root + workdir, "binding the workdir", readonly=False) and ok
+    os.makedirs(root + "/proc", 0o555)
+    # A /proc of the run's own PID namespace: the code cannot see (or signal) host processes.
+    iso["proc"] = mount("proc", root + "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, None, "private /proc")
+    if not iso["proc"]:
+        ok = bind("/proc", root + "/proc", "binding /proc", readonly=False, rec=MS_REC) and ok
+    return mount(None, root, None, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV, None, "read-only root") and ok
+
+
 workdir = cfg["workdir"]
 wfd = os.open(workdir, os.O_RDONLY | os.O_DIRECTORY)  # before a mount can hide it
-keep_fds = []
-for p in cfg["keep"]:
-    try:
-        keep_fds.append((p, os.open(p, os.O_RDONLY | os.O_DIRECTORY)))
-    except OSError as exc:
-        notes.append("cannot keep %s: %s" % (p, exc))
 if iso["mnt"]:
-    size = "size=%dm" % cfg["tmpfs_mb"]
-    masked = [d for d in cfg["mask"] if mount("tmpfs", d, "tmpfs", MS_NOSUID | MS_NODEV, size + ",mode=1777", "private " + d)]
-    iso["tmp"] = len(masked) == len(cfg["mask"])
-    # The interpreter's own directories under a now-private /tmp, back at their paths, read-only.
-    for p, fd in keep_fds:
-        os.makedirs(p, 0o755, exist_ok=True)
-        if mount("/proc/self/fd/%d" % fd, p, None, MS_BIND, None, "keeping " + p):
-            mount(None, p, None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV, None, "read-only " + p)
-    for hide, paths in cfg["expose"]:
-        fds = []
-        for p in paths:
-            try:
-                fds.append((p, os.open(p, os.O_RDONLY | os.O_DIRECTORY)))
-            except OSError as exc:
-                notes.append("cannot expose %s: %s" % (p, exc))
-        if not mount("tmpfs", hide, "tmpfs", MS_NOSUID | MS_NODEV, "size=1m,mode=0755", "hiding " + hide):
-            continue
-        for p, fd in fds:
-            os.makedirs(p, 0o755, exist_ok=True)
-            if mount("/proc/self/fd/%d" % fd, p, None, MS_BIND, None, "exposing " + p):
-                mount(None, p, None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV, None, "read-only " + p)
-            os.close(fd)
-        mount(None, hide, None, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV, None, "read-only " + hide)
-    # Re-attach the workdir where a private tmpfs now hides it, at the same path.
-    st = os.fstat(wfd)
-    try:
-        cur = os.stat(workdir)
-        same = (cur.st_dev, cur.st_ino) == (st.st_dev, st.st_ino)
-    except OSError:
-        same = False
-    if not same:
-        os.makedirs(workdir, 0o700, exist_ok=True)
-        if not mount("/proc/self/fd/%d" % wfd, workdir, None, MS_BIND, None, "binding the workdir"):
-            iso["tmp"] = False
-    if iso["pid"]:
-        # A /proc for the new PID namespace: the code cannot see (or signal) host processes.
-        iso["proc"] = mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, None, "private /proc")
+    iso["fs"] = build_root(workdir, wfd)
 os.close(wfd)
-for _, fd in keep_fds:
-    os.close(fd)
 drop = cfg["drop"]
 iso["dropped"] = bool(drop) and os.geteuid() == 0 and not iso["user"]
 emit({"iso": iso, "notes": notes})
