@@ -8,8 +8,8 @@ run). The runner executes each test itself, under a per-test time limit: a test 
 candidate's names as proxies; a call goes to the candidate process and comes back as plain data
 (tagged JSON: numbers, strings, lists, tuples, dicts, sets, bytes), so the comparison happens in
 the runner on values the candidate cannot give methods to. Anything else (an object, a
-generator) stays in the candidate process as an opaque handle that can be called, iterated and
-read, but never compared or tested for truth.
+generator, a regex match) stays in the candidate process as a handle that can be called,
+iterated, read and tested for truth, but never compared.
 
 Verdicts travel on the runner's own stdout as lines starting with the secret; the candidate
 never holds that fd, the secret or the tests (not in argv, env, files, or memory it can read:
@@ -333,8 +333,8 @@ def rebuild(err):
 class Remote:
     """A value that stays in the candidate process (a function, a class, an object).
 
-    Calls, attributes and iteration are forwarded; nothing the candidate computes about itself
-    (equality, truth, hashing) is: a test can compare only plain data returned by a call.
+    Calls, attributes, iteration and truth are forwarded; equality and hashing are not (an
+    object equal to everything would pass any `==`): a test compares only plain data.
     """
 
     def __init__(self, conn, ref, kind):
@@ -363,7 +363,8 @@ class Remote:
         return decode(reply["v"], self._conn)
 
     def __bool__(self):
-        raise TypeError("the truth of a candidate %s is not checked (return plain data)" % self._kind)
+        # Safe to ask the candidate: for `assert f(x)` it could as well have returned True.
+        return self._do("bool") is True
 
     def __repr__(self):
         try:
@@ -490,6 +491,8 @@ for raw in req:
             out = getattr(obj, msg["name"])
         elif op == "iter":
             out = iter(obj)
+        elif op == "bool":
+            out = bool(obj)
         elif op == "next":
             try:
                 out = next(obj)
