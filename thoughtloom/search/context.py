@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 from ..graph import EdgeKind, NodeKind, NodeStatus, ThoughtGraph
 from ..grounding.adjust import GroundingPolicy
 from ..grounding.types import Grounder, GroundingResult, Thought
-from ..llm.errors import BudgetExceeded, ModelError
+from ..llm.errors import BatchRefused, BudgetExceeded, ModelError
 from ..llm.gateway import Gateway
 from ..llm.slots import Slots
 from ..llm.types import GenerateRequest
@@ -239,6 +239,8 @@ class SearchContext:
                         completions = await self.gateway.generate_batch(requests)
             except BudgetExceeded:
                 pass  # the batch does not fit as a whole: the calls one by one shrink or negotiate
+            except BatchRefused:
+                pass  # the server cannot batch (it never will be asked again): single calls
             except ModelError as exc:
                 self._model_failed(exc)
                 return [None] * len(queries)

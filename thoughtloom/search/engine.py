@@ -75,6 +75,7 @@ async def search(
         gateway.listener = _budget_listener(gateway, bus)
     started = time.monotonic()
     calls_before = len(gateway.records)
+    requests_before = gateway.budget.calls
     spent_before = gateway.budget.spent
     cost_before = gateway.budget.cost_usd
     if bus:
@@ -114,7 +115,8 @@ async def search(
     usage = {
         "input_tokens": spent.input_tokens - spent_before.input_tokens,
         "output_tokens": spent.output_tokens - spent_before.output_tokens,
-        "calls": sum(1 for r in gateway.records[calls_before:] if r.error is None and r.cached < r.n),
+        # Requests charged to the ledger, like the tokens: answered, failed or cancelled after sending.
+        "calls": budget.calls - requests_before,
         "cost_usd": round(budget.cost_usd - cost_before, 6),
         "token_limit": budget.limits.tokens,
     }

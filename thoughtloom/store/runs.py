@@ -21,13 +21,16 @@ linked instead):
   One backend exchange as the backend saw it (the gateway's cache answers are not exchanges):
   `start` is its order of being sent, `rank` its order of completing, `issued` how many
   exchanges had been sent when it completed (replay uses all three to answer in the same order).
-  error kinds: model, transient (retried by the gateway), cutoff (the wall-clock budget ended it).
+  error kinds: model, transient (retried by the gateway), timeout (retried, charged in full),
+  batch_refused (the server cannot batch), cutoff (the wall-clock budget ended it).
 - calls    {type, count, chunks: [link chunk of call links]}
 - timings  {type, created_at: chunked node creation times, call_duration_s: chunked}
 - manifest see manifest.py
 - head     {type, run, seq, prev: link head | null, status: running | finished | interrupted, at,
             manifest: link, graph: link, nodes, calls: link, counts: chunked [prompt digest, tokens],
             usage: {input_tokens, output_tokens, calls}, timings: link, result: summary | null}
+  `usage` is what the gateway's ledger charged for every request sent (answered, failed, or
+  cancelled after sending, charged its reservation), the same numbers as the result's usage.
   One per saved state; `prev` chains every state of the run, so every earlier node version stays
   reachable. The ref "run/<id>/head" points at the newest.
 
@@ -66,7 +69,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..graph import EdgeKind, NodeKind, NodeStatus, ThoughtGraph
-from ..llm.errors import BudgetExceeded, ModelError, TransientModelError
+from ..llm.errors import BatchRefused, BudgetExceeded, ModelError, ModelTimeout, TransientModelError
 from ..llm.types import Backend, Completion, GenerateRequest, Message, Prompt, Usage
 from ..search.events import DuplicateMerged, Event, NodeAdded
 from .blocks import CID, Link, encode, link, raw
@@ -332,8 +335,10 @@ class RunRecorder:
         self._pending: list[Block] = []
         self._issued = 0
         self._completed = 0
+        # What the gateway's ledger charged for every request sent (answered, failed or cancelled),
+        # so `loom show` agrees with the run's own usage; `_sent` counts those requests.
         self._usage = [0, 0]
-        self._answered = 0
+        self._sent = 0
 
     # --- wiring ---------------------------------------------------------------------------------
 
@@ -370,6 +375,29 @@ class RunRecorder:
             self._counted.add(digest)
             self._counts.append([digest, tokens])
 
+    def _charged(self, request: GenerateRequest, outcome: Completion | BaseException) -> None:
+        """Add what the gateway's ledger charges for one request, so the head agrees with it."""
+        gateway = self._gateway
+        if gateway is not None:
+            self._charge(gateway.charge(request, outcome))
+        elif isinstance(outcome, Completion):
+            self._charge(outcome.usage)
+
+    def _charged_batch(self, requests: Sequence[GenerateRequest], outcome: Sequence[Completion] | BaseException) -> None:
+        gateway = self._gateway
+        if gateway is not None:
+            for usage in gateway.charge_batch(requests, outcome):
+                self._charge(usage)
+        elif not isinstance(outcome, BaseException):
+            for completion in outcome:
+                self._charge(completion.usage)
+
+    def _charge(self, usage: Usage | None) -> None:
+        if usage is not None:  # None: refused before anything was sent
+            self._usage[0] += usage.input_tokens
+            self._usage[1] += usage.output_tokens
+            self._sent += 1
+
     def _exchange(self, start: int, request: GenerateRequest, completion: Completion | None,
                   error: tuple[str, str] | None, t0: float, batch: int | None = None) -> None:
         """Record one finished exchange (not yet flushed)."""
@@ -389,10 +417,6 @@ class RunRecorder:
         self._completed += 1
         self._calls.append(_put(obj, blocks))
         self._durations.append(round(time.perf_counter() - t0, 6))
-        if completion is not None:
-            self._usage[0] += usage.input_tokens
-            self._usage[1] += usage.output_tokens
-            self._answered += 1
 
     def _cut_off(self) -> bool:
         """Whether a cancelled call was ended by the wall-clock budget (rather than an interrupt)."""
@@ -422,7 +446,7 @@ class RunRecorder:
             "type": "head", "run": self.run_id, "seq": self.seq, "prev": link(self.head) if self.head else None,
             "status": status, "at": time.time(), "manifest": self._manifest_link, "graph": graph,
             "nodes": len(self._nodes.items), "calls": calls, "counts": self._counts.encode(blocks),
-            "usage": {"input_tokens": self._usage[0], "output_tokens": self._usage[1], "calls": self._answered},
+            "usage": {"input_tokens": self._usage[0], "output_tokens": self._usage[1], "calls": self._sent},
             "timings": timings, "result": result,
         }, blocks)
         self.store.put_many(blocks)
@@ -511,6 +535,15 @@ def summarize(result: SearchResult) -> dict[str, Any]:
     })
 
 
+def _error_kind(exc: ModelError) -> str:
+    """How a failed exchange is recorded, so a replay raises the same kind of error."""
+    if isinstance(exc, ModelTimeout):
+        return "timeout"
+    if isinstance(exc, BatchRefused):
+        return "batch_refused"
+    return "transient" if isinstance(exc, TransientModelError) else "model"
+
+
 class RecordingBackend:
     """The backend as the gateway sees it while recording: forwards everything, records exchanges."""
 
@@ -535,17 +568,22 @@ class RecordingBackend:
         start, t0 = rec._begin(), time.perf_counter()
         try:
             completion = await self.inner.generate(request)
-        except asyncio.CancelledError:
+        except asyncio.CancelledError as exc:
+            # Sent and then cancelled (a limit stopped the search): charged, though not an
+            # exchange a replay could serve.
+            rec._charged(request, exc)
             if rec._cut_off():
                 rec._exchange(start, request, None, ("cutoff", "wall-clock budget ran out during a call"), t0)
                 rec.flush_started()
             raise
         except ModelError as exc:
-            rec._exchange(start, request, None, ("transient" if isinstance(exc, TransientModelError) else "model", str(exc)), t0)
+            rec._charged(request, exc)
+            rec._exchange(start, request, None, (_error_kind(exc), str(exc)), t0)
             rec.flush_started()
             raise
         except BudgetExceeded:
             raise  # a replay's emulated wall-clock stop: nothing was exchanged
+        rec._charged(request, completion)
         rec._exchange(start, request, completion, None, t0)
         rec.flush()
         return completion
@@ -556,20 +594,23 @@ class RecordingBackend:
         starts, t0 = [rec._begin() for _ in requests], time.perf_counter()
         try:
             completions = await self.inner.generate_batch(requests)  # type: ignore[attr-defined]
-        except asyncio.CancelledError:
+        except asyncio.CancelledError as exc:
+            rec._charged_batch(requests, exc)
             if rec._cut_off():
                 for s, r in zip(starts, requests):
                     rec._exchange(s, r, None, ("cutoff", "wall-clock budget ran out during a call"), t0, len(requests))
                 rec.flush_started()
             raise
         except ModelError as exc:
-            kind = "transient" if isinstance(exc, TransientModelError) else "model"
+            rec._charged_batch(requests, exc)
+            kind = _error_kind(exc)
             for s, r in zip(starts, requests):
                 rec._exchange(s, r, None, (kind, str(exc)), t0, len(requests))
             rec.flush_started()
             raise
         except BudgetExceeded:
             raise
+        rec._charged_batch(requests, completions)
         for s, r, c in zip(starts, requests, completions):
             rec._exchange(s, r, c, None, t0, len(requests))
         rec.flush()
