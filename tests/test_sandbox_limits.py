@@ -140,6 +140,17 @@ async def test_twenty_60_mb_files_stop_at_the_disk_limit(sandbox: Sandbox, host_
     await still_works(sandbox)
 
 
+@pytest.mark.skipif(not Path("/usr/bin/python3").exists(), reason="needs a system python readable by every user")
+async def test_without_a_mount_namespace_the_file_attack_is_stopped_by_polling(host_disk_growth: list[int]) -> None:
+    plain = Sandbox(LIMITS, python="/usr/bin/python3", namespaces=False)
+    result = await plain.run_python(FILE_ATTACK, limits=SandboxLimits(timeout_s=20, cpu_s=20, disk_mb=100))
+    assert result.stopped_reason == "disk_limit", result
+    assert "wrote 1200 MB" not in result.stdout
+    assert "polled" in result.stop_detail
+    assert host_disk_growth[0] < 500 * 1024 * 1024
+    assert any("no run tmpfs" in note for note in result.isolation_notes)
+
+
 async def test_a_program_that_swallows_enospc_is_still_reported_at_the_disk_limit(sandbox: Sandbox) -> None:
     code = f"try:\n{FILE_ATTACK.replace(chr(10), chr(10) + '    ')}\nexcept OSError as e:\n    print('caught', e.errno)\n"
     result = await sandbox.run_python(code, limits=SandboxLimits(timeout_s=20, cpu_s=20, disk_mb=64))

@@ -184,7 +184,7 @@ class RunWatch:
                 if kills:
                     peak = (self.peak_memory_kb or 0) / 1024
                     self.detail = (
-                        f"the run's processes together reached the {self.memory_mb} MB memory limit "
+                        f"the run's processes (and its files in tmpfs) reached the {self.memory_mb} MB memory limit "
                         f"(peak {peak:.0f} MB); the kernel killed {kills} of them and the run was stopped"
                     )
                     return "memory_limit"

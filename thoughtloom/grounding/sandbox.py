@@ -7,7 +7,9 @@ output. Where the kernel allows it the run also gets its own network namespace (
 a private loopback only), mount namespace (a private /tmp, /var/tmp, /dev/shm, /run/lock and a
 hidden home) and PID namespace (it sees only its own processes, and when it ends every process
 it forked dies with it). As root the code runs as an unprivileged uid (65534 by default),
-because RLIMIT_NPROC and file permissions do not bind root.
+because RLIMIT_NPROC and file permissions do not bind root. Memory, processes and disk are
+bounded per run, not per process: a cgroup per run (runlimits.py; polling where there is none)
+and one tmpfs of the disk limit's size for everything the run can write.
 
 How: the sandbox starts a small trusted bootstrap (`_BOOT`, run by this interpreter with -I -S)
 that unshares the namespaces, mounts the private directories, forks the code as a child (with
@@ -419,7 +421,7 @@ class Sandbox:
             "cgroup_required": not probe,  # the probe showed joining works here
             "parent_pid": os.getpid(),
         }
-        watch = RunWatch(limits.memory_mb, limits.disk_mb, cgroup, None if want["mnt"] else str(workdir))
+        watch = RunWatch(max(64, limits.memory_mb), limits.disk_mb, cgroup, None if want["mnt"] else str(workdir))
         r_fd, w_fd = os.pipe()
         cfg["status_fd"] = w_fd
         t0 = time.monotonic()
