@@ -152,7 +152,8 @@ async def test_without_a_mount_namespace_the_file_attack_is_stopped_by_polling(h
 
 
 async def test_a_program_that_swallows_enospc_is_still_reported_at_the_disk_limit(sandbox: Sandbox) -> None:
-    code = f"try:\n{FILE_ATTACK.replace(chr(10), chr(10) + '    ')}\nexcept OSError as e:\n    print('caught', e.errno)\n"
+    indented = FILE_ATTACK.replace("\n", "\n    ")
+    code = f"try:\n{indented}\nexcept OSError as e:\n    print('caught', e.errno)\n"
     result = await sandbox.run_python(code, limits=SandboxLimits(timeout_s=20, cpu_s=20, disk_mb=64))
     assert result.exit_code == 0 and "caught 28" in result.stdout, result
     assert result.stopped_reason == "disk_limit"

@@ -162,7 +162,6 @@ class RunWatch:
     peak_memory_kb: int | None = None
     peak_disk_kb: int | None = None
     detail: str = ""
-    _seen: set[int] = field(default_factory=set)
 
     async def exceeded(self, root_pid: int) -> str:
         """Wait until the run crosses a limit; return the stop reason ("memory_limit", "disk_limit")."""

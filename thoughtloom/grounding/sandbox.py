@@ -170,6 +170,7 @@ class Sandbox:
         self.limits = limits
         self.namespaces = namespaces  # False: limits and uid only (for machines or tests without them)
         self.cgroups = cgroups  # False (or none usable here): whole-run memory is polled, not bounded
+        self._no_cgroup = "cgroups disabled"  # why runs have no cgroup, when they have none
         self.python = python or "python3"
         self._root = os.geteuid() == 0
         # Only root can switch uid; a non-root sandbox runs as the current user (reported).
@@ -321,9 +322,12 @@ class Sandbox:
         got = report.iso or {}
         self._userns = bool(got.get("user"))
         notes.extend(report.notes)
-        if self.cgroups and report.cgroup_made and not got.get("cgroup"):
-            self.cgroups = False  # made but not joinable here: later runs poll instead of failing
-            notes.append(_polled_note("its cgroup could not be joined"))
+        if self.cgroups and (report.no_cgroup or not got.get("cgroup")):
+            # None can be made or joined here: later runs poll instead of trying (or failing) again.
+            self.cgroups = False
+            self._no_cgroup = report.no_cgroup or "its cgroup could not be joined"
+            if not report.no_cgroup:
+                notes.append(_polled_note(self._no_cgroup))
         if report.exec_error or report.exit_code != 0:
             why = report.exec_error or _last_line(report.stderr) or f"exit {report.exit_code}, signal {report.signal}"
             notes.append(f"the interpreter {self.python} did not run in the sandbox: {why}")
@@ -390,15 +394,15 @@ class Sandbox:
         report = _Report()
         cgroup = None
         if not self.cgroups:
-            report.notes.append(_polled_note("cgroups disabled"))
+            report.notes.append(_polled_note(self._no_cgroup))
         else:
             try:
                 # +2: the bootstrap's own processes (it and the PID namespace's init) are in it too.
                 cgroup = RunCgroup.create(max(64, limits.memory_mb), max(1, limits.max_processes) + 2)
-                report.cgroup_made = True
                 report.notes.append(cgroup.describe())
             except CgroupUnavailable as exc:
-                report.notes.append(_polled_note(str(exc)))
+                report.no_cgroup = str(exc)
+                report.notes.append(_polled_note(report.no_cgroup))
         tmp_dir = "/tmp" if want["mnt"] else str(workdir / ".tmp")
         if not want["mnt"]:
             os.makedirs(tmp_dir, exist_ok=True)
@@ -562,7 +566,9 @@ class Sandbox:
         elif report.disk_full:
             peak = (report.disk_peak_kb or 0) / 1024
             stopped = "disk_limit"
-            detail = f"the run's files filled its {limits.disk_mb} MB disk (peak {peak:.0f} MB); writes failed with ENOSPC"
+            detail = (
+                f"the run's files filled its {limits.disk_mb} MB disk (peak {peak:.0f} MB); writes failed with ENOSPC"
+            )
         else:
             stopped, detail = _classify_end(exit_code, sig, report, limits)
         killed = report.killed or stopped in ("timeout", "output_limit")
@@ -631,7 +637,7 @@ class _Report:
     notes: list[str] = field(default_factory=list)
     elapsed_ms: int = 0
     killed: bool = False  # the sandbox killed the run (timeout, output or a whole-run limit)
-    cgroup_made: bool = False
+    no_cgroup: str = ""  # why the run got no cgroup, if it did not
     memory_peak_kb: int | None = None
     disk_peak_kb: int | None = None
     disk_full: bool = False
