@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import os
 import shutil
+import subprocess
 import threading
 import time
 from collections.abc import Iterator
@@ -257,3 +258,39 @@ async def test_the_process_limit_is_per_run_not_shared_by_concurrent_runs(sandbo
     limits = SandboxLimits(timeout_s=10, max_processes=16)
     results = await asyncio.gather(*(sandbox.run_python(code, limits=limits) for _ in range(3)))
     assert [r.stdout.strip() for r in results] == ["12", "12", "12"], results
+
+
+@pytest.mark.skipif(not cgroups_available(), reason="needs root and a cgroup memory controller")
+async def test_cgroups_left_by_a_killed_sandbox_process_are_removed_by_the_next_sandbox() -> None:
+    dead = _dead_pid()
+    parents = [Path("/sys/fs/cgroup") / ctrl / path.lstrip("/") for ctrl, path in _v1_paths().items()]
+    assert parents, "expected a cgroup v1 memory hierarchy on this machine"
+    leaked = [p / f"thoughtloom-{dead}-0123456789ab" for p in parents]
+    for d in leaked:
+        d.mkdir()
+    try:
+        result = await Sandbox(LIMITS).run_python("print('ok')")
+        assert result.ok
+        assert not [d for d in leaked if d.exists()]
+    finally:
+        for d in leaked:
+            if d.exists():
+                d.rmdir()
+
+
+def _dead_pid() -> int:
+    """The pid of a process that has exited (and been reaped)."""
+    proc = subprocess.Popen(["true"])
+    proc.wait()
+    return proc.pid
+
+
+def _v1_paths() -> dict[str, str]:
+    """This process's cgroup path in the v1 memory and pids hierarchies."""
+    found = {}
+    for line in Path("/proc/self/cgroup").read_text().splitlines():
+        _, ctrls, path = line.split(":", 2)
+        for ctrl in ("memory", "pids"):
+            if ctrl in ctrls.split(",") and (Path("/sys/fs/cgroup") / ctrl).is_dir():
+                found[ctrl] = path
+    return found
