@@ -120,7 +120,9 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--sandbox-timeout", type=_positive_float("--sandbox-timeout"), metavar="S",
                    help="wall-clock seconds per sandboxed run (default: 10 for code, 60 for debug)")
     g.add_argument("--sandbox-memory", type=_positive_int("--sandbox-memory"), metavar="MB",
-                   help="memory limit per sandboxed run (default 1024)")
+                   help="memory limit per sandboxed run, all its processes together (default 1024)")
+    g.add_argument("--sandbox-disk", type=_positive_int("--sandbox-disk"), metavar="MB",
+                   help="disk limit per sandboxed run, all its files together (default 512)")
     g.add_argument("--grounding-penalty", type=_unit_float("--grounding-penalty"), metavar="X",
                    help="score multiplier for a thought that fails grounding (default: the profile's)")
     g.add_argument("--grounding-boost", type=float, metavar="X",
@@ -346,10 +348,10 @@ def _task_options(args: argparse.Namespace, task_name: str) -> Any:
         if value is not None and not os.path.exists(value):
             raise UsageError(f"{flag} {value}: no such file or directory")
     sandbox = None
-    if args.sandbox_timeout is not None or args.sandbox_memory is not None:
+    if args.sandbox_timeout is not None or args.sandbox_memory is not None or args.sandbox_disk is not None:
         base = SandboxLimits(timeout_s=60, cpu_s=60) if task_name == "debug" else SandboxLimits()
         timeout = args.sandbox_timeout if args.sandbox_timeout is not None else base.timeout_s
-        sandbox = replace_limits(base, timeout, args.sandbox_memory)
+        sandbox = replace_limits(base, timeout, args.sandbox_memory, args.sandbox_disk)
     try:
         command = tuple(shlex.split(args.test_command)) if args.test_command else None
     except ValueError as exc:
@@ -361,13 +363,15 @@ def _task_options(args: argparse.Namespace, task_name: str) -> Any:
     )
 
 
-def replace_limits(base: Any, timeout_s: float, memory_mb: int | None) -> Any:
-    """Sandbox limits with a new timeout (and CPU limit to match) and, if given, a memory limit."""
+def replace_limits(base: Any, timeout_s: float, memory_mb: int | None, disk_mb: int | None = None) -> Any:
+    """Sandbox limits with a new timeout (and CPU limit to match) and, if given, memory and disk limits."""
     from dataclasses import replace
 
     changes: dict[str, Any] = {"timeout_s": timeout_s, "cpu_s": max(1, int(timeout_s + 0.999))}
     if memory_mb is not None:
         changes["memory_mb"] = memory_mb
+    if disk_mb is not None:
+        changes["disk_mb"] = disk_mb
     return replace(base, **changes)
 
 

@@ -13,7 +13,9 @@ is there: not the project checkout, not the home directories, not /work. With
 `site_packages=False` the interpreter's installed packages are hidden too (only its standard
 library is visible), so a run cannot read data files that ship in packages (e.g. the hidden
 tests of a benchmark). As root the code runs as an unprivileged uid (65534 by default), because
-RLIMIT_NPROC and file permissions do not bind root.
+RLIMIT_NPROC and file permissions do not bind root. Memory, processes and disk are bounded per
+run, not per process: a cgroup per run (runlimits.py; polling where there is none) and one tmpfs
+of the disk limit's size for everything the run can write (its workdir and its private /tmp...).
 
 How: the sandbox starts a small trusted bootstrap (`_BOOT`, run by this interpreter with -I -S)
 that reads its configuration from a pipe (never argv: /proc/PID/cmdline is world-readable),
@@ -40,6 +42,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .runlimits import CgroupUnavailable, RunCgroup, RunWatch, sweep_stale_cgroups
+
 SANDBOX_UID = 65534  # "nobody" on Debian-like systems
 MAIN_SCRIPT = "main.py"  # the file run_python writes the code to
 COPY_IGNORE = (".git", ".venv", "__pycache__", "node_modules", ".pytest_cache", ".mypy_cache", ".ruff_cache")
@@ -58,10 +62,15 @@ class SandboxLimits:
 
     timeout_s: float = 10.0  # wall clock
     cpu_s: int = 10  # RLIMIT_CPU (SIGXCPU at the limit, SIGKILL one second later)
-    memory_mb: int = 1024  # RLIMIT_AS (address space, so allocations fail with MemoryError)
+    # The run's total memory: all its processes together (a cgroup, else polling), and also each
+    # process's address space (RLIMIT_AS, so one huge allocation fails with MemoryError).
+    memory_mb: int = 1024
     max_output_bytes: int = 65536  # per stream (stdout, stderr); the run is killed beyond it
-    max_processes: int = 64  # RLIMIT_NPROC (binds only a non-root uid)
-    max_file_mb: int = 64  # RLIMIT_FSIZE per file; also the size of each private tmpfs
+    max_processes: int = 64  # the run's processes together (pids cgroup, else RLIMIT_NPROC per uid)
+    max_file_mb: int = 64  # RLIMIT_FSIZE per file
+    # The run's total disk: its workdir and private /tmp share one tmpfs of this size (RAM, so it
+    # also counts toward memory_mb); without a mount namespace the workdir's size is polled.
+    disk_mb: int = 512
     network: bool = False  # True: no network namespace (the run shares the host's network)
 
 
@@ -92,8 +101,9 @@ class SandboxResult:
     """What one sandboxed run did.
 
     `stopped_reason` is None when the program ended by itself (any exit code), else one of
-    "timeout", "cpu_limit", "memory_limit", "output_limit", "signal", "syntax_error",
-    "setup_error"; `stop_detail` says how it was detected.
+    "timeout", "cpu_limit", "memory_limit", "disk_limit", "output_limit", "signal",
+    "syntax_error", "setup_error"; `stop_detail` says how it was detected. `memory_peak_kb` and
+    `disk_peak_kb` are the whole run's peaks (all its processes; its files), where measured.
     """
 
     exit_code: int | None
@@ -113,6 +123,8 @@ class SandboxResult:
     isolation_notes: tuple[str, ...] = ()
     cpu_ms: int | None = None
     max_rss_kb: int | None = None
+    memory_peak_kb: int | None = None
+    disk_peak_kb: int | None = None
 
     @property
     def ok(self) -> bool:
@@ -168,11 +180,14 @@ class Sandbox:
         base_dir: str | Path | None = None,
         namespaces: bool = True,
         site_packages: bool = True,
+        cgroups: bool = True,
     ) -> None:
         self.limits = limits
         self.namespaces = namespaces  # False: limits and uid only (for machines or tests without them)
         # False: the run sees the interpreter's standard library only, not its installed packages.
         self.site_packages = site_packages
+        self.cgroups = cgroups  # False (or none usable here): whole-run memory is polled, not bounded
+        self._no_cgroup = "cgroups disabled"  # why runs have no cgroup, when they have none
         self.python = python or "python3"
         self._root = os.geteuid() == 0
         # Only root can switch uid; a non-root sandbox runs as the current user (reported).
@@ -298,6 +313,8 @@ class Sandbox:
         want = {"user": ns and not self._root, "net": ns, "mnt": ns, "pid": ns}
         if not ns:
             notes.append("namespaces disabled: no network, /tmp or PID isolation")
+        if self.cgroups:
+            sweep_stale_cgroups()  # left by a sandbox process that was killed mid-run
         workdir = await asyncio.to_thread(self._make_workdir, None, None)
         try:
             report = await self._spawn(
@@ -308,12 +325,19 @@ class Sandbox:
                 SandboxLimits(timeout_s=20, max_output_bytes=8192),
                 want,
                 {},
+                probe=True,
             )
         finally:
             _force_rmtree(workdir)
         got = report.iso or {}
         self._userns = bool(got.get("user"))
         notes.extend(report.notes)
+        if self.cgroups and (report.no_cgroup or not got.get("cgroup")):
+            # None can be made or joined here: later runs poll instead of trying (or failing) again.
+            self.cgroups = False
+            self._no_cgroup = report.no_cgroup or "its cgroup could not be joined"
+            if not report.no_cgroup:
+                notes.append(_polled_note(self._no_cgroup))
         if report.exec_error or report.exit_code != 0:
             why = report.exec_error or _last_line(report.stderr) or f"exit {report.exit_code}, signal {report.signal}"
             notes.append(f"the interpreter {self.python} did not run in the sandbox: {why}")
@@ -384,7 +408,21 @@ class Sandbox:
         limits: SandboxLimits,
         want: dict[str, bool],
         extra_env: Mapping[str, str],
+        *,
+        probe: bool = False,
     ) -> _Report:
+        report = _Report()
+        cgroup = None
+        if not self.cgroups:
+            report.notes.append(_polled_note(self._no_cgroup))
+        else:
+            try:
+                # +2: the bootstrap's own processes (it and the PID namespace's init) are in it too.
+                cgroup = RunCgroup.create(max(64, limits.memory_mb), max(1, limits.max_processes) + 2)
+                report.notes.append(cgroup.describe())
+            except CgroupUnavailable as exc:
+                report.no_cgroup = str(exc)
+                report.notes.append(_polled_note(report.no_cgroup))
         tmp_dir = "/tmp" if want["mnt"] else str(workdir / ".tmp")
         if not want["mnt"]:
             os.makedirs(tmp_dir, exist_ok=True)
@@ -398,7 +436,7 @@ class Sandbox:
             "cwd": str(cwd),
             "want": want,
             "drop": [self.uid, self.gid] if self.uid is not None else None,
-            "rlimits": self._rlimits(limits),
+            "rlimits": self._rlimits(limits, nproc=cgroup is None or cgroup.pids_dir is None or probe),
             "mask": [d for d in MASKED_DIRS if _world_writable(d)],
             "binds": self._binds,
             "hide": self._hide,
@@ -406,15 +444,17 @@ class Sandbox:
             "devices": [f"/dev/{d}" for d in DEVICES if os.path.exists(f"/dev/{d}")],
             "etc": [f"/etc/{f}" for f in ETC_FILES if os.path.isfile(f"/etc/{f}")],
             "passwd": _passwd(self.uid, self.gid),
-            "tmpfs_mb": max(1, limits.max_file_mb),
+            "disk_mb": max(1, limits.disk_mb),
+            "cgroup_procs": cgroup.procs_files if cgroup is not None else [],
+            "cgroup_required": not probe,  # the probe showed joining works here
             "parent_pid": os.getpid(),
         }
+        watch = RunWatch(max(64, limits.memory_mb), limits.disk_mb, cgroup, None if want["mnt"] else str(workdir))
         r_fd, w_fd = os.pipe()
         cfg["status_fd"] = w_fd
         # The configuration travels on a pipe, not in argv, where any process could read it.
         cfg_r, cfg_w = os.pipe()
         cfg_data = json.dumps(cfg).encode()
-        report = _Report()
         t0 = time.monotonic()
         try:
             proc = await asyncio.create_subprocess_exec(
@@ -430,21 +470,26 @@ class Sandbox:
         except OSError as exc:
             for fd in (r_fd, w_fd, cfg_r, cfg_w):
                 os.close(fd)
+            if cgroup is not None:
+                cgroup.remove()
             report.exec_error = f"could not start the sandbox: {exc}"
             return report
         os.close(w_fd)
         os.close(cfg_r)
         try:
             await asyncio.to_thread(_write_all, cfg_w, cfg_data)
-            await self._supervise(proc, stdin, limits, report)
+            await self._supervise(proc, stdin, limits, report, watch)
         finally:
             if proc.returncode is None:  # cancelled or failed while running: leave nothing behind
                 _killpg(proc.pid)
+                if cgroup is not None:
+                    cgroup.kill()
                 with contextlib.suppress(BaseException):
                     await asyncio.wait_for(proc.wait(), 5)
             report.elapsed_ms = int((time.monotonic() - t0) * 1000)
             _read_status(r_fd, report)
             os.close(r_fd)
+            _final_limits(report, watch)
         report.returncode = proc.returncode
         if not (report.iso or {}).get("pid"):
             # Without a PID namespace, children of the run may outlive it in the process group.
@@ -452,7 +497,12 @@ class Sandbox:
         return report
 
     async def _supervise(
-        self, proc: asyncio.subprocess.Process, stdin: str | None, limits: SandboxLimits, report: _Report
+        self,
+        proc: asyncio.subprocess.Process,
+        stdin: str | None,
+        limits: SandboxLimits,
+        report: _Report,
+        watch: RunWatch,
     ) -> None:
         over_cap = asyncio.Event()
         out = _Capture(limits.max_output_bytes, over_cap)
@@ -462,44 +512,58 @@ class Sandbox:
         feeder = asyncio.create_task(_feed(proc, stdin)) if stdin is not None else None
         waiter = asyncio.create_task(proc.wait())
         capped = asyncio.create_task(over_cap.wait())
+        limited = asyncio.create_task(watch.exceeded(proc.pid))
         try:
             done, _ = await asyncio.wait(
-                {waiter, capped}, timeout=limits.timeout_s, return_when=asyncio.FIRST_COMPLETED
+                {waiter, capped, limited}, timeout=limits.timeout_s, return_when=asyncio.FIRST_COMPLETED
             )
             if waiter not in done:
-                report.stopped = "output_limit" if capped in done else "timeout"
+                if capped in done:
+                    report.stopped = "output_limit"
+                elif limited in done:
+                    report.stopped = limited.result()
+                else:
+                    report.stopped = "timeout"
+                report.killed = True
                 _killpg(proc.pid)
+                if watch.cgroup is not None:
+                    watch.cgroup.kill()  # also what left the process group
                 await waiter
             # Output still in flight is read until EOF, but not forever: a process that escaped
             # the group could hold the pipe open.
             await asyncio.wait(readers, timeout=2.0)
         finally:
-            for task in (*readers, capped, waiter, *([feeder] if feeder else [])):
+            for task in (*readers, capped, limited, waiter, *([feeder] if feeder else [])):
                 if not task.done():
                     task.cancel()
-            await asyncio.gather(*readers, capped, waiter, *([feeder] if feeder else []), return_exceptions=True)
+            await asyncio.gather(
+                *readers, capped, limited, waiter, *([feeder] if feeder else []), return_exceptions=True
+            )
         report.stdout, report.stderr = out.text(), err.text()
         report.stdout_tail, report.stderr_tail = out.tail_text(), err.tail_text()
         report.truncated = out.truncated or err.truncated
         if report.truncated and report.stopped is None and capped.done():
             report.stopped = "output_limit"
 
-    def _rlimits(self, limits: SandboxLimits) -> dict[str, list[int]]:
+    def _rlimits(self, limits: SandboxLimits, *, nproc: bool = True) -> dict[str, list[int]]:
+        """The per-process limits; RLIMIT_NPROC only when no pids cgroup bounds the run (it is per uid)."""
         mem = max(64, limits.memory_mb) * 1024 * 1024
         fsize = max(1, limits.max_file_mb) * 1024 * 1024
-        nproc = max(1, limits.max_processes)
-        if self.uid is None:
+        procs = max(1, limits.max_processes)
+        if self.uid is None and nproc:
             # RLIMIT_NPROC counts every process of the real uid, so as the current user the
             # limit has to leave room for the processes the user already runs.
-            nproc += _count_processes(os.getuid())
+            procs += _count_processes(os.getuid())
         cpu = max(1, int(limits.cpu_s))
-        return {
+        rlimits = {
             "RLIMIT_CORE": [0, 0],
             "RLIMIT_CPU": [cpu, cpu + 1],
             "RLIMIT_AS": [mem, mem],
             "RLIMIT_FSIZE": [fsize, fsize],
-            "RLIMIT_NPROC": [nproc, nproc],
         }
+        if nproc:
+            rlimits["RLIMIT_NPROC"] = [procs, procs]
+        return rlimits
 
     def _result(self, report: _Report, limits: SandboxLimits, iso: Isolation, started: float) -> SandboxResult:
         got = report.iso or {}
@@ -514,6 +578,9 @@ class Sandbox:
             notes.append("no PID namespace: a process that leaves the process group can outlive the run")
         if not got.get("fs"):
             notes.append("no private root: the code can read every host file its uid may read")
+        if not got.get("disk"):
+            notes.append("no run tmpfs: the workdir's size is polled (a burst between polls gets through) "
+                         "and files written outside it are not counted")
         exit_code, sig = report.exit_code, report.signal
         if exit_code is None and sig is None and report.returncode is not None and not report.stopped:
             # The bootstrap died without reporting: use its own status.
@@ -523,13 +590,22 @@ class Sandbox:
             detail = f"wall-clock timeout after {limits.timeout_s:g}s; the process group was killed"
         elif stopped == "output_limit":
             detail = f"output over {limits.max_output_bytes} bytes; the process group was killed"
+        elif stopped in ("memory_limit", "disk_limit"):
+            detail = report.limit_detail
         elif report.exec_error:
             stopped, detail = "setup_error", report.exec_error
+        elif report.disk_full:
+            peak = (report.disk_peak_kb or 0) / 1024
+            stopped = "disk_limit"
+            detail = (
+                f"the run's files filled its {limits.disk_mb} MB disk (peak {peak:.0f} MB); writes failed with ENOSPC"
+            )
         else:
             stopped, detail = _classify_end(exit_code, sig, report, limits)
+        killed = report.killed or stopped in ("timeout", "output_limit")
         return SandboxResult(
-            exit_code=exit_code if stopped not in ("timeout", "output_limit") else None,
-            signal=sig if stopped not in ("timeout", "output_limit") else signal.SIGKILL,
+            exit_code=exit_code if not killed else None,
+            signal=sig if not killed else signal.SIGKILL,
             stdout=report.stdout,
             stderr=report.stderr,
             timed_out=stopped == "timeout",
@@ -545,10 +621,32 @@ class Sandbox:
             isolation_notes=tuple(notes),
             cpu_ms=report.cpu_ms,
             max_rss_kb=report.max_rss_kb,
+            memory_peak_kb=report.memory_peak_kb,
+            disk_peak_kb=report.disk_peak_kb,
         )
 
 
 # -------------------------------------------------------------------- helpers
+
+
+def _polled_note(why: str) -> str:
+    return (
+        f"no cgroup for the run ({why}): its total memory is polled every 50 ms and the run killed above "
+        "the limit (weaker: a burst between polls gets through; RLIMIT_NPROC is shared by all runs of the uid)"
+    )
+
+
+def _final_limits(report: _Report, watch: RunWatch) -> None:
+    """After the run: a limit it crossed since the last poll, its peaks, and its cgroup removed."""
+    reason = watch.check(None)
+    if reason and report.stopped is None:
+        report.stopped = reason  # e.g. the kernel killed a child at the memory limit and the parent exited 0
+    report.memory_peak_kb = watch.peak_memory_kb
+    if watch.peak_disk_kb is not None and report.disk_peak_kb is None:
+        report.disk_peak_kb = watch.peak_disk_kb
+    report.limit_detail = watch.detail
+    if watch.cgroup is not None and not watch.cgroup.remove():
+        report.notes.append(f"the run's cgroup {watch.cgroup.memory_dir} could not be removed")
 
 
 @dataclass
@@ -570,6 +668,12 @@ class _Report:
     iso: dict[str, bool] | None = None
     notes: list[str] = field(default_factory=list)
     elapsed_ms: int = 0
+    killed: bool = False  # the sandbox killed the run (timeout, output or a whole-run limit)
+    no_cgroup: str = ""  # why the run got no cgroup, if it did not
+    memory_peak_kb: int | None = None
+    disk_peak_kb: int | None = None
+    disk_full: bool = False
+    limit_detail: str = ""
 
 
 class _Capture:
@@ -633,6 +737,7 @@ def _read_status(fd: int, report: _Report) -> None:
         if "exit" in msg or "signal" in msg:
             report.exit_code, report.signal = msg.get("exit"), msg.get("signal")
             report.cpu_ms, report.max_rss_kb = msg.get("cpu_ms"), msg.get("maxrss_kb")
+            report.disk_peak_kb, report.disk_full = msg.get("disk_peak_kb"), bool(msg.get("disk_full"))
 
 
 def _classify_end(
@@ -823,7 +928,7 @@ def _last_line(text: str) -> str:
 # stays free of it: the code can read /proc/1/cmdline). Protocol: JSON lines on the status fd ("iso" after the setup,
 # "exec_error" if the exec failed, "exit"/"signal" with CPU and memory use at the end).
 _BOOT = r"""
-import ctypes, fcntl, json, os, platform, resource, signal, socket, struct, sys
+import ctypes, fcntl, json, os, platform, resource, shutil, signal, socket, struct, sys
 
 cfg_fd = int(sys.argv[1])
 with os.fdopen(cfg_fd, "rb") as cfg_file:
@@ -831,7 +936,8 @@ with os.fdopen(cfg_fd, "rb") as cfg_file:
 status_fd = cfg["status_fd"]
 os.set_inheritable(status_fd, False)  # pass_fds made it inheritable: the program must not get it
 notes = []
-iso = {"user": False, "net": False, "mnt": False, "pid": False, "tmp": False, "proc": False, "fs": False, "dropped": False}
+iso = {"user": False, "net": False, "mnt": False, "pid": False, "tmp": False, "proc": False, "fs": False,
+       "dropped": False, "cgroup": False, "disk": False}
 CLONE_NEWNS, CLONE_NEWUSER, CLONE_NEWPID, CLONE_NEWNET = 0x20000, 0x10000000, 0x20000000, 0x40000000
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 1, 2, 4, 8, 32, 4096, 16384, 1 << 18
 MNT_DETACH = 2
@@ -880,9 +986,34 @@ def loopback_up():
         s.close()
 
 
+def fill_workdir(path, src_fd, owner):
+    # The prepared files, copied from the host workdir into the run's tmpfs (they count toward its disk).
+    os.mkdir(path, 0o700)
+    shutil.copytree("/proc/self/fd/%d" % src_fd, path, symlinks=True, dirs_exist_ok=True)
+    if owner:
+        os.lchown(path, owner[0], owner[1])
+        for dirpath, dirnames, filenames in os.walk(path):
+            for name in dirnames + filenames:
+                os.lchown(os.path.join(dirpath, name), owner[0], owner[1])
+    return os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+
+
 libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)  # the caller died: so do we
 if os.getppid() != cfg["parent_pid"]:
     os._exit(111)
+# Join the run's cgroups before anything else, so every process of the run is counted in them.
+for path in cfg["cgroup_procs"]:
+    try:
+        with open(path, "w") as f:
+            f.write(str(os.getpid()))
+    except OSError as exc:
+        notes.append("cannot join the run's cgroup %s: %s" % (path, exc))
+        if cfg["cgroup_required"]:
+            emit({"exec_error": "could not join the run's cgroup %s: %s" % (path, exc)})
+            os._exit(125)
+        break
+else:
+    iso["cgroup"] = bool(cfg["cgroup_procs"])
 want = cfg["want"]
 uid0, gid0 = os.getuid(), os.getgid()
 if want["user"] and unshare(CLONE_NEWUSER, "user namespace"):
@@ -923,6 +1054,7 @@ def bind(src, target, what, readonly=True, flags=MS_NOSUID | MS_NODEV, rec=0):
 
 
 def build_root(root, wfd):
+    global run_fd
     # A new root on an empty tmpfs at `root` (the workdir's path): only what the run needs,
     # read-only. All or nothing: when a step fails before the switch, the tmpfs is detached again
     # and the run goes on in the host's tree (reported: no private root, no private /tmp).
@@ -951,16 +1083,39 @@ def build_root(root, wfd):
             notes.append("chroot: %s" % exc)
             os.chdir("/")
     libc.umount2(root.encode(), MNT_DETACH)
-    iso["tmp"] = iso["proc"] = False
+    iso["tmp"] = iso["proc"] = iso["disk"] = False
+    if run_fd is not None:  # the run's tmpfs went with the root: the workdir's size is polled instead
+        os.close(run_fd)
+        run_fd = None
     return False
 
 
 def populate(root, wfd):
-    size = "size=%dm" % cfg["tmpfs_mb"]
+    global run_fd, work_fd
+    # One tmpfs the size of the disk limit holds everything the run can write (its workdir and
+    # its private /tmp, /var/tmp, ...), so the run's files are bounded in total, not per file or
+    # directory. It is mounted at root/.run only long enough to bind its parts into place.
+    run = root + "/.run"
+    os.makedirs(run, 0o700)
+    if not mount("tmpfs", run, "tmpfs", MS_NOSUID | MS_NODEV, "size=%dm,mode=0755" % cfg["disk_mb"], "the run's tmpfs"):
+        return False
+    run_fd = os.open(run, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        work_fd = fill_workdir(run + "/work", wfd, cfg["drop"])
+    except (OSError, shutil.Error) as exc:
+        vfs = os.fstatvfs(run_fd)
+        if vfs.f_bavail * vfs.f_frsize < 65536:
+            why = "the workdir's files do not fit the run's %d MB disk limit" % cfg["disk_mb"]
+        else:
+            why = "could not copy the workdir into the run's tmpfs: %s" % exc
+        emit({"exec_error": why})
+        os._exit(125)
     masked = []
-    for d in cfg["mask"]:  # first: an interpreter or workdir under /tmp is bound inside the private one
-        os.makedirs(root + d, 0o755, exist_ok=True)
-        if mount("tmpfs", root + d, "tmpfs", MS_NOSUID | MS_NODEV, size + ",mode=1777", "private " + d):
+    for i, d in enumerate(cfg["mask"]):  # first: an interpreter or workdir under /tmp is bound inside the private one
+        part = run + "/t%d" % i
+        os.mkdir(part)
+        os.chmod(part, 0o1777)
+        if bind(part, root + d, "private " + d, readonly=False):
             masked.append(d)
     iso["tmp"] = len(masked) == len(cfg["mask"])
     ok = True
@@ -985,7 +1140,10 @@ def populate(root, wfd):
         with open(root + "/etc/" + name, "w") as f:
             f.write(text)
     os.makedirs(root + workdir, 0o700, exist_ok=True)
-    ok = bind("/proc/self/fd/%d" % wfd, root + workdir, "binding the workdir", readonly=False) and ok
+    ok = bind("/proc/self/fd/%d" % work_fd, root + workdir, "binding the workdir", readonly=False) and ok
+    # The parts are bound; the tmpfs itself leaves the run's view (run_fd still measures it).
+    ok = (libc.umount2(run.encode(), MNT_DETACH) == 0 or failed("detaching the run's tmpfs")) and ok
+    iso["disk"] = ok
     os.makedirs(root + "/proc", 0o555)
     # A /proc of the run's own PID namespace: the code cannot see (or signal) host processes.
     iso["proc"] = mount("proc", root + "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, None, "private /proc")
@@ -996,16 +1154,23 @@ def populate(root, wfd):
 
 workdir = cfg["workdir"]
 wfd = os.open(workdir, os.O_RDONLY | os.O_DIRECTORY)  # before a mount can hide it
+run_fd = work_fd = None
 if iso["mnt"]:
     iso["fs"] = build_root(workdir, wfd)
 os.close(wfd)
+if work_fd is not None:
+    os.close(work_fd)
 drop = cfg["drop"]
 iso["dropped"] = bool(drop) and os.geteuid() == 0 and not iso["user"]
 emit({"iso": iso, "notes": notes})
 
+if run_fd is not None:
+    # Woken by a child's exit, or every 50 ms to sample how full the run's tmpfs is.
+    signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGCHLD])
 target = os.fork()
 if target == 0:
     try:
+        signal.pthread_sigmask(signal.SIG_SETMASK, [])  # the program must not inherit the blocked SIGCHLD
         os.chdir(cfg["cwd"])
         for name, (soft, hard) in cfg["rlimits"].items():
             try:
@@ -1028,14 +1193,29 @@ if target == 0:
         finally:
             os._exit(127)
 status = rusage = None
+disk = {"peak": 0, "full": False}
+
+
+def sample_disk():
+    if run_fd is not None:
+        vfs = os.fstatvfs(run_fd)
+        disk["peak"] = max(disk["peak"], (vfs.f_blocks - vfs.f_bfree) * vfs.f_frsize)
+        disk["full"] = disk["full"] or vfs.f_bavail * vfs.f_frsize < 65536  # ENOSPC was (or is about to be) hit
+
+
 while True:
+    sample_disk()
     try:
-        pid, st, ru = os.wait4(-1, 0)
+        pid, st, ru = os.wait4(-1, os.WNOHANG if run_fd is not None else 0)
     except ChildProcessError:
         break
+    if pid == 0:
+        signal.sigtimedwait([signal.SIGCHLD], 0.05)
+        continue
     if pid == target:
         status, rusage = st, ru
         break
+sample_disk()
 if status is not None:
     out = {"exit": None, "signal": None}
     if os.WIFSIGNALED(status):
@@ -1044,6 +1224,8 @@ if status is not None:
         out["exit"] = os.WEXITSTATUS(status)
     out["cpu_ms"] = int((rusage.ru_utime + rusage.ru_stime) * 1000)
     out["maxrss_kb"] = rusage.ru_maxrss
+    if run_fd is not None:
+        out["disk_peak_kb"], out["disk_full"] = disk["peak"] // 1024, disk["full"]
     emit(out)
 os._exit(0)
 """

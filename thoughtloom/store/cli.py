@@ -140,7 +140,7 @@ def solve_session(args: argparse.Namespace, *, task: Any, task_name: str, proble
         run_id=new_run_id(), model=args.model, backend=args.model, max_concurrency=1, supports_batch=False,
         task=task_name, problem=problem_text, config=config.to_dict(), budget=asdict(limits),
         task_options={k: options[k] for k in (*_PATH_OPTIONS, "failing_test", "test_command", "sandbox_timeout",
-                                              "sandbox_memory") if options.get(k) is not None},
+                                              "sandbox_memory", "sandbox_disk") if options.get(k) is not None},
         profile=getattr(args, "profile", None), seed=config.seed, version=version, commit=commit,
         prompt_hashes=prompt_hashes(task), cli=options,
     )
