@@ -13,10 +13,12 @@ import json
 import os
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from openai_server import FakeOpenAIServer, Reply, Seen
 from test_cli import loom
+from test_runs import CONFIG, game24_reply
 
 from thoughtloom.grounding.sandbox import Sandbox, SandboxLimits
 from thoughtloom.llm.budget import Budget, BudgetLimits
@@ -25,6 +27,7 @@ from thoughtloom.llm.gateway import Gateway
 from thoughtloom.search.config import SearchConfig
 from thoughtloom.search.engine import search
 from thoughtloom.tasks.debug import DebugTask
+from thoughtloom.tasks.game24 import Game24
 from thoughtloom.tasks.registry import TaskOptions, get_task
 
 CORRECT = "```python\ndef add(a, b):\n    return a + b\n```"
@@ -149,3 +152,20 @@ def test_a_run_cancelled_while_its_workdir_is_copied_leaves_no_workdir(tmp_path:
 
     asyncio.run(cancel_during_copy())
     assert list(base.iterdir()) == []
+
+
+class SlowCheck(Game24):
+    """Game of 24 whose final answer check hangs (as hidden tests of a hanging program would)."""
+
+    async def acheck_answer(self, problem: Any, answer: str | None) -> bool | None:
+        await asyncio.sleep(30)
+        return True
+
+
+def test_the_final_check_gets_an_allowance_as_long_as_the_budget_then_the_answer_is_unchecked() -> None:
+    gateway = Gateway(ScriptedBackend(responder=game24_reply), Budget(BudgetLimits(wall_s=2)))
+    started = time.monotonic()
+    result = asyncio.run(search(SlowCheck(), "4 5 6 10", gateway, CONFIG))
+    assert time.monotonic() - started < 4.5  # the search (milliseconds here), then at most 2 s of checking
+    assert result.answer == "(5 * 6) - (10 - 4) = 24"
+    assert result.solved is None and result.stats["answer_check"] == "timeout"
