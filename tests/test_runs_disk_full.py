@@ -20,7 +20,7 @@ from test_runs import CONFIG, game24_reply
 from thoughtloom.api import asolve
 from thoughtloom.llm.fake import ScriptedBackend
 from thoughtloom.store.car import walk
-from thoughtloom.store.runs import head_ref, history, load_graph, open_run
+from thoughtloom.store.runs import head_ref, history, load_graph, open_run, run_ids
 from thoughtloom.store.sqlite import SQLiteStore
 
 
@@ -72,3 +72,11 @@ def test_a_store_that_fills_up_keeps_the_last_whole_head_and_the_search_keeps_it
         assert run.head["seq"] == 2  # the third write, the last that succeeded
         assert sum(1 for _ in walk(reopened, [head])) > 0
         assert len(load_graph(reopened, run.graph_cid).graph) >= 1
+
+
+def test_a_store_full_from_the_first_write_holds_no_run_and_the_search_still_answers(tmp_path: Path) -> None:
+    store = FullDisk(tmp_path / "s.db", lambda n: True)
+    result = solve_into(store)
+    assert result.answer == "(5 * 6) - (10 - 4) = 24"
+    with SQLiteStore(tmp_path / "s.db") as reopened:
+        assert run_ids(reopened) == [] and len(reopened) == 0
