@@ -15,6 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
 from test_runs import CONFIG, game24_reply
 
 from thoughtloom.api import asolve
@@ -22,6 +23,10 @@ from thoughtloom.llm.fake import ScriptedBackend
 from thoughtloom.store.car import walk
 from thoughtloom.store.runs import head_ref, history, load_graph, open_run, run_ids
 from thoughtloom.store.sqlite import SQLiteStore
+
+
+# asolve warns when the run is not stored whole; here that is the point (see the test of the warning).
+pytestmark = pytest.mark.filterwarnings("ignore:run run1 is not stored whole:RuntimeWarning")
 
 
 class FullDisk(SQLiteStore):
@@ -44,6 +49,12 @@ class FullDisk(SQLiteStore):
 def solve_into(store: Any) -> Any:
     backend = ScriptedBackend(responder=game24_reply)
     return asyncio.run(asolve("4 5 6 10", task="game24", model=backend, config=CONFIG, store=store, run_id="run1"))
+
+
+def test_asolve_warns_when_the_run_is_not_stored_whole_and_returns_the_result(tmp_path: Path) -> None:
+    with pytest.warns(RuntimeWarning, match="run run1 is not stored whole: database or disk is full"):
+        result = solve_into(FullDisk(tmp_path / "s.db", lambda n: n >= 4))
+    assert result.answer == "(5 * 6) - (10 - 4) = 24"
 
 
 def test_failed_writes_mid_run_cost_nothing_once_the_store_takes_writes_again(tmp_path: Path) -> None:
