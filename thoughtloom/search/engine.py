@@ -172,13 +172,15 @@ async def search(
            if all_grounders else {}),
         "wall_s": round(time.monotonic() - started, 3),
     }
-    try:
-        check_s = budget.limits.wall_s
-        solved = await (task.acheck_answer(problem, answer) if check_s is None
-                        else asyncio.wait_for(task.acheck_answer(problem, answer), check_s))
-    except TimeoutError:
-        solved = None
-        stats["answer_check"] = "timeout"
+    check_s = budget.limits.wall_s
+    if check_s is None:
+        solved = await task.acheck_answer(problem, answer)
+    else:
+        try:
+            solved = await asyncio.wait_for(task.acheck_answer(problem, answer), check_s)
+        except TimeoutError:
+            solved = None
+            stats["answer_check"] = "timeout"
     return SearchResult(
         task=task.name,
         problem=problem_text,

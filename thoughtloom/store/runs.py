@@ -444,7 +444,7 @@ class RunRecorder:
             self.store.set_ref(head_ref(self.run_id), head.cid)
         except Exception as exc:  # noqa: BLE001 - any store failure: nothing of this flush counts as written
             # The ref still names the last head written whole, so the run resumes from there.
-            self.write_error = f"{type(exc).__name__}: {exc}" if not str(exc) else str(exc)
+            self.write_error = " ".join(str(exc).split()) or type(exc).__name__  # one line
             return None
         unwritten.clear()
         self.write_error = None

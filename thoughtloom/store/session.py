@@ -182,7 +182,8 @@ class RunSession:
             return None
         run = self.run_id
         if self.recorder.head is None:
-            return f"could not store run {run} in {self.store_path} ({error}); the answer above is complete, nothing of the run was stored"
+            return (f"could not store run {run} in {self.store_path} ({error}); the answer above is complete; "
+                    "nothing of the run was stored")
         return (f"could not store run {run} in {self.store_path} ({error}); the answer above is complete; "
                 f"the store keeps the run up to its last stored call: free space, then 'loom resume {run}'")
 
