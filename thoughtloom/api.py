@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
@@ -92,6 +93,9 @@ async def asolve(
         await gateway.aclose()
     if session is not None:
         session.finish(result)
+        if session.recorder.write_error is not None:  # the result is whole; the stored run is not
+            warnings.warn(f"run {session.run_id} is not stored whole: {session.recorder.write_error}",
+                          RuntimeWarning, stacklevel=2)
     return result
 
 

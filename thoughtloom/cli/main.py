@@ -321,7 +321,13 @@ def cmd_solve(args: argparse.Namespace) -> int:
     else:
         print(_format_text(result))
     code = 130 if result.termination_reason == "interrupted" else 0
-    return session.finish(result, code) if session else code
+    if not session:
+        return code
+    code = session.finish(result, code)
+    failure = session.store_failure()
+    if failure is not None:  # after the answer: a full disk must not cost the result
+        print(f"loom: error: {failure}", file=sys.stderr)
+    return code
 
 
 def _implied_task(args: argparse.Namespace, profile_task: str | None) -> str:

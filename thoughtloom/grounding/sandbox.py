@@ -253,8 +253,13 @@ class Sandbox:
         limits = limits or self.limits
         iso = await self.isolation()
         started = time.monotonic()
+        making = asyncio.ensure_future(asyncio.to_thread(self._make_workdir, copy_from, files))
         try:
-            workdir = await asyncio.to_thread(self._make_workdir, copy_from, files)
+            workdir = await asyncio.shield(making)
+        except asyncio.CancelledError:
+            # The copy goes on in its thread whatever happens here: remove the workdir when it is made.
+            making.add_done_callback(_remove_made_workdir)
+            raise
         except (OSError, ValueError, shutil.Error) as exc:
             return _setup_error(f"could not prepare the workdir: {exc}", iso)
         try:
@@ -821,6 +826,12 @@ def _force_rmtree(path: Path) -> None:
     shutil.rmtree(path, onerror=retry)  # onexc is 3.12+
     if path.exists():
         shutil.rmtree(path, ignore_errors=True)
+
+
+def _remove_made_workdir(making: asyncio.Future[Path]) -> None:
+    """Done callback of a workdir made for a run that was cancelled meanwhile."""
+    if not making.cancelled() and making.exception() is None:
+        _force_rmtree(making.result())
 
 
 def _killpg(pgid: int) -> None:

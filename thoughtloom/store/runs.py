@@ -42,8 +42,12 @@ since the last flush, and for all nodes every FULL_SCAN_EVERY flushes and at the
 changed chunks, graph, timings and a new head, in one put_many transaction; then the ref moves. A
 SIGKILL loses at most the calls in flight and the graph changes since the last answered call;
 `loom resume` recomputes those from the recorded calls. `finish` writes the final head with the
-result summary. Cost: about 2-3 ms and 20 KB per answered call for a 1,000-node search on a local
-disk (benchmarks/engine_overhead.py's tree, zero-latency model); nothing without a recorder.
+result summary. A write that fails (a full disk) does not stop the search: the flush's blocks stay
+in `_unwritten` and go out with the next flush (the encoders already link them as stored), so no
+head is ever stored without every block below it; the ref stays on the last head written whole
+(`head`), and `write_error` says why until a write succeeds again. Cost: about 2-3 ms and 20 KB
+per answered call for a 1,000-node search on a local disk (benchmarks/engine_overhead.py's tree,
+zero-latency model); nothing without a recorder.
 
 The recorder sees the backend through RecordingBackend, a proxy the gateway calls instead of the
 real backend; it sees the graph through the SearchContext (search(..., on_context=...)) and the
@@ -312,7 +316,7 @@ class RunRecorder:
         self.store = store
         self.manifest = manifest
         self.run_id = manifest.run_id
-        #: The newest head written (or, resuming, the head the run continues from).
+        #: The newest head written whole (or, resuming, the head the run continues from).
         self.head: CID | None = prev
         self.seq = seq
         self.graph_cid: CID | None = None
@@ -335,6 +339,10 @@ class RunRecorder:
         self._pending: list[Block] = []
         self._issued = 0
         self._completed = 0
+        #: Blocks linked by the encoders' state whose write failed, re-sent with the next flush.
+        self._unwritten: dict[CID, bytes] = {}
+        #: Why the last flush could not write (None when it could).
+        self.write_error: str | None = None
         # What the gateway's ledger charged for every request sent (answered, failed or cancelled),
         # so `loom show` agrees with the run's own usage; `_sent` counts those requests.
         self._usage = [0, 0]
@@ -426,13 +434,15 @@ class RunRecorder:
 
     # --- flushing -------------------------------------------------------------------------------
 
-    def flush(self, status: str = "running", result: dict[str, Any] | None = None) -> CID:
-        """Write what changed and a new head in one transaction; move the run's ref to it."""
+    def flush(self, status: str = "running", result: dict[str, Any] | None = None) -> CID | None:
+        """Write what changed and a new head in one transaction; move the run's ref to it.
+
+        Never raises for a store that fails to write (a full disk): it returns None, keeps the
+        blocks for the next flush, and sets `write_error`; the ref keeps naming the last head
+        written whole, so `loom resume` continues from there once the store can be written.
+        """
         blocks, self._pending = self._pending, []
-        if not self.started:
-            self.started = True
-            if self._on_start is not None:
-                self._on_start(self.run_id)
+        self.started = True
         graph = self._graph(blocks, full=status != "running" or self.seq % FULL_SCAN_EVERY == 0)
         calls = _put({"type": "calls", **self._calls.encode(blocks)}, blocks)
         if result is not None:  # the finished run's manifest names its recorded calls
@@ -449,8 +459,21 @@ class RunRecorder:
             "usage": {"input_tokens": self._usage[0], "output_tokens": self._usage[1], "calls": self._sent},
             "timings": timings, "result": result,
         }, blocks)
-        self.store.put_many(blocks)
-        self.store.set_ref(head_ref(self.run_id), head.cid)
+        # Blocks of an earlier flush whose write failed go first: the encoders above link them
+        # as stored, so this head is written only together with them.
+        unwritten = self._unwritten
+        unwritten.update(blocks)
+        try:
+            self.store.put_many(unwritten.items())
+            self.store.set_ref(head_ref(self.run_id), head.cid)
+        except Exception as exc:  # noqa: BLE001 - any store failure: nothing of this flush counts as written
+            # The ref still names the last head written whole, so the run resumes from there.
+            self.write_error = " ".join(str(exc).split()) or type(exc).__name__  # one line
+            return None
+        unwritten.clear()
+        self.write_error = None
+        if self.head is None and self._on_start is not None:
+            self._on_start(self.run_id)
         self.head = head.cid
         self.seq += 1
         return head.cid
@@ -513,8 +536,9 @@ class RunRecorder:
             "merged": [[self._thoughts[p], graph.edge(p, node.id).kind.value] for p in later],
         }, blocks)
 
-    def finish(self, result: SearchResult) -> CID:
-        """Write the final head: status finished (interrupted after Ctrl-C) and the result summary."""
+    def finish(self, result: SearchResult) -> CID | None:
+        """Write the final head: status finished (interrupted after Ctrl-C) and the result summary
+        (None when the store could not be written: see `write_error`)."""
         status = "interrupted" if result.termination_reason == "interrupted" else "finished"
         return self.flush(status, summarize(result))
 

@@ -86,6 +86,10 @@ class ReplayVerdict:
         return "; ".join([*parts, *self.notes])
 
 
+#: Exit code of `loom solve` / `loom resume` when the answer was printed but the run could not be stored.
+STORE_FAILED = 3
+
+
 @dataclass
 class RunSession:
     """One run being recorded, resumed or replayed (see the module docstring)."""
@@ -156,9 +160,11 @@ class RunSession:
         self.recorder.attach(gateway)
 
     def finish(self, result: SearchResult, code: int = 0) -> int:
-        """Write the final head; resume and replay report what they did. Returns the exit code."""
+        """Write the final head; resume and replay report what they did. Returns the exit code
+        (STORE_FAILED when the final head could not be written: see `store_failure`)."""
         try:
-            self.recorder.finish(result)
+            if self.recorder.finish(result) is None:
+                return code or STORE_FAILED
             if self.mode == "resume":
                 assert self.replay is not None
                 print(f"loom: run {self.run_id} resumed: {self.replay.replayed} recorded calls served from the "
@@ -168,6 +174,18 @@ class RunSession:
             return code
         finally:
             self.close()
+
+    def store_failure(self) -> str | None:
+        """Why the run's final state is not in the store, as one line saying what to do; None when it is."""
+        error = self.recorder.write_error
+        if error is None:
+            return None
+        run = self.run_id
+        if self.recorder.head is None:
+            return (f"could not store run {run} in {self.store_path} ({error}); the answer above is complete; "
+                    "nothing of the run was stored")
+        return (f"could not store run {run} in {self.store_path} ({error}); the answer above is complete; "
+                f"the store keeps the run up to its last stored call: free space, then 'loom resume {run}'")
 
     def verdict(self) -> ReplayVerdict:
         """replay: how the replayed graph compares with the recorded one."""
