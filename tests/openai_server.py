@@ -42,16 +42,23 @@ class FakeOpenAIServer:
 
     Scripted replies are used first, in order; after that it answers every request with
     min(n, max_choices) choices, "sample {i}" (chat) or "text {i}", in reverse index order
-    so clients must sort them.
+    so clients must sort them. `max_choices = 1` is a server that ignores n, as the llama.cpp
+    server and Ollama do; `usage` replaces the usage it reports (a hostile server's numbers);
+    `delay_s` delays every unscripted answer; `peak_in_flight` is the most requests it was
+    serving at once.
     """
 
     replies: list[Reply] = field(default_factory=list)
     seen: list[Seen] = field(default_factory=list)
     max_choices: int = 1_000
     send_usage: bool = True
+    usage: dict[str, int] | None = None
+    delay_s: float = 0.0
     responder: Callable[[Seen], Reply] | None = None
     url: str = ""
     lock: threading.Lock = field(default_factory=threading.Lock)
+    in_flight: int = 0
+    peak_in_flight: int = 0
 
     def script(self, *replies: Reply) -> FakeOpenAIServer:
         """Answer the next requests with these replies, in order."""
@@ -92,9 +99,11 @@ class FakeOpenAIServer:
             "model": seen.body.get("model"),
             "choices": choices,
         }
-        if self.send_usage:
+        if self.usage is not None:
+            body["usage"] = dict(self.usage)
+        elif self.send_usage:
             body["usage"] = {"prompt_tokens": 11, "completion_tokens": 3 * count, "total_tokens": 11 + 3 * count}
-        return Reply(200, body)
+        return Reply(200, body, self.delay_s)
 
 
 def _merge_batch(n: int, replies: list[Reply]) -> Reply:
@@ -117,12 +126,19 @@ def _handler(server: FakeOpenAIServer) -> type[BaseHTTPRequestHandler]:
         def do_POST(self) -> None:  # noqa: N802 - the http.server naming
             length = int(self.headers.get("Content-Length") or 0)
             body = json.loads(self.rfile.read(length) or b"{}")
-            if self.path not in ("/v1/chat/completions", "/v1/completions"):
-                reply = Reply(404, error_body(f"no route {self.path}"))
-            else:
-                reply = server.answer(Seen(self.path, body, {k.lower(): v for k, v in self.headers.items()}))
-            if reply.delay_s:
-                time.sleep(reply.delay_s)
+            with server.lock:
+                server.in_flight += 1
+                server.peak_in_flight = max(server.peak_in_flight, server.in_flight)
+            try:
+                if self.path not in ("/v1/chat/completions", "/v1/completions"):
+                    reply = Reply(404, error_body(f"no route {self.path}"))
+                else:
+                    reply = server.answer(Seen(self.path, body, {k.lower(): v for k, v in self.headers.items()}))
+                if reply.delay_s:
+                    time.sleep(reply.delay_s)
+            finally:
+                with server.lock:
+                    server.in_flight -= 1
             data = json.dumps(reply.body or {}).encode()
             try:
                 self.send_response(reply.status)

@@ -239,3 +239,67 @@ def test_a_reader_that_goes_away_gets_no_traceback() -> None:
     proc = subprocess.run(f"{sys.executable} -m thoughtloom profiles | true", shell=True, capture_output=True,
                           text=True, timeout=60)
     assert "Traceback" not in proc.stderr and "Exception ignored" not in proc.stderr
+
+
+# --- every request on the wire is counted (issue 12) ----------------------------------------
+
+
+def ignoring_n_reply(seen: Seen) -> Reply:
+    """The game24 model behind a server that ignores n (llama.cpp server, Ollama): one choice a request."""
+    reply = game24_server_reply(seen)
+    assert reply.body is not None
+    reply.body["choices"] = reply.body["choices"][:1]
+    reply.body["usage"] = {"prompt_tokens": 100, "completion_tokens": 20, "total_tokens": 120}
+    return reply
+
+
+def test_budget_calls_bounds_the_requests_a_server_ignoring_n_receives(server: FakeOpenAIServer) -> None:
+    server.responder = ignoring_n_reply
+    proc = loom("solve", "--task", "game24", "--model", f"openai-compatible:{server.url}@m#completions", "--json",
+                "--budget-calls", "6", "4 5 6 10")
+    assert proc.returncode == 0, proc.stderr
+    assert 0 < len(server.seen) <= 6
+    assert json.loads(proc.stdout)["usage"]["calls"] >= len(server.seen)  # none sent uncounted
+
+
+def test_concurrency_one_means_one_request_in_flight_at_the_server(server: FakeOpenAIServer) -> None:
+    def slow(seen: Seen) -> Reply:
+        reply = ignoring_n_reply(seen)
+        reply.delay_s = 0.02
+        return reply
+
+    server.responder = slow
+    proc = loom("solve", "--task", "game24", "--model", f"openai-compatible:{server.url}@m#completions", "--quiet",
+                "--concurrency", "1", "--budget-calls", "30", "4 5 6 10")
+    assert proc.returncode == 0, proc.stderr
+    assert len(server.seen) > 1
+    assert server.peak_in_flight == 1
+
+
+@pytest.fixture
+def cut_at_a_limit(server: FakeOpenAIServer, tmp_path: Path) -> dict[str, Any]:
+    """A search stopped by its token budget while other requests were in flight (and cancelled)."""
+    def slow(seen: Seen) -> Reply:
+        reply = game24_server_reply(seen)
+        reply.delay_s = 0.3
+        return reply
+
+    server.responder = slow
+    store = tmp_path / "runs.db"
+    proc = loom("solve", "--task", "game24", "--model", f"openai-compatible:{server.url}@m#completions", "--json",
+                "--strategy", "best_first", "--beam", "4", "--concurrency", "8", "--budget-tokens", "2500",
+                "--store", str(store), "4 5 6 10")
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    # Usually "budget_tokens" with expansions cancelled; on a loaded machine the goal may come first.
+    assert out["termination_reason"] in ("budget_tokens", "goal_reached")
+    return {"out": out, "store": store, "requests": len(server.seen)}
+
+
+def test_json_usage_and_loom_show_agree_on_tokens_and_calls(cut_at_a_limit: dict[str, Any]) -> None:
+    out, store = cut_at_a_limit["out"], cut_at_a_limit["store"]
+    run = loom("runs", "--store", str(store)).stdout.splitlines()[1].split()[0]
+    shown = loom("show", run, "--store", str(store))
+    usage = out["usage"]
+    tokens = usage["input_tokens"] + usage["output_tokens"]
+    assert f"{usage['calls']} calls · {tokens:,} tokens" in shown.stdout

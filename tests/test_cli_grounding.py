@@ -109,3 +109,60 @@ def test_humaneval_end_to_end_on_the_embedded_model() -> None:
     assert all(g["grounder"] == "code" and g["passed"] + g["failed"] == 2 for g in out["grounding"] if g["grounded"])
     assert "def has_close_elements" in out["answer"]
     assert isinstance(out["solved"], bool)  # pass@1 on the hidden tests, whatever the 270M model wrote
+
+
+# A program that, when loaded, forks ten children of 120 MB each and waits for them.
+FORKING_ADD = (
+    "a, b):\n    return a + b\n\n\n"
+    "import os, time\n_kids = []\n"
+    "for _ in range(10):\n"
+    "    _pid = os.fork()\n"
+    "    if _pid == 0:\n"
+    "        _block = bytearray(120 * 1024 * 1024)\n"
+    "        _block[::4096] = b'1' * len(_block[::4096])\n"
+    "        time.sleep(1.5)\n"
+    "        os._exit(0)\n"
+    "    _kids.append(_pid)\n"
+    "for _pid in _kids:\n"
+    "    os.waitpid(_pid, 0)\n"
+)
+# A program that, when loaded, writes twenty files of 60 MB each.
+FILLING_ADD = (
+    "a, b):\n    return a + b\n\n\n"
+    "for _i in range(20):\n"
+    "    with open(f'fill-{_i}.bin', 'wb') as _f:\n"
+    "        for _ in range(60):\n"
+    "            _f.write(b'x' * (1024 * 1024))\n"
+)
+
+
+def test_sandbox_memory_bounds_all_the_processes_of_a_run(server: FakeOpenAIServer, tmp_path: Path) -> None:
+    tests = tmp_path / "test_add.py"
+    tests.write_text("assert add(2, 3) == 5\n")
+    model = model_spec(server, lambda prompt: FORKING_ADD)
+    proc = loom("solve", "--profile", "code_generation", "--tests", str(tests), "--model", model,
+                "--sandbox-memory", "200", "--budget-calls", "2", "--json",
+                "write a function add(a, b) that returns the sum")
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert out["grounding"] and not any(g["verified"] for g in out["grounding"])
+    assert all("memory_limit" in g["evidence"] for g in out["grounding"]), out["grounding"]
+
+
+def test_sandbox_disk_bounds_all_the_files_of_a_run(server: FakeOpenAIServer, tmp_path: Path) -> None:
+    tests = tmp_path / "test_add.py"
+    tests.write_text("assert add(2, 3) == 5\n")
+    model = model_spec(server, lambda prompt: FILLING_ADD)
+    proc = loom("solve", "--profile", "code_generation", "--tests", str(tests), "--model", model,
+                "--sandbox-disk", "100", "--budget-calls", "2", "--json",
+                "write a function add(a, b) that returns the sum")
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert out["grounding"] and not any(g["verified"] for g in out["grounding"])
+    for g in out["grounding"]:
+        assert g["details"]["stopped_reason"] == "disk_limit", g
+        assert "No space left on device" in g["evidence"]
+
+
+def test_a_sandbox_disk_of_zero_exits_2_with_one_line() -> None:
+    assert_one_line_error(loom("solve", "--task", "code", "--sandbox-disk", "0", "x"), "--sandbox-disk", "at least 1")

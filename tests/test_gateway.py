@@ -306,13 +306,13 @@ async def test_transient_errors_are_retried_under_a_wall_clock_limit_too() -> No
     assert gw.records[0].attempts == 2
 
 
-async def test_a_failed_call_releases_its_reservation_without_charging() -> None:
+async def test_a_refused_call_releases_its_reservation_and_counts_as_a_request_without_tokens() -> None:
     fake = ScriptedBackend(default="ok", failures=[ModelError("bad request")])
     gw = gateway(fake, BudgetLimits(tokens=1000, calls=5))
     with pytest.raises(ModelError):
         await gw.generate(req())
     budget = gw.budget
-    assert (budget.spent, budget.calls, budget.reserved_tokens, budget.in_flight) == (Usage(), 0, 0, 0)
+    assert (budget.spent, budget.calls, budget.reserved_tokens, budget.in_flight) == (Usage(), 1, 0, 0)
 
 
 def test_retry_delay_doubles_within_jitter_and_is_capped() -> None:

@@ -114,31 +114,44 @@ async def test_count_tokens_is_unknown_for_remote_models(backend_for: BackendFac
 # --- servers that ignore n ----------------------------------------------------------------
 
 
-async def test_server_ignoring_n_still_yields_n_texts(
+async def test_a_server_ignoring_n_is_sent_one_request_and_its_fewer_texts_returned(
     server: FakeOpenAIServer, backend_for: BackendFactory
 ) -> None:
     server.max_choices = 1
-    backend = backend_for(api="chat")
-    completion = await backend.generate(ask(n=3))
+    completion = await backend_for(api="chat").generate(ask(n=3))
+    assert completion.texts == ("sample 0",)
+    assert len(server.seen) == 1
+
+
+def ignoring_gateway(backend: OpenAIBackend, **kwargs: Any) -> Gateway:
+    return Gateway(backend, retry=RetryPolicy(base_delay_s=0.01), **kwargs)
+
+
+async def test_the_gateway_asks_a_server_ignoring_n_again_for_each_missing_sample(
+    server: FakeOpenAIServer, backend_for: BackendFactory
+) -> None:
+    server.max_choices = 1
+    completion = await ignoring_gateway(backend_for(api="chat")).generate(ask(n=3))
     assert len(completion.texts) == 3
     assert len(server.seen) == 3
 
 
-async def test_extra_calls_for_ignored_n_add_their_usage(
+async def test_each_request_for_missing_samples_is_charged_and_counted(
     server: FakeOpenAIServer, backend_for: BackendFactory
 ) -> None:
     server.max_choices = 1
-    backend = backend_for(api="completions")
-    completion = await backend.generate(ask(n=3))
+    gateway = ignoring_gateway(backend_for(api="completions"))
+    completion = await gateway.generate(ask(n=3))
     assert completion.usage == Usage(3 * 11, 3 * 3)
+    assert gateway.budget.spent == Usage(3 * 11, 3 * 3)
+    assert gateway.budget.calls == 3
 
 
-async def test_extra_calls_for_ignored_n_use_distinct_seeds(
+async def test_requests_for_missing_samples_use_distinct_seeds(
     server: FakeOpenAIServer, backend_for: BackendFactory
 ) -> None:
     server.max_choices = 1
-    backend = backend_for()
-    await backend.generate(ask(n=3, seed=100))
+    await ignoring_gateway(backend_for()).generate(ask(n=3, seed=100))
     assert sorted(s.body["seed"] for s in server.seen) == [100, 101, 102]
 
 
@@ -146,8 +159,7 @@ async def test_server_capping_n_is_asked_only_for_the_missing_samples(
     server: FakeOpenAIServer, backend_for: BackendFactory
 ) -> None:
     server.max_choices = 2
-    backend = backend_for()
-    completion = await backend.generate(ask(n=5))
+    completion = await ignoring_gateway(backend_for()).generate(ask(n=5))
     assert len(completion.texts) == 5
     assert sorted(s.body["n"] for s in server.seen) == [1, 2, 5]
 
@@ -262,9 +274,10 @@ async def test_a_model_refusing_max_tokens_is_retried_with_max_completion_tokens
 ) -> None:
     refusal = "Unsupported parameter: 'max_tokens' is not supported with this model. Use 'max_completion_tokens'."
     server.script(Reply(400, error_body(refusal, code="unsupported_parameter", param="max_tokens")))
-    backend = backend_for(api="chat")
-    completion = await backend.generate(ask(max_tokens=9))
+    gateway = ignoring_gateway(backend_for(api="chat"))
+    completion = await gateway.generate(ask(max_tokens=9))
     assert completion.texts == ("sample 0",)
+    assert gateway.budget.calls == 2  # the refused request reached the server too
     assert server.seen[1].body["max_completion_tokens"] == 9
     assert "max_tokens" not in server.seen[1].body
 

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import pytest
 from openai_server import FakeOpenAIServer, Reply, Seen
 from conftest import BackendFactory
 
+from thoughtloom.llm.errors import BatchRefused
 from thoughtloom.llm.gateway import Gateway
 from thoughtloom.llm.registry import make_backend
 from thoughtloom.llm.types import GenerateRequest, Prompt, Usage
@@ -56,22 +58,36 @@ async def test_seeded_batches_send_one_seed_derived_from_every_request(
     assert seeds[0] == seeds[1] and isinstance(seeds[0], int)
 
 
-async def test_a_server_that_answers_a_batch_wrongly_gets_single_calls_from_then_on(
+async def test_a_server_that_answers_a_batch_wrongly_is_never_asked_to_batch_again(
     server: FakeOpenAIServer, backend_for: BackendFactory,
 ) -> None:
     backend = backend_for(api="completions")  # the default reply: n choices whatever the prompt list
-    out = await backend.generate_batch(requests("a", "b"))
-    assert [len(c.texts) for c in out] == [2, 2]
+    with pytest.raises(BatchRefused, match="2 prompts with 2 choices") as refused:
+        await backend.generate_batch(requests("a", "b"))
+    assert refused.value.usage == Usage(11, 6)
     assert backend.supports_batch is False
-    assert [type(s.body["prompt"]) for s in server.seen] == [list, str, str]
+    assert len(server.seen) == 1
 
 
-async def test_requests_with_different_settings_are_not_batched(server: FakeOpenAIServer, backend_for: BackendFactory) -> None:
+async def test_a_wrongly_answered_batch_is_charged_what_the_server_reported(
+    server: FakeOpenAIServer, backend_for: BackendFactory,
+) -> None:
+    gateway = Gateway(backend_for(api="completions"))
+    with pytest.raises(BatchRefused):
+        await gateway.generate_batch(requests("a", "b"))
+    assert gateway.budget.spent == Usage(11, 6)
+    assert gateway.budget.calls == 2  # one per prompt the request carried, as for an answered batch
+
+
+async def test_requests_with_different_settings_are_refused_as_a_batch_without_a_request(
+    server: FakeOpenAIServer, backend_for: BackendFactory
+) -> None:
     server.responder = batch_reply
     backend = backend_for(api="completions")
     mixed: Sequence[GenerateRequest] = [*requests("a"), *requests("b", n=1)]
-    await backend.generate_batch(mixed)
-    assert sorted(str(s.body["prompt"]) for s in server.seen) == ["a", "b"]
+    with pytest.raises(BatchRefused):
+        await backend.generate_batch(mixed)
+    assert server.seen == []
 
 
 def test_chat_and_ollama_backends_do_not_batch() -> None:
@@ -106,13 +122,12 @@ async def test_a_search_over_http_sends_sibling_values_as_one_request(server: Fa
     assert len(value_requests) == 1 and len(value_requests[0].body["prompt"]) >= 2
 
 
-async def test_a_server_that_refuses_prompt_lists_gets_single_calls_from_then_on(
+async def test_a_server_that_refuses_prompt_lists_is_never_asked_to_batch_again(
     server: FakeOpenAIServer, backend_for: BackendFactory,
 ) -> None:
     server.script(Reply(400, {"error": {"message": "prompt must be a string", "type": "invalid_request_error"}}))
-    server.responder = lambda seen: Reply(200, {"id": "x", "object": "text_completion", "created": 0, "model": "m",
-                                                "choices": [{"index": 0, "text": "ok", "finish_reason": "stop"}]})
     backend = backend_for(api="completions")
-    out = await backend.generate_batch(requests("a", "b", n=1))
-    assert [c.texts for c in out] == [("ok",), ("ok",)]
+    with pytest.raises(BatchRefused, match="prompt must be a string"):
+        await backend.generate_batch(requests("a", "b", n=1))
     assert backend.supports_batch is False
+    assert len(server.seen) == 1

@@ -260,3 +260,65 @@ def test_a_run_killed_with_sigkill_resumes_to_completion_without_resending_recor
     assert graph_of(fresh, run_id_from(proc3.stderr))["graph"] == finished["graph"]
     # Its history keeps the killed states: the heads chain back through the kill.
     assert loom("replay", run, "--store", str(store), "--quiet").returncode == 0
+
+
+def _small_tmpfs(path: Path, size: str) -> None:
+    """Mount a tmpfs of `size` at `path` (root only); skip the test where that is not permitted."""
+    path.mkdir()
+    try:
+        proc = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)],
+                              capture_output=True, text=True, timeout=30)
+    except OSError as exc:
+        pytest.skip(f"cannot mount a small tmpfs here: {exc}")
+    if proc.returncode != 0:
+        pytest.skip(f"cannot mount a small tmpfs here (needs root): {proc.stderr.strip()}")
+
+
+def _fill(disk: Path, keep_bytes: int) -> Path:
+    """A file taking all of the disk's free space but `keep_bytes`."""
+    st = os.statvfs(disk)
+    filler = disk / "filler"
+    filler.write_bytes(b"\0" * max(0, st.f_bavail * st.f_frsize - keep_bytes))
+    return filler
+
+
+def test_a_full_disk_prints_the_answer_then_one_line_and_resume_finishes_the_run_after_space_is_freed(
+    tmp_path: Path,
+) -> None:
+    disk = tmp_path / "disk"
+    _small_tmpfs(disk, "2m")
+    try:
+        store = disk / "store.db"
+        SQLiteStore(store).close()
+        filler = _fill(disk, 96 * 1024)  # room for the first few calls' blocks, not for the whole run
+        with serve() as server:
+            server.responder = responder()
+            args = ["--task", "game24", "--model", model_of(server), "--quiet", "--concurrency", "1",
+                    "--store", str(store), PROBLEM]
+            proc = loom("solve", *args)
+            # The answer first, whole; then one line saying what was lost and what to do.
+            assert proc.returncode == 3, proc.stderr
+            assert proc.stdout.startswith("answer: (5 * 6) - (10 - 4) = 24   [checked: correct]"), proc.stdout
+            assert "Traceback" not in proc.stderr
+            run = run_id_from(proc.stderr)
+            errors = [line for line in proc.stderr.splitlines() if line.startswith("loom: error:")]
+            assert len(errors) == 1 and len(proc.stderr.strip().splitlines()) == 2, proc.stderr
+            assert "disk is full" in errors[0] and f"loom resume {run}" in errors[0]
+            stopped = json.loads(loom("runs", "--store", str(store), "--json").stdout.splitlines()[0])
+            assert stopped["status"] == "running" and 1 <= stopped["calls"] < 7
+
+            filler.unlink()
+            resumed = loom("resume", run, "--store", str(store), "--quiet")
+            assert resumed.returncode == 0, resumed.stderr
+            assert resumed.stdout.startswith("answer: (5 * 6) - (10 - 4) = 24   [checked: correct]")
+        finished = json.loads(loom("runs", "--store", str(store), "--json").stdout.splitlines()[0])
+        assert finished["status"] == "finished" and finished["calls"] == 7
+        with serve() as server:
+            server.responder = responder()
+            fresh = tmp_path / "fresh.db"
+            proc3 = loom("solve", "--task", "game24", "--model", model_of(server), "--quiet", "--concurrency", "1",
+                         "--store", str(fresh), PROBLEM)
+        # The resumed run is the run an uninterrupted one would have been.
+        assert graph_of(fresh, run_id_from(proc3.stderr))["graph"] == finished["graph"]
+    finally:
+        subprocess.run(["umount", "-l", str(disk)], check=False, capture_output=True)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import functools
+import warnings
 from dataclasses import replace
 from collections.abc import Callable, Coroutine, Sequence
 from typing import Any, ParamSpec, TypeVar
@@ -69,8 +70,12 @@ async def asolve(
         control=controller.settings if isinstance(controller, Controller) else controller,
         grounding=grounding_policy, knowledge=knowledge, grounders=grounders, store=store, run_id=run_id,
     )
-    return await execute(spec, sinks=sinks, handler=handler,
-                         controller=controller if isinstance(controller, Controller) else None)
+    result = await execute(spec, sinks=sinks, handler=handler,
+                           controller=controller if isinstance(controller, Controller) else None)
+    if result.store_error is not None:  # the result is whole; the stored run is not
+        warnings.warn(f"run {result.run_id or '(none)'} is not stored whole: {result.store_error}", RuntimeWarning,
+                      stacklevel=2)
+    return result
 
 
 async def areplay(store: Any, run: str, *, task: Task[Any] | None = None, config: SearchConfig | None = None,

@@ -76,7 +76,9 @@ def add_solve_parser(sub: Any) -> None:
     g.add_argument("--sandbox-timeout", type=positive_float("--sandbox-timeout"), metavar="S",
                    help="wall-clock seconds per sandboxed run (default: 10 for code, 60 for debug)")
     g.add_argument("--sandbox-memory", type=positive_int("--sandbox-memory"), metavar="MB",
-                   help="memory limit per sandboxed run (default 1024)")
+                   help="memory limit per sandboxed run, all its processes together (default 1024)")
+    g.add_argument("--sandbox-disk", type=positive_int("--sandbox-disk"), metavar="MB",
+                   help="disk limit per sandboxed run, all its files together (default 512)")
     g.add_argument("--grounding-penalty", type=unit_float("--grounding-penalty"), metavar="X",
                    help="score multiplier for a thought that fails grounding (default: the profile's)")
     g.add_argument("--grounding-boost", type=float, metavar="X",
@@ -138,7 +140,25 @@ def cmd_solve(args: argparse.Namespace, session: Any = None) -> int:
     else:
         print(format_text(result))
     code = 130 if result.termination_reason == "interrupted" else 0
-    return session.report(code) if session is not None else code
+    if session is not None:
+        code = session.report(code)
+    if result.store_error is not None:  # after the answer: a full disk must not cost the result
+        print(f"loom: error: {store_failure(result)}", file=sys.stderr)
+        code = code or STORE_FAILED
+    return code
+
+
+#: Exit code of `loom solve` / `loom resume` when the answer was printed but the run could not be stored.
+STORE_FAILED = 3
+
+
+def store_failure(result: Any) -> str:
+    """Why the run is not stored whole, as one line that says what to do."""
+    where = f" in {result.store}" if result.store else ""
+    if result.run_id is None:
+        return f"could not store the run ({result.store_error}); the answer above is complete; nothing of the run was stored"
+    return (f"could not store run {result.run_id}{where} ({result.store_error}); the answer above is complete; the "
+            f"store keeps the run up to its last stored call: free space, then 'loom resume {result.run_id}'")
 
 
 def _open_run_store(option: str | None) -> Any:

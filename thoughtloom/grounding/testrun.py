@@ -1,17 +1,23 @@
-"""Run candidate code against test snippets in one sandboxed process, one verdict per test.
+"""Run candidate code against test snippets in one sandbox, one verdict per test, that the code cannot forge.
 
-A harness script (`_HARNESS`) loads the candidate as a module named `candidate` (so an
-`if __name__ == "__main__":` block does not run), then executes each test snippet in a copy of
-the module's namespace, under a per-test time limit (SIGALRM), catching every exception. A test
-is a snippet such as `assert f(1) == 2`, or a HumanEval-style `def check(candidate): ...` plus
-`check(f)`.
+Two processes run in the sandbox. The runner (`_RUNNER`, trusted) reads a per-run secret and the
+tests from its stdin, then starts the candidate process (`_CANDIDATE`), a fresh interpreter that
+loads the code as a module named `candidate` (so an `if __name__ == "__main__":` block does not
+run). The runner executes each test itself, under a per-test time limit: a test such as
+`assert f(1) == 2`, or a HumanEval-style `def check(candidate): ...` plus `check(f)`, sees the
+candidate's names as proxies; a call goes to the candidate process and comes back as plain data
+(tagged JSON: numbers, strings, lists, tuples, dicts, sets, bytes), so the comparison happens in
+the runner on values the candidate cannot give methods to. Anything else (an object, a
+generator, a regex match) stays in the candidate process as a handle that can be called,
+iterated, read and tested for truth, but never compared.
 
-Results travel on stdout as lines prefixed with a random nonce the harness reads from stdin
-before the candidate runs; the candidate's own output goes to stderr (Python-level writes are
-capped). Limitation: the candidate runs in the same process as the harness, so a deliberately
-adversarial candidate could still find the nonce (frame inspection, gc) and forge results; the
-nonce stops accidental forgery (code that prints "passed"), not a determined attacker. A
-candidate that exits the process or kills the harness leaves the remaining tests failed.
+Verdicts travel on the runner's own stdout as lines starting with the secret; the candidate
+never holds that fd, the secret or the tests (not in argv, env, files, or memory it can read:
+the runner is not dumpable). The runner writes a test's verdict after running it; a test with no
+verdict failed, and exit status means nothing. A candidate that exits, crashes, hangs or kills the runner
+fails the tests that did not report. Limits: arguments must be plain data (a test cannot pass a
+lambda or its own object to the candidate), and a test cannot see the candidate mutate its
+arguments (each call gets copies).
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ from dataclasses import dataclass, field
 from .sandbox import Sandbox, SandboxLimits, SandboxResult, check_syntax
 
 CANDIDATE_FILE = "candidate.py"
+RUNNER_FILE = "_runner.py"
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,18 +97,15 @@ async def run_tests(
     load_s, per_test_s = default_timeouts(limits, len(tests))
     if per_test_timeout_s is not None:
         per_test_s = per_test_timeout_s
-    nonce = secrets.token_hex(16)
-    spec = {"tests": tests, "per_test_s": per_test_s, "load_s": load_s}
-    all_files: dict[str, str | bytes | None] = {
-        **(files or {}),
-        CANDIDATE_FILE: code,
-        "_harness.py": _HARNESS,
-        "_tests.json": json.dumps(spec),
-    }
+    secret = secrets.token_hex(16)
+    # The tests go through the runner's stdin with the secret: a file in the workdir would be
+    # readable by the candidate (which could then answer from the expected values).
+    spec = {"secret": secret, "tests": tests, "per_test_s": per_test_s, "load_s": load_s}
+    all_files: dict[str, str | bytes | None] = {**(files or {}), CANDIDATE_FILE: code, RUNNER_FILE: _RUNNER}
     result = await sandbox.run(
-        [sandbox.python, "-s", "_harness.py"], files=all_files, stdin=nonce + "\n", limits=limits
+        [sandbox.python, "-I", RUNNER_FILE], files=all_files, stdin=json.dumps(spec), limits=limits
     )
-    return _collect(tests, result, nonce)
+    return _collect(tests, result, secret)
 
 
 def _all_failed(tests: list[str], why: str, result: SandboxResult) -> TestRun:
@@ -109,12 +113,12 @@ def _all_failed(tests: list[str], why: str, result: SandboxResult) -> TestRun:
     return TestRun(0, len(tests), len(tests), outcomes, result, load_error=why)
 
 
-def _collect(tests: list[str], result: SandboxResult, nonce: str) -> TestRun:
-    """Read the nonce-marked lines; fill tests that never reported with why the run ended."""
+def _collect(tests: list[str], result: SandboxResult, secret: str) -> TestRun:
+    """Read the secret-marked lines (the runner writes one after running each test); unreported tests fail."""
     loaded: bool | None = None
     load_error: str | None = None
     verdicts: dict[int, TestOutcome] = {}
-    prefix = nonce + " "
+    prefix = secret + " "
     for line in result.stdout.splitlines():
         if not line.startswith(prefix):
             continue
@@ -151,21 +155,234 @@ def _why_ended(result: SandboxResult) -> str:
     return f"the process exited with code {result.exit_code} before reporting{last}"
 
 
-# The harness runs inside the sandbox. Keep it dependency-free (stdlib only).
-_HARNESS = r'''
-import ast, json, linecache, os, signal, sys, time, traceback, types
+# The runner runs inside the sandbox (stdlib only; -I: neither the workdir nor the environment
+# reaches its imports). It is the only process that ever holds the tests, the secret and the
+# verdict fd; it is not dumpable, so the candidate (same uid, no capabilities) cannot read its
+# memory or open its fds through /proc.
+_RUNNER = r'''
+import ast, ctypes, json, linecache, os, signal, subprocess, sys, traceback, types
 
-nonce = sys.stdin.readline().strip()
-_devnull = os.open(os.devnull, os.O_RDONLY)
-os.dup2(_devnull, 0)
-sys.stdin = open(os.devnull)
-_results = os.fdopen(os.dup(1), "w", buffering=1)  # the only channel for verdicts
-os.dup2(2, 1)  # anything the candidate writes to fd 1 lands on stderr instead
+PR_SET_DUMPABLE = 4
+_guarded = ctypes.CDLL(None, use_errno=True).prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) == 0
+_spec = json.loads(sys.stdin.buffer.read())  # the secret and the tests: read to EOF before any candidate runs
+_secret = _spec.pop("secret")
+_null = os.open(os.devnull, os.O_RDONLY)
+os.dup2(_null, 0)
+_verdicts = os.dup(1)  # the verdict channel: never inherited (close_fds), never shared
+os.dup2(2, 1)  # whatever a test prints goes to stderr
+sys.stdout = sys.stderr
+MAX_REPLY = 16 << 20
+
+
+def report(kind, **data):
+    line = (_secret + " " + json.dumps({"kind": kind, **data}) + "\n").encode()
+    while line:
+        line = line[os.write(_verdicts, line):]
+
+
+class _Timeout(BaseException):
+    """Raised by the alarm: a BaseException so a test's `except Exception` does not swallow it."""
+
+
+class CandidateError(Exception):
+    """An exception raised in the candidate process whose type the runner does not share."""
+
+
+class CandidateGone(Exception):
+    """The candidate process ended or broke the protocol."""
+
+
+def _alarm(signum, frame):
+    raise _Timeout()
+
+
+signal.signal(signal.SIGALRM, _alarm)
+
+
+def limited(seconds, fn):
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        return fn()
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+
+
+# Values cross the process boundary as tagged JSON data, never as code or pickles: the runner
+# compares plain lists, ints, strings... that the candidate cannot give methods to.
+def decode(v, conn):
+    if not isinstance(v, dict):
+        return v
+    (tag, x), = v.items()
+    if tag == "L":
+        return [decode(i, conn) for i in x]
+    if tag == "T":
+        return tuple(decode(i, conn) for i in x)
+    if tag == "S":
+        return {decode(i, conn) for i in x}
+    if tag == "F":
+        return frozenset(decode(i, conn) for i in x)
+    if tag == "D":
+        return {decode(k, conn): decode(i, conn) for k, i in x}
+    if tag == "B":
+        return bytes.fromhex(x)
+    if tag == "C":
+        return complex(x[0], x[1])
+    if tag == "H":
+        return Remote(conn, int(x[0]), str(x[1]))
+    if tag == "M":
+        try:
+            return __import__(x)
+        except ImportError:
+            return None
+    raise CandidateGone("unknown value tag %r" % tag)
+
+
+def encode(v, conn):
+    if v is None or isinstance(v, (bool, int, float, str)):
+        return v
+    if isinstance(v, Remote):
+        if v._conn is not conn:
+            raise TypeError("a value from an earlier candidate process cannot be passed to this one")
+        return {"H": v._ref}
+    if isinstance(v, (bytes, bytearray)):
+        return {"B": bytes(v).hex()}
+    if isinstance(v, complex):
+        return {"C": [v.real, v.imag]}
+    if isinstance(v, list):
+        return {"L": [encode(i, conn) for i in v]}
+    if isinstance(v, tuple):
+        return {"T": [encode(i, conn) for i in v]}
+    if isinstance(v, frozenset):
+        return {"F": [encode(i, conn) for i in v]}
+    if isinstance(v, set):
+        return {"S": [encode(i, conn) for i in v]}
+    if isinstance(v, dict):
+        return {"D": [[encode(k, conn), encode(i, conn)] for k, i in v.items()]}
+    raise TypeError("a %s cannot be passed to the candidate (data values only)" % type(v).__name__)
+
+
+class Conn:
+    """One candidate process and the request/reply pipes to it."""
+
+    def __init__(self):
+        self.proc = subprocess.Popen(
+            [sys.executable, "-s", "-c", _CANDIDATE, json.dumps(_spec["load_s"])],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, close_fds=True,
+        )
+        self.names = None
+
+    def ask(self, msg):
+        if self.proc.poll() is not None:
+            raise CandidateGone(self.ended())
+        try:
+            self.proc.stdin.write((json.dumps(msg) + "\n").encode())
+            self.proc.stdin.flush()
+        except (OSError, ValueError):
+            raise CandidateGone(self.ended()) from None
+        return self.reply()
+
+    def reply(self):
+        line = self.proc.stdout.readline(MAX_REPLY)
+        if not line.endswith(b"\n"):
+            if len(line) >= MAX_REPLY:
+                self.kill()
+                raise CandidateGone("the candidate's reply was over %d bytes" % MAX_REPLY)
+            raise CandidateGone(self.ended())
+        try:
+            msg = json.loads(line)
+        except ValueError:
+            raise CandidateGone("the candidate process wrote something that is not a reply") from None
+        if not isinstance(msg, dict):
+            raise CandidateGone("the candidate process wrote something that is not a reply")
+        if "e" in msg:
+            raise rebuild(msg["e"])
+        return msg
+
+    def ended(self):
+        try:
+            code = self.proc.wait(timeout=1)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            return "the candidate process stopped answering"
+        if code < 0:
+            return "the candidate process was killed by signal %d" % -code
+        return "the candidate process exited with code %d" % code
+
+    def alive(self):
+        return self.proc.poll() is None
+
+    def kill(self):
+        try:
+            self.proc.kill()
+            self.proc.wait(timeout=2)
+        except (OSError, subprocess.TimeoutExpired):
+            pass
+
+
+def rebuild(err):
+    kind, message, where = (list(err) + ["", "", ""])[:3]
+    cls = getattr(__builtins__, str(kind), None) if isinstance(__builtins__, types.ModuleType) else None
+    if isinstance(cls, type) and issubclass(cls, Exception) and not issubclass(cls, StopIteration):
+        exc = cls(str(message)) if message else cls()
+    else:
+        exc = CandidateError("%s: %s" % (kind, message) if message else str(kind))
+    exc.candidate_where = str(where)
+    return exc
+
+
+class Remote:
+    """A value that stays in the candidate process (a function, a class, an object).
+
+    Calls, attributes, iteration and truth are forwarded; equality and hashing are not (an
+    object equal to everything would pass any `==`): a test compares only plain data.
+    """
+
+    def __init__(self, conn, ref, kind):
+        object.__setattr__(self, "_conn", conn)
+        object.__setattr__(self, "_ref", ref)
+        object.__setattr__(self, "_kind", kind)
+
+    def _do(self, op, **extra):
+        return decode(self._conn.ask({"op": op, "ref": self._ref, **extra})["v"], self._conn)
+
+    def __call__(self, *args, **kwargs):
+        return self._do("call", args=[encode(a, self._conn) for a in args], kw=[[k, encode(v, self._conn)] for k, v in kwargs.items()])
+
+    def __getattr__(self, name):
+        if name.startswith("__") and name.endswith("__"):
+            raise AttributeError(name)
+        return self._do("attr", name=name)
+
+    def __iter__(self):
+        return self._do("iter")
+
+    def __next__(self):
+        reply = self._conn.ask({"op": "next", "ref": self._ref})
+        if reply.get("stop"):
+            raise StopIteration
+        return decode(reply["v"], self._conn)
+
+    def __bool__(self):
+        # Safe to ask the candidate: for `assert f(x)` it could as well have returned True.
+        return self._do("bool") is True
+
+    def __repr__(self):
+        try:
+            return str(self._do("repr"))
+        except BaseException:
+            return "<candidate %s>" % self._kind
+
+
+_CANDIDATE = r"""
+import json, os, sys, types
+req = os.fdopen(os.dup(0), "rb")
+rep = os.dup(1)
+_null = os.open(os.devnull, os.O_RDONLY)
+os.dup2(_null, 0)
+os.dup2(2, 1)
 
 
 class _Capped:
-    """The candidate's print output: kept up to a cap, the rest discarded (so it cannot flood)."""
-
     def __init__(self, stream, cap):
         self.stream, self.left = stream, cap
 
@@ -185,34 +402,110 @@ class _Capped:
         return False
 
 
-_err = sys.stderr
-sys.stdout = sys.stderr = _Capped(_err, 16384)
-with open("_tests.json", encoding="utf-8") as f:
-    spec = json.load(f)
+sys.stdin = open(os.devnull)
+sys.stdout = sys.stderr = _Capped(sys.__stderr__, 16384)
+handles = {}
 
 
-def report(kind, **data):
-    _results.write(nonce + " " + json.dumps({"kind": kind, **data}) + "\n")
-    _results.flush()
+def send(msg):
+    data = (json.dumps(msg) + "\n").encode()
+    while data:
+        data = data[os.write(rep, data):]
 
 
-class _Timeout(BaseException):
-    """Raised by the alarm; a BaseException so `except Exception` in the candidate does not swallow it."""
+def enc(v, depth=0):
+    if depth > 200:
+        raise ValueError("value nested too deeply")
+    if v is None or isinstance(v, bool):
+        return v
+    if isinstance(v, int):
+        return int(v)
+    if isinstance(v, float):
+        return float(v)
+    if isinstance(v, str):
+        return str(v)
+    if isinstance(v, (bytes, bytearray)):
+        return {"B": bytes(v).hex()}
+    if isinstance(v, complex):
+        return {"C": [v.real, v.imag]}
+    if isinstance(v, list):
+        return {"L": [enc(i, depth + 1) for i in v]}
+    if isinstance(v, tuple):
+        return {"T": [enc(i, depth + 1) for i in v]}
+    if isinstance(v, frozenset):
+        return {"F": [enc(i, depth + 1) for i in v]}
+    if isinstance(v, set):
+        return {"S": [enc(i, depth + 1) for i in v]}
+    if isinstance(v, dict):
+        return {"D": [[enc(k, depth + 1), enc(i, depth + 1)] for k, i in v.items()]}
+    if isinstance(v, types.ModuleType):
+        return {"M": v.__name__}
+    handles[id(v)] = v
+    kind = "function" if callable(v) and not isinstance(v, type) else type(v).__name__ if not isinstance(v, type) else "class"
+    return {"H": [id(v), kind]}
 
 
-def _alarm(signum, frame):
-    raise _Timeout()
+def dec(v):
+    if not isinstance(v, dict):
+        return v
+    (tag, x), = v.items()
+    return {"L": lambda: [dec(i) for i in x], "T": lambda: tuple(dec(i) for i in x), "S": lambda: {dec(i) for i in x},
+            "F": lambda: frozenset(dec(i) for i in x), "D": lambda: {dec(k): dec(i) for k, i in x},
+            "B": lambda: bytes.fromhex(x), "C": lambda: complex(*x), "H": lambda: handles[x]}[tag]()
 
 
-signal.signal(signal.SIGALRM, _alarm)
-
-
-def limited(seconds, fn):
-    signal.setitimer(signal.ITIMER_REAL, seconds)
+def error(exc):
+    tb = exc.__traceback__
+    line = None
+    while tb is not None:
+        if tb.tb_frame.f_code.co_filename.endswith("candidate.py"):
+            line = tb.tb_lineno
+        tb = tb.tb_next
     try:
-        return fn()
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
+        msg = str(exc)[:300]
+    except BaseException:
+        msg = ""
+    return {"e": [type(exc).__name__, msg, "candidate.py line %d" % line if line else ""]}
+
+
+module = types.ModuleType("candidate")
+module.__file__ = os.path.abspath("candidate.py")
+sys.modules["candidate"] = module
+try:
+    with open("candidate.py", encoding="utf-8") as f:
+        source = f.read()
+    exec(compile(source, "candidate.py", "exec"), module.__dict__)
+    names = {k: enc(v) for k, v in list(module.__dict__.items()) if not (k.startswith("__") and k.endswith("__"))}
+    send({"names": names})
+except BaseException as exc:
+    send(error(exc))
+    os._exit(0)
+for raw in req:
+    try:
+        msg = json.loads(raw)
+        obj = handles[msg["ref"]]
+        op = msg["op"]
+        if op == "call":
+            out = obj(*[dec(a) for a in msg["args"]], **{k: dec(v) for k, v in msg["kw"]})
+        elif op == "attr":
+            out = getattr(obj, msg["name"])
+        elif op == "iter":
+            out = iter(obj)
+        elif op == "bool":
+            out = bool(obj)
+        elif op == "next":
+            try:
+                out = next(obj)
+            except StopIteration:
+                send({"stop": True})
+                continue
+        else:
+            out = repr(obj)[:300]
+        send({"v": enc(out)})
+    except BaseException as exc:
+        send(error(exc))
+os._exit(0)
+"""
 
 
 def short(value, n=200):
@@ -225,21 +518,21 @@ def short(value, n=200):
 
 def describe(exc, filename=None):
     """Type, message, and where it happened (the test line; the candidate line)."""
-    text = type(exc).__name__
+    text = type(exc).__name__ if not isinstance(exc, CandidateError) else ""
     msg = str(exc)
     if msg:
-        text += ": " + msg[:300]
+        text += (": " if text else "") + msg[:300]
     frames = traceback.extract_tb(exc.__traceback__)
     in_test = [fr for fr in frames if fr.filename == filename]
-    in_code = [fr for fr in frames if fr.filename.endswith("candidate.py")]
     if in_test and in_test[-1].line:
         text += " | at: " + in_test[-1].line.strip()[:200]
         if isinstance(exc, AssertionError) and not msg:
             got = _explain_assert(in_test[-1].line.strip(), exc.__traceback__, filename)
             if got:
                 text += " | " + got
-    if in_code and not isinstance(exc, AssertionError):
-        text += " | candidate.py line %d" % in_code[-1].lineno
+    where = getattr(exc, "candidate_where", "")
+    if where:
+        text += " | " + where
     return text
 
 
@@ -266,30 +559,51 @@ def _explain_assert(line, tb, filename):
     return "got %s, expected %s" % (short(left), short(right))
 
 
-module = types.ModuleType("candidate")
-module.__file__ = os.path.abspath("candidate.py")
-sys.modules["candidate"] = module
-try:
-    with open("candidate.py", encoding="utf-8") as f:
-        source = f.read()
-    limited(spec["load_s"], lambda: exec(compile(source, "candidate.py", "exec"), module.__dict__))
-except _Timeout:
-    report("load", ok=False, error="timeout: the code did not finish loading within %gs" % spec["load_s"])
-    os._exit(0)
-except BaseException as exc:  # SystemExit and KeyboardInterrupt too: the code must load
-    report("load", ok=False, error=describe(exc))
-    os._exit(0)
-report("load", ok=True)
+def start():
+    """A fresh candidate process, loaded: (conn, None), or (None, why it did not load)."""
+    conn = Conn()
+    try:
+        msg = limited(_spec["load_s"], conn.reply)
+    except _Timeout:
+        conn.kill()
+        return None, "timeout: the code did not finish loading within %gs" % _spec["load_s"]
+    except CandidateGone as exc:
+        conn.kill()
+        return None, str(exc)
+    except Exception as exc:
+        conn.kill()
+        return None, describe(exc)
+    conn.names = msg.get("names")
+    if not isinstance(conn.names, dict):
+        conn.kill()
+        return None, "the candidate process wrote something that is not a reply"
+    return conn, None
 
-for i, test in enumerate(spec["tests"]):
+
+if not _guarded:
+    sys.stderr.write("sandbox runner: could not make itself undumpable\n")
+conn, why = start()
+report("load", ok=conn is not None, error=why)
+for i, test in enumerate(_spec["tests"] if conn is not None else []):
+    if not conn.alive():
+        conn.kill()
+        conn, why = start()
+        if conn is None:
+            report("test", i=i, ok=False, error="the code did not load again: " + why)
+            continue
     name = "<test %d>" % (i + 1)
     linecache.cache[name] = (len(test), None, test.splitlines(True), name)
-    namespace = dict(module.__dict__)
+    namespace = {"__name__": "candidate", "__builtins__": __builtins__}
     try:
+        module = types.ModuleType("candidate")
+        for key, value in conn.names.items():
+            module.__dict__[key] = namespace[key] = decode(value, conn)
+        sys.modules["candidate"] = module
         code = compile(test, name, "exec")
-        limited(spec["per_test_s"], lambda: exec(code, namespace))
+        limited(_spec["per_test_s"], lambda: exec(code, namespace))
     except _Timeout:
-        report("test", i=i, ok=False, error="timeout: the test did not finish within %gs" % spec["per_test_s"])
+        conn.kill()  # it may still be computing: the next test gets a fresh one
+        report("test", i=i, ok=False, error="timeout: the test did not finish within %gs" % _spec["per_test_s"])
     except BaseException as exc:
         try:
             report("test", i=i, ok=False, error=describe(exc, name))
@@ -297,7 +611,7 @@ for i, test in enumerate(spec["tests"]):
             report("test", i=i, ok=False, error=type(exc).__name__)
     else:
         report("test", i=i, ok=True)
-report("done")
-_results.flush()
-os._exit(0)  # skip the candidate's atexit hooks and finalizers
+if conn is not None:
+    conn.kill()
+os._exit(0)
 '''

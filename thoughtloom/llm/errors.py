@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from .types import Usage
+
 
 class ModelError(Exception):
     """A model call failed in a way retrying will not fix."""
@@ -9,6 +11,19 @@ class ModelError(Exception):
 
 class TransientModelError(ModelError):
     """A model call failed in a way that may pass on retry (timeout, 429, 5xx)."""
+
+
+class ModelTimeout(TransientModelError):
+    """A request got no answer in time; the server may have generated it all, so it is charged in full."""
+
+
+class BatchRefused(ModelError):
+    """The server cannot answer a list of prompts in one request; send the requests one by one."""
+
+    def __init__(self, message: str, usage: Usage | None = None) -> None:
+        super().__init__(message)
+        #: What the refused request cost when the server answered it anyway (wrongly).
+        self.usage = usage
 
 
 class ModelUnreachable(ModelError):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import random
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
@@ -11,11 +12,13 @@ from typing import Any, TypeVar
 
 from .budget import Budget, BudgetLimits, Pricing, Reservation
 from .cache import ResponseCache, sample_key
-from .errors import BudgetExceeded, ModelError, TransientModelError
+from .errors import BatchRefused, BudgetExceeded, ModelError, ModelTimeout, TransientModelError
 from .slots import Slots
 from .types import NO_USAGE, Backend, Completion, GenerateRequest, Message, Prompt, Usage
 
 T = TypeVar("T")
+
+logger = logging.getLogger(__name__)
 
 # Fewer output tokens than this per sample is not worth a call when the budget is nearly gone.
 MIN_USEFUL_TOKENS = 16
@@ -96,6 +99,11 @@ class _CutOff(BudgetExceeded):
     """The wall-clock limit stopped a call already running (so it is charged in full)."""
 
 
+def _clamp(value: int, bound: int) -> int:
+    """A reported token count, or the bound when it is negative or above it."""
+    return value if 0 <= value <= bound else bound
+
+
 def prompt_token_bound(prompt: Prompt) -> int:
     """An upper bound on a prompt's tokens without a tokenizer.
 
@@ -135,6 +143,7 @@ class Gateway:
         self.records: list[CallRecord] = []
         self._rng = random.Random(rng_seed)
         self._eager_safe = bool(getattr(backend, "eager_safe", False))
+        self._warned: set[str] = set()
 
     def _cost(self, usage: Usage) -> float:
         return self.pricing.cost(usage.input_tokens, usage.output_tokens) if self.pricing else 0.0
@@ -189,7 +198,8 @@ class Gateway:
             else:
                 for i, text in zip(call.missing, completion.texts):
                     texts[i] = text
-                record.texts = tuple(t or "" for t in texts)
+                # Samples the budget refused (a server ignoring n) are left out, not made up.
+                record.texts = tuple(t for t in texts if t is not None)
         else:
             record.texts = tuple(t or "" for t in texts)
         record.usage = usage
@@ -263,85 +273,230 @@ class Gateway:
         return request, input_bound + request.n * request.max_tokens
 
     async def _call_within_budget(self, request: GenerateRequest, record: CallRecord) -> Completion:
-        """Hold a slot and a reservation around the call and its retries; settle with real usage."""
+        """The call as requests on the wire: each one reserved, slotted and counted on its own."""
+        try:
+            completion = await self._send(request, record)
+        except TransientModelError:
+            if self.retry.max_attempts <= 1:
+                raise
+            await asyncio.sleep(self.retry.delay(1, self._rng))
+            completion = await self._retried(request, record, tried=1)
+        if len(completion.texts) < request.n:
+            completion = await self._rest_of_samples(request, record, completion)
+        return completion
+
+    async def _retried(self, request: GenerateRequest, record: CallRecord, tried: int = 0) -> Completion:
+        """Send a request until it is answered, retrying transient errors (each retry is a request)."""
+        attempt = tried
+        while True:
+            attempt += 1
+            try:
+                return await self._send(request, record)
+            except TransientModelError:
+                if attempt >= self.retry.max_attempts:
+                    raise
+                await asyncio.sleep(self.retry.delay(attempt, self._rng))
+
+    async def _send(self, request: GenerateRequest, record: CallRecord) -> Completion:
+        """One request on the wire: a slot and a reservation before it is sent, settled by what it cost."""
         if not self._sem.try_acquire():
             await self._sem.acquire()
         try:
             request, reserve_tokens = self._fit_request(request)
-            record.max_tokens = request.max_tokens
+            if request.max_tokens < record.max_tokens:
+                record.max_tokens = request.max_tokens
+            record.attempts += 1
             reservation, out_tokens = self._reserve(request, reserve_tokens)
             usage: Usage | None = None
-
-            def call() -> Awaitable[Completion]:
-                return self._own_task(self.backend.generate(request))
-
             try:
                 if self.budget.limits.wall_s is None:
-                    # The first attempt without the retry loop's extra coroutine (the common case).
-                    record.attempts = 1
-                    try:
-                        completion = await call()
-                    except TransientModelError:
-                        if self.retry.max_attempts <= 1:
-                            raise
-                        await asyncio.sleep(self.retry.delay(1, self._rng))
-                        completion = await self._attempts(call, [record], tried=1)
+                    completion = await self._own_task(self.backend.generate(request))
                 else:
-                    completion = await self._attempts(call, [record])
+                    completion = await self._timed(self._own_task(self.backend.generate(request)))
                 usage = completion.usage
+                if not (0 <= usage.input_tokens <= reserve_tokens - out_tokens and 0 <= usage.output_tokens <= out_tokens):
+                    usage = self._checked(request, usage, reserve_tokens - out_tokens, completion.texts)
+                    completion = Completion(completion.texts, usage, completion.model)
                 return completion
-            except (asyncio.CancelledError, _CutOff):
-                # A call stopped midway may have been billed in full: charge the worst case.
-                usage = Usage(reserve_tokens - out_tokens, out_tokens)
+            except BaseException as exc:
+                usage = self._unanswered(exc, Usage(reserve_tokens - out_tokens, out_tokens))
                 raise
             finally:
                 self.budget.settle(reservation, usage, self._cost(usage) if usage is not None else 0.0)
         finally:
             self._sem.release()
 
+    async def _rest_of_samples(self, request: GenerateRequest, record: CallRecord, first: Completion) -> Completion:
+        """A server that ignores n answered fewer samples: ask again for the rest, each request
+        reserved, counted and slotted like any other. The budget refusing one keeps the samples
+        already paid for (fewer than n)."""
+        per_request = len(first.texts)
+        if per_request == 0:
+            raise ModelError(f"{self.backend.name} returned no samples; check that the server supports this endpoint")
+        texts, usage, extra = list(first.texts), first.usage, 0
+        while len(texts) < request.n:
+            missing = request.n - len(texts)
+            sizes = [min(per_request, missing - done) for done in range(0, missing, per_request)]
+            # Each request gets its own seed: with the caller's seed repeated, a seeded server
+            # would return the same sample every time.
+            subs = [
+                replace(request, n=size, seed=None if request.seed is None else request.seed + extra + k + 1)
+                for k, size in enumerate(sizes)
+            ]
+            extra += len(subs)
+            outcomes = await asyncio.gather(*(self._retried(sub, record) for sub in subs), return_exceptions=True)
+            failed = next((o for o in outcomes if isinstance(o, BaseException)), None)
+            if failed is not None and (isinstance(failed, _CutOff) or not isinstance(failed, BudgetExceeded)):
+                raise failed
+            added = 0
+            for outcome in outcomes:
+                if isinstance(outcome, Completion):
+                    texts.extend(outcome.texts)
+                    usage = usage + outcome.usage
+                    added += len(outcome.texts)
+            if failed is not None:
+                break  # the budget refused a request: keep the samples already paid for
+            if added == 0:
+                raise ModelError(
+                    f"{self.backend.name} returned no samples for the missing ones; ask for n=1 or check the server"
+                )
+        return Completion(tuple(texts[: request.n]), usage, first.model)
+
     async def _batch_within_budget(self, calls: list[_Open]) -> list[Completion]:
-        """One slot and one reservation per request around one batched backend call."""
-        backend: Any = self.backend
+        """One batched request (and its retries): one slot, one reservation per prompt it carries."""
         requests = [c.sub for c in calls]
-        reservations: list[tuple[Reservation, int, int]] = []
+        records = [c.record for c in calls]
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                return await self._send_batch(requests, records)  # type: ignore[arg-type]
+            except TransientModelError:
+                if attempt >= self.retry.max_attempts:
+                    raise
+                await asyncio.sleep(self.retry.delay(attempt, self._rng))
+
+    async def _send_batch(self, requests: list[GenerateRequest], records: list[CallRecord]) -> list[Completion]:
+        backend: Any = self.backend
+        reservations: list[Reservation] = []
         await self._sem.acquire()
         try:
-            bounds = [self._input_bound(r) + r.n * r.max_tokens for r in requests]  # type: ignore[union-attr]
+            bounds = [self._input_bound(r) for r in requests]
+            need = sum(b + r.n * r.max_tokens for b, r in zip(bounds, requests))
             left = self.budget.tokens_left()
-            if left is not None and sum(bounds) > left:
+            if left is not None and need > left:
                 raise BudgetExceeded(
                     "tokens",
-                    f"a batch of {len(requests)} calls needing up to {sum(bounds)} tokens does not fit in "
+                    f"a batch of {len(requests)} calls needing up to {need} tokens does not fit in "
                     f"the {max(left, 0)} left of the {self.budget.limits.tokens}-token budget",
                 )
             try:
-                for request, reserve_tokens in zip(requests, bounds):
-                    assert request is not None
-                    reservation, out_tokens = self._reserve(request, reserve_tokens)
-                    reservations.append((reservation, reserve_tokens, out_tokens))
+                for request, bound in zip(requests, bounds):
+                    reservations.append(self._reserve(request, bound + request.n * request.max_tokens)[0])
             except BudgetExceeded:
-                for reservation, _, _ in reservations:
+                for reservation in reservations:
                     self.budget.settle(reservation, None)
                 raise
+            for record in records:
+                record.attempts += 1
             usages: list[Usage | None] = [None] * len(requests)
             try:
-                completions = await self._attempts(
-                    lambda: self._own_task(backend.generate_batch(requests)), [c.record for c in calls]
-                )
+                completions = await self._timed(self._own_task(backend.generate_batch(requests)))
                 if len(completions) != len(requests):
-                    raise ModelError(
-                        f"{backend.name} answered {len(completions)} of {len(requests)} batched requests"
-                    )
-                usages = [c.usage for c in completions]
-                return completions
-            except (asyncio.CancelledError, _CutOff):
-                usages = [Usage(r - o, o) for _, r, o in reservations]
+                    raise ModelError(f"{backend.name} answered {len(completions)} of {len(requests)} batched requests")
+                usages = self.charge_batch(requests, completions, bounds)
+                return [c if c.usage == u else Completion(c.texts, u, c.model) for c, u in zip(completions, usages)]
+            except BaseException as exc:
+                usages = self.charge_batch(requests, exc, bounds)
                 raise
             finally:
-                for (reservation, _, _), usage in zip(reservations, usages):
+                for reservation, usage in zip(reservations, usages):
                     self.budget.settle(reservation, usage, self._cost(usage) if usage is not None else 0.0)
         finally:
             self._sem.release()
+
+    # --- what a request costs ---------------------------------------------------------------
+
+    def charge(self, request: GenerateRequest, outcome: Completion | BaseException) -> Usage | None:
+        """What one request handed to the backend costs the ledger (None: nothing was sent).
+
+        An answer costs its reported usage, checked (see _checked); a request that went out and got
+        no answer (cancelled, cut off by the wall clock, timed out) costs its reservation, since the
+        server may have generated every token; one the server refused costs no tokens but is a call.
+        """
+        bound = self._input_bound(request)
+        if isinstance(outcome, Completion):
+            usage = outcome.usage
+            if 0 <= usage.input_tokens <= bound and 0 <= usage.output_tokens <= request.n * request.max_tokens:
+                return usage
+            return self._checked(request, usage, bound, outcome.texts)
+        return self._unanswered(outcome, Usage(bound, request.n * request.max_tokens))
+
+    def charge_batch(
+        self, requests: Sequence[GenerateRequest], outcome: Sequence[Completion] | BaseException,
+        bounds: Sequence[int] | None = None,
+    ) -> list[Usage | None]:
+        """What each request of one batched backend call costs (see charge)."""
+        bounds = bounds if bounds is not None else [self._input_bound(r) for r in requests]
+        worst = [Usage(b, r.n * r.max_tokens) for b, r in zip(bounds, requests)]
+        if not isinstance(outcome, BaseException):
+            return [
+                c.usage if 0 <= c.usage.input_tokens <= w.input_tokens and 0 <= c.usage.output_tokens <= w.output_tokens
+                else self._checked(r, c.usage, w.input_tokens, c.texts)
+                for r, c, w in zip(requests, outcome, worst)
+            ]
+        if isinstance(outcome, BatchRefused) and outcome.usage is not None:
+            # The server answered the list wrongly but billed it: the whole (checked) usage goes on
+            # the first request, each request is still a call.
+            total = Usage(sum(w.input_tokens for w in worst), sum(w.output_tokens for w in worst))
+            used = outcome.usage
+            clamped = Usage(_clamp(used.input_tokens, total.input_tokens), _clamp(used.output_tokens, total.output_tokens))
+            if clamped != used:
+                self._warn("batch", f"{self.backend.name} reported impossible usage {used} for a batch; charged {clamped}")
+            return [clamped, *[NO_USAGE] * (len(requests) - 1)]
+        return [self._unanswered(outcome, w) for w in worst]
+
+    def _unanswered(self, exc: BaseException, worst: Usage) -> Usage | None:
+        if isinstance(exc, (asyncio.CancelledError, _CutOff, ModelTimeout)):
+            return worst
+        if isinstance(exc, BudgetExceeded):
+            return None  # refused before anything was sent (a replay's emulated wall clock)
+        return NO_USAGE  # the server answered with an error: a call, but no tokens
+
+    def _checked(self, request: GenerateRequest, usage: Usage, input_bound: int, texts: Sequence[str]) -> Usage:
+        """Usage a server reported, made possible: a count below zero or above the request's bound
+        (the prompt bound, n x max_tokens) is replaced, with a warning, by the local bound: the
+        ledger never decreases and never exceeds what was reserved."""
+        out_bound = request.n * request.max_tokens
+        # No token is shorter than one byte: the texts' bytes bound what they cost.
+        out_estimate = min(out_bound, sum(len(t.encode()) for t in texts))
+        checked = Usage(
+            input_bound if not 0 <= usage.input_tokens <= input_bound else usage.input_tokens,
+            out_estimate if usage.output_tokens < 0 else min(usage.output_tokens, out_bound),
+        )
+        self._warn(
+            "usage",
+            f"{self.backend.name} reported impossible usage ({usage.input_tokens} prompt, {usage.output_tokens} "
+            f"completion tokens for a prompt of at most {input_bound} and {out_bound} completion tokens); "
+            f"charged {checked.input_tokens} and {checked.output_tokens} instead",
+        )
+        return checked
+
+    def _warn(self, kind: str, message: str) -> None:
+        """Log a warning once per kind: a hostile server repeats itself on every call."""
+        if kind not in self._warned:
+            self._warned.add(kind)
+            logger.warning("%s (further ones not shown)", message)
+
+    async def _timed(self, call: Awaitable[T]) -> T:
+        """Await a backend call, cut off when the wall-clock budget runs out."""
+        wall_left = self.budget.wall_left()
+        if wall_left is None:
+            return await call
+        try:
+            return await asyncio.wait_for(call, max(wall_left, 0.0))
+        except TimeoutError:
+            raise _CutOff("wall_s", "wall-clock budget ran out during a call") from None
 
     def _own_task(self, call: Coroutine[Any, Any, T]) -> Awaitable[T]:
         """The backend call, in a task of its own unless the backend is eager-safe.
@@ -359,34 +514,6 @@ class Gateway:
         pricing = self.pricing
         reserve_cost = pricing.cost(reserve_tokens - out_tokens, out_tokens) if pricing else 0.0
         return self.budget.reserve(reserve_tokens, reserve_cost), out_tokens
-
-    async def _attempts(
-        self, make_call: Callable[[], Awaitable[T]], records: Sequence[CallRecord], tried: int = 0
-    ) -> T:
-        """Run a backend call with retries on transient errors, cut off by the wall-clock budget.
-
-        tried: attempts already made (failed transiently, backoff waited) before this call.
-        """
-        budget = self.budget
-        attempt = tried
-        while True:
-            attempt += 1
-            for record in records:
-                record.attempts = attempt
-            try:
-                wall_left = budget.wall_left()
-                if wall_left is None:
-                    return await make_call()
-                if wall_left <= 0:
-                    raise BudgetExceeded("wall_s", "wall-clock budget is used up")
-                try:
-                    return await asyncio.wait_for(make_call(), wall_left)
-                except TimeoutError:
-                    raise _CutOff("wall_s", "wall-clock budget ran out during a call") from None
-            except TransientModelError:
-                if attempt >= self.retry.max_attempts:
-                    raise
-                await asyncio.sleep(self.retry.delay(attempt, self._rng))
 
     async def aclose(self) -> None:
         """Close the backend."""

@@ -9,19 +9,18 @@ from __future__ import annotations
 import asyncio
 import socket
 import zlib
-from collections.abc import Awaitable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Literal
 
 from .budget import Pricing
-from .errors import ModelConfigError, ModelError, ModelUnreachable, TransientModelError
+from .errors import BatchRefused, ModelConfigError, ModelError, ModelTimeout, ModelUnreachable, TransientModelError
 from .types import Completion, GenerateRequest, Prompt, Usage
 
 if TYPE_CHECKING:
     from openai import AsyncOpenAI
 
 Api = Literal["chat", "completions"]
-T = TypeVar("T")
 
 # Statuses worth retrying; the same set the SDK itself would retry (408 request timeout,
 # 409 lock timeout, 429 rate limit, 5xx).
@@ -54,8 +53,10 @@ def _estimate_tokens(text: str) -> int:
 class OpenAIBackend:
     """A Backend that calls an OpenAI-compatible server's chat or completions endpoint.
 
-    Servers that ignore `n` (the llama.cpp server, Ollama) return fewer choices than asked;
-    the missing samples are fetched with extra calls so callers always get exactly n texts.
+    Every generate / generate_batch call is exactly one HTTP request, so the gateway's
+    reservation, call count and concurrency slot cover each request on the wire. Servers that
+    ignore `n` (the llama.cpp server, Ollama) return fewer choices than asked; the gateway asks
+    again for the missing samples.
     """
 
     def __init__(
@@ -102,48 +103,27 @@ class OpenAIBackend:
     # --- Backend protocol ---------------------------------------------------------------
 
     async def generate(self, request: GenerateRequest) -> Completion:
-        """Return exactly request.n samples, making extra calls if the server ignores n."""
-        first = await self._sample(request, request.n, request.seed)
-        if not first.texts:
+        """One HTTP request for request.n samples; a server that ignores n answers fewer (the
+        gateway asks again for the rest, so that each request is reserved and counted)."""
+        sampled = await self._sample(request, request.n, request.seed)
+        if not sampled.texts:
             raise ModelError(
                 f"model {self.model} at {self.base_url} returned no choices; "
                 "check that the server supports this endpoint"
             )
-        texts = list(first.texts)
-        usage = first.usage
-        per_call = len(first.texts)
-        extra_calls = 0
-        while len(texts) < request.n:
-            missing = request.n - len(texts)
-            sizes = [min(per_call, missing - done) for done in range(0, missing, per_call)]
-            # Each extra call gets its own seed: with the caller's seed repeated, a seeded
-            # server would return the same sample every time.
-            seeds = [None if request.seed is None else request.seed + extra_calls + k + 1 for k in range(len(sizes))]
-            extra_calls += len(sizes)
-            results = await self._gather([self._sample(request, size, seed) for size, seed in zip(sizes, seeds)])
-            added = 0
-            for result in results:
-                texts.extend(result.texts)
-                usage = usage + result.usage
-                added += len(result.texts)
-            if added == 0:
-                raise ModelError(
-                    f"model {self.model} at {self.base_url} returned no choices for extra samples; "
-                    "ask for n=1 or check the server"
-                )
-        return Completion(tuple(texts[: request.n]), usage, self.name)
+        return Completion(sampled.texts[: request.n], sampled.usage, self.name)
 
     async def generate_batch(self, requests: Sequence[GenerateRequest]) -> list[Completion]:
-        """Several requests as one completions call with a list of prompts (choice i*n + j is
-        prompt i's sample j); requests that differ in their settings, or a server that answers
-        with the wrong number of choices, get one call each instead."""
+        """Several requests as one completions request with a list of prompts (choice i*n + j is
+        prompt i's sample j). Raises BatchRefused, and never batches again, when the server refuses
+        the list or answers it with the wrong number of choices: the caller sends single requests."""
         first = requests[0]
         uniform = all(
             (r.n, r.max_tokens, r.temperature, r.stop) == (first.n, first.max_tokens, first.temperature, first.stop)
             for r in requests
         )
         if not (self.supports_batch and uniform and len(requests) > 1):
-            return await self._gather([self.generate(r) for r in requests])
+            raise BatchRefused(f"{self.name} cannot answer these {len(requests)} requests as one; send them singly")
         seeds = [r.seed for r in requests]
         # One seed for the whole call, derived from every request's own: same batch, same seed.
         seed = None if all(x is None for x in seeds) else zlib.crc32(repr(seeds).encode()) & 0x7FFFFFFF
@@ -152,14 +132,18 @@ class OpenAIBackend:
             sampled = await self._sample_batch(first, prompts, seed)
         except TransientModelError:
             raise  # the gateway retries the batch
-        except ModelError:
-            # Some servers refuse a prompt list outright; single calls say whether the server itself is at fault.
+        except ModelError as exc:
+            # Some servers refuse a prompt list outright; single requests say whether the server itself is at fault.
             self.supports_batch = False
-            return await self._gather([self.generate(r) for r in requests])
+            raise BatchRefused(f"{self.name} refused a list of prompts ({exc}); sending single requests") from exc
         n = first.n
         if len(sampled.texts) != n * len(requests):
             self.supports_batch = False  # this server does not batch: never ask it again
-            return await self._gather([self.generate(r) for r in requests])
+            raise BatchRefused(
+                f"{self.name} answered {len(requests)} prompts with {len(sampled.texts)} choices instead of "
+                f"{n * len(requests)}; sending single requests",
+                usage=sampled.usage,
+            )
         texts = [sampled.texts[i * n : (i + 1) * n] for i in range(len(requests))]
         usages = _split_usage(sampled.usage, prompts, texts)
         return [Completion(tuple(t), u, self.name) for t, u in zip(texts, usages)]
@@ -215,15 +199,6 @@ class OpenAIBackend:
             self._sem = asyncio.Semaphore(self.max_concurrency)
         return self._client, self._sem
 
-    async def _gather(self, calls: Sequence[Awaitable[T]]) -> list[T]:
-        """Run calls concurrently; on the first failure cancel the rest and raise that error."""
-        try:
-            async with asyncio.TaskGroup() as group:
-                tasks = [group.create_task(call) for call in calls]
-        except BaseExceptionGroup as failed:
-            raise _first_leaf(failed) from None
-        return [task.result() for task in tasks]
-
     async def _sample(self, request: GenerateRequest, n: int, seed: int | None) -> _Sampled:
         """One HTTP call for n samples, with SDK errors mapped to thoughtloom's."""
         import openai
@@ -234,11 +209,11 @@ class OpenAIBackend:
                 return await self._post(client, request, n, seed)
             except openai.BadRequestError as exc:
                 if self.api == "chat" and self._token_param == "max_tokens" and _wants_max_completion_tokens(exc):
+                    # Asked again by the gateway, as a request of its own (reserved and counted).
                     self._token_param = "max_completion_tokens"
-                    try:
-                        return await self._post(client, request, n, seed)
-                    except openai.OpenAIError as retry_exc:
-                        raise self._map_error(retry_exc) from retry_exc
+                    raise TransientModelError(
+                        f"model {self.model} takes max_completion_tokens instead of max_tokens; asking again"
+                    ) from exc
                 raise self._map_error(exc) from exc
             except openai.OpenAIError as exc:
                 raise self._map_error(exc) from exc
@@ -281,7 +256,7 @@ class OpenAIBackend:
 
         where = f"{self.base_url} (model {self.model})"
         if isinstance(exc, openai.APITimeoutError):
-            return TransientModelError(
+            return ModelTimeout(
                 f"model endpoint {where} did not answer within {self.timeout_s:g}s; "
                 "retrying, or raise the timeout if the model is slow"
             )
@@ -305,12 +280,6 @@ class OpenAIBackend:
                 return TransientModelError(f"model endpoint {where} failed ({said}); retrying may help")
             return ModelError(f"model endpoint {where} refused the request ({said}); check the request settings")
         return ModelError(f"model endpoint {where} failed: {type(exc).__name__}: {_one_line(exc)}")
-
-
-def _first_leaf(group: BaseExceptionGroup) -> BaseException:
-    """The first non-group exception inside a (possibly nested) exception group."""
-    first = group.exceptions[0]
-    return _first_leaf(first) if isinstance(first, BaseExceptionGroup) else first
 
 
 def _choices(response: Any) -> list[Any]:

@@ -108,7 +108,8 @@ class Backend(Protocol):
     # gateway then calls it without giving it a task of its own (see llm/gateway.py _own_task).
 
     async def generate(self, request: GenerateRequest) -> Completion:
-        """Return request.n samples and the real token usage."""
+        """Return up to request.n samples and the real token usage, as one request to the model
+        (a server that ignores n returns fewer; the gateway asks again for the rest)."""
         ...
 
     def count_tokens(self, prompt: Prompt) -> int | None:

@@ -32,15 +32,18 @@ CONTROL_OPTIONS = {
 }
 
 
-def sandbox_limits(task_name: str, timeout_s: float | None, memory_mb: int | None) -> SandboxLimits | None:
-    """Sandbox limits from the timeout and memory options (None when neither is given)."""
-    if timeout_s is None and memory_mb is None:
+def sandbox_limits(task_name: str, timeout_s: float | None, memory_mb: int | None,
+                   disk_mb: int | None = None) -> SandboxLimits | None:
+    """Sandbox limits from the timeout, memory and disk options (None when none is given)."""
+    if timeout_s is None and memory_mb is None and disk_mb is None:
         return None
     base = SandboxLimits(timeout_s=60, cpu_s=60) if task_name == "debug" else SandboxLimits()
     timeout = timeout_s if timeout_s is not None else base.timeout_s
     changes: dict[str, Any] = {"timeout_s": timeout, "cpu_s": max(1, int(timeout + 0.999))}
     if memory_mb is not None:
         changes["memory_mb"] = memory_mb
+    if disk_mb is not None:
+        changes["disk_mb"] = disk_mb
     return replace(base, **changes)
 
 
@@ -61,7 +64,8 @@ def task_options(options: Mapping[str, Any], task_name: str) -> TaskOptions:
     return TaskOptions(
         tests=path("tests"), data=path("data"), repo=path("repo"), failing_test=options.get("failing_test"),
         test_command=command, size=options.get("size"),
-        sandbox=sandbox_limits(task_name, options.get("sandbox_timeout"), options.get("sandbox_memory")),
+        sandbox=sandbox_limits(task_name, options.get("sandbox_timeout"), options.get("sandbox_memory"),
+                               options.get("sandbox_disk")),
     )
 
 

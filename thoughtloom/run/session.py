@@ -146,12 +146,17 @@ class RunSession:
     def finish(self, result: SearchResult) -> None:
         """Write the final head and put the run's id, store and graph CID on the result."""
         try:
-            self.recorder.finish(result)
-            result.graph_cid = str(self.recorder.graph_cid)
+            stored = self.recorder.finish(result)
             if self.mode == "replay":
+                result.graph_cid = str(self.recorder.graph_cid)
                 self._verdict = self._compare()  # reads the source store, which closes below
-            else:
+                return
+            if self.recorder.head is not None:  # at least one state of the run is in the store
                 result.run_id, result.store = self.run_id, self.store_path
+            if stored is not None:
+                result.graph_cid = str(self.recorder.graph_cid)
+            else:
+                result.store_error = self.recorder.write_error or "the final state could not be written"
         finally:
             self.close()
 

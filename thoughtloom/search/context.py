@@ -12,7 +12,7 @@ from typing import Any, Protocol
 from ..graph import EdgeKind, NodeKind, NodeStatus, ThoughtGraph
 from ..grounding.adjust import GroundingPolicy
 from ..grounding.types import Grounder, GroundingResult, Thought
-from ..llm.errors import BudgetExceeded, ModelError
+from ..llm.errors import BatchRefused, BudgetExceeded, ModelError
 from ..llm.gateway import Gateway
 from ..llm.slots import Slots
 from ..llm.types import GenerateRequest
@@ -262,6 +262,8 @@ class SearchContext:
                         completions = await self.gateway.generate_batch(requests)
             except BudgetExceeded:
                 pass  # the batch does not fit as a whole: the calls one by one shrink or negotiate
+            except BatchRefused:
+                pass  # the server cannot batch (it never will be asked again): single calls
             except ModelError as exc:
                 self._model_failed(exc)
                 return [None] * len(queries)
@@ -272,14 +274,25 @@ class SearchContext:
 
     # --- grounding ----------------------------------------------------------------------
 
-    async def ground(self, node_id: int, score: float) -> float:
+    async def ground(self, node_id: int, score: float) -> float | None:
         """Test a thought with the first grounder that can; return its score adjusted by the result.
 
-        A thought is grounded once: a re-score reuses the result it already has.
+        A thought is grounded once: a re-score reuses the result it already has. None: the
+        wall-clock budget ran out before grounding finished (the grounder is cancelled, its
+        sandbox killed, the search stopped), and the thought stays unscored.
         """
         result = self.grounding.get(node_id)
         if result is None:
-            result = await self._run_grounder(node_id)
+            left = self.gateway.budget.wall_left()
+            try:
+                if left is None:
+                    result = await self._run_grounder(node_id)
+                else:
+                    # wait_for: the grounding runs in a task of its own (see search/eager.py), cancelled at the deadline.
+                    result = await asyncio.wait_for(self._run_grounder(node_id), max(0.0, left))
+            except TimeoutError:
+                self.stop("budget_wall_s")
+                return None
             if result is None:
                 return score
         adjusted = self.grounding_policy.adjust(score, result)

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Callable, Coroutine, Sequence
+from typing import Any, TypeVar
+
 
 from ..graph import NodeStatus
 from ..grounding.adjust import GroundingPolicy
 from ..grounding.types import Grounder
+from ..llm.budget import Budget
 from ..llm.gateway import CallRecord, Gateway
 from ..tasks.base import Task
 from .config import SearchConfig
@@ -20,8 +22,13 @@ from .result import GroundingStats, PathStep, SearchResult, SearchStats, SearchU
 from .strategies import STRATEGY_FUNCTIONS
 from .stop import StopReason
 
+T = TypeVar("T")
+
 #: Tokens kept back from the search for the final synthesis call, when the task needs one.
 SYNTHESIS_RESERVE_TOKENS = 600
+#: How long past the wall-clock deadline the strategy may take to wind down before it is cancelled.
+#: Model calls and grounding are cut at the deadline itself; this only catches anything else.
+WALL_GRACE_S = 0.5
 
 
 def _budget_listener(gateway: Gateway, bus: EventBus):
@@ -41,6 +48,25 @@ def _budget_listener(gateway: Gateway, bus: EventBus):
         )
 
     return on_call
+
+
+class _WallDeadline(Exception):
+    """The wall-clock budget ran out while the search was waiting (internal)."""
+
+
+async def _within_wall(budget: Budget, step: Coroutine[Any, Any, T], grace_s: float = 0.0) -> T:
+    """Await `step`, cancelled when the wall-clock budget (plus grace_s) runs out."""
+    left = budget.wall_left()
+    if left is None:
+        return await step
+    try:
+        # wait_for runs the step in a task of its own, so cancelling it is safe from any caller.
+        return await asyncio.wait_for(step, max(0.0, left + grace_s))
+    except TimeoutError:
+        left = budget.wall_left()
+        if left is not None and left <= 0:
+            raise _WallDeadline() from None
+        raise
 
 
 async def search(
@@ -64,20 +90,36 @@ async def search(
     SearchContext before the strategy starts (a run recorder reads the graph through it).
     Cancelled (Ctrl-C), it returns what it has with termination_reason "interrupted" and makes
     no further model call.
+
+    A wall-clock budget is a deadline for the whole search: the task's preparation, model calls
+    and grounding in flight are cancelled when it passes (sandboxes are killed with them), and the
+    search returns its best answer with termination_reason "budget_wall_s". The final answer check
+    (task.acheck_answer: hidden tests, re-running a fix) is scoring, not search: it runs after the
+    deadline with an allowance of its own, as long again as the wall-clock budget; a check that
+    does not finish in it leaves `solved` None and stats.answer_check "timeout".
     """
     config = config or SearchConfig()
-    problem = await task.prepare(task.parse_problem(problem_text))
+    budget = gateway.budget
+    parsed = task.parse_problem(problem_text)
+    try:
+        problem = await _within_wall(budget, task.prepare(parsed))
+        out_of_time = False
+    except _WallDeadline:
+        problem, out_of_time = parsed, True
     all_grounders = [*task.grounders(problem), *grounders]
     bus = EventBus(list(sinks or []))
     if bus and gateway.listener is None:
         gateway.listener = _budget_listener(gateway, bus)
     started = time.monotonic()
     calls_before = len(gateway.records)
+    requests_before = gateway.budget.calls
     spent_before = gateway.budget.spent
     cost_before = gateway.budget.cost_usd
     if bus:
         bus.emit(SearchStarted(task.name, problem_text, config.strategy, gateway.budget.limits.tokens))
     ctx = SearchContext(task, problem, gateway, config, bus, controller, all_grounders, grounding_policy)
+    if out_of_time:
+        ctx.stop("budget_wall_s")
     if on_context is not None:
         on_context(ctx)
     if controller is not None:
@@ -87,7 +129,10 @@ async def search(
         gateway.budget.hold(SYNTHESIS_RESERVE_TOKENS)
     interrupted = False
     try:
-        await STRATEGY_FUNCTIONS[config.strategy](ctx)
+        if not ctx.stopped:
+            await _within_wall(budget, STRATEGY_FUNCTIONS[config.strategy](ctx), WALL_GRACE_S)
+    except _WallDeadline:
+        ctx.stop("budget_wall_s")
     except asyncio.CancelledError:
         # Ctrl-C or a caller's cancel: keep what was found rather than lose it with the task.
         interrupted = True
@@ -107,15 +152,25 @@ async def search(
     best_path = [
         PathStep(n.id, n.kind.value, n.content, n.score) for n in (ctx.graph.node(i) for i in path_ids)
     ]
-    budget = gateway.budget
     spent = budget.spent
     usage = SearchUsage(
         input_tokens=spent.input_tokens - spent_before.input_tokens,
         output_tokens=spent.output_tokens - spent_before.output_tokens,
-        calls=sum(1 for r in gateway.records[calls_before:] if r.error is None and r.cached < r.n),
+        # Requests charged to the ledger, like the tokens: answered, failed or cancelled after sending.
+        calls=budget.calls - requests_before,
         cost_usd=round(budget.cost_usd - cost_before, 6),
         token_limit=budget.limits.tokens,
     )
+    check_s = budget.limits.wall_s
+    answer_check = None
+    if check_s is None:
+        solved = await task.acheck_answer(problem, answer)
+    else:
+        try:
+            solved = await asyncio.wait_for(task.acheck_answer(problem, answer), check_s)
+        except TimeoutError:
+            solved = None
+            answer_check = "timeout"
     counts = ctx.counts
     stats = SearchStats(
         nodes=len(ctx.graph), pruned=counts["pruned"], rejected=counts["rejected"], repaired=counts["repaired"],
@@ -123,12 +178,13 @@ async def search(
         wall_s=round(time.monotonic() - started, 3),
         grounding=GroundingStats(counts["grounded"], counts["verified"], counts["grounding_failed"],
                                  counts["grounder_errors"]) if all_grounders else None,
+        answer_check=answer_check,
     )
     return SearchResult(
         task=task.name,
         problem=problem_text,
         answer=answer,
-        solved=await task.acheck_answer(problem, answer),
+        solved=solved,
         score=ctx.graph.node(best).score if best is not None else None,
         termination_reason=reason,
         best_path=best_path,

@@ -175,7 +175,8 @@ async def settle_scores(ctx: SearchContext, scores: Sequence[tuple[int, float]])
             adjusted = [await ctx.ground(*scores[0])]
         else:
             adjusted = await eager_gather(ctx.ground(n, s) for n, s in scores)
-        scores = [(n, a) for (n, _), a in zip(scores, adjusted)]
+        # A thought whose grounding the wall-clock deadline cut off stays unscored (cancelled at the end).
+        scores = [(n, a) for (n, _), a in zip(scores, adjusted) if a is not None]
     ctx.set_scores(scores)
 
 

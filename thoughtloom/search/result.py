@@ -65,6 +65,8 @@ class SearchStats:
     wall_s: float = 0.0
     #: None when no grounder ran.
     grounding: GroundingStats | None = None
+    #: "timeout" when checking the final answer did not finish in its allowance (the answer is unchecked).
+    answer_check: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """Plain data for JSON output: the grounding counts sit beside the others, as before wall_s."""
@@ -73,6 +75,8 @@ class SearchStats:
         if self.grounding is not None:
             out.update(asdict(self.grounding))
         out["wall_s"] = self.wall_s
+        if self.answer_check is not None:
+            out["answer_check"] = self.answer_check
         return out
 
 
@@ -105,6 +109,8 @@ class SearchResult:
     run_id: str | None = None
     store: str | None = None
     graph_cid: str | None = None
+    #: Why the run could not be stored whole (a full disk...); run_id is None when nothing was stored.
+    store_error: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """Plain data for JSON output."""
@@ -125,6 +131,7 @@ class SearchResult:
             "config": self.config,
             **({"run_id": self.run_id, "store": self.store, "graph_cid": self.graph_cid}
                if self.run_id is not None else {}),
+            **({"store_error": self.store_error} if self.store_error is not None else {}),
             **({"control": self.control} if self.control is not None else {}),
             **({"grounding": [{"node": n, **r.to_dict()} for n, r in self.grounding.items()]}
                if self.grounding else {}),

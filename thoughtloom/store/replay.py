@@ -37,7 +37,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..llm.errors import BudgetExceeded, ModelError, TransientModelError
+from ..llm.errors import BatchRefused, BudgetExceeded, ModelError, ModelTimeout, TransientModelError
 from ..llm.types import Backend, Completion, GenerateRequest, Prompt
 from ..llm.wrapper import BackendWrapper
 from .blocks import CID
@@ -192,6 +192,10 @@ class ReplayBackend(BackendWrapper):
     def _answer(self, call: RecordedCall) -> Completion:
         if call.error_kind == "transient":
             raise TransientModelError(call.error or "transient error")
+        if call.error_kind == "timeout":
+            raise ModelTimeout(call.error or "timed out")
+        if call.error_kind == "batch_refused":
+            raise BatchRefused(call.error or "batch refused")
         if call.error_kind == "cutoff":
             raise _cut_off(call.error or "wall-clock budget ran out during a call")
         if call.error_kind is not None:

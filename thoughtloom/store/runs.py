@@ -21,13 +21,16 @@ linked instead):
   One backend exchange as the backend saw it (the gateway's cache answers are not exchanges):
   `start` is its order of being sent, `rank` its order of completing, `issued` how many
   exchanges had been sent when it completed (replay uses all three to answer in the same order).
-  error kinds: model, transient (retried by the gateway), cutoff (the wall-clock budget ended it).
+  error kinds: model, transient (retried by the gateway), timeout (retried, charged in full),
+  batch_refused (the server cannot batch), cutoff (the wall-clock budget ended it).
 - calls    {type, count, chunks: [link chunk of call links]}
 - timings  {type, created_at: chunked node creation times, call_duration_s: chunked}
 - manifest see manifest.py
 - head     {type, run, seq, prev: link head | null, status: running | finished | interrupted, at,
             manifest: link, graph: link, nodes, calls: link, counts: chunked [prompt digest, tokens],
             usage: {input_tokens, output_tokens, calls}, timings: link, result: summary | null}
+  `usage` is what the gateway's ledger charged for every request sent (answered, failed, or
+  cancelled after sending, charged its reservation), the same numbers as the result's usage.
   One per saved state; `prev` chains every state of the run, so every earlier node version stays
   reachable. The ref "run/<id>/head" points at the newest.
 
@@ -39,8 +42,12 @@ since the last flush, and for all nodes every FULL_SCAN_EVERY flushes and at the
 changed chunks, graph, timings and a new head, in one put_many transaction; then the ref moves. A
 SIGKILL loses at most the calls in flight and the graph changes since the last answered call;
 `loom resume` recomputes those from the recorded calls. `finish` writes the final head with the
-result summary. Cost: about 2-3 ms and 20 KB per answered call for a 1,000-node search on a local
-disk (benchmarks/engine_overhead.py's tree, zero-latency model); nothing without a recorder.
+result summary. A write that fails (a full disk) does not stop the search: the flush's blocks stay
+in `_unwritten` and go out with the next flush (the encoders already link them as stored), so no
+head is ever stored without every block below it; the ref stays on the last head written whole
+(`head`), and `write_error` says why until a write succeeds again. Cost: about 2-3 ms and 20 KB
+per answered call for a 1,000-node search on a local disk (benchmarks/engine_overhead.py's tree,
+zero-latency model); nothing without a recorder.
 
 The recorder sees the backend through RecordingBackend, a proxy the gateway calls instead of the
 real backend (composed below the gateway when the run is built); it sees the graph through the SearchContext (search(..., on_context=...)) and the
@@ -66,7 +73,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..graph import EdgeKind, NodeKind, NodeStatus, ThoughtGraph
-from ..llm.errors import BudgetExceeded, ModelError, TransientModelError
+from ..llm.errors import BatchRefused, BudgetExceeded, ModelError, ModelTimeout, TransientModelError
 from ..llm.types import Backend, Completion, GenerateRequest, Message, Prompt, Usage
 from ..llm.wrapper import BackendWrapper
 from ..search.events import DuplicateMerged, Event, NodeAdded
@@ -310,7 +317,7 @@ class RunRecorder:
         self.store = store
         self.manifest = manifest
         self.run_id = manifest.run_id
-        #: The newest head written (or, resuming, the head the run continues from).
+        #: The newest head written whole (or, resuming, the head the run continues from).
         self.head: CID | None = prev
         self.seq = seq
         self.graph_cid: CID | None = None
@@ -332,8 +339,14 @@ class RunRecorder:
         self._pending: list[Block] = []
         self._issued = 0
         self._completed = 0
+        #: Blocks linked by the encoders' state whose write failed, re-sent with the next flush.
+        self._unwritten: dict[CID, bytes] = {}
+        #: Why the last flush could not write (None when it could).
+        self.write_error: str | None = None
+        # What the gateway's ledger charged for every request sent (answered, failed or cancelled),
+        # so `loom show` agrees with the run's own usage; `_sent` counts those requests.
         self._usage = [0, 0]
-        self._answered = 0
+        self._sent = 0
 
     # --- wiring ---------------------------------------------------------------------------------
 
@@ -374,6 +387,29 @@ class RunRecorder:
             self._counted.add(digest)
             self._counts.append([digest, tokens])
 
+    def _charged(self, request: GenerateRequest, outcome: Completion | BaseException) -> None:
+        """Add what the gateway's ledger charges for one request, so the head agrees with it."""
+        gateway = self._gateway
+        if gateway is not None:
+            self._charge(gateway.charge(request, outcome))
+        elif isinstance(outcome, Completion):
+            self._charge(outcome.usage)
+
+    def _charged_batch(self, requests: Sequence[GenerateRequest], outcome: Sequence[Completion] | BaseException) -> None:
+        gateway = self._gateway
+        if gateway is not None:
+            for usage in gateway.charge_batch(requests, outcome):
+                self._charge(usage)
+        elif not isinstance(outcome, BaseException):
+            for completion in outcome:
+                self._charge(completion.usage)
+
+    def _charge(self, usage: Usage | None) -> None:
+        if usage is not None:  # None: refused before anything was sent
+            self._usage[0] += usage.input_tokens
+            self._usage[1] += usage.output_tokens
+            self._sent += 1
+
     def _exchange(self, start: int, request: GenerateRequest, completion: Completion | None,
                   error: tuple[str, str] | None, t0: float, batch: int | None = None) -> None:
         """Record one finished exchange (not yet flushed)."""
@@ -393,10 +429,6 @@ class RunRecorder:
         self._completed += 1
         self._calls.append(_put(obj, blocks))
         self._durations.append(round(time.perf_counter() - t0, 6))
-        if completion is not None:
-            self._usage[0] += usage.input_tokens
-            self._usage[1] += usage.output_tokens
-            self._answered += 1
 
     def _cut_off(self) -> bool:
         """Whether a cancelled call was ended by the wall-clock budget (rather than an interrupt)."""
@@ -405,13 +437,15 @@ class RunRecorder:
 
     # --- flushing -------------------------------------------------------------------------------
 
-    def flush(self, status: str = "running", result: dict[str, Any] | None = None) -> CID:
-        """Write what changed and a new head in one transaction; move the run's ref to it."""
+    def flush(self, status: str = "running", result: dict[str, Any] | None = None) -> CID | None:
+        """Write what changed and a new head in one transaction; move the run's ref to it.
+
+        Never raises for a store that fails to write (a full disk): it returns None, keeps the
+        blocks for the next flush, and sets `write_error`; the ref keeps naming the last head
+        written whole, so `loom resume` continues from there once the store can be written.
+        """
         blocks, self._pending = self._pending, []
-        if not self.started:
-            self.started = True
-            if self._on_start is not None:
-                self._on_start(self.run_id)
+        self.started = True
         graph = self._graph(blocks, full=status != "running" or self.seq % FULL_SCAN_EVERY == 0)
         calls = _put({"type": "calls", **self._calls.encode(blocks)}, blocks)
         if result is not None:  # the finished run's manifest names its recorded calls
@@ -425,11 +459,24 @@ class RunRecorder:
             "type": "head", "run": self.run_id, "seq": self.seq, "prev": link(self.head) if self.head else None,
             "status": status, "at": time.time(), "manifest": self._manifest_link, "graph": graph,
             "nodes": len(self._nodes.items), "calls": calls, "counts": self._counts.encode(blocks),
-            "usage": {"input_tokens": self._usage[0], "output_tokens": self._usage[1], "calls": self._answered},
+            "usage": {"input_tokens": self._usage[0], "output_tokens": self._usage[1], "calls": self._sent},
             "timings": timings, "result": result,
         }, blocks)
-        self.store.put_many(blocks)
-        self.store.set_ref(head_ref(self.run_id), head.cid)
+        # Blocks of an earlier flush whose write failed go first: the encoders above link them
+        # as stored, so this head is written only together with them.
+        unwritten = self._unwritten
+        unwritten.update(blocks)
+        try:
+            self.store.put_many(unwritten.items())
+            self.store.set_ref(head_ref(self.run_id), head.cid)
+        except Exception as exc:  # noqa: BLE001 - any store failure: nothing of this flush counts as written
+            # The ref still names the last head written whole, so the run resumes from there.
+            self.write_error = " ".join(str(exc).split()) or type(exc).__name__  # one line
+            return None
+        unwritten.clear()
+        self.write_error = None
+        if self.head is None and self._on_start is not None:
+            self._on_start(self.run_id)
         self.head = head.cid
         self.seq += 1
         return head.cid
@@ -492,8 +539,9 @@ class RunRecorder:
             "merged": [[self._thoughts[p], graph.edge(p, node.id).kind.value] for p in later],
         }, blocks)
 
-    def finish(self, result: SearchResult) -> CID:
-        """Write the final head: status finished (interrupted after Ctrl-C) and the result summary."""
+    def finish(self, result: SearchResult) -> CID | None:
+        """Write the final head: status finished (interrupted after Ctrl-C) and the result summary
+        (None when the store could not be written: see `write_error`)."""
         status = "interrupted" if result.termination_reason == StopReason.INTERRUPTED else "finished"
         return self.flush(status, summarize(result))
 
@@ -507,11 +555,20 @@ def summarize(result: SearchResult) -> dict[str, Any]:
     """The result as stored in a finished head (plain data)."""
     return canonical({
         "answer": result.answer, "solved": result.solved, "score": result.score,
-        "termination_reason": result.termination_reason, "error": result.error, "model": result.model,
+        "termination_reason": str(result.termination_reason), "error": result.error, "model": result.model,
         "best_path": [s.id for s in result.best_path], "goal_node": result.goal_node,
         "best_node": result.best_node, "answer_node": result.answer_node,
         "usage": result.usage.to_dict(), "stats": result.stats.to_dict(), "control": result.control,
     })
+
+
+def _error_kind(exc: ModelError) -> str:
+    """How a failed exchange is recorded, so a replay raises the same kind of error."""
+    if isinstance(exc, ModelTimeout):
+        return "timeout"
+    if isinstance(exc, BatchRefused):
+        return "batch_refused"
+    return "transient" if isinstance(exc, TransientModelError) else "model"
 
 
 class RecordingBackend(BackendWrapper):
@@ -534,17 +591,22 @@ class RecordingBackend(BackendWrapper):
         start, t0 = rec._begin(), time.perf_counter()
         try:
             completion = await self.inner.generate(request)
-        except asyncio.CancelledError:
+        except asyncio.CancelledError as exc:
+            # Sent and then cancelled (a limit stopped the search): charged, though not an
+            # exchange a replay could serve.
+            rec._charged(request, exc)
             if rec._cut_off():
                 rec._exchange(start, request, None, ("cutoff", "wall-clock budget ran out during a call"), t0)
                 rec.flush_started()
             raise
         except ModelError as exc:
-            rec._exchange(start, request, None, ("transient" if isinstance(exc, TransientModelError) else "model", str(exc)), t0)
+            rec._charged(request, exc)
+            rec._exchange(start, request, None, (_error_kind(exc), str(exc)), t0)
             rec.flush_started()
             raise
         except BudgetExceeded:
             raise  # a replay's emulated wall-clock stop: nothing was exchanged
+        rec._charged(request, completion)
         rec._exchange(start, request, completion, None, t0)
         rec.flush()
         return completion
@@ -555,20 +617,23 @@ class RecordingBackend(BackendWrapper):
         starts, t0 = [rec._begin() for _ in requests], time.perf_counter()
         try:
             completions = await self.inner.generate_batch(requests)  # type: ignore[attr-defined]
-        except asyncio.CancelledError:
+        except asyncio.CancelledError as exc:
+            rec._charged_batch(requests, exc)
             if rec._cut_off():
                 for s, r in zip(starts, requests):
                     rec._exchange(s, r, None, ("cutoff", "wall-clock budget ran out during a call"), t0, len(requests))
                 rec.flush_started()
             raise
         except ModelError as exc:
-            kind = "transient" if isinstance(exc, TransientModelError) else "model"
+            rec._charged_batch(requests, exc)
+            kind = _error_kind(exc)
             for s, r in zip(starts, requests):
                 rec._exchange(s, r, None, (kind, str(exc)), t0, len(requests))
             rec.flush_started()
             raise
         except BudgetExceeded:
             raise
+        rec._charged_batch(requests, completions)
         for s, r, c in zip(starts, requests, completions):
             rec._exchange(s, r, c, None, t0, len(requests))
         rec.flush()

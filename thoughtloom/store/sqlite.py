@@ -145,7 +145,10 @@ class SQLiteStore:
                     db.executemany("INSERT OR IGNORE INTO blocks (cid, data) VALUES (?, ?)", batch)
                 db.execute("COMMIT")
             except BaseException:
-                db.execute("ROLLBACK")
+                # SQLite may have rolled back already (a full disk): a second ROLLBACK would fail
+                # and hide why the write failed.
+                if db.in_transaction:
+                    db.execute("ROLLBACK")
                 raise
 
     def get(self, cid: CID) -> bytes:

@@ -23,6 +23,7 @@ from typing import Any, ClassVar
 from ..graph import NodeKind
 from ..grounding.code import CodeGrounder, extract_code
 from ..grounding.sandbox import Sandbox, SandboxLimits
+from ..grounding.testrun import run_tests
 from ..grounding.types import Grounder, GroundingResult
 from ..llm.types import Message, Prompt
 from .base import ProblemError, Query, Task, Verdict
@@ -95,8 +96,9 @@ class CodeTask(Task[CodeProblem]):
         return {"id": problem.id, "entry_point": problem.entry_point, "visible_tests": len(problem.visible_tests)}
 
     def sandbox(self) -> Sandbox:
-        """The sandbox that runs this task's programs."""
-        return Sandbox(self.sandbox_limits)
+        """The sandbox that runs this task's programs (standard library only)."""
+        # No installed packages: their data files (a benchmark's hidden tests) stay out of reach.
+        return Sandbox(self.sandbox_limits, site_packages=False)
 
     # --- grounding ----------------------------------------------------------------------
 
@@ -171,9 +173,9 @@ class CodeTask(Task[CodeProblem]):
 
 
 async def passes(sandbox: Sandbox, program: str, check: str) -> bool:
-    """Run the program followed by the check code; True when it exits cleanly."""
-    result = await sandbox.run_python(program + "\n\n" + check + "\n")
-    return result.exit_code == 0 and result.stopped_reason is None
+    """True when the check code, run by the sandbox's test runner against the program, passes."""
+    run = await run_tests(sandbox, program, [check])
+    return run.all_passed and run.passed == 1
 
 
 # --- tests the search may see ---------------------------------------------------------------

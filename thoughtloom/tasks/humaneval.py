@@ -30,7 +30,7 @@ class BenchmarkItem:
     """One benchmark problem: what the search sees, and the hidden check kept away from it."""
 
     problem: CodeProblem
-    hidden_check: str  # code run after the program; the program passes when it exits cleanly
+    hidden_check: str  # test code the sandbox's runner runs against the program (see testrun)
 
 
 def humaneval_path() -> Path:
