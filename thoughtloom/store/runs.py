@@ -343,6 +343,10 @@ class RunRecorder:
         self._unwritten: dict[CID, bytes] = {}
         #: Why the last flush could not write (None when it could).
         self.write_error: str | None = None
+        # What the gateway's ledger charged for every request recorded so far (answered, failed or
+        # cancelled), for the heads written while the run goes on; `_sent` counts those requests.
+        self._usage = [0, 0]
+        self._sent = 0
 
     # --- wiring ---------------------------------------------------------------------------------
 
@@ -383,22 +387,28 @@ class RunRecorder:
             self._counted.add(digest)
             self._counts.append([digest, tokens])
 
-    @property
-    def _gateway(self) -> Any:
-        """The search's gateway (its ledger says what each request is charged)."""
-        return self._ctx.gateway if self._ctx is not None else None
-
-    def _spent(self) -> dict[str, int]:
-        """What the run's ledger has charged so far (every request sent: answered, failed or cancelled).
-
-        Read from the gateway's budget itself, the same ledger the result's usage comes from, so
-        `loom show` and `--json` cannot disagree; a resumed run's ledger counts its recorded calls too.
-        """
+    def _charged(self, request: GenerateRequest, outcome: Completion | BaseException) -> None:
+        """Add what the gateway's ledger charges for one request, so the head agrees with it."""
         gateway = self._gateway
-        if gateway is None:
-            return {"input_tokens": 0, "output_tokens": 0, "calls": 0}
-        b = gateway.budget
-        return {"input_tokens": b.spent.input_tokens, "output_tokens": b.spent.output_tokens, "calls": b.calls}
+        if gateway is not None:
+            self._charge(gateway.charge(request, outcome))
+        elif isinstance(outcome, Completion):
+            self._charge(outcome.usage)
+
+    def _charged_batch(self, requests: Sequence[GenerateRequest], outcome: Sequence[Completion] | BaseException) -> None:
+        gateway = self._gateway
+        if gateway is not None:
+            for usage in gateway.charge_batch(requests, outcome):
+                self._charge(usage)
+        elif not isinstance(outcome, BaseException):
+            for completion in outcome:
+                self._charge(completion.usage)
+
+    def _charge(self, usage: Usage | None) -> None:
+        if usage is not None:  # None: refused before anything was sent
+            self._usage[0] += usage.input_tokens
+            self._usage[1] += usage.output_tokens
+            self._sent += 1
 
     def _exchange(self, start: int, request: GenerateRequest, completion: Completion | None,
                   error: tuple[str, str] | None, t0: float, batch: int | None = None) -> None:
@@ -427,7 +437,8 @@ class RunRecorder:
 
     # --- flushing -------------------------------------------------------------------------------
 
-    def flush(self, status: str = "running", result: dict[str, Any] | None = None) -> CID | None:
+    def flush(self, status: str = "running", result: dict[str, Any] | None = None,
+              usage: dict[str, int] | None = None) -> CID | None:
         """Write what changed and a new head in one transaction; move the run's ref to it.
 
         Never raises for a store that fails to write (a full disk): it returns None, keeps the
@@ -449,7 +460,7 @@ class RunRecorder:
             "type": "head", "run": self.run_id, "seq": self.seq, "prev": link(self.head) if self.head else None,
             "status": status, "at": time.time(), "manifest": self._manifest_link, "graph": graph,
             "nodes": len(self._nodes.items), "calls": calls, "counts": self._counts.encode(blocks),
-            "usage": self._spent(),
+            "usage": usage or {"input_tokens": self._usage[0], "output_tokens": self._usage[1], "calls": self._sent},
             "timings": timings, "result": result,
         }, blocks)
         # Blocks of an earlier flush whose write failed go first: the encoders above link them
@@ -533,7 +544,11 @@ class RunRecorder:
         """Write the final head: status finished (interrupted after Ctrl-C) and the result summary
         (None when the store could not be written: see `write_error`)."""
         status = "interrupted" if result.termination_reason == StopReason.INTERRUPTED else "finished"
-        return self.flush(status, summarize(result))
+        # The final head takes the run's usage from its ledger, as the result does: requests
+        # cancelled at a limit may be charged after the last exchange was recorded.
+        u = result.usage
+        return self.flush(status, summarize(result),
+                          {"input_tokens": u.input_tokens, "output_tokens": u.output_tokens, "calls": u.calls})
 
     def abort(self) -> None:
         """The process is going down outside the search: mark the run interrupted if it was stored."""
@@ -581,17 +596,22 @@ class RecordingBackend(BackendWrapper):
         start, t0 = rec._begin(), time.perf_counter()
         try:
             completion = await self.inner.generate(request)
-        except asyncio.CancelledError:
+        except asyncio.CancelledError as exc:
+            # Sent and then cancelled (a limit stopped the search): charged, though not an
+            # exchange a replay could serve.
+            rec._charged(request, exc)
             if rec._cut_off():
                 rec._exchange(start, request, None, ("cutoff", "wall-clock budget ran out during a call"), t0)
                 rec.flush_started()
             raise
         except ModelError as exc:
+            rec._charged(request, exc)
             rec._exchange(start, request, None, (_error_kind(exc), str(exc)), t0)
             rec.flush_started()
             raise
         except BudgetExceeded:
             raise  # a replay's emulated wall-clock stop: nothing was exchanged
+        rec._charged(request, completion)
         rec._exchange(start, request, completion, None, t0)
         rec.flush()
         return completion
@@ -602,13 +622,15 @@ class RecordingBackend(BackendWrapper):
         starts, t0 = [rec._begin() for _ in requests], time.perf_counter()
         try:
             completions = await self.inner.generate_batch(requests)  # type: ignore[attr-defined]
-        except asyncio.CancelledError:
+        except asyncio.CancelledError as exc:
+            rec._charged_batch(requests, exc)
             if rec._cut_off():
                 for s, r in zip(starts, requests):
                     rec._exchange(s, r, None, ("cutoff", "wall-clock budget ran out during a call"), t0, len(requests))
                 rec.flush_started()
             raise
         except ModelError as exc:
+            rec._charged_batch(requests, exc)
             kind = _error_kind(exc)
             for s, r in zip(starts, requests):
                 rec._exchange(s, r, None, (kind, str(exc)), t0, len(requests))
@@ -616,6 +638,7 @@ class RecordingBackend(BackendWrapper):
             raise
         except BudgetExceeded:
             raise
+        rec._charged_batch(requests, completions)
         for s, r, c in zip(starts, requests, completions):
             rec._exchange(s, r, c, None, t0, len(requests))
         rec.flush()
