@@ -387,6 +387,11 @@ class RunRecorder:
             self._counted.add(digest)
             self._counts.append([digest, tokens])
 
+    @property
+    def _gateway(self) -> Any:
+        """The search's gateway (its ledger says what each request is charged)."""
+        return self._ctx.gateway if self._ctx is not None else None
+
     def _charged(self, request: GenerateRequest, outcome: Completion | BaseException) -> None:
         """Add what the gateway's ledger charges for one request, so the head agrees with it."""
         gateway = self._gateway
