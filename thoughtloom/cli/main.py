@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 from collections.abc import Callable
@@ -155,6 +154,8 @@ def _config_overrides(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _format_text(result: Any) -> str:
+    from ..views.terminal import terminal_text
+
     lines = []
     if result.answer is not None:
         verdict = {True: "checked: correct", False: "checked: WRONG", None: "unchecked"}[result.solved]
@@ -215,7 +216,8 @@ def _format_text(result: Any) -> str:
             lines.append(f"compromise {verdict}: {c['explanation']}")
         for act in control["actions"]:
             lines.append(f"controller: {act['mode']}: {act['action']}")
-    return "\n".join(lines)
+    # Answers, steps, evidence and justifications are model text or program output.
+    return "\n".join(terminal_text(line) for line in lines)
 
 
 def cmd_solve(args: argparse.Namespace) -> int:
@@ -233,6 +235,7 @@ def cmd_solve(args: argparse.Namespace) -> int:
     from ..tasks.registry import get_task
     from ..views.mermaid import to_mermaid
     from ..views.progress import ProgressDisplay
+    from ..views.terminal import terminal_json, terminal_text
 
     profile = get_profile(args.profile)
     task_name = args.task or _implied_task(args, profile.default_task)
@@ -285,7 +288,7 @@ def cmd_solve(args: argparse.Namespace) -> int:
     if args.mermaid:
         _check_writable(args.mermaid)
     sinks = [] if args.quiet else [ProgressDisplay()]
-    progress = (lambda msg: print(f"loom: {msg}", file=sys.stderr)) if not args.quiet else None
+    progress = (lambda msg: print(terminal_text(f"loom: {msg}"), file=sys.stderr)) if not args.quiet else None
     # The run store (issue 6): records this run, or serves a resumed / replayed one's calls.
     from ..store.cli import solve_session
 
@@ -315,7 +318,7 @@ def cmd_solve(args: argparse.Namespace) -> int:
         with open(args.mermaid, "w", encoding="utf-8") as fh:
             fh.write(to_mermaid(result.graph, path_ids, [result.goal_node] if result.goal_node is not None else []))
     if args.json:
-        print(json.dumps(result.to_dict(), indent=2, ensure_ascii=False))
+        print(terminal_json(result.to_dict(), indent=2))
     else:
         print(_format_text(result))
     code = 130 if result.termination_reason == "interrupted" else 0
@@ -461,7 +464,9 @@ def main(argv: list[str] | None = None) -> int:
         return code
     except (UsageError, ProblemError, UnknownTask, UnknownProfile, UnsupportedOperation, ModelError,
             TaskOptionError, *store_errors()) as exc:
-        print(f"loom: error: {exc}", file=sys.stderr)
+        from ..views.terminal import terminal_text
+
+        print(f"loom: error: {terminal_text(str(exc))}", file=sys.stderr)  # may quote a server or a file
         return 2
     except KeyboardInterrupt:
         print("loom: interrupted", file=sys.stderr)
