@@ -509,7 +509,14 @@ def main(argv: list[str] | None = None) -> int:
                 **STORE_COMMANDS}
     try:
         code = commands[args.command](args)
-        sys.stdout.flush()  # inside the try: a reader that went away is handled below, not at exit
+        try:
+            sys.stdout.flush()  # inside the try: a reader that went away is handled below, not at exit
+        except BrokenPipeError:
+            raise
+        except OSError as exc:  # a full disk or a dead terminal behind stdout
+            _stdout_to_devnull()
+            print(f"loom: error: cannot write the output: {exc.strerror or exc}", file=sys.stderr)
+            return 2
         return code
     except (UsageError, ProblemError, UnknownTask, UnknownProfile, UnsupportedOperation, ModelError,
             TaskOptionError, *store_errors()) as exc:
@@ -528,11 +535,10 @@ def main(argv: list[str] | None = None) -> int:
         from ..views.terminal import terminal_text
 
         try:
-            sys.stdout.flush()  # what was printed goes out, unless stdout itself is what failed
-            message = f"{exc.strerror or exc}" + (f": {exc.filename}" if exc.filename else "")
-        except OSError as out:  # a full disk or a dead terminal behind stdout
-            message = f"cannot write the output: {out.strerror or out}"
+            sys.stdout.flush()  # what was printed goes out
+        except OSError:  # stdout itself failed (while printing): the exit-time flush must not fail again
             _stdout_to_devnull()
+        message = f"{exc.strerror or exc}" + (f": {exc.filename}" if exc.filename else "")
         print(f"loom: error: {terminal_text(message)}", file=sys.stderr)
         return 2
 
