@@ -43,11 +43,11 @@ def _number(name: str, cast: Callable[[str], Any], check: Callable[[Any], bool],
 
 
 def _positive_int(name: str, most: int = MAX_STORED_INT):
-    return _number(name, int, lambda v: 1 <= v <= most, f"between 1 and {most:,}")
+    return _number(name, int, lambda v: 1 <= v <= most, f"at least 1 and at most {most:,}")
 
 
 def _count(name: str, most: int = MAX_STORED_INT):
-    return _number(name, int, lambda v: 0 <= v <= most, f"between 0 and {most:,}")
+    return _number(name, int, lambda v: 0 <= v <= most, f"at least 0 and at most {most:,}")
 
 
 def _positive_float(name: str, most: float = 1e12):
