@@ -3,13 +3,18 @@
 from __future__ import annotations
 
 import argparse
-import json
+import math
 import os
 import sys
 from collections.abc import Callable
 from typing import Any
 
 DEFAULT_BUDGET_TOKENS = 20_000
+#: The largest whole number a stored run can hold (DAG-CBOR encodes 64-bit integers): options past it
+#: would fail to store only after the model calls were made.
+MAX_STORED_INT = 2**63 - 1
+#: Bounds on counts that multiply work (requests, nodes, levels); far above any useful setting.
+MAX_FANOUT = 1_000
 
 
 class UsageError(Exception):
@@ -17,14 +22,19 @@ class UsageError(Exception):
 
 
 def _number(name: str, cast: Callable[[str], Any], check: Callable[[Any], bool], requirement: str):
-    """An argparse type: parse with `cast`, then require `check` (said as `requirement`)."""
-    kind = "a whole number" if cast is int else "a number"
+    """An argparse type: parse with `cast`, then require `check` (said as `requirement`).
+
+    Floats must be finite: no option means anything with nan or inf (and a stored run cannot hold them).
+    """
+    kind = "a whole number" if cast is int else "a finite number"
 
     def parse(text: str) -> Any:
         try:
             value = cast(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"{name} must be {kind}; got {text!r}") from None
+        if cast is float and not math.isfinite(value):
+            raise argparse.ArgumentTypeError(f"{name} must be {kind}; got {text}")
         if not check(value):
             raise argparse.ArgumentTypeError(f"{name} must be {requirement}; got {text}")
         return value
@@ -32,12 +42,16 @@ def _number(name: str, cast: Callable[[str], Any], check: Callable[[Any], bool],
     return parse
 
 
-def _positive_int(name: str):
-    return _number(name, int, lambda v: v >= 1, "at least 1")
+def _positive_int(name: str, most: int = MAX_STORED_INT):
+    return _number(name, int, lambda v: 1 <= v <= most, f"at least 1 and at most {most:,}")
 
 
-def _positive_float(name: str):
-    return _number(name, float, lambda v: v > 0, "positive")
+def _count(name: str, most: int = MAX_STORED_INT):
+    return _number(name, int, lambda v: 0 <= v <= most, f"at least 0 and at most {most:,}")
+
+
+def _positive_float(name: str, most: float = 1e12):
+    return _number(name, float, lambda v: 0 < v <= most, f"positive, at most {most:g}")
 
 
 def _unit_float(name: str):
@@ -71,24 +85,25 @@ def build_parser() -> argparse.ArgumentParser:
     )
     s.add_argument("--strategy", choices=("bfs", "dfs", "best_first", "mcts", "got", "recursive"),
                    help="search strategy (default: the task's, else bfs)")
-    s.add_argument("--breadth", type=_positive_int("--breadth"), help="thoughts generated per expansion")
-    s.add_argument("--beam", type=_positive_int("--beam"), help="thoughts kept per level (beam width)")
-    s.add_argument("--depth", type=_positive_int("--depth"), help="maximum depth in steps")
+    s.add_argument("--breadth", type=_positive_int("--breadth", MAX_FANOUT), help="thoughts generated per expansion")
+    s.add_argument("--beam", type=_positive_int("--beam", MAX_FANOUT), help="thoughts kept per level (beam width)")
+    s.add_argument("--depth", type=_positive_int("--depth", MAX_FANOUT), help="maximum depth in steps")
     s.add_argument("--generation", choices=("propose", "sample"), help="one propose call, or independent samples")
     s.add_argument("--evaluation", choices=("value", "vote"), help="value each thought, or vote among siblings")
-    s.add_argument("--value-samples", type=_positive_int("--value-samples"), help="samples per value call")
+    s.add_argument("--value-samples", type=_positive_int("--value-samples", MAX_FANOUT), help="samples per value call")
     s.add_argument("--prune-threshold", type=_unit_float("--prune-threshold"), help="prune thoughts scoring below this")
     s.add_argument("--aggregation", choices=("sum", "product", "min", "mean"), help="path score aggregation")
     s.add_argument("--iterations", type=_positive_int("--iterations"), help="MCTS simulations")
     s.add_argument("--max-nodes", type=_positive_int("--max-nodes"), help="circuit breaker: most nodes in the graph")
-    s.add_argument("--concurrency", type=_positive_int("--concurrency"), help="model calls in flight at once")
-    s.add_argument("--temperature", type=float, help="sampling temperature")
+    s.add_argument("--concurrency", type=_positive_int("--concurrency", MAX_FANOUT), help="model calls in flight at once")
+    s.add_argument("--temperature", type=_number("--temperature", float, lambda v: 0 <= v <= 2, "between 0 and 2"),
+                   help="sampling temperature (0 to 2)")
     s.add_argument("--budget-tokens", type=_positive_int("--budget-tokens"), default=DEFAULT_BUDGET_TOKENS,
                    help=f"hard limit on input+output tokens (default {DEFAULT_BUDGET_TOKENS:,})")
     s.add_argument("--budget-calls", type=_positive_int("--budget-calls"), help="hard limit on model calls")
     s.add_argument("--budget-usd", type=_positive_float("--budget-usd"), help="hard limit in dollars (known prices only)")
-    s.add_argument("--budget-seconds", type=_positive_float("--budget-seconds"), help="hard wall-clock limit")
-    s.add_argument("--seed", type=int, help="seed for reproducible sampling")
+    s.add_argument("--budget-seconds", type=_positive_float("--budget-seconds", 1e9), help="hard wall-clock limit")
+    s.add_argument("--seed", type=_count("--seed"), help="seed for reproducible sampling (0 to 2**63-1)")
     s.add_argument("--size", type=_positive_int("--size"),
                    help="sorting, set_intersection: instance size (32/64/128 for data IDs; sorting: alone, a generated list)")
     c = s.add_argument_group("self-aware control (see 'loom profiles')")
@@ -96,16 +111,16 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--acceptable", type=_unit_float("--acceptable"), help="quality a user would accept")
     c.add_argument("--goal", type=_unit_float("--goal"), help="quality that counts as solved")
     c.add_argument("--compromise", type=_unit_float("--compromise"), help="lowest quality offered as a compromise")
-    c.add_argument("--soft-depth", type=_positive_int("--soft-depth"), help="depth where progress is judged")
+    c.add_argument("--soft-depth", type=_positive_int("--soft-depth", MAX_FANOUT), help="depth where progress is judged")
     c.add_argument("--min-progress", type=_unit_float("--min-progress"), metavar="X",
                    help="quality gain per depth below which progress counts as slowing")
-    c.add_argument("--stagnation", type=_positive_int("--stagnation"), metavar="N",
+    c.add_argument("--stagnation", type=_positive_int("--stagnation", MAX_FANOUT), metavar="N",
                    help="depths without improvement that count as stagnation")
-    c.add_argument("--auto-approve-tokens", type=int, default=0, metavar="N",
+    c.add_argument("--auto-approve-tokens", type=_count("--auto-approve-tokens"), default=0, metavar="N",
                    help="without a terminal: approve up to N more tokens in total (default 0: the budget is hard)")
     c.add_argument("--accept-compromise-above", type=_unit_float("--accept-compromise-above"), metavar="X",
                    help="without a terminal: accept compromises of at least this quality (default: --compromise)")
-    c.add_argument("--auto-deeper", type=int, default=0, metavar="N",
+    c.add_argument("--auto-deeper", type=_count("--auto-deeper", MAX_FANOUT), default=0, metavar="N",
                    help="without a terminal: go up to N levels past the soft depth when asked (default 0)")
     c.add_argument("--interactive", action=argparse.BooleanOptionalAction, default=None,
                    help="ask at the terminal about budget, compromises and depth (default: when on a terminal)")
@@ -117,15 +132,16 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--test-command", metavar="CMD", help='debug: how to run a test, e.g. "python -m pytest -q" (default)')
     g.add_argument("--knowledge", metavar="DIR", help="check claims against the .md/.txt documents in DIR")
     g.add_argument("--knowledge-index", metavar="FILE", help="keep the --knowledge search index in this SQLite file")
-    g.add_argument("--sandbox-timeout", type=_positive_float("--sandbox-timeout"), metavar="S",
+    g.add_argument("--sandbox-timeout", type=_positive_float("--sandbox-timeout", 86_400), metavar="S",
                    help="wall-clock seconds per sandboxed run (default: 10 for code, 60 for debug)")
-    g.add_argument("--sandbox-memory", type=_positive_int("--sandbox-memory"), metavar="MB",
+    g.add_argument("--sandbox-memory", type=_positive_int("--sandbox-memory", 1 << 20), metavar="MB",
                    help="memory limit per sandboxed run, all its processes together (default 1024)")
-    g.add_argument("--sandbox-disk", type=_positive_int("--sandbox-disk"), metavar="MB",
+    g.add_argument("--sandbox-disk", type=_positive_int("--sandbox-disk", 1 << 20), metavar="MB",
                    help="disk limit per sandboxed run, all its files together (default 512)")
     g.add_argument("--grounding-penalty", type=_unit_float("--grounding-penalty"), metavar="X",
                    help="score multiplier for a thought that fails grounding (default: the profile's)")
-    g.add_argument("--grounding-boost", type=float, metavar="X",
+    g.add_argument("--grounding-boost", type=_number("--grounding-boost", float, lambda v: v >= 1, "at least 1"),
+                   metavar="X",
                    help="score multiplier (>= 1) for a verified thought (default: the profile's)")
     s.add_argument("--json", action="store_true", help="print one JSON object instead of text")
     s.add_argument("--mermaid", metavar="FILE", help="write the reasoning graph as a Mermaid flowchart")
@@ -157,6 +173,8 @@ def _config_overrides(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _format_text(result: Any) -> str:
+    from ..views.terminal import terminal_text
+
     lines = []
     if result.answer is not None:
         verdict = {True: "checked: correct", False: "checked: WRONG", None: "unchecked"}[result.solved]
@@ -217,7 +235,8 @@ def _format_text(result: Any) -> str:
             lines.append(f"compromise {verdict}: {c['explanation']}")
         for act in control["actions"]:
             lines.append(f"controller: {act['mode']}: {act['action']}")
-    return "\n".join(lines)
+    # Answers, steps, evidence and justifications are model text or program output.
+    return "\n".join(terminal_text(line) for line in lines)
 
 
 def cmd_solve(args: argparse.Namespace) -> int:
@@ -235,9 +254,11 @@ def cmd_solve(args: argparse.Namespace) -> int:
     from ..tasks.registry import get_task
     from ..views.mermaid import to_mermaid
     from ..views.progress import ProgressDisplay
+    from ..views.terminal import terminal_json, terminal_text
 
+    _check_text_options(args)
     profile = get_profile(args.profile)
-    task_name = args.task or _implied_task(args, profile.default_task)
+    task_name = args.task if args.task is not None else _implied_task(args, profile.default_task)
     task = get_task(task_name, _task_options(args, task_name))
     problem_text = _problem_text(args, task_name)
     # Fail fast on bad input, before loading any model.
@@ -284,10 +305,14 @@ def cmd_solve(args: argparse.Namespace) -> int:
     limits = BudgetLimits(
         tokens=args.budget_tokens, calls=args.budget_calls, cost_usd=args.budget_usd, wall_s=args.budget_seconds
     )
-    if args.mermaid:
+    if args.mermaid is not None:
         _check_writable(args.mermaid)
+    if isinstance(args.model, str):
+        from ..llm.registry import parse_model_spec
+
+        parse_model_spec(args.model)  # a bad spec or URL is reported before a run is stored
     sinks = [] if args.quiet else [ProgressDisplay()]
-    progress = (lambda msg: print(f"loom: {msg}", file=sys.stderr)) if not args.quiet else None
+    progress = (lambda msg: print(terminal_text(f"loom: {msg}"), file=sys.stderr)) if not args.quiet else None
     # The run store (issue 6): records this run, or serves a resumed / replayed one's calls.
     from ..store.cli import solve_session
 
@@ -312,21 +337,27 @@ def cmd_solve(args: argparse.Namespace) -> int:
         if session:
             session.abort()
         raise
-    if args.mermaid:
-        path_ids = [s.id for s in result.best_path]
-        with open(args.mermaid, "w", encoding="utf-8") as fh:
-            fh.write(to_mermaid(result.graph, path_ids, [result.goal_node] if result.goal_node is not None else []))
     if args.json:
-        print(json.dumps(result.to_dict(), indent=2, ensure_ascii=False))
+        print(terminal_json(result.to_dict(), indent=2))
     else:
         print(_format_text(result))
     code = 130 if result.termination_reason == "interrupted" else 0
+    if args.mermaid is not None:  # after the result is printed: a failed write must not lose it
+        path_ids = [s.id for s in result.best_path]
+        picture = to_mermaid(result.graph, path_ids, [result.goal_node] if result.goal_node is not None else [])
+        try:
+            with open(args.mermaid, "w", encoding="utf-8") as fh:
+                fh.write(picture)
+        except OSError as exc:
+            print(terminal_text(f"loom: error: cannot write --mermaid {args.mermaid}: {exc.strerror or exc}"),
+                  file=sys.stderr)
+            code = 2
     if not session:
         return code
     code = session.finish(result, code)
     failure = session.store_failure()
     if failure is not None:  # after the answer: a full disk must not cost the result
-        print(f"loom: error: {failure}", file=sys.stderr)
+        print(terminal_text(f"loom: error: {failure}"), file=sys.stderr)
     return code
 
 
@@ -406,11 +437,32 @@ def _extra_grounders(args: argparse.Namespace) -> list[Any]:
 
 
 def _check_writable(path: str) -> None:
+    if os.path.isdir(path):
+        raise UsageError(f"cannot write --mermaid {path}: it is a directory; give a file name such as graph.mmd")
+    if os.path.exists(path):
+        if not os.access(path, os.W_OK):
+            raise UsageError(f"cannot write --mermaid {path}: the file is not writable")
+        return
     directory = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(directory):
         raise UsageError(f"cannot write --mermaid {path}: directory {directory} does not exist")
     if not os.access(directory, os.W_OK):
         raise UsageError(f"cannot write --mermaid {path}: directory {directory} is not writable")
+
+
+def _check_text_options(args: argparse.Namespace) -> None:
+    """Every text option is non-empty and valid UTF-8 (a run stores them as text)."""
+    for key, value in vars(args).items():
+        if not isinstance(value, str):
+            continue
+        name = {"problem": "the problem", "problem_id": "--problem"}.get(key, f"--{key.replace('_', '-')}")
+        if not value.strip():
+            raise UsageError(f"{name} is empty; give a value or leave the option out")
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            # argv bytes that are not UTF-8 arrive as lone surrogates (surrogateescape).
+            raise UsageError(f"{name} is not valid UTF-8 text: {value[:60]!r}") from None
 
 
 def cmd_profiles(args: argparse.Namespace) -> int:
@@ -467,20 +519,44 @@ def main(argv: list[str] | None = None) -> int:
                 **STORE_COMMANDS}
     try:
         code = commands[args.command](args)
-        sys.stdout.flush()  # inside the try: a reader that went away is handled below, not at exit
+        try:
+            sys.stdout.flush()  # inside the try: a reader that went away is handled below, not at exit
+        except BrokenPipeError:
+            raise
+        except OSError as exc:  # a full disk or a dead terminal behind stdout
+            _stdout_to_devnull()
+            print(f"loom: error: cannot write the output: {exc.strerror or exc}", file=sys.stderr)
+            return 2
         return code
     except (UsageError, ProblemError, UnknownTask, UnknownProfile, UnsupportedOperation, ModelError,
             TaskOptionError, *store_errors()) as exc:
-        print(f"loom: error: {exc}", file=sys.stderr)
+        from ..views.terminal import terminal_text
+
+        print(f"loom: error: {terminal_text(str(exc))}", file=sys.stderr)  # may quote a server or a file
         return 2
     except KeyboardInterrupt:
         print("loom: interrupted", file=sys.stderr)
         return 130
     except BrokenPipeError:
         # The reader went away (`loom runs | head`): stop quietly, as other command-line tools do.
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
+        _stdout_to_devnull()
         return 141
+    except OSError as exc:
+        from ..views.terminal import terminal_text
+
+        try:
+            sys.stdout.flush()  # what was printed goes out
+        except OSError:  # stdout itself failed (while printing): the exit-time flush must not fail again
+            _stdout_to_devnull()
+        message = f"{exc.strerror or exc}" + (f": {exc.filename}" if exc.filename else "")
+        print(f"loom: error: {terminal_text(message)}", file=sys.stderr)
+        return 2
+
+
+def _stdout_to_devnull() -> None:
+    """Send stdout (and what is still buffered for it) to /dev/null, so the exit-time flush cannot fail."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
 
 
 if __name__ == "__main__":
