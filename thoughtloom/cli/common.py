@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -15,15 +16,27 @@ class UsageError(Exception):
     """Bad input from the user: printed as one line, exit code 2."""
 
 
+#: The largest whole number a stored run can hold (DAG-CBOR encodes 64-bit integers): options past it
+#: would fail to store only after the model calls were made.
+MAX_STORED_INT = 2**63 - 1
+#: Bounds on counts that multiply work (requests, nodes, levels); far above any useful setting.
+MAX_FANOUT = 1_000
+
+
 def number(name: str, cast: Callable[[str], Any], check: Callable[[Any], bool], requirement: str):
-    """An argparse type: parse with `cast`, then require `check` (said as `requirement`)."""
-    kind = "a whole number" if cast is int else "a number"
+    """An argparse type: parse with `cast`, then require `check` (said as `requirement`).
+
+    Floats must be finite: no option means anything with nan or inf (and a stored run cannot hold them).
+    """
+    kind = "a whole number" if cast is int else "a finite number"
 
     def parse(text: str) -> Any:
         try:
             value = cast(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"{name} must be {kind}; got {text!r}") from None
+        if cast is float and not math.isfinite(value):
+            raise argparse.ArgumentTypeError(f"{name} must be {kind}; got {text}")
         if not check(value):
             raise argparse.ArgumentTypeError(f"{name} must be {requirement}; got {text}")
         return value
@@ -31,15 +44,23 @@ def number(name: str, cast: Callable[[str], Any], check: Callable[[Any], bool], 
     return parse
 
 
-def positive_int(name: str):
-    return number(name, int, lambda v: v >= 1, "at least 1")
+def positive_int(name: str, most: int = MAX_STORED_INT):
+    """A whole number from 1 to `most`."""
+    return number(name, int, lambda v: 1 <= v <= most, f"at least 1 and at most {most:,}")
 
 
-def positive_float(name: str):
-    return number(name, float, lambda v: v > 0, "positive")
+def count(name: str, most: int = MAX_STORED_INT):
+    """A whole number from 0 to `most`."""
+    return number(name, int, lambda v: 0 <= v <= most, f"at least 0 and at most {most:,}")
+
+
+def positive_float(name: str, most: float = 1e12):
+    """A finite number above 0 and at most `most`."""
+    return number(name, float, lambda v: 0 < v <= most, f"positive, at most {most:g}")
 
 
 def unit_float(name: str):
+    """A number from 0 to 1."""
     return number(name, float, lambda v: 0.0 <= v <= 1.0, "between 0 and 1")
 
 

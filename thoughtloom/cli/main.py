@@ -83,20 +83,44 @@ def main(argv: list[str] | None = None) -> int:
                 **STORE_COMMANDS}
     try:
         code = commands[args.command](args)
-        sys.stdout.flush()  # inside the try: a reader that went away is handled below, not at exit
+        try:
+            sys.stdout.flush()  # inside the try: a reader that went away is handled below, not at exit
+        except BrokenPipeError:
+            raise
+        except OSError as exc:  # a full disk or a dead terminal behind stdout
+            _stdout_to_devnull()
+            print(f"loom: error: cannot write the output: {exc.strerror or exc}", file=sys.stderr)
+            return 2
         return code
     except (UsageError, SpecError, ProblemError, UnknownTask, UnknownProfile, UnsupportedOperation, ModelError,
             TaskOptionError, *store_errors()) as exc:
-        print(f"loom: error: {exc}", file=sys.stderr)
+        from ..views.terminal import terminal_text
+
+        print(f"loom: error: {terminal_text(str(exc))}", file=sys.stderr)  # may quote a server or a file
         return 2
     except KeyboardInterrupt:
         print("loom: interrupted", file=sys.stderr)
         return 130
     except BrokenPipeError:
         # The reader went away (`loom runs | head`): stop quietly, as other command-line tools do.
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
+        _stdout_to_devnull()
         return 141
+    except OSError as exc:
+        from ..views.terminal import terminal_text
+
+        try:
+            sys.stdout.flush()  # what was printed goes out
+        except OSError:  # stdout itself failed (while printing): the exit-time flush must not fail again
+            _stdout_to_devnull()
+        message = f"{exc.strerror or exc}" + (f": {exc.filename}" if exc.filename else "")
+        print(f"loom: error: {terminal_text(message)}", file=sys.stderr)
+        return 2
+
+
+def _stdout_to_devnull() -> None:
+    """Send stdout (and what is still buffered for it) to /dev/null, so the exit-time flush cannot fail."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
 
 
 if __name__ == "__main__":

@@ -11,7 +11,6 @@ that serves the recorded calls.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import time
@@ -89,8 +88,10 @@ class StoredRunJob:
             print(f"loom: run {s.run_id} resumed: {s.replayed} recorded calls served from the store, "
                   f"{s.live_calls} new model calls", file=sys.stderr)
             return code
-        verdict = s.verdict()
-        print(verdict, file=sys.stderr if self.json_output else sys.stdout)
+        from ..views.terminal import terminal_text
+
+        verdict = s.verdict()  # names diverging nodes by their (model-written) content
+        print(terminal_text(str(verdict)), file=sys.stderr if self.json_output else sys.stdout)
         return code if verdict.identical else 1
 
 
@@ -160,6 +161,7 @@ def _row(run: StoredRun) -> dict[str, Any]:
 
 def cmd_runs(args: argparse.Namespace) -> int:
     """List stored runs: id, status, when, task, tokens, answer (or problem while unfinished)."""
+    from ..views.terminal import terminal_json, terminal_text
     from ..store.blocks import CorruptBlock, MissingBlock
     from ..store.runs import RunError, open_run, run_ids
 
@@ -174,21 +176,24 @@ def cmd_runs(args: argparse.Namespace) -> int:
             except (CorruptBlock, MissingBlock, RunError) as exc:
                 row = {"id": run_id, "status": "damaged", "error": str(exc)}
             if args.json:
-                print(json.dumps(row, ensure_ascii=False))
+                print(terminal_json(row))
                 continue
             if row["status"] == "damaged":
-                print(f"{run_id:<11} damaged     {row['error']}")
+                print(terminal_text(f"{run_id:<11} damaged     {row['error']}"))
                 continue
             when = time.strftime("%Y-%m-%d %H:%M", time.localtime(row["started"]))
             text = row["answer"] if row["answer"] is not None else f"({row['stopped'] or 'no answer yet'}) {row['problem']}"
-            text = " ".join(str(text).split())
-            print(f"{run_id:<11} {row['status']:<11} {when:<16} {row['task']:<9} {row['tokens']:>8,}  {text[:70]}")
+            # Model text, and any field of an imported run: escaped (the answer before it is cut to its column).
+            text = terminal_text(" ".join(str(text).split()))[:70]
+            print(terminal_text(f"{run_id:<11} {row['status']:<11} {when:<16} {row['task']:<9} {row['tokens']:>8,}  ")
+                  + text)
     return 0
 
 
 def cmd_show(args: argparse.Namespace) -> int:
     """Print a stored run's tree (or JSON); --mermaid writes its picture."""
     from ..views.mermaid import to_mermaid
+    from ..views.terminal import terminal_json, terminal_text
     from ..store.runs import RunError, load_graph, open_run
 
     store, _ = open_store(args.store)
@@ -204,24 +209,26 @@ def cmd_show(args: argparse.Namespace) -> int:
             except OSError as exc:
                 raise RunError(f"cannot write --mermaid {args.mermaid}: {exc.strerror or exc}") from None
         if args.json:
-            print(json.dumps({
+            print(terminal_json({
                 **_row(run), "manifest": {k: v for k, v in asdict(run.manifest).items()},
                 "result": result,
                 "nodes": [{"id": n.id, "kind": n.kind.value, "status": n.status.value, "score": n.score,
                            "depth": n.depth, "parents": graph.parents(n.id), "content": n.content,
                            "cid": stored.versions[n.id]} for n in graph],
-            }, indent=2, ensure_ascii=False, default=str))
+            }, indent=2, default=str))
             return 0
         m = run.manifest
-        print(f"run {run.run_id} · {run.status} · {m.task} · model {m.model} · head {run.head_cid}")
-        print(f"problem: {' '.join(m.problem.split())[:200]}")
+        lines = [f"run {run.run_id} · {run.status} · {m.task} · model {m.model} · head {run.head_cid}",
+                 f"problem: {' '.join(m.problem.split())[:200]}"]
         if result:
             answer = result.get("answer")
-            print(f"answer: {answer if answer is not None else '(none)'} · stopped: {result.get('termination_reason')}")
-        print(f"graph {run.graph_cid} · {len(graph)} nodes · {run.head['usage']['calls']} calls · {run.tokens:,} tokens")
-        best_set = set(best)
-        for line in _tree_lines(graph, best_set):
-            print(line)
+            lines.append(f"answer: {answer if answer is not None else '(none)'} · stopped: "
+                         f"{result.get('termination_reason')}")
+        lines.append(f"graph {run.graph_cid} · {len(graph)} nodes · {run.head['usage']['calls']} calls · "
+                     f"{run.tokens:,} tokens")
+        lines.extend(_tree_lines(graph, set(best)))
+        for line in lines:
+            print(terminal_text(line))  # the problem, the answer and every thought may be hostile text
     return 0
 
 

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 from typing import Any
 
-from .common import UsageError, positive_float, positive_int, unit_float
+from .common import MAX_FANOUT, UsageError, count, number, positive_float, positive_int, unit_float
 
 DEFAULT_BUDGET_TOKENS = 20_000
 
@@ -27,24 +26,25 @@ def add_solve_parser(sub: Any) -> None:
     )
     s.add_argument("--strategy", choices=("bfs", "dfs", "best_first", "mcts", "got", "recursive"),
                    help="search strategy (default: the task's, else bfs)")
-    s.add_argument("--breadth", type=positive_int("--breadth"), help="thoughts generated per expansion")
-    s.add_argument("--beam", type=positive_int("--beam"), help="thoughts kept per level (beam width)")
-    s.add_argument("--depth", type=positive_int("--depth"), help="maximum depth in steps")
+    s.add_argument("--breadth", type=positive_int("--breadth", MAX_FANOUT), help="thoughts generated per expansion")
+    s.add_argument("--beam", type=positive_int("--beam", MAX_FANOUT), help="thoughts kept per level (beam width)")
+    s.add_argument("--depth", type=positive_int("--depth", MAX_FANOUT), help="maximum depth in steps")
     s.add_argument("--generation", choices=("propose", "sample"), help="one propose call, or independent samples")
     s.add_argument("--evaluation", choices=("value", "vote"), help="value each thought, or vote among siblings")
-    s.add_argument("--value-samples", type=positive_int("--value-samples"), help="samples per value call")
+    s.add_argument("--value-samples", type=positive_int("--value-samples", MAX_FANOUT), help="samples per value call")
     s.add_argument("--prune-threshold", type=unit_float("--prune-threshold"), help="prune thoughts scoring below this")
     s.add_argument("--aggregation", choices=("sum", "product", "min", "mean"), help="path score aggregation")
     s.add_argument("--iterations", type=positive_int("--iterations"), help="MCTS simulations")
     s.add_argument("--max-nodes", type=positive_int("--max-nodes"), help="circuit breaker: most nodes in the graph")
-    s.add_argument("--concurrency", type=positive_int("--concurrency"), help="model calls in flight at once")
-    s.add_argument("--temperature", type=float, help="sampling temperature")
+    s.add_argument("--concurrency", type=positive_int("--concurrency", MAX_FANOUT), help="model calls in flight at once")
+    s.add_argument("--temperature", type=number("--temperature", float, lambda v: 0 <= v <= 2, "between 0 and 2"),
+                   help="sampling temperature (0 to 2)")
     s.add_argument("--budget-tokens", type=positive_int("--budget-tokens"), default=DEFAULT_BUDGET_TOKENS,
                    help=f"hard limit on input+output tokens (default {DEFAULT_BUDGET_TOKENS:,})")
     s.add_argument("--budget-calls", type=positive_int("--budget-calls"), help="hard limit on model calls")
     s.add_argument("--budget-usd", type=positive_float("--budget-usd"), help="hard limit in dollars (known prices only)")
-    s.add_argument("--budget-seconds", type=positive_float("--budget-seconds"), help="hard wall-clock limit")
-    s.add_argument("--seed", type=int, help="seed for reproducible sampling")
+    s.add_argument("--budget-seconds", type=positive_float("--budget-seconds", 1e9), help="hard wall-clock limit")
+    s.add_argument("--seed", type=count("--seed"), help="seed for reproducible sampling (0 to 2**63-1)")
     s.add_argument("--size", type=positive_int("--size"),
                    help="sorting, set_intersection: instance size (32/64/128 for data IDs; sorting: alone, a generated list)")
     c = s.add_argument_group("self-aware control (see 'loom profiles')")
@@ -52,16 +52,16 @@ def add_solve_parser(sub: Any) -> None:
     c.add_argument("--acceptable", type=unit_float("--acceptable"), help="quality a user would accept")
     c.add_argument("--goal", type=unit_float("--goal"), help="quality that counts as solved")
     c.add_argument("--compromise", type=unit_float("--compromise"), help="lowest quality offered as a compromise")
-    c.add_argument("--soft-depth", type=positive_int("--soft-depth"), help="depth where progress is judged")
+    c.add_argument("--soft-depth", type=positive_int("--soft-depth", MAX_FANOUT), help="depth where progress is judged")
     c.add_argument("--min-progress", type=unit_float("--min-progress"), metavar="X",
                    help="quality gain per depth below which progress counts as slowing")
-    c.add_argument("--stagnation", type=positive_int("--stagnation"), metavar="N",
+    c.add_argument("--stagnation", type=positive_int("--stagnation", MAX_FANOUT), metavar="N",
                    help="depths without improvement that count as stagnation")
-    c.add_argument("--auto-approve-tokens", type=int, default=0, metavar="N",
+    c.add_argument("--auto-approve-tokens", type=count("--auto-approve-tokens"), default=0, metavar="N",
                    help="without a terminal: approve up to N more tokens in total (default 0: the budget is hard)")
     c.add_argument("--accept-compromise-above", type=unit_float("--accept-compromise-above"), metavar="X",
                    help="without a terminal: accept compromises of at least this quality (default: --compromise)")
-    c.add_argument("--auto-deeper", type=int, default=0, metavar="N",
+    c.add_argument("--auto-deeper", type=count("--auto-deeper", MAX_FANOUT), default=0, metavar="N",
                    help="without a terminal: go up to N levels past the soft depth when asked (default 0)")
     c.add_argument("--interactive", action=argparse.BooleanOptionalAction, default=None,
                    help="ask at the terminal about budget, compromises and depth (default: when on a terminal)")
@@ -73,15 +73,16 @@ def add_solve_parser(sub: Any) -> None:
     g.add_argument("--test-command", metavar="CMD", help='debug: how to run a test, e.g. "python -m pytest -q" (default)')
     g.add_argument("--knowledge", metavar="DIR", help="check claims against the .md/.txt documents in DIR")
     g.add_argument("--knowledge-index", metavar="FILE", help="keep the --knowledge search index in this SQLite file")
-    g.add_argument("--sandbox-timeout", type=positive_float("--sandbox-timeout"), metavar="S",
+    g.add_argument("--sandbox-timeout", type=positive_float("--sandbox-timeout", 86_400), metavar="S",
                    help="wall-clock seconds per sandboxed run (default: 10 for code, 60 for debug)")
-    g.add_argument("--sandbox-memory", type=positive_int("--sandbox-memory"), metavar="MB",
+    g.add_argument("--sandbox-memory", type=positive_int("--sandbox-memory", 1 << 20), metavar="MB",
                    help="memory limit per sandboxed run, all its processes together (default 1024)")
-    g.add_argument("--sandbox-disk", type=positive_int("--sandbox-disk"), metavar="MB",
+    g.add_argument("--sandbox-disk", type=positive_int("--sandbox-disk", 1 << 20), metavar="MB",
                    help="disk limit per sandboxed run, all its files together (default 512)")
     g.add_argument("--grounding-penalty", type=unit_float("--grounding-penalty"), metavar="X",
                    help="score multiplier for a thought that fails grounding (default: the profile's)")
-    g.add_argument("--grounding-boost", type=float, metavar="X",
+    g.add_argument("--grounding-boost", type=number("--grounding-boost", float, lambda v: v >= 1, "at least 1"),
+                   metavar="X",
                    help="score multiplier (>= 1) for a verified thought (default: the profile's)")
     s.add_argument("--json", action="store_true", help="print one JSON object instead of text")
     s.add_argument("--mermaid", metavar="FILE", help="write the reasoning graph as a Mermaid flowchart")
@@ -91,8 +92,8 @@ def add_solve_parser(sub: Any) -> None:
     s.add_argument("--no-store", action="store_true", help="do not store the run")
 
 
-def cmd_solve(args: argparse.Namespace, session: Any = None) -> int:
-    """Run one search (or resume / replay one, given its session) and print its result."""
+def cmd_solve(args: argparse.Namespace, stored: Any = None) -> int:
+    """Run one search (or resume / replay a stored one, given as `stored`) and print its result."""
     import asyncio
     from dataclasses import replace
 
@@ -101,49 +102,61 @@ def cmd_solve(args: argparse.Namespace, session: Any = None) -> int:
     from ..run.options import spec_from_options
     from ..views.mermaid import to_mermaid
     from ..views.progress import ProgressDisplay
+    from ..views.terminal import terminal_json, terminal_text
 
-    if session is None:
+    if stored is None:
+        check_text_options(args)
         spec = spec_from_options(vars(args))
+        if isinstance(spec.model, str):
+            from ..llm.registry import parse_model_spec
+
+            parse_model_spec(spec.model)  # a bad spec or URL is reported before a run is stored
     else:
-        spec = session.spec
-    if args.mermaid:
+        spec = stored.spec
+    if args.mermaid is not None:
         check_writable(args.mermaid)
-    interactive = args.interactive if session is None else False  # recorded answers come from the automatic policy
+    interactive = args.interactive if stored is None else False  # recorded answers come from the automatic policy
     if interactive is None:
         interactive = sys.stdin.isatty() and sys.stderr.isatty()
     sinks = [] if args.quiet else [ProgressDisplay()]
-    progress = (lambda msg: print(f"loom: {msg}", file=sys.stderr)) if not args.quiet else None
+    progress = (lambda msg: print(terminal_text(f"loom: {msg}"), file=sys.stderr)) if not args.quiet else None
     store = None
-    if session is None and not args.no_store:
+    if stored is None and not args.no_store:
         store = _open_run_store(args.store)
         if store is not None:
             spec = replace(spec, store=store)
 
-    def stored(run_id: str) -> None:
+    def announce(run_id: str) -> None:
         print(f"loom: run {run_id} stored in {store.path}", file=sys.stderr, flush=True)
 
     try:
         result = asyncio.run(execute(
             spec, sinks=sinks, handler=InteractiveHandler() if interactive else None,
-            session=session.session if session is not None else None, progress=progress,
-            on_stored=stored if store is not None else None,
+            session=stored.session if stored is not None else None, progress=progress,
+            on_stored=announce if store is not None else None,
         ))
     finally:
         if store is not None:
             store.close()
-    if args.mermaid:
-        path_ids = [s.id for s in result.best_path]
-        with open(args.mermaid, "w", encoding="utf-8") as fh:
-            fh.write(to_mermaid(result.graph, path_ids, [result.goal_node] if result.goal_node is not None else []))
     if args.json:
-        print(json.dumps(result.to_dict(), indent=2, ensure_ascii=False))
+        print(terminal_json(result.to_dict(), indent=2))
     else:
         print(format_text(result))
     code = 130 if result.termination_reason == "interrupted" else 0
-    if session is not None:
-        code = session.report(code)
+    if args.mermaid is not None:  # after the result is printed: a failed write must not lose it
+        path_ids = [s.id for s in result.best_path]
+        picture = to_mermaid(result.graph, path_ids, [result.goal_node] if result.goal_node is not None else [])
+        try:
+            with open(args.mermaid, "w", encoding="utf-8") as fh:
+                fh.write(picture)
+        except OSError as exc:
+            print(terminal_text(f"loom: error: cannot write --mermaid {args.mermaid}: {exc.strerror or exc}"),
+                  file=sys.stderr)
+            code = 2
+    if stored is not None:
+        code = stored.report(code)
     if result.store_error is not None:  # after the answer: a full disk must not cost the result
-        print(f"loom: error: {store_failure(result)}", file=sys.stderr)
+        print(terminal_text(f"loom: error: {store_failure(result)}"), file=sys.stderr)
         code = code or STORE_FAILED
     return code
 
@@ -177,7 +190,13 @@ def _open_run_store(option: str | None) -> Any:
 
 
 def check_writable(path: str) -> None:
-    """A file loom will write after the search: its directory must exist and be writable now."""
+    """A file loom will write after the search: it must be writable, or its directory must exist and be, now."""
+    if os.path.isdir(path):
+        raise UsageError(f"cannot write --mermaid {path}: it is a directory; give a file name such as graph.mmd")
+    if os.path.exists(path):
+        if not os.access(path, os.W_OK):
+            raise UsageError(f"cannot write --mermaid {path}: the file is not writable")
+        return
     directory = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(directory):
         raise UsageError(f"cannot write --mermaid {path}: directory {directory} does not exist")
@@ -185,8 +204,25 @@ def check_writable(path: str) -> None:
         raise UsageError(f"cannot write --mermaid {path}: directory {directory} is not writable")
 
 
+def check_text_options(args: argparse.Namespace) -> None:
+    """Every text option is non-empty and valid UTF-8 (a run stores them as text)."""
+    for key, value in vars(args).items():
+        if not isinstance(value, str):
+            continue
+        name = {"problem": "the problem", "problem_id": "--problem"}.get(key, f"--{key.replace('_', '-')}")
+        if not value.strip():
+            raise UsageError(f"{name} is empty; give a value or leave the option out")
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            # argv bytes that are not UTF-8 arrive as lone surrogates (surrogateescape).
+            raise UsageError(f"{name} is not valid UTF-8 text: {value[:60]!r}") from None
+
+
 def format_text(result: Any) -> str:
     """A result as `loom solve` prints it: answer, best path, how it stopped, grounding, recursion, control."""
+    from ..views.terminal import terminal_text
+
     lines = []
     if result.answer is not None:
         verdict = {True: "checked: correct", False: "checked: WRONG", None: "unchecked"}[result.solved]
@@ -247,4 +283,5 @@ def format_text(result: Any) -> str:
             lines.append(f"compromise {verdict}: {c['explanation']}")
         for act in control["actions"]:
             lines.append(f"controller: {act['mode']}: {act['action']}")
-    return "\n".join(lines)
+    # Answers, steps, evidence and justifications are model text or program output.
+    return "\n".join(terminal_text(line) for line in lines)

@@ -16,6 +16,7 @@ that passes 4 of 5 tests ahead of one that passes none.
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -33,8 +34,8 @@ class GroundingPolicy:
     def __post_init__(self) -> None:
         if not 0.0 <= self.fail_factor <= 1.0:
             raise ValueError(f"fail_factor must be in [0, 1], got {self.fail_factor}")
-        if self.boost < 1.0:
-            raise ValueError(f"boost must be >= 1, got {self.boost}")
+        if not 1.0 <= self.boost < math.inf:
+            raise ValueError(f"boost must be >= 1 and finite, got {self.boost}")
         if not 0.0 <= self.partial_credit <= 1.0:
             raise ValueError(f"partial_credit must be in [0, 1], got {self.partial_credit}")
 

@@ -184,10 +184,16 @@ class KnowledgeBase:
     def _connect(self) -> sqlite3.Connection:
         target = ":memory:"
         if self.index_path is not None:
-            self.index_path.parent.mkdir(parents=True, exist_ok=True)
+            if self.index_path.is_dir():
+                raise KnowledgeBaseError(f"index {self.index_path} is a directory; give a file name such as index.db")
             target = str(self.index_path)
-        # One connection shared by threads, always used under self._lock.
-        conn = sqlite3.connect(target, check_same_thread=False, timeout=10.0)
+        try:
+            if self.index_path is not None:
+                self.index_path.parent.mkdir(parents=True, exist_ok=True)
+            # One connection shared by threads, always used under self._lock.
+            conn = sqlite3.connect(target, check_same_thread=False, timeout=10.0)
+        except (OSError, sqlite3.Error) as exc:
+            raise KnowledgeBaseError(f"cannot open the index {target}: {exc}") from None
         try:
             self._prepare(conn)
         except sqlite3.DatabaseError as exc:

@@ -108,7 +108,12 @@ def _check_base_url(spec: str, url: str) -> str:
     """The base URL without a trailing slash, if it is an http(s) URL with a host."""
     if not url.startswith(("http://", "https://")):
         raise _bad(spec, f"base URL {url!r} must start with http:// or https://")
-    if not urlsplit(url).hostname:
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 - raises ValueError for a port that is not a number in 0..65535
+    except ValueError as exc:  # e.g. "Invalid IPv6 URL", "Port out of range 0-65535"
+        raise _bad(spec, f"base URL {url!r} is malformed ({exc})") from None
+    if not parts.hostname:
         raise _bad(spec, f"base URL {url!r} has no host")
     return url.rstrip("/")
 

@@ -26,7 +26,7 @@ from ..grounding.sandbox import Sandbox, SandboxLimits
 from ..grounding.testrun import run_tests
 from ..grounding.types import Grounder, GroundingResult
 from ..llm.types import Message, Prompt
-from .base import ProblemError, Query, Task, Verdict
+from .base import ProblemError, Query, Task, Verdict, read_input_file
 
 #: Where a base model's completion of a function body ends (the usual HumanEval stop set).
 STOP = ("\nclass ", "\ndef ", "\n#", "\nif __name__", "\nprint(", "\nassert ", "\n```")
@@ -262,9 +262,4 @@ def split_tests(source: str) -> tuple[str, ...]:
 
 def read_tests(path: str | Path) -> tuple[str, ...]:
     """The tests in a user's file (see split_tests); ProblemError when it cannot be read."""
-    p = Path(path)
-    try:
-        source = p.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ProblemError(f"cannot read the tests file {path}: {exc.strerror or exc}") from None
-    return split_tests(source)
+    return split_tests(read_input_file(path, "the tests file"))

@@ -12,6 +12,7 @@ from __future__ import annotations
 import ast
 import csv
 import heapq
+import io
 import random
 import re
 from collections import Counter
@@ -23,7 +24,7 @@ from typing import Any, ClassVar
 from ..llm.types import Message, Prompt
 from .recursion.contract import ChildSpec, Contract, FailurePolicy
 from .recursion.hooks import Goal, Plan, RecursiveHooks, Verification
-from .base import ProblemError, Query, Task
+from .base import ProblemError, Query, Task, read_input_file
 
 #: Errors the data README gives an unparsable output.
 SORTING_UNPARSABLE = 300
@@ -31,6 +32,8 @@ INTERSECTION_UNPARSABLE = 1000
 KEYWORD_INVALID = 100
 #: Sizes the GoT data files hold.
 DATA_SIZES = (32, 64, 128)
+#: Generated sorting instances (--size N alone): the whole list is in every prompt, so far more is a mistake.
+MAX_GENERATED = 10_000
 
 
 def sorting_errors(output: Sequence[int] | None, unsorted: Sequence[int]) -> int:
@@ -90,10 +93,9 @@ def find_got_file(data: Path | None, folder: str, name: str) -> Path:
 
 
 def _row(path: Path, item_id: str) -> dict[str, str]:
-    with path.open(newline="", encoding="utf-8") as fh:
-        for row in csv.DictReader(fh):
-            if row.get("ID", row.get("id")) == item_id:
-                return row
+    for row in csv.DictReader(io.StringIO(read_input_file(path, "GoT data"), newline="")):
+        if row.get("ID", row.get("id")) == item_id:
+            return row
     raise ProblemError(f"no item with ID {item_id} in {path}")
 
 
@@ -237,6 +239,8 @@ class SortingTask(Task[NumbersProblem]):
         if not text:
             if self.size is None:
                 raise ProblemError("sorting needs a list of digits, an ID with --size, or --size N alone to generate one")
+            if self.size > MAX_GENERATED:
+                raise ProblemError(f"--size {self.size:,} is too large to generate; at most {MAX_GENERATED:,} digits")
             rng = random.Random(self.size)  # the same generated instance for a size every time
             return NumbersProblem(tuple(rng.randrange(10) for _ in range(self.size)), f"generated-{self.size}")
         if re.fullmatch(r"\d+", text):

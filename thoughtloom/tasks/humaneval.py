@@ -7,7 +7,6 @@ tables and are run once, by `acheck_answer`, on the ONE program the search retur
 
 from __future__ import annotations
 
-import gzip
 import importlib.util
 import json
 import os
@@ -17,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
-from .base import ProblemError
+from .base import ProblemError, read_input_file
 from .code import CodeProblem, CodeTask, docstring_tests, passes
 
 #: Where MBPP is looked for when no path is given (the repo's sibling `shared/data` in development).
@@ -44,11 +43,10 @@ def humaneval_path() -> Path:
 def load_humaneval(path: str | Path | None = None) -> dict[str, BenchmarkItem]:
     """All HumanEval problems by task id (HumanEval/0 ...)."""
     path = Path(path) if path else humaneval_path()
+    text = read_input_file(path, "HumanEval data", gzipped=path.suffix == ".gz")
     try:
-        opener = gzip.open if path.suffix == ".gz" else open
-        with opener(path, "rt", encoding="utf-8") as fh:
-            rows = [json.loads(line) for line in fh if line.strip()]
-    except (OSError, ValueError) as exc:
+        rows = [json.loads(line) for line in text.splitlines() if line.strip()]
+    except ValueError as exc:
         raise ProblemError(f"cannot read HumanEval data {path}: {exc}") from None
     items = {}
     for row in rows:
@@ -81,9 +79,10 @@ def find_mbpp(path: str | Path | None = None) -> Path:
 def load_mbpp(path: str | Path | None = None) -> dict[str, BenchmarkItem]:
     """All MBPP problems by id (MBPP/2 ...); the first test is visible, all of them are hidden checks."""
     file = find_mbpp(path)
+    text = read_input_file(file, "MBPP data")
     try:
-        rows = json.loads(file.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
+        rows = json.loads(text)
+    except ValueError as exc:
         raise ProblemError(f"cannot read MBPP data {file}: {exc}") from None
     items = {}
     for row in rows:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from ..graph import EdgeKind, NodeKind, NodeStatus, ThoughtGraph
+from .terminal import terminal_text
 
 MAX_LABEL = 70
 
@@ -44,13 +45,20 @@ def _recursion_badge(record: dict) -> str:
     return "<br/>".join(parts)
 
 
+# Mermaid entity codes (#name; or #number;) for every character that could end a quoted label,
+# start a markdown string, open HTML, or be read as an entity: the text shows, nothing parses.
+_MERMAID_CODES = str.maketrans({
+    "#": "#35;", '"': "#quot;", "&": "#amp;", "<": "#lt;", ">": "#gt;", "`": "#96;",
+    "[": "#91;", "]": "#93;", "{": "#123;", "}": "#125;", "|": "#124;",
+})
+
+
 def _escape(text: str) -> str:
-    text = " ".join(text.split())
+    """Model text as a one-line Mermaid label: control characters visible, syntax and HTML inert."""
+    text = terminal_text(" ".join(text.split()))
     if len(text) > MAX_LABEL:
         text = text[: MAX_LABEL - 1] + "…"
-    return (
-        text.replace("&", "&amp;").replace('"', "#quot;").replace("<", "&lt;").replace(">", "&gt;")
-    )
+    return text.translate(_MERMAID_CODES)
 
 
 def _grounding_badge(grounding: dict) -> str:

@@ -19,6 +19,7 @@ from ..search.events import (
     ThoughtGrounded,
     ThoughtRejected,
 )
+from .terminal import terminal_text
 
 
 class ProgressDisplay:
@@ -100,9 +101,10 @@ class ProgressDisplay:
         self.stream.flush()
 
     def _line(self, text: str) -> None:
+        # Lines carry the problem, model text and program output: escaped, and one line each.
         if self.tty:
             self.stream.write("\r\033[K")
-        self.stream.write(text + "\n")
+        self.stream.write(terminal_text(text) + "\n")
         self.stream.flush()
 
 
