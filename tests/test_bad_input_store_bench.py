@@ -35,7 +35,7 @@ DATA = ROOT.parent / "shared" / "data"
 
 def loom(*args: str, timeout: float = 60, wrap: tuple[str, ...] = ()) -> subprocess.CompletedProcess[str]:
     """Run loom as a user would (inside `wrap`, e.g. a private read-only mount, when given)."""
-    return subprocess.run([*wrap, *LOOM, *args], capture_output=True, text=True, timeout=timeout, cwd=ROOT,
+    return subprocess.run([*wrap, *LOOM, *args], check=False, capture_output=True, text=True, timeout=timeout, cwd=ROOT,
                           env={**os.environ, "THOUGHTLOOM_STORE": "/nonexistent/never-used.db"})
 
 
@@ -282,7 +282,8 @@ def read_only(run: dict[str, Any], tmp_path_factory: pytest.TempPathFactory) -> 
     """A copy of the store in a directory that loom will see read-only."""
     directory = tmp_path_factory.mktemp("ro")
     shutil.copy(run["store"], directory / "store.db")
-    probe = subprocess.run([*_read_only(directory), "sh", "-c", f"! touch {directory}/w"], capture_output=True)
+    probe = subprocess.run([*_read_only(directory), "sh", "-c", f"! touch {directory}/w"], check=False,
+                           capture_output=True)
     if probe.returncode != 0 or (directory / "w").exists():
         pytest.skip("cannot make a read-only mount here (needs unshare and mount)")
     return directory

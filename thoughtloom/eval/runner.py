@@ -24,7 +24,14 @@ from ..llm.cache import MemoryCache
 from ..llm.gateway import Gateway
 from ..llm.types import Backend, Completion, GenerateRequest, Prompt
 from .datasets import Dataset, Problem, load_dataset
-from .lanes import ALL_LANES, LANE_DEFAULTS, LaneError, check_lane, check_params, run_lane
+from .lanes import (
+    ALL_LANES,
+    LANE_DEFAULTS,
+    LaneError,
+    check_lane,
+    check_params,
+    run_lane,
+)
 from .protocol import LanePlan, Protocol, ProtocolError, audit, code_version
 from .store import MANIFEST_FILE, Record, ResultsStore
 

@@ -28,7 +28,7 @@ from thoughtloom.store.blocks import (
     cid_str,
     verify,
 )
-from thoughtloom.store.refs import REFS_SCHEMA, RefTable, database_error, guarded
+from thoughtloom.store.refs import REFS_SCHEMA, RefTable, guarded
 from thoughtloom.store.store import StoreError
 
 APPLICATION_ID = 0x746C6F6D  # "tlom": marks the file as a thoughtloom store
