@@ -305,12 +305,9 @@ def model_server() -> Iterator[FakeOpenAIServer]:
         yield server
 
 
-#: Damage that only a write finds: the store opens, and the first flush after the first answered call
-#: fails. Keeping the answer then is the recorder's write-failure handling (issue 12, point 4).
-MID_RUN = pytest.mark.xfail(strict=True, reason="the recorder does not yet survive a failed write (issue 12, point 4)")
-
-
-@pytest.mark.parametrize("damage", [pytest.param(d, marks=MID_RUN) if d == "garbage pages" else d for d in DAMAGE])
+# Damage that only a write finds ("garbage pages": the store opens, the first flush after the first
+# answered call fails) is survived by the recorder: the answer is printed, the error is one line.
+@pytest.mark.parametrize("damage", list(DAMAGE))
 def test_solve_on_a_damaged_store_stops_before_any_model_call_or_prints_its_answer(
         damage: str, run: dict[str, Any], tmp_path: Path, model_server: FakeOpenAIServer) -> None:
     store = tmp_path / "store.db"
@@ -319,8 +316,9 @@ def test_solve_on_a_damaged_store_stops_before_any_model_call_or_prints_its_answ
     model_server.seen.clear()
     proc = loom("solve", "--task", "game24", "--model", model_of(model_server), "--quiet", "--store", str(store), PROBLEM)
     assert "Traceback" not in proc.stderr, proc.stderr
-    if model_server.seen:  # the damage showed only mid-run: the answer is not lost
+    if model_server.seen:  # the damage showed only mid-run: the answer is not lost, the error is one line
         assert proc.stdout.startswith("answer: "), proc.stdout + proc.stderr
+        assert len([line for line in proc.stderr.splitlines() if line.strip()]) == 1, proc.stderr
     else:
         assert_one_line_error(proc, str(store))
 
