@@ -60,7 +60,7 @@ def test_readonly_mode(tmp_path: Path) -> None:
         s.put(cid, data)
     with SQLiteStore(tmp_path / "s.db", readonly=True) as r:
         assert get_obj(r, cid) == {"x": 1}
-        with pytest.raises(sqlite3.OperationalError, match="readonly"):
+        with pytest.raises(StoreError, match="cannot be used: attempt to write a readonly database"):
             r.set_ref("x", cid)
 
 

@@ -80,23 +80,18 @@ def _options(args: argparse.Namespace) -> Any:
     lane_params: dict[str, dict[str, Any]] = {}
     overrides: dict[str, dict[str, Any]] = {}
     if args.protocol:
-        from ..eval.protocol import load_protocol_file
+        from ..eval.protocol import check_fields, load_protocol_file
 
         data = load_protocol_file(args.protocol)
-        known = {"tasks", "lanes", "model", "limit", "selection", "ids", "budget_tokens", "budget_calls", "budget_usd",
-                 "budget_seconds", "temperature", "seed", "data_dir", "declared_differences", "lane_params"}
-        bad = sorted(set(data) - known)
-        if bad:
-            raise BenchError(f"--protocol {args.protocol}: unknown field {bad[0]!r}; known: {', '.join(sorted(known))}")
+        check_fields(data, f"--protocol {args.protocol}")
         base = {k: v for k, v in data.items() if k not in ("lanes", "lane_params")}
         lane_params = {k: dict(v) for k, v in (data.get("lane_params") or {}).items()}
         lanes = []
-        for entry in data.get("lanes") or []:
+        entries = data.get("lanes") or []
+        for entry in _split(entries) if isinstance(entries, str) else entries:
             if isinstance(entry, str):
                 lanes.append(entry)
                 continue
-            if not isinstance(entry, dict) or "lane" not in entry:
-                raise BenchError(f"--protocol {args.protocol}: a lane is a name or an object with a \"lane\" field")
             name = entry["lane"]
             lanes.append(name)
             if entry.get("params"):
@@ -106,6 +101,9 @@ def _options(args: argparse.Namespace) -> Any:
                 overrides[name] = extra
         if lanes:
             base["lanes"] = lanes
+    for flag, given in (("--tasks", args.tasks), ("--lanes", args.lanes), ("--ids", args.ids)):
+        if given is not None and not _split(given):
+            raise BenchError(f"{flag} {given!r} names nothing; give comma-separated names")
     flags = {
         "tasks": _split(args.tasks) or None, "lanes": _split(args.lanes) or None, "model": args.model,
         "limit": args.limit, "selection": args.select, "ids": _split(args.ids) or None,
@@ -119,8 +117,12 @@ def _options(args: argparse.Namespace) -> Any:
     merged.setdefault("model", os.environ.get("THOUGHTLOOM_MODEL", "local"))
     if "budget_tokens" not in merged and not any(k in merged for k in ("budget_calls", "budget_usd")):
         merged["budget_tokens"] = DEFAULT_BENCH_TOKENS
-    if isinstance(merged.get("tasks"), str):
-        merged["tasks"] = _split(merged["tasks"])
+    for key in ("tasks", "lanes", "ids", "declared_differences"):
+        if isinstance(merged.get(key), str):
+            merged[key] = _split(merged[key])
+    for key in ("tasks", "lanes"):
+        if not merged[key]:
+            raise BenchError(f"the protocol names no {key}")
     for item in args.param:
         key, eq, value = item.partition("=")
         lane, dot, name = key.partition(".")
@@ -150,7 +152,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
             manifest = Path(args.resume) / MANIFEST_FILE
             if not manifest.is_file():
                 raise BenchError(f"--resume {args.resume}: no {MANIFEST_FILE} there")
-            protocol = Protocol.from_dict(json.loads(manifest.read_text(encoding="utf-8")))
+            protocol = Protocol.load(manifest)
             out = Path(args.resume)
         else:
             protocol = build_protocol(_options(args))

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import stat
 import sys
 import time
 from dataclasses import asdict, dataclass
@@ -284,24 +285,58 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 def cmd_import(args: argparse.Namespace) -> int:
     """Import the runs of a CAR file; every block of each run is verified against its CID."""
-    from ..store.blocks import CorruptBlock
-    from ..store.car import import_car, walk
+    from ..store.blocks import CorruptBlock, MissingBlock
+    from ..store.car import import_blocks, read_car, walk
     from ..store.runs import RunError, head_ref, load_head
 
-    store, path = open_store(args.store, must_exist=False)
-    with store:
+    try:
+        # O_NONBLOCK: a FIFO is refused below instead of blocking the open until a writer comes.
+        fd = os.open(args.file, os.O_RDONLY | os.O_NONBLOCK)
+    except OSError as exc:
+        raise RunError(f"cannot read {args.file}: {exc.strerror or exc}") from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise RunError(f"cannot read {args.file}: not a regular file (give a CAR file written by 'loom export')")
+    with os.fdopen(fd, "rb") as car:
+        found: list[tuple[str, dict[str, Any], int]] = []
+
+        def check(view: BlockStore, roots: list[str]) -> None:
+            # Every root must be a whole run before anything is written: a rejected CAR changes nothing.
+            for root in roots:
+                if not view.has(root):
+                    raise RunError(f"{args.file}: root {root} is neither in the file nor in the store; nothing imported")
+                try:
+                    head = load_head(view, root)
+                except RunError as exc:
+                    raise RunError(f"{args.file}: {exc}; nothing imported") from None
+                run_id, seq = head.get("run"), head.get("seq")
+                if not (isinstance(run_id, str) and run_id.isalnum() and isinstance(seq, int)
+                        and isinstance(head.get("status"), str)):
+                    raise RunError(f"{args.file}: block {root} is not a valid run head; nothing imported")
+                found.append((root, head, sum(1 for _ in walk(view, [root]))))
+
         try:
-            roots = import_car(store, args.file)
+            roots, blocks = read_car(car)
+            items = list(blocks)  # the whole file read and verified before the store is even opened
         except OSError as exc:
             raise RunError(f"cannot read {args.file}: {exc.strerror or exc}") from None
         except CorruptBlock as exc:
             raise RunError(f"{args.file}: {exc}; nothing imported") from None
         except ValueError as exc:
             raise RunError(f"{args.file} is not a readable CAR file: {exc}") from None
-        imported = 0
-        for root in roots:
-            head = load_head(store, root)
-            count = sum(1 for _ in walk(store, [root]))  # every block read back and verified: none missing
+    if not roots:
+        raise RunError(f"{args.file} holds no run (no roots)")
+    store, path = open_store(args.store, must_exist=False)
+    with store:
+        try:
+            import_blocks(store, roots, items, check=check)
+        except MissingBlock as exc:
+            raise RunError(f"{args.file} is incomplete: {exc}; nothing imported") from None
+        except CorruptBlock as exc:
+            raise RunError(f"{args.file}: {exc}; nothing imported") from None
+        except ValueError as exc:
+            raise RunError(f"{args.file} is not a readable CAR file: {exc}") from None
+        for root, head, count in found:
             run_id = str(head["run"])
             current = store.get_ref(head_ref(run_id))
             if current is not None and current != root and int(load_head(store, current)["seq"]) > int(head["seq"]):
@@ -311,9 +346,6 @@ def cmd_import(args: argparse.Namespace) -> int:
             else:
                 store.set_ref(head_ref(run_id), root)
                 print(f"imported run {run_id} ({head['status']}): {count} blocks, every CID verified, into {path}")
-            imported += 1
-        if not imported:
-            raise RunError(f"{args.file} holds no run (no roots)")
     return 0
 
 

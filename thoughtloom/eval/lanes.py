@@ -9,8 +9,9 @@ separately named any@k metric; it never decides a lane's answer.
 from __future__ import annotations
 
 import asyncio
+import math
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields, replace
 from enum import StrEnum
 from typing import Any
 
@@ -104,6 +105,41 @@ def check_lane(lane: str, dataset: Dataset) -> None:
         return
     if lane == "react" and PROMPTS[family].react is None:
         raise LaneError(f"lane react needs a tool for {dataset.name}; it has none (react runs on game24 and gsm8k)")
+
+
+def check_params(lane: str, params: dict[str, Any]) -> None:
+    """Raise LaneError on a parameter the lane does not take or a value it cannot run with (before any call)."""
+    if lane in SEARCH_LANES:
+        from ..search.config import SearchConfig
+
+        defaults = {f.name: f.default for f in fields(SearchConfig)
+                    if f.name not in ("strategy", "temperature", "seed")}  # shared by the protocol
+    else:
+        defaults = LANE_DEFAULTS.get(lane, {})
+    for name, value in params.items():
+        if name not in defaults:
+            takes = ", ".join(sorted(defaults)) or "none"
+            raise LaneError(f"lane {lane} has no parameter {name!r} (it takes: {takes})")
+        default = defaults[name]
+        if isinstance(default, bool) or isinstance(value, bool):
+            ok = isinstance(value, bool) and isinstance(default, bool)
+        elif isinstance(default, int) or default is None:  # every optional parameter is a count
+            ok = isinstance(value, int) or (value is None and default is None)
+        elif isinstance(default, float):
+            ok = isinstance(value, (int, float)) and math.isfinite(value)
+        else:
+            ok = isinstance(value, type(default))
+        if not ok:
+            kind = "true or false" if isinstance(default, bool) else "a whole number" if isinstance(default, int) \
+                else "a finite number" if isinstance(default, float) else f"a {type(default).__name__}"
+            raise LaneError(f"lane {lane}: parameter {name} must be {kind}; got {value!r}")
+        if lane not in SEARCH_LANES and value < 1:
+            raise LaneError(f"lane {lane}: parameter {name} must be at least 1; got {value}")
+    if lane in SEARCH_LANES:
+        try:
+            SearchConfig(**params)  # its own range checks (beam >= 1, prune_threshold in [0, 1], ...)
+        except ValueError as exc:
+            raise LaneError(f"lane {lane}: {exc}") from None
 
 
 def _generates(task_name: str) -> bool:

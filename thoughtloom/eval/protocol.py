@@ -10,7 +10,11 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
+import os
+import stat
 import subprocess
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -76,9 +80,30 @@ class Protocol:
         try:
             lanes = [LanePlan(**lane) for lane in data["lanes"]]
             rest = {k: v for k, v in data.items() if k != "lanes"}
-            return cls(lanes=lanes, **rest)
+            protocol = cls(lanes=lanes, **rest)
         except (KeyError, TypeError) as exc:
             raise ProtocolError(f"not a bench manifest: {exc}") from None
+        # A hand-edited manifest gets the checks a protocol file gets.
+        for where, plan in (("", protocol), *((f"lane {p.lane}: ", p) for p in protocol.lanes)):
+            for key in LANE_FIELDS:
+                value = getattr(plan, key)
+                wanted = _problem_sets(value) if key == "problems" else FIELD_CHECKS[key](value)
+                if wanted:
+                    raise ProtocolError(f"not a bench manifest: {where}{key} must be {wanted}; got {json.dumps(value)[:60]}")
+        return protocol
+
+    @classmethod
+    def load(cls, path: Path) -> Protocol:
+        """The protocol a run directory's manifest file holds (ProtocolError if it cannot be read as one)."""
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except OSError as exc:
+            raise ProtocolError(f"cannot read {path}: {exc.strerror or exc}") from None
+        except ValueError as exc:
+            raise ProtocolError(f"{path} is not a bench manifest: {exc}") from None
+        if not isinstance(data, dict):
+            raise ProtocolError(f"{path} is not a bench manifest (not a JSON object)")
+        return cls.from_dict(data)
 
     def fingerprint(self) -> str:
         """A hash of what the results depend on (the code version aside), to match resumed runs."""
@@ -153,6 +178,10 @@ def _show(value: Any) -> str:
 def load_protocol_file(path: str | Path) -> dict[str, Any]:
     """A protocol file (JSON): the manifest's fields, lanes as names or {lane, params, overrides}."""
     try:
+        mode = os.stat(path).st_mode
+        if not stat.S_ISREG(mode):  # a device or FIFO could be read forever
+            kind = "a directory" if stat.S_ISDIR(mode) else "not a regular file"
+            raise ProtocolError(f"cannot read --protocol {path}: it is {kind}; give a JSON file")
         data = json.loads(Path(path).read_text(encoding="utf-8"))
     except OSError as exc:
         raise ProtocolError(f"cannot read --protocol {path}: {exc.strerror}") from None
@@ -161,6 +190,106 @@ def load_protocol_file(path: str | Path) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise ProtocolError(f"--protocol {path} must hold a JSON object")
     return data
+
+
+#: Largest seed a protocol takes: problem i runs with seed + i, and backends take 32-bit seeds.
+MAX_SEED = 2**32 - 1
+
+
+def _names(value: Any) -> str | None:
+    ok = isinstance(value, str) or (isinstance(value, list) and all(isinstance(v, str) and v for v in value))
+    return None if ok else "a list of names (or one comma-separated string)"
+
+
+def _positive_int(value: Any) -> str | None:
+    ok = value is None or (isinstance(value, int) and not isinstance(value, bool) and value >= 1)
+    return None if ok else "a whole number of at least 1 (or null)"
+
+
+def _positive_number(value: Any) -> str | None:
+    ok = value is None or (isinstance(value, (int, float)) and not isinstance(value, bool)
+                           and math.isfinite(value) and value > 0)
+    return None if ok else "a finite number above 0 (or null)"
+
+
+def _text(value: Any) -> str | None:
+    return None if isinstance(value, str) and value else "a non-empty string"
+
+
+def _temperature(value: Any) -> str | None:
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and 0.0 <= value <= 2.0
+    return None if ok else "a number from 0 to 2"
+
+
+def _seed(value: Any) -> str | None:
+    ok = value is None or (isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_SEED)
+    return None if ok else f"a whole number from 0 to {MAX_SEED} (or null)"
+
+
+def _problem_sets(value: Any) -> str | None:
+    ok = isinstance(value, dict) and all(_names(v) is None and not isinstance(v, str) for v in value.values())
+    return None if ok else "an object of data set -> [problem ids]"
+
+
+def _lane_params(value: Any) -> str | None:
+    ok = isinstance(value, dict) and all(isinstance(v, dict) for v in value.values())
+    return None if ok else 'an object of lane -> {parameter: value}, e.g. {"cot_sc": {"k": 5}}'
+
+
+def _data_dir(value: Any) -> str | None:
+    return None if value is None or (isinstance(value, str) and value) else "a directory path (or null)"
+
+
+#: What each field of a protocol file must hold (None: fine; else what it should be).
+FIELD_CHECKS: dict[str, Callable[[Any], str | None]] = {
+    "tasks": _names, "ids": _names, "declared_differences": _names, "model": _text, "selection": _text,
+    "limit": _positive_int, "budget_tokens": _positive_int, "budget_calls": _positive_int,
+    "budget_usd": _positive_number, "budget_seconds": _positive_number, "temperature": _temperature,
+    "seed": _seed, "data_dir": _data_dir, "lane_params": _lane_params, "problems": _names,
+}
+#: Settings one lane of a protocol file may set apart from the others (the audit then needs them declared).
+LANE_FIELDS = ("model", "temperature", "budget_tokens", "budget_calls", "budget_usd", "budget_seconds", "seed",
+               "problems")
+
+
+def check_fields(data: dict[str, Any], where: str) -> None:
+    """ProtocolError naming the first field of a protocol file with an unknown name or a value of the wrong kind."""
+    known = {*FIELD_CHECKS, "lanes"} - {"problems"}
+    for key, value in data.items():
+        if key not in known:
+            raise ProtocolError(f"{where}: unknown field {key!r}; known: {', '.join(sorted(known))}")
+        if key == "lanes":
+            _check_lanes(value, where)
+            continue
+        wanted = FIELD_CHECKS[key](value)
+        if wanted:
+            raise ProtocolError(f"{where}: {key} must be {wanted}; got {json.dumps(value)[:60]}")
+
+
+def _check_lanes(value: Any, where: str) -> None:
+    if isinstance(value, str):
+        return
+    if not isinstance(value, list):
+        raise ProtocolError(f"{where}: lanes must be a list of lane names or {{\"lane\": NAME, ...}} objects")
+    for entry in value:
+        if isinstance(entry, str) and entry:
+            continue
+        if not isinstance(entry, dict) or not isinstance(entry.get("lane"), str) or not entry["lane"]:
+            raise ProtocolError(f'{where}: a lane is a name or an object with a "lane" field; got {json.dumps(entry)[:60]}')
+        for key, setting in entry.items():
+            if key == "lane":
+                continue
+            if key == "params":
+                if not isinstance(setting, dict):
+                    raise ProtocolError(f"{where}: lane {entry['lane']}: params must be an object")
+                continue
+            if key not in LANE_FIELDS:
+                raise ProtocolError(f"{where}: lane {entry['lane']}: unknown setting {key!r}; known: params, "
+                                    f"{', '.join(LANE_FIELDS)}")
+            wanted = FIELD_CHECKS[key](setting)
+            if wanted:
+                raise ProtocolError(f"{where}: lane {entry['lane']}: {key} must be {wanted}; "
+                                    f"got {json.dumps(setting)[:60]}")
 
 
 def code_version() -> str:

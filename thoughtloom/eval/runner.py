@@ -23,7 +23,14 @@ from ..llm.budget import BudgetLimits
 from ..llm.limits import SharedSlots
 from ..llm.types import Backend
 from .datasets import Dataset, Problem, load_dataset
-from .lanes import ALL_LANES, LANE_DEFAULTS, LaneError, check_lane, run_lane
+from .lanes import (
+    ALL_LANES,
+    LANE_DEFAULTS,
+    LaneError,
+    check_lane,
+    check_params,
+    run_lane,
+)
 from .protocol import LanePlan, Protocol, ProtocolError, audit, code_version
 from .store import MANIFEST_FILE, Record, ResultsStore
 
@@ -89,6 +96,7 @@ def build_protocol(opts: BenchOptions, datasets: dict[str, Dataset] | None = Non
         if "problems" in extra and isinstance(extra["problems"], list):
             extra["problems"] = {t: list(extra["problems"]) for t in opts.tasks}
         params = {**LANE_DEFAULTS.get(lane, {}), **opts.lane_params.get(lane, {})}
+        check_params(lane, params)
         plans.append(LanePlan(lane=lane, params=params, **{**shared, **extra}))
     return Protocol(
         tasks=list(opts.tasks), problems=problems, lanes=plans, model=opts.model, temperature=opts.temperature,
@@ -101,13 +109,13 @@ def build_protocol(opts: BenchOptions, datasets: dict[str, Dataset] | None = Non
 
 def prepare_run_dir(protocol: Protocol, out_dir: Path, progress: Progress | None = None) -> Protocol:
     """Write the manifest, or check that a resumed run keeps the protocol it started with."""
-    out_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ProtocolError(f"cannot create the run directory {out_dir}: {exc.strerror or exc}; choose another --out") from None
     path = out_dir / MANIFEST_FILE
     if path.is_file():
-        try:
-            stored = Protocol.from_dict(json.loads(path.read_text(encoding="utf-8")))
-        except ValueError as exc:
-            raise ProtocolError(f"{path} is not a bench manifest: {exc}") from None
+        stored = Protocol.load(path)
         if stored.fingerprint() != protocol.fingerprint():
             raise ProtocolError(
                 f"{out_dir} holds a run with a different protocol; resume it with the same settings or use another --out"
@@ -116,8 +124,11 @@ def prepare_run_dir(protocol: Protocol, out_dir: Path, progress: Progress | None
             progress(f"resuming a run started with code {stored.code_version} (now {protocol.code_version})")
         return stored
     tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(protocol.to_dict(), indent=2) + "\n", encoding="utf-8")
-    os.replace(tmp, path)  # a kill never leaves half a manifest
+    try:
+        tmp.write_text(json.dumps(protocol.to_dict(), indent=2) + "\n", encoding="utf-8")
+        os.replace(tmp, path)  # a kill never leaves half a manifest
+    except OSError as exc:
+        raise ProtocolError(f"cannot write {path}: {exc.strerror or exc}; choose another --out") from None
     return protocol
 
 

@@ -81,7 +81,7 @@ class IPFSStore:
         except (OSError, sqlite3.Error) as e:
             raise StoreError(f"cannot open IPFS refs file {self.refs_path}: {e}") from None
         self._lock = threading.Lock()
-        self._ref_table = RefTable(self._refs, self._lock)
+        self._ref_table = RefTable(self._refs, self._lock, self.refs_path)
         # js-ipfs ignores Kubo's `cid-codec` (answering with a CIDv0 dag-pb key for the same bytes) and
         # wants the legacy `format` + `version=1`, which Kubo refuses alongside a custom `cid-codec`;
         # set on the first put whose answer shows the node ignored `cid-codec`.

@@ -15,6 +15,7 @@ import os
 import sqlite3
 import threading
 from collections.abc import Iterable, Iterator
+from contextlib import AbstractContextManager
 from pathlib import Path
 from types import TracebackType
 from typing import Self
@@ -27,7 +28,7 @@ from thoughtloom.store.blocks import (
     cid_str,
     verify,
 )
-from thoughtloom.store.refs import REFS_SCHEMA, RefTable
+from thoughtloom.store.refs import REFS_SCHEMA, RefTable, guarded
 from thoughtloom.store.store import StoreError
 
 APPLICATION_ID = 0x746C6F6D  # "tlom": marks the file as a thoughtloom store
@@ -73,17 +74,17 @@ class SQLiteStore:
                                            timeout=busy_timeout_s)
         except sqlite3.Error as e:
             raise StoreError(f"cannot open store {self.path}: {e}") from None
-        self._refs = RefTable(self._db, self._lock)
+        self._refs = RefTable(self._db, self._lock, self.path)
         try:
-            self._init_schema()
-        except sqlite3.DatabaseError as e:
-            self._db.close()
-            if "not a database" in str(e) or "malformed" in str(e):
-                raise StoreError(f"{self.path} is not a thoughtloom store (not a SQLite database)") from None
-            raise StoreError(f"cannot open store {self.path}: {e}") from None
+            with self._guard():
+                self._init_schema()
         except StoreError:
             self._db.close()
             raise
+
+    def _guard(self) -> AbstractContextManager[sqlite3.Connection]:
+        # Every statement runs in here: a damaged page found by any query is a one-line StoreError.
+        return guarded(self._db, self._lock, self.path)
 
     def _init_schema(self) -> None:
         db = self._db
@@ -113,7 +114,8 @@ class SQLiteStore:
                 db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
                 db.execute("COMMIT")
             except BaseException:
-                db.execute("ROLLBACK")
+                if db.in_transaction:  # a failed COMMIT may already have ended it
+                    db.execute("ROLLBACK")
                 raise
 
     # --- blocks -----------------------------------------------------------------------------------
@@ -123,13 +125,12 @@ class SQLiteStore:
         key = cid_bytes(cid)
         if not verify(key, data):
             raise CorruptBlock(cid, "refusing to store data that does not match its CID")
-        with self._lock:
-            self._db.execute("INSERT OR IGNORE INTO blocks (cid, data) VALUES (?, ?)", (key, bytes(data)))
+        with self._guard() as db:
+            db.execute("INSERT OR IGNORE INTO blocks (cid, data) VALUES (?, ?)", (key, bytes(data)))
 
     def put_many(self, items: Iterable[tuple[CID, bytes]]) -> None:
         """Store many blocks in one transaction (all or none)."""
-        with self._lock:
-            db = self._db
+        with self._guard() as db:
             db.execute("BEGIN IMMEDIATE")
             try:
                 batch: list[tuple[bytes, bytes]] = []
@@ -154,9 +155,9 @@ class SQLiteStore:
     def get(self, cid: CID) -> bytes:
         """The block's bytes, verified (MissingBlock / CorruptBlock)."""
         key = cid_bytes(cid)
-        with self._lock:
+        with self._guard() as db:
             # CAST: a damaged row may hold TEXT, which sqlite3 would try (and fail) to decode as UTF-8.
-            row = self._db.execute("SELECT CAST(data AS BLOB) FROM blocks WHERE cid = ?", (key,)).fetchone()
+            row = db.execute("SELECT CAST(data AS BLOB) FROM blocks WHERE cid = ?", (key,)).fetchone()
         if row is None:
             raise MissingBlock(cid, str(self.path))
         data: bytes = row[0]
@@ -170,11 +171,11 @@ class SQLiteStore:
         out: dict[CID, bytes] = {}
         keys = [cid_bytes(c) for c in wanted]
         found: dict[bytes, bytes] = {}
-        with self._lock:
+        with self._guard() as db:
             for i in range(0, len(keys), _IN_BATCH):
                 part = keys[i:i + _IN_BATCH]
                 sql = f"SELECT cid, CAST(data AS BLOB) FROM blocks WHERE cid IN ({','.join('?' * len(part))})"
-                found.update(self._db.execute(sql, part).fetchall())
+                found.update(db.execute(sql, part).fetchall())
         for cid, key in zip(wanted, keys):
             data = found.get(key)
             if data is None:
@@ -186,18 +187,18 @@ class SQLiteStore:
 
     def has(self, cid: CID) -> bool:
         """Whether the block is stored."""
-        with self._lock:
-            return self._db.execute("SELECT 1 FROM blocks WHERE cid = ?", (cid_bytes(cid),)).fetchone() is not None
+        with self._guard() as db:
+            return db.execute("SELECT 1 FROM blocks WHERE cid = ?", (cid_bytes(cid),)).fetchone() is not None
 
     def cids(self) -> Iterator[CID]:
         """Every stored CID (snapshot; order unspecified)."""
-        with self._lock:
-            rows = self._db.execute("SELECT cid FROM blocks").fetchall()
+        with self._guard() as db:
+            rows = db.execute("SELECT cid FROM blocks").fetchall()
         return (cid_str(r[0]) for r in rows)
 
     def __len__(self) -> int:
-        with self._lock:
-            return int(self._db.execute("SELECT count(*) FROM blocks").fetchone()[0])
+        with self._guard() as db:
+            return int(db.execute("SELECT count(*) FROM blocks").fetchone()[0])
 
     # --- refs -------------------------------------------------------------------------------------
 
