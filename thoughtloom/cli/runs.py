@@ -283,6 +283,18 @@ def cmd_export(args: argparse.Namespace) -> int:
     return 0
 
 
+def _car_error(file: str, exc: Exception) -> Exception:
+    """The one-line error for a CAR file that cannot be imported (nothing of it is stored)."""
+    from ..store.blocks import CorruptBlock, MissingBlock
+    from ..store.runs import RunError
+
+    if isinstance(exc, MissingBlock):
+        return RunError(f"{file} is incomplete: {exc}; nothing imported")
+    if isinstance(exc, CorruptBlock):
+        return RunError(f"{file}: {exc}; nothing imported")
+    return RunError(f"{file} is not a readable CAR file: {exc}")
+
+
 def cmd_import(args: argparse.Namespace) -> int:
     """Import the runs of a CAR file; every block of each run is verified against its CID."""
     from ..store.blocks import CorruptBlock, MissingBlock
@@ -320,22 +332,16 @@ def cmd_import(args: argparse.Namespace) -> int:
             items = list(blocks)  # the whole file read and verified before the store is even opened
         except OSError as exc:
             raise RunError(f"cannot read {args.file}: {exc.strerror or exc}") from None
-        except CorruptBlock as exc:
-            raise RunError(f"{args.file}: {exc}; nothing imported") from None
-        except ValueError as exc:
-            raise RunError(f"{args.file} is not a readable CAR file: {exc}") from None
+        except (CorruptBlock, ValueError) as exc:
+            raise _car_error(args.file, exc) from None
     if not roots:
         raise RunError(f"{args.file} holds no run (no roots)")
     store, path = open_store(args.store, must_exist=False)
     with store:
         try:
             import_blocks(store, roots, items, check=check)
-        except MissingBlock as exc:
-            raise RunError(f"{args.file} is incomplete: {exc}; nothing imported") from None
-        except CorruptBlock as exc:
-            raise RunError(f"{args.file}: {exc}; nothing imported") from None
-        except ValueError as exc:
-            raise RunError(f"{args.file} is not a readable CAR file: {exc}") from None
+        except (MissingBlock, CorruptBlock, ValueError) as exc:
+            raise _car_error(args.file, exc) from None
         for root, head, count in found:
             run_id = str(head["run"])
             current = store.get_ref(head_ref(run_id))
