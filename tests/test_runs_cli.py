@@ -249,17 +249,22 @@ def test_a_run_killed_with_sigkill_resumes_to_completion_without_resending_recor
     # Only what had not been answered before the kill was asked again.
     assert answered and not answered & set(resumed_prompts)
     assert len(resumed_prompts) == 7 - recorded
+    finished = assert_finished_as_if_never_interrupted(store, tmp_path)
+    # Its history keeps the killed states: the heads chain back through the kill.
+    assert loom("replay", run, "--store", str(store), "--quiet").returncode == 0
+
+
+def assert_finished_as_if_never_interrupted(store: Path, tmp_path: Path) -> dict[str, Any]:
+    """The run in `store` finished with all 7 calls and the graph an uninterrupted run builds; its row."""
     finished = json.loads(loom("runs", "--store", str(store), "--json").stdout.splitlines()[0])
     assert finished["status"] == "finished" and finished["calls"] == 7
-    # The resumed run is the run an uninterrupted one would have been.
     with serve() as server:
         server.responder = responder()
         fresh = tmp_path / "fresh.db"
-        proc3 = loom("solve", "--task", "game24", "--model", model_of(server), "--quiet", "--concurrency", "1",
-                     "--store", str(fresh), PROBLEM)
-    assert graph_of(fresh, run_id_from(proc3.stderr))["graph"] == finished["graph"]
-    # Its history keeps the killed states: the heads chain back through the kill.
-    assert loom("replay", run, "--store", str(store), "--quiet").returncode == 0
+        proc = loom("solve", "--task", "game24", "--model", model_of(server), "--quiet", "--concurrency", "1",
+                    "--store", str(fresh), PROBLEM)
+    assert graph_of(fresh, run_id_from(proc.stderr))["graph"] == finished["graph"]
+    return finished
 
 
 def _small_tmpfs(path: Path, size: str) -> None:
@@ -311,14 +316,6 @@ def test_a_full_disk_prints_the_answer_then_one_line_and_resume_finishes_the_run
             resumed = loom("resume", run, "--store", str(store), "--quiet")
             assert resumed.returncode == 0, resumed.stderr
             assert resumed.stdout.startswith("answer: (5 * 6) - (10 - 4) = 24   [checked: correct]")
-        finished = json.loads(loom("runs", "--store", str(store), "--json").stdout.splitlines()[0])
-        assert finished["status"] == "finished" and finished["calls"] == 7
-        with serve() as server:
-            server.responder = responder()
-            fresh = tmp_path / "fresh.db"
-            proc3 = loom("solve", "--task", "game24", "--model", model_of(server), "--quiet", "--concurrency", "1",
-                         "--store", str(fresh), PROBLEM)
-        # The resumed run is the run an uninterrupted one would have been.
-        assert graph_of(fresh, run_id_from(proc3.stderr))["graph"] == finished["graph"]
+        assert_finished_as_if_never_interrupted(store, tmp_path)
     finally:
         subprocess.run(["umount", "-l", str(disk)], check=False, capture_output=True)
