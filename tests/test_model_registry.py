@@ -11,6 +11,7 @@ import pytest
 from thoughtloom.llm.budget import Pricing
 from thoughtloom.llm.errors import ModelConfigError
 from thoughtloom.llm.openai_backend import OpenAIBackend
+from thoughtloom.llm.models import DEFAULT_EMBEDDED, QWEN_CODER_05B
 from thoughtloom.llm.registry import ModelSpec, make_backend, parse_model_spec
 
 NO_ENV: dict[str, str] = {}
@@ -19,12 +20,27 @@ NO_ENV: dict[str, str] = {}
 # --- parsing each accepted form -----------------------------------------------------------
 
 
-def test_local_is_the_embedded_model() -> None:
-    assert parse_model_spec("local") == ModelSpec("local", None)
+def test_local_is_the_default_embedded_model() -> None:
+    assert parse_model_spec("local") == parse_model_spec(f"local:{DEFAULT_EMBEDDED}")
 
 
-def test_local_with_a_path_is_any_gguf_file() -> None:
-    assert parse_model_spec("local:/models/qwen.gguf") == ModelSpec("local", "/models/qwen.gguf")
+def test_local_with_a_name_is_that_embedded_model_and_its_prompt_form() -> None:
+    assert parse_model_spec("local:qwen2.5-coder-0.5b") == ModelSpec("local", "qwen2.5-coder-0.5b", None, "chat")
+    assert parse_model_spec("local:gemma-3-270m") == ModelSpec("local", "gemma-3-270m", None, "completions")
+
+
+def test_the_gemma_name_stored_runs_recorded_is_an_alias() -> None:
+    assert parse_model_spec("local:gemma-3-270m-q4_k_m").identity == "local:gemma-3-270m"
+
+
+def test_local_with_a_path_is_any_gguf_file_whose_form_the_file_decides() -> None:
+    assert parse_model_spec("local:/models/qwen.gguf") == ModelSpec("local", "/models/qwen.gguf", None, None)
+
+
+@pytest.mark.parametrize("api", ["chat", "completions"])
+def test_a_local_path_may_end_in_the_prompt_form(api: str) -> None:
+    spec = parse_model_spec(f"local:/models/qwen.gguf#{api}")
+    assert (spec.model, spec.api, spec.identity) == ("/models/qwen.gguf", api, f"local:/models/qwen.gguf#{api}")
 
 
 def test_local_paths_are_taken_verbatim_even_with_a_hash() -> None:
@@ -89,7 +105,8 @@ def test_surrounding_whitespace_is_ignored() -> None:
         ("anthropic:claude", "unknown provider 'anthropic'"),
         ("openai:", "needs a model name"),
         ("ollama:", "needs a model name"),
-        ("local:", "needs the path"),
+        ("local:", "needs a model name or the path"),
+        ("local:qwen", "no embedded model is named 'qwen'"),
         ("openai-compatible:http://127.0.0.1:8000/v1", "needs BASE_URL@MODEL"),
         ("openai-compatible:http://127.0.0.1:8000/v1@", "needs BASE_URL@MODEL"),
         ("openai-compatible:127.0.0.1:8000/v1@m", "must start with http:// or https://"),
@@ -211,14 +228,22 @@ def fake_local(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.mark.usefixtures("fake_local")
-def test_local_makes_the_embedded_llama_backend() -> None:
+def test_local_makes_the_default_embedded_llama_backend() -> None:
     backend = make_backend("local", NO_ENV)
     assert isinstance(backend, RecordingLocalBackend)
-    assert (backend.model_path, backend.kwargs) == (None, {"progress": None})
+    assert backend.model_path is None
+    assert backend.kwargs["embedded"].name == DEFAULT_EMBEDDED
 
 
 @pytest.mark.usefixtures("fake_local")
-def test_local_path_is_passed_to_the_llama_backend() -> None:
-    backend = make_backend("local:/models/qwen.gguf", NO_ENV)
+def test_a_named_local_model_is_passed_to_the_llama_backend() -> None:
+    backend = make_backend("local:qwen2.5-coder-0.5b", NO_ENV)
     assert isinstance(backend, RecordingLocalBackend)
-    assert backend.model_path == "/models/qwen.gguf"
+    assert backend.kwargs["embedded"] is QWEN_CODER_05B
+
+
+@pytest.mark.usefixtures("fake_local")
+def test_local_path_is_passed_to_the_llama_backend_with_its_form() -> None:
+    backend = make_backend("local:/models/qwen.gguf#chat", NO_ENV)
+    assert isinstance(backend, RecordingLocalBackend)
+    assert (backend.model_path, backend.kwargs["chat"]) == ("/models/qwen.gguf", True)

@@ -56,8 +56,15 @@ async def test_chat_sends_messages_and_sampling_parameters(
     body = server.seen[0].body
     assert body["model"] == "test-model"
     assert body["messages"] == [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}]
-    assert (body["n"], body["max_tokens"], body["temperature"]) == (3, 42, 0.3)
-    assert (body["stop"], body["seed"]) == (["\n\n"], 7)
+    assert (body["n"], body["max_tokens"], body["temperature"], body["seed"]) == (3, 42, 0.3, 7)
+
+
+async def test_chat_replies_end_at_the_end_of_turn_not_at_completion_stop_strings(
+    server: FakeOpenAIServer, backend_for: BackendFactory
+) -> None:
+    backend = backend_for(api="chat")
+    await backend.generate(GenerateRequest(Prompt(messages=(Message("user", "Hi"),)), stop=("\n\n",)))
+    assert "stop" not in server.seen[0].body
 
 
 async def test_chat_wraps_a_text_prompt_in_one_user_message(

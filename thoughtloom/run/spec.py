@@ -165,6 +165,16 @@ def implied_task(options: TaskOptions, problem: str, profile_task: str | None) -
     return profile_task or "general"
 
 
+def pinned_model(model: str | Backend) -> str | Backend:
+    """The model a run stores: `local` becomes the embedded model it stands for today, so the run
+    resumes on that model even after the default changes."""
+    if isinstance(model, str) and model.strip() == "local":
+        from ..llm.models import DEFAULT_EMBEDDED
+
+        return f"local:{DEFAULT_EMBEDDED}"
+    return model
+
+
 def resolve(
     problem: str,
     *,
@@ -226,7 +236,7 @@ def resolve(
     if knowledge_index is not None and knowledge is None:
         raise SpecError("--knowledge-index needs --knowledge DIR")
     return RunSpec(
-        task=task_ref, problem=problem, model=model, task_options=options, config=config,
+        task=task_ref, problem=problem, model=pinned_model(model), task_options=options, config=config,
         budget=budget or BudgetLimits(), profile=prof.name, control=settings, answers=answers or AutoAnswers(),
         grounding=policy, knowledge=os.fspath(knowledge) if knowledge is not None else None,
         knowledge_index=os.fspath(knowledge_index) if knowledge_index is not None else None,
