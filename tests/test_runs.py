@@ -14,7 +14,7 @@ import pytest
 
 from thoughtloom.api import asolve
 from thoughtloom.llm.fake import ScriptedBackend
-from thoughtloom.llm.types import Completion, GenerateRequest
+from thoughtloom.llm.types import Completion, GenerateRequest, Prompt
 from thoughtloom.search.config import SearchConfig
 from thoughtloom.store.blocks import CorruptBlock, cid_bytes
 from thoughtloom.store.memory import MemoryStore
@@ -207,3 +207,40 @@ def test_a_search_without_a_store_is_untouched() -> None:
     backend = ScriptedBackend(responder=game24_reply)
     result = asyncio.run(asolve("4 5 6 10", task="game24", model=backend, config=CONFIG))
     assert type(result.graph).__name__ == "ThoughtGraph" and backend.calls
+
+
+# --- which prompt form a replay matches on ------------------------------------------------------
+
+def _key(text: str, chat: str, stop: tuple[str, ...], form: str | None) -> tuple[Any, ...]:
+    from thoughtloom.llm.types import Message
+    from thoughtloom.store.runs import request_key
+
+    return request_key(Prompt(text=text, messages=(Message("user", chat),)), 1, 8, 0.7, stop, 1, form)
+
+
+def test_a_completions_backend_replay_ignores_changes_to_the_chat_form() -> None:
+    assert _key("T", "old chat", ("\n",), "text") == _key("T", "new chat", ("\n",), "text")
+    assert _key("T", "c", ("\n",), "text") != _key("T2", "c", ("\n",), "text")
+
+
+def test_a_chat_backend_replay_ignores_the_completion_text_and_stops() -> None:
+    assert _key("old text", "C", ("\n",), "chat") == _key("new text", "C", (), "chat")
+    assert _key("T", "C", (), "chat") != _key("T", "C2", (), "chat")
+
+
+def test_a_replay_of_an_unknown_backend_matches_both_forms() -> None:
+    assert _key("T", "old chat", (), None) != _key("T", "new chat", (), None)
+
+
+@pytest.mark.parametrize(("identity", "form"), [
+    ("openai-compatible:http://127.0.0.1:1/v1@m#completions", "text"),
+    ("openai:gpt-4o-mini", "chat"),
+    ("local:gemma-3-270m-q4_k_m", "text"),
+    ("local:qwen2.5-coder-0.5b", "chat"),
+    ("local:/models/x.gguf", None),
+    ("scripted", None),
+])
+def test_the_prompt_form_a_recorded_backend_read_comes_from_its_identity(identity: str, form: str | None) -> None:
+    from thoughtloom.run.session import prompt_form
+
+    assert prompt_form(identity) == form

@@ -45,6 +45,18 @@ class Prompt:
         return (Message("user", self.text),)
 
 
+def few_shot_messages(system: str, examples: Sequence[tuple[str, str]], query: str) -> tuple[Message, ...]:
+    """A few-shot prompt as chat turns: each example a user turn and the assistant's answer, then the query.
+
+    Instruct models follow examples given as earlier turns of the conversation far better than
+    the same examples pasted into one user message (where a 0.5B model answers in free form).
+    """
+    turns = [Message("system", system)]
+    for asked, answered in examples:
+        turns += [Message("user", asked), Message("assistant", answered)]
+    return (*turns, Message("user", query))
+
+
 @dataclass(frozen=True, slots=True)
 class GenerateRequest:
     """One call: n samples of up to max_tokens each."""

@@ -48,6 +48,17 @@ def _pricing(spec: str) -> Any:
         return None  # a backend name recorded by the Python API: no known price
 
 
+def prompt_form(identity: str) -> str | None:
+    """Which prompt form a recorded backend read ("text" or "chat"), from its identity; None if unknown."""
+    from ..llm.registry import parse_model_spec
+
+    try:
+        api = parse_model_spec(identity).api
+    except ModelError:
+        return None  # a backend object's own name (the Python API): both forms count
+    return {"chat": "chat", "completions": "text"}.get(api or "")
+
+
 @dataclass(frozen=True, slots=True)
 class ReplayVerdict:
     """What a replay found: the graph CIDs, the first diverging node, and the calls it took."""
@@ -251,7 +262,7 @@ def _replay_backend(store: BlockStore, manifest: Manifest, head: dict[str, Any],
         return ReplayBackend(
             calls, name=manifest.backend, max_concurrency=max(1, manifest.max_concurrency),
             supports_batch=manifest.supports_batch, pricing=_pricing(manifest.model), counts=counts, live=live,
-            **kwargs,
+            form=prompt_form(manifest.backend), **kwargs,
         )
 
     return make

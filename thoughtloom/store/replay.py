@@ -1,7 +1,8 @@
 """Serving recorded model calls: replay (zero model calls) and resume (recorded first, then live).
 
 ReplayBackend implements the Backend protocol over a run's recorded exchanges (see runs.py). A
-request is matched by its key (prompt, n, max_tokens, temperature, stop, seed): identical
+request is matched by its key (prompt, n, max_tokens, temperature, stop, seed; of the prompt, the
+form the recorded backend read, when its identity says which): identical
 requests take the recorded exchanges with that key in the order they were originally sent. The
 answers are released in the recorded completion order, because node ids are handed out in the
 order completions are processed: exchange `rank` r is answered only when
@@ -100,6 +101,7 @@ class ReplayBackend(BackendWrapper):
         live: Backend | None = None,
         after_recording: str | None = None,
         stall_s: float = STALL_S,
+        form: str | None = None,
     ) -> None:
         super().__init__(live if live is not None else OfflineBackend(name, max_concurrency))
         self.resuming = live is not None
@@ -113,8 +115,10 @@ class ReplayBackend(BackendWrapper):
         self._order = sorted(calls, key=lambda c: c.rank)
         self._position = {id(c): i for i, c in enumerate(self._order)}
         self._queues: dict[tuple[Any, ...], deque[RecordedCall]] = {}
+        # Requests are matched on the prompt form the recorded backend read (None: both forms).
+        self.form = form
         for call in sorted(calls, key=lambda c: c.start):
-            self._queues.setdefault(call.key, deque()).append(call)
+            self._queues.setdefault(call.key(form), deque()).append(call)
         self._next = 0  # position in _order of the next exchange to answer
         self._started = 0  # requests that reached this backend
         self._event: asyncio.Event | None = None
@@ -161,7 +165,7 @@ class ReplayBackend(BackendWrapper):
 
     def _take(self, request: GenerateRequest) -> RecordedCall | None:
         queue = self._queues.get(request_key(request.prompt, request.n, request.max_tokens, request.temperature,
-                                             request.stop, request.seed))
+                                             request.stop, request.seed, self.form))
         return queue.popleft() if queue else None
 
     async def _turn(self, call: RecordedCall, size: int) -> None:

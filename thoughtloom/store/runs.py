@@ -234,8 +234,17 @@ def read_chunks(store: BlockStore, obj: dict[str, Any]) -> list[Any]:
 
 
 def request_key(prompt: Prompt, n: int, max_tokens: int, temperature: float, stop: Sequence[str],
-                seed: int | None) -> tuple[Any, ...]:
-    """What identifies a backend request when replaying (the purpose is not part of it)."""
+                seed: int | None, form: str | None = None) -> tuple[Any, ...]:
+    """What identifies a backend request when replaying (the purpose is not part of it).
+
+    form: the prompt form the recorded backend read ("text": the completion text and its stops;
+    "chat": the messages, which end at the end of turn); None when unknown: both forms count.
+    A run is then still replayable after a change to the form its model never saw.
+    """
+    if form == "text":
+        return (prompt.as_text(), None, n, max_tokens, float(temperature), tuple(stop), seed)
+    if form == "chat":
+        return (None, prompt.as_messages(), n, max_tokens, float(temperature), (), seed)
     return (prompt.text, prompt.messages, n, max_tokens, float(temperature), tuple(stop), seed)
 
 
@@ -260,10 +269,9 @@ class RecordedCall:
     error: str | None = None
     batch: int | None = None  # size of the batch this exchange was part of (its first member's rank first)
 
-    @property
-    def key(self) -> tuple[Any, ...]:
-        """The request key this exchange answers."""
-        return request_key(self.prompt, self.n, self.max_tokens, self.temperature, self.stop, self.seed)
+    def key(self, form: str | None = None) -> tuple[Any, ...]:
+        """The request key this exchange answers (see request_key for `form`)."""
+        return request_key(self.prompt, self.n, self.max_tokens, self.temperature, self.stop, self.seed, form)
 
 
 def _prompt_block(prompt: Prompt, blocks: list[Block]) -> Link:

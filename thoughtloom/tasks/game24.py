@@ -14,7 +14,7 @@ from collections.abc import Hashable, Sequence
 from fractions import Fraction
 
 from ..graph import NodeKind
-from ..llm.types import Message, Prompt
+from ..llm.types import Prompt, few_shot_messages
 from .arith import OPS, ExpressionError, evaluate, fmt, parse_number
 from .base import ProblemError, Query, Task, Verdict
 
@@ -115,6 +115,27 @@ CHAT_SYSTEM = (
     "You play the Game of 24: combine the numbers with + - * / (each number used exactly once) "
     "to reach 24. Answer only in the format shown."
 )
+PROPOSE_SYSTEM = CHAT_SYSTEM + " List possible next steps, one per line, as 'a op b = c (left: numbers left)'."
+VALUE_SYSTEM = (
+    "Evaluate if the given numbers can reach 24 with + - * /, each number used exactly once. Try a few "
+    "combinations, one per line, then end with one word: sure, likely or impossible."
+)
+
+
+def _examples(prompt: str, split: str, cue: str) -> list[tuple[str, str]]:
+    """The worked examples of a few-shot prompt as (question, answer) pairs, for its chat form."""
+    body = prompt[: prompt.index("{input}")]
+    out = []
+    for block in re.split(split, body):
+        question, _, answer = block.strip().partition("\n")
+        if question and answer and not question.startswith("Evaluate"):
+            out.append((question, f"{cue}{answer.strip()}"))
+    return out
+
+
+# One source of examples for both forms: the chat turns are cut from the paper's prompts.
+PROPOSE_EXAMPLES = _examples(PROPOSE_PROMPT, r"\n(?=Input: )", "")
+VALUE_EXAMPLES = _examples(VALUE_PROMPT, r"\n\n", "")
 
 # Normalized from the paper's value map (sure 20, likely 1, impossible 0.001) to [0, 1], with
 # "likely" raised so that one hesitant sample does not bury a state.
@@ -218,9 +239,11 @@ class Game24(Task[Numbers]):
 
     def propose(self, problem: Numbers, steps: Sequence[str], k: int) -> Query:
         """The paper's few-shot propose prompt on the numbers left."""
-        text = PROPOSE_PROMPT.format(input=numbers_text(self.left(problem, steps)))
+        left = numbers_text(self.left(problem, steps))
+        text = PROPOSE_PROMPT.format(input=left)
+        chat = few_shot_messages(PROPOSE_SYSTEM, PROPOSE_EXAMPLES, f"Input: {left}")
         return Query(
-            Prompt(text=text, messages=self._chat(text, f"List up to {k} possible next steps.")),
+            Prompt(text=text, messages=chat),
             max_tokens=120,
             stop=("\nInput:", "\n\n"),
         )
@@ -295,20 +318,22 @@ class Game24(Task[Numbers]):
 
     def value(self, problem: Numbers, steps: Sequence[str]) -> Query:
         """The paper's few-shot value prompt on the numbers left."""
-        text = VALUE_PROMPT.format(input=numbers_text(self.left(problem, steps)))
+        left = numbers_text(self.left(problem, steps))
+        text = VALUE_PROMPT.format(input=left)
         return Query(
-            Prompt(text=text, messages=self._chat(text, "Continue: evaluate the last numbers, ending with one word.")),
+            Prompt(text=text, messages=few_shot_messages(VALUE_SYSTEM, VALUE_EXAMPLES, left)),
             max_tokens=64,
             stop=("\n\n",),
         )
 
     def parse_value(self, problem: Numbers, steps: Sequence[str], texts: Sequence[str]) -> float:
-        """Mean of the samples' verdicts (the first sure/likely/impossible in each); none counts 0."""
+        """Mean of the samples' verdicts (the last sure/likely/impossible in each: the reasoning comes
+        first); a sample without one counts 0."""
         total = 0.0
         for text in texts:
-            m = _VALUE.search(text)
-            if m:
-                total += VALUE_WORDS[m.group(1).lower()]
+            found = _VALUE.findall(text)
+            if found:
+                total += VALUE_WORDS[found[-1].lower()]
         return total / max(1, len(texts))
 
     # --- answer -------------------------------------------------------------------------
@@ -334,9 +359,6 @@ class Game24(Task[Numbers]):
         """The benchmark rule: last line, strip 'answer:', cut at '='; the four numbers, exactly 24."""
         return check_game24(problem, answer)
 
-    @staticmethod
-    def _chat(text: str, instruction: str) -> tuple[Message, ...]:
-        return (Message("system", CHAT_SYSTEM), Message("user", f"{text.rstrip()}\n\n({instruction})"))
 
 
 def _pop_expr(pool: list[tuple[Fraction, str]], value: Fraction) -> str:
