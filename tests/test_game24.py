@@ -285,9 +285,28 @@ def test_parse_value_averages_the_samples_and_counts_a_sample_without_a_verdict_
     assert value == pytest.approx((1.0 + 0.3 + 0.0) / 3)
 
 
-def test_parse_value_takes_the_first_verdict_word_of_a_sample(task):
+def test_parse_value_takes_the_last_verdict_word_of_a_sample_because_the_reasoning_comes_first(task):
     problem = task.parse_problem("4 5 6 10")
-    assert task.parse_value(problem, (), ["likely, though maybe impossible"]) == pytest.approx(0.3)
+    reply = "It is likely that 10 - 4 = 6 helps.\n(10 - 4) * (9 - 5) = 6 * 4 = 24\nsure"
+    assert task.parse_value(problem, (), [reply]) == pytest.approx(1.0)
+
+
+def test_the_chat_form_gives_the_examples_as_earlier_turns(task):
+    problem = task.parse_problem("4 5 6 10")
+    messages = task.propose(problem, [], 5).prompt.messages
+    roles = [m.role for m in messages]
+    assert roles[0] == "system" and roles[-1] == "user" and roles[1:-1] == ["user", "assistant"] * 4
+    assert messages[1].content == "Input: 2 8 8 14"
+    assert messages[2].content.splitlines()[1] == "2 + 8 = 10 (left: 8 10 14)"
+    assert messages[-1].content == "Input: 4 5 6 10"
+    value = task.value(problem, ["4 + 5 = 9 (left: 6 9 10)"]).prompt.messages
+    assert (value[1].content, value[2].content.splitlines()[-1], value[-1].content) == ("10 14", "sure", "6 9 10")
+
+
+def test_the_completion_form_is_the_papers_few_shot_text(task):
+    problem = task.parse_problem("4 5 6 10")
+    text = task.propose(problem, [], 5).prompt.text
+    assert text.startswith("Input: 2 8 8 14\nPossible next steps:\n") and text.endswith("Input: 4 5 6 10\nPossible next steps:\n")
 
 
 def test_parse_proposals_extracts_step_lines_from_noisy_output_once_each(task):

@@ -27,8 +27,35 @@ SYNTHESIZER_SYSTEM = (
 )
 
 _NUMBERED = re.compile(r"^\s*(?:\d+[.):]|[-*•])\s*(.+)$")
-_SCORE = re.compile(r"(\d+(?:\.\d+)?)")
+_NUM = r"(\d+(?:\.\d+)?)"
+# How a score is written, most explicit first: "7/10", "7 out of 10", "Score: 7", then a bare number
+# that is not a step's number ("Step 2 is sound: 8" scores 8).
+_SCORE_FORMS = (
+    re.compile(_NUM + r"\s*(?:/|out of)\s*10\b", re.IGNORECASE),
+    re.compile(r"\b(?:score|rating|rate it|quality)\b\D{0,12}?" + _NUM, re.IGNORECASE),
+    re.compile(r"(?<![\d.])(?<!step )(?<!step)" + _NUM + r"(?![\d.]*\s*[)%])", re.IGNORECASE),
+)
+_ARITHMETIC = set("+-*/=×÷^")
+_STEP_LABEL = re.compile(r"^(?:\**\s*step\s*\d+\s*[:.)]\**\s*)+", re.IGNORECASE)
+_FINAL = re.compile(r"final answer|the answer is|\\boxed\{", re.IGNORECASE)
+_FINAL_HINT = "If the reasoning so far already answers the problem, reply 'Final answer: ' and the answer."
 _CHOICE = re.compile(r"(?:choice|option|step)?\s*#?(\d+)", re.IGNORECASE)
+
+
+def score_from(text: str) -> float:
+    """A 0-10 score in a reply, scaled to [0, 1]: "7/10", "7 out of 10", "Score: 7" or a bare 7; 0 if none."""
+    for form in _SCORE_FORMS:
+        for m in form.finditer(text):
+            value = float(m.group(1))
+            if value <= 10 and (form is not _SCORE_FORMS[-1] or not _in_arithmetic(text, m.start(1), m.end(1))):
+                return value / 10.0
+    return 0.0
+
+
+def _in_arithmetic(text: str, start: int, end: int) -> bool:
+    """Whether the number at text[start:end] is an operand or result ("48 / 2 = 24"), not a score."""
+    before, after = text[:start].rstrip()[-1:], text[end:].lstrip()[:1]
+    return before in _ARITHMETIC or after in _ARITHMETIC
 
 
 def _reasoning(steps: Sequence[str]) -> str:
@@ -70,7 +97,8 @@ class GeneralTask(Task[str]):
     def sample(self, problem: str, steps: Sequence[str]) -> Query:
         """One next step."""
         n = len(steps) + 1
-        user = f"Problem: {problem}\n\nReasoning so far:\n{_reasoning(steps)}\n\nGive the single best next step."
+        user = (f"Problem: {problem}\n\nReasoning so far:\n{_reasoning(steps)}\n\nGive only the single best next "
+                f"step, in one or two sentences, not the whole solution. {_FINAL_HINT}")
         text = f"Problem: {problem}\nReasoning so far:\n{_reasoning(steps)}\nStep {n}:"
         return Query(
             Prompt(text=text, messages=(Message("system", GENERATOR_SYSTEM), Message("user", user))),
@@ -78,24 +106,30 @@ class GeneralTask(Task[str]):
             stop=("\nStep", "\nProblem:", "\n\n"),
         )
 
+    def parse_sample(self, problem: str, steps: Sequence[str], text: str) -> str | None:
+        """The step, without a "Step N:" label the model wrote itself (the prompts number the steps)."""
+        text = _STEP_LABEL.sub("", text.strip()).strip()
+        return text or None
+
+    def is_terminal(self, problem: str, steps: Sequence[str]) -> bool:
+        """A step that states the final answer ends its path: later steps would only invent more."""
+        return bool(steps) and _FINAL.search(steps[-1]) is not None
+
     def value(self, problem: str, steps: Sequence[str]) -> Query:
         """A 0-10 score of the path."""
         user = f"Problem: {problem}\n\nReasoning path so far:\n{_reasoning(steps)}\n\nScore the last step from 0 to 10."
         text = f"Problem: {problem}\nReasoning:\n{_reasoning(steps)}\nQuality of the last step on a scale of 0 to 10:"
         return Query(
             Prompt(text=text, messages=(Message("system", EVALUATOR_SYSTEM), Message("user", user))),
-            max_tokens=8,
+            # A base model writes the number and stops at the line's end; an instruct model often
+            # says a few words before it ("The step is sound. Score: 7/10").
+            max_tokens=32,
             stop=("\n",),
         )
 
     def parse_value(self, problem: str, steps: Sequence[str], texts: Sequence[str]) -> float:
-        """Mean of the first number in each sample, scaled to [0, 1]; a sample without one counts 0."""
-        total = 0.0
-        for text in texts:
-            m = _SCORE.search(text)
-            if m:
-                total += min(10.0, float(m.group(1))) / 10.0
-        return total / max(1, len(texts))
+        """Mean of each sample's score on the 0-10 scale, scaled to [0, 1]; a sample without one counts 0."""
+        return sum(score_from(text) for text in texts) / max(1, len(texts))
 
     def vote(self, problem: str, steps: Sequence[str], candidates: Sequence[str]) -> Query:
         """Which candidate step is most promising."""
