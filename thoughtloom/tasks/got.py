@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
-from ..llm.types import Message, Prompt
+from ..llm.types import Prompt, few_shot_messages
 from .recursion.contract import ChildSpec, Contract, FailurePolicy
 from .recursion.hooks import Goal, Plan, RecursiveHooks, Verification
 from .base import ProblemError, Query, Task, read_input_file
@@ -99,10 +99,13 @@ def _row(path: Path, item_id: str) -> dict[str, str]:
     raise ProblemError(f"no item with ID {item_id} in {path}")
 
 
-def _query(examples: str, text: str, system: str, max_tokens: int) -> Query:
-    """A few-shot completion prompt for the base model and the same task as chat messages."""
+def _query(header: str, shots: Sequence[tuple[str, str]], ask: str, system: str, max_tokens: int) -> Query:
+    """One few-shot prompt in both forms: "Input: ... Output: ..." text for a base model, and the
+    same examples as earlier chat turns for an instruct model."""
+    examples = "".join(f"Input: {q}\nOutput: {a}\n\n" for q, a in shots)
     return Query(
-        Prompt(text=examples + text, messages=(Message("system", system), Message("user", text))),
+        Prompt(text=f"{header}\n\n{examples}Input: {ask}\nOutput:",
+               messages=few_shot_messages(system, [(f"Input: {q}", a) for q, a in shots], f"Input: {ask}")),
         max_tokens=max_tokens, stop=("\n\n", "\nInput"),
     )
 
@@ -182,10 +185,9 @@ class SortingHooks(RecursiveHooks):
     def solve_query(self, goal: Goal, attempt: int, feedback: str | None) -> Query:
         """Few-shot sorting; a retry rotates the examples so it is a new prompt, not a cached reply."""
         shots = _SORT_SHOTS[attempt % len(_SORT_SHOTS):] + _SORT_SHOTS[: attempt % len(_SORT_SHOTS)]
-        examples = "".join(f"Input: {_fmt(a)}\nOutput: {_fmt(b)}\n\n" for a, b in shots)
-        text = f"Input: {_fmt(goal.payload)}\nOutput:"
         system = "Sort the list of digits in ascending order. Reply with the sorted list only."
-        return _query("Sort each list of digits in ascending order.\n\n" + examples, text, system, 3 * len(goal.payload) + 8)
+        return _query("Sort each list of digits in ascending order.", [(_fmt(a), _fmt(b)) for a, b in shots],
+                      _fmt(goal.payload), system, 3 * len(goal.payload) + 8)
 
     def parse_result(self, goal: Goal, text: str) -> Any:
         """The first list of integers in the reply."""
@@ -200,14 +202,11 @@ class SortingHooks(RecursiveHooks):
 
     def combine_query(self, goal: Goal, plan: Plan, results: Sequence[Any], feedback: str | None) -> Query:
         """Few-shot merge of sorted lists."""
-        examples = (
-            "Merge the sorted lists into one sorted list.\n\n"
-            "Input: [0, 2, 5, 9] [1, 2, 3, 8]\nOutput: [0, 1, 2, 2, 3, 5, 8, 9]\n\n"
-            "Input: [1, 4, 4, 7] [0, 3, 6, 6]\nOutput: [0, 1, 3, 4, 4, 6, 6, 7]\n\n"
-        )
-        text = "Input: " + " ".join(_fmt(r) for r in results) + "\nOutput:"
+        shots = [("[0, 2, 5, 9] [1, 2, 3, 8]", "[0, 1, 2, 2, 3, 5, 8, 9]"),
+                 ("[1, 4, 4, 7] [0, 3, 6, 6]", "[0, 1, 3, 4, 4, 6, 6, 7]")]
         system = "Merge the sorted lists into one sorted list. Reply with the list only."
-        return _query(examples, text, system, 3 * len(goal.payload) + 8)
+        return _query("Merge the sorted lists into one sorted list.", shots, " ".join(_fmt(r) for r in results),
+                      system, 3 * len(goal.payload) + 8)
 
     def verify(self, goal: Goal, value: Any) -> Verification:
         """Exact: the GoT error count against the goal's own input."""
@@ -345,11 +344,9 @@ class IntersectionHooks(RecursiveHooks):
         shots = [([3, 8, 1, 12, 5], [5, 9, 3, 14], [3, 5]), ([20, 4, 7, 11], [11, 2, 20, 6, 7], [7, 11, 20])]
         if attempt % 2:
             shots.reverse()
-        examples = "Find the numbers that are in both sets.\n\n" + "".join(
-            f"Input: {_fmt(a)} {_fmt(b)}\nOutput: {_fmt(c)}\n\n" for a, b, c in shots)
-        text = f"Input: {_fmt(self.problem.first)} {_fmt(goal.payload)}\nOutput:"
-        return _query(examples, text, "List the numbers that are in both sets. Reply with the list only.",
-                      3 * len(goal.payload) + 8)
+        return _query("Find the numbers that are in both sets.", [(f"{_fmt(a)} {_fmt(b)}", _fmt(c)) for a, b, c in shots],
+                      f"{_fmt(self.problem.first)} {_fmt(goal.payload)}",
+                      "List the numbers that are in both sets. Reply with the list only.", 3 * len(goal.payload) + 8)
 
     def parse_result(self, goal: Goal, text: str) -> Any:
         """The first list of integers (an empty list counts)."""
@@ -475,13 +472,10 @@ class KeywordHooks(RecursiveHooks):
 
     def solve_query(self, goal: Goal, attempt: int, feedback: str | None) -> Query:
         """Few-shot counting of country names as JSON."""
-        examples = (
-            "Count how often each country is mentioned. Reply with JSON.\n\n"
-            "Input: Anna flew from Spain to Italy, then back to Spain.\nOutput: {\"Spain\": 2, \"Italy\": 1}\n\n"
-            "Input: The treaty between Japan and Peru was signed in Peru.\nOutput: {\"Japan\": 1, \"Peru\": 2}\n\n"
-        )
-        text = f"Input: {goal.payload}\nOutput:"
-        return _query(examples, text, "Count how often each country is mentioned. Reply with a JSON object only.", 120)
+        shots = [("Anna flew from Spain to Italy, then back to Spain.", '{"Spain": 2, "Italy": 1}'),
+                 ("The treaty between Japan and Peru was signed in Peru.", '{"Japan": 1, "Peru": 2}')]
+        return _query("Count how often each country is mentioned. Reply with JSON.", shots, str(goal.payload),
+                      "Count how often each country is mentioned. Reply with a JSON object only.", 120)
 
     def parse_result(self, goal: Goal, text: str) -> Any:
         """The first JSON object of counts."""
