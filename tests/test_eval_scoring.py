@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from fractions import Fraction
 from pathlib import Path
 
 import pytest
 
 from thoughtloom.eval.datasets import DATASETS, DataError, find_data_dir, load_dataset
 from thoughtloom.eval.scoring import (
+    final_number,
     score_game24,
     score_gsm8k,
     score_keyword_counting,
@@ -46,6 +48,42 @@ def test_gsm8k_exact_match_of_the_final_number() -> None:
     assert score_gsm8k("#### 1,200", "The answer is 1200").solved
     assert not score_gsm8k(gold, "The answer is 71.").solved
     assert not score_gsm8k(gold, None).solved
+
+
+# Replies in the shapes Qwen2.5-Coder-0.5B-Instruct writes to GSM8K questions (the first two verbatim).
+INSTRUCT_REPLIES = [
+    ("...Thus, the total number of clips Natalia sold altogether in April and May is:\n\\[ \\boxed{72} \\]", 72),
+    ("The answer is 18.", 18),
+    ("Janet earns 16 - 3 - 4 = 9 eggs a day to sell, 9 * 2 = 18 dollars.\n\nThe answer is: **18** dollars", 18),
+    ("The total cost is 1,000 + 80 = 1,080 dollars.\n\n\\[\n\\boxed{\\$1,080}\n\\]", 1080),
+    ("So she has 72 apples left, 24 fewer than before.\n\nAnswer: 72 apples.", 72),
+    ("48 / 2 = 24 in May, 48 + 24 = 72 in all.\n#### 72", 72),
+    ("### Step 1: May\n48 / 2 = 24\n### Step 2: total\n48 + 24 = 72\n\nThe final answer is $72.", 72),
+    ("The answer is 48 + 24 = 72 clips (48 in April and 24 in May).", 72),
+    ("The discount is 25%, so the answer is 25%.", 25),
+    ("He needs 1,200 bricks in total.", 1200),
+    ("The final answer is \\(\\boxed{0.5}\\) hours.", 0.5),
+]
+
+
+@pytest.mark.parametrize(("reply", "number"), INSTRUCT_REPLIES)
+def test_gsm8k_final_number_reads_instruct_model_replies(reply: str, number: float) -> None:
+    assert final_number(reply) == Fraction(str(number))
+
+
+def test_gsm8k_gold_lines_parse_as_before() -> None:
+    assert final_number("Natalia sold 48/2 = <<48/2=24>>24 clips in May.\n#### 72") == 72
+    assert final_number("#### 1,200") == 1200 and final_number("#### -3") == -3 and final_number("72") == 72
+
+
+def test_gsm8k_a_markdown_heading_is_not_the_answer_marker() -> None:
+    assert final_number("#### Step 1: the clips in May\n48 / 2 = 24\nIn all, 48 + 24 = 72") == 72
+
+
+@needs_data
+async def test_gsm8k_boxed_instruct_reply_scores_against_the_data_gold() -> None:
+    ds = load_dataset("gsm8k", DATA)
+    assert (await ds.score(ds.problems[0], INSTRUCT_REPLIES[0][0])).solved  # Natalia's clips: 72
 
 
 def test_sorting_errors_count_differences_and_inversions_and_unparsable_is_300() -> None:

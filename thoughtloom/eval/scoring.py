@@ -17,7 +17,12 @@ SET_INTERSECTION_UNPARSABLE = 1000
 KEYWORD_COUNTING_INVALID = 100
 
 _LIST = re.compile(r"\[([^\[\]]*)\]")
-_NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?")
+_NUMBER = re.compile(r"-?(?:\d[\d,]*(?:\.\d+)?|\.\d+)")
+# GSM8K's own answer line ("#### 72"): a number right after the marks, not a "#### Step 1" heading.
+_HASHES = re.compile(r"####[ \t]*\$?[ \t]*(-?(?:\d[\d,]*(?:\.\d+)?|\.\d+))")
+_ANSWER_PHRASE = re.compile(r"answer[ \t]*(?:is\b[ \t]*:?|:)", re.IGNORECASE)
+# \boxed{...} with one level of nested braces inside (\boxed{\frac{1}{2}}, \boxed{\text{72}}).
+_BOXED = re.compile(r"\\boxed\s*\{((?:[^{}]|\{[^{}]*\})*)\}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,17 +41,32 @@ def score_game24(numbers: Sequence[int], answer: str | None) -> Score:
 
 
 def final_number(text: str | None) -> Fraction | None:
-    """The answer's final number: after '####' or 'The answer is' if present, else the last number."""
+    """The answer's number: after the last '#### ', else in the last \\boxed{}, else after the last
+    'answer is' / 'Answer:', else the last number; '$', '%', units, commas and a final period ignored."""
     if not text:
         return None
-    for marker in ("####", "answer is", "Answer:"):
-        idx = text.rfind(marker)
-        if idx >= 0:
-            found = _NUMBER.findall(text[idx + len(marker):])
-            if found:
-                return _to_fraction(found[0])
+    hashes = _HASHES.findall(text)
+    if hashes:
+        return _to_fraction(hashes[-1])
+    boxes = [m.group(1) for m in _BOXED.finditer(text)]
+    phrases = [text[m.end():] for m in _ANSWER_PHRASE.finditer(text)]
+    # Boxes first (an instruct model boxes its final result), then phrases; the last one of each first.
+    for segment in [*reversed(boxes), *reversed(phrases)]:
+        value = _stated_number(segment)
+        if value is not None:
+            return value
     found = _NUMBER.findall(text)
     return _to_fraction(found[-1]) if found else None
+
+
+def _stated_number(segment: str) -> Fraction | None:
+    """The number a marked answer states: on the first line that has one, after its last '='
+    ("The answer is 48 + 24 = 72 clips" states 72), the first number there."""
+    for line in segment.splitlines():
+        found = _NUMBER.findall(line.split("=")[-1]) or _NUMBER.findall(line)
+        if found:
+            return _to_fraction(found[0])
+    return None
 
 
 def _to_fraction(token: str) -> Fraction | None:
