@@ -52,7 +52,7 @@ def test_bench_prints_a_table_and_writes_json_csv_and_png(server: FakeOpenAIServ
     # Puzzle rank 1 is "1 1 4 6": io answers it right, everything else is wrong.
     server.responder = completions({"1 1 4 6": " 1 * 1 * 4 * 6 = 24"})
     out = tmp_path / "run"
-    code = main(bench_args(server, out, "--lanes", "io,cot,cot_sc", "--limit", "3", "--budget-tokens", "1000"))
+    code = main(bench_args(server, out, "--lanes", "io,cot,cot_sc", "--limit", "3", "--budget-tokens", "2000"))
     printed = capsys.readouterr().out
     assert code == 0
     assert "### game24" in printed and "| io | 3 | 1/3 = 33% [" in printed and "| cot_sc | 3 |" in printed
@@ -106,7 +106,7 @@ def test_a_killed_bench_resumes_without_redoing_finished_problems(server: FakeOp
     server.responder = completions({}, delay_s=0.15)
     out = tmp_path / "run"
     cmd = [sys.executable, "-m", "thoughtloom", *bench_args(server, out, "--lanes", "io,cot", "--limit", "6",
-                                                            "--budget-tokens", "1000", "--no-plot")]
+                                                            "--budget-tokens", "2000", "--no-plot")]
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     results = out / "results.jsonl"
     deadline = time.monotonic() + 60

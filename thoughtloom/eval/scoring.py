@@ -23,6 +23,15 @@ _HASHES = re.compile(r"####[ \t]*\$?[ \t]*(-?(?:\d[\d,]*(?:\.\d+)?|\.\d+))")
 _ANSWER_PHRASE = re.compile(r"answer[ \t]*(?:is\b[ \t]*:?|:)", re.IGNORECASE)
 # \boxed{...} with one level of nested braces inside (\boxed{\frac{1}{2}}, \boxed{\text{72}}).
 _BOXED = re.compile(r"\\boxed\s*\{((?:[^{}]|\{[^{}]*\})*)\}")
+_FRAC = re.compile(r"\\[dt]?frac\s*\{([^{}]*)\}\s*\{([^{}]*)\}")
+_LATEX_TEXT = re.compile(r"\\(?:text|textbf|mathrm|mathbf)\s*\{([^{}]*)\}")
+_LATEX = {"\\times": "*", "\\cdot": "*", "\\div": "/", "\\left": "", "\\right": "", "\\$": "$", "\\%": "%",
+          "\\[": "", "\\]": "", "\\(": "", "\\)": "", "\u00d7": "*", "\u00f7": "/", "\u2212": "-"}
+_EMPHASIS = re.compile(r"\*\*|__|`")
+# Headings, bullets and list numbers ("2. 4 * 6 = 24"; a decimal has no space after its point).
+_LINE_MARKS = re.compile(r"^[ \t]*(?:#{1,6}[ \t]+|[-*\u2022][ \t]+|\d{1,2}[.)][ \t]+)", re.MULTILINE)
+# A line opening with the answer's marker: "Answer:", "Final answer:", "The answer is", "Output:".
+_MARKER = r"^[ \t]*(?:the[ \t]+)?(?:final[ \t]+)?(?:{words})[ \t]*(?:is[ \t]*:?|:)[ \t]*"
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,6 +40,29 @@ class Score:
 
     solved: bool
     errors: float | None = None
+
+
+def plain(reply: str) -> str:
+    """A reply without the decoration instruct models add (LaTeX boxes, fractions and delimiters,
+    markdown emphasis, code ticks, heading, bullet and list-number marks, dollar signs); few-shot
+    base-model replies have none, so they pass unchanged."""
+    text = _BOXED.sub(r"\1", reply)
+    text = _FRAC.sub(r"(\1)/(\2)", text)
+    text = _LATEX_TEXT.sub(r"\1", text)
+    for latex, same in _LATEX.items():
+        text = text.replace(latex, same)
+    text = _LINE_MARKS.sub("", _EMPHASIS.sub("", text))
+    return text.replace("$", "")
+
+
+def after_marker(text: str | None, words: str = "answer") -> str | None:
+    """What follows the last line opening with a marker (`Answer:`, `The final answer is`): the rest
+    of that line and the lines below it (a chat model may put the answer under a bare marker)."""
+    if not text:
+        return None
+    found = list(re.finditer(_MARKER.format(words=words), text, re.IGNORECASE | re.MULTILINE))
+    rest = text[found[-1].end():].strip() if found else ""
+    return rest or None
 
 
 def score_game24(numbers: Sequence[int], answer: str | None) -> Score:
