@@ -16,7 +16,7 @@ from thoughtloom.eval.scoring import (
     score_set_intersection,
     score_sorting,
 )
-from thoughtloom.eval.stats import median, median_ci, wilson
+from thoughtloom.eval.stats import mean_ci, median, median_ci, wilson
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 needs_data = pytest.mark.skipif(not (DATA / "game24").is_dir(), reason=f"benchmark data not found at {DATA}")
@@ -108,6 +108,14 @@ def test_keyword_counting_sums_count_differences_and_invalid_json_is_100() -> No
     s = score_keyword_counting(gold, 'Output: {"Norway": 1, "Sweden": 1, "Peru": 2}')
     assert (s.solved, s.errors) == (False, 1 + 1 + 2)  # Norway off by 1, Canada missing, Peru extra x2
     assert score_keyword_counting(gold, "{not json").errors == 100
+
+
+def test_mean_interval_is_a_reproducible_bootstrap_inside_the_data_range() -> None:
+    values = [0.0] * 10 + [1.0] * 8 + [0.5] * 2
+    lo, hi = mean_ci(values)
+    assert 0.0 <= lo < 0.45 < hi <= 1.0 and hi - lo < 0.5
+    assert mean_ci(values) == (lo, hi)  # fixed seed
+    assert mean_ci([0.4, 0.4]) == (0.4, 0.4) and mean_ci([]) is None
 
 
 def test_wilson_interval_matches_known_values_and_stays_in_bounds() -> None:

@@ -36,10 +36,12 @@ _MARKER = r"^[ \t]*(?:the[ \t]+)?(?:final[ \t]+)?(?:{words})[ \t]*(?:is[ \t]*:?|
 
 @dataclass(frozen=True, slots=True)
 class Score:
-    """One answer's verdict: solved, and for the GoT tasks the error count (lower is better)."""
+    """One answer's verdict: solved, for the GoT tasks the error count (lower is better), for
+    HotpotQA the answer F1 (solved is then the exact match)."""
 
     solved: bool
     errors: float | None = None
+    f1: float | None = None
 
 
 def plain(reply: str) -> str:
