@@ -141,6 +141,43 @@ def test_workers_split_the_problems_between_processes(server: FakeOpenAIServer, 
     assert len(server.seen) == 4  # each problem once, across both processes
 
 
+#: HotpotQA's first three dev questions -> an instruct model's reply: right, half right, wrong.
+HOTPOT_REPLIES = {
+    "Were Scott Derrickson and Ed Wood of the same nationality?":
+        "Scott Derrickson is American, and Ed Wood was American too.\n\nAnswer: Yes.",
+    "What government position was held by the woman who portrayed Corliss Archer in the film Kiss and Tell?":
+        "Shirley Temple played Corliss Archer.\n\n**Answer:** Chief of Protocol of the United States",
+    "What science fantasy young adult series, told in first person, has a set of companion books narrating the "
+    "stories of enslaved worlds and alien species?": "Answer: Harry Potter",
+}
+
+
+def hotpot_chat(seen: Seen) -> Reply:
+    """Chat replies chosen by the question on the last line of the last user message."""
+    question = seen.body["messages"][-1]["content"].rsplit("Question: ", 1)[-1]
+    text = HOTPOT_REPLIES.get(question, "Answer: unknown")
+    choices = [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}]
+    return Reply(200, {"id": "x", "object": "chat.completion", "created": 0, "model": "m", "choices": choices,
+                       "usage": {"prompt_tokens": 900, "completion_tokens": 20, "total_tokens": 920}})
+
+
+def test_bench_hotpotqa_reports_em_and_mean_f1_from_a_chat_model(server: FakeOpenAIServer, tmp_path: Path,
+                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    server.responder = hotpot_chat
+    out = tmp_path / "run"
+    code = main(["bench", "--tasks", "hotpotqa", "--lanes", "io,cot", "--model", f"openai-compatible:{server.url}@m",
+                 "--data-dir", str(DATA), "--out", str(out), "--select", "first", "--limit", "3",
+                 "--budget-tokens", "20000", "--quiet", "--no-plot"])
+    printed = capsys.readouterr().out
+    assert code == 0
+    # EM: 1 of 3; F1: (1 + 2/3 + 0) / 3 = 0.56
+    assert "| lane | n | EM [95% CI] | mean F1 [95% CI] | any@k |" in printed
+    assert "| io | 3 | 1/3 = 33% [" in printed and "| cot | 3 | 1/3 = 33% [" in printed and "| 0.56 [" in printed
+    rows = list(csv.DictReader((out / "summary.csv").open()))
+    assert [(r["lane"], r["metric"], r["mean_f1"]) for r in rows] == [("io", "f1", "0.5556"), ("cot", "f1", "0.5556")]
+    assert all(s.path.endswith("/chat/completions") for s in server.seen) and len(server.seen) == 6
+
+
 @pytest.mark.local_model
 def test_embedded_model_bench_two_puzzles_io_and_cot(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "run"

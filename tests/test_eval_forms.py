@@ -12,8 +12,9 @@ import pytest
 from openai_server import FakeOpenAIServer, Reply, Seen
 
 from thoughtloom.eval.datasets import DATASETS, Dataset, Problem
-from thoughtloom.eval.lanes import run_lane
+from thoughtloom.eval.lanes import LaneError, check_lane, run_lane
 from thoughtloom.eval.prompts import PROMPTS, answer_from, own_turn
+from thoughtloom.eval.runner import BenchOptions, build_protocol
 from thoughtloom.llm.budget import BudgetLimits
 from thoughtloom.llm.fake import ScriptedBackend
 from thoughtloom.llm.types import Message
@@ -24,6 +25,9 @@ OLD_TEXT = json.loads((Path(__file__).parent / "fixtures" / "bench_completion_pr
 NATALIA = ("Natalia sold clips to 48 of her friends in April, and then she sold half as many clips in May. "
            "How many clips did Natalia sell altogether in April and May?")
 COUNTRIES = "Maria flew from Peru to Chile, and her heart stayed in Peru."
+HOTPOT = ("Lake Orra: Lake Orra is a lake in the Vell valley. The town of Brisk lies on its northern shore.\n"
+          "Brisk: Brisk is a town founded in 1790 by Ada Venn.\n"
+          "Question: Who founded the town on the northern shore of Lake Orra?")
 
 #: family -> (data set, problem in its loader's form)
 PROBLEMS: dict[str, tuple[str, Problem]] = {
@@ -34,6 +38,7 @@ PROBLEMS: dict[str, tuple[str, Problem]] = {
         "0", "[3, 14, 7, 22] [22, 1, 3]", "Set 1: [3, 14, 7, 22]\nSet 2: [22, 1, 3]",
         {"set1": [3, 14, 7, 22], "set2": [22, 1, 3], "intersection": [3, 22]})),
     "keyword_counting": ("keyword_counting", Problem("0", COUNTRIES, COUNTRIES, ["Peru", "Chile", "Peru"])),
+    "hotpotqa": ("hotpotqa", Problem("0", HOTPOT, HOTPOT, "Ada Venn")),
 }
 
 # Realistic instruct-model replies (the shapes Qwen2.5-Coder-0.5B-Instruct writes): reasoning first,
@@ -45,6 +50,7 @@ CHAT_IO = {
     "sorting": "Here is the list sorted in ascending order:\n\n```\n[1, 1, 2, 3]\n```",
     "set_intersection": "The numbers that appear in both sets are 3 and 22.\n\nOutput: [3, 22]",
     "keyword_counting": '```json\n{\n  "Peru": 2,\n  "Chile": 1\n}\n```',
+    "hotpotqa": "The town on the northern shore of Lake Orra is Brisk, which Ada Venn founded.\n\nAnswer: Ada Venn",
 }
 CHAT_COT = {
     "game24": "Let's combine the numbers two at a time.\n\nSteps:\n1. 1 * 1 = 1 (left: 1 4 6)\n"
@@ -61,6 +67,8 @@ CHAT_COT = {
                         "- 7 is not in Set 2\n- 22 is in Set 2\n\nIn both: 3, 22\n\nOutput: `[3, 22]`",
     "keyword_counting": "The countries, in the order they appear: Peru, Chile, Peru.\n\nOutput:\n```json\n"
                         '{"Peru": 2, "Chile": 1}\n```',
+    "hotpotqa": "Lake Orra's northern shore has the town of Brisk.\nBrisk was founded in 1790 by Ada Venn.\n\n"
+                "**Answer:** Ada Venn.",
 }
 CHAT_COT_WRONG = {
     "game24": "Steps:\n1 + 1 = 2 (left: 2 4 6)\n2 + 4 = 6 (left: 6 6)\n6 * 6 = 36 (left: 36)\n\n"
@@ -69,6 +77,7 @@ CHAT_COT_WRONG = {
     "sorting": "Counts: 1:1 2:1 3:1\n\nOutput: [1, 2, 3]",
     "set_intersection": "Only 3 is in both sets.\n\nOutput: [3]",
     "keyword_counting": 'Countries: Peru, Chile\n\nOutput: {"Peru": 1, "Chile": 1}',
+    "hotpotqa": "Answer: Brisk",
 }
 # React: the first turn goes on past its action and invents the calculator's result.
 CHAT_REACT = {
@@ -132,6 +141,19 @@ async def test_each_sampling_lane_sends_the_unchanged_completion_text_and_chat_m
     assert prompt.messages[-1] == Message("user", getattr(PROMPTS[family], shots).ask.format(input=problem.shown))
 
 
+@pytest.mark.parametrize(("lane", "params"), SAMPLING)
+async def test_hotpotqa_lanes_send_a_completion_prompt_ending_at_the_cue_and_chat_messages(
+        lane: str, params: dict[str, Any]) -> None:
+    ds, problem = dataset("hotpotqa")
+    fake = ScriptedBackend(default="Answer: x")
+    await run_lane(lane, ds, problem, fake, BudgetLimits(tokens=50_000), params=params, temperature=0.7, seed=1)
+    prompt = fake.calls[0].prompt
+    cue = "\nAnswer:" if lane == "io" else "\nReasoning:"
+    assert prompt.text is not None and prompt.text.endswith(HOTPOT + cue)
+    assert prompt.messages is not None and "`Answer: SPAN`" in prompt.messages[0].content
+    assert prompt.messages[-1] == Message("user", HOTPOT)
+
+
 def test_chat_examples_are_the_completion_examples_as_turns() -> None:
     messages = PROMPTS["gsm8k"].prompt(PROMPTS["gsm8k"].io, "How many?").messages
     assert messages is not None
@@ -142,7 +164,7 @@ def test_chat_examples_are_the_completion_examples_as_turns() -> None:
 # --- a realistic chat reply is read and scored through the real lane code -------------------------
 
 
-@pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.parametrize("family", [*FAMILIES, "hotpotqa"])
 @pytest.mark.parametrize(("lane", "params"), SAMPLING)
 async def test_each_sampling_lane_scores_a_realistic_chat_reply_from_the_chat_endpoint(
         lane: str, params: dict[str, Any], family: str, server: FakeOpenAIServer, backend_for: Any) -> None:
@@ -192,6 +214,16 @@ def test_own_turn_ends_before_the_first_result_line() -> None:
     assert own_turn(" add.\nCalculate: 1 + 2") == " add.\nCalculate: 1 + 2"
 
 
+def test_react_is_left_out_of_hotpotqa_with_its_reason() -> None:
+    ds, _ = dataset("hotpotqa")
+    with pytest.raises(LaneError, match="react needs a tool for hotpotqa") as reason:
+        check_lane("react", ds)
+    game24, _ = dataset("game24")
+    proto = build_protocol(BenchOptions(tasks=["game24", "hotpotqa"], lanes=["io", "react"], model="fake:scripted",
+                                        limit=1), {"game24": game24, "hotpotqa": ds})
+    assert proto.not_applicable == {"hotpotqa": {"react": str(reason.value)}}
+
+
 # --- base-model replies read exactly as before ---------------------------------------------------
 
 
@@ -215,3 +247,13 @@ def test_a_cot_reply_without_any_answer_still_has_none() -> None:
     assert answer_from(PROMPTS["game24"], "1 + 1 = 2 (left: 2 4 6)\nI give up", cot=True) is None
     assert answer_from(PROMPTS["sorting"], "Counts: 0:1 1:2", cot=True) is None
 
+
+async def test_tot_on_hotpotqa_runs_the_general_task_and_scores_its_synthesis() -> None:
+    ds, problem = dataset("hotpotqa")
+    fake = ScriptedBackend(default="7")
+    fake.on("Final answer:", "Brisk was founded by Ada Venn.\nAnswer: Ada Venn")
+    outcome, _ = await run_lane("tot", ds, problem, fake, BudgetLimits(tokens=50_000), params={}, temperature=0.7,
+                                seed=1)
+    assert HOTPOT in fake.calls[0].prompt.as_text()  # the paragraphs and the question are the problem
+    score = await ds.score(problem, outcome.answer)
+    assert (score.solved, score.f1) == (True, 1.0)

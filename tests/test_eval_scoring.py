@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from fractions import Fraction
 from pathlib import Path
 
@@ -10,8 +11,13 @@ import pytest
 from thoughtloom.eval.datasets import DATASETS, DataError, find_data_dir, load_dataset
 from thoughtloom.eval.scoring import (
     final_number,
+    hotpot_em,
+    hotpot_f1,
+    hotpot_span,
+    normalize_answer,
     score_game24,
     score_gsm8k,
+    score_hotpotqa,
     score_keyword_counting,
     score_set_intersection,
     score_sorting,
@@ -108,6 +114,84 @@ def test_keyword_counting_sums_count_differences_and_invalid_json_is_100() -> No
     s = score_keyword_counting(gold, 'Output: {"Norway": 1, "Sweden": 1, "Peru": 2}')
     assert (s.solved, s.errors) == (False, 1 + 1 + 2)  # Norway off by 1, Canada missing, Peru extra x2
     assert score_keyword_counting(gold, "{not json").errors == 100
+
+
+@pytest.mark.parametrize(
+    ("text", "normalized"),
+    [("The Beatles", "beatles"), ("a  Tale of Two Cities!", "tale of two cities"), ("U.S.A.", "usa"),
+     ("Greenwich Village, New York City", "greenwich village new york city"), ("An apple", "apple")],
+)
+def test_hotpotqa_normalization_is_the_official_one(text: str, normalized: str) -> None:
+    assert normalize_answer(text) == normalized
+
+
+def test_hotpotqa_exact_match_ignores_case_punctuation_and_articles() -> None:
+    assert hotpot_em("the Chief of Protocol.", "Chief of Protocol")
+    assert not hotpot_em("Chief of Protocol of the United States", "Chief of Protocol")
+
+
+def test_hotpotqa_f1_counts_shared_tokens() -> None:
+    # prediction: chief of protocol of united states (6 tokens), gold: chief of protocol (3); 3 shared
+    assert hotpot_f1("Chief of Protocol of the United States", "Chief of Protocol") == pytest.approx(2 / 3)
+    assert hotpot_f1("Harry Potter", "Animorphs") == 0.0
+
+
+@pytest.mark.parametrize(("prediction", "gold"), [("yes", "no"), ("no", "yes"), ("yes, both are", "yes"),
+                                                  ("yes", "yes sir"), ("noanswer", "no answer")])
+def test_hotpotqa_f1_is_zero_when_yes_no_or_noanswer_differ(prediction: str, gold: str) -> None:
+    assert hotpot_f1(prediction, gold) == 0.0
+
+
+def test_hotpotqa_yes_matches_yes_fully() -> None:
+    assert hotpot_f1("Yes.", "yes") == 1.0 and hotpot_em("Yes.", "yes")
+
+
+def test_hotpotqa_span_is_the_marked_answer_else_the_whole_text() -> None:
+    assert hotpot_span("Both were American.\n\n**Answer:** yes") == "yes"
+    assert hotpot_span("Answer:\nChief of Protocol\nbecause ...") == "Chief of Protocol"
+    assert hotpot_span("Shirley Temple was\nChief of Protocol.") == "Shirley Temple was Chief of Protocol."
+    assert hotpot_span(None) == ""
+
+
+def test_hotpotqa_score_is_em_as_solved_with_the_f1() -> None:
+    s = score_hotpotqa("Chief of Protocol", "Answer: Chief of Protocol of the United States")
+    assert (s.solved, s.f1) == (False, pytest.approx(2 / 3))
+    assert score_hotpotqa("yes", "Answer: Yes.") == score_hotpotqa("yes", "yes")
+    assert score_hotpotqa("yes", None).f1 == 0.0
+
+
+@needs_data
+def test_hotpotqa_loads_50_questions_each_with_its_own_ten_paragraphs() -> None:
+    ds = load_dataset("hotpotqa", DATA)
+    assert len(ds.problems) == 50 and [p.id for p in ds.problems[:2]] == ["0", "1"]
+    p = ds.problems[0]
+    lines = p.shown.splitlines()
+    assert len(lines) == 11 and lines[-1] == "Question: Were Scott Derrickson and Ed Wood of the same nationality?"
+    assert lines[1].startswith("Scott Derrickson: Scott Derrickson (born July 16, 1966) is an American director, "
+                               "screenwriter and producer. He lives in Los Angeles, California.")
+    assert p.gold == "yes" and p.text == p.shown
+
+
+@needs_data
+async def test_hotpotqa_scores_its_own_gold_as_solved_with_f1_one() -> None:
+    ds = load_dataset("hotpotqa", DATA)
+    score = await ds.score(ds.problems[1], f"Answer: {ds.problems[1].gold}")
+    assert score.solved and score.f1 == 1.0
+
+
+def test_hotpotqa_file_that_is_not_a_list_is_a_one_line_error(tmp_path: Path) -> None:
+    (tmp_path / "hotpotqa").mkdir()
+    (tmp_path / "hotpotqa" / "hotpot_dev_distractor_first50.json").write_text('{"question": "q"}')
+    with pytest.raises(DataError, match="cannot read .*expected a JSON list of questions"):
+        load_dataset("hotpotqa", tmp_path)
+
+
+def test_hotpotqa_reads_the_official_files_context_layout_too(tmp_path: Path) -> None:
+    (tmp_path / "hotpotqa").mkdir()
+    row = {"question": "Who?", "answer": "Ada", "context": [["Brisk", ["Brisk was founded by Ada.", " In 1790."]]]}
+    (tmp_path / "hotpotqa" / "hotpot_dev_distractor_first50.json").write_text(json.dumps([row]))
+    shown = load_dataset("hotpotqa", tmp_path).problems[0].shown
+    assert shown == "Brisk: Brisk was founded by Ada. In 1790.\nQuestion: Who?"
 
 
 def test_mean_interval_is_a_reproducible_bootstrap_inside_the_data_range() -> None:

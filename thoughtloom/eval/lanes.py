@@ -25,7 +25,7 @@ from ..search.stop import StopReason
 from ..tasks.arith import ExpressionError, evaluate, fmt
 from .datasets import Dataset, Problem
 from .prompts import PROMPTS, answer_from, calculator_call, own_turn
-from .scoring import final_number, parse_counts, parse_int_list, plain
+from .scoring import final_number, hotpot_span, normalize_answer, parse_counts, parse_int_list, plain
 
 SAMPLING_LANES = ("io", "cot", "cot_sc", "best_of_n", "react")
 #: Search lanes and the engine strategy each runs (recursive: only when that strategy is registered).
@@ -295,6 +295,8 @@ def answer_key(dataset: Dataset, answer: str | None) -> Any:
     if family == "keyword_counting":
         counts = parse_counts(answer)
         return tuple(sorted(counts.items())) if counts is not None else None
+    if family == "hotpotqa":
+        return normalize_answer(hotpot_span(answer)) or None
     return "\n".join(line.rstrip() for line in answer.strip().splitlines())
 
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 from ..llm.types import Message, Prompt
 from ..tasks.arith import ExpressionError, evaluate
-from .scoring import after_marker, parse_counts, parse_int_list, plain
+from .scoring import after_marker, hotpot_span, parse_counts, parse_int_list, plain
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,6 +163,14 @@ _KEYWORD = (
             ' France, Japan, France, Brazil\nOutput: {"France": 2, "Japan": 1, "Brazil": 1}'),
 )
 
+# Invented (no data set question is like it): HotpotQA contexts are long, so one short example.
+_HOTPOT = (
+    Example("Harbor Light: Harbor Light is a lighthouse in Port Ellis. It was designed by Mara Quill.\n"
+            "Mara Quill: Mara Quill was a Scottish engineer born in 1841.\n"
+            "Question: In which year was the designer of Harbor Light born?", " 1841",
+            " Harbor Light was designed by Mara Quill, who was born in 1841.\nAnswer: 1841"),
+)
+
 _REACT_TURNS = ("Work in turns: write one `Thought:` line and one `Calculate: EXPRESSION` line, then stop; "
                 "the calculator replies `Result: N`.")
 
@@ -213,6 +221,17 @@ PROMPTS: dict[str, PromptFamily] = {
               "output JSON.\n", "Text: {input}", "\nCountries:", "\n",
               'End with a final line `Output: {"Country": count, ...}`.'),
         None, ("\nText:", "\n\n"), ("\nText:", "\n\n"), 256, 512, "Output:"),
+    "hotpotqa": PromptFamily(
+        "hotpotqa", _HOTPOT,
+        Shots("io", "Answer the question from the paragraphs with a short span.\n", "{input}", "\nAnswer:", "\n\n",
+              "Reply with one line: `Answer: SPAN`, where SPAN is a few words copied from the paragraphs, or yes "
+              "or no."),
+        Shots("cot", "Answer the question from the paragraphs. Reason briefly, then give a short span.\n", "{input}",
+              "\nReasoning:", "\n\n",
+              "Reason briefly about which paragraphs answer it, then end with a final line `Answer: SPAN`, where "
+              "SPAN is a few words copied from the paragraphs, or yes or no."),
+        # io: the span is one line, and a base model would go on to write the next paragraph.
+        None, ("\n",), ("\n\n", "\nQuestion:"), 48, 320, "Answer:"),
 }
 
 
@@ -286,6 +305,12 @@ def _find_counts(reply: str) -> str | None:
     return None if counts is None else "Output: " + json.dumps(counts, ensure_ascii=False)
 
 
+def _find_span(reply: str) -> str | None:
+    """The span on the last 'Answer:' line (HotpotQA)."""
+    span = hotpot_span(reply) if after_marker(plain(reply)) else None
+    return f"Answer: {span}" if span else None
+
+
 @dataclass(frozen=True, slots=True)
 class _Reading:
     """How a family's answers are read: when the completion form's answer stands, and where else to look."""
@@ -303,6 +328,8 @@ _READINGS: dict[str, _Reading] = {
     "sorting": _Reading(lambda a, cot: parse_int_list(a) is not None, _find_list),
     "set_intersection": _Reading(lambda a, cot: parse_int_list(a) is not None, _find_list),
     "keyword_counting": _Reading(lambda a, cot: parse_counts(a) is not None, _find_counts),
+    # A span has no shape to check: the marked one wins, else the completion form's first line.
+    "hotpotqa": _Reading(lambda a, cot: False, _find_span),
 }
 
 

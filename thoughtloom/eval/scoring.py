@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import string
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -179,3 +180,50 @@ def score_keyword_counting(gold: Sequence[str], answer: str | None) -> Score:
     want = Counter(gold)
     errors = sum(abs(want.get(c, 0) - out.get(c, 0)) for c in set(want) | set(out))
     return Score(errors == 0, errors)
+
+
+#: Answers the official HotpotQA F1 never gives partial credit.
+_CLOSED_ANSWERS = ("yes", "no", "noanswer")
+_PUNCTUATION = frozenset(string.punctuation)
+
+
+def normalize_answer(text: str) -> str:
+    """The official HotpotQA normalization: lowercase, drop punctuation, drop a/an/the, collapse whitespace."""
+    text = "".join(ch for ch in text.lower() if ch not in _PUNCTUATION)
+    text = re.sub(r"\b(a|an|the)\b", " ", text)
+    return " ".join(text.split())
+
+
+def hotpot_em(prediction: str, gold: str) -> bool:
+    """Official answer exact match: the normalized strings are equal."""
+    return normalize_answer(prediction) == normalize_answer(gold)
+
+
+def hotpot_f1(prediction: str, gold: str) -> float:
+    """Official answer F1 over normalized whitespace tokens; 0 if yes / no / noanswer is on a side and they differ."""
+    pred, want = normalize_answer(prediction), normalize_answer(gold)
+    if (pred in _CLOSED_ANSWERS or want in _CLOSED_ANSWERS) and pred != want:
+        return 0.0
+    pred_tokens, want_tokens = pred.split(), want.split()
+    same = sum((Counter(pred_tokens) & Counter(want_tokens)).values())
+    if same == 0:
+        return 0.0
+    precision, recall = same / len(pred_tokens), same / len(want_tokens)
+    return 2 * precision * recall / (precision + recall)
+
+
+def hotpot_span(answer: str | None) -> str:
+    """The span an answer gives: the rest of its last 'Answer:' line, else the whole text (a search
+    lane's free-text synthesis), on one line."""
+    if not answer:
+        return ""
+    text = plain(answer)
+    marked = after_marker(text)
+    span = marked.splitlines()[0] if marked else text
+    return " ".join(span.split())
+
+
+def score_hotpotqa(gold: str, answer: str | None) -> Score:
+    """Official HotpotQA answer EM (solved) and F1 of the answer's span."""
+    span = hotpot_span(answer)
+    return Score(bool(span) and hotpot_em(span, gold), f1=hotpot_f1(span, gold) if span else 0.0)
