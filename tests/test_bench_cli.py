@@ -52,7 +52,7 @@ def test_bench_prints_a_table_and_writes_json_csv_and_png(server: FakeOpenAIServ
     # Puzzle rank 1 is "1 1 4 6": io answers it right, everything else is wrong.
     server.responder = completions({"1 1 4 6": " 1 * 1 * 4 * 6 = 24"})
     out = tmp_path / "run"
-    code = main(bench_args(server, out, "--lanes", "io,cot,cot_sc", "--limit", "3", "--budget-tokens", "1000"))
+    code = main(bench_args(server, out, "--lanes", "io,cot,cot_sc", "--limit", "3", "--budget-tokens", "2000"))
     printed = capsys.readouterr().out
     assert code == 0
     assert "### game24" in printed and "| io | 3 | 1/3 = 33% [" in printed and "| cot_sc | 3 |" in printed
@@ -106,7 +106,7 @@ def test_a_killed_bench_resumes_without_redoing_finished_problems(server: FakeOp
     server.responder = completions({}, delay_s=0.15)
     out = tmp_path / "run"
     cmd = [sys.executable, "-m", "thoughtloom", *bench_args(server, out, "--lanes", "io,cot", "--limit", "6",
-                                                            "--budget-tokens", "1000", "--no-plot")]
+                                                            "--budget-tokens", "2000", "--no-plot")]
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     results = out / "results.jsonl"
     deadline = time.monotonic() + 60
@@ -139,6 +139,43 @@ def test_workers_split_the_problems_between_processes(server: FakeOpenAIServer, 
     assert code == 0
     assert "| io | 4 | 1/4 = 25% [" in capsys.readouterr().out
     assert len(server.seen) == 4  # each problem once, across both processes
+
+
+#: HotpotQA's first three dev questions -> an instruct model's reply: right, half right, wrong.
+HOTPOT_REPLIES = {
+    "Were Scott Derrickson and Ed Wood of the same nationality?":
+        "Scott Derrickson is American, and Ed Wood was American too.\n\nAnswer: Yes.",
+    "What government position was held by the woman who portrayed Corliss Archer in the film Kiss and Tell?":
+        "Shirley Temple played Corliss Archer.\n\n**Answer:** Chief of Protocol of the United States",
+    "What science fantasy young adult series, told in first person, has a set of companion books narrating the "
+    "stories of enslaved worlds and alien species?": "Answer: Harry Potter",
+}
+
+
+def hotpot_chat(seen: Seen) -> Reply:
+    """Chat replies chosen by the question on the last line of the last user message."""
+    question = seen.body["messages"][-1]["content"].rsplit("Question: ", 1)[-1]
+    text = HOTPOT_REPLIES.get(question, "Answer: unknown")
+    choices = [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}]
+    return Reply(200, {"id": "x", "object": "chat.completion", "created": 0, "model": "m", "choices": choices,
+                       "usage": {"prompt_tokens": 900, "completion_tokens": 20, "total_tokens": 920}})
+
+
+def test_bench_hotpotqa_reports_em_and_mean_f1_from_a_chat_model(server: FakeOpenAIServer, tmp_path: Path,
+                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    server.responder = hotpot_chat
+    out = tmp_path / "run"
+    code = main(["bench", "--tasks", "hotpotqa", "--lanes", "io,cot", "--model", f"openai-compatible:{server.url}@m",
+                 "--data-dir", str(DATA), "--out", str(out), "--select", "first", "--limit", "3",
+                 "--budget-tokens", "20000", "--quiet", "--no-plot"])
+    printed = capsys.readouterr().out
+    assert code == 0
+    # EM: 1 of 3; F1: (1 + 2/3 + 0) / 3 = 0.56
+    assert "| lane | n | EM [95% CI] | mean F1 [95% CI] | any@k |" in printed
+    assert "| io | 3 | 1/3 = 33% [" in printed and "| cot | 3 | 1/3 = 33% [" in printed and "| 0.56 [" in printed
+    rows = list(csv.DictReader((out / "summary.csv").open()))
+    assert [(r["lane"], r["metric"], r["mean_f1"]) for r in rows] == [("io", "f1", "0.5556"), ("cot", "f1", "0.5556")]
+    assert all(s.path.endswith("/chat/completions") for s in server.seen) and len(server.seen) == 6
 
 
 @pytest.mark.local_model

