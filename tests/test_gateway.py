@@ -567,3 +567,10 @@ def test_settling_twice_counts_once() -> None:
 def test_budget_limits_must_be_positive(field: str) -> None:
     with pytest.raises(ValueError):
         BudgetLimits(**{field: 0})
+
+
+def test_the_prompt_bound_is_of_the_form_the_backend_sends() -> None:
+    prompt = Prompt("abc", (Message("system", "a much longer system instruction"), Message("user", "abc")))
+    assert prompt_token_bound(prompt, "text") == 3 + 8
+    assert prompt_token_bound(prompt, "chat") == (32 + 8) + (3 + 8) + 8
+    assert prompt_token_bound(prompt) == prompt_token_bound(prompt, "chat")  # unknown: the larger

@@ -104,15 +104,20 @@ def _clamp(value: int, bound: int) -> int:
     return value if 0 <= value <= bound else bound
 
 
-def prompt_token_bound(prompt: Prompt) -> int:
-    """An upper bound on a prompt's tokens without a tokenizer.
+def prompt_token_bound(prompt: Prompt, form: str | None = None) -> int:
+    """An upper bound on a prompt's tokens without a tokenizer, for the form the backend sends.
 
     No BPE token is shorter than one byte, so UTF-8 bytes bound the text; each chat message
-    adds a few template tokens.
+    adds a few template tokens. form: "text" or "chat" (the backend's `prompt_form`); None when
+    the backend does not say: the larger of the forms the prompt has.
     """
-    if prompt.messages:
-        return sum(len(m.content.encode()) + 8 for m in prompt.messages) + 8
-    return len(prompt.as_text().encode()) + 8
+    text = len(prompt.as_text().encode()) + 8
+    chat = sum(len(m.content.encode()) + 8 for m in prompt.as_messages()) + 8
+    if form == "text":
+        return text
+    if form == "chat":
+        return chat
+    return max(text if prompt.text is not None else 0, chat if prompt.messages else 0)
 
 
 class Gateway:
@@ -255,7 +260,9 @@ class Gateway:
 
     def _input_bound(self, request: GenerateRequest) -> int:
         counted = self.backend.count_tokens(request.prompt)
-        return counted if counted is not None else prompt_token_bound(request.prompt)
+        if counted is not None:
+            return counted
+        return prompt_token_bound(request.prompt, getattr(self.backend, "prompt_form", None))
 
     def _fit_request(self, request: GenerateRequest) -> tuple[GenerateRequest, int]:
         """Shrink max_tokens to what the budget still allows; return the request and its reservation."""

@@ -405,6 +405,11 @@ class LocalLlamaBackend:
             self._engine()
         return bool(self._chat)
 
+    @property
+    def prompt_form(self) -> str:
+        """"chat" or "text": which form of a Prompt this backend reads (see the Backend protocol)."""
+        return "chat" if self.chat else "text"
+
     def load(self) -> None:
         """Load the model now (otherwise it loads on the first call)."""
         self._engine()

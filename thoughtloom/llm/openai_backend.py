@@ -99,6 +99,8 @@ class OpenAIBackend:
         #: list of prompts); chat has no such form. Switched off for good if a server answers a
         #: batch with the wrong number of choices.
         self.supports_batch = batch and api == "completions"
+        #: Which form of a Prompt this backend sends (see the Backend protocol).
+        self.prompt_form = "chat" if api == "chat" else "text"
 
     # --- Backend protocol ---------------------------------------------------------------
 

@@ -115,6 +115,9 @@ class Backend(Protocol):
     #: How many calls the backend can usefully serve at once (the embedded model: 1).
     max_concurrency: int
 
+    # Optional: `prompt_form = "text"` or `"chat"`: which form of a Prompt the backend sends
+    # (completion text with the request's stop strings, or chat messages ending at the end of
+    # turn); the gateway bounds an uncounted prompt by that form, and replays match on it.
     # Optional: `eager_safe = True` when generate() keeps no per-task state (no anyio cancel
     # scope, no TaskGroup) and so may start in one asyncio task and finish in another; the
     # gateway then calls it without giving it a task of its own (see llm/gateway.py _own_task).
