@@ -23,7 +23,7 @@ from openai_server import FakeOpenAIServer, Reply, Seen
 
 REPO = Path(__file__).parents[1]
 BUDGET = 2_900
-RUN_TOKENS = 3_030  # what the whole scripted run costs
+RUN_TOKENS = 3_222  # what the whole scripted run costs (the server charges every max_tokens)
 SCORES = {1: "3", 2: "4.5", 3: "6", 4: "10", 5: "10"}
 BUDGET_QUESTION = re.compile(r"Best score 0\.60 < 0\.70 acceptable\. Spend about ([\d,]+) more tokens\? \[y/N\] ")
 COMPROMISE_QUESTION = "Accept this compromise? [y/N] "
