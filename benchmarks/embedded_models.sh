@@ -9,19 +9,19 @@
 # OUT/<group>-<model>; re-running the same command resumes where it stopped. Data: $THOUGHTLOOM_DATA,
 # else shared/data beside or above the working directory. Then:
 #   .venv/bin/python benchmarks/embedded_models_table.py OUT
-# prints the tables. GROUPS=gsm8k,code (comma-separated) runs only those groups; PY names the
+# prints the tables. SETS=gsm8k,code (comma-separated) runs only those groups; PY names the
 # interpreter (default .venv/bin/python of this checkout).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 PY="${PY:-$ROOT/.venv/bin/python}"
 cd "$ROOT"  # `python -m thoughtloom` runs this checkout's code
 OUT="$1"; shift
-GROUPS="${GROUPS:-gsm8k,code,game24,hotpotqa}"
+SETS="${SETS:-gsm8k,code,game24,hotpotqa}"
 COMMON=(--limit 10 --select spread --seed 0 --temperature 0.7 --quiet --no-plot)
 
 run() {  # run GROUP MODEL ARGS...
   local group="$1" model="$2"; shift 2
-  case ",$GROUPS," in *",$group,"*) ;; *) return 0 ;; esac
+  case ",$SETS," in *",$group,"*) ;; *) return 0 ;; esac
   echo "==> $group on $model (load: $(cut -d' ' -f1-3 /proc/loadavg))" >&2
   "$PY" -m thoughtloom bench --model "local:$model" --out "$OUT/$group-$model" "${COMMON[@]}" "$@" \
     > "$OUT/$group-$model.txt"
