@@ -189,6 +189,22 @@ def test_embedded_model_bench_two_puzzles_io_and_cot(tmp_path: Path, capsys: pyt
     assert "| cot | 2 |" in capsys.readouterr().out
 
 
+@pytest.mark.local_model
+def test_the_instruct_model_reasons_through_the_gsm8k_lanes_uncut(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    code = main(["bench", "--tasks", "gsm8k", "--lanes", "io,cot,react", "--model", "local:qwen2.5-coder-0.5b",
+                 "--ids", "0", "--budget-tokens", "3000", "--data-dir", str(DATA), "--out", str(out), "--quiet",
+                 "--no-plot"])
+    assert code == 0
+    records = {r["lane"]: r for r in map(json.loads, (out / "results.jsonl").read_text().splitlines())}
+    assert all(r["stop_reason"] in ("done", "max_steps", "no_action") for r in records.values()), records
+    cot = records["cot"]["answer"]
+    # Its reasoning runs over several sentences to a stated number (a base model's "\n\n" stop
+    # would have ended it after the first paragraph), and the number is read from it.
+    assert cot is not None and cot.count(".") >= 2, cot
+    assert records["io"]["answer"] is not None
+
+
 def test_the_issue_example_runs_lanes_where_they_apply_and_says_where_they_do_not(
         server: FakeOpenAIServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     server.responder = completions({})
