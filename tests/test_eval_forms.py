@@ -13,7 +13,7 @@ from openai_server import FakeOpenAIServer, Reply, Seen
 
 from thoughtloom.eval.datasets import DATASETS, Dataset, Problem
 from thoughtloom.eval.lanes import LaneError, check_lane, run_lane
-from thoughtloom.eval.prompts import PROMPTS, answer_from, own_turn
+from thoughtloom.eval.prompts import PROMPTS, answer_from, calculator_call, own_turn
 from thoughtloom.eval.runner import BenchOptions, build_protocol
 from thoughtloom.llm.budget import BudgetLimits
 from thoughtloom.llm.fake import ScriptedBackend
@@ -257,3 +257,34 @@ async def test_tot_on_hotpotqa_runs_the_general_task_and_scores_its_synthesis() 
     assert HOTPOT in fake.calls[0].prompt.as_text()  # the paragraphs and the question are the problem
     score = await ds.score(problem, outcome.answer)
     assert (score.solved, score.f1) == (True, 1.0)
+
+
+def test_own_turn_ends_at_the_first_action_of_a_chat_reply_that_goes_on() -> None:
+    reply = "Thought: halve it.\nCalculate: 48 / 2\nCalculate: 24 + 24\nCalculate: 48 + 48"
+    assert own_turn(reply) == "Thought: halve it.\nCalculate: 48 / 2"
+
+
+@pytest.mark.parametrize(("line", "expression"), [
+    ("Calculate: 48 clips / 2 clips = 24 clips in April.", "48 / 2"),
+    ("Calculate: $1,200 x 3", "1200 * 3"),
+    ("Calculate: (48 + 24) × 2", "(48 + 24) * 2"),
+    ("Calculate: 3 * 12", "3 * 12"),
+])
+def test_the_calculator_reads_the_arithmetic_of_an_action_written_with_units(line: str, expression: str) -> None:
+    assert calculator_call(f"Thought: t\n{line}") == expression
+
+
+async def test_a_react_reply_without_an_action_that_states_its_answer_is_that_answer(
+        server: FakeOpenAIServer, backend_for: Any) -> None:
+    server.responder = react_responder("Thought: count them.\nCalculate: 48 clips / 2 clips = 24 clips",
+                                       "In May she sold 24, so 48 + 24 in all.\n\nThe answer is 72.")
+    outcome, ds, problem = await run_on_chat("react", "gsm8k", {"max_steps": 4}, server, backend_for)
+    assert server.seen[1].body["messages"][-1]["content"] == "Result: 24"
+    assert (await ds.score(problem, outcome.answer)).solved, outcome.answer
+
+
+async def test_a_react_reply_without_an_action_or_a_stated_answer_has_none(
+        server: FakeOpenAIServer, backend_for: Any) -> None:
+    server.responder = react_responder("Let me think about clips.", "unused")
+    outcome, _, _ = await run_on_chat("react", "gsm8k", {"max_steps": 4}, server, backend_for)
+    assert (outcome.answer, outcome.stop_reason) == (None, "no_action")

@@ -24,7 +24,7 @@ from ..llm.types import Backend, GenerateRequest, Message, Prompt
 from ..search.stop import StopReason
 from ..tasks.arith import ExpressionError, evaluate, fmt
 from .datasets import Dataset, Problem
-from .prompts import PROMPTS, answer_from, calculator_call, own_turn
+from .prompts import PROMPTS, answer_from, calculator_call, own_turn, stated_answer
 from .scoring import final_number, hotpot_span, normalize_answer, parse_counts, parse_int_list, plain
 
 SAMPLING_LANES = ("io", "cot", "cot_sc", "best_of_n", "react")
@@ -351,7 +351,11 @@ async def _react(dataset: Dataset, problem: Problem, gateway: Gateway, params: d
             return LaneOutcome(line)
         expression = calculator_call(said)
         if expression is None:
-            return LaneOutcome(None, stop_reason=LaneStop.NO_ACTION)
+            # No action and no "Answer:" line: an answer the reply states in its own words
+            # ("The answer is 72.", a \boxed{}) is its answer; otherwise there is none.
+            stated = stated_answer(fam, said)
+            stop = LaneStop.DONE if stated is not None else LaneStop.NO_ACTION
+            return LaneOutcome(stated, stop_reason=stop)
         result = _calculate(expression)
         transcript += f"\nResult: {result}\n"
         messages.append(Message("user", f"Result: {result}"))
@@ -362,8 +366,11 @@ def _calculate(expression: str) -> str:
     """The tool: exact fraction arithmetic, so the model's arithmetic never has to be right."""
     try:
         value, _ = evaluate(expression)
-    except (ExpressionError, ValueError, ZeroDivisionError, RecursionError):
-        return "error"
+    except ZeroDivisionError:
+        return "error: division by zero"
+    except (ExpressionError, ValueError, RecursionError):
+        # Said so that the model can write its next action in the form the tool reads.
+        return "error: write only numbers, + - * / and parentheses after Calculate:"
     return fmt(value)
 
 

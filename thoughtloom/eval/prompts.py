@@ -361,16 +361,30 @@ def answer_from(family: PromptFamily, reply: str, *, cot: bool) -> str | None:
     return found if found is not None else answer
 
 
+def stated_answer(family: PromptFamily, reply: str) -> str | None:
+    """The answer a reply marks as its answer in its own words ("The answer is 72.", \\boxed{}, an
+    'Answer:' line), or None: unlike answer_from, no guess from an unmarked reply."""
+    return _READINGS[family.name].find(reply.strip()) if reply.strip() else None
+
+
 def own_turn(reply: str) -> str:
-    """A react reply up to the first 'Result:' line the model wrote itself: results are the
-    calculator's. A base model stopped there already; a chat model ignores stop strings."""
+    """A react reply up to its first action: the first 'Calculate:' line ends the turn, and a 'Result:'
+    line the model wrote itself is cut (results are the calculator's). A base model stopped there
+    already at the stop string; a chat model ignores stop strings and may go on for several actions."""
     m = _INVENTED_RESULT.search(reply)
-    return reply if m is None else reply[:m.start()]
+    turn = reply if m is None else reply[:m.start()]
+    action = _CALC.search(turn)
+    return turn if action is None else turn[:action.end()]
 
 
 def calculator_call(reply: str) -> str | None:
-    """The expression of the last 'Calculate:' line in a react reply, if it is the reply's last action."""
+    """The expression of the last 'Calculate:' line in a react reply, if it is the reply's last action,
+    as arithmetic: what follows an '=' (the model's own guess at the result), units and other words,
+    '$' and thousands commas are left out, and 'x' between numbers is a product."""
     found = _CALC.findall(reply)
     if not found or "Answer:" in reply.split("Calculate:")[-1]:
         return None
-    return found[-1]
+    expression = found[-1].split("=")[0].replace("×", "*").replace("÷", "/")
+    expression = re.sub(r"(?<=\d)\s*x\s*(?=[\d(])", " * ", expression)
+    expression = re.sub(r"(?<=\d),(?=\d{3})|[$]", "", expression)
+    return " ".join(re.sub(r"[A-Za-z_%?!:;']+", " ", expression).split()) or None

@@ -97,8 +97,7 @@ class GeneralTask(Task[str]):
     def sample(self, problem: str, steps: Sequence[str]) -> Query:
         """One next step."""
         n = len(steps) + 1
-        user = (f"Problem: {problem}\n\nReasoning so far:\n{_reasoning(steps)}\n\nGive only the single best next "
-                f"step, in one or two sentences, not the whole solution. {_FINAL_HINT}")
+        user = f"Problem: {problem}\n\nReasoning so far:\n{_reasoning(steps)}\n\nGive the single best next step. {_FINAL_HINT}"
         text = f"Problem: {problem}\nReasoning so far:\n{_reasoning(steps)}\nStep {n}:"
         return Query(
             Prompt(text=text, messages=(Message("system", GENERATOR_SYSTEM), Message("user", user))),
