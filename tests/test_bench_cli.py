@@ -179,9 +179,9 @@ def test_bench_hotpotqa_reports_em_and_mean_f1_from_a_chat_model(server: FakeOpe
 
 
 @pytest.mark.local_model
-def test_embedded_model_bench_two_puzzles_io_and_cot(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_the_base_model_bench_two_puzzles_io_and_cot(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "run"
-    code = main(["bench", "--tasks", "game24", "--lanes", "io,cot", "--model", "local", "--limit", "2",
+    code = main(["bench", "--tasks", "game24", "--lanes", "io,cot", "--model", "local:gemma-3-270m", "--limit", "2",
                  "--budget-tokens", "600", "--data-dir", str(DATA), "--out", str(out), "--quiet", "--no-plot"])
     assert code == 0
     records = [json.loads(l) for l in (out / "results.jsonl").read_text().splitlines()]

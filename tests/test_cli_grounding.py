@@ -108,7 +108,7 @@ def test_humaneval_end_to_end_on_the_embedded_model() -> None:
     assert out["grounding"], "every sampled program is run against the docstring examples"
     assert all(g["grounder"] == "code" and g["passed"] + g["failed"] == 2 for g in out["grounding"] if g["grounded"])
     assert "def has_close_elements" in out["answer"]
-    assert isinstance(out["solved"], bool)  # pass@1 on the hidden tests, whatever the 270M model wrote
+    assert isinstance(out["solved"], bool)  # pass@1 on the hidden tests, whatever the model wrote
 
 
 # A program that, when loaded, forks ten children of 120 MB each and waits for them.

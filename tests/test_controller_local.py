@@ -1,4 +1,5 @@
-"""The controller on the real embedded model: a budget request under the automatic handler.
+"""The controller on a real embedded model (the Gemma 3 270M base model, whose token costs the
+numbers below are worked out for): a budget request under the automatic handler.
 
 Game of 24 on "4 9 10 13" with 1,500 tokens: the first propose and value calls cost about 1,170
 tokens, fewer are then left than one more expansion costs, and a depth-1 thought is worth at most
@@ -25,6 +26,7 @@ ALLOWANCE = 800
 def test_embedded_model_run_asks_for_more_tokens_and_the_automatic_handler_grants_them() -> None:
     proc = subprocess.run(
         [sys.executable, "-m", "thoughtloom", "solve", "--task", "game24", "4 9 10 13", "--json", "--quiet",
+         "--model", "local:gemma-3-270m",
          "--seed", "1", "--budget-tokens", str(BUDGET), "--auto-approve-tokens", str(ALLOWANCE),
          "--acceptable", "0.14", "--compromise", "0"],
         capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=600, check=False,
