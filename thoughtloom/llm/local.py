@@ -26,7 +26,7 @@ from typing import Any
 
 from .chat_template import ChatTemplate, Piece
 from .errors import ModelConfigError, ModelError
-from .models import CMAKE_ARGS, DEFAULT_EMBEDDED, EMBEDDED_MODELS, EmbeddedModel, ensure_model
+from .models import CMAKE_ARGS, DEFAULT_EMBEDDED, EMBEDDED_MODELS, EmbeddedModel, ensure_model, model_file
 from .types import Completion, GenerateRequest, Prompt, Usage
 
 _INSTALL_HINT = (
@@ -92,16 +92,18 @@ def _one_line(exc: BaseException) -> str:
 # replaced, and the lock only stops two threads from loading the same file twice.
 _ENGINES: dict[tuple[str, int, int], _Engine] = {}
 _ENGINES_LOCK = threading.Lock()
-# Named models verified in this process (path by name): verification reads the whole file once.
-_VERIFIED: dict[str, str] = {}
+# Named model files verified in this process (by model and cache file): once per process is enough.
+_VERIFIED: set[tuple[str, str]] = set()
 
 
 def embedded_model_path(model: EmbeddedModel, progress: Callable[[str], None] | None = None) -> str:
     """Path of a named embedded model's verified GGUF, assembled or downloaded on first use."""
     with _ENGINES_LOCK:
-        if model.name not in _VERIFIED:
-            _VERIFIED[model.name] = str(ensure_model(model, progress))
-        return _VERIFIED[model.name]
+        key = (model.name, str(model_file(model)))
+        if key not in _VERIFIED:
+            ensure_model(model, progress)
+            _VERIFIED.add(key)
+        return key[1]
 
 
 def _engine(path: str, n_ctx: int, n_threads: int) -> _Engine:
