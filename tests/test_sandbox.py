@@ -261,3 +261,10 @@ async def test_an_interpreter_under_tmp_stays_usable_behind_the_private_tmp() ->
         assert (await box.isolation()).tmp
     finally:
         shutil.rmtree(base, ignore_errors=True)
+
+
+def test_a_programs_syntax_warnings_are_not_printed_by_the_syntax_check(capfd: pytest.CaptureFixture[str]) -> None:
+    from thoughtloom.grounding.sandbox import check_syntax
+
+    assert check_syntax("x = 1\nif x is 1:\n    pass\n").ok
+    assert "SyntaxWarning" not in capfd.readouterr().err

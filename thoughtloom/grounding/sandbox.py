@@ -38,6 +38,7 @@ import stat
 import sys
 import tempfile
 import time
+import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -145,7 +146,11 @@ class SandboxResult:
 def check_syntax(code: str, filename: str = MAIN_SCRIPT) -> SyntaxCheck:
     """Compile `code` without running it; report the first syntax error and its line."""
     try:
-        compile(code, filename, "exec", dont_inherit=True)
+        # The program's own SyntaxWarnings ("is" with a literal, ...) would be printed on the
+        # caller's stderr, between the progress lines: they are the program's business, not ours.
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            compile(code, filename, "exec", dont_inherit=True)
     except SyntaxError as exc:  # includes IndentationError and TabError
         where = f"line {exc.lineno}: " if exc.lineno else ""
         text = (exc.text or "").strip()
