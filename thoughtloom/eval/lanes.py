@@ -354,8 +354,7 @@ async def _react(dataset: Dataset, problem: Problem, gateway: Gateway, params: d
             # No action and no "Answer:" line: an answer the reply states in its own words
             # ("The answer is 72.", a \boxed{}) is its answer; otherwise there is none.
             stated = stated_answer(fam, said)
-            stop = LaneStop.DONE if stated is not None else LaneStop.NO_ACTION
-            return LaneOutcome(stated, stop_reason=stop)
+            return LaneOutcome(stated, stop_reason=LaneStop.DONE if stated is not None else LaneStop.NO_ACTION)
         result = _calculate(expression)
         transcript += f"\nResult: {result}\n"
         messages.append(Message("user", f"Result: {result}"))
