@@ -21,8 +21,9 @@ def add_solve_parser(sub: Any) -> None:
     s.add_argument("--problem", dest="problem_id", metavar="ID", help="a benchmark problem by id, e.g. HumanEval/0")
     s.add_argument(
         "--model", default=os.environ.get("THOUGHTLOOM_MODEL", "local"),
-        help="model spec: local | local:PATH.gguf | openai:MODEL | openai-compatible:URL@MODEL | ollama:MODEL "
-        "(optional #chat or #completions); default: local (env THOUGHTLOOM_MODEL)",
+        help="model spec: local | local:NAME (loom models) | local:PATH.gguf | openai:MODEL | "
+        "openai-compatible:URL@MODEL | ollama:MODEL (optional #chat or #completions); default: local, the default "
+        "embedded model (env THOUGHTLOOM_MODEL)",
     )
     s.add_argument("--strategy", choices=("bfs", "dfs", "best_first", "mcts", "got", "recursive"),
                    help="search strategy (default: the task's, else bfs)")
