@@ -18,9 +18,10 @@ SET_INTERSECTION_UNPARSABLE = 1000
 KEYWORD_COUNTING_INVALID = 100
 
 _LIST = re.compile(r"\[([^\[\]]*)\]")
-_NUMBER = re.compile(r"-?(?:\d[\d,]*(?:\.\d+)?|\.\d+)")
+_NUM = r"-?(?:\d[\d,]*(?:\.\d+)?|\.\d+)"
+_NUMBER = re.compile(_NUM)
 # GSM8K's own answer line ("#### 72"): a number right after the marks, not a "#### Step 1" heading.
-_HASHES = re.compile(r"####[ \t]*\$?[ \t]*(-?(?:\d[\d,]*(?:\.\d+)?|\.\d+))")
+_HASHES = re.compile(r"####[ \t]*\$?[ \t]*(" + _NUM + ")")
 _ANSWER_PHRASE = re.compile(r"answer[ \t]*(?:is\b[ \t]*:?|:)", re.IGNORECASE)
 # \boxed{...} with one level of nested braces inside (\boxed{\frac{1}{2}}, \boxed{\text{72}}).
 _BOXED = re.compile(r"\\boxed\s*\{((?:[^{}]|\{[^{}]*\})*)\}")

@@ -111,13 +111,17 @@ def prompt_token_bound(prompt: Prompt, form: str | None = None) -> int:
     adds a few template tokens. form: "text" or "chat" (the backend's `prompt_form`); None when
     the backend does not say: the larger of the forms the prompt has.
     """
-    text = len(prompt.as_text().encode()) + 8
-    chat = sum(len(m.content.encode()) + 8 for m in prompt.as_messages()) + 8
+    def text() -> int:
+        return len(prompt.as_text().encode()) + 8
+
+    def chat() -> int:
+        return sum(len(m.content.encode()) + 8 for m in prompt.as_messages()) + 8
+
     if form == "text":
-        return text
+        return text()
     if form == "chat":
-        return chat
-    return max(text if prompt.text is not None else 0, chat if prompt.messages else 0)
+        return chat()
+    return max(text() if prompt.text is not None else 0, chat() if prompt.messages else 0)
 
 
 class Gateway:

@@ -199,7 +199,7 @@ def _local_spec(spec: str, rest: str) -> ModelSpec:
 
 def known_pricing(spec: ModelSpec) -> Pricing | None:
     """The list price of a known OpenAI model, or None (cost unknown) for anything else."""
-    if spec.provider != "openai" or spec.model is None:
+    if spec.provider != "openai":
         return None
     return KNOWN_PRICES.get(spec.model)
 

@@ -128,7 +128,7 @@ def _examples(prompt: str, split: str, cue: str) -> list[tuple[str, str]]:
     out = []
     for block in re.split(split, body):
         question, _, answer = block.strip().partition("\n")
-        if question and answer and not question.startswith("Evaluate"):
+        if question and answer:  # a prompt's one-line header has no answer: it is not an example
             out.append((question, f"{cue}{answer.strip()}"))
     return out
 

@@ -28,13 +28,13 @@ SYNTHESIZER_SYSTEM = (
 
 _NUMBERED = re.compile(r"^\s*(?:\d+[.):]|[-*•])\s*(.+)$")
 _NUM = r"(\d+(?:\.\d+)?)"
-# How a score is written, most explicit first: "7/10", "7 out of 10", "Score: 7", then a bare number
-# that is not a step's number ("Step 2 is sound: 8" scores 8).
-_SCORE_FORMS = (
+# How a score is written, most explicit first: "7/10", "7 out of 10", "Score: 7".
+_STATED_SCORES = (
     re.compile(_NUM + r"\s*(?:/|out of)\s*10\b", re.IGNORECASE),
     re.compile(r"\b(?:score|rating|rate it|quality)\b\D{0,12}?" + _NUM, re.IGNORECASE),
-    re.compile(r"(?<![\d.])(?<!step )(?<!step)" + _NUM + r"(?![\d.]*\s*[)%])", re.IGNORECASE),
 )
+# Else a bare number that is not a step's number ("Step 2 is sound: 8" scores 8).
+_BARE_SCORE = re.compile(r"(?<![\d.])(?<!step )(?<!step)" + _NUM + r"(?![\d.]*\s*[)%])", re.IGNORECASE)
 _ARITHMETIC = set("+-*/=×÷^")
 _STEP_LABEL = re.compile(r"^(?:\**\s*step\s*\d+\s*[:.)]\**\s*)+", re.IGNORECASE)
 _FINAL = re.compile(r"final answer|the answer is|\\boxed\{", re.IGNORECASE)
@@ -44,11 +44,13 @@ _CHOICE = re.compile(r"(?:choice|option|step)?\s*#?(\d+)", re.IGNORECASE)
 
 def score_from(text: str) -> float:
     """A 0-10 score in a reply, scaled to [0, 1]: "7/10", "7 out of 10", "Score: 7" or a bare 7; 0 if none."""
-    for form in _SCORE_FORMS:
+    for form in _STATED_SCORES:
         for m in form.finditer(text):
-            value = float(m.group(1))
-            if value <= 10 and (form is not _SCORE_FORMS[-1] or not _in_arithmetic(text, m.start(1), m.end(1))):
-                return value / 10.0
+            if float(m.group(1)) <= 10:
+                return float(m.group(1)) / 10.0
+    for m in _BARE_SCORE.finditer(text):
+        if float(m.group(1)) <= 10 and not _in_arithmetic(text, m.start(1), m.end(1)):
+            return float(m.group(1)) / 10.0
     return 0.0
 
 
