@@ -123,6 +123,22 @@ class ThoughtGraph:
         self._late.append((src, dst))
         return edge
 
+    def set_edge(self, src: int, dst: int, kind: EdgeKind, weight: float | None = None) -> Edge:
+        """Re-label an existing edge (a critique turns the edge from what it judged into a CONTRADICTION)."""
+        parents = self._parents.get(dst, ())
+        if src not in parents:
+            raise KeyError((src, dst))
+        edge = Edge(src, dst, kind, weight)
+        value: Edge | EdgeKind = edge if weight is not None else kind
+        kinds = self._in_kinds[dst]
+        if isinstance(kinds, list):
+            kinds[parents.index(src)] = value
+        elif isinstance(value, Edge):
+            self._in_kinds[dst] = [value]
+        else:
+            self._in_kinds[dst] = value
+        return edge
+
     def _add_child(self, parent: int, child: int) -> None:
         children = self._children.get(parent)
         if children is None:

@@ -5,8 +5,10 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
-StrategyName = Literal["bfs", "dfs", "best_first", "mcts", "got", "recursive"]
-STRATEGIES: tuple[str, ...] = ("bfs", "dfs", "best_first", "mcts", "got", "recursive")
+StrategyName = Literal["bfs", "dfs", "best_first", "mcts", "got", "recursive", "agent"]
+STRATEGIES: tuple[str, ...] = ("bfs", "dfs", "best_first", "mcts", "got", "recursive", "agent")
+AGENT_ORDERS: tuple[str, ...] = ("breadth_first", "depth_first", "best_first")
+FAILURE_POLICIES: tuple[str, ...] = ("replan", "skip", "fail")
 AGGREGATIONS: tuple[str, ...] = ("sum", "product", "min", "mean")
 GENERATIONS: tuple[str, ...] = ("propose", "sample")
 EVALUATIONS: tuple[str, ...] = ("value", "vote")
@@ -44,6 +46,11 @@ class SearchConfig:
     recursive_fanout: int = 8
     #: recursive: most tokens the calls at one recursion depth may spend (None: only the global budget).
     recursive_level_tokens: int | None = None
+    #: agent: which ready node starts first; the controller may switch it during the run.
+    agent_order: str = "breadth_first"
+    #: agent: what a failed node does to the nodes depending on it: replan (one retry told the
+    #: error, then skip), skip (they run, told it failed), fail (they fail with it).
+    on_failure: str = "replan"
     #: Circuit breaker: the search stops adding nodes past this many.
     max_nodes: int = 2000
     #: Model calls in flight at once.
@@ -64,6 +71,8 @@ class SearchConfig:
         choice("generation", GENERATIONS)
         choice("evaluation", EVALUATIONS)
         choice("priority", PRIORITIES)
+        choice("agent_order", AGENT_ORDERS)
+        choice("on_failure", FAILURE_POLICIES)
         for name in ("breadth", "beam", "max_depth", "value_samples", "vote_samples", "mcts_iterations",
                      "aggregate_k", "max_nodes", "concurrency", "grounding_concurrency", "recursive_fanout"):
             if getattr(self, name) < 1:

@@ -7,7 +7,7 @@ import math
 import zlib
 from collections import deque
 from collections.abc import Hashable, Iterable, Sequence
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ..graph import EdgeKind, NodeKind, NodeStatus, ThoughtGraph
 from ..grounding.adjust import GroundingPolicy
@@ -31,6 +31,9 @@ from .events import (
     ThoughtRepaired,
 )
 from .stop import StopReason
+
+if TYPE_CHECKING:
+    from ..tools.toolbox import Toolbox
 
 _S = NodeStatus
 
@@ -93,8 +96,14 @@ class SearchContext:
         controller: SearchController | None = None,
         grounders: Sequence[Grounder] = (),
         grounding_policy: GroundingPolicy | None = None,
+        tools: Toolbox | None = None,
+        # A search.agent ProcessorRegistry; not named here, as the agent package builds on this module.
+        processors: Any = None,
     ) -> None:
         self.task = task
+        #: The agent strategy's tools and processors (None: no tools; the built-in processors).
+        self.tools = tools
+        self.processors = processors
         self.problem = problem
         # Hooks the task leaves at the base class's default are not called once per thought.
         self.task_validates = overrides(task, "validate")
@@ -130,6 +139,10 @@ class SearchContext:
         self.controller = controller
         #: A thought whose quality reaches this counts as a goal (set by the controller).
         self.goal_quality: float | None = None
+        #: agent: which ready node starts first (breadth_first, depth_first, best_first); the controller may switch it.
+        self.order: str | None = None
+        #: Answers a strategy settled itself, by SOLUTION node (the engine then makes no synthesis).
+        self.answers: dict[int, str] = {}
         self.value_spreads: deque[float] = deque(maxlen=100)
         self.recent: deque[int] = deque(maxlen=50)
         self.best_quality_id: int | None = None

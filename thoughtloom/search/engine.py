@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable, Coroutine, Sequence
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 
 from ..graph import NodeStatus
@@ -21,6 +21,10 @@ from .operators import synthesize
 from .result import GroundingStats, PathStep, SearchResult, SearchStats, SearchUsage
 from .strategies import STRATEGY_FUNCTIONS
 from .stop import StopReason
+
+if TYPE_CHECKING:
+    from ..tools.toolbox import Toolbox
+    from .agent.processors import ProcessorRegistry
 
 T = TypeVar("T")
 
@@ -80,6 +84,8 @@ async def search(
     grounders: Sequence[Grounder] = (),
     grounding_policy: GroundingPolicy | None = None,
     on_context: Callable[[SearchContext], None] | None = None,
+    tools: Toolbox | None = None,
+    processors: ProcessorRegistry | None = None,
 ) -> SearchResult:
     """Search for an answer to problem_text; always returns the best found and why it stopped.
 
@@ -88,6 +94,7 @@ async def search(
     Thoughts are grounded by the task's own grounders and by `grounders`, and their scores moved
     by `grounding_policy` (default: GroundingPolicy()). `on_context` is called once with the
     SearchContext before the strategy starts (a run recorder reads the graph through it).
+    `tools` and `processors` are what the agent strategy works with (other strategies ignore them).
     Cancelled (Ctrl-C), it returns what it has with termination_reason "interrupted" and makes
     no further model call.
 
@@ -117,7 +124,8 @@ async def search(
     cost_before = gateway.budget.cost_usd
     if bus:
         bus.emit(SearchStarted(task.name, problem_text, config.strategy, gateway.budget.limits.tokens))
-    ctx = SearchContext(task, problem, gateway, config, bus, controller, all_grounders, grounding_policy)
+    ctx = SearchContext(task, problem, gateway, config, bus, controller, all_grounders, grounding_policy, tools,
+                        processors)
     if out_of_time:
         ctx.stop("budget_wall_s")
     if on_context is not None:
@@ -144,7 +152,9 @@ async def search(
         ctx.cancel(node.id)
     best = ctx.goals[0] if ctx.goals else ctx.best_id
     answer, answer_node = (None, None)
-    if best is not None and not (interrupted and not task.programmatic_answer):
+    if best is not None and best in ctx.answers:
+        answer, answer_node = ctx.answers[best], best
+    elif best is not None and not (interrupted and not task.programmatic_answer):
         answer, answer_node = await synthesize(ctx, best)
     if bus:
         bus.emit(SearchStopped(reason, best, len(ctx.graph)))

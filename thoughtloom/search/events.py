@@ -103,6 +103,18 @@ class ThoughtGrounded(Event):
 
 
 @dataclass(slots=True)
+class NodeProcessed(Event):
+    """agent: a node's processor finished (its tool calls named in order)."""
+
+    type: ClassVar[str] = "node_processed"
+    node_id: int
+    kind: str
+    status: str
+    error: str | None
+    tools: tuple[str, ...] = ()
+
+
+@dataclass(slots=True)
 class GoalFound(Event):
     type: ClassVar[str] = "goal_found"
     node_id: int

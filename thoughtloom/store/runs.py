@@ -72,7 +72,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ..graph import EdgeKind, NodeKind, NodeStatus, ThoughtGraph
+from ..graph import Edge, EdgeKind, NodeKind, NodeStatus, ThoughtGraph
 from ..llm.errors import BatchRefused, BudgetExceeded, ModelError, ModelTimeout, TransientModelError
 from ..llm.types import Backend, Completion, GenerateRequest, Message, Prompt, Usage
 from ..llm.wrapper import BackendWrapper
@@ -334,6 +334,8 @@ class RunRecorder:
         self._manifest_link: Link | None = None
         self._ctx: SearchContext | None = None
         self._created: dict[int, tuple[int, ...]] = {}
+        #: The edge kinds each thought block was written with, by node.
+        self._edge_kinds: dict[int, list[str]] = {}
         self._merged: set[int] = set()
         self._dirty: set[int] = set()
         self._thoughts: list[Link] = []
@@ -537,21 +539,29 @@ class RunRecorder:
         parents = self._created.get(node.id)
         if parents is None:  # not announced by an event: its parents now are its creation parents
             parents = tuple(graph.parents(node.id))
+        kinds = [graph.edge(p, node.id).kind.value for p in parents]
+        self._edge_kinds[node.id] = kinds
         return _put({
             "type": "thought", "id": node.id, "kind": node.kind.value, "depth": node.depth,
             "creator": node.creator, "content": _text(node.content, blocks),
-            "parents": [self._thoughts[p] for p in parents],
-            "edges": [graph.edge(p, node.id).kind.value for p in parents],
+            "parents": [self._thoughts[p] for p in parents], "edges": kinds,
         }, blocks)
 
     def _version(self, graph: ThoughtGraph, node: Any, blocks: list[Block]) -> Link:
         created = self._created.get(node.id)
-        later = graph.parents(node.id)[len(created):] if created is not None else []
-        return _put({
+        first = graph.parents(node.id)[:len(created)] if created is not None else graph.parents(node.id)
+        later = graph.parents(node.id)[len(first):]
+        version: dict[str, Any] = {
             "type": "node", "thought": self._thoughts[node.id], "status": node.status.value, "score": node.score,
             "cost_tokens": node.cost_tokens, "extra": canonical(node.extra),
-            "merged": [[self._thoughts[p], graph.edge(p, node.id).kind.value] for p in later],
-        }, blocks)
+            "merged": [_merged(self._thoughts[p], graph.edge(p, node.id)) for p in later],
+        }
+        # Edges re-labelled or weighted since the thought was written (a critique's CONTRADICTION);
+        # the key is absent otherwise, so runs without such edges keep their CIDs.
+        now = [graph.edge(p, node.id) for p in first]
+        if any(e.weight is not None for e in now) or [e.kind.value for e in now] != self._edge_kinds.get(node.id):
+            version["edges"] = [[e.kind.value, e.weight] for e in now]
+        return _put(version, blocks)
 
     def finish(self, result: SearchResult) -> CID | None:
         """Write the final head: status finished (interrupted after Ctrl-C) and the result summary
@@ -729,6 +739,11 @@ def load_counts(store: BlockStore, head: dict[str, Any]) -> dict[str, int]:
     return {digest: tokens for digest, tokens in read_chunks(store, head["counts"])}
 
 
+def _merged(thought: Link, edge: Edge) -> list[Any]:
+    """A later parent as stored: its thought and the edge's kind (and weight, when it has one)."""
+    return [thought, edge.kind.value] if edge.weight is None else [thought, edge.kind.value, edge.weight]
+
+
 @dataclass(slots=True)
 class StoredGraph:
     """A stored graph rebuilt as a ThoughtGraph, with each node's version CID."""
@@ -761,9 +776,12 @@ def load_graph(store: BlockStore, graph_cid: CID, timings: CID | None = None) ->
         ids[tcid] = nid
         node.depth = thought["depth"]
         node.status = NodeStatus(version["status"])
-        edges = list(zip((p.cid for p in thought["parents"]), thought["edges"]))
-        edges += [(p.cid, kind) for p, kind in version["merged"]]
-        for parent, kind in edges:
-            graph.add_edge(ids[parent], nid, EdgeKind(kind))
+        edges: list[tuple[CID, str, float | None]] = [
+            (p.cid, kind, None) for p, kind in zip(thought["parents"], thought["edges"])]
+        if "edges" in version:  # re-labelled or weighted since the thought was written
+            edges = [(p, kind, weight) for (p, _, _), (kind, weight) in zip(edges, version["edges"])]
+        edges += [(m[0].cid, m[1], m[2] if len(m) > 2 else None) for m in version["merged"]]
+        for parent, kind, weight in edges:
+            graph.add_edge(ids[parent], nid, EdgeKind(kind), weight)
     return StoredGraph(graph, versions)
 

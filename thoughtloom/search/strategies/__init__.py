@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 
+from ..agent.scheduler import run_agent
 from ..context import SearchContext
 from .best_first import run_best_first
 from .bfs import run_bfs
@@ -21,6 +22,7 @@ STRATEGY_FUNCTIONS: dict[str, StrategyFn] = {
     "mcts": run_mcts,
     "got": run_got,
     "recursive": run_recursive,
+    "agent": run_agent,
 }
 
 __all__ = ["STRATEGY_FUNCTIONS", "StrategyFn"]

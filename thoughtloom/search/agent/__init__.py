@@ -1,0 +1,1 @@
+"""Agent mode: typed nodes worked by processors, a dependency-ready scheduler, and tools."""

@@ -1,0 +1,378 @@
+"""The built-in processors, one per node kind: input, plan, question, hypothesis, decomposition,
+evidence (a tool call), analysis, code, critique, synthesis and solution."""
+
+from __future__ import annotations
+
+import re
+from fractions import Fraction
+from typing import Any
+
+from ...graph import EdgeKind, Node, NodeKind
+from ...grounding.code import extract_code
+from ...tasks.agent import (
+    ToolCallError,
+    check_plan,
+    code_query,
+    critique_query,
+    decompose_query,
+    hypothesis_query,
+    parse_critique,
+    parse_plan,
+    parse_tool_call,
+    plan_query,
+    revise_query,
+    step_query,
+    synthesis_query,
+    tool_query,
+    PlanStep,
+)
+from ...tasks.arith import ExpressionError, evaluate, fmt
+from ...tasks.recursion.contract import ChildSpec
+from .processors import AgentEnv, NewEdge, NewNode, ProcessorRegistry, ProcessorResult, failed, kind_of, succeeded
+
+#: Tool names that do a step by running code rather than by being asked for arguments.
+CODE_TOOL = "python"
+DOCS_TOOL = "docs"
+CALC_TOOL = "calc"
+
+
+def _no_model(purpose: str) -> ProcessorResult:
+    return failed(f"no model reply for the {purpose} (budget or model stopped the run)")
+
+
+class InputProcessor:
+    """The task itself: a plan of steps, or, for a question with document search granted, one question."""
+
+    async def run(self, node: Node, env: AgentEnv) -> ProcessorResult:
+        """Ask for a plan (or pose the task as a question to research)."""
+        if env.task.rstrip().endswith("?") and DOCS_TOOL in env.tools:
+            return succeeded(env.task, new_nodes=(
+                NewNode("question", env.task, (node.id,)),
+            ), result={"mode": "question"})
+        got = await env.ask(plan_query(env.task, env.tools.names), "plan", node.id)
+        if got is None:
+            return _no_model("plan")
+        reply, tokens = got
+        steps = parse_plan(reply, env.tools.names)
+        if not steps:
+            return failed("the model's reply held no numbered plan", cost_tokens=tokens, result={"reply": reply})
+        text = "\n".join(f"{s.number}. " + (f"[{s.tool}] " if s.tool else "") + s.text
+                         + (f" (after {', '.join(map(str, s.after))})" if s.after else "") for s in steps)
+        return succeeded(text, cost_tokens=tokens, result={"mode": "plan"}, new_nodes=(
+            NewNode("plan", text, (node.id,), data={"steps": [s.to_dict() for s in steps]}),
+        ))
+
+
+def step_kind(step: PlanStep) -> str:
+    """The kind a plan step is worked as: evidence for a tool, code for python, question, else analysis."""
+    if step.tool == CODE_TOOL:
+        return "code"
+    if step.tool is not None:
+        return "evidence"
+    return "question" if step.text.rstrip().endswith("?") else "analysis"
+
+
+class PlanProcessor:
+    """A plan's steps as nodes with their dependencies, then synthesis, critique and solution."""
+
+    async def run(self, node: Node, env: AgentEnv) -> ProcessorResult:
+        """Turn the plan into nodes; a plan whose dependencies form a cycle is refused with the reason."""
+        steps = [PlanStep(int(s["number"]), str(s["text"]), tuple(int(a) for a in s.get("after") or ()),
+                          s.get("tool")) for s in node.extra.get("steps") or ()]
+        if not steps:
+            return failed("the plan has no steps")
+        why = check_plan(steps)
+        if why is not None:
+            return failed(f"plan refused: {why}")
+        index = {s.number: i for i, s in enumerate(steps)}
+        new: list[NewNode] = []
+        for s in steps:
+            after: tuple[int | str, ...] = (node.id, *(f"@{index[a]}" for a in s.after))
+            data: dict[str, Any] = {"step": s.number}
+            if s.tool is not None:
+                data["tool"] = s.tool
+            new.append(NewNode(step_kind(s), s.text, after, data=data))
+        synth = len(new)
+        # The synthesis reads every step's result, not only the last ones.
+        new.append(NewNode("synthesis", "Put the results together into one answer",
+                           tuple(f"@{i}" for i in range(len(steps)))))
+        new.append(NewNode("critique", "Check the answer against the task", (f"@{synth}",)))
+        new.append(NewNode("solution", "Final answer", (f"@{synth}", f"@{synth + 1}")))
+        return succeeded(node.content, new_nodes=tuple(new), result={"steps": len(steps)})
+
+
+class AnalysisProcessor:
+    """Carry out a step by reasoning over its parents' results."""
+
+    async def run(self, node: Node, env: AgentEnv) -> ProcessorResult:
+        """One model call for the step's result."""
+        got = await env.ask(step_query(env.task, node.content, env.context(node)), kind_of(node), node.id)
+        if got is None:
+            return _no_model(kind_of(node))
+        reply, tokens = got
+        text = reply.strip()
+        if not text:
+            return failed("the model's reply was empty", cost_tokens=tokens)
+        return succeeded(text, cost_tokens=tokens)
+
+
+class EvidenceProcessor:
+    """Gather evidence with a tool: document search by the step's words, any other tool with model-chosen arguments."""
+
+    async def run(self, node: Node, env: AgentEnv) -> ProcessorResult:
+        """Call the step's tool (asking the model for its arguments when they are not the step itself)."""
+        tool = node.extra.get("tool") or (DOCS_TOOL if DOCS_TOOL in env.tools else None)
+        if tool is None or tool not in env.tools:
+            return failed(f"the step needs the {tool or 'a'} tool, which was not granted (--tools)")
+        if tool == DOCS_TOOL:
+            result = await env.call_tool(DOCS_TOOL, {"query": node.content})
+            return _tool_outcome(result, 0)
+        spec = env.tools.spec(tool)
+        assert spec is not None
+        context = env.context(node)
+        tokens = 0
+        feedback = ""
+        for _ in range(2):  # one retry, told what was wrong with the first call
+            got = await env.ask(tool_query(env.task, node.content + feedback, context, [spec]), "tool_choice",
+                                node.id)
+            if got is None:
+                return _no_model("tool choice")
+            reply, used = got
+            tokens += used
+            try:
+                choice = parse_tool_call(reply, {spec.name: spec})
+            except ToolCallError as exc:
+                env.malformed_calls += 1
+                feedback = f"\n(Your last reply was not a call: {exc}.)"
+                continue
+            return _tool_outcome(await env.call_tool(choice.tool, choice.args), tokens)
+        return failed(f"no valid {tool} call after 2 tries{feedback}", cost_tokens=tokens,
+                      result={"malformed": True})
+
+
+def _tool_outcome(result: Any, tokens: int) -> ProcessorResult:
+    record = (result.to_dict(),)
+    if not result.ok:
+        return failed(f"{result.tool}: {result.status}: {result.error}", cost_tokens=tokens, tool_calls=record)
+    return succeeded(result.output, cost_tokens=tokens, tool_calls=record, result={"tool": result.tool})
+
+
+_NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?")
+
+
+class QuestionProcessor:
+    """Answer a question: from searched documents when document search is granted, else from the parents' results.
+
+    A question with a required answer type (a decomposition's child) fails when its answer does
+    not have that type.
+    """
+
+    async def run(self, node: Node, env: AgentEnv) -> ProcessorResult:
+        """Search (when granted), then one model call for the answer."""
+        context = env.context(node)
+        calls: tuple[Any, ...] = ()
+        if DOCS_TOOL in env.tools:
+            found = await env.call_tool(DOCS_TOOL, {"query": node.content})
+            calls = (found.to_dict(),)
+            if found.ok:
+                context = type(context)((*context.items, ("documents", found.output)))
+        got = await env.ask(step_query(env.task, f"Answer briefly: {node.content}", context), "question", node.id)
+        if got is None:
+            return _no_model("question")
+        reply, tokens = got
+        text = reply.strip()
+        spec = node.extra.get("spec")
+        if spec is not None:
+            value: Any = text
+            if spec.get("type") in ("number", "integer"):
+                m = _NUMBER.search(text)
+                value = None if m is None else float(m.group().replace(",", ""))
+                if value is not None and spec.get("type") == "integer" and value.is_integer():
+                    value = int(value)
+            why = ChildSpec(type=spec.get("type", "text")).check(value)
+            if why is not None:
+                return failed(f"the answer breaks its contract: {why}", cost_tokens=tokens, tool_calls=calls)
+        return succeeded(text, cost_tokens=tokens, tool_calls=calls)
+
+
+class HypothesisProcessor:
+    """State a hypothesis and put it up for critique."""
+
+    async def run(self, node: Node, env: AgentEnv) -> ProcessorResult:
+        """One model call for the hypothesis; a critique node is added below it."""
+        got = await env.ask(hypothesis_query(env.task, node.content, env.context(node)), "hypothesis", node.id)
+        if got is None:
+            return _no_model("hypothesis")
+        reply, tokens = got
+        return succeeded(reply.strip(), cost_tokens=tokens,
+                         new_nodes=(NewNode("critique", "Test the hypothesis", (node.id,)),))
+
+
+_TYPED = re.compile(r"\((number|integer|text)\)\s*\.?\s*$", re.IGNORECASE)
+
+
+class DecompositionProcessor:
+    """Split a question into typed sub-questions (the recursive solver's child contracts), then recompose them."""
+
+    async def run(self, node: Node, env: AgentEnv) -> ProcessorResult:
+        """One model call for the sub-questions; they and a synthesis over them are added."""
+        got = await env.ask(decompose_query(env.task, node.content), "decompose", node.id)
+        if got is None:
+            return _no_model("decomposition")
+        reply, tokens = got
+        subs = parse_plan(reply)
+        if len(subs) < 2:
+            return failed("the decomposition gave fewer than two sub-questions", cost_tokens=tokens)
+        new: list[NewNode] = []
+        for s in subs:
+            m = _TYPED.search(s.text)
+            kind = m.group(1).lower() if m else "text"
+            text = s.text[: m.start()].rstrip() if m else s.text
+            new.append(NewNode("question", text, (node.id,), data={"spec": {"type": kind}, "step": s.number}))
+        new.append(NewNode("synthesis", f"Recompose the answers to: {node.content}",
+                           tuple(f"@{i}" for i in range(len(subs)))))
+        return succeeded(reply.strip(), cost_tokens=tokens, new_nodes=tuple(new),
+                         result={"children": len(subs)})
+
+
+class CodeProcessor:
+    """Write a program for the step and run it in the sandbox (the python tool); one retry with the error."""
+
+    async def run(self, node: Node, env: AgentEnv) -> ProcessorResult:
+        """Generate, run, and keep what the sandboxed program printed."""
+        if CODE_TOOL not in env.tools:
+            return failed("the step needs the python tool, which was not granted (--tools python)")
+        context, tokens, calls, feedback = env.context(node), 0, [], None
+        for _ in range(2):
+            got = await env.ask(code_query(env.task, node.content, context, feedback), "code", node.id)
+            if got is None:
+                return _no_model("code")
+            reply, used = got
+            tokens += used
+            code = extract_code(reply)
+            if not code:
+                env.malformed_calls += 1
+                feedback = "the reply held no code block"
+                continue
+            result = await env.call_tool(CODE_TOOL, {"code": code})
+            calls.append(result.to_dict())
+            if result.ok:
+                return succeeded(result.output.strip() or "(the program printed nothing)", cost_tokens=tokens,
+                                 tool_calls=tuple(calls), result={"code": code})
+            feedback = result.error or result.status
+        return failed(f"the program failed: {feedback}", cost_tokens=tokens, tool_calls=tuple(calls))
+
+
+_CLAIM = re.compile(
+    r"((?:-?\d[\d,]*(?:\.\d+)?\s*(?:[-+*/×÷x]|\s[x×]\s)\s*)+-?\d[\d,]*(?:\.\d+)?)\s*=\s*(-?\d[\d,]*(?:\.\d+)?)")
+
+
+def arithmetic_claims(text: str) -> list[tuple[str, str]]:
+    """Written-out calculations ("3 x 120 = 360") in a text, as (expression, stated result) pairs."""
+    return [(m.group(1).strip(), m.group(2)) for m in _CLAIM.finditer(text)]
+
+
+def _exact(expression: str) -> Fraction | None:
+    try:
+        value, _ = evaluate(expression.replace(",", "").replace("×", "*").replace("÷", "/"))
+    except (ExpressionError, ZeroDivisionError):
+        return None
+    return value
+
+
+class CritiqueProcessor:
+    """Judge the node it depends on: exact arithmetic checks first, then the model; a refutation labels the edge CONTRADICTION."""
+
+    async def run(self, node: Node, env: AgentEnv) -> ProcessorResult:
+        """Check every written-out calculation exactly (with the calculator when granted), then ask the model."""
+        deps = env.dependencies(node.id)
+        if not deps:
+            return failed("a critique needs the node it judges as a dependency")
+        target = deps[0]
+        answer = env.text(target)
+        wrong: list[str] = []
+        checks: list[str] = []
+        calls: list[Any] = []
+        for expression, stated in arithmetic_claims(answer):
+            if CALC_TOOL in env.tools:
+                r = await env.call_tool(CALC_TOOL, {"expression": expression.replace(",", "")})
+                calls.append(r.to_dict())
+            exact = _exact(expression)
+            said = _exact(stated)
+            if exact is None or said is None:
+                continue
+            if exact != said:
+                wrong.append(f"{expression} is {fmt(exact)}, not {stated}")
+            else:
+                checks.append(f"{expression} = {stated} is right")
+        if wrong:
+            verdict_data = {"refutes": True, "reasons": wrong, "confidence": 1.0, "by": "exact arithmetic"}
+            return succeeded("; ".join(wrong), result=verdict_data, tool_calls=tuple(calls), score=0.0,
+                             new_edges=(NewEdge(target, node.id, EdgeKind.CONTRADICTION, 1.0),))
+        got = await env.ask(critique_query(env.task, answer, checks), "critique", node.id)
+        if got is None:
+            return _no_model("critique")
+        reply, tokens = got
+        verdict = parse_critique(reply)
+        data = {**verdict.to_dict(), "by": "model", "checked": checks}
+        edges = (NewEdge(target, node.id, EdgeKind.CONTRADICTION, verdict.confidence),) if verdict.refutes else ()
+        return succeeded("; ".join(verdict.reasons) or ("refuted" if verdict.refutes else "ok"), result=data,
+                         cost_tokens=tokens, tool_calls=tuple(calls), new_edges=edges,
+                         score=1.0 - verdict.confidence if verdict.refutes else verdict.confidence)
+
+
+class SynthesisProcessor:
+    """Combine the results of several parents into one answer."""
+
+    async def run(self, node: Node, env: AgentEnv) -> ProcessorResult:
+        """One model call over all the parents' results."""
+        context = env.context(node)
+        if not context.items:
+            return failed("nothing to put together: every step it depends on failed or gave nothing")
+        got = await env.ask(synthesis_query(env.task, context), "synthesis", node.id)
+        if got is None:
+            return _no_model("synthesis")
+        reply, tokens = got
+        return succeeded(reply.strip(), cost_tokens=tokens) if reply.strip() else failed("empty synthesis",
+                                                                                        cost_tokens=tokens)
+
+
+class SolutionProcessor:
+    """The final answer: the synthesis as it stands, or revised to fix what a critique refuted."""
+
+    async def run(self, node: Node, env: AgentEnv) -> ProcessorResult:
+        """Take the answer it depends on; revise it once when a critique it depends on refutes it."""
+        graph = env.ctx.graph
+        answer_from = [p for p in env.dependencies(node.id) if kind_of(graph.node(p)) != "critique"]
+        critiques = [p for p in env.dependencies(node.id) if kind_of(graph.node(p)) == "critique"]
+        if not answer_from:
+            return failed("a solution needs an answer to depend on")
+        answer = env.text(answer_from[-1])
+        problems = [str(r) for c in critiques if (graph.node(c).extra.get("result") or {}).get("refutes")
+                    for r in (graph.node(c).extra["result"].get("reasons") or ["refuted"])]
+        if not problems:
+            return succeeded(answer, result={"revised": False})
+        got = await env.ask(revise_query(env.task, answer, problems), "revise", node.id)
+        if got is None:
+            return succeeded(answer, result={"revised": False, "note": "kept unrevised: no model reply"})
+        reply, tokens = got
+        return succeeded(reply.strip() or answer, cost_tokens=tokens, result={"revised": True, "problems": problems})
+
+
+def default_processors() -> ProcessorRegistry:
+    """A registry with the built-in processor of every node kind."""
+    registry = ProcessorRegistry()
+    registry.update([
+        (NodeKind.INPUT.value, InputProcessor()),
+        (NodeKind.PLAN.value, PlanProcessor()),
+        (NodeKind.QUESTION.value, QuestionProcessor()),
+        (NodeKind.HYPOTHESIS.value, HypothesisProcessor()),
+        (NodeKind.DECOMPOSITION.value, DecompositionProcessor()),
+        (NodeKind.EVIDENCE.value, EvidenceProcessor()),
+        (NodeKind.ANALYSIS.value, AnalysisProcessor()),
+        (NodeKind.CODE.value, CodeProcessor()),
+        (NodeKind.CRITIQUE.value, CritiqueProcessor()),
+        (NodeKind.SYNTHESIS.value, SynthesisProcessor()),
+        (NodeKind.SOLUTION.value, SolutionProcessor()),
+    ])
+    return registry

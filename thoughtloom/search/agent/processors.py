@@ -1,0 +1,203 @@
+"""What a processor is: the protocol, what it may use (AgentEnv), its typed result, what it may add, and the registry by kind.
+
+A processor works one node. It reads the node and the results of the nodes it depends on,
+calls the model (through the search context, so the budget, the cache and the record apply) or
+a tool (through the run's Toolbox), and returns a `ProcessorResult`: its status, its typed
+result, an error, the tokens it spent, the tool calls it made, and the nodes and edges it wants
+added. It never touches the graph itself: the scheduler applies results one at a time, in the
+order the nodes started, so the graph a run builds does not depend on which call answered first.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+from ...graph import EdgeKind, Node, NodeKind
+from ...tasks.agent import Context
+from ...tasks.base import Query
+from ...tools.base import ToolResult
+from ...tools.toolbox import Toolbox
+from ..context import SearchContext
+
+
+@dataclass(frozen=True, slots=True)
+class NewNode:
+    """A node a processor wants added.
+
+    after: the nodes it depends on, by id, or by "@i" for the i-th node of the same result (so a
+    plan can add steps that depend on each other). kind: a registered kind name; a kind that is not
+    a NodeKind is stored as `base` with the name in extra["kind"].
+    """
+
+    kind: str
+    content: str
+    after: tuple[int | str, ...] = ()
+    base: NodeKind | None = None
+    data: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class NewEdge:
+    """An edge a processor wants added (or, when it exists, re-labelled: a critique's CONTRADICTION)."""
+
+    src: int
+    dst: int
+    kind: EdgeKind
+    weight: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessorResult:
+    """What working one node gave: status ("succeeded" | "failed"), result, error, cost, tool calls, graph changes.
+
+    result: the node's typed result as plain data (a plan's steps, a critique's verdict, a tool's
+    output); `text` is what dependent nodes read of it.
+    """
+
+    status: str
+    text: str = ""
+    result: Mapping[str, Any] = field(default_factory=dict)
+    error: str | None = None
+    cost_tokens: int = 0
+    tool_calls: tuple[Mapping[str, Any], ...] = ()
+    new_nodes: tuple[NewNode, ...] = ()
+    new_edges: tuple[NewEdge, ...] = ()
+    score: float | None = None
+
+    @property
+    def ok(self) -> bool:
+        """True when the node succeeded."""
+        return self.status == "succeeded"
+
+
+def succeeded(text: str, **kw: Any) -> ProcessorResult:
+    """A successful result whose text dependents read."""
+    return ProcessorResult("succeeded", text, **kw)
+
+
+def failed(error: str, **kw: Any) -> ProcessorResult:
+    """A failed result saying why."""
+    return ProcessorResult("failed", error=error, **kw)
+
+
+@runtime_checkable
+class Processor(Protocol):
+    """Works one node of its kind."""
+
+    async def run(self, node: Node, env: AgentEnv) -> ProcessorResult:
+        """Do the node's work; return what it gave (never raise for a model's or tool's failure)."""
+        ...
+
+
+def kind_of(node: Node) -> str:
+    """The kind name a node is processed as: a registered custom kind, else its NodeKind."""
+    custom = node.extra.get("kind")
+    return custom if isinstance(custom, str) else node.kind.value
+
+
+class ProcessorRegistry:
+    """Processors by kind name; a user registers their own for a built-in kind or a new one."""
+
+    def __init__(self, processors: Mapping[str, Processor] | None = None,
+                 bases: Mapping[str, NodeKind] | None = None) -> None:
+        self._processors: dict[str, Processor] = dict(processors or {})
+        self._bases: dict[str, NodeKind] = dict(bases or {})
+
+    def register(self, kind: str | NodeKind, processor: Processor, *, base: NodeKind | None = None) -> None:
+        """Process nodes of `kind` with `processor`; a new kind is stored as `base` (default: analysis)."""
+        name = kind.value if isinstance(kind, NodeKind) else str(kind)
+        if not isinstance(processor, Processor):
+            raise TypeError(f"a processor for {name!r} needs an async run(node, env) method")
+        self._processors[name] = processor
+        if name not in NodeKind._value2member_map_:
+            self._bases[name] = base or NodeKind.ANALYSIS
+
+    def copy(self) -> ProcessorRegistry:
+        """An independent registry with the same processors (to extend without changing the original)."""
+        return ProcessorRegistry(self._processors, self._bases)
+
+    def get(self, kind: str) -> Processor | None:
+        """The processor for a kind name, or None."""
+        return self._processors.get(kind)
+
+    def base(self, kind: str) -> NodeKind:
+        """The NodeKind a kind name is stored as."""
+        if kind in NodeKind._value2member_map_:
+            return NodeKind(kind)
+        try:
+            return self._bases[kind]
+        except KeyError:
+            raise KeyError(f"no processor is registered for kind {kind!r}") from None
+
+    def kinds(self) -> list[str]:
+        """Registered kind names."""
+        return sorted(self._processors)
+
+    def __contains__(self, kind: object) -> bool:
+        return kind in self._processors
+
+    def update(self, items: Iterable[tuple[str, Processor]]) -> None:
+        """Register several processors for built-in kinds."""
+        for kind, processor in items:
+            self.register(kind, processor)
+
+@dataclass
+class AgentEnv:
+    """One agent run's shared services; processors read the graph through it and never change it."""
+
+    ctx: SearchContext
+    registry: ProcessorRegistry
+    tools: Toolbox
+    #: What the model was asked for that could not be read as a tool call, by node (counted, never fatal).
+    malformed_calls: int = 0
+    counts: dict[str, int] = field(default_factory=lambda: {"tool_calls": 0, "tool_failures": 0})
+
+    @property
+    def task(self) -> str:
+        """The task text."""
+        return str(self.ctx.problem)
+
+    def text(self, node_id: int) -> str:
+        """What dependents read of a node: its result text, else its content."""
+        node = self.ctx.graph.node(node_id)
+        return str(node.extra.get("text") or node.content)
+
+    def label(self, node_id: int) -> str:
+        """How a node is named to the model: 'step N' for a plan step, else its kind."""
+        node = self.ctx.graph.node(node_id)
+        step = node.extra.get("step")
+        return f"step {step}" if step is not None else kind_of(node)
+
+    def dependencies(self, node_id: int) -> list[int]:
+        """The nodes this one depends on (DEPENDENCY edges), in id order."""
+        graph = self.ctx.graph
+        return sorted(p for p in graph.parents(node_id) if graph.edge(p, node_id).kind is EdgeKind.DEPENDENCY)
+
+    def context(self, node: Node, *, skip_input: bool = True) -> Context:
+        """The results of the nodes `node` depends on (their failures said as such), for a prompt."""
+        items: list[tuple[str, str]] = []
+        for p in self.dependencies(node.id):
+            parent = self.ctx.graph.node(p)
+            if skip_input and kind_of(parent) in ("input", "plan"):
+                continue
+            error = parent.extra.get("error")
+            items.append((self.label(p), f"(failed: {error})" if error and not parent.extra.get("text") else self.text(p)))
+        return Context(tuple(items))
+
+    async def ask(self, query: Query, purpose: str, node_id: int) -> tuple[str, int] | None:
+        """One model reply for a node (None: the budget or the model stopped the run)."""
+        got = await self.ctx.ask(query, 1, purpose, ("agent", node_id, purpose))
+        if got is None or not got[0]:
+            return None
+        texts, tokens = got
+        return texts[0], tokens
+
+    async def call_tool(self, name: str, args: dict[str, Any]) -> ToolResult:
+        """Call a granted tool through the run's Toolbox (validated, timed out, capped, recorded)."""
+        result = await self.tools.call(name, args)
+        self.counts["tool_calls"] += 1
+        if not result.ok:
+            self.counts["tool_failures"] += 1
+        return result

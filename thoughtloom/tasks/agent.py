@@ -1,0 +1,415 @@
+"""The agent task: an open task ("Plan a trip ...") worked as a graph of typed steps.
+
+This module is the agent's prompter and parser: every prompt the processors send (plan, step,
+tool choice, critique, synthesis, revision) with its chat form for instruct models and its
+completion form for base models, and the parsers that turn replies into typed values (plan
+steps with dependencies, a tool call, a critique's verdict). The processors that send them and
+the scheduler that runs them are in thoughtloom.search.agent.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from ..llm.types import Prompt, few_shot_messages
+from .base import ProblemError, Query, Task
+
+#: Most steps one plan may have: a longer plan is cut (and the cut said on the plan node).
+MAX_PLAN_STEPS = 8
+#: Characters of a parent's result shown to a step that depends on it.
+RESULT_CHARS = 700
+
+
+class ToolDescription(Protocol):
+    """What a prompt needs to know of a tool (thoughtloom.tools.ToolSpec has these)."""
+
+    name: str
+    description: str
+    parameters: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class PlanStep:
+    """One step of a plan: what to do, which earlier steps it needs, and a tool it names, if any."""
+
+    number: int
+    text: str
+    after: tuple[int, ...] = ()
+    tool: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain-data form, kept on the plan node."""
+        return {"number": self.number, "text": self.text, "after": list(self.after), "tool": self.tool}
+
+
+@dataclass(frozen=True, slots=True)
+class ToolChoice:
+    """A tool call the model asked for: the tool, its arguments, and what it wrote."""
+
+    tool: str
+    args: dict[str, Any]
+
+
+class ToolCallError(ValueError):
+    """A reply that was meant to call a tool and could not be read as a call."""
+
+
+@dataclass(frozen=True, slots=True)
+class CritiqueVerdict:
+    """A critique's judgement of one thought: does it stand, and why (or why not)."""
+
+    refutes: bool
+    reasons: tuple[str, ...] = ()
+    confidence: float = 0.5
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain-data form, kept on the critique node."""
+        return {"refutes": self.refutes, "reasons": list(self.reasons), "confidence": self.confidence}
+
+
+@dataclass(frozen=True, slots=True)
+class Context:
+    """What a step sees of the steps it depends on: (label, result) pairs."""
+
+    items: tuple[tuple[str, str], ...] = field(default_factory=tuple)
+
+    def render(self) -> str:
+        """The parents' results as short labelled lines ('none' when there are none)."""
+        if not self.items:
+            return "(none)"
+        return "\n".join(f"- {label}: {_cut(result, RESULT_CHARS)}" for label, result in self.items)
+
+
+def _cut(text: str, n: int) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= n else text[: n - 3] + "..."
+
+
+def _query(system: str, examples: Sequence[tuple[str, str]], user: str, max_tokens: int,
+           stop: tuple[str, ...] = ()) -> Query:
+    """One prompt in both forms: few-shot chat turns, and the same examples as completion text."""
+    shots = "".join(f"{asked}\n{answered}\n\n" for asked, answered in examples)
+    text = f"{system}\n\n{shots}{user}\n"
+    return Query(Prompt(text=text, messages=few_shot_messages(system, examples, user)), max_tokens=max_tokens,
+                 stop=stop)
+
+
+# --- plans --------------------------------------------------------------------------------------
+
+_PLAN_SYSTEM = (
+    "You break a task into a short plan of 3 to 6 numbered steps. Each step is one line. A step that "
+    "needs the result of earlier steps ends with (after N) or (after N, M). A step that a tool should do "
+    "starts with the tool's name in brackets, like [calc]. The last step puts everything together."
+)
+_PLAN_EXAMPLE = (
+    "Task: Plan a weekend picnic for 4 people under 60 EUR; check the arithmetic.\nTools: calc",
+    "1. Choose the food: sandwiches, fruit and drinks for 4 people.\n"
+    "2. Estimate the cost of each item in EUR. (after 1)\n"
+    "3. [calc] Add up the costs. (after 2)\n"
+    "4. Check the total is under 60 EUR and write the final plan. (after 3)",
+)
+_STEP_LINE = re.compile(r"^\s*(?:step\s*)?(\d{1,2})\s*[.):]\s*(.+?)\s*$", re.IGNORECASE)
+_AFTER = re.compile(r"\(\s*after\s+((?:step\s*)?\d+(?:\s*(?:,|and|&)\s*(?:step\s*)?\d+)*)\s*\)\s*\.?\s*$",
+                    re.IGNORECASE)
+_TOOL_TAG = re.compile(r"^\[\s*([A-Za-z][\w.:-]*)\s*\]\s*")
+
+
+def plan_query(task: str, tools: Sequence[str]) -> Query:
+    """Ask for a numbered plan whose steps name their dependencies and tools."""
+    tool_line = ", ".join(tools) if tools else "none"
+    return _query(_PLAN_SYSTEM, [_PLAN_EXAMPLE], f"Task: {task}\nTools: {tool_line}", max_tokens=220)
+
+
+def parse_plan(text: str, tools: Sequence[str] = ()) -> list[PlanStep]:
+    """Numbered lines as plan steps; dependencies on missing or later steps are dropped, tools kept only if granted.
+
+    A dependency can only point back (to an earlier number), so a plan read here cannot hold a
+    cycle; `check_plan` refuses explicit plans that would make one.
+    """
+    steps: list[PlanStep] = []
+    seen: set[int] = set()
+    for line in text.splitlines():
+        m = _STEP_LINE.match(line.strip().strip("*"))
+        if m is None:
+            continue
+        number, body = int(m.group(1)), m.group(2).strip().strip("*").strip()
+        if number in seen:
+            continue
+        after: tuple[int, ...] = ()
+        dep = _AFTER.search(body)
+        if dep is not None:
+            after = tuple(sorted({int(d) for d in re.findall(r"\d+", dep.group(1))} & seen))
+            body = body[: dep.start()].rstrip(" .")
+        tool = None
+        tag = _TOOL_TAG.match(body)
+        if tag is not None:
+            name = tag.group(1).lower()
+            body = body[tag.end():].strip()
+            tool = name if name in tools else None
+        if not body:
+            continue
+        steps.append(PlanStep(number, body, after, tool))
+        seen.add(number)
+        if len(steps) >= MAX_PLAN_STEPS:
+            break
+    return steps
+
+
+def check_plan(steps: Sequence[PlanStep]) -> str | None:
+    """Why a plan cannot run (a cycle, a dependency on a step it does not have, a repeated number), or None."""
+    numbers = [s.number for s in steps]
+    if len(set(numbers)) != len(numbers):
+        return "two steps share a number"
+    known = set(numbers)
+    deps = {s.number: set(s.after) for s in steps}
+    for s in steps:
+        missing = sorted(set(s.after) - known)
+        if missing:
+            return f"step {s.number} depends on step {missing[0]}, which the plan does not have"
+    # Depth-first search for a back edge; the path found is the reason given.
+    state: dict[int, int] = {}
+
+    def visit(n: int, path: list[int]) -> list[int] | None:
+        state[n] = 1
+        for d in sorted(deps[n]):
+            if state.get(d) == 1:
+                return [*path, n, d]
+            if d not in state and (found := visit(d, [*path, n])) is not None:
+                return found
+        state[n] = 2
+        return None
+
+    for n in numbers:
+        if n not in state and (cycle := visit(n, [])) is not None:
+            start = cycle.index(cycle[-1])
+            loop = " -> ".join(f"step {x}" for x in cycle[start:])
+            return f"the plan's dependencies form a cycle: {loop}"
+    return None
+
+
+# --- steps --------------------------------------------------------------------------------------
+
+_STEP_SYSTEM = (
+    "You carry out one step of a plan for a task. Use the results of earlier steps. Reply with the "
+    "step's result only, in at most 4 short lines, with concrete names and numbers."
+)
+_STEP_EXAMPLE = (
+    "Task: Plan a weekend picnic for 4 people under 60 EUR.\nEarlier results:\n- step 1: sandwiches, "
+    "apples, lemonade for 4 people\nStep: Estimate the cost of each item in EUR.",
+    "Sandwiches: 4 x 4.50 = 18 EUR\nApples: 1 bag = 3 EUR\nLemonade: 2 bottles x 2.50 = 5 EUR",
+)
+
+
+def step_query(task: str, step: str, context: Context) -> Query:
+    """Ask for one step's result, given its parents' results."""
+    return _query(_STEP_SYSTEM, [_STEP_EXAMPLE],
+                  f"Task: {task}\nEarlier results:\n{context.render()}\nStep: {step}", max_tokens=160)
+
+
+# --- tool choice --------------------------------------------------------------------------------
+
+_TOOL_SYSTEM = (
+    "You call one tool to do a step. Reply with one line: the tool's name, a colon, and its input "
+    'as JSON, like calc: {"expression": "2 * (3 + 4)"}. Use only numbers that the results give.'
+)
+_TOOL_EXAMPLE = (
+    'Tools:\n- calc: exact arithmetic {"expression": string}\nEarlier results:\n- step 2: Sandwiches: 18 EUR\n'
+    "Apples: 3 EUR\nLemonade: 5 EUR\nStep: Add up the costs.",
+    'calc: {"expression": "18 + 3 + 5"}',
+)
+
+
+def _describe_tool(t: ToolDescription) -> str:
+    props = t.parameters.get("properties") or {}
+    args = ", ".join(f'"{k}": {(v or {}).get("type", "value")}' for k, v in props.items())
+    return f"- {t.name}: {_cut(t.description, 160)} {{{args}}}"
+
+
+def tool_query(task: str, step: str, context: Context, tools: Sequence[ToolDescription]) -> Query:
+    """Ask which tool call does the step, in the one-line `name: {json}` protocol."""
+    listing = "\n".join(_describe_tool(t) for t in tools)
+    return _query(_TOOL_SYSTEM, [_TOOL_EXAMPLE],
+                  f"Tools:\n{listing}\nEarlier results:\n{context.render()}\nStep: {step}", max_tokens=120,
+                  stop=("\n\n",))
+
+
+_CALL_LINE = re.compile(r"^\s*`*\s*([A-Za-z][\w.:-]*)\s*(?::|\()\s*(.*?)\s*\)?\s*`*\s*$", re.DOTALL)
+
+
+def parse_tool_call(text: str, tools: Mapping[str, ToolDescription]) -> ToolChoice:
+    """A tool call in a reply: a JSON object {"tool": ..., "args": {...}}, or `name: {json}`, or `name: plain text`.
+
+    Plain text is accepted for a tool with exactly one required string argument (calc: 2 + 3).
+    Raises ToolCallError saying what was wrong; never guesses a tool the reply did not name.
+    """
+    body = text.strip().strip("`").strip()
+    if body.startswith("json"):
+        body = body[4:].strip()
+    if body.startswith("{"):
+        data = _first_json(body)
+        if isinstance(data, dict) and isinstance(data.get("tool") or data.get("name"), str):
+            name = str(data.get("tool") or data.get("name"))
+            args = data.get("args", data.get("arguments", {}))
+            if not isinstance(args, dict):
+                raise ToolCallError(f"the arguments of {name} are not a JSON object")
+            return ToolChoice(_known(name, tools), args)
+    for line in body.splitlines():
+        m = _CALL_LINE.match(line)
+        if m is None or _resolve(m.group(1), tools) is None:
+            continue
+        name, rest = _known(m.group(1), tools), m.group(2).strip()
+        if rest.startswith("{"):
+            data = _first_json(rest)
+            if not isinstance(data, dict):
+                raise ToolCallError(f"the input to {name} is not a JSON object: {_cut(rest, 80)}")
+            return ToolChoice(name, data)
+        only = _single_string_arg(tools[name])
+        if only is None or not rest:
+            raise ToolCallError(f"{name} needs JSON arguments, like {name}: {{...}}")
+        return ToolChoice(name, {only: rest.strip("\"'")})
+    raise ToolCallError("no tool call in the reply (expected a line like calc: {\"expression\": \"2 + 3\"})")
+
+
+def _resolve(name: str, tools: Mapping[str, ToolDescription]) -> str | None:
+    if name in tools:
+        return name
+    lowered = {k.lower(): k for k in tools}
+    return lowered.get(name.lower())
+
+
+def _known(name: str, tools: Mapping[str, ToolDescription]) -> str:
+    found = _resolve(name, tools)
+    if found is None:
+        raise ToolCallError(f"the reply calls {name!r}, which is not one of the granted tools")
+    return found
+
+
+def _single_string_arg(tool: ToolDescription) -> str | None:
+    props = tool.parameters.get("properties") or {}
+    required = tool.parameters.get("required") or list(props)
+    if len(required) == 1 and (props.get(required[0]) or {}).get("type", "string") == "string":
+        return str(required[0])
+    return None
+
+
+def _first_json(text: str) -> Any:
+    try:
+        value, _ = json.JSONDecoder().raw_decode(text)
+    except ValueError:
+        return None
+    return value
+
+
+# --- synthesis, critique, revision ----------------------------------------------------------------
+
+_SYNTH_SYSTEM = (
+    "You write the final answer to a task from the results of its steps. Keep every number the results "
+    "give; do not invent new ones. Be concise: at most 10 lines."
+)
+
+
+def synthesis_query(task: str, context: Context) -> Query:
+    """Ask for one answer that combines the parents' results."""
+    return _query(_SYNTH_SYSTEM, [], f"Task: {task}\nResults of the steps:\n{context.render()}\n\nFinal answer:",
+                  max_tokens=300)
+
+
+_CRITIQUE_SYSTEM = (
+    "You check an answer to a task. Reply with VERDICT: ok if it does what the task asks, or VERDICT: wrong "
+    "if it does not (a wrong number, a broken limit, a missing part), then REASON: one line."
+)
+_CRITIQUE_EXAMPLE = (
+    "Task: Plan a picnic for 4 under 60 EUR.\nAnswer: Sandwiches 18 EUR, drinks 5 EUR, total 23 EUR.",
+    "VERDICT: ok\nREASON: the total of 23 EUR is under 60 EUR and covers food and drinks.",
+)
+_VERDICT = re.compile(r"verdict\s*[:=]?\s*\**\s*(ok|correct|good|pass|wrong|incorrect|bad|fail)", re.IGNORECASE)
+_REASON = re.compile(r"reason\s*[:=]\s*(.+)", re.IGNORECASE)
+
+
+def critique_query(task: str, answer: str, checks: Sequence[str] = ()) -> Query:
+    """Ask whether an answer does what the task asks (with what exact checks already found)."""
+    found = ("\nChecks already made:\n" + "\n".join(f"- {c}" for c in checks)) if checks else ""
+    return _query(_CRITIQUE_SYSTEM, [_CRITIQUE_EXAMPLE], f"Task: {task}\nAnswer: {_cut(answer, 1200)}{found}",
+                  max_tokens=80)
+
+
+def parse_critique(text: str) -> CritiqueVerdict:
+    """A critique reply's verdict; a reply with no verdict refutes nothing (confidence 0)."""
+    m = _VERDICT.search(text)
+    reason = _REASON.search(text)
+    reasons = (reason.group(1).strip(),) if reason is not None else ()
+    if m is None:
+        return CritiqueVerdict(False, reasons or ("no verdict given",), 0.0)
+    refutes = m.group(1).lower() in {"wrong", "incorrect", "bad", "fail"}
+    return CritiqueVerdict(refutes, reasons, 0.6)
+
+
+_REVISE_SYSTEM = (
+    "You correct an answer to a task. The check below found problems with it; fix exactly those and "
+    "keep the rest. Reply with the corrected answer only."
+)
+
+
+def revise_query(task: str, answer: str, problems: Sequence[str]) -> Query:
+    """Ask for the answer again, fixing what the critique found."""
+    listed = "\n".join(f"- {p}" for p in problems) or "- (none stated)"
+    return _query(_REVISE_SYSTEM, [], f"Task: {task}\nAnswer: {_cut(answer, 1200)}\nProblems:\n{listed}\n\n"
+                  "Corrected answer:", max_tokens=300)
+
+
+_CODE_SYSTEM = (
+    "You write a short Python 3 program that does one step of a task and prints its result. Reply with the "
+    "code only, in one ```python block."
+)
+
+
+def code_query(task: str, step: str, context: Context, feedback: str | None = None) -> Query:
+    """Ask for a program that does the step and prints the result (with the last run's error, if any)."""
+    fix = f"\nThe last program failed: {_cut(feedback, 300)}\nWrite a corrected program." if feedback else ""
+    return _query(_CODE_SYSTEM, [], f"Task: {task}\nEarlier results:\n{context.render()}\nStep: {step}{fix}",
+                  max_tokens=300)
+
+
+_DECOMPOSE_SYSTEM = (
+    "You split a question into 2 to 4 simpler sub-questions whose answers together answer it. One "
+    "sub-question per numbered line; end a line with (number) if its answer is a number."
+)
+
+
+def decompose_query(task: str, question: str) -> Query:
+    """Ask for sub-questions, each with the type of its answer."""
+    return _query(_DECOMPOSE_SYSTEM, [], f"Task: {task}\nQuestion: {question}", max_tokens=160)
+
+
+_HYPOTHESIS_SYSTEM = "You state the most likely answer to a question in one sentence, as a hypothesis to test."
+
+
+def hypothesis_query(task: str, question: str, context: Context) -> Query:
+    """Ask for a one-sentence hypothesis."""
+    return _query(_HYPOTHESIS_SYSTEM, [], f"Task: {task}\nKnown:\n{context.render()}\nQuestion: {question}",
+                  max_tokens=80)
+
+
+class AgentTask(Task[str]):
+    """An open task for the agent: any request in words; its answer is the agent's solution node."""
+
+    name = "agent"
+    description = "an open task worked as a plan of typed, dependent steps with tools (loom agent)"
+    free_text_steps = True
+    programmatic_answer = True
+    search_defaults = {"strategy": "agent", "max_nodes": 60}
+
+    def parse_problem(self, text: str) -> str:
+        """The task text itself; empty text is refused."""
+        text = text.strip()
+        if not text:
+            raise ProblemError("the task is empty; say what the agent should do, e.g. loom agent \"Plan a trip\"")
+        return text
+
+    def compose_answer(self, problem: str, steps: Sequence[str], reply: str | None) -> str | None:
+        """The answer is the last step's text (the solution node's content)."""
+        return steps[-1] if steps else None
