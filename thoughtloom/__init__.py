@@ -14,6 +14,11 @@ _EXPORTS = {
     "asolve": "thoughtloom.api",
     "make_gateway": "thoughtloom.api",
     "areplay": "thoughtloom.api",
+    "agent": "thoughtloom.api",
+    "ProcessorRegistry": "thoughtloom.search.agent.processors",
+    "default_processors": "thoughtloom.search.agent.kinds",
+    "Toolbox": "thoughtloom.tools.toolbox",
+    "ToolSpec": "thoughtloom.tools.base",
     "RunSpec": "thoughtloom.run.spec",
     "resolve": "thoughtloom.run.spec",
     "execute": "thoughtloom.run.execute",
@@ -31,7 +36,11 @@ _EXPORTS = {
 __all__ = ["__version__", *_EXPORTS]
 
 if TYPE_CHECKING:
-    from .api import areplay, asolve, make_gateway, solve
+    from .api import agent, areplay, asolve, make_gateway, solve
+    from .search.agent.kinds import default_processors
+    from .search.agent.processors import ProcessorRegistry
+    from .tools.base import ToolSpec
+    from .tools.toolbox import Toolbox
     from .run.execute import execute
     from .run.spec import RunSpec, resolve
     from .search.stop import StopReason

@@ -20,13 +20,15 @@ from .run.execute import execute
 from .run.gateway import make_gateway
 from .run.session import ReplayVerdict, open_replay
 from .run.spec import resolve
+from .search.agent.processors import ProcessorRegistry
 from .search.config import SearchConfig
 from .search.events import EventSink
 from .search.result import SearchResult
 from .tasks.base import Task
 from .tasks.registry import TaskOptions
+from .tools.toolbox import ToolLimits
 
-__all__ = ["areplay", "asolve", "make_gateway", "solve"]
+__all__ = ["agent", "areplay", "asolve", "make_gateway", "solve"]
 
 _P = ParamSpec("_P")
 _T = TypeVar("_T")
@@ -76,6 +78,43 @@ async def asolve(
         warnings.warn(f"run {result.run_id or '(none)'} is not stored whole: {result.store_error}", RuntimeWarning,
                       stacklevel=2)
     return result
+
+
+async def agent(
+    task: str,
+    *,
+    tools: Sequence[str] = (),
+    model: str | Backend = "local",
+    profile: str = "default",
+    budget: BudgetLimits | None = None,
+    mcp_config: str | None = None,
+    knowledge: str | None = None,
+    read_roots: Sequence[str] = (),
+    tool_limits: ToolLimits | None = None,
+    processors: ProcessorRegistry | None = None,
+    sinks: Sequence[EventSink] = (),
+    controller: bool | Controller = True,
+    handler: FeedbackHandler | None = None,
+    store: Any = None,
+    run_id: str | None = None,
+    **overrides: Any,
+) -> SearchResult:
+    """Work an open task as a graph of typed steps with tools (async); the same run `loom agent` makes.
+
+    tools: names as `--tools` takes them (calc, python, docs, files, mcp:NAME, mcp); mcp_config,
+    knowledge and read_roots are what mcp, docs and files need. processors: a registry with your own
+    processors (start from thoughtloom.search.agent.kinds.default_processors()). Keyword
+    `overrides` set SearchConfig fields (beam = steps in progress at once, agent_order, on_failure,
+    max_nodes, seed, ...). The rest is as in asolve.
+    """
+    spec = resolve(
+        task, task="agent", model=model, profile=profile, search={"strategy": "agent", **overrides}, budget=budget,
+        control=controller.settings if isinstance(controller, Controller) else controller, knowledge=knowledge,
+        store=store, run_id=run_id, tools=tools, tool_limits=tool_limits, mcp_config=mcp_config,
+        read_roots=read_roots,
+    )
+    return await execute(spec, sinks=sinks, handler=handler, processors=processors,
+                         controller=controller if isinstance(controller, Controller) else None)
 
 
 async def areplay(store: Any, run: str, *, task: Task[Any] | None = None, config: SearchConfig | None = None,

@@ -19,12 +19,7 @@ def add_solve_parser(sub: Any) -> None:
                    help='the problem text, e.g. "4 5 6 10" for --task game24 (or --problem ID for a benchmark)')
     s.add_argument("--task", help="task name (see 'loom tasks'); default: the profile's task, else general")
     s.add_argument("--problem", dest="problem_id", metavar="ID", help="a benchmark problem by id, e.g. HumanEval/0")
-    s.add_argument(
-        "--model", default=os.environ.get("THOUGHTLOOM_MODEL", "local"),
-        help="model spec: local | local:NAME (loom models) | local:PATH.gguf | openai:MODEL | "
-        "openai-compatible:URL@MODEL | ollama:MODEL (optional #chat or #completions); default: local, the default "
-        "embedded model (env THOUGHTLOOM_MODEL)",
-    )
+    add_model_option(s)
     s.add_argument("--strategy", choices=("bfs", "dfs", "best_first", "mcts", "got", "recursive"),
                    help="search strategy (default: the task's, else bfs)")
     s.add_argument("--breadth", type=positive_int("--breadth", MAX_FANOUT), help="thoughts generated per expansion")
@@ -36,36 +31,10 @@ def add_solve_parser(sub: Any) -> None:
     s.add_argument("--prune-threshold", type=unit_float("--prune-threshold"), help="prune thoughts scoring below this")
     s.add_argument("--aggregation", choices=("sum", "product", "min", "mean"), help="path score aggregation")
     s.add_argument("--iterations", type=positive_int("--iterations"), help="MCTS simulations")
-    s.add_argument("--max-nodes", type=positive_int("--max-nodes"), help="circuit breaker: most nodes in the graph")
-    s.add_argument("--concurrency", type=positive_int("--concurrency", MAX_FANOUT), help="model calls in flight at once")
-    s.add_argument("--temperature", type=number("--temperature", float, lambda v: 0 <= v <= 2, "between 0 and 2"),
-                   help="sampling temperature (0 to 2)")
-    s.add_argument("--budget-tokens", type=positive_int("--budget-tokens"), default=DEFAULT_BUDGET_TOKENS,
-                   help=f"hard limit on input+output tokens (default {DEFAULT_BUDGET_TOKENS:,})")
-    s.add_argument("--budget-calls", type=positive_int("--budget-calls"), help="hard limit on model calls")
-    s.add_argument("--budget-usd", type=positive_float("--budget-usd"), help="hard limit in dollars (known prices only)")
-    s.add_argument("--budget-seconds", type=positive_float("--budget-seconds", 1e9), help="hard wall-clock limit")
-    s.add_argument("--seed", type=count("--seed"), help="seed for reproducible sampling (0 to 2**63-1)")
+    add_run_limits(s)
     s.add_argument("--size", type=positive_int("--size"),
                    help="sorting, set_intersection: instance size (32/64/128 for data IDs; sorting: alone, a generated list)")
-    c = s.add_argument_group("self-aware control (see 'loom profiles')")
-    c.add_argument("--profile", default="default", help="domain profile: thresholds and depth limits (default: default)")
-    c.add_argument("--acceptable", type=unit_float("--acceptable"), help="quality a user would accept")
-    c.add_argument("--goal", type=unit_float("--goal"), help="quality that counts as solved")
-    c.add_argument("--compromise", type=unit_float("--compromise"), help="lowest quality offered as a compromise")
-    c.add_argument("--soft-depth", type=positive_int("--soft-depth", MAX_FANOUT), help="depth where progress is judged")
-    c.add_argument("--min-progress", type=unit_float("--min-progress"), metavar="X",
-                   help="quality gain per depth below which progress counts as slowing")
-    c.add_argument("--stagnation", type=positive_int("--stagnation", MAX_FANOUT), metavar="N",
-                   help="depths without improvement that count as stagnation")
-    c.add_argument("--auto-approve-tokens", type=count("--auto-approve-tokens"), default=0, metavar="N",
-                   help="without a terminal: approve up to N more tokens in total (default 0: the budget is hard)")
-    c.add_argument("--accept-compromise-above", type=unit_float("--accept-compromise-above"), metavar="X",
-                   help="without a terminal: accept compromises of at least this quality (default: --compromise)")
-    c.add_argument("--auto-deeper", type=count("--auto-deeper", MAX_FANOUT), default=0, metavar="N",
-                   help="without a terminal: go up to N levels past the soft depth when asked (default 0)")
-    c.add_argument("--interactive", action=argparse.BooleanOptionalAction, default=None,
-                   help="ask at the terminal about budget, compromises and depth (default: when on a terminal)")
+    add_control_options(s)
     g = s.add_argument_group("grounding (testing thoughts against reality)")
     g.add_argument("--tests", metavar="FILE", help="code: a file of asserts or test_ functions the program must pass")
     g.add_argument("--data", metavar="PATH", help="humaneval, mbpp: the benchmark data file")
@@ -85,6 +54,57 @@ def add_solve_parser(sub: Any) -> None:
     g.add_argument("--grounding-boost", type=number("--grounding-boost", float, lambda v: v >= 1, "at least 1"),
                    metavar="X",
                    help="score multiplier (>= 1) for a verified thought (default: the profile's)")
+    add_output_options(s)
+
+
+def add_model_option(s: Any) -> None:
+    """--model, shared by loom solve and loom agent."""
+    s.add_argument(
+        "--model", default=os.environ.get("THOUGHTLOOM_MODEL", "local"),
+        help="model spec: local | local:NAME (loom models) | local:PATH.gguf | openai:MODEL | "
+        "openai-compatible:URL@MODEL | ollama:MODEL (optional #chat or #completions); default: local, the default "
+        "embedded model (env THOUGHTLOOM_MODEL)",
+    )
+
+
+def add_run_limits(s: Any) -> None:
+    """Node, concurrency, sampling and budget limits, shared by loom solve and loom agent."""
+    s.add_argument("--max-nodes", type=positive_int("--max-nodes"), help="circuit breaker: most nodes in the graph")
+    s.add_argument("--concurrency", type=positive_int("--concurrency", MAX_FANOUT), help="model calls in flight at once")
+    s.add_argument("--temperature", type=number("--temperature", float, lambda v: 0 <= v <= 2, "between 0 and 2"),
+                   help="sampling temperature (0 to 2)")
+    s.add_argument("--budget-tokens", type=positive_int("--budget-tokens"), default=DEFAULT_BUDGET_TOKENS,
+                   help=f"hard limit on input+output tokens (default {DEFAULT_BUDGET_TOKENS:,})")
+    s.add_argument("--budget-calls", type=positive_int("--budget-calls"), help="hard limit on model calls")
+    s.add_argument("--budget-usd", type=positive_float("--budget-usd"), help="hard limit in dollars (known prices only)")
+    s.add_argument("--budget-seconds", type=positive_float("--budget-seconds", 1e9), help="hard wall-clock limit")
+    s.add_argument("--seed", type=count("--seed"), help="seed for reproducible sampling (0 to 2**63-1)")
+
+
+def add_control_options(s: Any) -> None:
+    """The self-aware controller's options, shared by loom solve and loom agent."""
+    c = s.add_argument_group("self-aware control (see 'loom profiles')")
+    c.add_argument("--profile", default="default", help="domain profile: thresholds and depth limits (default: default)")
+    c.add_argument("--acceptable", type=unit_float("--acceptable"), help="quality a user would accept")
+    c.add_argument("--goal", type=unit_float("--goal"), help="quality that counts as solved")
+    c.add_argument("--compromise", type=unit_float("--compromise"), help="lowest quality offered as a compromise")
+    c.add_argument("--soft-depth", type=positive_int("--soft-depth", MAX_FANOUT), help="depth where progress is judged")
+    c.add_argument("--min-progress", type=unit_float("--min-progress"), metavar="X",
+                   help="quality gain per depth below which progress counts as slowing")
+    c.add_argument("--stagnation", type=positive_int("--stagnation", MAX_FANOUT), metavar="N",
+                   help="depths without improvement that count as stagnation")
+    c.add_argument("--auto-approve-tokens", type=count("--auto-approve-tokens"), default=0, metavar="N",
+                   help="without a terminal: approve up to N more tokens in total (default 0: the budget is hard)")
+    c.add_argument("--accept-compromise-above", type=unit_float("--accept-compromise-above"), metavar="X",
+                   help="without a terminal: accept compromises of at least this quality (default: --compromise)")
+    c.add_argument("--auto-deeper", type=count("--auto-deeper", MAX_FANOUT), default=0, metavar="N",
+                   help="without a terminal: go up to N levels past the soft depth when asked (default 0)")
+    c.add_argument("--interactive", action=argparse.BooleanOptionalAction, default=None,
+                   help="ask at the terminal about budget, compromises and depth (default: when on a terminal)")
+
+
+def add_output_options(s: Any) -> None:
+    """How a run is printed and stored, shared by loom solve and loom agent."""
     s.add_argument("--json", action="store_true", help="print one JSON object instead of text")
     s.add_argument("--mermaid", metavar="FILE", help="write the reasoning graph as a Mermaid flowchart")
     s.add_argument("--quiet", action="store_true", help="no live progress on stderr")

@@ -7,6 +7,9 @@
       -> Gateway          (hard budget, concurrency, retries, cache, call records)
       -> search()         (with the controller, the grounders and the session's recorder as a sink)
 
+The agent strategy's tools are built here too (`build_tools`), and the session puts the run's
+recorded tool calls in front of them (resume) or in their place (replay: no tool runs).
+
 `loom solve`, `solve()` / `asolve()`, the search lanes of `loom bench`, `loom resume` and
 `loom replay` all run through `execute`, so they search the same way.
 """
@@ -24,10 +27,12 @@ from ..llm.gateway import Gateway, RetryPolicy
 from ..llm.limits import LimitedBackend, SharedSlots
 from ..llm.types import Backend
 from ..llm.wrapper import SharedBackend
+from ..search.agent.processors import ProcessorRegistry
 from ..search.context import SearchController
 from ..search.engine import search
 from ..search.events import EventSink
 from ..search.result import SearchResult
+from ..tools.toolbox import Toolbox
 from .gateway import build_gateway
 from .session import RunSession, record_session
 from .spec import RunSpec, SpecError
@@ -83,6 +88,21 @@ def live_backend(spec: RunSpec, progress: Callable[[str], None] | None = None) -
     return make_backend(spec.model, progress=progress)
 
 
+async def build_tools(spec: RunSpec) -> Toolbox | None:
+    """The spec's granted tools, started (MCP servers connected); None when it grants none."""
+    if not spec.tools:
+        return None
+    from ..tools.base import ToolConfigError
+    from ..tools.registry import build_toolbox
+
+    try:
+        return await build_toolbox(spec.tools, limits=spec.tool_limits, knowledge=spec.knowledge,
+                                   knowledge_index=spec.knowledge_index, read_roots=spec.read_roots,
+                                   mcp_config=spec.mcp_config)
+    except ToolConfigError as exc:
+        raise SpecError(str(exc)) from None
+
+
 async def execute(
     spec: RunSpec,
     *,
@@ -94,6 +114,7 @@ async def execute(
     progress: Callable[[str], None] | None = None,
     on_stored: Callable[[str], None] | None = None,
     on_gateway: Callable[[Gateway], None] | None = None,
+    processors: ProcessorRegistry | None = None,
 ) -> SearchResult:
     """Run the spec's search; the result carries the stored run's id and store when it was recorded.
 
@@ -103,6 +124,7 @@ async def execute(
     slots: a model-concurrency limit shared with other runs. progress: one-line notes while the
     model loads. on_stored(run_id): called once the run's first state is stored. on_gateway:
     called with the run's gateway once it is built (a benchmark reads what the run spent from its budget).
+    processors: the agent strategy's processors by kind (default: the built-in ones).
     """
     task = spec.task_object()
     grounders = spec_grounders(spec)
@@ -127,18 +149,27 @@ async def execute(
         raise
     if on_gateway is not None:
         on_gateway(gateway)
+    tools: Toolbox | None = None
     try:
+        if spec.config.strategy == "agent":
+            live_tools = await build_tools(spec) if session is None or session.needs_live_model else None
+            tools = session.wrap_tools(live_tools) if session is not None else live_tools
         result = await search(
             task, spec.problem, gateway, spec.config,
             sinks=[*sinks, *(session.sinks if session is not None else [])], controller=ctrl, grounders=grounders,
             grounding_policy=spec.grounding, on_context=session.on_context if session is not None else None,
+            tools=tools, processors=processors,
         )
     except BaseException:
         if session is not None:
             session.abort()
         raise
     finally:
-        await gateway.aclose()
+        try:
+            if tools is not None:
+                await tools.aclose()
+        finally:
+            await gateway.aclose()
     if session is not None:
         session.finish(result)
     return result

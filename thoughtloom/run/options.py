@@ -16,6 +16,7 @@ from typing import Any
 from ..grounding.sandbox import SandboxLimits
 from ..llm.budget import BudgetLimits
 from ..tasks.registry import TaskOptions
+from ..tools.toolbox import ToolLimits
 from .spec import AutoAnswers, RunSpec, SpecError, implied_task, resolve
 
 #: Option name -> SearchConfig field.
@@ -24,6 +25,8 @@ SEARCH_OPTIONS = {
     "generation": "generation", "evaluation": "evaluation", "value_samples": "value_samples",
     "prune_threshold": "prune_threshold", "aggregation": "aggregation", "iterations": "mcts_iterations",
     "max_nodes": "max_nodes", "concurrency": "concurrency", "temperature": "temperature", "seed": "seed",
+    # loom agent's names for the scheduler's settings
+    "parallel": "beam", "order": "agent_order", "on_failure": "on_failure",
 }
 #: Option name -> ControlSettings field.
 CONTROL_OPTIONS = {
@@ -104,4 +107,20 @@ def spec_from_options(options: Mapping[str, Any]) -> RunSpec:
                             accept_compromise_above=accept, extra_depth=max(0, options.get("auto_deeper") or 0)),
         grounding={"fail_factor": options.get("grounding_penalty"), "boost": options.get("grounding_boost")},
         knowledge=options.get("knowledge"), knowledge_index=options.get("knowledge_index"),
+        tools=_names(options.get("tools")), tool_limits=_tool_limits(options), mcp_config=options.get("mcp_config"),
+        read_roots=tuple(options.get("allow_read") or ()),
     )
+
+
+def _names(value: Any) -> tuple[str, ...]:
+    """--tools as given: "calc,python" (or a list of such)."""
+    if not value:
+        return ()
+    parts = value if isinstance(value, (list, tuple)) else [value]
+    return tuple(n.strip() for part in parts for n in str(part).split(",") if n.strip())
+
+
+def _tool_limits(options: Mapping[str, Any]) -> ToolLimits:
+    given = {f: options.get(o) for o, f in (("tool_timeout", "timeout_s"), ("tool_output_cap", "output_cap"),
+                                             ("tool_concurrency", "concurrency"))}
+    return ToolLimits(**{k: v for k, v in given.items() if v is not None})

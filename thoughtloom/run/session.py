@@ -29,6 +29,8 @@ from ..store.memory import MemoryStore
 from ..store.replay import Divergence, ReplayBackend, compare_graphs
 from ..store.runs import RunError, RunRecorder, StoredRun, load_calls, load_counts, load_head, new_run_id, open_run
 from ..store.store import BlockStore
+from ..tools.base import ToolResult, ToolSpec
+from ..tools.toolbox import RecordedTool, Toolbox
 from .spec import RunSpec, SpecError
 
 if TYPE_CHECKING:
@@ -105,6 +107,9 @@ class RunSession:
     source_store: BlockStore | None = None
     owns_store: bool = False
     notes: list[str] = field(default_factory=list)
+    #: resume, replay of an agent run: the tools it was granted and the tool calls its graph records.
+    recorded_tools: tuple[list[ToolSpec], list[ToolResult]] | None = None
+    tools: Toolbox | None = None
     _verdict: ReplayVerdict | None = None
 
     @property
@@ -148,6 +153,17 @@ class RunSession:
         assert self.make_replay is not None
         self.replay = self.make_replay(live if self.mode == "resume" else None)
         return self.recorder.wrap(self.replay)
+
+    def wrap_tools(self, live: Toolbox | None) -> Toolbox | None:
+        """The run's tools: recorded calls answered first (resume), or only those, with no tool running (replay)."""
+        if self.mode == "record" or self.recorded_tools is None:
+            self.tools = live
+        elif self.mode == "replay":
+            specs, calls = self.recorded_tools
+            self.tools = Toolbox([RecordedTool(s) for s in specs], recorded=calls, live=False)
+        elif live is not None:
+            self.tools = live.with_record(self.recorded_tools[1], live=True)
+        return self.tools
 
     @property
     def retry_delays(self) -> bool:
@@ -193,8 +209,13 @@ class RunSession:
             run_id=self.run_id, expected=self.expected_graph, got=got, nodes=self.recorder.node_count,
             replayed=self.replay.replayed, model_calls=self.replay.live_calls,
             divergence=compare_graphs(self.source_store, self.expected_graph, self.recorder.store, got),
-            off_record=self.replay.divergence, notes=tuple(self.notes),
+            off_record=self.replay.divergence or self._tools_off_record(), notes=tuple(self.notes),
         )
+
+    def _tools_off_record(self) -> str | None:
+        if self.tools is None or not self.tools.off_record:
+            return None
+        return f"replay diverged: {self.tools.off_record} tool call(s) were not in the run's record"
 
     def abort(self) -> None:
         """The search ended with an exception: an interrupted head if anything was stored."""
@@ -234,6 +255,20 @@ def record_session(spec: RunSpec, task: Task[Any], *, on_start: Callable[[str], 
     )
     recorder = RunRecorder(store, manifest, on_start=on_start)
     return RunSession("record", store, path, recorder, manifest, owns_store=owns)
+
+
+def recorded_tools(store: BlockStore, graph_cid: CID) -> tuple[list[ToolSpec], list[ToolResult]]:
+    """The tools an agent run was granted (kept on its task node) and its tool calls, in node order."""
+    from ..store.runs import load_graph
+
+    graph = load_graph(store, graph_cid).graph
+    specs: list[ToolSpec] = []
+    calls: list[ToolResult] = []
+    for node in graph:
+        for s in node.extra.get("tools") or ():
+            specs.append(ToolSpec(str(s["name"]), str(s.get("description") or ""), dict(s.get("parameters") or {})))
+        calls += [ToolResult.from_dict(c) for c in node.extra.get("tool_calls") or ()]
+    return specs, calls
 
 
 def spec_of(manifest: Manifest) -> RunSpec:
@@ -276,7 +311,9 @@ def resume_session(store: BlockStore, store_path: str | None, run: StoredRun) ->
     spec = spec_of(run.manifest)
     make = _replay_backend(store, run.manifest, run.head, run.calls_cid)
     recorder = RunRecorder(store, run.manifest, prev=run.head_cid, seq=int(run.head["seq"]) + 1, started=True)
-    return spec, RunSession("resume", store, store_path, recorder, run.manifest, make_replay=make)
+    tools = recorded_tools(store, run.graph_cid) if spec.config.strategy == "agent" else None
+    return spec, RunSession("resume", store, store_path, recorder, run.manifest, make_replay=make,
+                            recorded_tools=tools)
 
 
 def replay_session(store: BlockStore, store_path: str | None, manifest: Manifest,
@@ -298,8 +335,9 @@ def replay_session(store: BlockStore, store_path: str | None, manifest: Manifest
     # The wall clock's stop is replayed from the record, not measured again.
     spec = replace(spec, budget=replace(spec.budget, wall_s=None), store=None, run_id=manifest.run_id)
     recorder = RunRecorder(MemoryStore(), replace(manifest), started=True)
+    tools = recorded_tools(store, expected) if spec.config.strategy == "agent" else None
     return spec, RunSession("replay", store, store_path, recorder, manifest, make_replay=make,
-                            expected_graph=expected, source_store=store)
+                            expected_graph=expected, source_store=store, recorded_tools=tools)
 
 
 def open_replay(store: BlockStore, run: str) -> tuple[RunSpec, RunSession]:

@@ -26,6 +26,7 @@ from ..llm.types import Backend
 from ..search.config import SearchConfig
 from ..tasks.base import Task
 from ..tasks.registry import TaskOptions, get_task
+from ..tools.toolbox import ToolLimits
 
 #: Version of the plain-data form a stored run keeps.
 SPEC_FORMAT = 1
@@ -75,6 +76,13 @@ class RunSpec:
     knowledge_index: str | None = None
     #: More grounders given as objects (Python only; not part of the stored form).
     grounders: tuple[Grounder, ...] = ()
+    #: Tools granted to the agent strategy: calc, python, docs, files, mcp:NAME, mcp (see thoughtloom.tools).
+    tools: tuple[str, ...] = ()
+    tool_limits: ToolLimits = field(default_factory=ToolLimits)
+    #: The MCP servers `mcp:NAME` tools come from (a JSON file with "mcpServers").
+    mcp_config: str | None = None
+    #: Folders the `files` tool may read.
+    read_roots: tuple[str, ...] = ()
     #: Where the run is recorded (a SQLite path or a BlockStore); None: not stored.
     store: Any = None
     run_id: str | None = None
@@ -102,6 +110,8 @@ class RunSpec:
             "control": asdict(self.control) if self.control is not None else None,
             "answers": asdict(self.answers), "grounding": asdict(self.grounding),
             "knowledge": self.knowledge, "knowledge_index": self.knowledge_index,
+            **({"tools": list(self.tools), "tool_limits": asdict(self.tool_limits), "mcp_config": self.mcp_config,
+                "read_roots": list(self.read_roots)} if self.tools else {}),
         }
 
     @classmethod
@@ -124,6 +134,8 @@ class RunSpec:
                 answers=AutoAnswers(**(data.get("answers") or {})),
                 grounding=GroundingPolicy(**(data.get("grounding") or {})),
                 knowledge=data.get("knowledge"), knowledge_index=data.get("knowledge_index"),
+                tools=tuple(data.get("tools") or ()), tool_limits=ToolLimits(**(data.get("tool_limits") or {})),
+                mcp_config=data.get("mcp_config"), read_roots=tuple(data.get("read_roots") or ()),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise SpecError(f"not a run spec: {exc}") from None
@@ -193,13 +205,18 @@ def resolve(
     grounders: Sequence[Grounder] = (),
     store: Any = None,
     run_id: str | None = None,
+    tools: Sequence[str] = (),
+    tool_limits: ToolLimits | None = None,
+    mcp_config: str | os.PathLike[str] | None = None,
+    read_roots: Sequence[str | os.PathLike[str]] = (),
 ) -> RunSpec:
     """The one way to build a RunSpec: task defaults, then the profile, then the explicit settings.
 
     `config` replaces the task's and profile's search settings as a whole; `search` sets single
     SearchConfig fields on top (None values ignored). `control`: True for the profile's thresholds,
     a mapping of ControlSettings fields to override some of them, a ControlSettings as is, or False
-    for a plain search. `grounding`: a GroundingPolicy, or fields overriding the profile's.
+    for a plain search. `grounding`: a GroundingPolicy, or fields overriding the profile's. `tools`,
+    `tool_limits`, `mcp_config`, `read_roots`: what the agent strategy may call (thoughtloom.tools).
     Raises UnknownProfile / UnknownTask / TaskOptionError / ProblemError / SpecError with one line.
     """
     prof = get_profile(profile)
@@ -235,12 +252,38 @@ def resolve(
                         "form); use bfs, dfs, best_first, mcts or got")
     if knowledge_index is not None and knowledge is None:
         raise SpecError("--knowledge-index needs --knowledge DIR")
+    names = _tool_names(tools, config.strategy, knowledge, mcp_config, read_roots)
     return RunSpec(
         task=task_ref, problem=problem, model=pinned_model(model), task_options=options, config=config,
         budget=budget or BudgetLimits(), profile=prof.name, control=settings, answers=answers or AutoAnswers(),
         grounding=policy, knowledge=os.fspath(knowledge) if knowledge is not None else None,
         knowledge_index=os.fspath(knowledge_index) if knowledge_index is not None else None,
-        grounders=tuple(grounders), store=store, run_id=run_id,
+        grounders=tuple(grounders), store=store, run_id=run_id, tools=names,
+        tool_limits=tool_limits or ToolLimits(),
+        mcp_config=os.path.abspath(mcp_config) if mcp_config is not None else None,
+        read_roots=tuple(os.path.abspath(r) for r in read_roots),
     )
+
+
+def _tool_names(tools: Sequence[str], strategy: str, knowledge: Any, mcp_config: Any,
+                read_roots: Sequence[Any]) -> tuple[str, ...]:
+    """The granted tools, checked against what each needs (one-line SpecErrors)."""
+    from ..tools.base import ToolConfigError
+    from ..tools.registry import parse_tool_names
+
+    try:
+        names = tuple(parse_tool_names(",".join(tools))) if tools else ()
+    except ToolConfigError as exc:
+        raise SpecError(str(exc)) from None
+    if names and strategy != "agent":
+        raise SpecError("tools are called by the agent (loom agent, or --strategy agent); "
+                        f"--strategy {strategy} does not call them")
+    if "docs" in names and knowledge is None:
+        raise SpecError("the docs tool searches --knowledge DIR; give the folder")
+    if "files" in names and not read_roots:
+        raise SpecError("the files tool reads only folders you allow; give --allow-read DIR")
+    if any(n == "mcp" or n.startswith("mcp:") for n in names) and mcp_config is None:
+        raise SpecError("mcp tools come from the servers in --mcp-config FILE; give the file")
+    return names
 
 

@@ -115,6 +115,16 @@ class NodeProcessed(Event):
 
 
 @dataclass(slots=True)
+class ToolCalled(Event):
+    """agent: a tool call for a node started ("started") or ended (its ToolResult status)."""
+
+    type: ClassVar[str] = "tool_called"
+    node_id: int
+    tool: str
+    status: str
+
+
+@dataclass(slots=True)
 class GoalFound(Event):
     type: ClassVar[str] = "goal_found"
     node_id: int

@@ -55,6 +55,22 @@ def validation_error(schema: dict[str, Any], args: Any) -> str | None:
     return f"{where}: {error.message}" if where else error.message
 
 
+class RecordedTool:
+    """A tool as a stored run knew it: its spec only. A replay answers its calls from the record."""
+
+    def __init__(self, spec: ToolSpec) -> None:
+        self._spec = spec
+
+    @property
+    def spec(self) -> ToolSpec:
+        """The recorded spec."""
+        return self._spec
+
+    async def call(self, args: dict[str, Any]) -> str:
+        """Never reached in a replay (off-record calls are refused before a tool runs)."""
+        raise ToolError(f"{self._spec.name} is not running: this run only replays its recorded calls")
+
+
 class Toolbox:
     """The tools granted to one run, called only through here."""
 

@@ -12,12 +12,14 @@ from ..search.events import (
     Event,
     GoalFound,
     NodeAdded,
+    NodeProcessed,
     NodePruned,
     NodeScored,
     SearchStarted,
     SearchStopped,
     ThoughtGrounded,
     ThoughtRejected,
+    ToolCalled,
 )
 from .terminal import terminal_text
 
@@ -40,6 +42,11 @@ class ProgressDisplay:
         self.calls = 0
         self.grounded = 0
         self.verified = 0
+        #: agent: nodes by kind and by status, and tool calls in flight by tool.
+        self.kinds: dict[str, int] = {}
+        self.done: dict[str, int] = {}
+        self.tools_in_flight: dict[str, int] = {}
+        self.tool_calls = 0
         self._started = time.monotonic()
         self._last = self._started
 
@@ -48,6 +55,18 @@ class ProgressDisplay:
         if isinstance(event, NodeAdded):
             self.nodes += 1
             self.depth = max(self.depth, event.depth)
+            self.kinds[event.kind] = self.kinds.get(event.kind, 0) + 1
+        elif isinstance(event, NodeProcessed):
+            self.done[event.status] = self.done.get(event.status, 0) + 1
+            if event.status != "succeeded":
+                self._line(f"#{event.node_id} {event.kind} {event.status}: {event.error}")
+                return
+        elif isinstance(event, ToolCalled):
+            left = self.tools_in_flight.get(event.tool, 0) + (1 if event.status == "started" else -1)
+            self.tools_in_flight = {**self.tools_in_flight, event.tool: left} if left > 0 else {
+                k: v for k, v in self.tools_in_flight.items() if k != event.tool}
+            if event.status == "started":
+                self.tool_calls += 1
         elif isinstance(event, NodeScored):
             self.best = event.score if self.best is None else max(self.best, event.score)
         elif isinstance(event, NodePruned):
@@ -81,6 +100,8 @@ class ProgressDisplay:
 
     def status(self) -> str:
         """The current status line."""
+        if self.done or self.tool_calls:
+            return self._agent_status()
         budget = f"{self.tokens:,}" + (f"/{self.limit:,}" if self.limit else "")
         best = "-" if self.best is None else f"{self.best:.2f}"
         grounded = f" · grounded {self.grounded} ({self.verified} verified)" if self.grounded else ""
@@ -89,15 +110,24 @@ class ProgressDisplay:
             f"best {best} · tokens {budget} · calls {self.calls}{grounded} · {time.monotonic() - self._started:.0f}s"
         )
 
+    def _agent_status(self) -> str:
+        """agent: nodes by kind and status, tools in flight, tokens and time."""
+        budget = f"{self.tokens:,}" + (f"/{self.limit:,}" if self.limit else "")
+        kinds = " ".join(f"{k} {n}" for k, n in sorted(self.kinds.items()))
+        done = ", ".join(f"{n} {k}" for k, n in sorted(self.done.items()))
+        flight = ", ".join(f"{t} x{n}" for t, n in sorted(self.tools_in_flight.items())) or "none"
+        return (f"nodes {self.nodes} ({kinds}) · {done} · tools {self.tool_calls} (in flight: {flight}) · "
+                f"tokens {budget} · calls {self.calls} · {time.monotonic() - self._started:.0f}s")
+
     def _draw(self, force: bool = False) -> None:
         now = time.monotonic()
         if not force and now - self._last < self.interval_s:
             return
         self._last = now
         if self.tty:
-            self.stream.write("\r\033[K" + self.status())
+            self.stream.write("\r\033[K" + terminal_text(self.status()))
         else:
-            self.stream.write(self.status() + "\n")
+            self.stream.write(terminal_text(self.status()) + "\n")
         self.stream.flush()
 
     def _line(self, text: str) -> None:

@@ -125,7 +125,7 @@ class EvidenceProcessor:
         if tool is None or tool not in env.tools:
             return failed(f"the step needs the {tool or 'a'} tool, which was not granted (--tools)")
         if tool == DOCS_TOOL:
-            result = await env.call_tool(DOCS_TOOL, {"query": node.content})
+            result = await env.call_tool(DOCS_TOOL, {"query": node.content}, node.id)
             return _tool_outcome(result, 0)
         spec = env.tools.spec(tool)
         assert spec is not None
@@ -145,7 +145,7 @@ class EvidenceProcessor:
                 env.malformed_calls += 1
                 feedback = f"\n(Your last reply was not a call: {exc}.)"
                 continue
-            return _tool_outcome(await env.call_tool(choice.tool, choice.args), tokens)
+            return _tool_outcome(await env.call_tool(choice.tool, choice.args, node.id), tokens)
         return failed(f"no valid {tool} call after 2 tries{feedback}", cost_tokens=tokens,
                       result={"malformed": True})
 
@@ -172,7 +172,7 @@ class QuestionProcessor:
         context = env.context(node)
         calls: tuple[Any, ...] = ()
         if DOCS_TOOL in env.tools:
-            found = await env.call_tool(DOCS_TOOL, {"query": node.content})
+            found = await env.call_tool(DOCS_TOOL, {"query": node.content}, node.id)
             calls = (found.to_dict(),)
             if found.ok:
                 context = type(context)((*context.items, ("documents", found.output)))
@@ -254,7 +254,7 @@ class CodeProcessor:
                 env.malformed_calls += 1
                 feedback = "the reply held no code block"
                 continue
-            result = await env.call_tool(CODE_TOOL, {"code": code})
+            result = await env.call_tool(CODE_TOOL, {"code": code}, node.id)
             calls.append(result.to_dict())
             if result.ok:
                 return succeeded(result.output.strip() or "(the program printed nothing)", cost_tokens=tokens,
@@ -295,7 +295,7 @@ class CritiqueProcessor:
         calls: list[Any] = []
         for expression, stated in arithmetic_claims(answer):
             if CALC_TOOL in env.tools:
-                r = await env.call_tool(CALC_TOOL, {"expression": expression.replace(",", "")})
+                r = await env.call_tool(CALC_TOOL, {"expression": expression.replace(",", "")}, node.id)
                 calls.append(r.to_dict())
             exact = _exact(expression)
             said = _exact(stated)

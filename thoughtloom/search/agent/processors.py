@@ -20,6 +20,7 @@ from ...tasks.base import Query
 from ...tools.base import ToolResult
 from ...tools.toolbox import Toolbox
 from ..context import SearchContext
+from ..events import ToolCalled
 
 
 @dataclass(frozen=True, slots=True)
@@ -194,9 +195,14 @@ class AgentEnv:
         texts, tokens = got
         return texts[0], tokens
 
-    async def call_tool(self, name: str, args: dict[str, Any]) -> ToolResult:
-        """Call a granted tool through the run's Toolbox (validated, timed out, capped, recorded)."""
+    async def call_tool(self, name: str, args: dict[str, Any], node_id: int) -> ToolResult:
+        """Call a granted tool for a node through the run's Toolbox (validated, timed out, capped, recorded)."""
+        bus = self.ctx.bus
+        if bus:
+            bus.emit(ToolCalled(node_id, name, "started"))
         result = await self.tools.call(name, args)
+        if bus:
+            bus.emit(ToolCalled(node_id, name, result.status))
         self.counts["tool_calls"] += 1
         if not result.ok:
             self.counts["tool_failures"] += 1

@@ -267,6 +267,9 @@ async def run_agent(ctx: SearchContext) -> None:
     tools = ctx.tools if ctx.tools is not None else Toolbox()
     if ctx.order is None:
         ctx.order = ctx.config.agent_order
+    root = ctx.graph.node(ctx.root)
+    if "tools" not in root.extra:  # what was granted, so a replay asks with the same prompts and no tool running
+        root.extra["tools"] = [t.to_dict() for t in tools.specs]
     scheduler = Scheduler(ctx, registry, tools)
     await scheduler.run()
     summary = {**scheduler.counts, **scheduler.env.counts, "malformed_tool_calls": scheduler.env.malformed_calls,
