@@ -91,6 +91,10 @@ class ControlSettings:
             )
 
 
+#: agent: below this share of the token budget left, the controller switches to depth-first.
+AGENT_FINISH_SHARE = 0.4
+
+
 class Controller:
     """Watches a search through its checkpoints and decides, with a feedback handler, what to do."""
 
@@ -220,6 +224,11 @@ class Controller:
         self.progress.append((state.tokens_spent, state.best.quality if state.best else 0.0))
         state.progress = list(self.progress)
         assert self.limits is not None and self.policy is not None
+        if ctx.order is not None:
+            # agent: steps are not scored thoughts, so the quality-based detectors and depth policy
+            # have nothing to read; the controller steers the order, and negotiates when a call is refused.
+            self._steer_agent(ctx, state)
+            return None
         for failure in self.anticipator.anticipate(state, self.limits):
             self._note_failure(ctx, failure)
             if failure.likelihood >= self.settings.act_threshold and self._may_act(failure.mode):
@@ -357,6 +366,22 @@ class Controller:
         self.anticipated.append(entry)
         if ctx.bus:
             ctx.bus.emit(ControlDecision("failure", failure.mode.value, f"likelihood {failure.likelihood:.2f}: {failure.evidence}"))
+
+    def _steer_agent(self, ctx: SearchContext, state: SearchState) -> None:
+        """agent: once less than AGENT_FINISH_SHARE of the token budget is left, finish what is started first.
+
+        Breadth-first starts every independent step before any dependent one; with the budget
+        running out that leaves many half-done branches and no answer, so the order switches to
+        depth-first, which drives the deepest started branch (toward synthesis and solution) first.
+        """
+        if ctx.order is None or ctx.order == "depth_first" or not state.tokens_total:
+            return
+        left = state.tokens_left if state.tokens_left is not None else state.tokens_total
+        if left < AGENT_FINISH_SHARE * state.tokens_total:
+            before, ctx.order = ctx.order, "depth_first"
+            self.record(ctx, "order", "depth_first",
+                        f"{left:,} of {state.tokens_total:,} tokens left: finishing started branches before "
+                        f"starting new ones (was {before})")
 
     def _may_act(self, mode: FailureMode) -> bool:
         last = self._acted_at.get(mode)

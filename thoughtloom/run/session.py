@@ -74,6 +74,8 @@ class ReplayVerdict:
     divergence: Divergence | None
     off_record: str | None  # the request the record did not hold, if the search asked for one
     notes: tuple[str, ...] = ()
+    tools_replayed: int = 0  # recorded tool calls served (agent runs)
+    tool_calls: int = 0  # tools actually run (always 0 for a replay)
 
     @property
     def identical(self) -> bool:
@@ -82,6 +84,8 @@ class ReplayVerdict:
 
     def __str__(self) -> str:
         calls = f"{self.replayed} recorded calls served, {self.model_calls} model calls"
+        if self.tools_replayed or self.tool_calls:
+            calls += f", {self.tools_replayed} recorded tool calls served, {self.tool_calls} tool calls"
         if self.identical:
             return f"replay of run {self.run_id}: identical graph {self.got} ({self.nodes} nodes; {calls})"
         parts = [f"replay of run {self.run_id} DIVERGED: graph {self.got} instead of {self.expected}"]
@@ -210,6 +214,8 @@ class RunSession:
             replayed=self.replay.replayed, model_calls=self.replay.live_calls,
             divergence=compare_graphs(self.source_store, self.expected_graph, self.recorder.store, got),
             off_record=self.replay.divergence or self._tools_off_record(), notes=tuple(self.notes),
+            tools_replayed=self.tools.replayed if self.tools is not None else 0,
+            tool_calls=self.tools.live_calls if self.tools is not None else 0,
         )
 
     def _tools_off_record(self) -> str | None:

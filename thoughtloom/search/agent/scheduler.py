@@ -65,7 +65,8 @@ class Scheduler:
         node = self.ctx.graph.node(node_id)
         if node.status is _S.SUCCEEDED:
             return True
-        return node.status is _S.FAILED and self.policy != "fail" and "retried_as" not in node.extra
+        # A retried node's dependents also depend on its retry, which holds them until it settles.
+        return node.status is _S.FAILED and self.policy != "fail"
 
     def ready(self) -> list[Node]:
         """Pending nodes whose dependencies have all settled, in the order the strategy picks."""

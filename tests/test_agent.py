@@ -1,0 +1,317 @@
+"""Agent mode: typed nodes worked by processors, the dependency-ready scheduler, tools, storage and replay."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from thoughtloom.api import agent, areplay
+from thoughtloom.graph import EdgeKind, NodeKind, NodeStatus
+from thoughtloom.llm.fake import ScriptedBackend
+from thoughtloom.run.gateway import build_gateway
+from thoughtloom.search.agent.kinds import arithmetic_claims, default_processors
+from thoughtloom.search.agent.processors import NewNode, ProcessorResult, succeeded
+from thoughtloom.search.config import SearchConfig
+from thoughtloom.search.engine import search
+from thoughtloom.search.events import NodeProcessed
+from thoughtloom.search.stop import StopReason
+from thoughtloom.tasks.agent import AgentTask, PlanStep, check_plan, parse_plan, parse_tool_call
+from thoughtloom.tasks.agent import ToolCallError
+from thoughtloom.tasks.arith import evaluate, fmt
+from thoughtloom.tools import ToolError, ToolSpec, Toolbox
+
+TRIP = "Plan a 3-day trip to Lisbon for two under 900 EUR; check the arithmetic"
+PLAN = ("1. Find flights.\n2. Find a hotel.\n3. [calc] Add up flights and hotel. (after 1, 2)\n"
+        "4. Check the total. (after 3)")
+
+
+class Calc:
+    """An exact calculator with a call log (the tests' own: the built-in one is tested with the tools)."""
+
+    spec = ToolSpec("calc", "exact arithmetic", {"type": "object", "properties": {"expression": {"type": "string"}},
+                                                 "required": ["expression"]})
+
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+
+    async def call(self, args: dict[str, Any]) -> str:
+        self.calls.append(args["expression"])
+        value, _ = evaluate(args["expression"])
+        return f"{args['expression']} = {fmt(value)}"
+
+
+class Broken:
+    """A calculator that fails the first `failures` calls."""
+
+    spec = Calc.spec
+
+    def __init__(self, failures: int) -> None:
+        self.failures = failures
+        self.calls = 0
+
+    async def call(self, args: dict[str, Any]) -> str:
+        self.calls += 1
+        if self.calls <= self.failures:
+            raise ToolError("the calculator is down")
+        value, _ = evaluate(args["expression"])
+        return fmt(value)
+
+
+def trip_model(latency_s: float = 0.0, *, total: str = "Flights 300 EUR and hotel 300 EUR: 600 EUR in all.",
+               verdict: str = "VERDICT: ok\nREASON: under budget") -> ScriptedBackend:
+    model = ScriptedBackend(default="ok", latency_s=latency_s)
+    model.on("Tools: calc", PLAN)
+    model.on("Step: Find flights", "Flights: 2 x 150 = 300 EUR")
+    model.on("Step: Find a hotel", "Hotel: 3 x 100 = 300 EUR")
+    model.on("Step: Add up", 'calc: {"expression": "300 + 300"}')
+    model.on("Step: Check the total", "Total 600 EUR, under 900.")
+    model.on("Final answer:", total)
+    model.on("VERDICT", verdict)
+    model.on("Corrected answer:", "Flights 300 EUR and hotel 300 EUR: 600 EUR in all (corrected).")
+    return model
+
+
+async def run(model: ScriptedBackend, tools: Toolbox | None = None, **config: Any) -> Any:
+    return await search(AgentTask(), TRIP, build_gateway(model), SearchConfig(strategy="agent", **config),
+                        tools=tools if tools is not None else Toolbox([Calc()]))
+
+
+def by_content(result: Any, start: str) -> Any:
+    return next(n for n in result.graph if n.content.startswith(start))
+
+
+# --- plans -------------------------------------------------------------------------------------
+
+
+def test_a_plan_is_read_as_numbered_steps_with_their_dependencies_and_granted_tools() -> None:
+    steps = parse_plan(PLAN + "\n5. [web] Book it. (after 4)", ["calc"])
+    assert steps[2] == PlanStep(3, "Add up flights and hotel", (1, 2), "calc")
+    assert steps[4].tool is None  # web was not granted
+
+
+def test_a_plan_whose_dependencies_form_a_cycle_is_refused_with_the_cycle() -> None:
+    why = check_plan([PlanStep(1, "a", (2,)), PlanStep(2, "b", (3,)), PlanStep(3, "c", (1,))])
+    assert why is not None and "cycle" in why and "step 1" in why and "step 3" in why
+
+
+def test_the_plan_processor_refuses_a_cyclic_plan_and_the_node_fails_with_the_reason() -> None:
+    # A cyclic plan cannot come from parse_plan (it keeps only dependencies on earlier steps), so the
+    # plan node is made directly, as a user's processor could make it.
+    registry = default_processors()
+
+    class CyclicInput:
+        async def run(self, node: Any, env: Any) -> ProcessorResult:
+            steps = [{"number": 1, "text": "a", "after": [2]}, {"number": 2, "text": "b", "after": [1]}]
+            return succeeded("plan", new_nodes=(NewNode("plan", "a cyclic plan", data={"steps": steps}),))
+
+    registry.register(NodeKind.INPUT, CyclicInput())
+    result = asyncio.run(search(AgentTask(), TRIP, build_gateway(ScriptedBackend(default="ok")),
+                                SearchConfig(strategy="agent", on_failure="fail"), processors=registry))
+    plan = by_content(result, "a cyclic plan")
+    assert plan.status is NodeStatus.FAILED
+    assert "cycle" in plan.extra["error"] and len(result.graph) == 2
+
+
+# --- the scheduler -------------------------------------------------------------------------------
+
+
+def test_the_trip_runs_plan_parallel_steps_calculator_synthesis_critique_and_solution() -> None:
+    result = asyncio.run(run(trip_model()))
+    kinds = [n.kind for n in result.graph]
+    assert kinds == [NodeKind.INPUT, NodeKind.PLAN, NodeKind.ANALYSIS, NodeKind.ANALYSIS, NodeKind.EVIDENCE,
+                     NodeKind.ANALYSIS, NodeKind.SYNTHESIS, NodeKind.CRITIQUE, NodeKind.SOLUTION]
+    assert result.answer == "Flights 300 EUR and hotel 300 EUR: 600 EUR in all."
+    assert result.termination_reason is StopReason.GOAL_REACHED
+    assert by_content(result, "Add up").extra["text"] == "300 + 300 = 600"
+
+
+def test_a_node_that_depends_on_two_parents_waits_for_both() -> None:
+    events: list[Any] = []
+    model = trip_model(latency_s=0.02)
+
+    async def go() -> Any:
+        return await search(AgentTask(), TRIP, build_gateway(model), SearchConfig(strategy="agent"),
+                            tools=Toolbox([Calc()]), sinks=[events.append])
+
+    result = asyncio.run(go())
+    add = by_content(result, "Add up")
+    flights, hotel = by_content(result, "Find flights"), by_content(result, "Find a hotel")
+    deps = [p for p in result.graph.parents(add.id) if result.graph.edge(p, add.id).kind is EdgeKind.DEPENDENCY]
+    assert {flights.id, hotel.id} <= set(deps)
+    done = [e.node_id for e in events if isinstance(e, NodeProcessed)]
+    assert done.index(add.id) > max(done.index(flights.id), done.index(hotel.id))
+    # the two independent steps were asked at once, not one after the other
+    prompts = [c.prompt.as_text() for c in model.calls]
+    assert model.peak_in_flight >= 2 and any("Find flights" in p for p in prompts)
+
+
+def test_independent_steps_run_concurrently_and_the_parallel_limit_holds() -> None:
+    model = trip_model(latency_s=0.05)
+    asyncio.run(run(model, beam=1))
+    assert model.peak_in_flight == 1
+    model = trip_model(latency_s=0.05)
+    asyncio.run(run(model, beam=4))
+    assert model.peak_in_flight == 2
+
+
+def test_a_critique_that_finds_wrong_arithmetic_adds_a_contradiction_edge_and_the_solution_is_revised() -> None:
+    model = trip_model(total="Flights 300 EUR + hotel 300 EUR: 300 + 300 = 700 EUR, under 900.")
+    calc = Calc()
+    result = asyncio.run(run(model, Toolbox([calc])))
+    synthesis = result.graph.by_kind(NodeKind.SYNTHESIS)[0]
+    critique = result.graph.by_kind(NodeKind.CRITIQUE)[0]
+    edge = result.graph.edge(synthesis.id, critique.id)
+    assert edge.kind is EdgeKind.CONTRADICTION and edge.weight == 1.0
+    assert critique.extra["result"]["refutes"] is True and "is 600, not 700" in critique.extra["result"]["reasons"][0]
+    assert "300 + 300" in calc.calls  # the check went through the calculator tool, recorded on the node
+    assert critique.extra["tool_calls"][0]["output"] == "300 + 300 = 600"
+    assert result.answer.endswith("(corrected).")
+
+
+def test_a_critique_refuting_in_words_labels_the_edge_with_its_confidence() -> None:
+    result = asyncio.run(run(trip_model(verdict="VERDICT: wrong\nREASON: no food budget")))
+    synthesis = result.graph.by_kind(NodeKind.SYNTHESIS)[0]
+    critique = result.graph.by_kind(NodeKind.CRITIQUE)[0]
+    edge = result.graph.edge(synthesis.id, critique.id)
+    assert edge.kind is EdgeKind.CONTRADICTION and edge.weight == 0.6
+    assert result.graph.by_kind(NodeKind.SOLUTION)[0].extra["result"]["problems"] == ["no food budget"]
+
+
+def test_a_failed_tool_call_is_replanned_once_and_its_dependents_wait_for_the_retry() -> None:
+    tool = Broken(failures=1)
+    result = asyncio.run(run(trip_model(), Toolbox([tool]), on_failure="replan"))
+    first, retry = [n for n in result.graph if n.content.startswith("Add up")]
+    assert first.status is NodeStatus.FAILED and "the calculator is down" in first.extra["error"]
+    assert retry.status is NodeStatus.SUCCEEDED and retry.extra["retry_of"] == first.id
+    assert result.graph.edge(first.id, retry.id).kind is EdgeKind.REFINEMENT
+    check = by_content(result, "Check the total")
+    assert retry.id in result.graph.parents(check.id) and check.status is NodeStatus.SUCCEEDED
+    assert result.answer is not None
+
+
+def test_under_the_fail_policy_a_failed_tool_call_cancels_its_dependents() -> None:
+    result = asyncio.run(run(trip_model(), Toolbox([Broken(failures=5)]), on_failure="fail"))
+    check = by_content(result, "Check the total")
+    assert check.status is NodeStatus.CANCELLED and "failed" in check.extra["error"]
+    assert result.graph.by_kind(NodeKind.SOLUTION)[0].status is NodeStatus.CANCELLED
+    assert result.answer is None
+
+
+def test_under_the_skip_policy_dependents_run_told_the_step_failed() -> None:
+    model = trip_model()
+    result = asyncio.run(run(model, Toolbox([Broken(failures=5)]), on_failure="skip"))
+    assert by_content(result, "Check the total").status is NodeStatus.SUCCEEDED
+    told = [c.prompt.as_text() for c in model.calls if "Step: Check the total" in c.prompt.as_text()]
+    assert "(failed: calc: error: the calculator is down)" in told[0]
+    assert result.answer is not None
+
+
+def test_a_malformed_tool_call_is_counted_and_retried_never_crashing_the_run() -> None:
+    model = trip_model()
+    model.on("Step: Add up", "I would add them up.", 'calc: {"expression": "300 + 300"}')
+    result = asyncio.run(run(model))
+    assert result.graph.node(0).extra["agent_summary"]["malformed_tool_calls"] == 1
+    assert by_content(result, "Add up").extra["text"] == "300 + 300 = 600"
+
+
+def test_tool_arguments_that_break_the_schema_are_refused_before_the_call() -> None:
+    calc = Calc()
+    model = trip_model()
+    model.on("Step: Add up", 'calc: {"expr": "300 + 300"}')
+    result = asyncio.run(run(model, Toolbox([calc]), on_failure="skip"))
+    add = by_content(result, "Add up")
+    assert add.extra["tool_calls"][0]["status"] == "invalid" and calc.calls == []
+
+
+def test_a_user_processor_for_a_new_kind_is_run_by_the_scheduler() -> None:
+    registry = default_processors()
+
+    class Budget:
+        async def run(self, node: Any, env: Any) -> ProcessorResult:
+            return succeeded(f"budget checked for: {env.task[:10]}")
+
+    class Input:
+        async def run(self, node: Any, env: Any) -> ProcessorResult:
+            return succeeded("x", new_nodes=(NewNode("budget_check", "Check the budget"),))
+
+    registry.register("budget_check", Budget(), base=NodeKind.ANALYSIS)
+    registry.register(NodeKind.INPUT, Input())
+    result = asyncio.run(search(AgentTask(), TRIP, build_gateway(ScriptedBackend(default="ok")),
+                                SearchConfig(strategy="agent"), processors=registry))
+    node = result.graph.node(1)
+    assert node.kind is NodeKind.ANALYSIS and node.extra["kind"] == "budget_check"
+    assert node.extra["text"] == "budget checked for: Plan a 3-d"
+
+
+def test_a_processor_that_raises_fails_its_node_not_the_run() -> None:
+    registry = default_processors()
+
+    class Crash:
+        async def run(self, node: Any, env: Any) -> ProcessorResult:
+            raise RuntimeError("bug")
+
+    registry.register(NodeKind.CRITIQUE, Crash())
+    result = asyncio.run(search(AgentTask(), TRIP, build_gateway(trip_model()),
+                                SearchConfig(strategy="agent", on_failure="skip"), tools=Toolbox([Calc()]),
+                                processors=registry))
+    critique = result.graph.by_kind(NodeKind.CRITIQUE)[0]
+    assert critique.status is NodeStatus.FAILED and "RuntimeError: bug" in critique.extra["error"]
+    assert result.answer is not None
+
+
+def test_the_controller_switches_to_depth_first_when_the_budget_runs_low() -> None:
+    from thoughtloom.control.controller import Controller
+    from thoughtloom.llm.budget import BudgetLimits
+
+    async def go() -> Any:
+        gateway = build_gateway(trip_model(), BudgetLimits(tokens=1100))
+        return await search(AgentTask(), TRIP, gateway, SearchConfig(strategy="agent"), tools=Toolbox([Calc()]),
+                            controller=Controller())
+
+    result = asyncio.run(go())
+    assert result.graph.node(0).extra["agent_summary"]["order"] == "depth_first"
+    assert any(d["kind"] == "order" for d in result.control["decisions"])
+    assert result.answer is not None
+
+
+# --- tool calls in replies ------------------------------------------------------------------------
+
+
+def test_a_tool_call_is_read_from_json_from_name_and_json_and_from_name_and_plain_text() -> None:
+    tools = {"calc": Calc.spec}
+    assert parse_tool_call('{"tool": "calc", "args": {"expression": "1+1"}}', tools).args == {"expression": "1+1"}
+    assert parse_tool_call('calc: {"expression": "2*3"}', tools).args == {"expression": "2*3"}
+    assert parse_tool_call("Calc: 2 * 3", tools).args == {"expression": "2 * 3"}
+
+
+def test_a_reply_naming_no_granted_tool_is_not_a_call() -> None:
+    with pytest.raises(ToolCallError):
+        parse_tool_call("shell: rm -rf /", {"calc": Calc.spec})
+
+
+def test_written_out_calculations_are_found_for_the_exact_check() -> None:
+    assert arithmetic_claims("Hotel: 3 x 100 = 300 EUR; food 2 * 45.5 = 91") == [("3 x 100", "300"),
+                                                                                 ("2 * 45.5", "91")]
+
+
+# --- storage and replay ---------------------------------------------------------------------------
+
+
+def test_a_stored_agent_run_replays_with_no_model_or_tool_call_into_the_same_graph(tmp_path: Any) -> None:
+    model = trip_model(latency_s=0.01, total="Flights 300 EUR + hotel 300 EUR: 300 + 300 = 700 EUR, under 900.")
+    store = str(tmp_path / "runs.db")
+    result = asyncio.run(agent(TRIP, tools=["calc"], model=model, store=store, controller=False, seed=3))
+    assert result.graph_cid is not None
+    calls = [c for n in result.graph for c in n.extra.get("tool_calls", [])]
+    assert len(calls) == 2 and all(c["status"] == "ok" for c in calls)
+    live_calls = len(model.calls)
+    replayed, verdict = asyncio.run(areplay(store, result.run_id))
+    assert verdict.identical, str(verdict)
+    assert (verdict.model_calls, verdict.tool_calls) == (0, 0) and verdict.tools_replayed == 2
+    assert len(model.calls) == live_calls
+    assert replayed.answer == result.answer and str(replayed.graph_cid) == str(result.graph_cid)
+    critique = replayed.graph.by_kind(NodeKind.CRITIQUE)[0]
+    synthesis = replayed.graph.by_kind(NodeKind.SYNTHESIS)[0]
+    assert replayed.graph.edge(synthesis.id, critique.id).kind is EdgeKind.CONTRADICTION
