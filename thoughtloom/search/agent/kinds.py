@@ -46,9 +46,10 @@ class InputProcessor:
     async def run(self, node: Node, env: AgentEnv) -> ProcessorResult:
         """Ask for a plan (or pose the task as a question to research)."""
         if env.task.rstrip().endswith("?") and DOCS_TOOL in env.tools:
-            return succeeded(env.task, new_nodes=(
+            return succeeded(env.task, result={"mode": "question"}, new_nodes=(
                 NewNode("question", env.task, (node.id,)),
-            ), result={"mode": "question"})
+                NewNode("solution", "Final answer", ("@0",)),
+            ))
         got = await env.ask(plan_query(env.task, env.tools.names), "plan", node.id)
         if got is None:
             return _no_model("plan")
