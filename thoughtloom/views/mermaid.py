@@ -10,6 +10,7 @@ from .terminal import terminal_text
 MAX_LABEL = 70
 
 _ARROWS = {
+    EdgeKind.DEPENDENCY: "-->",
     EdgeKind.AGGREGATION: "==>",
     EdgeKind.REFINEMENT: "-.->",
     EdgeKind.CONTRADICTION: "--x",
@@ -78,7 +79,14 @@ def to_mermaid(graph: ThoughtGraph, best_path: Iterable[int] = (), goals: Iterab
     lines = ["flowchart TD"]
     members: dict[str, list[str]] = {name: [] for name in _CLASSES}
     for node in graph:
-        label = f"{node.kind.value}: {_escape(node.content)}"
+        kind = node.extra.get("kind")  # an agent node of a user's own kind
+        label = f"{_escape(kind) if isinstance(kind, str) else node.kind.value}: {_escape(node.content)}"
+        result = node.extra.get("text")
+        if isinstance(result, str) and result != node.content:  # what an agent step gave
+            label += f"<br/>→ {_escape(result)}"
+        tools = node.extra.get("tool_calls")
+        if tools:
+            label += "<br/>🔧 " + ", ".join(f"{_escape(str(c.get('tool')))} {_escape(str(c.get('status')))}" for c in tools)
         if node.score is not None:
             label += f"<br/>score {node.score:.2f}"
         grounding = node.extra.get("grounding")
@@ -90,7 +98,7 @@ def to_mermaid(graph: ThoughtGraph, best_path: Iterable[int] = (), goals: Iterab
         if record is not None and _recursion_badge(record):
             label += f"<br/>{_recursion_badge(record)}"
         if node.status in (NodeStatus.PRUNED, NodeStatus.FAILED, NodeStatus.CANCELLED):
-            reason = node.extra.get("rejected")
+            reason = node.extra.get("rejected") or node.extra.get("error")
             label += f"<br/><i>{node.status.value}" + (f": {_escape(reason)}" if reason else "") + "</i>"
         if record is not None and node.kind is NodeKind.DECOMPOSITION:
             lines.append(f'    n{node.id}[/"{label}"\\]')
@@ -113,7 +121,8 @@ def to_mermaid(graph: ThoughtGraph, best_path: Iterable[int] = (), goals: Iterab
     highlighted: list[int] = []
     for i, edge in enumerate(graph.edges):
         arrow = _ARROWS.get(edge.kind, "-->")
-        label = f"|{edge.kind.value}|" if edge.kind in _ARROWS else ""
+        name = edge.kind.value + (f" {edge.weight:.2f}" if edge.weight is not None else "")
+        label = f"|{name}|" if edge.kind in _ARROWS else ""
         lines.append(f"    n{edge.src} {arrow}{label} n{edge.dst}")
         if (edge.src, edge.dst) in best_edges:
             highlighted.append(i)
