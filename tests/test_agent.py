@@ -20,6 +20,7 @@ from thoughtloom.search.stop import StopReason
 from thoughtloom.tasks.agent import AgentTask, PlanStep, check_plan, parse_plan, parse_tool_call
 from thoughtloom.tasks.agent import ToolCallError
 from thoughtloom.tasks.arith import evaluate, fmt
+from thoughtloom.store.sqlite import SQLiteStore
 from thoughtloom.tools import ToolError, ToolSpec, Toolbox
 
 TRIP = "Plan a 3-day trip to Lisbon for two under 900 EUR; check the arithmetic"
@@ -307,7 +308,8 @@ def test_a_stored_agent_run_replays_with_no_model_or_tool_call_into_the_same_gra
     calls = [c for n in result.graph for c in n.extra.get("tool_calls", [])]
     assert len(calls) == 2 and all(c["status"] == "ok" for c in calls)
     live_calls = len(model.calls)
-    replayed, verdict = asyncio.run(areplay(store, result.run_id))
+    with SQLiteStore(store) as opened:
+        replayed, verdict = asyncio.run(areplay(opened, result.run_id))
     assert verdict.identical, str(verdict)
     assert (verdict.model_calls, verdict.tool_calls) == (0, 0) and verdict.tools_replayed == 2
     assert len(model.calls) == live_calls
