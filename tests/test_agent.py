@@ -317,3 +317,43 @@ def test_a_stored_agent_run_replays_with_no_model_or_tool_call_into_the_same_gra
     critique = replayed.graph.by_kind(NodeKind.CRITIQUE)[0]
     synthesis = replayed.graph.by_kind(NodeKind.SYNTHESIS)[0]
     assert replayed.graph.edge(synthesis.id, critique.id).kind is EdgeKind.CONTRADICTION
+
+
+# --- real tools ------------------------------------------------------------------------------------
+
+
+def test_the_agent_calls_a_real_mcp_server_and_a_replay_does_not_start_it(tmp_path: Any) -> None:
+    import json
+    import sys
+    from pathlib import Path
+
+    server = Path(sys.executable).parent / "mcp-server-time"  # the dev extra installs it
+    config = tmp_path / "mcp.json"
+    config.write_text(json.dumps({"mcpServers": {"time": {"command": str(server), "args": ["--local-timezone", "UTC"]}}}))
+    model = ScriptedBackend(default="ok")
+    model.on("Tools: time.", "1. [time.get_current_time] Get the current time in Lisbon.\n2. Say it. (after 1)")
+    model.on("Step: Get the current time", 'time.get_current_time: {"timezone": "Europe/Lisbon"}')
+    model.on("Final answer:", "It is morning in Lisbon.")
+    model.on("VERDICT", "VERDICT: ok\nREASON: fine")
+    store = str(tmp_path / "runs.db")
+    result = asyncio.run(agent("Tell me the time in Lisbon", tools=["mcp:time"], mcp_config=str(config), model=model,
+                               store=store, controller=False))
+    evidence = by_content(result, "Get the current time")
+    call = evidence.extra["tool_calls"][0]
+    assert (call["tool"], call["status"]) == ("time.get_current_time", "ok") and "Europe/Lisbon" in call["output"]
+    config.write_text("{}")  # a replay must not need the server: it answers from the record
+    with SQLiteStore(store) as opened:
+        _, verdict = asyncio.run(areplay(opened, result.run_id))
+    assert verdict.identical and (verdict.model_calls, verdict.tool_calls, verdict.tools_replayed) == (0, 0, 1)
+
+
+def test_the_built_in_python_tool_runs_a_code_step_in_the_sandbox() -> None:
+    model = ScriptedBackend(default="ok")
+    model.on("Tools: python", "1. [python] Compute 2 to the power 20.\n2. Report it. (after 1)")
+    model.on("Step: Compute 2", "```python\nprint(2 ** 20)\n```")
+    model.on("Final answer:", "2**20 = 1048576")
+    model.on("VERDICT", "VERDICT: ok\nREASON: fine")
+    result = asyncio.run(agent("What is 2 to the power 20?", tools=["python"], model=model, controller=False))
+    code = result.graph.by_kind(NodeKind.CODE)[0]
+    assert code.status is NodeStatus.SUCCEEDED and code.extra["text"] == "1048576"
+    assert code.extra["tool_calls"][0]["tool"] == "python"
