@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 from typing import Any
 
 import pytest
@@ -357,3 +358,54 @@ def test_the_built_in_python_tool_runs_a_code_step_in_the_sandbox() -> None:
     code = result.graph.by_kind(NodeKind.CODE)[0]
     assert code.status is NodeStatus.SUCCEEDED and code.extra["text"] == "1048576"
     assert code.extra["tool_calls"][0]["tool"] == "python"
+
+
+# --- the command line ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("args, fragment", [
+    (["--tools", "calc,shell"], "shell"),
+    (["--tools", "docs"], "--knowledge"),
+    (["--tools", "files"], "--allow-read"),
+    (["--tools", "mcp:time"], "--mcp-config"),
+    (["--tools", "mcp:time", "--mcp-config", "/nonexistent/mcp.json"], "/nonexistent/mcp.json"),
+    (["--on-failure", "retry"], "--on-failure"),
+    (["--parallel", "0"], "--parallel"),
+])
+def test_bad_agent_options_are_one_line_exit_2_before_any_model_call(args: list[str], fragment: str) -> None:
+    from test_cli import assert_one_line_error, loom
+
+    proc = loom("agent", "Plan a picnic", "--quiet", "--no-store", "--model", "openai-compatible:http://127.0.0.1:9@m",
+                *args)
+    assert_one_line_error(proc, fragment)
+
+
+def test_loom_agent_prints_the_answer_the_trace_and_a_mermaid_picture(server: Any, tmp_path: Any) -> None:
+    import json
+
+    from test_cli import loom
+
+    server.responder = trip_reply
+    picture = tmp_path / "trip.mmd"
+    proc = loom("agent", TRIP, "--quiet", "--no-store", "--json", "--mermaid", str(picture),
+                "--model", f"openai-compatible:{server.url}@scripted#chat")
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert out["answer"].startswith("Flights") and out["agent"]["summary"]["tool_calls"] == 1
+    kinds = [n["kind"] for n in out["agent"]["nodes"]]
+    assert kinds[:2] == ["input", "plan"] and kinds[-3:] == ["synthesis", "critique", "solution"]
+    mermaid = picture.read_text()
+    assert "evidence: Add up flights and hotel" in mermaid and "-->|dependency|" in mermaid
+
+
+def trip_reply(seen: Any) -> Any:
+    """The trip script of trip_model, served as chat replies by the OpenAI-compatible test server."""
+    from openai_server import Reply
+
+    text = "\n".join(m["content"] for m in seen.body["messages"])
+    reply = next((rule.replies[0] for rule in reversed(trip_model().rules) if rule.when in text), "ok")
+    return Reply(200, {
+        "id": "x", "object": "chat.completion", "created": 0, "model": "m",
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": reply}, "finish_reason": "stop"}],
+        "usage": {"prompt_tokens": 100, "completion_tokens": 20, "total_tokens": 120},
+    })
