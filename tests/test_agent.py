@@ -409,3 +409,13 @@ def trip_reply(seen: Any) -> Any:
         "choices": [{"index": 0, "message": {"role": "assistant", "content": reply}, "finish_reason": "stop"}],
         "usage": {"prompt_tokens": 100, "completion_tokens": 20, "total_tokens": 120},
     })
+
+
+def test_a_tool_call_request_carries_the_tools_schema_and_the_reply_is_read_from_json() -> None:
+    model = trip_model()
+    model.on("Step: Add up", '{"tool": "calc", "args": {"expression": "300 + 300"}}')
+    result = asyncio.run(run(model))
+    asked = [c for c in model.calls if c.purpose == "tool_choice"][0]
+    schema = json.loads(asked.schema)
+    assert schema["properties"]["tool"] == {"enum": ["calc"]} and schema["properties"]["args"] == Calc.spec.parameters
+    assert by_content(result, "Add up").extra["text"] == "300 + 300 = 600"

@@ -163,6 +163,9 @@ class Scheduler:
             self._wire_dependents(node_id, added)
             for edge in result.new_edges:
                 self._add_edge(edge.src, edge.dst, edge.kind, edge.weight)
+            if added or result.new_edges:  # what this node's work made, kept with it
+                extra["made"] = {"nodes": added,
+                                 "edges": [[e.src, e.dst, e.kind.value] for e in result.new_edges]}
             if kind_of(node) == "solution":
                 ctx.answers[node_id] = result.text
                 if node_id not in ctx.goals:
