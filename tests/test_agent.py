@@ -167,8 +167,8 @@ def test_a_critique_that_finds_wrong_arithmetic_adds_a_contradiction_edge_and_th
     edge = result.graph.edge(synthesis.id, critique.id)
     assert edge.kind is EdgeKind.CONTRADICTION and edge.weight == 1.0
     assert critique.extra["result"]["refutes"] is True and "is 600, not 700" in critique.extra["result"]["reasons"][0]
-    assert "300 + 300" in calc.calls  # the check went through the calculator tool, recorded on the node
-    assert critique.extra["tool_calls"][0]["output"] == "300 + 300 = 600"
+    assert "300 + 300 = 700" in calc.calls  # the check went through the calculator tool, recorded on the node
+    assert critique.extra["tool_calls"][0]["args"] == {"expression": "300 + 300 = 700"}
     assert result.answer.endswith("(corrected).")
 
 
@@ -294,8 +294,9 @@ def test_a_reply_naming_no_granted_tool_is_not_a_call() -> None:
 
 
 def test_written_out_calculations_are_found_for_the_exact_check() -> None:
-    assert arithmetic_claims("Hotel: 3 x 100 = 300 EUR; food 2 * 45.5 = 91") == [("3 x 100", "300"),
+    assert arithmetic_claims("Hotel: 3 x 100 = 300 EUR; food 2 * 45.5 = 91") == [("3 * 100", "300"),
                                                                                  ("2 * 45.5", "91")]
+    assert arithmetic_claims("2 buses x 48.00 EUR = 112 EUR") == [("2 * 48.00", "112")]
 
 
 # --- storage and replay ---------------------------------------------------------------------------
@@ -419,3 +420,17 @@ def test_a_tool_call_request_carries_the_tools_schema_and_the_reply_is_read_from
     schema = json.loads(asked.schema)
     assert schema["properties"]["tool"] == {"enum": ["calc"]} and schema["properties"]["args"] == Calc.spec.parameters
     assert by_content(result, "Add up").extra["text"] == "300 + 300 = 600"
+
+
+def test_a_replanned_run_is_stored_and_replays_into_the_same_graph(tmp_path: Any) -> None:
+    model = trip_model()
+    model.on("Step: Add up", 'calc: {"expression": "300 + sqrt(300)"}', 'calc: {"expression": "300 + 300"}')
+    store = str(tmp_path / "runs.db")
+    result = asyncio.run(agent(TRIP, model=model, store=store, controller=False, seed=3))
+    retry = next(n for n in result.graph if "retry_of" in n.extra)
+    check = by_content(result, "Check the total")
+    assert retry.id > check.id and retry.id in result.graph.parents(check.id)  # a later node holds an earlier one
+    with SQLiteStore(store) as opened:
+        replayed, verdict = asyncio.run(areplay(opened, result.run_id))
+    assert verdict.identical, str(verdict)
+    assert replayed.graph.parents(check.id) == result.graph.parents(check.id)

@@ -766,6 +766,7 @@ def load_graph(store: BlockStore, graph_cid: CID, timings: CID | None = None) ->
     created = read_chunks(store, get_obj(store, timings)["created_at"]) if timings else []
     graph = ThoughtGraph()
     ids: dict[CID, int] = {}
+    links: list[tuple[int, list[tuple[CID, str, float | None]]]] = []
     for vcid in versions:
         version = get_obj(store, vcid)
         tcid = version["thought"].cid
@@ -786,6 +787,10 @@ def load_graph(store: BlockStore, graph_cid: CID, timings: CID | None = None) ->
         if "edges" in version:  # re-labelled or weighted since the thought was written
             edges = [(p, kind, weight) for (p, _, _), (kind, weight) in zip(edges, version["edges"])]
         edges += [(m[0].cid, m[1], m[2] if len(m) > 2 else None) for m in version["merged"]]
+        links.append((nid, edges))
+    # Edges after every node: a later node may have been linked to an earlier one (an agent's new
+    # step holding back a step that was waiting).
+    for nid, edges in links:
         for parent, kind, weight in edges:
             graph.add_edge(ids[parent], nid, EdgeKind(kind), weight)
     return StoredGraph(graph, versions)
