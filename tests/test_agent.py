@@ -434,3 +434,29 @@ def test_a_replanned_run_is_stored_and_replays_into_the_same_graph(tmp_path: Any
         replayed, verdict = asyncio.run(areplay(opened, result.run_id))
     assert verdict.identical, str(verdict)
     assert replayed.graph.parents(check.id) == result.graph.parents(check.id)
+
+
+def test_an_interrupted_agent_run_resumes_from_its_record_and_finishes(tmp_path: Any) -> None:
+    from thoughtloom.run.execute import execute
+    from thoughtloom.run.session import resume_session
+    from thoughtloom.store.runs import open_run, run_ids
+
+    store = str(tmp_path / "runs.db")
+    slow = trip_model(latency_s=0.2)
+
+    async def interrupted() -> Any:  # cancelled (Ctrl-C) midway: the engine returns what it has
+        return await asyncio.wait_for(agent(TRIP, model=slow, store=store, controller=False, seed=3), 0.7)
+
+    assert asyncio.run(interrupted()).termination_reason is StopReason.INTERRUPTED
+    sent_before = len(slow.calls)
+    assert 0 < sent_before < 8
+    fresh = trip_model()
+    with SQLiteStore(store) as opened:
+        run = open_run(opened, run_ids(opened)[0])
+        assert run.status == "interrupted"
+        spec, session = resume_session(opened, store, run)
+        from dataclasses import replace
+
+        result = asyncio.run(execute(replace(spec, model=fresh), session=session))
+    assert result.answer == "Flights 300 EUR and hotel 300 EUR: 600 EUR in all."
+    assert session.replayed > 0 and session.live_calls == len(fresh.calls) < 8

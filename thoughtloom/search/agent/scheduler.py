@@ -102,8 +102,12 @@ class Scheduler:
                 if not queue:
                     break
                 head = queue.pop(0)
-                task = self._running.pop(head)
-                result = await task
+                task = self._running[head]
+                # wait(), not `await task`: a cancel of this run must reach this loop even when the
+                # step it interrupts ends normally (a call that returns what it had).
+                await asyncio.wait({task})
+                del self._running[head]
+                result = task.result()
                 self._apply(head, result)
                 if ctx.stopped:
                     continue  # apply what is already running; start nothing new
