@@ -54,7 +54,7 @@ class Scheduler:
         self.registry = registry
         self.policy = ctx.config.on_failure
         self.parallel = ctx.config.beam
-        self.started: list[int] = []
+        self._running: dict[int, asyncio.Task[ProcessorResult]] = {}
         self.counts: dict[str, int] = {"processed": 0, "succeeded": 0, "failed": 0, "replanned": 0,
                                        "cancelled": 0, "refused_edges": 0}
 
@@ -86,12 +86,10 @@ class Scheduler:
     async def run(self) -> None:
         """Start ready nodes, apply results in start order, until done or stopped."""
         ctx = self.ctx
-        self._running: dict[int, asyncio.Task[ProcessorResult]] = {}
         queue: list[int] = []  # started, not yet applied, in start order
         root = ctx.graph.node(ctx.root)
         if "status" not in root.extra:  # the engine made the task node succeeded; it is worked first
             self._running[root.id] = asyncio.ensure_future(self._process(root))
-            self.started.append(root.id)
             queue.append(root.id)
         try:
             while True:
@@ -123,7 +121,6 @@ class Scheduler:
         if node.status is _S.PENDING:
             graph.set_status(node.id, _S.READY)
         graph.set_status(node.id, _S.IN_PROGRESS)
-        self.started.append(node.id)
         self._running[node.id] = asyncio.ensure_future(self._process(node))
 
     async def _process(self, node: Node) -> ProcessorResult:
