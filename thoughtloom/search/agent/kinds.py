@@ -28,6 +28,7 @@ from ...tasks.agent import (
 )
 from ...tasks.arith import ExpressionError, evaluate, fmt
 from ...tasks.recursion.contract import ChildSpec
+from ...tools.base import ToolResult
 from ...tools.builtin import plain_arithmetic
 from .processors import AgentEnv, NewEdge, NewNode, ProcessorRegistry, ProcessorResult, failed, kind_of, succeeded
 
@@ -144,7 +145,7 @@ class EvidenceProcessor:
             try:
                 choice = parse_tool_call(reply, {spec.name: spec})
             except ToolCallError as exc:
-                env.malformed_calls += 1
+                env.counts["malformed_tool_calls"] += 1
                 feedback = f"\n(Your last reply was not a call: {exc}.)"
                 continue
             return _tool_outcome(await env.call_tool(choice.tool, choice.args, node.id), tokens)
@@ -152,7 +153,7 @@ class EvidenceProcessor:
                       result={"malformed": True})
 
 
-def _tool_outcome(result: Any, tokens: int) -> ProcessorResult:
+def _tool_outcome(result: ToolResult, tokens: int) -> ProcessorResult:
     record = (result.to_dict(),)
     if not result.ok:
         return failed(f"{result.tool}: {result.status}: {result.error}", cost_tokens=tokens, tool_calls=record)
@@ -253,7 +254,7 @@ class CodeProcessor:
             tokens += used
             code = extract_code(reply)
             if not code:
-                env.malformed_calls += 1
+                env.counts["malformed_tool_calls"] += 1
                 feedback = "the reply held no code block"
                 continue
             result = await env.call_tool(CODE_TOOL, {"code": code}, node.id)

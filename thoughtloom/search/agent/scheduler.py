@@ -277,8 +277,7 @@ async def run_agent(ctx: SearchContext) -> None:
         root.extra["tools"] = [t.to_dict() for t in tools.specs]
     scheduler = Scheduler(ctx, registry, tools)
     await scheduler.run()
-    summary = {**scheduler.counts, **scheduler.env.counts, "malformed_tool_calls": scheduler.env.malformed_calls,
-               "order": ctx.order}
+    summary = {**scheduler.counts, **scheduler.env.counts, "order": ctx.order}
     ctx.graph.node(ctx.root).extra["agent_summary"] = summary
     if ctx.stop_reason is None:
         ctx.stop(StopReason.GOAL_REACHED if ctx.goals else StopReason.FRONTIER_EXHAUSTED)
