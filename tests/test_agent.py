@@ -18,11 +18,10 @@ from thoughtloom.search.config import SearchConfig
 from thoughtloom.search.engine import search
 from thoughtloom.search.events import NodeProcessed
 from thoughtloom.search.stop import StopReason
-from thoughtloom.tasks.agent import AgentTask, PlanStep, check_plan, parse_plan, parse_tool_call
-from thoughtloom.tasks.agent import ToolCallError
-from thoughtloom.tasks.arith import evaluate, fmt
 from thoughtloom.store.sqlite import SQLiteStore
-from thoughtloom.tools import ToolError, ToolSpec, Toolbox
+from thoughtloom.tasks.agent import AgentTask, PlanStep, ToolCallError, check_plan, parse_plan, parse_tool_call
+from thoughtloom.tasks.arith import evaluate, fmt
+from thoughtloom.tools import Toolbox, ToolError, ToolSpec
 
 TRIP = "Plan a 3-day trip to Lisbon for two under 900 EUR; check the arithmetic"
 PLAN = ("1. Find flights.\n2. Find a hotel.\n3. [calc] Add up flights and hotel. (after 1, 2)\n"

@@ -10,6 +10,7 @@ from typing import Any
 from ...graph import EdgeKind, Node, NodeKind
 from ...grounding.code import extract_code
 from ...tasks.agent import (
+    PlanStep,
     ToolCallError,
     check_plan,
     code_query,
@@ -24,7 +25,6 @@ from ...tasks.agent import (
     step_query,
     synthesis_query,
     tool_query,
-    PlanStep,
 )
 from ...tasks.arith import ExpressionError, evaluate, fmt
 from ...tasks.recursion.contract import ChildSpec

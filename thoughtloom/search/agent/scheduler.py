@@ -32,8 +32,6 @@ from .kinds import default_processors
 from .processors import AgentEnv, NewNode, ProcessorRegistry, ProcessorResult, failed, kind_of
 
 _S = NodeStatus
-ORDERS = ("breadth_first", "depth_first", "best_first")
-FAILURE_POLICIES = ("fail", "skip", "replan")
 
 
 def _priority(order: str, node: Node) -> tuple[Any, ...]:
