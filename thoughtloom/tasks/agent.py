@@ -105,12 +105,16 @@ _PLAN_SYSTEM = (
     "needs the result of earlier steps ends with (after N) or (after N, M). A step that a tool should do "
     "starts with the tool's name in brackets, like [calc]. The last step puts everything together."
 )
+# Two independent branches joined by the calculator: the model copies the example's shape, and a
+# chain (every step after the one before) would leave nothing to run in parallel.
 _PLAN_EXAMPLE = (
     "Task: Plan a weekend picnic for 4 people under 60 EUR; check the arithmetic.\nTools: calc",
-    "1. Choose the food: sandwiches, fruit and drinks for 4 people.\n"
-    "2. Estimate the cost of each item in EUR. (after 1)\n"
-    "3. [calc] Add up the costs. (after 2)\n"
-    "4. Check the total is under 60 EUR and write the final plan. (after 3)",
+    "1. Choose the food for 4 people.\n"
+    "2. Choose the drinks for 4 people.\n"
+    "3. Estimate the cost of the food in EUR. (after 1)\n"
+    "4. Estimate the cost of the drinks in EUR. (after 2)\n"
+    "5. [calc] Add up the costs. (after 3, 4)\n"
+    "6. Check the total is under 60 EUR and write the final plan. (after 5)",
 )
 _STEP_LINE = re.compile(r"^\s*(?:step\s*)?(\d{1,2})\s*[.):]\s*(.+?)\s*$", re.IGNORECASE)
 _AFTER = re.compile(r"\(\s*after\s+((?:step\s*)?\d+(?:\s*(?:,|and|&)\s*(?:step\s*)?\d+)*)\s*\)\s*\.?\s*$",
