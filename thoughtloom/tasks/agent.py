@@ -20,6 +20,9 @@ from .base import ProblemError, Query, Task
 
 #: Most steps one plan may have: a longer plan is cut (and the cut said on the plan node).
 MAX_PLAN_STEPS = 8
+#: Sampling temperature of a tool call: arguments are copied from results, not invented (and a small
+#: model sampled hot runs on inside an expression until max_tokens).
+TOOL_TEMPERATURE = 0.2
 #: Characters of a parent's result shown to a step that depends on it.
 RESULT_CHARS = 700
 
@@ -90,12 +93,12 @@ def _cut(text: str, n: int) -> str:
 
 
 def _query(system: str, examples: Sequence[tuple[str, str]], user: str, max_tokens: int,
-           stop: tuple[str, ...] = (), schema: str | None = None) -> Query:
+           stop: tuple[str, ...] = (), schema: str | None = None, temperature: float | None = None) -> Query:
     """One prompt in both forms: few-shot chat turns, and the same examples as completion text."""
     shots = "".join(f"{asked}\n{answered}\n\n" for asked, answered in examples)
     text = f"{system}\n\n{shots}{user}\n"
     return Query(Prompt(text=text, messages=few_shot_messages(system, examples, user)), max_tokens=max_tokens,
-                 stop=stop, schema=schema)
+                 stop=stop, schema=schema, temperature=temperature)
 
 
 # --- plans --------------------------------------------------------------------------------------
@@ -229,16 +232,23 @@ _TOOL_EXAMPLE = (
 
 def _describe_tool(t: ToolDescription) -> str:
     props = t.parameters.get("properties") or {}
-    args = ", ".join(f'"{k}": {(v or {}).get("type", "value")}' for k, v in props.items())
+    # Sorted: a stored run keeps the schema with sorted keys, and its replay must ask the same.
+    args = ", ".join(f'"{k}": {(v or {}).get("type", "value")}' for k, v in sorted(props.items()))
     return f"- {t.name}: {_cut(t.description, 160)} {{{args}}}"
 
 
 def tool_call_schema(tools: Sequence[ToolDescription]) -> str:
     """The JSON Schema of a call to one of `tools` ({"tool": name, "args": its arguments}), as canonical JSON."""
-    options = [{"type": "object", "properties": {"tool": {"enum": [t.name]}, "args": t.parameters},
+    # The arguments' schema with sorted keys, as a stored run keeps it (so a replay asks the same);
+    # the call's own keys in the order written, so a grammar makes the model name the tool first.
+    options = [{"type": "object", "properties": {"tool": {"enum": [t.name]}, "args": _sorted(t.parameters)},
                 "required": ["tool", "args"]} for t in tools]
     schema = options[0] if len(options) == 1 else {"anyOf": options}
-    return json.dumps(schema, sort_keys=True, separators=(",", ":"))
+    return json.dumps(schema, separators=(",", ":"))
+
+
+def _sorted(value: Any) -> Any:
+    return json.loads(json.dumps(value, sort_keys=True))
 
 
 def tool_query(task: str, step: str, context: Context, tools: Sequence[ToolDescription]) -> Query:
@@ -246,7 +256,7 @@ def tool_query(task: str, step: str, context: Context, tools: Sequence[ToolDescr
     listing = "\n".join(_describe_tool(t) for t in tools)
     return _query(_TOOL_SYSTEM, [_TOOL_EXAMPLE],
                   f"Tools:\n{listing}\nEarlier results:\n{context.render()}\nStep: {step}", max_tokens=160,
-                  stop=("\n\n",), schema=tool_call_schema(tools))
+                  stop=("\n\n",), schema=tool_call_schema(tools), temperature=TOOL_TEMPERATURE)
 
 
 _CALL_LINE = re.compile(r"^\s*`*\s*([A-Za-z][\w.:-]*)\s*(?::|\()\s*(.*?)\s*\)?\s*`*\s*$", re.DOTALL)

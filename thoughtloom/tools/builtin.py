@@ -72,8 +72,8 @@ class CalcTool:
         self._spec = ToolSpec(
             name=name,
             description=(
-                "Exact arithmetic with fractions (no rounding): numbers (integers, decimals such as 7.5, "
-                "1e-3), + - * / ** (or ^, whole exponents) and parentheses. Answers like '10/4 = 5/2 (2.5)'."
+                "Exact arithmetic with fractions (no rounding): numbers (integers, decimals such as 7.5), "
+                "+ - * / ** and parentheses, e.g. 2 * 150 + 3 * 90. Answers like '10/4 = 5/2 (2.5)'."
             ),
             parameters={
                 "type": "object",
