@@ -1,0 +1,113 @@
+"""Tools by name: `calc`, `python`, `docs`, `files`, `mcp` (every configured server) and `mcp:NAME`.
+
+`build_toolbox` turns a list of names into a `Toolbox`, opening what the tools need (the
+document index, the MCP servers). Everything it needs is checked before anything starts, and a
+failure while starting closes whatever was already started, so a bad `--tools` costs nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from thoughtloom.grounding.sandbox import Sandbox
+
+from .base import Tool, ToolConfigError
+from .builtin import CalcTool, DocsTool, FilesTool, PythonTool
+from .mcp import SERVER_NAME, connect_all, load_mcp_config
+from .toolbox import ToolLimits, Toolbox
+
+#: The tool names `build_toolbox` knows; an MCP server's tools are also granted as `mcp:NAME`.
+TOOL_NAMES = ("calc", "python", "docs", "files", "mcp")
+
+
+def _known() -> str:
+    return ", ".join([*TOOL_NAMES, "mcp:NAME"])
+
+
+def check_tool_name(name: str) -> str:
+    """A tool name as written (trimmed) when it has a known form; ToolConfigError listing the known ones otherwise."""
+    name = name.strip()
+    if name in TOOL_NAMES:
+        return name
+    if name.startswith("mcp:"):
+        server = name[4:]
+        if SERVER_NAME.match(server):
+            return name
+        raise ToolConfigError(f"{name!r}: an MCP server name holds only letters, digits, - and _ (write mcp:NAME)")
+    raise ToolConfigError(f"unknown tool {name!r}; known: {_known()}")
+
+
+def parse_tool_names(text: str) -> list[str]:
+    """'calc,python,mcp:time' as a list of names, each checked for form, repeats dropped (servers are checked by build_toolbox)."""
+    names = [part.strip() for part in text.split(",")]
+    if not any(names):
+        raise ToolConfigError(f"no tool names given; write a comma-separated list such as calc,python (known: {_known()})")
+    if not all(names):
+        raise ToolConfigError(f"an empty tool name in {text!r}; separate names with single commas")
+    return list(dict.fromkeys(check_tool_name(n) for n in names))
+
+
+async def build_toolbox(
+    names: Sequence[str],
+    *,
+    limits: ToolLimits = ToolLimits(),
+    knowledge: str | Path | None = None,
+    knowledge_index: str | Path | None = None,
+    read_roots: Sequence[str | Path] = (),
+    mcp_config: str | Path | None = None,
+    sandbox: Sandbox | None = None,
+) -> Toolbox:
+    """A Toolbox granting the named tools; ToolConfigError (one line) when one cannot be set up, with nothing left running."""
+    wanted = list(dict.fromkeys(check_tool_name(n) for n in names))
+    # Every requirement is checked before anything is opened or started.
+    if "docs" in wanted and knowledge is None:
+        raise ToolConfigError("docs needs --knowledge DIR (a folder of .md/.txt documents to search)")
+    if "files" in wanted and not read_roots:
+        raise ToolConfigError("files needs --allow-read DIR (a folder the tool may read)")
+    servers: list[str] | None = None  # None: every configured server
+    if "mcp" not in wanted:
+        servers = [n[4:] for n in wanted if n.startswith("mcp:")]
+    configs = {}
+    if "mcp" in wanted or servers:
+        if mcp_config is None:
+            raise ToolConfigError("MCP tools need --mcp-config FILE (a JSON file with an \"mcpServers\" object)")
+        configs = load_mcp_config(mcp_config, servers)
+
+    tools: list[Tool] = []
+    closers: list[Any] = []
+    try:
+        for name in wanted:
+            if name == "calc":
+                tools.append(CalcTool())
+            elif name == "python":
+                tools.append(PythonTool(sandbox))
+            elif name == "files":
+                tools.append(FilesTool(read_roots))
+            elif name == "docs":
+                docs = await asyncio.to_thread(_open_docs, knowledge, knowledge_index)
+                closers.append(docs)
+                tools.append(docs)
+        if configs:
+            for conn in await connect_all(configs.values()):
+                closers.append(conn)
+                tools.extend(conn.tools)
+        return Toolbox(tools, limits, closers=closers)
+    except BaseException:
+        for closer in reversed(closers):
+            await closer.aclose()
+        raise
+
+
+def _open_docs(knowledge: str | Path | None, knowledge_index: str | Path | None) -> DocsTool:
+    """The docs tool over a knowledge base it opens (indexing the folder) and closes with the toolbox."""
+    from thoughtloom.grounding.knowledge import KnowledgeBase, KnowledgeBaseError
+
+    assert knowledge is not None
+    try:
+        kb = KnowledgeBase.open(knowledge, knowledge_index)
+    except KnowledgeBaseError as exc:
+        raise ToolConfigError(str(exc)) from None
+    return DocsTool(kb, owns=True)
