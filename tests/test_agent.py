@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 from typing import Any
 
 import pytest
@@ -20,6 +21,7 @@ from thoughtloom.search.stop import StopReason
 from thoughtloom.tasks.agent import AgentTask, PlanStep, check_plan, parse_plan, parse_tool_call
 from thoughtloom.tasks.agent import ToolCallError
 from thoughtloom.tasks.arith import evaluate, fmt
+from thoughtloom.store.sqlite import SQLiteStore
 from thoughtloom.tools import ToolError, ToolSpec, Toolbox
 
 TRIP = "Plan a 3-day trip to Lisbon for two under 900 EUR; check the arithmetic"
@@ -307,7 +309,8 @@ def test_a_stored_agent_run_replays_with_no_model_or_tool_call_into_the_same_gra
     calls = [c for n in result.graph for c in n.extra.get("tool_calls", [])]
     assert len(calls) == 2 and all(c["status"] == "ok" for c in calls)
     live_calls = len(model.calls)
-    replayed, verdict = asyncio.run(areplay(store, result.run_id))
+    with SQLiteStore(store) as opened:
+        replayed, verdict = asyncio.run(areplay(opened, result.run_id))
     assert verdict.identical, str(verdict)
     assert (verdict.model_calls, verdict.tool_calls) == (0, 0) and verdict.tools_replayed == 2
     assert len(model.calls) == live_calls
@@ -315,3 +318,94 @@ def test_a_stored_agent_run_replays_with_no_model_or_tool_call_into_the_same_gra
     critique = replayed.graph.by_kind(NodeKind.CRITIQUE)[0]
     synthesis = replayed.graph.by_kind(NodeKind.SYNTHESIS)[0]
     assert replayed.graph.edge(synthesis.id, critique.id).kind is EdgeKind.CONTRADICTION
+
+
+# --- real tools ------------------------------------------------------------------------------------
+
+
+def test_the_agent_calls_a_real_mcp_server_and_a_replay_does_not_start_it(tmp_path: Any) -> None:
+    import json
+    import sys
+    from pathlib import Path
+
+    server = Path(sys.executable).parent / "mcp-server-time"  # the dev extra installs it
+    config = tmp_path / "mcp.json"
+    config.write_text(json.dumps({"mcpServers": {"time": {"command": str(server), "args": ["--local-timezone", "UTC"]}}}))
+    model = ScriptedBackend(default="ok")
+    model.on("Tools: time.", "1. [time.get_current_time] Get the current time in Lisbon.\n2. Say it. (after 1)")
+    model.on("Step: Get the current time", 'time.get_current_time: {"timezone": "Europe/Lisbon"}')
+    model.on("Final answer:", "It is morning in Lisbon.")
+    model.on("VERDICT", "VERDICT: ok\nREASON: fine")
+    store = str(tmp_path / "runs.db")
+    result = asyncio.run(agent("Tell me the time in Lisbon", tools=["mcp:time"], mcp_config=str(config), model=model,
+                               store=store, controller=False))
+    evidence = by_content(result, "Get the current time")
+    call = evidence.extra["tool_calls"][0]
+    assert (call["tool"], call["status"]) == ("time.get_current_time", "ok") and "Europe/Lisbon" in call["output"]
+    config.write_text("{}")  # a replay must not need the server: it answers from the record
+    with SQLiteStore(store) as opened:
+        _, verdict = asyncio.run(areplay(opened, result.run_id))
+    assert verdict.identical and (verdict.model_calls, verdict.tool_calls, verdict.tools_replayed) == (0, 0, 1)
+
+
+def test_the_built_in_python_tool_runs_a_code_step_in_the_sandbox() -> None:
+    model = ScriptedBackend(default="ok")
+    model.on("Tools: python", "1. [python] Compute 2 to the power 20.\n2. Report it. (after 1)")
+    model.on("Step: Compute 2", "```python\nprint(2 ** 20)\n```")
+    model.on("Final answer:", "2**20 = 1048576")
+    model.on("VERDICT", "VERDICT: ok\nREASON: fine")
+    result = asyncio.run(agent("What is 2 to the power 20?", tools=["python"], model=model, controller=False))
+    code = result.graph.by_kind(NodeKind.CODE)[0]
+    assert code.status is NodeStatus.SUCCEEDED and code.extra["text"] == "1048576"
+    assert code.extra["tool_calls"][0]["tool"] == "python"
+
+
+# --- the command line ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("args, fragment", [
+    (["--tools", "calc,shell"], "shell"),
+    (["--tools", "docs"], "--knowledge"),
+    (["--tools", "files"], "--allow-read"),
+    (["--tools", "mcp:time"], "--mcp-config"),
+    (["--tools", "mcp:time", "--mcp-config", "/nonexistent/mcp.json"], "/nonexistent/mcp.json"),
+    (["--on-failure", "retry"], "--on-failure"),
+    (["--parallel", "0"], "--parallel"),
+])
+def test_bad_agent_options_are_one_line_exit_2_before_any_model_call(args: list[str], fragment: str) -> None:
+    from test_cli import assert_one_line_error, loom
+
+    proc = loom("agent", "Plan a picnic", "--quiet", "--no-store", "--model", "openai-compatible:http://127.0.0.1:9@m",
+                *args)
+    assert_one_line_error(proc, fragment)
+
+
+def test_loom_agent_prints_the_answer_the_trace_and_a_mermaid_picture(server: Any, tmp_path: Any) -> None:
+    import json
+
+    from test_cli import loom
+
+    server.responder = trip_reply
+    picture = tmp_path / "trip.mmd"
+    proc = loom("agent", TRIP, "--quiet", "--no-store", "--json", "--mermaid", str(picture),
+                "--model", f"openai-compatible:{server.url}@scripted#chat")
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert out["answer"].startswith("Flights") and out["agent"]["summary"]["tool_calls"] == 1
+    kinds = [n["kind"] for n in out["agent"]["nodes"]]
+    assert kinds[:2] == ["input", "plan"] and kinds[-3:] == ["synthesis", "critique", "solution"]
+    mermaid = picture.read_text()
+    assert "evidence: Add up flights and hotel" in mermaid and "-->|dependency|" in mermaid
+
+
+def trip_reply(seen: Any) -> Any:
+    """The trip script of trip_model, served as chat replies by the OpenAI-compatible test server."""
+    from openai_server import Reply
+
+    text = "\n".join(m["content"] for m in seen.body["messages"])
+    reply = next((rule.replies[0] for rule in reversed(trip_model().rules) if rule.when in text), "ok")
+    return Reply(200, {
+        "id": "x", "object": "chat.completion", "created": 0, "model": "m",
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": reply}, "finish_reason": "stop"}],
+        "usage": {"prompt_tokens": 100, "completion_tokens": 20, "total_tokens": 120},
+    })

@@ -205,3 +205,10 @@ async def test_files_lists_a_folder(tree: Path) -> None:
 async def test_files_needs_an_existing_folder() -> None:
     with pytest.raises(ToolConfigError, match="is not a folder"):
         FilesTool(["/nonexistent/thoughtloom-root"])
+
+
+async def test_files_reports_a_symlink_loop_as_a_tool_error(tree: Path) -> None:
+    os.symlink(tree / "loop-b", tree / "loop-a")
+    os.symlink(tree / "loop-a", tree / "loop-b")
+    with pytest.raises(ToolError, match="loop-a"):
+        await FilesTool([tree]).call({"path": "loop-a"})

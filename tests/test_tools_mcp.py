@@ -350,6 +350,16 @@ async def test_a_server_that_exits_at_start_is_one_line_naming_it_and_its_compla
 
 
 @module_loop
+async def test_a_server_that_never_answers_is_given_up_after_the_start_timeout() -> None:
+    # It reads stdin and says nothing (the SDK's shutdown closes stdin, so it ends at once).
+    config = ServerConfig("mute", "stdio", command=sys.executable, args=("-c", "import sys; sys.stdin.read()"))
+    started = time.monotonic()
+    with pytest.raises(ToolConfigError, match=r"^MCP server 'mute' \(.*\) did not answer within 0.5 s"):
+        await connect(config, timeout_s=0.5)
+    assert time.monotonic() - started < 5
+
+
+@module_loop
 async def test_a_command_that_does_not_exist_is_one_line(config_file: Path) -> None:
     with pytest.raises(ToolConfigError, match="'missing' .*command not found"):
         await connect(load_mcp_config(config_file, ["missing"])["missing"])

@@ -83,7 +83,7 @@ async def asolve(
 async def agent(
     task: str,
     *,
-    tools: Sequence[str] = (),
+    tools: Sequence[str] = ("calc",),
     model: str | Backend = "local",
     profile: str = "default",
     budget: BudgetLimits | None = None,
@@ -101,7 +101,7 @@ async def agent(
 ) -> SearchResult:
     """Work an open task as a graph of typed steps with tools (async); the same run `loom agent` makes.
 
-    tools: names as `--tools` takes them (calc, python, docs, files, mcp:NAME, mcp); mcp_config,
+    tools: names as `--tools` takes them (calc, the default, python, docs, files, mcp:NAME, mcp); mcp_config,
     knowledge and read_roots are what mcp, docs and files need. processors: a registry with your own
     processors (start from thoughtloom.search.agent.kinds.default_processors()). Keyword
     `overrides` set SearchConfig fields (beam = steps in progress at once, agent_order, on_failure,

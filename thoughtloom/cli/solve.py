@@ -291,6 +291,17 @@ def format_text(result: Any) -> str:
             f"invalid plans {r['invalid_plans']} · cycles {r['cycles']} · backtracks {r['backtracks']} · "
             f"retries {r['retries']}"
         )
+    trace = result.agent()
+    if trace is not None:
+        a = trace["summary"]
+        lines.append(
+            f"agent: {a['processed']} steps worked ({a['succeeded']} succeeded, {a['failed']} failed, "
+            f"{a['replanned']} replanned, {a['cancelled']} cancelled) · tool calls {a['tool_calls']} "
+            f"({a['tool_failures']} failed, {a['malformed_tool_calls']} malformed replies) · order {a['order']}"
+        )
+        for node in trace["nodes"][1:]:
+            if node["status"] in ("failed", "cancelled"):
+                lines.append(f"  #{node['node']} {node['kind']} {node['status']}: {node.get('error', '')}")
     if result.error:
         lines.append(f"model error: {result.error}")
     control = result.control

@@ -136,6 +136,7 @@ class SearchResult:
             **({"grounding": [{"node": n, **r.to_dict()} for n, r in self.grounding.items()]}
                if self.grounding else {}),
             **({"recursion": self.recursion()} if self.recursion() is not None else {}),
+            **({"agent": self.agent()} if self.agent() is not None else {}),
         }
 
     def recursion(self) -> dict[str, Any] | None:
@@ -146,5 +147,18 @@ class SearchResult:
         nodes = [
             {"node": n.id, "kind": n.kind.value, "status": n.status.value, **n.extra["recursion"]}
             for n in self.graph if "recursion" in n.extra
+        ]
+        return {"summary": summary, "nodes": nodes}
+
+    def agent(self) -> dict[str, Any] | None:
+        """The agent's trace: its summary and every worked node's kind, status, result, error and tool calls."""
+        summary = self.graph.node(0).extra.get("agent_summary") if len(self.graph) else None
+        if summary is None:
+            return None
+        nodes = [
+            {"node": n.id, "kind": n.extra.get("kind", n.kind.value), "status": n.status.value, "step": n.content,
+             "after": [p for p in self.graph.parents(n.id) if self.graph.edge(p, n.id).kind.value == "dependency"],
+             **{k: n.extra[k] for k in ("text", "error", "result", "tool_calls") if k in n.extra}}
+            for n in self.graph
         ]
         return {"summary": summary, "nodes": nodes}

@@ -312,10 +312,19 @@ _SYNTH_SYSTEM = (
 )
 
 
+_SYNTH_EXAMPLE = (
+    "Task: Plan a weekend picnic for 4 people under 60 EUR.\nResults of the steps:\n- step 1: sandwiches, apples, "
+    "lemonade\n- step 2: Sandwiches: 4 x 4.50 = 18 EUR\nApples: 3 EUR\nLemonade: 5 EUR\n- step 3: 18 + 3 + 5 = 26"
+    "\n\nFinal answer:",
+    "Picnic for 4 people, 26 EUR in total (under 60 EUR):\n- Sandwiches: 4 x 4.50 = 18 EUR\n- Apples: 3 EUR\n"
+    "- Lemonade: 5 EUR\nTotal: 18 + 3 + 5 = 26 EUR",
+)
+
+
 def synthesis_query(task: str, context: Context) -> Query:
     """Ask for one answer that combines the parents' results."""
-    return _query(_SYNTH_SYSTEM, [], f"Task: {task}\nResults of the steps:\n{context.render()}\n\nFinal answer:",
-                  max_tokens=300)
+    return _query(_SYNTH_SYSTEM, [_SYNTH_EXAMPLE],
+                  f"Task: {task}\nResults of the steps:\n{context.render()}\n\nFinal answer:", max_tokens=300)
 
 
 _CRITIQUE_SYSTEM = (
@@ -354,11 +363,18 @@ _REVISE_SYSTEM = (
 )
 
 
+_REVISE_EXAMPLE = (
+    "Task: Plan a weekend picnic for 4 people under 60 EUR.\nAnswer: Sandwiches 18 EUR, apples 3 EUR, lemonade 5 EUR. "
+    "Total: 18 + 3 + 5 = 28 EUR.\nProblems:\n- 18 + 3 + 5 is 26, not 28\n\nCorrected answer:",
+    "Sandwiches 18 EUR, apples 3 EUR, lemonade 5 EUR. Total: 18 + 3 + 5 = 26 EUR, under 60 EUR.",
+)
+
+
 def revise_query(task: str, answer: str, problems: Sequence[str]) -> Query:
     """Ask for the answer again, fixing what the critique found."""
     listed = "\n".join(f"- {p}" for p in problems) or "- (none stated)"
-    return _query(_REVISE_SYSTEM, [], f"Task: {task}\nAnswer: {_cut(answer, 1200)}\nProblems:\n{listed}\n\n"
-                  "Corrected answer:", max_tokens=300)
+    return _query(_REVISE_SYSTEM, [_REVISE_EXAMPLE], f"Task: {task}\nAnswer: {_cut(answer, 1200)}\nProblems:\n"
+                  f"{listed}\n\nCorrected answer:", max_tokens=300)
 
 
 _CODE_SYSTEM = (

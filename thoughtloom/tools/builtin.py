@@ -271,7 +271,10 @@ class FilesTool:
         if "\0" in path:
             raise ToolError("the path contains a NUL character")
         given = Path(path).expanduser()
-        target = (given if given.is_absolute() else self.roots[0] / given).resolve()
+        try:
+            target = (given if given.is_absolute() else self.roots[0] / given).resolve()
+        except (OSError, RuntimeError) as exc:  # RuntimeError: a symlink loop (Python 3.11)
+            raise ToolError(f"cannot resolve {path}: {exc}") from None
         if not self._allowed(target):
             allowed = ", ".join(str(r) for r in self.roots)
             raise ToolError(f"refused: {path} resolves to {target}, outside the allowed folders ({allowed})")

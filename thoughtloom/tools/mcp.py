@@ -204,30 +204,33 @@ class MCPConnection:
             raise ToolConfigError(
                 "MCP tools need the MCP SDK: pip install 'thoughtloom[mcp]'"
             ) from None
-        self = cls(config)
-        transport = self._transport_factory()  # config errors (unset variables) before anything starts
+        conn = cls(config)
+        transport = conn._transport_factory()  # config errors (unset variables) before anything starts
         ready: asyncio.Future[list[Any]] = asyncio.get_running_loop().create_future()
-        self._task = asyncio.create_task(self._own(transport, ready), name=f"mcp server {config.name}")
+        conn._task = asyncio.create_task(conn._own(transport, ready), name=f"mcp server {config.name}")
         try:
             await asyncio.wait({ready}, timeout=timeout_s)
         except asyncio.CancelledError:
-            self._task.cancel()  # the owner unwinds the SDK's contexts in its own task
+            conn._task.cancel()  # the owner unwinds the SDK's contexts in its own task
             raise
         if not ready.done():
-            await self.aclose()  # the hint is read after: the server may explain itself as it is stopped
+            # Still in the handshake, not waiting for the stop event: cancelling is how it stops.
+            conn._task.cancel()
+            await asyncio.wait({conn._task}, timeout=STOP_TIMEOUT_S)
+            await conn.aclose()  # the hint is read after: the server may explain itself as it is stopped
             raise ToolConfigError(
                 f"MCP server {config.name!r} ({config.describe()}) did not answer within {timeout_s:g} s"
-                f"{self._stderr_hint()}; check that it starts by hand"
+                f"{conn._stderr_hint()}; check that it starts by hand"
             )
         failure = ready.exception() if not ready.cancelled() else asyncio.CancelledError("the start was cancelled")
         if failure is not None:
-            await self.aclose()
+            await conn.aclose()
             raise ToolConfigError(
                 f"MCP server {config.name!r} ({config.describe()}) did not start: {_reason(failure)}"
-                f"{self._stderr_hint()}; check its entry in {config.source or 'the MCP config'}"
+                f"{conn._stderr_hint()}; check its entry in {config.source or 'the MCP config'}"
             )
-        self.tools = [self._tool(t) for t in ready.result()]
-        return self
+        conn.tools = [conn._tool(t) for t in ready.result()]
+        return conn
 
     def _transport_factory(self) -> Any:
         """A function that enters the SDK transport on an exit stack (in the owning task) and returns it."""
@@ -313,6 +316,14 @@ class MCPConnection:
         try:
             result = await client.call_tool(tool, args)
         except MCPError as exc:
+            if _closed(exc):
+                # The server is gone (it exited or dropped the connection): later calls fail at once,
+                # and the owning task unwinds the transport now rather than at aclose().
+                self._lost, self._client = exc, None
+                self._stop.set()
+                raise ToolError(
+                    f"MCP server {self.name!r} is not connected: {_reason(exc)}{self._stderr_hint()}"
+                ) from None
             raise ToolError(f"MCP server {self.name!r}: {_flat(str(exc))}") from None
         except (OSError, RuntimeError) as exc:
             raise ToolError(f"MCP server {self.name!r} failed: {_reason(exc)}") from None
@@ -478,7 +489,14 @@ def _reason(exc: BaseException) -> str:
     if isinstance(leaf, PermissionError):
         return f"permission denied ({leaf.filename})" if leaf.filename else "permission denied"
     text = _flat(str(leaf), 300)
-    if text == "Connection closed":
+    if _closed(leaf):
         return "the server closed the connection (it exited, or wrote something that is not MCP on stdout)"
     name = type(leaf).__name__
     return f"{name}: {text}" if text else name
+
+
+def _closed(exc: BaseException) -> bool:
+    """The SDK's "Connection closed" error (the transport ended), not a server's own -32000 error."""
+    from mcp_types import CONNECTION_CLOSED
+
+    return getattr(exc, "code", None) == CONNECTION_CLOSED and str(exc) == "Connection closed"
