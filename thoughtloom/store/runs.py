@@ -761,6 +761,9 @@ def load_graph(store: BlockStore, graph_cid: CID, timings: CID | None = None) ->
     created = read_chunks(store, get_obj(store, timings)["created_at"]) if timings else []
     graph = ThoughtGraph()
     ids: dict[CID, int] = {}
+    # Edges are added once every node exists: an agent's retry (a later id) becomes a parent of
+    # dependents made before it, so a parent can have a higher id than its child.
+    edges_of: list[tuple[int, list[tuple[CID, str, float | None]]]] = []
     for vcid in versions:
         version = get_obj(store, vcid)
         tcid = version["thought"].cid
@@ -781,6 +784,8 @@ def load_graph(store: BlockStore, graph_cid: CID, timings: CID | None = None) ->
         if "edges" in version:  # re-labelled or weighted since the thought was written
             edges = [(p, kind, weight) for (p, _, _), (kind, weight) in zip(edges, version["edges"])]
         edges += [(m[0].cid, m[1], m[2] if len(m) > 2 else None) for m in version["merged"]]
+        edges_of.append((nid, edges))
+    for nid, edges in edges_of:
         for parent, kind, weight in edges:
             graph.add_edge(ids[parent], nid, EdgeKind(kind), weight)
     return StoredGraph(graph, versions)
