@@ -18,11 +18,10 @@ from thoughtloom.search.config import SearchConfig
 from thoughtloom.search.engine import search
 from thoughtloom.search.events import NodeProcessed
 from thoughtloom.search.stop import StopReason
-from thoughtloom.tasks.agent import AgentTask, PlanStep, check_plan, parse_plan, parse_tool_call
-from thoughtloom.tasks.agent import ToolCallError
-from thoughtloom.tasks.arith import evaluate, fmt
 from thoughtloom.store.sqlite import SQLiteStore
-from thoughtloom.tools import ToolError, ToolSpec, Toolbox
+from thoughtloom.tasks.agent import AgentTask, PlanStep, ToolCallError, check_plan, parse_plan, parse_tool_call
+from thoughtloom.tasks.arith import evaluate, fmt
+from thoughtloom.tools import Toolbox, ToolError, ToolSpec
 
 TRIP = "Plan a 3-day trip to Lisbon for two under 900 EUR; check the arithmetic"
 PLAN = ("1. Find flights.\n2. Find a hotel.\n3. [calc] Add up flights and hotel. (after 1, 2)\n"
@@ -167,8 +166,8 @@ def test_a_critique_that_finds_wrong_arithmetic_adds_a_contradiction_edge_and_th
     edge = result.graph.edge(synthesis.id, critique.id)
     assert edge.kind is EdgeKind.CONTRADICTION and edge.weight == 1.0
     assert critique.extra["result"]["refutes"] is True and "is 600, not 700" in critique.extra["result"]["reasons"][0]
-    assert "300 + 300" in calc.calls  # the check went through the calculator tool, recorded on the node
-    assert critique.extra["tool_calls"][0]["output"] == "300 + 300 = 600"
+    assert "300 + 300 = 700" in calc.calls  # the check went through the calculator tool, recorded on the node
+    assert critique.extra["tool_calls"][0]["args"] == {"expression": "300 + 300 = 700"}
     assert result.answer.endswith("(corrected).")
 
 
@@ -294,8 +293,9 @@ def test_a_reply_naming_no_granted_tool_is_not_a_call() -> None:
 
 
 def test_written_out_calculations_are_found_for_the_exact_check() -> None:
-    assert arithmetic_claims("Hotel: 3 x 100 = 300 EUR; food 2 * 45.5 = 91") == [("3 x 100", "300"),
+    assert arithmetic_claims("Hotel: 3 x 100 = 300 EUR; food 2 * 45.5 = 91") == [("3 * 100", "300"),
                                                                                  ("2 * 45.5", "91")]
+    assert arithmetic_claims("2 buses x 48.00 EUR = 112 EUR") == [("2 * 48.00", "112")]
 
 
 # --- storage and replay ---------------------------------------------------------------------------
@@ -409,3 +409,53 @@ def trip_reply(seen: Any) -> Any:
         "choices": [{"index": 0, "message": {"role": "assistant", "content": reply}, "finish_reason": "stop"}],
         "usage": {"prompt_tokens": 100, "completion_tokens": 20, "total_tokens": 120},
     })
+
+
+def test_a_tool_call_request_carries_the_tools_schema_and_the_reply_is_read_from_json() -> None:
+    model = trip_model()
+    model.on("Step: Add up", '{"tool": "calc", "args": {"expression": "300 + 300"}}')
+    result = asyncio.run(run(model))
+    asked = [c for c in model.calls if c.purpose == "tool_choice"][0]
+    schema = json.loads(asked.schema)
+    assert schema["properties"]["tool"] == {"enum": ["calc"]} and schema["properties"]["args"] == Calc.spec.parameters
+    assert by_content(result, "Add up").extra["text"] == "300 + 300 = 600"
+
+
+def test_a_replanned_run_is_stored_and_replays_into_the_same_graph(tmp_path: Any) -> None:
+    model = trip_model()
+    model.on("Step: Add up", 'calc: {"expression": "300 + sqrt(300)"}', 'calc: {"expression": "300 + 300"}')
+    store = str(tmp_path / "runs.db")
+    result = asyncio.run(agent(TRIP, model=model, store=store, controller=False, seed=3))
+    retry = next(n for n in result.graph if "retry_of" in n.extra)
+    check = by_content(result, "Check the total")
+    assert retry.id > check.id and retry.id in result.graph.parents(check.id)  # a later node holds an earlier one
+    with SQLiteStore(store) as opened:
+        replayed, verdict = asyncio.run(areplay(opened, result.run_id))
+    assert verdict.identical, str(verdict)
+    assert replayed.graph.parents(check.id) == result.graph.parents(check.id)
+
+
+def test_an_interrupted_agent_run_resumes_from_its_record_and_finishes(tmp_path: Any) -> None:
+    from thoughtloom.run.execute import execute
+    from thoughtloom.run.session import resume_session
+    from thoughtloom.store.runs import open_run, run_ids
+
+    store = str(tmp_path / "runs.db")
+    slow = trip_model(latency_s=0.2)
+
+    async def interrupted() -> Any:  # cancelled (Ctrl-C) midway: the engine returns what it has
+        return await asyncio.wait_for(agent(TRIP, model=slow, store=store, controller=False, seed=3), 0.7)
+
+    assert asyncio.run(interrupted()).termination_reason is StopReason.INTERRUPTED
+    sent_before = len(slow.calls)
+    assert 0 < sent_before < 8
+    fresh = trip_model()
+    with SQLiteStore(store) as opened:
+        run = open_run(opened, run_ids(opened)[0])
+        assert run.status == "interrupted"
+        spec, session = resume_session(opened, store, run)
+        from dataclasses import replace
+
+        result = asyncio.run(execute(replace(spec, model=fresh), session=session))
+    assert result.answer == "Flights 300 EUR and hotel 300 EUR: 600 EUR in all."
+    assert session.replayed > 0 and session.live_calls == len(fresh.calls) < 8

@@ -66,3 +66,16 @@ async def test_an_instruct_model_used_as_a_base_model_honours_stop_strings(qwen:
     prompt = Prompt(text="Country: France\nCapital: Paris\n\nCountry: Japan\nCapital:")
     c = await plain.generate(GenerateRequest(prompt, max_tokens=20, temperature=0.0, stop=("\n",)))
     assert "Tokyo" in c.texts[0] and "\n" not in c.texts[0]
+
+
+async def test_a_reply_schema_constrains_the_embedded_model_to_matching_json(qwen: LocalLlamaBackend) -> None:
+    import json
+
+    import jsonschema
+
+    schema = {"type": "object", "properties": {"tool": {"enum": ["calc"]}, "args": {
+        "type": "object", "properties": {"expression": {"type": "string"}}, "required": ["expression"]}},
+        "required": ["tool", "args"]}
+    ask = Prompt(messages=(Message("user", "How much is 12 times 3? Answer in one word."),))
+    c = await qwen.generate(GenerateRequest(ask, max_tokens=60, temperature=0.7, seed=5, schema=json.dumps(schema)))
+    jsonschema.validate(json.loads(c.texts[0]), schema)  # free text ("Thirty-six") would not even parse

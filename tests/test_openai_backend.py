@@ -67,6 +67,18 @@ async def test_chat_replies_end_at_the_end_of_turn_not_at_completion_stop_string
     assert "stop" not in server.seen[0].body
 
 
+async def test_a_reply_schema_is_sent_as_structured_output_on_chat_and_not_on_completions(
+    server: FakeOpenAIServer, backend_for: BackendFactory
+) -> None:
+    schema = '{"properties":{"x":{"type":"integer"}},"required":["x"],"type":"object"}'
+    await backend_for(api="chat").generate(GenerateRequest(Prompt(messages=(Message("user", "Hi"),)), schema=schema))
+    await backend_for(api="completions").generate(GenerateRequest(Prompt(text="Hi"), schema=schema))
+    chat, completions = server.seen[0].body, server.seen[1].body
+    assert chat["response_format"] == {"type": "json_schema", "json_schema": {"name": "reply", "schema": {
+        "properties": {"x": {"type": "integer"}}, "required": ["x"], "type": "object"}}}
+    assert "response_format" not in completions
+
+
 async def test_chat_wraps_a_text_prompt_in_one_user_message(
     server: FakeOpenAIServer, backend_for: BackendFactory
 ) -> None:

@@ -212,3 +212,10 @@ async def test_files_reports_a_symlink_loop_as_a_tool_error(tree: Path) -> None:
     os.symlink(tree / "loop-a", tree / "loop-b")
     with pytest.raises(ToolError, match="loop-a"):
         await FilesTool([tree]).call({"path": "loop-a"})
+
+
+async def test_the_calculator_reads_sums_written_with_units_and_checks_the_stated_result() -> None:
+    calc = CalcTool()
+    assert await calc.call({"expression": "2 x 150 EUR = 300 EUR"}) == "2 * 150 = 300; the stated 300 is right"
+    assert await calc.call({"expression": "1,200 + 300 = 1,600"}) == "1200 + 300 = 1500; the stated 1600 is WRONG"
+    assert await calc.call({"expression": "24.00 * 2 bus"}) == "24.00 * 2 = 48"

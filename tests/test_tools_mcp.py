@@ -25,7 +25,7 @@ import pytest_asyncio
 
 pytest.importorskip("mcp", reason="the MCP SDK is the 'mcp' extra: pip install -e '.[mcp]'")
 
-from thoughtloom.tools import ToolConfigError, ToolError, ToolLimits, Toolbox, build_toolbox  # noqa: E402
+from thoughtloom.tools import ToolConfigError, ToolLimits, Toolbox, build_toolbox  # noqa: E402
 from thoughtloom.tools.mcp import MCPConnection, ServerConfig, connect, connect_all, load_mcp_config  # noqa: E402
 
 #: The servers are started once, on the module's event loop: the tests that use them run on it too.

@@ -21,16 +21,16 @@ def sample_key(model: str, request: GenerateRequest, index: int) -> SampleKey:
     """
     return (
         model, request.prompt.text, request.prompt.messages, request.max_tokens, request.temperature,
-        request.stop, request.seed, index,
+        request.stop, request.seed, index, request.schema,
     )
 
 
 def digest(key: SampleKey) -> str:
     """A stable hex digest of a sample key, the same in every process (for persistent caches)."""
-    model, text, messages, max_tokens, temperature, stop, seed, index = key
+    model, text, messages, max_tokens, temperature, stop, seed, index, schema = key
     payload = json.dumps(
         [model, text, [[m.role, m.content] for m in messages] if messages else None,  # type: ignore[union-attr]
-         max_tokens, temperature, list(stop), seed, index],  # type: ignore[arg-type]
+         max_tokens, temperature, list(stop), seed, index, *([schema] if schema is not None else [])],  # type: ignore[arg-type]
         ensure_ascii=False, separators=(",", ":"),
     )
     return hashlib.sha256(payload.encode()).hexdigest()

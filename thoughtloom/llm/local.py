@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import ctypes
+import functools
 import logging
 import os
 import re
@@ -215,8 +216,9 @@ class _Engine:
         temperature: float,
         stop: Sequence[str],
         cancelled: threading.Event,
+        grammar: bytes | None = None,
     ) -> tuple[list[str], int]:
-        """One completion of `prompt` per seed; returns the texts and the tokens generated."""
+        """One completion of `prompt` per seed (constrained by a GBNF grammar when given); the texts and tokens generated."""
         # Cells per group: the prompt once plus max_tokens per sample.
         group = max(1, min(MAX_PARALLEL, (self.kv_cells - len(prompt)) // max_tokens))
         texts: list[str] = []
@@ -226,7 +228,7 @@ class _Engine:
             if cancelled.is_set():
                 break
             out, n_tokens = self._complete_group(
-                prompt, seeds[start : start + group], max_tokens, temperature, stops, cancelled
+                prompt, seeds[start : start + group], max_tokens, temperature, stops, cancelled, grammar
             )
             texts += out
             generated += n_tokens
@@ -280,9 +282,16 @@ class _Engine:
         self.cached = list(prompt)
         return last
 
-    def _sampler(self, seed: int, temperature: float) -> Any:
+    def _sampler(self, seed: int, temperature: float, grammar: bytes | None = None) -> Any:
         ll = self.ll
         chain = ll.llama_sampler_chain_init(ll.llama_sampler_chain_default_params())
+        if grammar is not None:
+            # First in the chain: tokens the grammar forbids are masked before anything is sampled.
+            constraint = ll.llama_sampler_init_grammar(self.vocab, grammar, b"root")
+            if not constraint:
+                ll.llama_sampler_free(chain)
+                raise ModelError("the reply schema's grammar did not compile")
+            ll.llama_sampler_chain_add(chain, constraint)
         if temperature <= 0:
             ll.llama_sampler_chain_add(chain, ll.llama_sampler_init_greedy())
         else:
@@ -301,11 +310,12 @@ class _Engine:
         temperature: float,
         stops: list[bytes],
         cancelled: threading.Event,
+        grammar: bytes | None = None,
     ) -> tuple[list[str], int]:
         ll = self.ll
         n = len(seeds)
         logits_at = [self._load_prompt(prompt, n)] * n  # all samples start from the prompt's logits
-        samplers = [self._sampler(seed, temperature) for seed in seeds]
+        samplers = [self._sampler(seed, temperature, grammar) for seed in seeds]
         out = [b""] * n
         generated = 0
         active = list(range(n))
@@ -457,7 +467,8 @@ class LocalLlamaBackend:
         with engine.lock:
             try:
                 texts, generated = engine.complete(
-                    prompt, seeds, request.max_tokens, request.temperature, stop, cancelled
+                    prompt, seeds, request.max_tokens, request.temperature, stop, cancelled,
+                    _grammar(request.schema) if request.schema is not None else None,
                 )
             except ModelError as exc:
                 raise ModelError(f"{self.name}: {exc}") from exc
@@ -470,3 +481,19 @@ class LocalLlamaBackend:
 
     async def aclose(self) -> None:
         """Nothing to release: the model stays cached for the rest of the process."""
+
+
+@functools.lru_cache(maxsize=64)
+def _grammar(schema: str) -> bytes | None:
+    """A reply schema as a llama.cpp GBNF grammar (converted once per schema); None if it cannot be expressed.
+
+    Without a grammar the reply is generated freely: whoever asked for the schema still checks
+    the reply, so an inexpressible schema costs the guarantee, not the call.
+    """
+    from llama_cpp.llama_grammar import json_schema_to_gbnf
+
+    try:
+        return json_schema_to_gbnf(schema).encode("utf-8")
+    except Exception as exc:  # noqa: BLE001 - the converter raises bare exceptions for schemas it cannot express
+        logging.getLogger(__name__).info("reply schema not enforced: %s", _one_line(exc))
+        return None

@@ -7,6 +7,7 @@ second, and most runs use the embedded model.
 from __future__ import annotations
 
 import asyncio
+import json
 import socket
 import zlib
 from collections.abc import Sequence
@@ -236,6 +237,9 @@ class OpenAIBackend:
             params["seed"] = seed
         if self.api == "chat":
             params[self._token_param] = request.max_tokens
+            if request.schema is not None:  # structured output: OpenAI, vLLM and llama.cpp's server honour it
+                params["response_format"] = {"type": "json_schema", "json_schema": {
+                    "name": "reply", "schema": json.loads(request.schema)}}
             messages = request.prompt.as_messages()
             response = await client.chat.completions.create(
                 messages=[{"role": m.role, "content": m.content} for m in messages],  # type: ignore[misc]

@@ -69,6 +69,9 @@ class GenerateRequest:
     seed: int | None = None
     # Which operator asked (generate, evaluate, ...): recorded, never part of the cache key.
     purpose: str = ""
+    #: A JSON Schema (canonical JSON text) the reply must match: backends that can constrain
+    #: generation (a grammar, an API's structured output) do; the others ignore it.
+    schema: str | None = None
 
     def __post_init__(self) -> None:
         if self.n < 1:

@@ -101,7 +101,9 @@ def spec_from_options(options: Mapping[str, Any]) -> RunSpec:
     return resolve(
         problem_text(options, task_name), task=task_name, model=options.get("model") or "local",
         profile=profile.name, task_options=task_options(options, task_name),
-        search={field: options.get(opt) for opt, field in SEARCH_OPTIONS.items()}, budget=budget,
+        # Two names may set one field (--beam, and loom agent's --parallel): the one given wins.
+        search={field: options[opt] for opt, field in SEARCH_OPTIONS.items() if options.get(opt) is not None},
+        budget=budget,
         control={field: options.get(opt) for opt, field in CONTROL_OPTIONS.items()},
         answers=AutoAnswers(approve_tokens=max(0, options.get("auto_approve_tokens") or 0),
                             accept_compromise_above=accept, extra_depth=max(0, options.get("auto_deeper") or 0)),

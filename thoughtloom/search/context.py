@@ -223,6 +223,7 @@ class SearchContext:
             stop=query.stop,
             seed=self._seed(purpose, key),
             purpose=purpose,
+            schema=query.schema,
         )
 
     async def ask(self, query: Query, n: int, purpose: str, key: object) -> tuple[list[str], int] | None:

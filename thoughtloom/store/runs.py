@@ -234,18 +234,20 @@ def read_chunks(store: BlockStore, obj: dict[str, Any]) -> list[Any]:
 
 
 def request_key(prompt: Prompt, n: int, max_tokens: int, temperature: float, stop: Sequence[str],
-                seed: int | None, form: str | None = None) -> tuple[Any, ...]:
+                seed: int | None, form: str | None = None, schema: str | None = None) -> tuple[Any, ...]:
     """What identifies a backend request when replaying (the purpose is not part of it).
 
     form: the prompt form the recorded backend read ("text": the completion text and its stops;
     "chat": the messages, which end at the end of turn); None when unknown: both forms count.
-    A run is then still replayable after a change to the form its model never saw.
+    A run is then still replayable after a change to the form its model never saw. A reply
+    schema is part of the key when there is one.
     """
+    tail = (schema,) if schema is not None else ()
     if form == "text":
-        return (prompt.as_text(), None, n, max_tokens, float(temperature), tuple(stop), seed)
+        return (prompt.as_text(), None, n, max_tokens, float(temperature), tuple(stop), seed, *tail)
     if form == "chat":
-        return (None, prompt.as_messages(), n, max_tokens, float(temperature), (), seed)
-    return (prompt.text, prompt.messages, n, max_tokens, float(temperature), tuple(stop), seed)
+        return (None, prompt.as_messages(), n, max_tokens, float(temperature), (), seed, *tail)
+    return (prompt.text, prompt.messages, n, max_tokens, float(temperature), tuple(stop), seed, *tail)
 
 
 @dataclass(frozen=True, slots=True)
@@ -268,10 +270,12 @@ class RecordedCall:
     error_kind: str | None = None
     error: str | None = None
     batch: int | None = None  # size of the batch this exchange was part of (its first member's rank first)
+    schema: str | None = None  # the JSON Schema the reply was asked to match
 
     def key(self, form: str | None = None) -> tuple[Any, ...]:
         """The request key this exchange answers (see request_key for `form`)."""
-        return request_key(self.prompt, self.n, self.max_tokens, self.temperature, self.stop, self.seed, form)
+        return request_key(self.prompt, self.n, self.max_tokens, self.temperature, self.stop, self.seed, form,
+                           self.schema)
 
 
 def _prompt_block(prompt: Prompt, blocks: list[Block]) -> Link:
@@ -300,7 +304,7 @@ def load_calls(store: BlockStore, calls_cid: CID) -> list[RecordedCall]:
             prompt=_read_prompt(store, c["prompt"].cid), n=c["n"], max_tokens=c["max_tokens"],
             temperature=c["temperature"], stop=tuple(c["stop"]), seed=c["seed"],
             texts=tuple(read_text(store, t) or "" for t in c["texts"]), usage=Usage(*c["usage"]),
-            error_kind=error.get("kind"), error=error.get("message"), batch=c.get("batch"),
+            error_kind=error.get("kind"), error=error.get("message"), batch=c.get("batch"), schema=c.get("schema"),
         ))
     out.sort(key=lambda r: r.rank)
     return out
@@ -440,6 +444,7 @@ class RunRecorder:
             "usage": [usage.input_tokens, usage.output_tokens],
             "error": {"kind": error[0], "message": error[1]} if error else None,
             "batch": batch,
+            **({"schema": request.schema} if request.schema is not None else {}),
         }
         self._completed += 1
         self._calls.append(_put(obj, blocks))
@@ -761,9 +766,7 @@ def load_graph(store: BlockStore, graph_cid: CID, timings: CID | None = None) ->
     created = read_chunks(store, get_obj(store, timings)["created_at"]) if timings else []
     graph = ThoughtGraph()
     ids: dict[CID, int] = {}
-    # Edges are added once every node exists: an agent's retry (a later id) becomes a parent of
-    # dependents made before it, so a parent can have a higher id than its child.
-    edges_of: list[tuple[int, list[tuple[CID, str, float | None]]]] = []
+    links: list[tuple[int, list[tuple[CID, str, float | None]]]] = []
     for vcid in versions:
         version = get_obj(store, vcid)
         tcid = version["thought"].cid
@@ -784,8 +787,10 @@ def load_graph(store: BlockStore, graph_cid: CID, timings: CID | None = None) ->
         if "edges" in version:  # re-labelled or weighted since the thought was written
             edges = [(p, kind, weight) for (p, _, _), (kind, weight) in zip(edges, version["edges"])]
         edges += [(m[0].cid, m[1], m[2] if len(m) > 2 else None) for m in version["merged"]]
-        edges_of.append((nid, edges))
-    for nid, edges in edges_of:
+        links.append((nid, edges))
+    # Edges after every node: a later node may have been linked to an earlier one (an agent's new
+    # step holding back a step that was waiting).
+    for nid, edges in links:
         for parent, kind, weight in edges:
             graph.add_edge(ids[parent], nid, EdgeKind(kind), weight)
     return StoredGraph(graph, versions)

@@ -90,12 +90,12 @@ def _cut(text: str, n: int) -> str:
 
 
 def _query(system: str, examples: Sequence[tuple[str, str]], user: str, max_tokens: int,
-           stop: tuple[str, ...] = ()) -> Query:
+           stop: tuple[str, ...] = (), schema: str | None = None) -> Query:
     """One prompt in both forms: few-shot chat turns, and the same examples as completion text."""
     shots = "".join(f"{asked}\n{answered}\n\n" for asked, answered in examples)
     text = f"{system}\n\n{shots}{user}\n"
     return Query(Prompt(text=text, messages=few_shot_messages(system, examples, user)), max_tokens=max_tokens,
-                 stop=stop)
+                 stop=stop, schema=schema)
 
 
 # --- plans --------------------------------------------------------------------------------------
@@ -213,13 +213,13 @@ def step_query(task: str, step: str, context: Context) -> Query:
 # --- tool choice --------------------------------------------------------------------------------
 
 _TOOL_SYSTEM = (
-    "You call one tool to do a step. Reply with one line: the tool's name, a colon, and its input "
-    'as JSON, like calc: {"expression": "2 * (3 + 4)"}. Use only numbers that the results give.'
+    'You call one tool to do a step. Reply with one JSON object: {"tool": the tool\'s name, "args": its input}. '
+    "Use only numbers that the results give."
 )
 _TOOL_EXAMPLE = (
     'Tools:\n- calc: exact arithmetic {"expression": string}\nEarlier results:\n- step 2: Sandwiches: 18 EUR\n'
     "Apples: 3 EUR\nLemonade: 5 EUR\nStep: Add up the costs.",
-    'calc: {"expression": "18 + 3 + 5"}',
+    '{"tool": "calc", "args": {"expression": "18 + 3 + 5"}}',
 )
 
 
@@ -229,12 +229,20 @@ def _describe_tool(t: ToolDescription) -> str:
     return f"- {t.name}: {_cut(t.description, 160)} {{{args}}}"
 
 
+def tool_call_schema(tools: Sequence[ToolDescription]) -> str:
+    """The JSON Schema of a call to one of `tools` ({"tool": name, "args": its arguments}), as canonical JSON."""
+    options = [{"type": "object", "properties": {"tool": {"enum": [t.name]}, "args": t.parameters},
+                "required": ["tool", "args"]} for t in tools]
+    schema = options[0] if len(options) == 1 else {"anyOf": options}
+    return json.dumps(schema, sort_keys=True, separators=(",", ":"))
+
+
 def tool_query(task: str, step: str, context: Context, tools: Sequence[ToolDescription]) -> Query:
-    """Ask which tool call does the step, in the one-line `name: {json}` protocol."""
+    """Ask for a tool call as a JSON object, constrained to the tools' schemas where the backend can."""
     listing = "\n".join(_describe_tool(t) for t in tools)
     return _query(_TOOL_SYSTEM, [_TOOL_EXAMPLE],
-                  f"Tools:\n{listing}\nEarlier results:\n{context.render()}\nStep: {step}", max_tokens=120,
-                  stop=("\n\n",))
+                  f"Tools:\n{listing}\nEarlier results:\n{context.render()}\nStep: {step}", max_tokens=160,
+                  stop=("\n\n",), schema=tool_call_schema(tools))
 
 
 _CALL_LINE = re.compile(r"^\s*`*\s*([A-Za-z][\w.:-]*)\s*(?::|\()\s*(.*?)\s*\)?\s*`*\s*$", re.DOTALL)

@@ -15,6 +15,8 @@ class Query:
     max_tokens: int = 256
     stop: tuple[str, ...] = ()
     temperature: float | None = None  # None: the search's configured temperature
+    #: A JSON Schema (canonical JSON text) the reply should match, where the backend can enforce it.
+    schema: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

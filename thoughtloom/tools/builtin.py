@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import stat
 from collections.abc import Sequence
 from decimal import Decimal, Inexact, localcontext
@@ -91,8 +92,12 @@ class CalcTool:
         return self._spec
 
     async def call(self, args: dict[str, Any]) -> str:
-        """The expression and its exact value (with a decimal approximation for a fraction)."""
-        expression = " ".join(str(args["expression"]).split())
+        """The expression and its exact value (with a decimal approximation for a fraction).
+
+        Written the way people (and small models) write sums, "2 x 150 EUR = 300 EUR" is read as
+        2 * 150, and the stated 300 is checked against the exact value.
+        """
+        expression, stated = plain_arithmetic(str(args["expression"]))
         try:
             value, _ = evaluate(expression, powers=True)
         except ExpressionError as exc:
@@ -105,7 +110,39 @@ class CalcTool:
         if value.denominator != 1:
             approx, exact = decimal_approximation(value)
             answer += f" ({approx})" if exact else f" (≈{approx})"
+        if stated is not None:
+            try:
+                said, _ = evaluate(stated)
+            except (ExpressionError, ValueError, ZeroDivisionError, RecursionError):
+                return answer
+            answer += f"; the stated {stated} is " + ("right" if said == value else "WRONG")
         return answer
+
+
+_TIMES = re.compile(r"(?<=[\d)\s])[x×](?=[\s\d(])")
+_THOUSANDS = re.compile(r"(?<=\d),(?=\d{3}\b)")
+#: Unit words and currency signs, dropped; anything else that is not arithmetic stays, to be refused.
+_UNITS = re.compile(r"[A-Za-z€$£]+")
+#: A name followed by "(": a function call, never dropped (sqrt(16) is not 16).
+_CALL = re.compile(r"[A-Za-z_]\w*\s*\(")
+
+
+def plain_arithmetic(text: str) -> tuple[str, str | None]:
+    """An expression as written ("2 x 150 EUR = 300") as plain arithmetic, and the result it states, if any.
+
+    Text with a function call or anything but numbers, operators and unit words is left as it is,
+    so the evaluator refuses it rather than computing something else.
+    """
+    if _CALL.search(text) or re.search(r"[^\w\s+\-*/^().,=€$£×÷]", text):
+        return " ".join(text.split()), None
+    left, _, right = text.partition("=")
+
+    def clean(part: str) -> str:
+        part = _THOUSANDS.sub("", _TIMES.sub("*", part.replace("÷", "/")))
+        return " ".join(_UNITS.sub(" ", part).split())
+
+    stated = clean(right) if right.strip() else None
+    return clean(left) or " ".join(left.split()), stated or None
 
 
 # ---------------------------------------------------------------------------- python

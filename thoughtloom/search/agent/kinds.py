@@ -10,6 +10,7 @@ from typing import Any
 from ...graph import EdgeKind, Node, NodeKind
 from ...grounding.code import extract_code
 from ...tasks.agent import (
+    PlanStep,
     ToolCallError,
     check_plan,
     code_query,
@@ -24,10 +25,11 @@ from ...tasks.agent import (
     step_query,
     synthesis_query,
     tool_query,
-    PlanStep,
 )
 from ...tasks.arith import ExpressionError, evaluate, fmt
 from ...tasks.recursion.contract import ChildSpec
+from ...tools.base import ToolResult
+from ...tools.builtin import plain_arithmetic
 from .processors import AgentEnv, NewEdge, NewNode, ProcessorRegistry, ProcessorResult, failed, kind_of, succeeded
 
 #: Tool names that do a step by running code rather than by being asked for arguments.
@@ -143,7 +145,7 @@ class EvidenceProcessor:
             try:
                 choice = parse_tool_call(reply, {spec.name: spec})
             except ToolCallError as exc:
-                env.malformed_calls += 1
+                env.counts["malformed_tool_calls"] += 1
                 feedback = f"\n(Your last reply was not a call: {exc}.)"
                 continue
             return _tool_outcome(await env.call_tool(choice.tool, choice.args, node.id), tokens)
@@ -151,7 +153,7 @@ class EvidenceProcessor:
                       result={"malformed": True})
 
 
-def _tool_outcome(result: Any, tokens: int) -> ProcessorResult:
+def _tool_outcome(result: ToolResult, tokens: int) -> ProcessorResult:
     record = (result.to_dict(),)
     if not result.ok:
         return failed(f"{result.tool}: {result.status}: {result.error}", cost_tokens=tokens, tool_calls=record)
@@ -252,7 +254,7 @@ class CodeProcessor:
             tokens += used
             code = extract_code(reply)
             if not code:
-                env.malformed_calls += 1
+                env.counts["malformed_tool_calls"] += 1
                 feedback = "the reply held no code block"
                 continue
             result = await env.call_tool(CODE_TOOL, {"code": code}, node.id)
@@ -264,21 +266,35 @@ class CodeProcessor:
         return failed(f"the program failed: {feedback}", cost_tokens=tokens, tool_calls=tuple(calls))
 
 
-_CLAIM = re.compile(
-    r"((?:-?\d[\d,]*(?:\.\d+)?\s*(?:[-+*/×÷x]|\s[x×]\s)\s*)+-?\d[\d,]*(?:\.\d+)?)\s*=\s*(-?\d[\d,]*(?:\.\d+)?)")
+# A number, and up to two unit words after it ("2 buses", "24.00 EUR"), as people write sums.
+_QTY = r"-?\d[\d,]*(?:\.\d+)?(?:\s*[A-Za-z€$£]+){0,2}"
+_CLAIM = re.compile(rf"((?:{_QTY}\s*[-+*/×÷x]\s*)+{_QTY})\s*=\s*(-?\d[\d,]*(?:\.\d+)?)")
 
 
 def arithmetic_claims(text: str) -> list[tuple[str, str]]:
-    """Written-out calculations ("3 x 120 = 360") in a text, as (expression, stated result) pairs."""
-    return [(m.group(1).strip(), m.group(2)) for m in _CLAIM.finditer(text)]
+    """Written-out calculations ("3 x 120 = 360", "2 buses x 48 EUR = 96 EUR") as (expression, stated result) pairs."""
+    return [(plain_arithmetic(m.group(1))[0], m.group(2).replace(",", "")) for m in _CLAIM.finditer(text)]
 
 
 def _exact(expression: str) -> Fraction | None:
     try:
-        value, _ = evaluate(expression.replace(",", "").replace("×", "*").replace("÷", "/"))
-    except (ExpressionError, ZeroDivisionError):
+        value, _ = evaluate(expression)
+    except (ExpressionError, ValueError, ZeroDivisionError, RecursionError):
         return None
     return value
+
+
+def sum_error(expression: str, stated: str) -> str | None:
+    """Why `expression = stated` is wrong ("2 * 48 is 96, not 112"); None when it is right or cannot be computed."""
+    exact, said = _exact(expression), _exact(stated)
+    if exact is None or said is None or exact == said:
+        return None
+    return f"{expression} is {fmt(exact)}, not {stated}"
+
+
+def wrong_sums(text: str) -> list[str]:
+    """Each written-out calculation in `text` whose stated result is not its exact value, said as such."""
+    return [why for e, s in arithmetic_claims(text) if (why := sum_error(e, s)) is not None]
 
 
 class CritiqueProcessor:
@@ -296,15 +312,12 @@ class CritiqueProcessor:
         calls: list[Any] = []
         for expression, stated in arithmetic_claims(answer):
             if CALC_TOOL in env.tools:
-                r = await env.call_tool(CALC_TOOL, {"expression": expression.replace(",", "")}, node.id)
+                r = await env.call_tool(CALC_TOOL, {"expression": f"{expression} = {stated}"}, node.id)
                 calls.append(r.to_dict())
-            exact = _exact(expression)
-            said = _exact(stated)
-            if exact is None or said is None:
-                continue
-            if exact != said:
-                wrong.append(f"{expression} is {fmt(exact)}, not {stated}")
-            else:
+            why = sum_error(expression, stated)
+            if why is not None:
+                wrong.append(why)
+            elif _exact(expression) is not None:
                 checks.append(f"{expression} = {stated} is right")
         if wrong:
             verdict_data = {"refutes": True, "reasons": wrong, "confidence": 1.0, "by": "exact arithmetic"}
@@ -357,7 +370,12 @@ class SolutionProcessor:
         if got is None:
             return succeeded(answer, result={"revised": False, "note": "kept unrevised: no model reply"})
         reply, tokens = got
-        return succeeded(reply.strip() or answer, cost_tokens=tokens, result={"revised": True, "problems": problems})
+        revised = reply.strip()
+        if not revised or len(wrong_sums(revised)) > len(wrong_sums(answer)):
+            # A revision that gets more sums wrong than the answer it fixes is not kept.
+            return succeeded(answer, cost_tokens=tokens, result={"revised": False, "problems": problems,
+                                                                 "rejected_revision": revised})
+        return succeeded(revised, cost_tokens=tokens, result={"revised": True, "problems": problems})
 
 
 def default_processors() -> ProcessorRegistry:

@@ -151,9 +151,9 @@ class AgentEnv:
     ctx: SearchContext
     registry: ProcessorRegistry
     tools: Toolbox
-    #: What the model was asked for that could not be read as a tool call, by node (counted, never fatal).
-    malformed_calls: int = 0
-    counts: dict[str, int] = field(default_factory=lambda: {"tool_calls": 0, "tool_failures": 0})
+    #: Tool calls made, those that failed, and replies meant as a call (or code) that could not be read as one.
+    counts: dict[str, int] = field(default_factory=lambda: {"tool_calls": 0, "tool_failures": 0,
+                                                            "malformed_tool_calls": 0})
 
     @property
     def task(self) -> str:

@@ -32,8 +32,6 @@ from .kinds import default_processors
 from .processors import AgentEnv, NewNode, ProcessorRegistry, ProcessorResult, failed, kind_of
 
 _S = NodeStatus
-ORDERS = ("breadth_first", "depth_first", "best_first")
-FAILURE_POLICIES = ("fail", "skip", "replan")
 
 
 def _priority(order: str, node: Node) -> tuple[Any, ...]:
@@ -54,7 +52,7 @@ class Scheduler:
         self.registry = registry
         self.policy = ctx.config.on_failure
         self.parallel = ctx.config.beam
-        self.started: list[int] = []
+        self._running: dict[int, asyncio.Task[ProcessorResult]] = {}
         self.counts: dict[str, int] = {"processed": 0, "succeeded": 0, "failed": 0, "replanned": 0,
                                        "cancelled": 0, "refused_edges": 0}
 
@@ -86,12 +84,10 @@ class Scheduler:
     async def run(self) -> None:
         """Start ready nodes, apply results in start order, until done or stopped."""
         ctx = self.ctx
-        self._running: dict[int, asyncio.Task[ProcessorResult]] = {}
         queue: list[int] = []  # started, not yet applied, in start order
         root = ctx.graph.node(ctx.root)
         if "status" not in root.extra:  # the engine made the task node succeeded; it is worked first
             self._running[root.id] = asyncio.ensure_future(self._process(root))
-            self.started.append(root.id)
             queue.append(root.id)
         try:
             while True:
@@ -102,8 +98,12 @@ class Scheduler:
                 if not queue:
                     break
                 head = queue.pop(0)
-                task = self._running.pop(head)
-                result = await task
+                task = self._running[head]
+                # wait(), not `await task`: a cancel of this run must reach this loop even when the
+                # step it interrupts ends normally (a call that returns what it had).
+                await asyncio.wait({task})
+                del self._running[head]
+                result = task.result()
                 self._apply(head, result)
                 if ctx.stopped:
                     continue  # apply what is already running; start nothing new
@@ -119,7 +119,6 @@ class Scheduler:
         if node.status is _S.PENDING:
             graph.set_status(node.id, _S.READY)
         graph.set_status(node.id, _S.IN_PROGRESS)
-        self.started.append(node.id)
         self._running[node.id] = asyncio.ensure_future(self._process(node))
 
     async def _process(self, node: Node) -> ProcessorResult:
@@ -163,6 +162,9 @@ class Scheduler:
             self._wire_dependents(node_id, added)
             for edge in result.new_edges:
                 self._add_edge(edge.src, edge.dst, edge.kind, edge.weight)
+            if added or result.new_edges:  # what this node's work made, kept with it
+                extra["made"] = {"nodes": added,
+                                 "edges": [[e.src, e.dst, e.kind.value] for e in result.new_edges]}
             if kind_of(node) == "solution":
                 ctx.answers[node_id] = result.text
                 if node_id not in ctx.goals:
@@ -273,8 +275,7 @@ async def run_agent(ctx: SearchContext) -> None:
         root.extra["tools"] = [t.to_dict() for t in tools.specs]
     scheduler = Scheduler(ctx, registry, tools)
     await scheduler.run()
-    summary = {**scheduler.counts, **scheduler.env.counts, "malformed_tool_calls": scheduler.env.malformed_calls,
-               "order": ctx.order}
+    summary = {**scheduler.counts, **scheduler.env.counts, "order": ctx.order}
     ctx.graph.node(ctx.root).extra["agent_summary"] = summary
     if ctx.stop_reason is None:
         ctx.stop(StopReason.GOAL_REACHED if ctx.goals else StopReason.FRONTIER_EXHAUSTED)
