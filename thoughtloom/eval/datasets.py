@@ -38,6 +38,10 @@ class Problem:
     text: str
     shown: str
     gold: Any = None
+    #: The question alone, when `text` also holds the material to answer it from (HotpotQA).
+    question: str | None = None
+    #: (title, text) of each document the problem brings as its whole corpus (HotpotQA's ten paragraphs).
+    documents: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -275,18 +279,19 @@ def _hotpotqa(path: Path) -> list[Problem]:
     out = []
     for i, row in enumerate(rows):
         # Each question's own 10 paragraphs (2 gold, 8 distractors) are its whole corpus.
-        shown = "\n".join(_paragraphs(row["context"])) + f"\nQuestion: {row['question']}"
-        out.append(Problem(str(i), shown, shown, row["answer"]))
+        documents = _documents(row["context"])
+        shown = "\n".join(f"{title}: {text}" for title, text in documents) + f"\nQuestion: {row['question']}"
+        out.append(Problem(str(i), shown, shown, row["answer"], question=row["question"], documents=documents))
     return out
 
 
-def _paragraphs(context: Any) -> list[str]:
-    """'Title: sentence sentence ...' per paragraph (compact: contexts run to thousands of tokens).
+def _documents(context: Any) -> tuple[tuple[str, str], ...]:
+    """(title, 'sentence sentence ...') per paragraph (compact: contexts run to thousands of tokens).
 
     Reads the Hugging Face layout {title: [...], sentences: [[...]]} and the official file's
     [[title, [sentences]], ...]."""
     pairs = zip(context["title"], context["sentences"]) if isinstance(context, dict) else context
-    return [f"{title}: {' '.join(s.strip() for s in sentences)}" for title, sentences in pairs]
+    return tuple((str(title), " ".join(s.strip() for s in sentences)) for title, sentences in pairs)
 
 
 _LOADERS = {

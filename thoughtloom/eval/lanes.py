@@ -3,17 +3,23 @@
 Sampling lanes (io, cot, cot_sc, best_of_n, react) prompt the model directly with the data set's
 prompts, each request carrying both the few-shot completion text (base models) and chat messages
 (instruct models); search lanes (tot, dfs, mcts, got, recursive) run thoughtloom's engine on the
-data set's task. "Any of k candidates correct" is kept apart as `candidates` for the report's
-separately named any@k metric; it never decides a lane's answer.
+data set's task; the agent lane runs the agent strategy on the problem's text with the tools
+chosen for its data set (AGENT_TOOLS). "Any of k candidates correct" is kept apart as
+`candidates` for the report's separately named any@k metric; it never decides a lane's answer.
 """
 
 from __future__ import annotations
 
 import asyncio
 import math
+import re
+import tempfile
 from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field, fields, replace
 from enum import StrEnum
+from pathlib import Path
 from typing import Any
 
 from ..llm.budget import BudgetLimits
@@ -23,14 +29,19 @@ from ..llm.limits import SharedSlots
 from ..llm.types import Backend, GenerateRequest, Message, Prompt
 from ..search.stop import StopReason
 from ..tasks.arith import ExpressionError, evaluate, fmt
-from .datasets import Dataset, Problem
+from .datasets import DATASETS, Dataset, Problem
 from .prompts import PROMPTS, answer_from, calculator_call, own_turn, stated_answer
-from .scoring import final_number, hotpot_span, normalize_answer, parse_counts, parse_int_list, plain
+from .scoring import after_marker, final_number, hotpot_span, normalize_answer, parse_counts, parse_int_list, plain
 
 SAMPLING_LANES = ("io", "cot", "cot_sc", "best_of_n", "react")
 #: Search lanes and the engine strategy each runs (recursive: only when that strategy is registered).
 SEARCH_LANES = {"tot": "bfs", "dfs": "dfs", "mcts": "mcts", "got": "got", "recursive": "recursive"}
-ALL_LANES = (*SAMPLING_LANES, *SEARCH_LANES)
+#: The lane that runs the agent strategy (the `agent` task, with tools) instead of the data set's task.
+AGENT_LANE = "agent"
+ALL_LANES = (*SAMPLING_LANES, *SEARCH_LANES, AGENT_LANE)
+#: The agent lane's tools by prompt family: math word problems get the exact calculator and
+#: sandboxed Python; HotpotQA gets document search over the question's own ten paragraphs.
+AGENT_TOOLS: dict[str, tuple[str, ...]] = {"gsm8k": ("calc", "python"), "hotpotqa": ("docs",)}
 #: Lane parameters when the protocol gives none.
 LANE_DEFAULTS: dict[str, dict[str, Any]] = {
     "cot_sc": {"k": 5},
@@ -69,6 +80,8 @@ class LaneOutcome:
     #: Search lanes with a store: the stored run and its graph's CID.
     run_id: str | None = None
     graph: str | None = None
+    #: The agent lane: tool calls made (from the graph's nodes); None for lanes without tools.
+    tool_calls: int | None = None
 
 
 def available_strategies() -> set[str]:
@@ -90,6 +103,13 @@ def check_lane(lane: str, dataset: Dataset) -> None:
     if lane not in ALL_LANES:
         raise LaneError(f"unknown lane {lane!r}; choose from: {', '.join(ALL_LANES)}")
     family = dataset.spec.prompts
+    if lane == AGENT_LANE:
+        if "agent" not in available_strategies():
+            raise LaneError("lane agent needs the agent strategy, which is not registered in this build")
+        if family not in AGENT_TOOLS:
+            sets = ", ".join(name for name, spec in DATASETS.items() if spec.prompts in AGENT_TOOLS)
+            raise LaneError(f"lane agent has no tools chosen for {dataset.name}; it runs on {sets}")
+        return
     if lane in SEARCH_LANES:
         if SEARCH_LANES[lane] not in available_strategies():
             raise LaneError(f"lane {lane} needs the {SEARCH_LANES[lane]} strategy, which is not registered in this build")
@@ -111,7 +131,8 @@ def check_lane(lane: str, dataset: Dataset) -> None:
 
 def check_params(lane: str, params: dict[str, Any]) -> None:
     """Raise LaneError on a parameter the lane does not take or a value it cannot run with (before any call)."""
-    if lane in SEARCH_LANES:
+    engine = lane in SEARCH_LANES or lane == AGENT_LANE
+    if engine:
         from ..search.config import SearchConfig
 
         defaults = {f.name: f.default for f in fields(SearchConfig)
@@ -135,9 +156,9 @@ def check_params(lane: str, params: dict[str, Any]) -> None:
             kind = "true or false" if isinstance(default, bool) else "a whole number" if isinstance(default, int) \
                 else "a finite number" if isinstance(default, float) else f"a {type(default).__name__}"
             raise LaneError(f"lane {lane}: parameter {name} must be {kind}; got {value!r}")
-        if lane not in SEARCH_LANES and value < 1:
+        if not engine and value < 1:
             raise LaneError(f"lane {lane}: parameter {name} must be at least 1; got {value}")
-    if lane in SEARCH_LANES:
+    if engine:
         try:
             SearchConfig(**params)  # its own range checks (beam >= 1, prune_threshold in [0, 1], ...)
         except ValueError as exc:
@@ -154,15 +175,21 @@ def _generates(task_name: str) -> bool:
 
 
 def search_spec(lane: str, dataset: Dataset, problem: Problem, backend: Backend, limits: BudgetLimits,
-                params: dict[str, Any], temperature: float, seed: int | None, store: Any = None) -> Any:
-    """The RunSpec a search lane runs: resolved like `loom solve` (task defaults, default profile), plus the lane's settings."""
+                params: dict[str, Any], temperature: float, seed: int | None, store: Any = None,
+                knowledge: str | None = None) -> Any:
+    """The RunSpec a search or agent lane runs: resolved like `loom solve` / `loom agent`, plus the lane's settings (knowledge: the agent's corpus)."""
     from ..run.spec import SpecError, resolve
     from ..tasks.registry import get_task
 
-    task = dataset.code_task() if dataset.spec.prompts == "code" else get_task(dataset.spec.task)
+    search = {"temperature": temperature, "seed": seed, **params}
     try:
+        if lane == AGENT_LANE:
+            return resolve(agent_task(problem), task="agent", model=backend, budget=limits, store=store,
+                           search={"strategy": "agent", **search}, tools=AGENT_TOOLS[dataset.spec.prompts],
+                           knowledge=knowledge)
+        task = dataset.code_task() if dataset.spec.prompts == "code" else get_task(dataset.spec.task)
         return resolve(problem.text, task=task, model=backend, budget=limits, store=store,
-                       search={"strategy": SEARCH_LANES[lane], "temperature": temperature, "seed": seed, **params})
+                       search={"strategy": SEARCH_LANES[lane], **search})
     except SpecError as exc:
         raise LaneError(f"lane {lane}: {exc}") from None
 
@@ -197,7 +224,7 @@ async def run_lane(
 
     gateways: list[Gateway] = []
     try:
-        if lane in SEARCH_LANES:
+        if lane in SEARCH_LANES or lane == AGENT_LANE:
             outcome = await _search(lane, dataset, problem, backend, limits, params, temperature, seed, slots,
                                     store, gateways.append)
         else:
@@ -386,11 +413,64 @@ async def _search(lane: str, dataset: Dataset, problem: Problem, backend: Backen
     from ..tasks.base import ProblemError, UnsupportedOperation
 
     try:
-        spec = search_spec(lane, dataset, problem, backend, limits, params, temperature, seed, store)
-        result = await execute(spec, slots=slots, on_gateway=on_gateway)
+        with problem_corpus(problem if lane == AGENT_LANE else None) as knowledge:
+            spec = search_spec(lane, dataset, problem, backend, limits, params, temperature, seed, store, knowledge)
+            result = await execute(spec, slots=slots, on_gateway=on_gateway)
     except ProblemError as exc:
         return LaneOutcome(None, stop_reason=LaneStop.PROBLEM_ERROR, error=str(exc))
     except UnsupportedOperation as exc:
         return LaneOutcome(None, stop_reason=LaneStop.UNSUPPORTED, error=str(exc))
+    if lane == AGENT_LANE:
+        return LaneOutcome(agent_answer(dataset, result.answer), stop_reason=result.termination_reason,
+                           error=result.error, run_id=result.run_id, graph=result.graph_cid,
+                           tool_calls=sum(len(n.extra.get("tool_calls") or ()) for n in result.graph))
     return LaneOutcome(result.answer, stop_reason=result.termination_reason, error=result.error,
                        run_id=result.run_id, graph=result.graph_cid)
+
+
+# --- the agent lane --------------------------------------------------------------------------
+
+
+def agent_task(problem: Problem) -> str:
+    """The text the agent works: the problem's, or for a problem with its own documents the question alone, ending in '?'."""
+    # The agent's input processor researches a task ending in '?' as a question (docs search,
+    # then an answer) when document search is granted; one HotpotQA question of the 50 lacks its '?'.
+    if not problem.documents:
+        return problem.text
+    question = " ".join((problem.question or problem.text).split())
+    return question if question.endswith("?") else f"{question}?"
+
+
+@contextmanager
+def problem_corpus(problem: Problem | None) -> Iterator[str | None]:
+    """A temporary folder with the problem's own documents, one Markdown file each (its title as heading), removed after."""
+    if problem is None or not problem.documents:
+        yield None
+        return
+    with tempfile.TemporaryDirectory(prefix="thoughtloom-corpus-") as folder:
+        for i, (title, text) in enumerate(problem.documents, 1):
+            # Heading and text in one paragraph: the index's passage then holds the title's words too.
+            name = re.sub(r"[^\w-]+", "_", title).strip("_")[:60] or "untitled"
+            (Path(folder) / f"{i:02d}-{name}.md").write_text(f"# {title}\n{text}\n", encoding="utf-8")
+        yield folder
+
+
+_YES_NO = re.compile(r"^(yes|no)(?:[,.;:!]|\s*$)", re.IGNORECASE)
+
+
+def agent_answer(dataset: Dataset, answer: str | None) -> str | None:
+    """The agent's solution, read for the answer the data set's rule scores."""
+    if answer is None or not answer.strip():
+        return None
+    if dataset.spec.prompts != "hotpotqa":
+        # GSM8K's rule reads the number after the last 'answer is' / 'Answer:', else the last number.
+        return answer
+    # A span: the rest of the last 'Answer:' / 'Final answer:' / 'The answer is' line, else the
+    # first line (the agent answers in up to four lines, the span first); a line opening with a
+    # bare yes or no ("No, they were not ...") answers a yes/no question with that word.
+    text = plain(answer).strip()
+    marked = after_marker(text)
+    line = (marked or text).strip().splitlines()[0]
+    yes_no = _YES_NO.match(line.strip())
+    span = yes_no.group(1).lower() if yes_no else " ".join(line.split())
+    return f"Answer: {span}" if span else None

@@ -44,6 +44,8 @@ class LaneSummary:
     mean_wall_s: float
     #: problems where the lane hit a model error or crashed (counted as unsolved)
     lane_errors: int
+    #: mean tool calls per problem (the agent lane); None for lanes that call no tools
+    mean_tool_calls: float | None = None
 
 
 def summarize(records: Iterable[Record], metrics: dict[str, str], lanes: Sequence[str],
@@ -65,6 +67,7 @@ def summarize(records: Iterable[Record], metrics: dict[str, str], lanes: Sequenc
             errors = [r.errors for r in rs if r.errors is not None]
             # Every record of an F1 data set has one (an answer-less lane scores 0); None counts as 0 too.
             f1s = [r.f1 or 0.0 for r in rs]
+            tool_calls = [r.tool_calls for r in rs if r.tool_calls is not None]
             out.append(LaneSummary(
                 task=task, lane=lane, metric=metric, n=n, planned=planned.get(task, n), solved=solved,
                 rate=solved / n if n else 0.0, rate_ci=wilson(solved, n),
@@ -77,6 +80,7 @@ def summarize(records: Iterable[Record], metrics: dict[str, str], lanes: Sequenc
                 mean_calls=fmean(r.calls for r in rs) if rs else 0.0,
                 wall_s=sum(r.wall_s for r in rs), mean_wall_s=fmean(r.wall_s for r in rs) if rs else 0.0,
                 lane_errors=sum(1 for r in rs if r.stop_reason in ("model_error", "lane_crashed")),
+                mean_tool_calls=fmean(tool_calls) if tool_calls else None,
             ))
     return out
 
@@ -92,7 +96,8 @@ def format_table(summaries: Sequence[LaneSummary], skip: dict[str, dict[str, str
         head = ["lane", "n"]
         head += ["median errors [95% CI]", "solved"] if errors else \
             ["EM [95% CI]", "mean F1 [95% CI]", "any@k"] if f1 else ["success [95% CI]", "any@k"]
-        head += ["mean tokens", "mean calls", "wall s (mean)"]
+        tools = any(s.mean_tool_calls is not None for s in rows)  # a column only where a lane calls tools
+        head += ["mean tokens", "mean calls", *(["mean tool calls"] if tools else []), "wall s (mean)"]
         lines = [f"### {task}", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
         for s in rows:
             n = f"{s.n}" if s.n == s.planned else f"{s.n}/{s.planned}"
@@ -105,7 +110,10 @@ def format_table(summaries: Sequence[LaneSummary], skip: dict[str, dict[str, str
                 if f1:
                     cells.append(_f1_cell(s))
                 cells.append("-" if s.any_of_k is None else f"{s.any_of_k:.0%}")
-            cells += [f"{s.mean_tokens:,.0f}", f"{s.mean_calls:.1f}", f"{s.wall_s:,.0f} ({s.mean_wall_s:.1f})"]
+            cells += [f"{s.mean_tokens:,.0f}", f"{s.mean_calls:.1f}"]
+            if tools:
+                cells.append("-" if s.mean_tool_calls is None else f"{s.mean_tool_calls:.1f}")
+            cells.append(f"{s.wall_s:,.0f} ({s.mean_wall_s:.1f})")
             lines.append("| " + " | ".join([s.lane, n, *cells]) + " |")
         for s in rows:
             if s.lane_errors:
@@ -135,7 +143,7 @@ def write_csv(path: Path, summaries: Sequence[LaneSummary]) -> None:
     """One row per (data set, lane)."""
     fields = ["task", "lane", "metric", "n", "planned", "solved", "rate", "rate_ci_low", "rate_ci_high", "any_of_k",
               "median_errors", "median_errors_ci_low", "median_errors_ci_high", "mean_f1", "mean_f1_ci_low",
-              "mean_f1_ci_high", "mean_tokens", "mean_calls", "wall_s", "mean_wall_s", "lane_errors"]
+              "mean_f1_ci_high", "mean_tokens", "mean_calls", "wall_s", "mean_wall_s", "lane_errors", "mean_tool_calls"]
     with path.open("w", newline="", encoding="utf-8") as fh:
         w = csv.writer(fh)
         w.writerow(fields)
@@ -147,7 +155,7 @@ def write_csv(path: Path, summaries: Sequence[LaneSummary]) -> None:
                         "" if s.median_errors is None else s.median_errors, "" if ci[0] is None else ci[0],
                         "" if ci[1] is None else ci[1], _num(s.mean_f1), _num(f1_ci[0]), _num(f1_ci[1]),
                         f"{s.mean_tokens:.1f}", f"{s.mean_calls:.2f}", f"{s.wall_s:.1f}", f"{s.mean_wall_s:.2f}",
-                        s.lane_errors])
+                        s.lane_errors, _num(s.mean_tool_calls)])
 
 
 def _num(x: float | None) -> str:

@@ -160,7 +160,7 @@ async def run_one(dataset: Dataset, problem: Problem, index: int, plan: LanePlan
         tokens=spend.input_tokens + spend.output_tokens, input_tokens=spend.input_tokens,
         output_tokens=spend.output_tokens, calls=spend.calls, wall_s=round(wall, 3),
         stop_reason=str(outcome.stop_reason), error=outcome.error, run_id=outcome.run_id, graph=outcome.graph,
-        f1=score.f1,
+        f1=score.f1, tool_calls=outcome.tool_calls,
     )
 
 
@@ -224,8 +224,9 @@ async def run_protocol(
                     mark = "solved" if rec.solved else "failed"
                     err = f", errors {rec.errors:g}" if rec.errors is not None else ""
                     err += f", F1 {rec.f1:.2f}" if rec.f1 is not None else ""
+                    tools = f" · {rec.tool_calls} tool calls" if rec.tool_calls is not None else ""
                     progress(f"[{stats.done + stats.skipped}/{total}] {dataset.name} #{problem.id} {plan.lane}: {mark}"
-                             f"{err} · {rec.tokens:,} tokens · {rec.calls} calls · {rec.wall_s:.1f}s")
+                             f"{err} · {rec.tokens:,} tokens · {rec.calls} calls{tools} · {rec.wall_s:.1f}s")
 
     await asyncio.gather(*(one_problem(d, p, i) for d, p, i in work))
     return stats

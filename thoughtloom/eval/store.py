@@ -47,6 +47,8 @@ class Record:
     graph: str | None = None
     #: HotpotQA: the answer's F1 against the gold (solved is the exact match)
     f1: float | None = None
+    #: The agent lane: tool calls made on this problem (None: a lane without tools)
+    tool_calls: int | None = None
 
     @property
     def key(self) -> tuple[str, str, str]:

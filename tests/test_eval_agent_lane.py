@@ -1,0 +1,200 @@
+"""The agent lane of `loom bench`: tools per data set, the data set's scoring, tool calls in records and the report."""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import json
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+from openai_server import FakeOpenAIServer, Reply, Seen
+
+from thoughtloom.cli.main import main
+from thoughtloom.eval import lanes
+from thoughtloom.eval.datasets import DATASETS, Dataset, Problem, load_dataset
+from thoughtloom.eval.lanes import LaneError, agent_answer, agent_task, check_lane
+from thoughtloom.eval.report import format_table, summarize
+from thoughtloom.eval.runner import BenchOptions, build_protocol, run_protocol
+from thoughtloom.graph import NodeKind
+from thoughtloom.llm.fake import ScriptedBackend
+
+# The module (thoughtloom.run re-exports its function under the same name).
+run_execute = importlib.import_module("thoughtloom.run.execute")
+ROOT = Path(__file__).resolve().parents[1]
+DATA = ROOT.parent / "shared" / "data"
+pytestmark = pytest.mark.skipif(not (DATA / "hotpotqa").is_dir() or not (DATA / "gsm8k").is_dir(),
+                                reason=f"benchmark data not found at {DATA}")
+
+
+def scripted() -> ScriptedBackend:
+    """GSM8K #0 (72) and #1 (10) worked with calc and python, #1 answered wrong; HotpotQA #0 right, #1 half right."""
+    model = ScriptedBackend(default="ok")
+    model.on("in April and May?\nTools:", "1. [calc] Clips sold in May: half of 48.\n2. [python] Add April and May. (after 1)\n"
+             "3. State the total. (after 2)")
+    model.on("Step: Clips sold in May", 'calc: {"expression": "48 / 2"}')
+    model.on("Step: Add April and May", "```python\nprint(48 + 24)\n```")
+    model.on("did she earn?\nTools:", "1. [calc] Pay for 50 minutes at $12 an hour.\n2. State the pay. (after 1)")
+    model.on("Step: Pay for 50 minutes", 'calc: {"expression": "12 * 50"}')
+    model.on("Final answer:", "Natalia sold 48 + 24 = 72 clips in all.\nAnswer: 72")
+    model.on("Task: Weng earns $12 an hour for babysitting. Yesterday, she just did 50 minutes of babysitting. "
+             "How much did she earn?\nResults", "Weng earned $600.")
+    model.on("VERDICT", "VERDICT: ok\nREASON: the numbers add up")
+    model.on("Answer briefly: Were Scott Derrickson", "Yes, both were American.\nScott Derrickson is an American "
+             "director; Ed Wood was an American filmmaker.")
+    model.on("Answer briefly: What government position", "She served as Chief of Protocol.")
+    return model
+
+
+@contextmanager
+def watched(monkeypatch: pytest.MonkeyPatch) -> Any:
+    """Record each corpus folder the lane writes (its files, and whether it is gone after) and each run's result."""
+    corpora: list[dict[str, Any]] = []
+    results: list[Any] = []
+    original_corpus, original_execute = lanes.problem_corpus, run_execute.execute
+
+    @contextmanager
+    def corpus(problem: Problem | None) -> Any:
+        with original_corpus(problem) as folder:
+            if folder is not None:
+                files = {p.name: p.read_text(encoding="utf-8") for p in Path(folder).iterdir()}
+                corpora.append({"problem": problem, "folder": Path(folder), "files": files})
+            yield folder
+
+    async def execute(spec: Any, **kw: Any) -> Any:
+        result = await original_execute(spec, **kw)
+        results.append((spec, result))
+        return result
+
+    monkeypatch.setattr(lanes, "problem_corpus", corpus)
+    monkeypatch.setattr(run_execute, "execute", execute)
+    yield corpora, results
+
+
+def run_agent_lane(model: ScriptedBackend) -> tuple[Any, Any]:
+    opts = BenchOptions(tasks=["gsm8k", "hotpotqa"], lanes=["agent"], model="fake:scripted", ids=["0", "1"],
+                        budget_tokens=8000, data_dir=str(DATA))
+    protocol = build_protocol(opts)
+    stats = asyncio.run(run_protocol(protocol, model, None))
+    return protocol, {(r.task, r.problem_id): r for r in stats.records}
+
+
+def test_the_agent_lane_scores_with_each_data_sets_rule_and_records_its_tool_calls(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    with watched(monkeypatch) as (corpora, results):
+        protocol, records = run_agent_lane(scripted())
+    g0, g1, h0, h1 = (records[k] for k in (("gsm8k", "0"), ("gsm8k", "1"), ("hotpotqa", "0"), ("hotpotqa", "1")))
+    # GSM8K: the final number of the agent's answer against the gold.
+    assert g0.solved and g0.answer.endswith("Answer: 72")
+    assert not g1.solved and g1.answer == "Weng earned $600."
+    # calc + python + the critique's exact check of "48 + 24 = 72" through calc; #1: one calc call.
+    assert (g0.tool_calls, g1.tool_calls) == (3, 1)
+    assert all(r.tokens > 0 and r.calls >= 4 and r.stop_reason == "goal_reached" for r in (g0, g1))
+    # HotpotQA: the span, scored by the official EM and F1 ("Yes, both ..." is the answer yes).
+    assert (h0.answer, h0.solved, h0.f1) == ("Answer: yes", True, 1.0)
+    assert h1.answer == "Answer: She served as Chief of Protocol." and not h1.solved
+    assert h1.f1 == pytest.approx(2 / 3)
+    assert (h0.tool_calls, h1.tool_calls) == (1, 1) and (h0.calls, h1.calls) == (1, 1)
+    # Each run granted the data set's tools; HotpotQA's researched the question alone (question mode).
+    tools = {spec.problem: spec.tools for spec, _ in results}
+    assert sorted(set(tools.values())) == [("calc", "python"), ("docs",)]
+    for spec, result in results:
+        if spec.tools == ("docs",):
+            kinds = [n.kind for n in result.graph]
+            assert kinds == [NodeKind.INPUT, NodeKind.QUESTION, NodeKind.SOLUTION]
+            assert spec.problem.endswith("?") and "\n" not in spec.problem
+    table = format_table(summarize(records.values(), {"gsm8k": "rate", "hotpotqa": "f1"}, ["agent"],
+                                   {"gsm8k": 2, "hotpotqa": 2}))
+    assert "| mean tokens | mean calls | mean tool calls | wall s (mean) |" in table
+    assert "| 2.0 |" in table and "| 1.0 |" in table  # GSM8K (3 + 1) / 2 and HotpotQA (1 + 1) / 2
+
+
+def test_the_hotpotqa_corpus_is_exactly_the_questions_ten_paragraphs_and_is_removed_after(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    with watched(monkeypatch) as (corpora, results):
+        run_agent_lane(scripted())
+    assert len(corpora) == 2  # one per HotpotQA question; GSM8K gets none
+    raw = json.loads((DATA / "hotpotqa" / "hotpot_dev_distractor_first50.json").read_text(encoding="utf-8"))
+    for seen in corpora:
+        row = raw[int(seen["problem"].id)]
+        assert not seen["folder"].exists()
+        assert len(seen["files"]) == 10
+        headings = sorted(text.splitlines()[0] for text in seen["files"].values())
+        assert headings == sorted(f"# {title}" for title in row["context"]["title"])
+        for title, sentences in zip(row["context"]["title"], row["context"]["sentences"]):
+            assert f"# {title}\n{' '.join(s.strip() for s in sentences)}\n" in seen["files"].values()
+    # The docs tool searched that corpus and found a gold paragraph of the question.
+    question = next(r for s, r in results if s.problem.startswith("Were Scott Derrickson"))
+    node = question.graph.by_kind(NodeKind.QUESTION)[0]
+    (call,) = node.extra["tool_calls"]
+    assert call["tool"] == "docs" and call["status"] == "ok"
+    assert "Scott_Derrickson.md" in call["output"] and "American director" in call["output"]
+
+
+def test_data_sets_without_chosen_tools_refuse_the_agent_lane_in_one_line() -> None:
+    with pytest.raises(LaneError, match=r"^lane agent has no tools chosen for game24; it runs on gsm8k, hotpotqa$"):
+        check_lane("agent", Dataset(DATASETS["game24"], [], ""))
+    check_lane("agent", Dataset(DATASETS["gsm8k"], [], ""))
+    check_lane("agent", Dataset(DATASETS["hotpotqa"], [], ""))
+
+
+def test_the_question_without_its_question_mark_is_still_researched_as_a_question() -> None:
+    problem = load_dataset("hotpotqa", DATA).problems[32]
+    assert not problem.question.rstrip().endswith("?")
+    assert agent_task(problem) == "Which French ace pilot and adventurer fly L'Oiseau Blanc?"
+
+
+@pytest.mark.parametrize("reply, span", [
+    ("Paris\nIt is the capital.", "Answer: Paris"),
+    ("The city is large.\nFinal answer: Paris", "Answer: Paris"),
+    ("**Answer:** Chief of Protocol", "Answer: Chief of Protocol"),
+    ("No, Adam Collis is American and Conrad Brooks is too.", "Answer: no"),
+    ("No one knows.", "Answer: No one knows."),
+    ("   ", None),
+])
+def test_a_hotpotqa_answer_is_read_as_a_span(reply: str, span: str | None) -> None:
+    assert agent_answer(Dataset(DATASETS["hotpotqa"], [], ""), reply) == span
+
+
+def agent_chat(seen: Seen) -> Reply:
+    """A chat model for the agent's prompts (by their system message) and the cot prompts of both sets."""
+    messages = seen.body["messages"]
+    system, last = messages[0]["content"], messages[-1]["content"]
+    if "short plan" in system:
+        text = "1. [calc] Add April's 48 clips and half as many in May.\n2. State the total. (after 1)"
+    elif "call one tool" in system:
+        text = 'calc: {"expression": "48 + 48 / 2"}'
+    elif "final answer to a task" in system:
+        text = "Natalia sold 72 clips.\nAnswer: 72"
+    elif "check an answer" in system:
+        text = "VERDICT: ok\nREASON: right"
+    elif "Answer briefly:" in last:
+        text = "Yes, both were American."
+    elif "math word problem" in system:
+        text = "48 / 2 = 24 in May, 48 + 24 = 72. The answer is 72."
+    else:
+        text = "They are both American.\nAnswer: yes"
+    choices = [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}]
+    return Reply(200, {"id": "x", "object": "chat.completion", "created": 0, "model": "m", "choices": choices,
+                       "usage": {"prompt_tokens": 300, "completion_tokens": 20, "total_tokens": 320}})
+
+
+def test_loom_bench_runs_cot_and_agent_on_gsm8k_and_hotpotqa(server: FakeOpenAIServer, tmp_path: Path,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    server.responder = agent_chat
+    out = tmp_path / "run"
+    code = main(["bench", "--tasks", "gsm8k,hotpotqa", "--lanes", "cot,agent", "--model",
+                 f"openai-compatible:{server.url}@m", "--data-dir", str(DATA), "--out", str(out), "--ids", "0",
+                 "--budget-tokens", "8000", "--quiet", "--no-plot"])
+    printed = capsys.readouterr().out
+    assert code == 0, printed
+    assert "| mean calls | mean tool calls |" in printed
+    assert "| cot | 1 | 1/1 = 100% [" in printed and "| agent | 1 | 1/1 = 100% [" in printed
+    records = {(r["task"], r["lane"]): r for r in map(json.loads, (out / "results.jsonl").read_text().splitlines())}
+    assert records[("gsm8k", "cot")]["tool_calls"] is None
+    # GSM8K: the step's calc call (the synthesis writes out no calculation for the critique to check);
+    # HotpotQA: one document search.
+    assert records[("gsm8k", "agent")]["tool_calls"] == 1 and records[("hotpotqa", "agent")]["tool_calls"] == 1
+    assert records[("hotpotqa", "agent")]["answer"] == "Answer: yes"
