@@ -459,3 +459,23 @@ def test_an_interrupted_agent_run_resumes_from_its_record_and_finishes(tmp_path:
         result = asyncio.run(execute(replace(spec, model=fresh), session=session))
     assert result.answer == "Flights 300 EUR and hotel 300 EUR: 600 EUR in all."
     assert session.replayed > 0 and session.live_calls == len(fresh.calls) < 8
+
+
+def test_a_question_researched_in_documents_replays_after_the_folder_is_gone(tmp_path: Any) -> None:
+    import shutil
+
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "ship.md").write_text("# The ship\nThe Argo was built by Argus, with the help of Athena.\n")
+    model = ScriptedBackend(default="ok")
+    model.on("Question: Who built the Argo?", "Argus.")
+    model.on("Answer in a few words", "Argus.")
+    store = str(tmp_path / "runs.db")
+    result = asyncio.run(agent("Who built the Argo?", tools=["docs"], knowledge=str(docs), model=model, store=store,
+                               controller=False))
+    question = result.graph.by_kind(NodeKind.QUESTION)[0]
+    assert "Argus" in question.extra["tool_calls"][0]["output"] and result.answer == "Argus."
+    shutil.rmtree(docs)
+    with SQLiteStore(store) as opened:
+        _, verdict = asyncio.run(areplay(opened, result.run_id))
+    assert verdict.identical and (verdict.model_calls, verdict.tool_calls, verdict.tools_replayed) == (0, 0, 1)

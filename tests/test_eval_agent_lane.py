@@ -42,9 +42,9 @@ def scripted() -> ScriptedBackend:
     model.on("Task: Weng earns $12 an hour for babysitting. Yesterday, she just did 50 minutes of babysitting. "
              "How much did she earn?\nResults", "Weng earned $600.")
     model.on("VERDICT", "VERDICT: ok\nREASON: the numbers add up")
-    model.on("Answer briefly: Were Scott Derrickson", "Yes, both were American.\nScott Derrickson is an American "
+    model.on("Answer in a few words (a name, a number, yes or no): Were Scott Derrickson", "Yes, both were American.\nScott Derrickson is an American "
              "director; Ed Wood was an American filmmaker.")
-    model.on("Answer briefly: What government position", "She served as Chief of Protocol.")
+    model.on("Answer in a few words (a name, a number, yes or no): What government position", "She served as Chief of Protocol.")
     return model
 
 
@@ -170,7 +170,7 @@ def agent_chat(seen: Seen) -> Reply:
         text = "Natalia sold 72 clips.\nAnswer: 72"
     elif "check an answer" in system:
         text = "VERDICT: ok\nREASON: right"
-    elif "Answer briefly:" in last:
+    elif "Answer in a few words" in last:
         text = "Yes, both were American."
     elif "math word problem" in system:
         text = "48 / 2 = 24 in May, 48 + 24 = 72. The answer is 72."

@@ -56,7 +56,9 @@ def build_controller(spec: RunSpec, handler: FeedbackHandler | None = None) -> C
 def spec_grounders(spec: RunSpec) -> list[Grounder]:
     """Grounders the spec adds to the task's own: a research grounder over `knowledge`, then the given ones."""
     out: list[Grounder] = []
-    if spec.knowledge is not None:
+    # The agent reads the folder through its docs tool, not a grounder (and a replay, which runs no
+    # tool, must not need the folder at all).
+    if spec.knowledge is not None and spec.config.strategy != "agent":
         from ..grounding.knowledge import KnowledgeBase, KnowledgeBaseError
         from ..grounding.research import ResearchGrounder
 

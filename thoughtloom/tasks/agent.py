@@ -23,8 +23,8 @@ MAX_PLAN_STEPS = 8
 #: Sampling temperature of a tool call: arguments are copied from results, not invented (and a small
 #: model sampled hot runs on inside an expression until max_tokens).
 TOOL_TEMPERATURE = 0.2
-#: Characters of a parent's result shown to a step that depends on it.
-RESULT_CHARS = 700
+#: Characters of a parent's result shown to a step that depends on it (room for a document search's passages).
+RESULT_CHARS = 1500
 
 
 class ToolDescription(Protocol):

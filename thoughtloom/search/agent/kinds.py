@@ -179,7 +179,8 @@ class QuestionProcessor:
             calls = (found.to_dict(),)
             if found.ok:
                 context = type(context)((*context.items, ("documents", found.output)))
-        got = await env.ask(step_query(env.task, f"Answer briefly: {node.content}", context), "question", node.id)
+        got = await env.ask(step_query(env.task, f"Answer in a few words (a name, a number, yes or no): "
+                                              f"{node.content}", context), "question", node.id)
         if got is None:
             return _no_model("question")
         reply, tokens = got
