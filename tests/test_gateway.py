@@ -574,3 +574,26 @@ def test_the_prompt_bound_is_of_the_form_the_backend_sends() -> None:
     assert prompt_token_bound(prompt, "text") == 3 + 8
     assert prompt_token_bound(prompt, "chat") == (32 + 8) + (3 + 8) + 8
     assert prompt_token_bound(prompt) == prompt_token_bound(prompt, "chat")  # unknown: the larger
+
+
+async def test_a_cancelled_call_cancels_its_caller_even_when_the_client_turns_the_cancel_into_an_error() -> None:
+    class Converting(ScriptedBackend):
+        """A client that reports a cancel as a connection error (as HTTP clients may)."""
+
+        async def generate(self, request: GenerateRequest):  # type: ignore[no-untyped-def]
+            self.calls.append(request)
+            try:
+                await asyncio.sleep(10)
+            except asyncio.CancelledError:
+                raise TransientModelError("connection closed") from None
+            raise AssertionError("not reached")
+
+    backend = Converting(default="x")
+    backend.eager_safe = False
+    gateway = Gateway(backend)
+    call = asyncio.ensure_future(gateway.generate(GenerateRequest(Prompt(text="hi"))))
+    await asyncio.sleep(0.05)
+    call.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await call
+    assert len(backend.calls) == 1  # not retried as a transient error

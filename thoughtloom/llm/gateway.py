@@ -518,7 +518,7 @@ class Gateway:
         a network call. Backends that declare `eager_safe = True` (in-process fakes, replays)
         are awaited directly.
         """
-        return call if self._eager_safe else asyncio.ensure_future(call)
+        return call if self._eager_safe else _in_own_task(call)
 
     def _reserve(self, request: GenerateRequest, reserve_tokens: int) -> tuple[Reservation, int]:
         out_tokens = request.n * request.max_tokens
@@ -529,3 +529,22 @@ class Gateway:
     async def aclose(self) -> None:
         """Close the backend."""
         await self.backend.aclose()
+
+
+async def _in_own_task(call: Coroutine[Any, Any, T]) -> T:
+    """Await `call` in a task of its own; a cancel of the caller always reaches the caller.
+
+    Awaiting the task directly would hand the cancel to the task alone, and a client that turns
+    it into an error of its own (or a result) would leave the caller running: Ctrl-C would not
+    stop the search. Here the caller is cancelled as asked, and the call with it.
+    """
+    task = asyncio.ensure_future(call)
+    try:
+        await asyncio.wait((task,))
+    except asyncio.CancelledError:
+        task.cancel()
+        await asyncio.wait((task,))  # let the client close what it opened
+        if not task.cancelled():
+            task.exception()  # retrieved: an error it ended with instead is not "never retrieved"
+        raise
+    return task.result()
