@@ -10,14 +10,13 @@ chosen for its data set (AGENT_TOOLS). "Any of k candidates correct" is kept apa
 
 from __future__ import annotations
 
-import asyncio
 import math
 import re
 import tempfile
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, fields
 from enum import StrEnum
 from pathlib import Path
 from typing import Any

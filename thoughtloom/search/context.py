@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import math
 import zlib
 from collections import deque
 from collections.abc import Hashable, Iterable, Sequence
