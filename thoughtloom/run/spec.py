@@ -269,21 +269,17 @@ def _tool_names(tools: Sequence[str], strategy: str, knowledge: Any, mcp_config:
                 read_roots: Sequence[Any]) -> tuple[str, ...]:
     """The granted tools, checked against what each needs (one-line SpecErrors)."""
     from ..tools.base import ToolConfigError
-    from ..tools.registry import parse_tool_names
+    from ..tools.registry import check_grant, parse_tool_names
 
+    if not tools:
+        return ()
     try:
-        names = tuple(parse_tool_names(",".join(tools))) if tools else ()
+        names = parse_tool_names(",".join(tools))
+        if strategy != "agent":
+            raise SpecError("tools are called by the agent (loom agent, or --strategy agent); "
+                            f"--strategy {strategy} does not call them")
+        return tuple(check_grant(names, knowledge=knowledge, read_roots=read_roots, mcp_config=mcp_config))
     except ToolConfigError as exc:
         raise SpecError(str(exc)) from None
-    if names and strategy != "agent":
-        raise SpecError("tools are called by the agent (loom agent, or --strategy agent); "
-                        f"--strategy {strategy} does not call them")
-    if "docs" in names and knowledge is None:
-        raise SpecError("the docs tool searches --knowledge DIR; give the folder")
-    if "files" in names and not read_roots:
-        raise SpecError("the files tool reads only folders you allow; give --allow-read DIR")
-    if any(n == "mcp" or n.startswith("mcp:") for n in names) and mcp_config is None:
-        raise SpecError("mcp tools come from the servers in --mcp-config FILE; give the file")
-    return names
 
 

@@ -50,6 +50,19 @@ def parse_tool_names(text: str) -> list[str]:
     return list(dict.fromkeys(check_tool_name(n) for n in names))
 
 
+def check_grant(names: Sequence[str], *, knowledge: str | Path | None = None, read_roots: Sequence[str | Path] = (),
+                mcp_config: str | Path | None = None) -> list[str]:
+    """The names (forms checked, repeats dropped), once each has what it needs; ToolConfigError (one line) if not."""
+    wanted = list(dict.fromkeys(check_tool_name(n) for n in names))
+    if "docs" in wanted and knowledge is None:
+        raise ToolConfigError("docs needs --knowledge DIR (a folder of .md/.txt documents to search)")
+    if "files" in wanted and not read_roots:
+        raise ToolConfigError("files needs --allow-read DIR (a folder the tool may read)")
+    if any(n == "mcp" or n.startswith("mcp:") for n in wanted) and mcp_config is None:
+        raise ToolConfigError("MCP tools need --mcp-config FILE (a JSON file with an \"mcpServers\" object)")
+    return wanted
+
+
 async def build_toolbox(
     names: Sequence[str],
     *,
@@ -61,19 +74,13 @@ async def build_toolbox(
     sandbox: Sandbox | None = None,
 ) -> Toolbox:
     """A Toolbox granting the named tools; ToolConfigError (one line) when one cannot be set up, with nothing left running."""
-    wanted = list(dict.fromkeys(check_tool_name(n) for n in names))
     # Every requirement is checked before anything is opened or started.
-    if "docs" in wanted and knowledge is None:
-        raise ToolConfigError("docs needs --knowledge DIR (a folder of .md/.txt documents to search)")
-    if "files" in wanted and not read_roots:
-        raise ToolConfigError("files needs --allow-read DIR (a folder the tool may read)")
+    wanted = check_grant(names, knowledge=knowledge, read_roots=read_roots, mcp_config=mcp_config)
     servers: list[str] | None = None  # None: every configured server
     if "mcp" not in wanted:
         servers = [n[4:] for n in wanted if n.startswith("mcp:")]
     configs = {}
-    if "mcp" in wanted or servers:
-        if mcp_config is None:
-            raise ToolConfigError("MCP tools need --mcp-config FILE (a JSON file with an \"mcpServers\" object)")
+    if mcp_config is not None and ("mcp" in wanted or servers):
         configs = load_mcp_config(mcp_config, servers)
 
     tools: list[Tool] = []
