@@ -73,8 +73,7 @@ class Scheduler:
         for node in graph.by_status(_S.PENDING, _S.READY):
             if node.id in self._running:
                 continue
-            deps = [p for p in graph.parents(node.id) if graph.edge(p, node.id).kind is EdgeKind.DEPENDENCY]
-            if all(self._settled(p) for p in deps):
+            if all(self._settled(p) for p in self.env.dependencies(node.id)):
                 out.append(node)
         order = self.ctx.order or "breadth_first"
         return sorted(out, key=lambda n: _priority(order, n))
@@ -180,15 +179,16 @@ class Scheduler:
             ctx.bus.emit(NodeProcessed(node_id, kind_of(node), result.status, result.error,
                                        tuple(str(c.get("tool")) for c in result.tool_calls)))
 
-    def _add_nodes(self, parent: Node, new: Iterable[NewNode]) -> list[int]:
-        """Add a result's nodes; "@i" dependencies name earlier nodes of the same result."""
+    def _add_nodes(self, parent: Node, new: Iterable[NewNode], creator: str | None = None) -> list[int]:
+        """Add a result's nodes (made by `parent`'s work, or `creator`); "@i" dependencies name earlier nodes of the same result."""
         ctx, graph = self.ctx, self.ctx.graph
+        creator = creator or f"agent:{kind_of(parent)}"
         ids: list[int] = []
         for spec in new:
             after = [ids[int(a[1:])] if isinstance(a, str) else int(a) for a in spec.after] or [parent.id]
             base = spec.base or self.registry.base(spec.kind)
             steps = ctx.steps(after[0]) + (spec.content,)
-            nid = ctx.add_thought(after, spec.content, f"agent:{kind_of(parent)}", kind=base,
+            nid = ctx.add_thought(after, spec.content, creator, kind=base,
                                   edge_kind=EdgeKind.DEPENDENCY, steps=steps)
             if nid is None:  # max_nodes: the run stops adding
                 break
@@ -229,25 +229,16 @@ class Scheduler:
         ctx, graph = self.ctx, self.ctx.graph
         if self.policy == "replan" and "retry_of" not in node.extra and not ctx.stopped:
             parents = [p for p in graph.parents(node.id) if graph.edge(p, node.id).kind is EdgeKind.DEPENDENCY]
-            kind = kind_of(node)
-            base = self.registry.base(kind)
-            retry_after = parents or [node.id]
-            steps = ctx.steps(retry_after[0]) + (node.content,)
-            nid = ctx.add_thought(retry_after, node.content, "agent:replan", kind=base,
-                                  edge_kind=EdgeKind.DEPENDENCY, steps=steps)
-            if nid is not None:
-                retry = graph.node(nid)
-                keep = {k: v for k, v in node.extra.items()
-                        if k not in ("status", "text", "result", "error", "tool_calls", "refused_edges")}
-                retry.extra.update(keep)
-                retry.extra["retry_of"] = node.id
-                retry.extra["feedback"] = result.error or "the step failed"
+            keep = {k: v for k, v in node.extra.items()
+                    if k not in ("kind", "status", "text", "result", "error", "tool_calls", "refused_edges")}
+            retry = NewNode(kind_of(node), node.content, tuple(parents or [node.id]),
+                            data={**keep, "retry_of": node.id, "feedback": result.error or "the step failed"})
+            added = self._add_nodes(node, [retry], creator="agent:replan")
+            if added:
+                nid = added[0]
                 node.extra["retried_as"] = nid
                 self._add_edge(node.id, nid, EdgeKind.REFINEMENT)
-                for child in list(graph.children(node.id)):
-                    if child != nid and graph.edge(node.id, child).kind is EdgeKind.DEPENDENCY \
-                            and graph.node(child).status is _S.PENDING:
-                        self._add_edge(nid, child, EdgeKind.DEPENDENCY)
+                self._wire_dependents(node.id, [nid])  # its dependents wait for the retry
                 self.counts["replanned"] += 1
                 return
         if self.policy == "fail":
