@@ -447,7 +447,3 @@ class AgentTask(Task[str]):
         if not text:
             raise ProblemError("the task is empty; say what the agent should do, e.g. loom agent \"Plan a trip\"")
         return text
-
-    def compose_answer(self, problem: str, steps: Sequence[str], reply: str | None) -> str | None:
-        """The answer is the last step's text (the solution node's content)."""
-        return steps[-1] if steps else None

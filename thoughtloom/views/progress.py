@@ -62,11 +62,13 @@ class ProgressDisplay:
                 self._line(f"#{event.node_id} {event.kind} {event.status}: {event.error}")
                 return
         elif isinstance(event, ToolCalled):
-            left = self.tools_in_flight.get(event.tool, 0) + (1 if event.status == "started" else -1)
-            self.tools_in_flight = {**self.tools_in_flight, event.tool: left} if left > 0 else {
-                k: v for k, v in self.tools_in_flight.items() if k != event.tool}
             if event.status == "started":
                 self.tool_calls += 1
+                self.tools_in_flight[event.tool] = self.tools_in_flight.get(event.tool, 0) + 1
+            elif self.tools_in_flight.get(event.tool, 0) > 1:
+                self.tools_in_flight[event.tool] -= 1
+            else:
+                self.tools_in_flight.pop(event.tool, None)
         elif isinstance(event, NodeScored):
             self.best = event.score if self.best is None else max(self.best, event.score)
         elif isinstance(event, NodePruned):

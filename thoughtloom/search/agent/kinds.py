@@ -10,6 +10,7 @@ from typing import Any
 from ...graph import EdgeKind, Node, NodeKind
 from ...grounding.code import extract_code
 from ...tasks.agent import (
+    Context,
     PlanStep,
     ToolCallError,
     check_plan,
@@ -178,7 +179,7 @@ class QuestionProcessor:
             found = await env.call_tool(DOCS_TOOL, {"query": node.content}, node.id)
             calls = (found.to_dict(),)
             if found.ok:
-                context = type(context)((*context.items, ("documents", found.output)))
+                context = Context((*context.items, ("documents", found.output)))
         got = await env.ask(step_query(env.task, f"Answer in a few words (a name, a number, yes or no): "
                                               f"{node.content}", context), "question", node.id)
         if got is None:
