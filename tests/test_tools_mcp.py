@@ -389,9 +389,9 @@ async def test_calls_after_the_server_died_are_tool_errors(config_file: Path) ->
         await conn.aclose()
 
 
-@module_loop
-async def test_a_server_that_fails_closes_the_ones_already_started(config_file: Path) -> None:
-    configs = load_mcp_config(config_file, ["plain", "broken"])
+@contextlib.contextmanager
+def watching_starts() -> Iterator[list[MCPConnection]]:
+    """Every connection MCPConnection.start makes while the block runs, in order."""
     started: list[MCPConnection] = []
     real_start = MCPConnection.start
 
@@ -402,8 +402,14 @@ async def test_a_server_that_fails_closes_the_ones_already_started(config_file: 
 
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(MCPConnection, "start", spy)
-        with pytest.raises(ToolConfigError, match="'broken'"):
-            await connect_all(configs.values())
+        yield started
+
+
+@module_loop
+async def test_a_server_that_fails_closes_the_ones_already_started(config_file: Path) -> None:
+    configs = load_mcp_config(config_file, ["plain", "broken"])
+    with watching_starts() as started, pytest.raises(ToolConfigError, match="'broken'"):
+        await connect_all(configs.values())
     assert [c.name for c in started] == ["plain"]
     assert not started[0].connected
 
@@ -420,18 +426,8 @@ async def test_build_toolbox_grants_one_servers_tools_by_mcp_name(config_file: P
 
 @module_loop
 async def test_build_toolbox_leaves_nothing_running_when_a_server_fails(config_file: Path) -> None:
-    seen: list[MCPConnection] = []
-    real_start = MCPConnection.start
-
-    async def spy(config: ServerConfig, **kwargs: float) -> MCPConnection:
-        conn = await real_start(config, **kwargs)
-        seen.append(conn)
-        return conn
-
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(MCPConnection, "start", spy)
-        with pytest.raises(ToolConfigError, match="'missing'"):
-            await build_toolbox(["mcp:time", "mcp:missing"], mcp_config=config_file)
+    with watching_starts() as seen, pytest.raises(ToolConfigError, match="'missing'"):
+        await build_toolbox(["mcp:time", "mcp:missing"], mcp_config=config_file)
     assert [c.name for c in seen] == ["time"] and not seen[0].connected
 
 
