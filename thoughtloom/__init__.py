@@ -15,6 +15,10 @@ _EXPORTS = {
     "make_gateway": "thoughtloom.api",
     "areplay": "thoughtloom.api",
     "agent": "thoughtloom.api",
+    "research": "thoughtloom.api",
+    "ResearchStream": "thoughtloom.api",
+    "ResearchConfig": "thoughtloom.search.research.config",
+    "ResearchResult": "thoughtloom.search.research.records",
     "ProcessorRegistry": "thoughtloom.search.agent.processors",
     "default_processors": "thoughtloom.search.agent.kinds",
     "Toolbox": "thoughtloom.tools.toolbox",
@@ -36,7 +40,9 @@ _EXPORTS = {
 __all__ = ["__version__", *_EXPORTS]
 
 if TYPE_CHECKING:
-    from .api import agent, areplay, asolve, make_gateway, solve
+    from .api import ResearchStream, agent, areplay, asolve, make_gateway, research, solve
+    from .search.research.config import ResearchConfig
+    from .search.research.records import ResearchResult
     from .search.agent.kinds import default_processors
     from .search.agent.processors import ProcessorRegistry
     from .tools.base import ToolSpec

@@ -5,9 +5,10 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import functools
+import os
 import warnings
-from dataclasses import replace
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import AsyncIterator, Callable, Coroutine, Mapping, Sequence
+from dataclasses import fields, replace
 from typing import Any, ParamSpec, TypeVar
 
 from .control.controller import Controller
@@ -19,16 +20,19 @@ from .llm.types import Backend
 from .run.execute import execute
 from .run.gateway import make_gateway
 from .run.session import ReplayVerdict, open_replay
-from .run.spec import resolve
+from .run.spec import RunSpec, resolve
 from .search.agent.processors import ProcessorRegistry
 from .search.config import SearchConfig
-from .search.events import EventSink
+from .search.events import Event, EventSink, InsightFound
+from .search.research.config import ResearchConfig
+from .search.research.records import Insight, ResearchResult
+from .search.research.roles import ResearchRoles
 from .search.result import SearchResult
 from .tasks.base import Task
 from .tasks.registry import TaskOptions
 from .tools.toolbox import ToolLimits
 
-__all__ = ["agent", "areplay", "asolve", "make_gateway", "solve"]
+__all__ = ["ResearchStream", "agent", "areplay", "asolve", "make_gateway", "research", "research_tools", "solve"]
 
 _P = ParamSpec("_P")
 _T = TypeVar("_T")
@@ -129,6 +133,133 @@ async def areplay(store: Any, run: str, *, task: Task[Any] | None = None, config
         spec = replace(spec, task=task if task is not None else spec.task, config=config or spec.config)
     result = await execute(spec, session=session, controller=controller)
     return result, session.verdict()
+
+
+_RESEARCH_FIELDS = {f.name for f in fields(ResearchConfig)}
+_END = object()
+
+
+def research_tools(knowledge: str | os.PathLike[str] | None) -> tuple[str, ...]:
+    """What a research run is granted: the exact calculator, and document search when there are documents."""
+    return ("calc", "docs") if knowledge is not None else ("calc",)
+
+
+class ResearchStream:
+    """A research run that streams its insights as they happen.
+
+    `async for insight in stream` starts the run (if it has not started) and yields each Insight;
+    leaving the loop early (break) stops the run, which keeps what it found (stopped_by
+    "interrupted"). `await stream.result()` runs it to the end (or waits for the stop) and returns
+    the ResearchResult; `stream.search` is then the whole SearchResult (usage, run id, graph).
+    """
+
+    def __init__(self, spec: RunSpec, *, roles: ResearchRoles, sinks: Sequence[EventSink] = (),
+                 handler: FeedbackHandler | None = None, controller: Controller | None = None) -> None:
+        self.spec = spec
+        self._roles = roles
+        self._sinks = list(sinks)
+        self._handler = handler
+        self._controller = controller
+        self._queue: asyncio.Queue[Any] = asyncio.Queue()
+        self._task: asyncio.Task[SearchResult] | None = None
+        #: The run's whole result, once it has ended.
+        self.search: SearchResult | None = None
+
+    def _sink(self, event: Event) -> None:
+        if isinstance(event, InsightFound):
+            self._queue.put_nowait(Insight(event.kind, event.content, event.confidence, event.node_id,  # type: ignore[arg-type]
+                                           event.depth, source=event.source))
+
+    def _start(self) -> asyncio.Task[SearchResult]:
+        if self._task is None:
+            self._task = asyncio.ensure_future(self._run())
+        return self._task
+
+    async def _run(self) -> SearchResult:
+        try:
+            self.search = await execute(self.spec, sinks=[*self._sinks, self._sink], handler=self._handler,
+                                        controller=self._controller, roles=self._roles)
+            return self.search
+        finally:
+            self._queue.put_nowait(_END)
+
+    def __aiter__(self) -> AsyncIterator[Insight]:
+        return self._insights()
+
+    async def _insights(self) -> AsyncIterator[Insight]:
+        task = self._start()
+        ended = False
+        try:
+            while True:
+                item = await self._queue.get()
+                if item is _END:
+                    ended = True
+                    break
+                yield item
+        finally:
+            if not ended and not task.done():
+                task.cancel()  # the caller stopped reading: stop the run (it keeps what it found)
+        task.result()  # a run that could not start raises here (a bad model, a missing key)
+
+    async def result(self) -> ResearchResult:
+        """The ResearchResult, once the run has ended (running it to the end if nobody stopped it)."""
+        result = await self._start()
+        assert result.research is not None
+        return result.research
+
+    async def stop(self) -> ResearchResult:
+        """Stop the run now (no further model call) and return what it found."""
+        task = self._start()
+        if not task.done():
+            task.cancel()
+        return await self.result()
+
+
+def research(
+    question: str,
+    *,
+    knowledge: str | os.PathLike[str] | None = None,
+    knowledge_index: str | os.PathLike[str] | None = None,
+    model: str | Backend = "local",
+    config: ResearchConfig | None = None,
+    budget: BudgetLimits | None = None,
+    brancher: Any = None,
+    evaluator: Any = None,
+    synthesizer: Any = None,
+    role_models: Mapping[str, str] | None = None,
+    profile: str = "default",
+    sinks: Sequence[EventSink] = (),
+    controller: bool | Controller = True,
+    handler: FeedbackHandler | None = None,
+    store: Any = None,
+    run_id: str | None = None,
+    **settings: Any,
+) -> ResearchStream:
+    """Research a question as a tree of hypotheses tested against `knowledge` (a folder of documents); the run `loom research` makes.
+
+    Iterate the returned stream for insights as they happen; `await stream.result()` for the
+    ResearchResult. config: a ResearchConfig; keyword `settings` set single fields of it
+    (max_branches, depth_limit, branching_strategy, merge_strategy, confidence_threshold,
+    insight_target, allow, ...) or of the SearchConfig (seed, temperature, concurrency).
+    brancher / evaluator / synthesizer: your own functions for those roles (see
+    thoughtloom.search.research.roles); role_models: {"brancher": "openai:gpt-4o-mini", ...} runs a
+    role's built-in prompts on another model. Settings are checked now: a bad one, or one of the
+    seed's anti-patterns not allowed explicitly, raises SpecError with one line.
+    """
+    research_settings = {k: v for k, v in settings.items() if k in _RESEARCH_FIELDS}
+    search_settings = {k: v for k, v in settings.items() if k not in _RESEARCH_FIELDS}
+    base: ResearchConfig | Mapping[str, Any] = config or {}
+    if research_settings:
+        base = {**(config.to_dict() if config else {}), **research_settings}
+    spec = resolve(
+        question, task="research", model=model, profile=profile, search={"strategy": "research", **search_settings},
+        budget=budget, control=controller.settings if isinstance(controller, Controller) else controller,
+        knowledge=knowledge, knowledge_index=knowledge_index, tools=research_tools(knowledge), store=store,
+        run_id=run_id, research=base, role_models=role_models,
+    )
+    roles = ResearchRoles(brancher=brancher, evaluator=evaluator, synthesizer=synthesizer)
+    return ResearchStream(spec, roles=roles, sinks=sinks, handler=handler,
+                          controller=controller if isinstance(controller, Controller) else None)
 
 
 def _blocking(coroutine_function: Callable[_P, Coroutine[Any, Any, _T]]) -> Callable[_P, _T]:

@@ -18,6 +18,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
     from .agent import add_agent_parser
+    from .research import add_research_parser
     from .bench import add_bench_parser
     from .models import add_models_parser
     from .runs import add_store_commands
@@ -25,6 +26,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_solve_parser(sub)
     add_agent_parser(sub)
+    add_research_parser(sub)
     add_bench_parser(sub, positive_int, positive_float)
     add_store_commands(sub)
     add_models_parser(sub)
@@ -79,13 +81,14 @@ def main(argv: list[str] | None = None) -> int:
     from ..tasks.base import ProblemError, UnsupportedOperation
     from ..tasks.registry import TaskOptionError, UnknownTask
     from .agent import cmd_agent
+    from .research import cmd_research
     from .bench import cmd_bench
     from .models import cmd_models
     from .runs import COMMANDS as STORE_COMMANDS
     from .runs import store_errors
     from .solve import cmd_solve
 
-    commands = {"solve": cmd_solve, "agent": cmd_agent, "bench": cmd_bench, "tasks": cmd_tasks, "profiles": cmd_profiles,
+    commands = {"solve": cmd_solve, "agent": cmd_agent, "research": cmd_research, "bench": cmd_bench, "tasks": cmd_tasks, "profiles": cmd_profiles,
                 "models": cmd_models, **STORE_COMMANDS}
     try:
         code = commands[args.command](args)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from .common import MAX_FANOUT, UsageError, count, number, positive_float, positive_int, unit_float
@@ -113,8 +114,13 @@ def add_output_options(s: Any) -> None:
     s.add_argument("--no-store", action="store_true", help="do not store the run")
 
 
-def cmd_solve(args: argparse.Namespace, stored: Any = None) -> int:
-    """Run one search (or resume / replay a stored one, given as `stored`) and print its result."""
+def cmd_solve(args: argparse.Namespace, stored: Any = None, *, sinks: Sequence[Any] = (),
+              json_view: Callable[[Any], dict[str, Any]] | None = None) -> int:
+    """Run one search (or resume / replay a stored one, given as `stored`) and print its result.
+
+    sinks: more event sinks (loom research's insight printer); json_view: what --json prints of the
+    result (default: the whole result's to_dict()).
+    """
     import asyncio
     from dataclasses import replace
 
@@ -139,7 +145,7 @@ def cmd_solve(args: argparse.Namespace, stored: Any = None) -> int:
     interactive = args.interactive if stored is None else False  # recorded answers come from the automatic policy
     if interactive is None:
         interactive = sys.stdin.isatty() and sys.stderr.isatty()
-    sinks = [] if args.quiet else [ProgressDisplay()]
+    sinks = [*sinks, *([] if args.quiet else [ProgressDisplay()])]
     progress = (lambda msg: print(terminal_text(f"loom: {msg}"), file=sys.stderr)) if not args.quiet else None
     store = None
     if stored is None and not args.no_store:
@@ -160,7 +166,7 @@ def cmd_solve(args: argparse.Namespace, stored: Any = None) -> int:
         if store is not None:
             store.close()
     if args.json:
-        print(terminal_json(result.to_dict(), indent=2))
+        print(terminal_json(json_view(result) if json_view is not None else result.to_dict(), indent=2))
     else:
         print(format_text(result))
     code = 130 if result.termination_reason == "interrupted" else 0
@@ -302,6 +308,10 @@ def format_text(result: Any) -> str:
         for node in trace["nodes"][1:]:
             if node["status"] in ("failed", "cancelled"):
                 lines.append(f"  #{node['node']} {node['kind']} {node['status']}: {node.get('error', '')}")
+    if result.research is not None:
+        from ..views.insights import research_lines
+
+        lines.extend(research_lines(result.research))
     if result.error:
         lines.append(f"model error: {result.error}")
     control = result.control

@@ -44,6 +44,7 @@ class EdgeKind(str, enum.Enum):
     REFINEMENT = "refinement"
     AGGREGATION = "aggregation"
     CONTRADICTION = "contradiction"
+    SUPPORTS = "supports"
 
 
 _S = NodeStatus

@@ -19,8 +19,9 @@ def sample_key(model: str, request: GenerateRequest, index: int) -> SampleKey:
     A plain tuple: hashing it is cheap (strings cache their hash), which keeps the per-call cost
     of the in-memory cache low. Stores that persist keys use `digest(key)`.
     """
+    # A role's own model answers a routed request: the same prompt to another model is another sample.
     return (
-        model, request.prompt.text, request.prompt.messages, request.max_tokens, request.temperature,
+        model if request.route is None else f"{model}#{request.route}", request.prompt.text, request.prompt.messages, request.max_tokens, request.temperature,
         request.stop, request.seed, index, request.schema,
     )
 

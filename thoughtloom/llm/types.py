@@ -72,6 +72,9 @@ class GenerateRequest:
     #: A JSON Schema (canonical JSON text) the reply must match: backends that can constrain
     #: generation (a grammar, an API's structured output) do; the others ignore it.
     schema: str | None = None
+    #: Which of the run's models answers (a role name with a model of its own; None: the run's
+    #: model). Part of the cache and replay keys when set.
+    route: str | None = None
 
     def __post_init__(self) -> None:
         if self.n < 1:

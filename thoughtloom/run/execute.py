@@ -28,9 +28,12 @@ from ..llm.limits import LimitedBackend, SharedSlots
 from ..llm.types import Backend
 from ..llm.wrapper import SharedBackend
 from ..search.agent.processors import ProcessorRegistry
+from ..search.config import TOOL_STRATEGIES
 from ..search.context import SearchController
 from ..search.engine import search
 from ..search.events import EventSink
+from ..search.research.explorer import ResearchSetup
+from ..search.research.roles import ResearchRoles
 from ..search.result import SearchResult
 from ..tools.toolbox import Toolbox
 from .gateway import build_gateway
@@ -56,9 +59,9 @@ def build_controller(spec: RunSpec, handler: FeedbackHandler | None = None) -> C
 def spec_grounders(spec: RunSpec) -> list[Grounder]:
     """Grounders the spec adds to the task's own: a research grounder over `knowledge`, then the given ones."""
     out: list[Grounder] = []
-    # The agent reads the folder through its docs tool, not a grounder (and a replay, which runs no
-    # tool, must not need the folder at all).
-    if spec.knowledge is not None and spec.config.strategy != "agent":
+    # The agent and the research flow read the folder through their docs tool, not a grounder (and a
+    # replay, which runs no tool, must not need the folder at all).
+    if spec.knowledge is not None and spec.config.strategy not in TOOL_STRATEGIES:
         from ..grounding.knowledge import KnowledgeBase, KnowledgeBaseError
         from ..grounding.research import ResearchGrounder
 
@@ -82,12 +85,47 @@ def _bottom(backend: Backend, slots: SharedSlots | None) -> Backend:
 
 
 def live_backend(spec: RunSpec, progress: Callable[[str], None] | None = None) -> Backend:
-    """The model a spec names, built now (a missing key or a bad spec fails here); a Backend object as given."""
-    if not isinstance(spec.model, str):
-        return SharedBackend(spec.model)  # the caller owns it and closes it
+    """The model a spec names, built now (a missing key or a bad spec fails here); a Backend object as given.
+
+    With research roles on models of their own, a RoutedBackend sends each role's calls to its model.
+    """
     from ..llm.registry import make_backend
 
-    return make_backend(spec.model, progress=progress)
+    # A Backend object is the caller's: they close it.
+    main = SharedBackend(spec.model) if not isinstance(spec.model, str) else make_backend(spec.model, progress=progress)
+    if not spec.role_models:
+        return main
+    from ..llm.routing import RoutedBackend
+
+    routes: dict[str, Backend] = {}
+    try:
+        for role, model in spec.role_models:
+            routes[role] = make_backend(model, progress=progress)
+    except BaseException:
+        for backend in (main, *routes.values()):
+            _close_soon(backend)
+        raise
+    return RoutedBackend(main, routes)
+
+
+def _close_soon(backend: Backend) -> None:
+    """Close a backend built for a run that will not start (from sync code inside the event loop)."""
+    import asyncio
+
+    try:
+        asyncio.get_running_loop().create_task(backend.aclose())
+    except RuntimeError:
+        asyncio.run(backend.aclose())
+
+
+def research_setup(spec: RunSpec, roles: ResearchRoles | None = None) -> ResearchSetup | None:
+    """What the research strategy runs with: the spec's settings, the caller's roles, the roles with their own model."""
+    if spec.config.strategy != "research":
+        return None
+    from ..search.research.config import ResearchConfig
+
+    return ResearchSetup(spec.research or ResearchConfig(), roles or ResearchRoles(),
+                         frozenset(role for role, _ in spec.role_models))
 
 
 async def build_tools(spec: RunSpec) -> Toolbox | None:
@@ -117,6 +155,7 @@ async def execute(
     on_stored: Callable[[str], None] | None = None,
     on_gateway: Callable[[Gateway], None] | None = None,
     processors: ProcessorRegistry | None = None,
+    roles: ResearchRoles | None = None,
 ) -> SearchResult:
     """Run the spec's search; the result carries the stored run's id and store when it was recorded.
 
@@ -126,7 +165,8 @@ async def execute(
     slots: a model-concurrency limit shared with other runs. progress: one-line notes while the
     model loads. on_stored(run_id): called once the run's first state is stored. on_gateway:
     called with the run's gateway once it is built (a benchmark reads what the run spent from its budget).
-    processors: the agent strategy's processors by kind (default: the built-in ones).
+    processors: the agent strategy's processors by kind (default: the built-in ones). roles: the
+    research strategy's brancher, evaluator and synthesizer given as functions (default: the built-in ones).
     """
     task = spec.task_object()
     grounders = spec_grounders(spec)
@@ -153,14 +193,14 @@ async def execute(
         on_gateway(gateway)
     tools: Toolbox | None = None
     try:
-        if spec.config.strategy == "agent":
+        if spec.config.strategy in TOOL_STRATEGIES:
             live_tools = await build_tools(spec) if session is None or session.needs_live_model else None
             tools = session.wrap_tools(live_tools) if session is not None else live_tools
         result = await search(
             task, spec.problem, gateway, spec.config,
             sinks=[*sinks, *(session.sinks if session is not None else [])], controller=ctrl, grounders=grounders,
             grounding_policy=spec.grounding, on_context=session.on_context if session is not None else None,
-            tools=tools, processors=processors,
+            tools=tools, processors=processors, research=research_setup(spec, roles),
         )
     except BaseException:
         if session is not None:

@@ -28,6 +28,18 @@ SEARCH_OPTIONS = {
     # loom agent's names for the scheduler's settings
     "parallel": "beam", "order": "agent_order", "on_failure": "on_failure",
 }
+#: loom research's option name -> ResearchConfig field.
+RESEARCH_OPTIONS = {
+    "max_branches": "max_branches", "depth_limit": "depth_limit", "max_hypotheses": "max_nodes",
+    "branching": "branching_strategy", "branching_threshold": "branching_threshold",
+    "pruning_threshold": "pruning_threshold", "prune_after_depth": "prune_after_depth",
+    "strong_evidence": "strong_evidence", "merge": "merge_strategy", "merge_threshold": "merge_threshold",
+    "explore": "exploration_strategy", "exploration_budget": "exploration_budget", "research_parallel": "parallel",
+    "confidence_threshold": "confidence_threshold", "insight_target": "insight_target", "passages": "passages",
+    "allow": "allow",
+}
+#: loom research's option name -> the role whose model it names.
+ROLE_MODEL_OPTIONS = {"brancher_model": "brancher", "evaluator_model": "evaluator", "synthesizer_model": "synthesizer"}
 #: Option name -> ControlSettings field.
 CONTROL_OPTIONS = {
     "acceptable": "acceptable_threshold", "goal": "goal_threshold", "compromise": "compromise_threshold",
@@ -111,7 +123,17 @@ def spec_from_options(options: Mapping[str, Any]) -> RunSpec:
         knowledge=options.get("knowledge"), knowledge_index=options.get("knowledge_index"),
         tools=_names(options.get("tools")), tool_limits=_tool_limits(options), mcp_config=options.get("mcp_config"),
         read_roots=tuple(options.get("allow_read") or ()),
+        research=_research(options, task_name),
+        role_models={role: options[opt] for opt, role in ROLE_MODEL_OPTIONS.items() if options.get(opt)} or None,
     )
+
+
+def _research(options: Mapping[str, Any], task_name: str) -> dict[str, Any] | None:
+    """loom research's settings as ResearchConfig fields (the research task always has them, defaults or not)."""
+    given = {field: options[opt] for opt, field in RESEARCH_OPTIONS.items() if options.get(opt) is not None}
+    if given or task_name == "research" or options.get("strategy") == "research":
+        return given
+    return None
 
 
 def _names(value: Any) -> tuple[str, ...]:

@@ -23,11 +23,21 @@ from typing import TYPE_CHECKING, Any
 
 from ..llm.errors import ModelError
 from ..llm.types import Backend
+from ..search.config import TOOL_STRATEGIES
 from ..store.blocks import CID
 from ..store.manifest import Manifest, code_version, plain_options, prompt_hashes
 from ..store.memory import MemoryStore
 from ..store.replay import Divergence, ReplayBackend, compare_graphs
-from ..store.runs import RunError, RunRecorder, StoredRun, load_calls, load_counts, load_head, new_run_id, open_run
+from ..store.runs import (
+    RunError,
+    RunRecorder,
+    StoredRun,
+    load_calls,
+    load_counts,
+    load_head,
+    new_run_id,
+    open_run,
+)
 from ..store.store import BlockStore
 from ..tools.base import ToolResult, ToolSpec
 from ..tools.toolbox import RecordedTool, Toolbox
@@ -317,7 +327,7 @@ def resume_session(store: BlockStore, store_path: str | None, run: StoredRun) ->
     spec = spec_of(run.manifest)
     make = _replay_backend(store, run.manifest, run.head, run.calls_cid)
     recorder = RunRecorder(store, run.manifest, prev=run.head_cid, seq=int(run.head["seq"]) + 1, started=True)
-    tools = recorded_tools(store, run.graph_cid) if spec.config.strategy == "agent" else None
+    tools = recorded_tools(store, run.graph_cid) if spec.config.strategy in TOOL_STRATEGIES else None
     return spec, RunSession("resume", store, store_path, recorder, run.manifest, make_replay=make,
                             recorded_tools=tools)
 
@@ -341,7 +351,7 @@ def replay_session(store: BlockStore, store_path: str | None, manifest: Manifest
     # The wall clock's stop is replayed from the record, not measured again.
     spec = replace(spec, budget=replace(spec.budget, wall_s=None), store=None, run_id=manifest.run_id)
     recorder = RunRecorder(MemoryStore(), replace(manifest), started=True)
-    tools = recorded_tools(store, expected) if spec.config.strategy == "agent" else None
+    tools = recorded_tools(store, expected) if spec.config.strategy in TOOL_STRATEGIES else None
     return spec, RunSession("replay", store, store_path, recorder, manifest, make_replay=make,
                             expected_graph=expected, source_store=store, recorded_tools=tools)
 

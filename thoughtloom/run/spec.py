@@ -23,7 +23,8 @@ from ..grounding.sandbox import SandboxLimits
 from ..grounding.types import Grounder
 from ..llm.budget import BudgetLimits
 from ..llm.types import Backend
-from ..search.config import SearchConfig
+from ..search.config import TOOL_STRATEGIES, SearchConfig
+from ..search.research.config import ROLES, ResearchConfig, ResearchConfigError
 from ..tasks.base import Task
 from ..tasks.registry import TaskOptions, get_task
 from ..tools.toolbox import ToolLimits
@@ -83,6 +84,10 @@ class RunSpec:
     mcp_config: str | None = None
     #: Folders the `files` tool may read.
     read_roots: tuple[str, ...] = ()
+    #: The research strategy's settings (None: the defaults).
+    research: ResearchConfig | None = None
+    #: Research roles that run on a model of their own: (role, model spec) pairs.
+    role_models: tuple[tuple[str, str], ...] = ()
     #: Where the run is recorded (a SQLite path or a BlockStore); None: not stored.
     store: Any = None
     run_id: str | None = None
@@ -112,6 +117,8 @@ class RunSpec:
             "knowledge": self.knowledge, "knowledge_index": self.knowledge_index,
             **({"tools": list(self.tools), "tool_limits": asdict(self.tool_limits), "mcp_config": self.mcp_config,
                 "read_roots": list(self.read_roots)} if self.tools else {}),
+            **({"research": self.research.to_dict()} if self.research is not None else {}),
+            **({"role_models": [list(r) for r in self.role_models]} if self.role_models else {}),
         }
 
     @classmethod
@@ -136,6 +143,8 @@ class RunSpec:
                 knowledge=data.get("knowledge"), knowledge_index=data.get("knowledge_index"),
                 tools=tuple(data.get("tools") or ()), tool_limits=ToolLimits(**(data.get("tool_limits") or {})),
                 mcp_config=data.get("mcp_config"), read_roots=tuple(data.get("read_roots") or ()),
+                research=ResearchConfig.from_dict(data["research"]) if data.get("research") else None,
+                role_models=tuple((str(r), str(m)) for r, m in data.get("role_models") or ()),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise SpecError(f"not a run spec: {exc}") from None
@@ -209,6 +218,8 @@ def resolve(
     tool_limits: ToolLimits | None = None,
     mcp_config: str | os.PathLike[str] | None = None,
     read_roots: Sequence[str | os.PathLike[str]] = (),
+    research: ResearchConfig | Mapping[str, Any] | None = None,
+    role_models: Mapping[str, str] | None = None,
 ) -> RunSpec:
     """The one way to build a RunSpec: task defaults, then the profile, then the explicit settings.
 
@@ -217,6 +228,8 @@ def resolve(
     a mapping of ControlSettings fields to override some of them, a ControlSettings as is, or False
     for a plain search. `grounding`: a GroundingPolicy, or fields overriding the profile's. `tools`,
     `tool_limits`, `mcp_config`, `read_roots`: what the agent strategy may call (thoughtloom.tools).
+    `research`: the research strategy's ResearchConfig, or fields of it; `role_models`: research roles
+    (brancher, evaluator, synthesizer) that run on a model of their own, by model spec.
     Raises UnknownProfile / UnknownTask / TaskOptionError / ProblemError / SpecError with one line.
     """
     prof = get_profile(profile)
@@ -253,6 +266,8 @@ def resolve(
     if knowledge_index is not None and knowledge is None:
         raise SpecError("--knowledge-index needs --knowledge DIR")
     names = _tool_names(tools, config.strategy, knowledge, mcp_config, read_roots)
+    research_config = _research(research, config.strategy)
+    roles = _role_models(role_models, config.strategy)
     return RunSpec(
         task=task_ref, problem=problem, model=pinned_model(model), task_options=options, config=config,
         budget=budget or BudgetLimits(), profile=prof.name, control=settings, answers=answers or AutoAnswers(),
@@ -261,8 +276,49 @@ def resolve(
         grounders=tuple(grounders), store=store, run_id=run_id, tools=names,
         tool_limits=tool_limits or ToolLimits(),
         mcp_config=os.path.abspath(mcp_config) if mcp_config is not None else None,
-        read_roots=tuple(os.path.abspath(r) for r in read_roots),
+        read_roots=tuple(os.path.abspath(r) for r in read_roots), research=research_config, role_models=roles,
     )
+
+
+def _research(research: ResearchConfig | Mapping[str, Any] | None, strategy: str) -> ResearchConfig | None:
+    """The research settings, checked (anti-patterns included); only the research strategy takes them."""
+    if research is None:
+        return None
+    if strategy != "research":
+        raise SpecError(f"research settings are for the research strategy (loom research); --strategy {strategy} "
+                        "does not use them")
+    if isinstance(research, ResearchConfig):
+        return research
+    values = {k: v for k, v in research.items() if v is not None}
+    if "allow" in values:
+        values["allow"] = tuple(values["allow"])
+    try:
+        return ResearchConfig(**values)
+    except ResearchConfigError as exc:
+        raise SpecError(str(exc)) from None
+    except TypeError as exc:
+        raise SpecError(f"not a research setting: {exc}") from None
+
+
+def _role_models(role_models: Mapping[str, str] | None, strategy: str) -> tuple[tuple[str, str], ...]:
+    """(role, model spec) pairs, checked: known roles, specs that parse, and the research strategy."""
+    if not role_models:
+        return ()
+    from ..llm.errors import ModelConfigError
+    from ..llm.registry import parse_model_spec
+
+    if strategy != "research":
+        raise SpecError("a model per role is for the research strategy (loom research)")
+    out = []
+    for role, model in sorted(role_models.items()):
+        if role not in ROLES:
+            raise SpecError(f"no role {role!r}; the research roles are {', '.join(ROLES)}")
+        try:
+            parse_model_spec(model)
+        except (ModelConfigError, ValueError) as exc:
+            raise SpecError(f"--{role}-model: {exc}") from None
+        out.append((role, str(pinned_model(model))))
+    return tuple(out)
 
 
 def _tool_names(tools: Sequence[str], strategy: str, knowledge: Any, mcp_config: Any,
@@ -275,8 +331,8 @@ def _tool_names(tools: Sequence[str], strategy: str, knowledge: Any, mcp_config:
         return ()
     try:
         names = parse_tool_names(",".join(tools))
-        if strategy != "agent":
-            raise SpecError("tools are called by the agent (loom agent, or --strategy agent); "
+        if strategy not in TOOL_STRATEGIES:
+            raise SpecError("tools are called by the agent and the research flow (loom agent, loom research); "
                             f"--strategy {strategy} does not call them")
         return tuple(check_grant(names, knowledge=knowledge, read_roots=read_roots, mcp_config=mcp_config))
     except ToolConfigError as exc:

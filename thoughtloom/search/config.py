@@ -5,8 +5,10 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
-StrategyName = Literal["bfs", "dfs", "best_first", "mcts", "got", "recursive", "agent"]
-STRATEGIES: tuple[str, ...] = ("bfs", "dfs", "best_first", "mcts", "got", "recursive", "agent")
+StrategyName = Literal["bfs", "dfs", "best_first", "mcts", "got", "recursive", "agent", "research"]
+STRATEGIES: tuple[str, ...] = ("bfs", "dfs", "best_first", "mcts", "got", "recursive", "agent", "research")
+#: Strategies that call tools (the others are given none).
+TOOL_STRATEGIES: tuple[str, ...] = ("agent", "research")
 AGENT_ORDERS: tuple[str, ...] = ("breadth_first", "depth_first", "best_first")
 FAILURE_POLICIES: tuple[str, ...] = ("replan", "skip", "fail")
 AGGREGATIONS: tuple[str, ...] = ("sum", "product", "min", "mean")

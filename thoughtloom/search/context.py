@@ -98,11 +98,16 @@ class SearchContext:
         tools: Toolbox | None = None,
         # A search.agent ProcessorRegistry; not named here, as the agent package builds on this module.
         processors: Any = None,
+        # A search.research ResearchSetup (the research strategy's settings and roles), for the same reason.
+        research: Any = None,
     ) -> None:
         self.task = task
         #: The agent strategy's tools and processors (None: no tools; the built-in processors).
         self.tools = tools
         self.processors = processors
+        #: The research strategy's setup, and the ResearchResult it leaves for the engine's result.
+        self.research = research
+        self.research_result: Any = None
         self.problem = problem
         # Hooks the task leaves at the base class's default are not called once per thought.
         self.task_validates = overrides(task, "validate")
@@ -223,6 +228,7 @@ class SearchContext:
             seed=self._seed(purpose, key),
             purpose=purpose,
             schema=query.schema,
+            route=query.route,
         )
 
     async def ask(self, query: Query, n: int, purpose: str, key: object) -> tuple[list[str], int] | None:

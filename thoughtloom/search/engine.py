@@ -25,6 +25,7 @@ from .stop import StopReason
 if TYPE_CHECKING:
     from ..tools.toolbox import Toolbox
     from .agent.processors import ProcessorRegistry
+    from .research.explorer import ResearchSetup
 
 T = TypeVar("T")
 
@@ -86,6 +87,7 @@ async def search(
     on_context: Callable[[SearchContext], None] | None = None,
     tools: Toolbox | None = None,
     processors: ProcessorRegistry | None = None,
+    research: ResearchSetup | None = None,
 ) -> SearchResult:
     """Search for an answer to problem_text; always returns the best found and why it stopped.
 
@@ -94,7 +96,8 @@ async def search(
     Thoughts are grounded by the task's own grounders and by `grounders`, and their scores moved
     by `grounding_policy` (default: GroundingPolicy()). `on_context` is called once with the
     SearchContext before the strategy starts (a run recorder reads the graph through it).
-    `tools` and `processors` are what the agent strategy works with (other strategies ignore them).
+    `tools` and `processors` are what the agent strategy works with (other strategies ignore them);
+    `research` is the research strategy's setup (with `tools`), and `result.research` its ResearchResult.
     Cancelled (Ctrl-C), it returns what it has with termination_reason "interrupted" and makes
     no further model call.
 
@@ -125,7 +128,7 @@ async def search(
     if bus:
         bus.emit(SearchStarted(task.name, problem_text, config.strategy, gateway.budget.limits.tokens))
     ctx = SearchContext(task, problem, gateway, config, bus, controller, all_grounders, grounding_policy, tools,
-                        processors)
+                        processors, research)
     if out_of_time:
         ctx.stop("budget_wall_s")
     if on_context is not None:
@@ -210,4 +213,5 @@ async def search(
         error=ctx.error,
         control=controller.report(ctx) if controller is not None else None,
         grounding={n: r for n, r in sorted(ctx.grounding.items())},
+        research=ctx.research_result,
     )

@@ -125,6 +125,29 @@ class ToolCalled(Event):
 
 
 @dataclass(slots=True)
+class FlowTransitioned(Event):
+    """research: the flow moved from one state to another by one of its directions."""
+
+    type: ClassVar[str] = "flow_transition"
+    source: str
+    direction: str
+    target: str
+
+
+@dataclass(slots=True)
+class InsightFound(Event):
+    """research: an insight (discovery, evidence, contradiction, synthesis), as it happens."""
+
+    type: ClassVar[str] = "insight"
+    kind: str
+    content: str
+    confidence: float
+    node_id: int
+    depth: int
+    source: str | None = None
+
+
+@dataclass(slots=True)
 class GoalFound(Event):
     type: ClassVar[str] = "goal_found"
     node_id: int

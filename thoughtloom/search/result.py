@@ -111,6 +111,8 @@ class SearchResult:
     graph_cid: str | None = None
     #: Why the run could not be stored whole (a full disk...); run_id is None when nothing was stored.
     store_error: str | None = None
+    #: The research strategy's ResearchResult (answer with sources, tree, insights, metrics).
+    research: Any = None
 
     def to_dict(self) -> dict[str, Any]:
         """Plain data for JSON output."""
@@ -137,6 +139,7 @@ class SearchResult:
                if self.grounding else {}),
             **({"recursion": self.recursion()} if self.recursion() is not None else {}),
             **({"agent": self.agent()} if self.agent() is not None else {}),
+            **({"research": self.research.to_dict()} if self.research is not None else {}),
         }
 
     def recursion(self) -> dict[str, Any] | None:

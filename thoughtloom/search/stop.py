@@ -9,6 +9,10 @@ class StopReason(StrEnum):
     """The reason a search ended; its value is the string `--json` and stored runs carry."""
 
     GOAL_REACHED = "goal_reached"
+    #: research: the answer's confidence reached the confidence threshold.
+    CONFIDENCE_REACHED = "confidence_reached"
+    #: research: the flow found as many insights as the caller asked for.
+    INSIGHT_TARGET = "insight_target"
     MAX_DEPTH = "max_depth"
     FRONTIER_EXHAUSTED = "frontier_exhausted"
     ITERATIONS = "iterations"

@@ -234,15 +234,16 @@ def read_chunks(store: BlockStore, obj: dict[str, Any]) -> list[Any]:
 
 
 def request_key(prompt: Prompt, n: int, max_tokens: int, temperature: float, stop: Sequence[str],
-                seed: int | None, form: str | None = None, schema: str | None = None) -> tuple[Any, ...]:
+                seed: int | None, form: str | None = None, schema: str | None = None,
+                route: str | None = None) -> tuple[Any, ...]:
     """What identifies a backend request when replaying (the purpose is not part of it).
 
     form: the prompt form the recorded backend read ("text": the completion text and its stops;
     "chat": the messages, which end at the end of turn); None when unknown: both forms count.
     A run is then still replayable after a change to the form its model never saw. A reply
-    schema is part of the key when there is one.
+    schema is part of the key when there is one, and so is the route (which of the run's models answered).
     """
-    tail = (schema,) if schema is not None else ()
+    tail = ((schema,) if schema is not None else ()) + ((("route", route),) if route is not None else ())
     if form == "text":
         return (prompt.as_text(), None, n, max_tokens, float(temperature), tuple(stop), seed, *tail)
     if form == "chat":
@@ -271,11 +272,12 @@ class RecordedCall:
     error: str | None = None
     batch: int | None = None  # size of the batch this exchange was part of (its first member's rank first)
     schema: str | None = None  # the JSON Schema the reply was asked to match
+    route: str | None = None  # which of the run's models answered (a role's own model)
 
     def key(self, form: str | None = None) -> tuple[Any, ...]:
         """The request key this exchange answers (see request_key for `form`)."""
         return request_key(self.prompt, self.n, self.max_tokens, self.temperature, self.stop, self.seed, form,
-                           self.schema)
+                           self.schema, self.route)
 
 
 def _prompt_block(prompt: Prompt, blocks: list[Block]) -> Link:
@@ -305,6 +307,7 @@ def load_calls(store: BlockStore, calls_cid: CID) -> list[RecordedCall]:
             temperature=c["temperature"], stop=tuple(c["stop"]), seed=c["seed"],
             texts=tuple(read_text(store, t) or "" for t in c["texts"]), usage=Usage(*c["usage"]),
             error_kind=error.get("kind"), error=error.get("message"), batch=c.get("batch"), schema=c.get("schema"),
+            route=c.get("route"),
         ))
     out.sort(key=lambda r: r.rank)
     return out
@@ -445,6 +448,7 @@ class RunRecorder:
             "error": {"kind": error[0], "message": error[1]} if error else None,
             "batch": batch,
             **({"schema": request.schema} if request.schema is not None else {}),
+            **({"route": request.route} if request.route is not None else {}),
         }
         self._completed += 1
         self._calls.append(_put(obj, blocks))

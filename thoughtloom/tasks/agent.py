@@ -15,8 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from ..llm.types import Prompt, few_shot_messages
-from .base import ProblemError, Query, Task
+from .base import ProblemError, Query, Task, few_shot_query
 
 #: Most steps one plan may have: a longer plan is cut (and the cut said on the plan node).
 MAX_PLAN_STEPS = 8
@@ -92,15 +91,6 @@ def _cut(text: str, n: int) -> str:
     return text if len(text) <= n else text[: n - 3] + "..."
 
 
-def _query(system: str, examples: Sequence[tuple[str, str]], user: str, max_tokens: int,
-           stop: tuple[str, ...] = (), schema: str | None = None, temperature: float | None = None) -> Query:
-    """One prompt in both forms: few-shot chat turns, and the same examples as completion text."""
-    shots = "".join(f"{asked}\n{answered}\n\n" for asked, answered in examples)
-    text = f"{system}\n\n{shots}{user}\n"
-    return Query(Prompt(text=text, messages=few_shot_messages(system, examples, user)), max_tokens=max_tokens,
-                 stop=stop, schema=schema, temperature=temperature)
-
-
 # --- plans --------------------------------------------------------------------------------------
 
 _PLAN_SYSTEM = (
@@ -128,7 +118,7 @@ _TOOL_TAG = re.compile(r"^\[\s*([A-Za-z][\w.:-]*)\s*\]\s*")
 def plan_query(task: str, tools: Sequence[str]) -> Query:
     """Ask for a numbered plan whose steps name their dependencies and tools."""
     tool_line = ", ".join(tools) if tools else "none"
-    return _query(_PLAN_SYSTEM, [_PLAN_EXAMPLE], f"Task: {task}\nTools: {tool_line}", max_tokens=220)
+    return few_shot_query(_PLAN_SYSTEM, [_PLAN_EXAMPLE], f"Task: {task}\nTools: {tool_line}", max_tokens=220)
 
 
 def parse_plan(text: str, tools: Sequence[str] = ()) -> list[PlanStep]:
@@ -213,7 +203,7 @@ _STEP_EXAMPLE = (
 
 def step_query(task: str, step: str, context: Context) -> Query:
     """Ask for one step's result, given its parents' results."""
-    return _query(_STEP_SYSTEM, [_STEP_EXAMPLE],
+    return few_shot_query(_STEP_SYSTEM, [_STEP_EXAMPLE],
                   f"Task: {task}\nEarlier results:\n{context.render()}\nStep: {step}", max_tokens=160)
 
 
@@ -254,7 +244,7 @@ def _sorted(value: Any) -> Any:
 def tool_query(task: str, step: str, context: Context, tools: Sequence[ToolDescription]) -> Query:
     """Ask for a tool call as a JSON object, constrained to the tools' schemas where the backend can."""
     listing = "\n".join(_describe_tool(t) for t in tools)
-    return _query(_TOOL_SYSTEM, [_TOOL_EXAMPLE],
+    return few_shot_query(_TOOL_SYSTEM, [_TOOL_EXAMPLE],
                   f"Tools:\n{listing}\nEarlier results:\n{context.render()}\nStep: {step}", max_tokens=160,
                   stop=("\n\n",), schema=tool_call_schema(tools), temperature=TOOL_TEMPERATURE)
 
@@ -345,7 +335,7 @@ _SYNTH_EXAMPLE = (
 
 def synthesis_query(task: str, context: Context) -> Query:
     """Ask for one answer that combines the parents' results."""
-    return _query(_SYNTH_SYSTEM, [_SYNTH_EXAMPLE],
+    return few_shot_query(_SYNTH_SYSTEM, [_SYNTH_EXAMPLE],
                   f"Task: {task}\nResults of the steps:\n{context.render()}\n\nFinal answer:", max_tokens=300)
 
 
@@ -364,7 +354,7 @@ _REASON = re.compile(r"reason\s*[:=]\s*(.+)", re.IGNORECASE)
 def critique_query(task: str, answer: str, checks: Sequence[str] = ()) -> Query:
     """Ask whether an answer does what the task asks (with what exact checks already found)."""
     found = ("\nChecks already made:\n" + "\n".join(f"- {c}" for c in checks)) if checks else ""
-    return _query(_CRITIQUE_SYSTEM, [_CRITIQUE_EXAMPLE], f"Task: {task}\nAnswer: {_cut(answer, 1200)}{found}",
+    return few_shot_query(_CRITIQUE_SYSTEM, [_CRITIQUE_EXAMPLE], f"Task: {task}\nAnswer: {_cut(answer, 1200)}{found}",
                   max_tokens=80)
 
 
@@ -395,7 +385,7 @@ _REVISE_EXAMPLE = (
 def revise_query(task: str, answer: str, problems: Sequence[str]) -> Query:
     """Ask for the answer again, fixing what the critique found."""
     listed = "\n".join(f"- {p}" for p in problems) or "- (none stated)"
-    return _query(_REVISE_SYSTEM, [_REVISE_EXAMPLE], f"Task: {task}\nAnswer: {_cut(answer, 1200)}\nProblems:\n"
+    return few_shot_query(_REVISE_SYSTEM, [_REVISE_EXAMPLE], f"Task: {task}\nAnswer: {_cut(answer, 1200)}\nProblems:\n"
                   f"{listed}\n\nCorrected answer:", max_tokens=300)
 
 
@@ -408,7 +398,7 @@ _CODE_SYSTEM = (
 def code_query(task: str, step: str, context: Context, feedback: str | None = None) -> Query:
     """Ask for a program that does the step and prints the result (with the last run's error, if any)."""
     fix = f"\nThe last program failed: {_cut(feedback, 300)}\nWrite a corrected program." if feedback else ""
-    return _query(_CODE_SYSTEM, [], f"Task: {task}\nEarlier results:\n{context.render()}\nStep: {step}{fix}",
+    return few_shot_query(_CODE_SYSTEM, [], f"Task: {task}\nEarlier results:\n{context.render()}\nStep: {step}{fix}",
                   max_tokens=300)
 
 
@@ -420,7 +410,7 @@ _DECOMPOSE_SYSTEM = (
 
 def decompose_query(task: str, question: str) -> Query:
     """Ask for sub-questions, each with the type of its answer."""
-    return _query(_DECOMPOSE_SYSTEM, [], f"Task: {task}\nQuestion: {question}", max_tokens=160)
+    return few_shot_query(_DECOMPOSE_SYSTEM, [], f"Task: {task}\nQuestion: {question}", max_tokens=160)
 
 
 _HYPOTHESIS_SYSTEM = "You state the most likely answer to a question in one sentence, as a hypothesis to test."
@@ -428,7 +418,7 @@ _HYPOTHESIS_SYSTEM = "You state the most likely answer to a question in one sent
 
 def hypothesis_query(task: str, question: str, context: Context) -> Query:
     """Ask for a one-sentence hypothesis."""
-    return _query(_HYPOTHESIS_SYSTEM, [], f"Task: {task}\nKnown:\n{context.render()}\nQuestion: {question}",
+    return few_shot_query(_HYPOTHESIS_SYSTEM, [], f"Task: {task}\nKnown:\n{context.render()}\nQuestion: {question}",
                   max_tokens=80)
 
 

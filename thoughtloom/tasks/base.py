@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 
 from ..graph import NodeKind
-from ..llm.types import Prompt
+from ..llm.types import Prompt, few_shot_messages
 from .query import Query, Verdict
 
 if TYPE_CHECKING:
@@ -20,6 +20,15 @@ if TYPE_CHECKING:
     from .recursion.hooks import RecursiveHooks
 
 P = TypeVar("P")  # a task's parsed problem
+
+
+def few_shot_query(system: str, examples: Sequence[tuple[str, str]], user: str, max_tokens: int,
+                   stop: tuple[str, ...] = (), schema: str | None = None, temperature: float | None = None) -> Query:
+    """One prompt in both forms: few-shot chat turns (instruct models), and the same examples as completion text."""
+    shots = "".join(f"{asked}\n{answered}\n\n" for asked, answered in examples)
+    text = f"{system}\n\n{shots}{user}\n"
+    return Query(Prompt(text=text, messages=few_shot_messages(system, examples, user)), max_tokens=max_tokens,
+                 stop=stop, schema=schema, temperature=temperature)
 
 
 class ProblemError(ValueError):

@@ -17,6 +17,8 @@ class Query:
     temperature: float | None = None  # None: the search's configured temperature
     #: A JSON Schema (canonical JSON text) the reply should match, where the backend can enforce it.
     schema: str | None = None
+    #: Which of the run's models answers: a role with a model of its own (None: the run's model).
+    route: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,6 +11,7 @@ from .agent import AgentTask
 from .base import Task
 from .game24 import Game24
 from .general import GeneralTask
+from .research import ResearchTask
 
 if TYPE_CHECKING:
     from ..grounding.sandbox import SandboxLimits
@@ -116,6 +117,7 @@ TASKS: dict[str, tuple[str, Callable[[TaskOptions], Task[Any]]]] = {
     "game24": (Game24.description, _no_options(Game24)),
     "general": (GeneralTask.description, _no_options(GeneralTask)),
     "agent": (AgentTask.description, _no_options(AgentTask)),
+    "research": (ResearchTask.description, _no_options(ResearchTask)),
     "code": ("write a Python function (--tests FILE); programs are run against the tests in a sandbox", _code),
     "humaneval": ("HumanEval problem by id (--problem HumanEval/0); pass@1 on the hidden tests", _humaneval),
     "mbpp": ("MBPP problem by id (--problem MBPP/2, --data FILE); pass@1 on all its tests", _mbpp),

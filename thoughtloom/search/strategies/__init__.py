@@ -6,6 +6,7 @@ from collections.abc import Awaitable, Callable
 
 from ..agent.scheduler import run_agent
 from ..context import SearchContext
+from ..research.explorer import run_research
 from .best_first import run_best_first
 from .bfs import run_bfs
 from .dfs import run_dfs
@@ -23,6 +24,7 @@ STRATEGY_FUNCTIONS: dict[str, StrategyFn] = {
     "got": run_got,
     "recursive": run_recursive,
     "agent": run_agent,
+    "research": run_research,
 }
 
 __all__ = ["STRATEGY_FUNCTIONS", "StrategyFn"]

@@ -1,0 +1,256 @@
+"""The research task: a question explored as a tree of hypotheses tested against evidence (loom research).
+
+This module is the research flow's prompter and parser: the prompts the flow sends (propose
+hypotheses, judge passages against a hypothesis, state a fact from the model's own knowledge,
+synthesize hypotheses into one answer), each in chat and completion form, and the parsers that
+read the replies into typed values. The flow that sends them is thoughtloom.search.research.
+"""
+
+from __future__ import annotations
+
+import re
+import string
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from .base import ProblemError, Query, Task, few_shot_query
+
+#: Characters of a passage or an evidence line shown in a prompt.
+PASSAGE_CHARS = 600
+
+
+@dataclass(frozen=True, slots=True)
+class Proposal:
+    """A hypothesis the brancher proposes: its statement, its short answer, and the confidence it gives it (if any)."""
+
+    content: str
+    answer: str | None = None
+    confidence: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Judgement:
+    """What one passage (or the model's own knowledge) says of a hypothesis."""
+
+    index: int
+    verdict: str  # "supports" | "contradicts" | "unrelated"
+    strength: float
+    why: str
+
+
+@dataclass(frozen=True, slots=True)
+class SynthesisReply:
+    """A synthesizer's reply: the short answer, why, and the confidence it states (if any)."""
+
+    answer: str
+    why: str
+    confidence: float | None = None
+
+
+def _cut(text: str, n: int = PASSAGE_CHARS) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= n else text[: n - 3] + "..."
+
+
+# --- proposing hypotheses -----------------------------------------------------------------------
+
+_BRANCH_SYSTEM = (
+    "You propose different possible answers to a question, as hypotheses to test. Write exactly the number "
+    "asked for, one per numbered line: the answer in a few words, then ' - ' and one short sentence why. "
+    "Each line gives a different answer."
+)
+_BRANCH_EXAMPLE = (
+    "Question: Which river is longer, the Loire or the Rhone?\nPassages:\n[1] The Loire is the longest river in "
+    "France, at 1,006 km.\n[2] The Rhone flows 813 km from the Alps to the Mediterranean.\nHypotheses (3):",
+    "1. The Loire - the passages give it 1,006 km against 813 km.\n2. The Rhone - it may be longer counting its "
+    "Swiss course.\n3. About the same length - both are major French rivers.",
+)
+_PROPOSAL = re.compile(r"^\s*(?:hypothesis\s*)?(\d{1,2})\s*[.):]\s*(.+?)\s*$", re.IGNORECASE)
+_STATED = re.compile(r"\(?\s*confidence\s*[:=]?\s*([01](?:\.\d+)?)\s*\)?\s*\.?\s*$", re.IGNORECASE)
+_SPLIT = re.compile(r"\s+[-–—]\s+|:\s+")
+
+
+def branch_query(question: str, n: int, *, passages: Sequence[tuple[str, str]] = (), hypothesis: str | None = None,
+                 evidence: Sequence[str] = ()) -> Query:
+    """Ask for n hypotheses: answers to the question (from passages), or alternatives to a hypothesis given its evidence."""
+    parts = [f"Question: {question}"]
+    if passages:
+        parts.append("Passages:\n" + "\n".join(f"[{i}] {_cut(text)}" for i, (_, text) in enumerate(passages, 1)))
+    if hypothesis is not None:
+        parts.append(f"Current hypothesis: {_cut(hypothesis, 300)}")
+        shown = "\n".join(f"- {_cut(e, 300)}" for e in evidence) or "- (none found)"
+        parts.append(f"Evidence so far:\n{shown}")
+        parts.append(f"Alternative hypotheses ({n}):")
+    else:
+        parts.append(f"Hypotheses ({n}):")
+    return few_shot_query(_BRANCH_SYSTEM, [_BRANCH_EXAMPLE], "\n".join(parts), max_tokens=40 * n + 20)
+
+
+def parse_proposals(text: str, n: int) -> list[Proposal]:
+    """Numbered lines as proposals (at most n; a repeated answer is kept once)."""
+    out: list[Proposal] = []
+    seen: set[str] = set()
+    for line in text.splitlines():
+        m = _PROPOSAL.match(line.strip().strip("*"))
+        if m is None:
+            continue
+        body = m.group(2).strip().strip("*").strip()
+        confidence = None
+        stated = _STATED.search(body)
+        if stated is not None:
+            confidence = min(1.0, float(stated.group(1)))
+            body = body[: stated.start()].rstrip(" ,;")
+        if not body:
+            continue
+        head = _SPLIT.split(body, maxsplit=1)[0].strip(" .\"'")
+        answer = head if head and len(head.split()) <= 8 else None
+        key = answer_key(answer or body)
+        if not key or key in seen:
+            continue
+        seen.add(key)
+        out.append(Proposal(body, answer, confidence))
+        if len(out) >= n:
+            break
+    return out
+
+
+# --- judging evidence -----------------------------------------------------------------------------
+
+_JUDGE_SYSTEM = (
+    "You check a hypothesis against numbered passages. For each passage write one line: its number, then "
+    "SUPPORTS, CONTRADICTS or UNRELATED, then how strongly from 0 to 1, then a few words why."
+)
+_JUDGE_EXAMPLE = (
+    "Question: Was the Eiffel Tower finished before the Brooklyn Bridge?\nHypothesis: No - the Brooklyn Bridge "
+    "opened first.\nPassages:\n[1] The Brooklyn Bridge opened on May 24, 1883.\n[2] The Eiffel Tower was finished "
+    "in 1889 for the World's Fair.\n[3] Paris is the capital of France.",
+    "1: SUPPORTS 0.8 the bridge opened in 1883\n2: SUPPORTS 0.8 the tower was finished in 1889, later\n"
+    "3: UNRELATED 0 says nothing about either date",
+)
+_VERDICTS = {"supports": "supports", "support": "supports", "supported": "supports", "yes": "supports",
+             "contradicts": "contradicts", "contradict": "contradicts", "refutes": "contradicts",
+             "contradicted": "contradicts", "no": "contradicts", "unrelated": "unrelated", "irrelevant": "unrelated",
+             "neutral": "unrelated"}
+_JUDGEMENT = re.compile(
+    r"^\s*(?:\[?(\d{1,2})\]?\s*[:.)-]?\s*)?\**\s*(supports?|supported|contradicts?|contradicted|refutes|unrelated|"
+    r"irrelevant|neutral)\b\**\s*[:,(]?\s*([01](?:\.\d+)?)?\)?\s*[:,.-]?\s*(.*)$", re.IGNORECASE)
+#: Strength of a judgement that gives none.
+DEFAULT_STRENGTH = 0.6
+
+
+def judge_query(question: str, hypothesis: str, passages: Sequence[tuple[str, str]]) -> Query:
+    """Ask whether each passage supports or contradicts the hypothesis, and how strongly."""
+    shown = "\n".join(f"[{i}] {_cut(text)}" for i, (_, text) in enumerate(passages, 1))
+    return few_shot_query(_JUDGE_SYSTEM, [_JUDGE_EXAMPLE],
+                          f"Question: {question}\nHypothesis: {_cut(hypothesis, 300)}\nPassages:\n{shown}",
+                          max_tokens=24 * len(passages) + 16, temperature=0.2)
+
+
+def parse_judgements(text: str, count: int) -> list[Judgement]:
+    """One judgement per passage number (1..count) the reply judges; an unnumbered line takes the next number."""
+    out: dict[int, Judgement] = {}
+    next_index = 1
+    for line in text.splitlines():
+        m = _JUDGEMENT.match(line.strip())
+        if m is None:
+            continue
+        index = int(m.group(1)) if m.group(1) else next_index
+        next_index = index + 1
+        if not 1 <= index <= count or index in out:
+            continue
+        strength = min(1.0, float(m.group(3))) if m.group(3) else DEFAULT_STRENGTH
+        out[index] = Judgement(index, _VERDICTS[m.group(2).lower()], strength, m.group(4).strip())
+    return [out[i] for i in sorted(out)]
+
+
+_CLAIM_SYSTEM = (
+    "You test a hypothesis with what you know. Write one line: SUPPORTS or CONTRADICTS, how strongly from 0 to "
+    "1, then the one fact you know that decides it."
+)
+_CLAIM_EXAMPLE = (
+    "Question: Is Lisbon the capital of Portugal?\nHypothesis: Yes - Lisbon is the seat of government.",
+    "SUPPORTS 0.9 Lisbon has been Portugal's capital since the 13th century",
+)
+
+
+def claim_query(question: str, hypothesis: str) -> Query:
+    """Ask the model for one fact of its own for or against the hypothesis (evidence marked as the model's)."""
+    return few_shot_query(_CLAIM_SYSTEM, [_CLAIM_EXAMPLE],
+                          f"Question: {question}\nHypothesis: {_cut(hypothesis, 300)}", max_tokens=48,
+                          temperature=0.2)
+
+
+# --- synthesis ------------------------------------------------------------------------------------
+
+_SYNTH_SYSTEM = (
+    "You combine hypotheses about a question into one answer. Prefer the hypotheses the evidence supports. "
+    "Reply with two lines: ANSWER: the answer in a few words (yes or no for a yes/no question), then WHY: one "
+    "sentence that cites the evidence."
+)
+_SYNTH_EXAMPLE = (
+    "Question: Which river is longer, the Loire or the Rhone?\nHypotheses:\n- H1 (confidence 0.86): The Loire - "
+    "1,006 km against 813 km. Evidence: [docs:01-Loire.md:1] The Loire is the longest river in France, at 1,006 km.\n"
+    "- H2 (confidence 0.12): The Rhone - longer counting its Swiss course. Evidence: none",
+    "ANSWER: The Loire\nWHY: The Loire runs 1,006 km [docs:01-Loire.md:1], longer than the Rhone's 813 km.",
+)
+_ANSWER = re.compile(r"^\s*\**\s*(?:final\s+)?answer\s*\**\s*[:=]\s*\**\s*(.+?)\s*\**\s*$", re.IGNORECASE | re.MULTILINE)
+_WHY = re.compile(r"^\s*\**\s*(?:why|because|reason)\s*\**\s*[:=]\s*(.+)$", re.IGNORECASE | re.MULTILINE)
+_CONFIDENCE = re.compile(r"confidence\s*[:=]\s*([01](?:\.\d+)?)", re.IGNORECASE)
+
+
+def synthesis_query(question: str, hypotheses: Sequence[tuple[str, float, str, Sequence[str]]]) -> Query:
+    """Ask for one answer from hypotheses given as (label, confidence, statement, evidence lines)."""
+    rows = []
+    for label, confidence, statement, evidence in hypotheses:
+        shown = " ".join(_cut(e, 240) for e in evidence[:3]) or "none"
+        rows.append(f"- {label} (confidence {confidence:.2f}): {_cut(statement, 240)} Evidence: {shown}")
+    return few_shot_query(_SYNTH_SYSTEM, [_SYNTH_EXAMPLE], f"Question: {question}\nHypotheses:\n" + "\n".join(rows),
+                          max_tokens=120, temperature=0.2)
+
+
+def parse_synthesis(text: str) -> SynthesisReply | None:
+    """The ANSWER and WHY lines of a synthesis reply (the first line stands for ANSWER when none is marked)."""
+    body = text.strip()
+    if not body:
+        return None
+    m = _ANSWER.search(body)
+    answer = m.group(1) if m else body.splitlines()[0]
+    why = _WHY.search(body)
+    stated = _CONFIDENCE.search(body)
+    answer = answer.strip().strip("*").strip()
+    if not answer:
+        return None
+    return SynthesisReply(answer, why.group(1).strip() if why else "",
+                          min(1.0, float(stated.group(1))) if stated else None)
+
+
+_ARTICLES = re.compile(r"\b(a|an|the)\b")
+
+
+def answer_key(text: str | None) -> str:
+    """What two answers share when they say the same (lowercase, no punctuation or articles)."""
+    if not text:
+        return ""
+    text = "".join(c for c in text.lower() if c not in string.punctuation)
+    return " ".join(_ARTICLES.sub(" ", text).split())
+
+
+class ResearchTask(Task[str]):
+    """A question explored as a tree of hypotheses tested against evidence; the answer is the flow's synthesis."""
+
+    name = "research"
+    description = "a question explored as a tree of hypotheses tested against documents (loom research)"
+    free_text_steps = True
+    programmatic_answer = True
+    search_defaults = {"strategy": "research"}
+
+    def parse_problem(self, text: str) -> str:
+        """The question itself; empty text is refused."""
+        text = " ".join(text.split())
+        if not text:
+            raise ProblemError('the question is empty; ask one, e.g. loom research "Who wrote Dune?" --knowledge DIR')
+        return text
+
+    def compose_answer(self, problem: str, steps: Sequence[str], reply: str | None) -> str | None:
+        """None: the flow's final synthesis is the answer, and a flow that found none has none."""
+        return None
