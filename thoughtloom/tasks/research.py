@@ -86,6 +86,20 @@ def branch_query(question: str, n: int, *, passages: Sequence[tuple[str, str]] =
     return few_shot_query(_BRANCH_SYSTEM, [_BRANCH_EXAMPLE], "\n".join(parts), max_tokens=40 * n + 20)
 
 
+def proposal_of(line: str) -> Proposal | None:
+    """One hypothesis as written ("Argus - why (confidence 0.7)"): its statement, short answer and stated confidence."""
+    body = line.strip().strip("*").strip()
+    confidence = None
+    stated = _STATED.search(body)
+    if stated is not None:
+        confidence = min(1.0, float(stated.group(1)))
+        body = body[: stated.start()].rstrip(" ,;")
+    if not body:
+        return None
+    head = _SPLIT.split(body, maxsplit=1)[0].strip(" .\"'")
+    return Proposal(body, head if head and len(head.split()) <= 8 else None, confidence)
+
+
 def parse_proposals(text: str, n: int) -> list[Proposal]:
     """Numbered lines as proposals (at most n; a repeated answer is kept once)."""
     out: list[Proposal] = []
@@ -94,21 +108,12 @@ def parse_proposals(text: str, n: int) -> list[Proposal]:
         m = _PROPOSAL.match(line.strip().strip("*"))
         if m is None:
             continue
-        body = m.group(2).strip().strip("*").strip()
-        confidence = None
-        stated = _STATED.search(body)
-        if stated is not None:
-            confidence = min(1.0, float(stated.group(1)))
-            body = body[: stated.start()].rstrip(" ,;")
-        if not body:
-            continue
-        head = _SPLIT.split(body, maxsplit=1)[0].strip(" .\"'")
-        answer = head if head and len(head.split()) <= 8 else None
-        key = answer_key(answer or body)
-        if not key or key in seen:
+        proposal = proposal_of(m.group(2))
+        key = answer_key(proposal.answer or proposal.content) if proposal is not None else ""
+        if proposal is None or not key or key in seen:
             continue
         seen.add(key)
-        out.append(Proposal(body, answer, confidence))
+        out.append(proposal)
         if len(out) >= n:
             break
     return out
@@ -151,7 +156,7 @@ def parse_judgements(text: str, count: int) -> list[Judgement]:
     out: dict[int, Judgement] = {}
     next_index = 1
     for line in text.splitlines():
-        m = _JUDGEMENT.match(line.strip())
+        m = _JUDGEMENT.match(line.replace("*", "").strip())
         if m is None:
             continue
         index = int(m.group(1)) if m.group(1) else next_index

@@ -164,7 +164,7 @@ class ResearchFlow:
             await self._explore_question()
             m.go("explore")
             if not self._should_stop():
-                await self._branch_all([self.ctx.root])
+                await self._branching([self.tree[self.ctx.root]])
             while not self._should_stop():
                 batch = self._pick()
                 if not batch:
@@ -174,13 +174,13 @@ class ResearchFlow:
                 m.go("explore")
                 if self._should_stop():
                     break
+                wanted = self._to_branch() if self._room() else []
+                if wanted or self._prunable():
+                    await self._branching(wanted)
                 if await self._merge_settled():
                     if self._should_stop():
                         break
                     m.go("stream")
-                wanted = self._to_branch()
-                if wanted and self._room():
-                    await self._branch_all(wanted)
             await self._converge()
         except asyncio.CancelledError:
             # The caller stopped reading (or Ctrl-C): collapse with what is known, making no further call.
@@ -280,7 +280,9 @@ class ResearchFlow:
         """Evidence for and against one hypothesis (no graph change: applied in start order)."""
         out = _Found([])
         if CALC_TOOL in self.tools:
-            for expression, stated in arithmetic_claims(h.content):
+            # The reason after the answer: "12 ships - 3 x 4 = 12" must not read as 12 minus 3 x 4.
+            reason = h.content[len(h.answer):] if h.answer and h.content.startswith(h.answer) else h.content
+            for expression, stated in arithmetic_claims(reason):
                 r = await self.env.call_tool(CALC_TOOL, {"expression": f"{expression} = {stated}"}, h.id)
                 out.calls.append(r.to_dict())
                 why = sum_error(expression, stated)
@@ -391,14 +393,15 @@ class ResearchFlow:
             return [h for h in ready if h.depth == shallowest]
         return ready
 
-    async def _branch_all(self, ids: Sequence[int | Hypothesis]) -> None:
+    async def _branching(self, parents: Sequence[Hypothesis]) -> None:
+        """Expand `parents` into alternatives (when any), then prune what the evidence and promise rule out."""
         m = self.machine
         m.go("branch")
-        parents = [self.tree[i] if isinstance(i, int) else i for i in ids]
-        proposals = await self._in_start_order([self._propose(p) for p in parents])
-        for parent, (props, tokens) in zip(parents, proposals):
-            self._expand(parent, props, tokens)
-        m.go("expand")
+        if parents:
+            proposals = await self._in_start_order([self._propose(p) for p in parents])
+            for parent, (props, tokens) in zip(parents, proposals):
+                self._expand(parent, props, tokens)
+            m.go("expand")
         self._prune()
         m.go("prune")
         m.go("stream")
@@ -447,17 +450,17 @@ class ResearchFlow:
             if parent.id != self.ctx.root:
                 self._keep(parent)
 
+    def _prunable(self) -> list[tuple[Hypothesis, str]]:
+        """Live hypotheses from prune_after_depth down that strong contradiction, low promise or a better twin rule out."""
+        live = [h for h in self.live() if h.depth >= self.config.prune_after_depth]
+        return [(h, reason) for h in live if (reason := self._prune_reason(h, live)) is not None]
+
     def _prune(self) -> None:
-        """Cut live hypotheses from prune_after_depth down: strong contradiction, low promise, superseded."""
-        c = self.config
-        live = [h for h in self.live() if h.depth >= c.prune_after_depth]
-        for h in live:
-            reason = self._prune_reason(h, live)
-            if reason is None:
-                continue
-            h.status = _H.PRUNED
-            h.pruned_reason = reason
-            self.pruned_by[reason.split(":")[0]] = self.pruned_by.get(reason.split(":")[0], 0) + 1
+        """Cut what `_prunable` rules out (all reasons are read before any is cut, so the order does not matter)."""
+        for h, reason in self._prunable():
+            h.status, h.pruned_reason = _H.PRUNED, reason
+            criterion = reason.split(":")[0]
+            self.pruned_by[criterion] = self.pruned_by.get(criterion, 0) + 1
             self.ctx.prune(h.id, reason)
             self._keep(h)
 

@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from ...tasks.research import Proposal, SynthesisReply
+from ...tasks.research import Proposal, SynthesisReply, proposal_of
 from .records import Hypothesis
 
 
@@ -82,8 +82,8 @@ def read_proposals(value: Any) -> list[Proposal]:
     for item in value:
         if isinstance(item, Proposal):
             out.append(item)
-        elif isinstance(item, str) and item.strip():
-            out.append(Proposal(item.strip()))
+        elif isinstance(item, str) and (proposal := proposal_of(item)) is not None:
+            out.append(proposal)
         else:
             raise RoleError(f"a brancher's hypotheses are strings or Proposals; got {type(item).__name__}")
     return out
