@@ -1,0 +1,147 @@
+"""`loom research`: insights printed live, the cited synthesis, --json, one-line errors; on a real HTTP model and the embedded one."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from openai_server import FakeOpenAIServer, Reply, Seen
+
+from thoughtloom.search.events import InsightFound
+from thoughtloom.views.insights import InsightPrinter
+
+LOOM = [sys.executable, "-m", "thoughtloom"]
+QUESTION = "Who built the Argo?"
+
+
+def loom(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    """Run loom in a subprocess, as a user would."""
+    return subprocess.run([*LOOM, *args], capture_output=True, text=True, timeout=timeout, env=dict(os.environ),
+                          cwd=Path(__file__).parents[1])
+
+
+def chat(text: str) -> Reply:
+    return Reply(200, {"id": "x", "object": "chat.completion", "created": 0, "model": "m",
+                       "choices": [{"index": 0, "message": {"role": "assistant", "content": text},
+                                    "finish_reason": "stop"}],
+                       "usage": {"prompt_tokens": 30, "completion_tokens": 10, "total_tokens": 40}})
+
+
+def argo_server(seen: Seen) -> Reply:
+    """The flow's prompts answered by what they ask (the last user turn)."""
+    asked = seen.body["messages"][-1]["content"]
+    if "Hypotheses (" in asked and "Current hypothesis" not in asked:
+        return chat("1. Argus - the shipwright.\n2. Jason - he led the crew.")
+    hypothesis = re.search(r"Hypothesis: (\w+)", asked)
+    if "Passages:" in asked and hypothesis is not None:
+        return chat("1: SUPPORTS 0.9 named\n2: SUPPORTS 0.9 again" if hypothesis.group(1) == "Argus"
+                    else "1: CONTRADICTS 0.9 he only led it")
+    if "Alternative hypotheses" in asked:
+        return chat("1. Athena - she helped.")
+    if "Hypotheses:" in asked:
+        return chat("ANSWER: Argus\nWHY: the passage names him [docs:argo.md:1-2].")
+    return chat("1: UNRELATED 0 nothing")
+
+
+@pytest.fixture
+def docs(tmp_path: Path) -> str:
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    (folder / "argo.md").write_text("# The Argo\nThe Argo was built by Argus, with the help of Athena.\n")
+    (folder / "argus.md").write_text("# Argus\nArgus the shipwright built the Argo for Jason.\n")
+    (folder / "jason.md").write_text("# Jason\nJason led the Argonauts; he did not build the ship.\n")
+    return str(folder)
+
+
+@pytest.fixture
+def model(server: FakeOpenAIServer) -> str:
+    server.responder = argo_server
+    return f"openai-compatible:{server.url}@scripted#chat"
+
+
+def test_loom_research_prints_insights_then_the_cited_synthesis(docs: str, model: str) -> None:
+    proc = loom("research", QUESTION, "--knowledge", docs, "--model", model, "--quiet", "--no-store")
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    first_answer = next(i for i, line in enumerate(lines) if line.startswith("answer:"))
+    assert lines[0].startswith("[discovery] #1 0.50 Argus")
+    assert any(line.startswith("[evidence]") and "docs:argo.md" in line for line in lines[:first_answer])
+    assert any(line.startswith("[contradiction]") for line in lines[:first_answer])
+    assert lines[first_answer].startswith("answer: Argus")
+    assert "citations: docs:" in proc.stdout and "stopped by confidence_threshold" in proc.stdout
+
+
+def test_loom_research_json_is_the_research_result(docs: str, model: str) -> None:
+    proc = loom("research", QUESTION, "--knowledge", docs, "--model", model, "--json", "--quiet", "--no-store")
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert out["answer"]["answer"] == "Argus" and out["answer"]["citations"][0].startswith("docs:")
+    assert out["confidence"] == out["answer"]["confidence"] > 0.9
+    assert {"tree", "insights", "statistics", "transitions"} <= set(out)
+    assert out["statistics"]["hypotheses_generated"] == 2 and out["insights"][0]["type"] == "discovery"
+    assert out["run"]["usage"]["calls"] >= 4 and out["run"]["termination_reason"] == "confidence_reached"
+
+
+def test_a_stored_research_run_replays_from_the_cli(docs: str, model: str, tmp_path: Path) -> None:
+    store = str(tmp_path / "runs.db")
+    proc = loom("research", QUESTION, "--knowledge", docs, "--model", model, "--json", "--quiet", "--store", store)
+    assert proc.returncode == 0, proc.stderr
+    run_id = json.loads(proc.stdout)["run"]["run_id"]
+    replay = loom("replay", run_id, "--store", store)
+    assert replay.returncode == 0, replay.stderr
+    assert "identical" in (replay.stdout + replay.stderr)
+
+
+@pytest.mark.parametrize(("args", "said"), [
+    (("--max-branches", "40"), "unbounded branching"),
+    (("--pruning-threshold", "0"), "prunes nothing"),
+    (("--confidence-threshold", "0.5"), "premature convergence"),
+    (("--brancher-model", "nosuch:thing"), "--brancher-model"),
+])
+def test_bad_research_settings_are_one_line_errors(docs: str, args: tuple[str, ...], said: str) -> None:
+    proc = loom("research", QUESTION, "--knowledge", docs, "--no-store", *args)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1 and said in proc.stderr
+
+
+def test_an_anti_pattern_allowed_explicitly_runs(docs: str, model: str) -> None:
+    proc = loom("research", QUESTION, "--knowledge", docs, "--model", model, "--max-branches", "12", "--allow",
+                "unbounded_branching", "--quiet", "--no-store")
+    assert proc.returncode == 0, proc.stderr
+
+
+def test_an_empty_question_is_a_one_line_error() -> None:
+    proc = loom("research", "  ", "--no-store")
+    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1 and "empty" in proc.stderr
+
+
+def test_model_text_in_an_insight_is_escaped_for_the_terminal() -> None:
+    out = io.StringIO()
+    InsightPrinter(out, io.StringIO())(InsightFound("evidence", "\x1b[2J\x1b]0;pwned\x07 Argus", 0.8, 3, 1,
+                                                    "docs:a\x1b[31m.md:1"))
+    assert "\x1b" not in out.getvalue() and "\x07" not in out.getvalue() and "Argus" in out.getvalue()
+
+
+@pytest.mark.local_model
+def test_loom_research_streams_insights_and_a_cited_synthesis_on_the_embedded_model(tmp_path: Path) -> None:
+    data = Path(__file__).parents[2] / "shared" / "data" / "hotpotqa" / "hotpot_dev_distractor_first50.json"
+    if not data.exists():
+        pytest.skip("the HotpotQA file is not here (../shared/data)")
+    row: Any = json.loads(data.read_text())[0]
+    folder = tmp_path / "paragraphs"
+    folder.mkdir()
+    for i, (title, sentences) in enumerate(zip(row["context"]["title"], row["context"]["sentences"]), 1):
+        (folder / f"{i:02d}.md").write_text(f"# {title}\n{' '.join(s.strip() for s in sentences)}\n")
+    proc = loom("research", row["question"], "--knowledge", str(folder), "--quiet", "--no-store", "--seed", "1",
+                timeout=900)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("[discovery]") and "[evidence]" in proc.stdout
+    assert re.search(r"^synthesis \(.+\): ", proc.stdout, re.MULTILINE)
+    assert re.search(r"citations: docs:\d\d\.md:\d", proc.stdout)
