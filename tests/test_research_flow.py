@@ -207,6 +207,20 @@ def test_promise_is_prior_times_information_gain_times_track_record_over_cost() 
     assert track_record(None) == 1.0 and information_gain(0.98) < information_gain(0.7) < information_gain(0.5)
 
 
+def test_a_yes_no_question_starts_from_yes_and_no_without_asking_the_model(docs: str) -> None:
+    model = world()
+    _, insights, result = run("Was the Argo built by Argus?", model=model, knowledge=docs, exploration_budget=2)
+    assert [h.answer for h in result.tree.values() if h.depth == 1] == ["Yes", "No"]
+    assert not any("Hypotheses (" in c.prompt.as_text() for c in model.calls)
+
+
+def test_a_passage_that_does_not_name_the_answer_cannot_support_it(docs: str) -> None:
+    judged = {"Jason": "1: SUPPORTS 0.9 yes\n2: SUPPORTS 0.9 yes\n3: SUPPORTS 0.9 yes"}
+    _, _, result = run(model=world(judged=judged), knowledge=docs, exploration_budget=3, confidence_threshold=0.99)
+    jason = next(h for h in result.tree.values() if h.answer == "Jason")
+    assert jason.evidence and all("Jason" in e.content for e in jason.evidence)
+
+
 # --- branching ----------------------------------------------------------------------------------------
 
 

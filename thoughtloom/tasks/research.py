@@ -17,6 +17,26 @@ from .base import ProblemError, Query, Task, few_shot_query
 
 #: Characters of a passage or an evidence line shown in a prompt.
 PASSAGE_CHARS = 600
+#: Sampling temperature of the brancher: a small model sampled hotter leaves the numbered format.
+BRANCH_TEMPERATURE = 0.3
+_YES_NO_QUESTION = re.compile(r"^(is|are|was|were|do|does|did|can|could|has|have|had|will|would|should|shall)\b",
+                              re.IGNORECASE)
+#: The two hypotheses of a yes/no question.
+YES_NO = (("Yes", "Yes - the passages bear it out."), ("No", "No - the passages do not bear it out."))
+
+
+def is_yes_no(question: str) -> bool:
+    """True for a question answered by yes or no (it opens with an auxiliary verb: "Were ...?", "Is ...?")."""
+    return _YES_NO_QUESTION.match(question.strip()) is not None
+
+
+def mentions(passage: str, answer: str) -> bool:
+    """True when the passage names the answer (each of its words, articles aside); yes and no are named by any passage."""
+    key = answer_key(answer)
+    if key in ("yes", "no"):
+        return True
+    have = set(answer_key(passage).split())
+    return bool(key) and all(word in have for word in key.split())
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,15 +75,15 @@ def _cut(text: str, n: int = PASSAGE_CHARS) -> str:
 # --- proposing hypotheses -----------------------------------------------------------------------
 
 _BRANCH_SYSTEM = (
-    "You propose different possible answers to a question, as hypotheses to test. Write exactly the number "
-    "asked for, one per numbered line: the answer in a few words, then ' - ' and one short sentence why. "
-    "Each line gives a different answer."
+    "You propose different possible answers to a question, as hypotheses to test. Write at most the number "
+    "asked for, one per numbered line: the answer in a few words (yes or no for a yes/no question), then ' - ' "
+    "and the passage it rests on. Each line gives a different answer. Use only names the passages give."
 )
+# Reasons that point at passages, not facts: a small model copies an example's reasons into its own lines.
 _BRANCH_EXAMPLE = (
-    "Question: Which river is longer, the Loire or the Rhone?\nPassages:\n[1] The Loire is the longest river in "
-    "France, at 1,006 km.\n[2] The Rhone flows 813 km from the Alps to the Mediterranean.\nHypotheses (3):",
-    "1. The Loire - the passages give it 1,006 km against 813 km.\n2. The Rhone - it may be longer counting its "
-    "Swiss course.\n3. About the same length - both are major French rivers.",
+    "Question: Which company made the first Walkman?\nPassages:\n[1] The Walkman is a portable cassette player "
+    "that Sony launched in 1979.\n[2] Aiwa and Panasonic later sold cassette players of their own.\nHypotheses (3):",
+    "1. Sony - passage [1].\n2. Aiwa - passage [2] names it as a maker.",
 )
 _PROPOSAL = re.compile(r"^\s*(?:hypothesis\s*)?(\d{1,2})\s*[.):]\s*(.+?)\s*$", re.IGNORECASE)
 _STATED = re.compile(r"\(?\s*confidence\s*[:=]?\s*([01](?:\.\d+)?)\s*\)?\s*\.?\s*$", re.IGNORECASE)
@@ -83,7 +103,8 @@ def branch_query(question: str, n: int, *, passages: Sequence[tuple[str, str]] =
         parts.append(f"Alternative hypotheses ({n}):")
     else:
         parts.append(f"Hypotheses ({n}):")
-    return few_shot_query(_BRANCH_SYSTEM, [_BRANCH_EXAMPLE], "\n".join(parts), max_tokens=40 * n + 20)
+    return few_shot_query(_BRANCH_SYSTEM, [_BRANCH_EXAMPLE], "\n".join(parts), max_tokens=40 * n + 20,
+                          temperature=BRANCH_TEMPERATURE)
 
 
 def proposal_of(line: str) -> Proposal | None:

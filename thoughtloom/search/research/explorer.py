@@ -23,12 +23,15 @@ from typing import Any, TypeVar
 from ...graph import EdgeKind, NodeKind, NodeStatus
 from ...tasks.base import Query
 from ...tasks.research import (
+    YES_NO,
     Proposal,
     SynthesisReply,
     answer_key,
     branch_query,
     claim_query,
+    is_yes_no,
     judge_query,
+    mentions,
     parse_judgements,
     parse_proposals,
     parse_synthesis,
@@ -299,9 +302,11 @@ class ResearchFlow:
                 if got is not None:
                     reply, out.tokens = got
                     for j in parse_judgements(reply, len(passages)):
-                        if j.verdict == "unrelated" or j.strength <= 0:
-                            continue
                         ref, text = passages[j.index - 1]
+                        # A passage cannot support a name it does not mention (a small judge says it does).
+                        if j.verdict == "unrelated" or j.strength <= 0 or (
+                                j.verdict == "supports" and h.answer and not mentions(text, h.answer)):
+                            continue
                         # What the passage says is the evidence; the judge's reason is kept beside it.
                         out.evidence.append(Evidence(" ".join(text.split())[:EVIDENCE_CHARS], j.verdict == "supports",
                                                      j.strength, ref, why=j.why))
@@ -408,6 +413,9 @@ class ResearchFlow:
 
     async def _propose(self, parent: Hypothesis) -> tuple[list[Proposal], int]:
         root = parent.id == self.ctx.root
+        if root and self.roles.brancher is None and is_yes_no(self.question):
+            # A yes/no question has two answers; nothing to ask the model for.
+            return [Proposal(content, answer) for answer, content in YES_NO], 0
         request = BranchRequest(self.question, self.config.max_branches, None if root else parent,
                                 self.passages if root else ())
         if self.roles.brancher is not None:
