@@ -14,6 +14,7 @@ _ARROWS = {
     EdgeKind.AGGREGATION: "==>",
     EdgeKind.REFINEMENT: "-.->",
     EdgeKind.CONTRADICTION: "--x",
+    EdgeKind.SUPPORTS: "-->",
 }
 
 _CLASSES = {
@@ -87,8 +88,15 @@ def to_mermaid(graph: ThoughtGraph, best_path: Iterable[int] = (), goals: Iterab
         tools = node.extra.get("tool_calls")
         if tools:
             label += "<br/>🔧 " + ", ".join(f"{_escape(str(c.get('tool')))} {_escape(str(c.get('status')))}" for c in tools)
-        if node.score is not None:
+        hypothesis = node.extra.get("hypothesis")
+        if hypothesis is not None:  # research: how sure, how promising, where it stands
+            label += (f"<br/>confidence {hypothesis['confidence']:.2f} · promise {hypothesis['promise']:.2f} · "
+                      f"{_escape(str(hypothesis['status']))}")
+        elif node.score is not None:
             label += f"<br/>score {node.score:.2f}"
+        evidence = node.extra.get("evidence")
+        if evidence is not None:
+            label += f"<br/>📄 {_escape(str(evidence.get('source')))}"
         grounding = node.extra.get("grounding")
         if grounding is not None:
             label += f"<br/>{_grounding_badge(grounding)}"
