@@ -145,3 +145,14 @@ def test_loom_research_streams_insights_and_a_cited_synthesis_on_the_embedded_mo
     assert proc.stdout.startswith("[discovery]") and "[evidence]" in proc.stdout
     assert re.search(r"^synthesis \(.+\): ", proc.stdout, re.MULTILINE)
     assert re.search(r"citations: docs:\d\d\.md:\d", proc.stdout)
+
+
+def test_the_progress_line_shows_the_flows_state_and_insights() -> None:
+    from thoughtloom.search.events import FlowTransitioned, NodeAdded
+    from thoughtloom.views.progress import ProgressDisplay
+
+    progress = ProgressDisplay(io.StringIO())
+    for event in (FlowTransitioned("streaming", "branch", "branching"), NodeAdded(1, (0,), "hypothesis", 1, "A", "x"),
+                  InsightFound("discovery", "A", 0.5, 1, 1)):
+        progress(event)
+    assert progress.status().startswith("flow branching · hypotheses 1 (pruned 0) · evidence 0 · insights 1")

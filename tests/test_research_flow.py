@@ -530,3 +530,14 @@ def test_a_stored_research_run_replays_to_the_same_graph_with_no_model_or_tool_c
     assert len(model.calls) == live and str(replayed.graph_cid) == str(stream.search.graph_cid)
     assert replayed.research.transitions == result.transitions
     assert replayed.research.answer.to_dict() == result.answer.to_dict()
+
+
+def test_a_finished_stream_iterated_again_yields_nothing(docs: str) -> None:
+    async def go() -> list[Any]:
+        stream = research(QUESTION, knowledge=docs, model=world(), controller=False)
+        first = [i async for i in stream]
+        again = [i async for i in stream]
+        return [first, again]
+
+    first, again = asyncio.run(go())
+    assert first and again == []

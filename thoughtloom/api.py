@@ -164,6 +164,7 @@ class ResearchStream:
         self._task: asyncio.Task[SearchResult] | None = None
         #: The run's whole result, once it has ended.
         self.search: SearchResult | None = None
+        self._drained = False
 
     def _sink(self, event: Event) -> None:
         if isinstance(event, InsightFound):
@@ -188,12 +189,12 @@ class ResearchStream:
 
     async def _insights(self) -> AsyncIterator[Insight]:
         task = self._start()
-        ended = False
+        ended = self._drained  # a second loop over a finished stream yields nothing (and does not wait)
         try:
-            while True:
+            while not ended:
                 item = await self._queue.get()
                 if item is _END:
-                    ended = True
+                    ended = self._drained = True
                     break
                 yield item
         finally:

@@ -10,7 +10,9 @@ from ..search.events import (
     BudgetSpent,
     ControlDecision,
     Event,
+    FlowTransitioned,
     GoalFound,
+    InsightFound,
     NodeAdded,
     NodeProcessed,
     NodePruned,
@@ -47,6 +49,9 @@ class ProgressDisplay:
         self.done: dict[str, int] = {}
         self.tools_in_flight: dict[str, int] = {}
         self.tool_calls = 0
+        #: research: the flow's state and the insights found.
+        self.flow: str | None = None
+        self.insights = 0
         self._started = time.monotonic()
         self._last = self._started
 
@@ -69,6 +74,10 @@ class ProgressDisplay:
                 self.tools_in_flight[event.tool] -= 1
             else:
                 self.tools_in_flight.pop(event.tool, None)
+        elif isinstance(event, FlowTransitioned):
+            self.flow = event.target
+        elif isinstance(event, InsightFound):
+            self.insights += 1
         elif isinstance(event, NodeScored):
             self.best = event.score if self.best is None else max(self.best, event.score)
         elif isinstance(event, NodePruned):
@@ -102,6 +111,8 @@ class ProgressDisplay:
 
     def status(self) -> str:
         """The current status line."""
+        if self.flow is not None:
+            return self._research_status()
         if self.done or self.tool_calls:
             return self._agent_status()
         budget = f"{self.tokens:,}" + (f"/{self.limit:,}" if self.limit else "")
@@ -120,6 +131,13 @@ class ProgressDisplay:
         flight = ", ".join(f"{t} x{n}" for t, n in sorted(self.tools_in_flight.items())) or "none"
         return (f"nodes {self.nodes} ({kinds}) · {done} · tools {self.tool_calls} (in flight: {flight}) · "
                 f"tokens {budget} · calls {self.calls} · {time.monotonic() - self._started:.0f}s")
+
+    def _research_status(self) -> str:
+        """research: the flow's state, hypotheses and evidence so far, insights, pruned, tokens and time."""
+        budget = f"{self.tokens:,}" + (f"/{self.limit:,}" if self.limit else "")
+        return (f"flow {self.flow} · hypotheses {self.kinds.get('hypothesis', 0)} (pruned {self.pruned}) · evidence "
+                f"{self.kinds.get('evidence', 0)} · insights {self.insights} · tools {self.tool_calls} · tokens "
+                f"{budget} · calls {self.calls} · {time.monotonic() - self._started:.0f}s")
 
     def _draw(self, force: bool = False) -> None:
         now = time.monotonic()
