@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from .base import ProblemError, Query, Task, few_shot_query
+from .base import ProblemError, Query, Task, few_shot_query, one_line
 
 #: Most steps one plan may have: a longer plan is cut (and the cut said on the plan node).
 MAX_PLAN_STEPS = 8
@@ -83,12 +83,8 @@ class Context:
         """The parents' results as short labelled lines ('none' when there are none)."""
         if not self.items:
             return "(none)"
-        return "\n".join(f"- {label}: {_cut(result, RESULT_CHARS)}" for label, result in self.items)
+        return "\n".join(f"- {label}: {one_line(result, RESULT_CHARS)}" for label, result in self.items)
 
-
-def _cut(text: str, n: int) -> str:
-    text = " ".join(text.split())
-    return text if len(text) <= n else text[: n - 3] + "..."
 
 
 # --- plans --------------------------------------------------------------------------------------
@@ -224,7 +220,7 @@ def _describe_tool(t: ToolDescription) -> str:
     props = t.parameters.get("properties") or {}
     # Sorted: a stored run keeps the schema with sorted keys, and its replay must ask the same.
     args = ", ".join(f'"{k}": {(v or {}).get("type", "value")}' for k, v in sorted(props.items()))
-    return f"- {t.name}: {_cut(t.description, 160)} {{{args}}}"
+    return f"- {t.name}: {one_line(t.description, 160)} {{{args}}}"
 
 
 def tool_call_schema(tools: Sequence[ToolDescription]) -> str:
@@ -277,7 +273,7 @@ def parse_tool_call(text: str, tools: Mapping[str, ToolDescription]) -> ToolChoi
         if rest.startswith("{"):
             data = _first_json(rest)
             if not isinstance(data, dict):
-                raise ToolCallError(f"the input to {name} is not a JSON object: {_cut(rest, 80)}")
+                raise ToolCallError(f"the input to {name} is not a JSON object: {one_line(rest, 80)}")
             return ToolChoice(name, data)
         only = _single_string_arg(tools[name])
         if only is None or not rest:
@@ -354,7 +350,7 @@ _REASON = re.compile(r"reason\s*[:=]\s*(.+)", re.IGNORECASE)
 def critique_query(task: str, answer: str, checks: Sequence[str] = ()) -> Query:
     """Ask whether an answer does what the task asks (with what exact checks already found)."""
     found = ("\nChecks already made:\n" + "\n".join(f"- {c}" for c in checks)) if checks else ""
-    return few_shot_query(_CRITIQUE_SYSTEM, [_CRITIQUE_EXAMPLE], f"Task: {task}\nAnswer: {_cut(answer, 1200)}{found}",
+    return few_shot_query(_CRITIQUE_SYSTEM, [_CRITIQUE_EXAMPLE], f"Task: {task}\nAnswer: {one_line(answer, 1200)}{found}",
                   max_tokens=80)
 
 
@@ -385,7 +381,7 @@ _REVISE_EXAMPLE = (
 def revise_query(task: str, answer: str, problems: Sequence[str]) -> Query:
     """Ask for the answer again, fixing what the critique found."""
     listed = "\n".join(f"- {p}" for p in problems) or "- (none stated)"
-    return few_shot_query(_REVISE_SYSTEM, [_REVISE_EXAMPLE], f"Task: {task}\nAnswer: {_cut(answer, 1200)}\nProblems:\n"
+    return few_shot_query(_REVISE_SYSTEM, [_REVISE_EXAMPLE], f"Task: {task}\nAnswer: {one_line(answer, 1200)}\nProblems:\n"
                   f"{listed}\n\nCorrected answer:", max_tokens=300)
 
 
@@ -397,7 +393,7 @@ _CODE_SYSTEM = (
 
 def code_query(task: str, step: str, context: Context, feedback: str | None = None) -> Query:
     """Ask for a program that does the step and prints the result (with the last run's error, if any)."""
-    fix = f"\nThe last program failed: {_cut(feedback, 300)}\nWrite a corrected program." if feedback else ""
+    fix = f"\nThe last program failed: {one_line(feedback, 300)}\nWrite a corrected program." if feedback else ""
     return few_shot_query(_CODE_SYSTEM, [], f"Task: {task}\nEarlier results:\n{context.render()}\nStep: {step}{fix}",
                   max_tokens=300)
 

@@ -7,7 +7,6 @@ reply, to check each thought exactly where it can, and to say when a state solve
 from __future__ import annotations
 
 from collections.abc import Hashable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 
@@ -20,6 +19,12 @@ if TYPE_CHECKING:
     from .recursion.hooks import RecursiveHooks
 
 P = TypeVar("P")  # a task's parsed problem
+
+
+def one_line(text: str, n: int) -> str:
+    """Text on one line, cut to at most n characters (with "..." when cut)."""
+    text = " ".join(text.split())
+    return text if len(text) <= n else text[: n - 3] + "..."
 
 
 def few_shot_query(system: str, examples: Sequence[tuple[str, str]], user: str, max_tokens: int,

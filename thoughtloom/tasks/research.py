@@ -13,7 +13,7 @@ import string
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from .base import ProblemError, Query, Task, few_shot_query
+from .base import ProblemError, Query, Task, few_shot_query, one_line
 
 #: Characters of a passage or an evidence line shown in a prompt.
 PASSAGE_CHARS = 600
@@ -67,9 +67,10 @@ class SynthesisReply:
     confidence: float | None = None
 
 
-def _cut(text: str, n: int = PASSAGE_CHARS) -> str:
-    text = " ".join(text.split())
-    return text if len(text) <= n else text[: n - 3] + "..."
+
+def numbered(passages: Sequence[tuple[str, str]]) -> str:
+    """Passages as the model sees them: [1] text, one per line."""
+    return "\n".join(f"[{i}] {one_line(text, PASSAGE_CHARS)}" for i, (_, text) in enumerate(passages, 1))
 
 
 # --- proposing hypotheses -----------------------------------------------------------------------
@@ -95,10 +96,10 @@ def branch_query(question: str, n: int, *, passages: Sequence[tuple[str, str]] =
     """Ask for n hypotheses: answers to the question (from passages), or alternatives to a hypothesis given its evidence."""
     parts = [f"Question: {question}"]
     if passages:
-        parts.append("Passages:\n" + "\n".join(f"[{i}] {_cut(text)}" for i, (_, text) in enumerate(passages, 1)))
+        parts.append(f"Passages:\n{numbered(passages)}")
     if hypothesis is not None:
-        parts.append(f"Current hypothesis: {_cut(hypothesis, 300)}")
-        shown = "\n".join(f"- {_cut(e, 300)}" for e in evidence) or "- (none found)"
+        parts.append(f"Current hypothesis: {one_line(hypothesis, 300)}")
+        shown = "\n".join(f"- {one_line(e, 300)}" for e in evidence) or "- (none found)"
         parts.append(f"Evidence so far:\n{shown}")
         parts.append(f"Alternative hypotheses ({n}):")
     else:
@@ -166,9 +167,9 @@ DEFAULT_STRENGTH = 0.6
 
 def judge_query(question: str, hypothesis: str, passages: Sequence[tuple[str, str]]) -> Query:
     """Ask whether each passage supports or contradicts the hypothesis, and how strongly."""
-    shown = "\n".join(f"[{i}] {_cut(text)}" for i, (_, text) in enumerate(passages, 1))
+    shown = numbered(passages)
     return few_shot_query(_JUDGE_SYSTEM, [_JUDGE_EXAMPLE],
-                          f"Question: {question}\nHypothesis: {_cut(hypothesis, 300)}\nPassages:\n{shown}",
+                          f"Question: {question}\nHypothesis: {one_line(hypothesis, 300)}\nPassages:\n{shown}",
                           max_tokens=24 * len(passages) + 16, temperature=0.2)
 
 
@@ -202,7 +203,7 @@ _CLAIM_EXAMPLE = (
 def claim_query(question: str, hypothesis: str) -> Query:
     """Ask the model for one fact of its own for or against the hypothesis (evidence marked as the model's)."""
     return few_shot_query(_CLAIM_SYSTEM, [_CLAIM_EXAMPLE],
-                          f"Question: {question}\nHypothesis: {_cut(hypothesis, 300)}", max_tokens=48,
+                          f"Question: {question}\nHypothesis: {one_line(hypothesis, 300)}", max_tokens=48,
                           temperature=0.2)
 
 
@@ -228,8 +229,8 @@ def synthesis_query(question: str, hypotheses: Sequence[tuple[str, float, str, S
     """Ask for one answer from hypotheses given as (label, confidence, statement, evidence lines)."""
     rows = []
     for label, confidence, statement, evidence in hypotheses:
-        shown = " ".join(_cut(e, 240) for e in evidence[:3]) or "none"
-        rows.append(f"- {label} (confidence {confidence:.2f}): {_cut(statement, 240)} Evidence: {shown}")
+        shown = " ".join(one_line(e, 240) for e in evidence[:3]) or "none"
+        rows.append(f"- {label} (confidence {confidence:.2f}): {one_line(statement, 240)} Evidence: {shown}")
     return few_shot_query(_SYNTH_SYSTEM, [_SYNTH_EXAMPLE], f"Question: {question}\nHypotheses:\n" + "\n".join(rows),
                           max_tokens=120, temperature=0.2)
 
