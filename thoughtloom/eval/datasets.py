@@ -42,6 +42,10 @@ class Problem:
     question: str | None = None
     #: (title, text) of each document the problem brings as its whole corpus (HotpotQA's ten paragraphs).
     documents: tuple[tuple[str, str], ...] = ()
+    #: The same documents as (title, their sentences), so a citation can be read as sentence ids (HotpotQA).
+    sentences: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    #: The gold supporting facts: (title, sentence id, 0-based) pairs (HotpotQA).
+    supporting_facts: tuple[tuple[str, int], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -281,7 +285,8 @@ def _hotpotqa(path: Path) -> list[Problem]:
         # Each question's own 10 paragraphs (2 gold, 8 distractors) are its whole corpus.
         documents = _documents(row["context"])
         shown = "\n".join(f"{title}: {text}" for title, text in documents) + f"\nQuestion: {row['question']}"
-        out.append(Problem(str(i), shown, shown, row["answer"], question=row["question"], documents=documents))
+        out.append(Problem(str(i), shown, shown, row["answer"], question=row["question"], documents=documents,
+                           sentences=_sentences(row["context"]), supporting_facts=_facts(row.get("supporting_facts") or ())))
     return out
 
 
@@ -292,6 +297,18 @@ def _documents(context: Any) -> tuple[tuple[str, str], ...]:
     [[title, [sentences]], ...]."""
     pairs = zip(context["title"], context["sentences"]) if isinstance(context, dict) else context
     return tuple((str(title), " ".join(s.strip() for s in sentences)) for title, sentences in pairs)
+
+
+def _sentences(context: Any) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """(title, sentences) per paragraph, in either layout `_documents` reads; sentence ids are their indices."""
+    pairs = zip(context["title"], context["sentences"]) if isinstance(context, dict) else context
+    return tuple((str(title), tuple(str(s) for s in sentences)) for title, sentences in pairs)
+
+
+def _facts(facts: Any) -> tuple[tuple[str, int], ...]:
+    """(title, sentence id) pairs from {title: [...], sent_id: [...]} or the official [[title, id], ...]; none when absent."""
+    pairs = zip(facts["title"], facts["sent_id"]) if isinstance(facts, dict) else facts
+    return tuple((str(title), int(sent_id)) for title, sent_id in pairs)
 
 
 _LOADERS = {
