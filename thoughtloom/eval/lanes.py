@@ -4,8 +4,10 @@ Sampling lanes (io, cot, cot_sc, best_of_n, react) prompt the model directly wit
 prompts, each request carrying both the few-shot completion text (base models) and chat messages
 (instruct models); search lanes (tot, dfs, mcts, got, recursive) run thoughtloom's engine on the
 data set's task; the agent lane runs the agent strategy on the problem's text with the tools
-chosen for its data set (AGENT_TOOLS). "Any of k candidates correct" is kept apart as
-`candidates` for the report's separately named any@k metric; it never decides a lane's answer.
+chosen for its data set (AGENT_TOOLS); the research lane runs Research Flow on the question over
+the problem's own documents, one sentence per line, so its citations read as the data set's
+sentence ids (citations.py). "Any of k candidates correct" is kept apart as `candidates` for the
+report's separately named any@k metric; it never decides a lane's answer.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from ..llm.limits import SharedSlots
 from ..llm.types import Backend, GenerateRequest, Message, Prompt
 from ..search.stop import StopReason
 from ..tasks.arith import ExpressionError, evaluate, fmt
+from .citations import Fact, cited_facts, corpus_file, sentence_files
 from .datasets import DATASETS, Dataset, Problem
 from .prompts import PROMPTS, answer_from, calculator_call, own_turn, stated_answer
 from .scoring import after_marker, final_number, hotpot_span, normalize_answer, parse_counts, parse_int_list, plain
@@ -37,7 +40,13 @@ SAMPLING_LANES = ("io", "cot", "cot_sc", "best_of_n", "react")
 SEARCH_LANES = {"tot": "bfs", "dfs": "dfs", "mcts": "mcts", "got": "got", "recursive": "recursive"}
 #: The lane that runs the agent strategy (the `agent` task, with tools) instead of the data set's task.
 AGENT_LANE = "agent"
-ALL_LANES = (*SAMPLING_LANES, *SEARCH_LANES, AGENT_LANE)
+#: The lane that runs the research strategy (Research Flow) on a question over the problem's own documents.
+RESEARCH_LANE = "research"
+ALL_LANES = (*SAMPLING_LANES, *SEARCH_LANES, AGENT_LANE, RESEARCH_LANE)
+#: Prompt families whose problems bring their own documents, sentence by sentence (the research lane's corpus).
+RESEARCH_SETS: tuple[str, ...] = ("hotpotqa",)
+#: What the research lane grants, as `loom research --knowledge` does (api.research_tools; eval sits below api).
+RESEARCH_TOOLS: tuple[str, ...] = ("calc", "docs")
 #: The agent lane's tools by prompt family: math word problems get the exact calculator and
 #: sandboxed Python; HotpotQA gets document search over the question's own ten paragraphs.
 AGENT_TOOLS: dict[str, tuple[str, ...]] = {"gsm8k": ("calc", "python"), "hotpotqa": ("docs",)}
@@ -81,6 +90,10 @@ class LaneOutcome:
     graph: str | None = None
     #: The agent lane: tool calls made (from the graph's nodes); None for lanes without tools.
     tool_calls: int | None = None
+    #: The research lane: the final synthesis's citations, and the (title, sentence id) pairs they cite;
+    #: None for lanes that do not cite.
+    citations: tuple[str, ...] | None = None
+    cited: tuple[Fact, ...] | None = None
 
 
 def available_strategies() -> set[str]:
@@ -109,6 +122,14 @@ def check_lane(lane: str, dataset: Dataset) -> None:
             sets = ", ".join(name for name, spec in DATASETS.items() if spec.prompts in AGENT_TOOLS)
             raise LaneError(f"lane agent has no tools chosen for {dataset.name}; it runs on {sets}")
         return
+    if lane == RESEARCH_LANE:
+        if "research" not in available_strategies():
+            raise LaneError("lane research needs the research strategy, which is not registered in this build")
+        if family not in RESEARCH_SETS:
+            sets = ", ".join(name for name, spec in DATASETS.items() if spec.prompts in RESEARCH_SETS)
+            raise LaneError(f"lane research needs problems that bring their own documents; {dataset.name}'s do not "
+                            f"(it runs on {sets})")
+        return
     if lane in SEARCH_LANES:
         if SEARCH_LANES[lane] not in available_strategies():
             raise LaneError(f"lane {lane} needs the {SEARCH_LANES[lane]} strategy, which is not registered in this build")
@@ -130,11 +151,13 @@ def check_lane(lane: str, dataset: Dataset) -> None:
 
 def check_params(lane: str, params: dict[str, Any]) -> None:
     """Raise LaneError on a parameter the lane does not take or a value it cannot run with (before any call)."""
-    engine = lane in SEARCH_LANES or lane == AGENT_LANE
+    engine = lane in SEARCH_LANES or lane in (AGENT_LANE, RESEARCH_LANE)
+    if lane == RESEARCH_LANE:
+        from ..search.research.config import ResearchConfig as Config
+    else:
+        from ..search.config import SearchConfig as Config
     if engine:
-        from ..search.config import SearchConfig
-
-        defaults = {f.name: f.default for f in fields(SearchConfig)
+        defaults = {f.name: f.default for f in fields(Config)
                     if f.name not in ("strategy", "temperature", "seed")}  # shared by the protocol
     else:
         defaults = LANE_DEFAULTS.get(lane, {})
@@ -149,17 +172,21 @@ def check_params(lane: str, params: dict[str, Any]) -> None:
             ok = isinstance(value, int) or (value is None and default is None)
         elif isinstance(default, float):
             ok = isinstance(value, (int, float)) and math.isfinite(value)
+        elif isinstance(default, tuple):  # names, e.g. research's allow; JSON gives a list
+            ok = isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value)
         else:
             ok = isinstance(value, type(default))
         if not ok:
             kind = "true or false" if isinstance(default, bool) else "a whole number" if isinstance(default, int) \
-                else "a finite number" if isinstance(default, float) else f"a {type(default).__name__}"
+                else "a finite number" if isinstance(default, float) \
+                else "a list of names" if isinstance(default, tuple) else f"a {type(default).__name__}"
             raise LaneError(f"lane {lane}: parameter {name} must be {kind}; got {value!r}")
         if not engine and value < 1:
             raise LaneError(f"lane {lane}: parameter {name} must be at least 1; got {value}")
     if engine:
         try:
-            SearchConfig(**params)  # its own range checks (beam >= 1, prune_threshold in [0, 1], ...)
+            # Its own range checks (beam >= 1, prune_threshold in [0, 1]; research's anti-patterns ...).
+            Config(**{k: tuple(v) if isinstance(v, list) else v for k, v in params.items()})
         except ValueError as exc:
             raise LaneError(f"lane {lane}: {exc}") from None
 
@@ -176,12 +203,18 @@ def _generates(task_name: str) -> bool:
 def search_spec(lane: str, dataset: Dataset, problem: Problem, backend: Backend, limits: BudgetLimits,
                 params: dict[str, Any], temperature: float, seed: int | None, store: Any = None,
                 knowledge: str | None = None) -> Any:
-    """The RunSpec a search or agent lane runs: resolved like `loom solve` / `loom agent`, plus the lane's settings (knowledge: the agent's corpus)."""
+    """The RunSpec a search, agent or research lane runs: resolved like `loom solve` / `loom agent` / `loom research`, plus the lane's settings (knowledge: the corpus)."""
     from ..run.spec import SpecError, resolve
     from ..tasks.registry import get_task
 
     search = {"temperature": temperature, "seed": seed, **params}
     try:
+        if lane == RESEARCH_LANE:
+            # The question alone, as for the agent: the documents are searched, not shown.
+            return resolve(agent_task(problem), task="research", model=backend, budget=limits, store=store,
+                           search={"strategy": "research", "temperature": temperature, "seed": seed},
+                           tools=RESEARCH_TOOLS if knowledge is not None else RESEARCH_TOOLS[:1], knowledge=knowledge,
+                           research=params)
         if lane == AGENT_LANE:
             return resolve(agent_task(problem), task="agent", model=backend, budget=limits, store=store,
                            search={"strategy": "agent", **search}, tools=AGENT_TOOLS[dataset.spec.prompts],
@@ -223,7 +256,7 @@ async def run_lane(
 
     gateways: list[Gateway] = []
     try:
-        if lane in SEARCH_LANES or lane == AGENT_LANE:
+        if lane in SEARCH_LANES or lane in (AGENT_LANE, RESEARCH_LANE):
             outcome = await _search(lane, dataset, problem, backend, limits, params, temperature, seed, slots,
                                     store, gateways.append)
         else:
@@ -412,17 +445,25 @@ async def _search(lane: str, dataset: Dataset, problem: Problem, backend: Backen
     from ..tasks.base import ProblemError, UnsupportedOperation
 
     try:
-        with problem_corpus(problem if lane == AGENT_LANE else None) as knowledge:
+        corpus = sentence_corpus(problem) if lane == RESEARCH_LANE else \
+            problem_corpus(problem if lane == AGENT_LANE else None)
+        with corpus as knowledge:
             spec = search_spec(lane, dataset, problem, backend, limits, params, temperature, seed, store, knowledge)
             result = await execute(spec, slots=slots, on_gateway=on_gateway)
     except ProblemError as exc:
         return LaneOutcome(None, stop_reason=LaneStop.PROBLEM_ERROR, error=str(exc))
     except UnsupportedOperation as exc:
         return LaneOutcome(None, stop_reason=LaneStop.UNSUPPORTED, error=str(exc))
+    tool_calls = sum(len(n.extra.get("tool_calls") or ()) for n in result.graph)
     if lane == AGENT_LANE:
         return LaneOutcome(agent_answer(dataset, result.answer), stop_reason=result.termination_reason,
-                           error=result.error, run_id=result.run_id, graph=result.graph_cid,
-                           tool_calls=sum(len(n.extra.get("tool_calls") or ()) for n in result.graph))
+                           error=result.error, run_id=result.run_id, graph=result.graph_cid, tool_calls=tool_calls)
+    if lane == RESEARCH_LANE:
+        synthesis = result.research.answer if result.research is not None else None
+        citations = tuple(synthesis.citations) if synthesis is not None else ()
+        return LaneOutcome(agent_answer(dataset, result.answer), stop_reason=result.termination_reason,
+                           error=result.error, run_id=result.run_id, graph=result.graph_cid, tool_calls=tool_calls,
+                           citations=citations, cited=tuple(sorted(cited_facts(problem, citations))))
     return LaneOutcome(result.answer, stop_reason=result.termination_reason, error=result.error,
                        run_id=result.run_id, graph=result.graph_cid)
 
@@ -446,11 +487,28 @@ def problem_corpus(problem: Problem | None) -> Iterator[str | None]:
     if problem is None or not problem.documents:
         yield None
         return
+    # Heading and text in one paragraph: the index's passage then holds the title's words too.
+    with _corpus({corpus_file(i, title): f"# {title}\n{text}\n"
+                  for i, (title, text) in enumerate(problem.documents, 1)}) as folder:
+        yield folder
+
+
+@contextmanager
+def sentence_corpus(problem: Problem) -> Iterator[str | None]:
+    """Like problem_corpus, with one sentence per line under each heading (citations.sentence_files); None without sentences."""
+    if not problem.sentences:
+        yield None
+        return
+    with _corpus(sentence_files(problem)) as folder:
+        yield folder
+
+
+@contextmanager
+def _corpus(files: dict[str, str]) -> Iterator[str]:
+    """A temporary folder holding these files (name -> text), removed after."""
     with tempfile.TemporaryDirectory(prefix="thoughtloom-corpus-") as folder:
-        for i, (title, text) in enumerate(problem.documents, 1):
-            # Heading and text in one paragraph: the index's passage then holds the title's words too.
-            name = re.sub(r"[^\w-]+", "_", title).strip("_")[:60] or "untitled"
-            (Path(folder) / f"{i:02d}-{name}.md").write_text(f"# {title}\n{text}\n", encoding="utf-8")
+        for name, text in files.items():
+            (Path(folder) / name).write_text(text, encoding="utf-8")
         yield folder
 
 

@@ -46,6 +46,12 @@ class LaneSummary:
     lane_errors: int
     #: mean tool calls per problem (the agent lane); None for lanes that call no tools
     mean_tool_calls: float | None = None
+    #: lanes that cite (research): problems whose answer cited at least one sentence, and over those the
+    #: mean share of cited sentences that are gold supporting facts with its 95% bootstrap interval;
+    #: None for lanes that do not cite
+    citing: int | None = None
+    mean_support_precision: float | None = None
+    mean_support_precision_ci: tuple[float, float] | None = None
 
 
 def summarize(records: Iterable[Record], metrics: dict[str, str], lanes: Sequence[str],
@@ -68,6 +74,9 @@ def summarize(records: Iterable[Record], metrics: dict[str, str], lanes: Sequenc
             # Every record of an F1 data set has one (an answer-less lane scores 0); None counts as 0 too.
             f1s = [r.f1 or 0.0 for r in rs]
             tool_calls = [r.tool_calls for r in rs if r.tool_calls is not None]
+            cites = any(r.cited is not None for r in rs)
+            # Only answers that cite a sentence have a precision; the others are counted apart, not as 0.
+            precisions = [r.support_precision for r in rs if r.support_precision is not None]
             out.append(LaneSummary(
                 task=task, lane=lane, metric=metric, n=n, planned=planned.get(task, n), solved=solved,
                 rate=solved / n if n else 0.0, rate_ci=wilson(solved, n),
@@ -81,6 +90,9 @@ def summarize(records: Iterable[Record], metrics: dict[str, str], lanes: Sequenc
                 wall_s=sum(r.wall_s for r in rs), mean_wall_s=fmean(r.wall_s for r in rs) if rs else 0.0,
                 lane_errors=sum(1 for r in rs if r.stop_reason in ("model_error", "lane_crashed")),
                 mean_tool_calls=fmean(tool_calls) if tool_calls else None,
+                citing=len(precisions) if cites else None,
+                mean_support_precision=fmean(precisions) if precisions else None,
+                mean_support_precision_ci=mean_ci(precisions),
             ))
     return out
 
@@ -97,6 +109,9 @@ def format_table(summaries: Sequence[LaneSummary], skip: dict[str, dict[str, str
         head += ["median errors [95% CI]", "solved"] if errors else \
             ["EM [95% CI]", "mean F1 [95% CI]", "any@k"] if f1 else ["success [95% CI]", "any@k"]
         tools = any(s.mean_tool_calls is not None for s in rows)  # a column only where a lane calls tools
+        cites = any(s.citing is not None for s in rows)  # a column only where a lane cites sentences
+        if cites:
+            head.append("support precision [95% CI] (answers citing)")
         head += ["mean tokens", "mean calls", *(["mean tool calls"] if tools else []), "wall s (mean)"]
         lines = [f"### {task}", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
         for s in rows:
@@ -110,6 +125,8 @@ def format_table(summaries: Sequence[LaneSummary], skip: dict[str, dict[str, str
                 if f1:
                     cells.append(_f1_cell(s))
                 cells.append("-" if s.any_of_k is None else f"{s.any_of_k:.0%}")
+            if cites:
+                cells.append(_precision_cell(s))
             cells += [f"{s.mean_tokens:,.0f}", f"{s.mean_calls:.1f}"]
             if tools:
                 cells.append("-" if s.mean_tool_calls is None else f"{s.mean_tool_calls:.1f}")
@@ -133,6 +150,17 @@ def _f1_cell(s: LaneSummary) -> str:
     return f"{s.mean_f1:.2f} [{ci[0]:.2f}, {ci[1]:.2f}]" if ci else f"{s.mean_f1:.2f}"
 
 
+def _precision_cell(s: LaneSummary) -> str:
+    """Mean supporting-fact precision with its interval and how many answers it is over, e.g. '0.40 [0.20, 0.60] (8/10)'."""
+    if s.citing is None:
+        return "-"  # the lane does not cite
+    if s.mean_support_precision is None:
+        return f"- (0/{s.n})"
+    ci = s.mean_support_precision_ci
+    mean = f"{s.mean_support_precision:.2f}"
+    return f"{mean} [{ci[0]:.2f}, {ci[1]:.2f}] ({s.citing}/{s.n})" if ci else f"{mean} ({s.citing}/{s.n})"
+
+
 def write_json(path: Path, manifest: dict[str, object], summaries: Sequence[LaneSummary], audit: list[str]) -> None:
     """The manifest, the audit and the summaries in one JSON file."""
     data = {"manifest": manifest, "parity_audit": audit, "summaries": [asdict(s) for s in summaries]}
@@ -143,19 +171,22 @@ def write_csv(path: Path, summaries: Sequence[LaneSummary]) -> None:
     """One row per (data set, lane)."""
     fields = ["task", "lane", "metric", "n", "planned", "solved", "rate", "rate_ci_low", "rate_ci_high", "any_of_k",
               "median_errors", "median_errors_ci_low", "median_errors_ci_high", "mean_f1", "mean_f1_ci_low",
-              "mean_f1_ci_high", "mean_tokens", "mean_calls", "wall_s", "mean_wall_s", "lane_errors", "mean_tool_calls"]
+              "mean_f1_ci_high", "mean_tokens", "mean_calls", "wall_s", "mean_wall_s", "lane_errors", "mean_tool_calls",
+              "citing", "mean_support_precision", "mean_support_precision_ci_low", "mean_support_precision_ci_high"]
     with path.open("w", newline="", encoding="utf-8") as fh:
         w = csv.writer(fh)
         w.writerow(fields)
         for s in summaries:
             ci = s.median_errors_ci or (None, None)
             f1_ci = s.mean_f1_ci or (None, None)
+            sp_ci = s.mean_support_precision_ci or (None, None)
             w.writerow([s.task, s.lane, s.metric, s.n, s.planned, s.solved, f"{s.rate:.4f}", f"{s.rate_ci[0]:.4f}",
                         f"{s.rate_ci[1]:.4f}", "" if s.any_of_k is None else f"{s.any_of_k:.4f}",
                         "" if s.median_errors is None else s.median_errors, "" if ci[0] is None else ci[0],
                         "" if ci[1] is None else ci[1], _num(s.mean_f1), _num(f1_ci[0]), _num(f1_ci[1]),
                         f"{s.mean_tokens:.1f}", f"{s.mean_calls:.2f}", f"{s.wall_s:.1f}", f"{s.mean_wall_s:.2f}",
-                        s.lane_errors, _num(s.mean_tool_calls)])
+                        s.lane_errors, _num(s.mean_tool_calls), "" if s.citing is None else s.citing,
+                        _num(s.mean_support_precision), _num(sp_ci[0]), _num(sp_ci[1])])
 
 
 def _num(x: float | None) -> str:

@@ -22,6 +22,7 @@ from typing import Any
 from ..llm.budget import BudgetLimits
 from ..llm.limits import SharedSlots
 from ..llm.types import Backend
+from .citations import support_precision
 from .datasets import Dataset, Problem, load_dataset
 from .lanes import (
     ALL_LANES,
@@ -154,6 +155,7 @@ async def run_one(dataset: Dataset, problem: Problem, index: int, plan: LanePlan
             if cand is not None and (await dataset.score(problem, cand)).solved:
                 any_correct = True
                 break
+    precision = None if outcome.cited is None else support_precision(outcome.cited, problem.supporting_facts)
     return Record(
         task=dataset.name, lane=plan.lane, problem_id=problem.id, index=index, seed=seed, answer=outcome.answer,
         solved=score.solved, errors=score.errors, any_correct=any_correct, candidates=len(outcome.candidates),
@@ -161,6 +163,9 @@ async def run_one(dataset: Dataset, problem: Problem, index: int, plan: LanePlan
         output_tokens=spend.output_tokens, calls=spend.calls, wall_s=round(wall, 3),
         stop_reason=str(outcome.stop_reason), error=outcome.error, run_id=outcome.run_id, graph=outcome.graph,
         f1=score.f1, tool_calls=outcome.tool_calls,
+        citations=None if outcome.citations is None else list(outcome.citations),
+        cited=None if outcome.cited is None else [list(fact) for fact in outcome.cited],
+        support_precision=precision,
     )
 
 
@@ -225,6 +230,10 @@ async def run_protocol(
                     err = f", errors {rec.errors:g}" if rec.errors is not None else ""
                     err += f", F1 {rec.f1:.2f}" if rec.f1 is not None else ""
                     tools = f" · {rec.tool_calls} tool calls" if rec.tool_calls is not None else ""
+                    if rec.cited is not None:
+                        tools += f" · {len(rec.cited)} sentences cited" + (
+                            f", support precision {rec.support_precision:.2f}" if rec.support_precision is not None
+                            else "")
                     progress(f"[{stats.done + stats.skipped}/{total}] {dataset.name} #{problem.id} {plan.lane}: {mark}"
                              f"{err} · {rec.tokens:,} tokens · {rec.calls} calls{tools} · {rec.wall_s:.1f}s")
 

@@ -49,6 +49,11 @@ class Record:
     f1: float | None = None
     #: The agent lane: tool calls made on this problem (None: a lane without tools)
     tool_calls: int | None = None
+    #: The research lane: its answer's citations, the [title, sentence id] pairs they cite, and the share
+    #: of those that are gold supporting facts (None: a lane that does not cite, or an answer citing no sentence)
+    citations: list[str] | None = None
+    cited: list[list[str | int]] | None = None
+    support_precision: float | None = None
 
     @property
     def key(self) -> tuple[str, str, str]:
