@@ -76,3 +76,8 @@ def test_a_heading_a_tool_a_foreign_file_and_lines_past_the_end_cite_no_sentence
     assert support_precision(cited, p.supporting_facts) is None
 
 
+
+
+def test_a_problem_without_gold_supporting_facts_has_no_precision() -> None:
+    p = problem({"Alpha": 2}, gold=())
+    assert support_precision(cited_facts(p, ["docs:01-Alpha.md:2"]), p.supporting_facts) is None

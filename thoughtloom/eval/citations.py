@@ -61,8 +61,8 @@ def cited_facts(problem: Problem, citations: Iterable[str]) -> set[Fact]:
 
 
 def support_precision(cited: Iterable[Fact], gold: Sequence[Fact]) -> float | None:
-    """|cited ∩ gold| / |cited|: how many of the cited sentences are supporting facts; None when none is cited."""
+    """|cited ∩ gold| / |cited|: how many of the cited sentences are supporting facts; None without a cited sentence or gold."""
     cited = set(cited)
-    if not cited:
-        return None
+    if not cited or not gold:
+        return None  # a data file without supporting facts must not read as precision 0
     return len(cited & set(gold)) / len(cited)
