@@ -21,8 +21,9 @@ PASSAGE_CHARS = 600
 BRANCH_TEMPERATURE = 0.3
 _YES_NO_QUESTION = re.compile(r"^(is|are|was|were|do|does|did|can|could|has|have|had|will|would|should|shall)\b",
                               re.IGNORECASE)
-#: The two hypotheses of a yes/no question.
-YES_NO = (("Yes", "Yes - the passages bear it out."), ("No", "No - the passages do not bear it out."))
+#: The two hypotheses of a yes/no question. Each claims its answer, not the state of the evidence: a
+#: "No" that read "the passages do not bear it out" was supported by every unrelated passage.
+YES_NO = (("Yes", "Yes - the answer to the question is yes."), ("No", "No - the answer to the question is no."))
 
 
 def is_yes_no(question: str) -> bool:

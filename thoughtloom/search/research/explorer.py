@@ -292,7 +292,8 @@ class ResearchFlow:
                 claim = f"{expression} = {stated}"
                 out.evidence.append(Evidence(why or f"{claim} is right", why is None, 1.0, f"tool:{CALC_TOOL}"))
         if DOCS_TOOL in self.tools:
-            query = f"{self.question} {h.content}"
+            # Yes and no add nothing to a search; an entity answer's words find its passages.
+            query = self.question if answer_key(h.answer) in ("yes", "no") else f"{self.question} {h.content}"
             found = await self.env.call_tool(DOCS_TOOL, {"query": query, "limit": self.config.passages}, h.id)
             out.calls.append(found.to_dict())
             passages = parse_passages(found.output) if found.ok else []
