@@ -560,7 +560,10 @@ class ResearchFlow:
 
     def _add_synthesis(self, members: list[Candidate], synthesis: Synthesis, tokens: int) -> Synthesis:
         ctx = self.ctx
-        parents = [c.node_id for c in members]
+        # The members that say what the synthesis says come first: the first parent is the path
+        # `loom solve`'s best path and `loom show` follow to the answer.
+        said = answer_key(synthesis.answer or synthesis.content)
+        parents = [c.node_id for c in sorted(members, key=lambda c: c.key != said)]
         # The final answer always has a node: the flow stops adding others one short of max_nodes.
         nid = ctx.add_thought(parents, synthesis.content, "research:merge", kind=NodeKind.SYNTHESIS,
                               edge_kind=EdgeKind.AGGREGATION, cost_tokens=tokens) \
