@@ -541,3 +541,14 @@ def test_a_finished_stream_iterated_again_yields_nothing(docs: str) -> None:
 
     first, again = asyncio.run(go())
     assert first and again == []
+
+
+def test_calls_routed_to_several_models_are_priced_at_the_dearest_so_a_dollar_budget_stays_hard() -> None:
+    from thoughtloom.llm.budget import Pricing
+    from thoughtloom.llm.routing import RoutedBackend
+
+    cheap, dear = ScriptedBackend(), ScriptedBackend()
+    cheap.pricing, dear.pricing = Pricing(0.1, 0.4), Pricing(2.5, 10.0)  # type: ignore[attr-defined]
+    routed = RoutedBackend(cheap, {"synthesizer": dear, "brancher": ScriptedBackend()})
+    assert routed.pricing == Pricing(2.5, 10.0)
+    assert RoutedBackend(ScriptedBackend(), {"brancher": ScriptedBackend()}).pricing is None

@@ -8,11 +8,21 @@ still pass the run's limits, record, replay and budget like every other.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
+from .budget import Pricing
 from .errors import ModelConfigError
 from .types import Backend, Completion, GenerateRequest, Prompt
 from .wrapper import BackendWrapper
+
+
+def dearest(prices: Iterable[Pricing | None]) -> Pricing | None:
+    """The highest input and output prices among the known ones: the gateway prices every call at
+    this, an upper bound, so a dollar budget stays hard whichever model a call goes to."""
+    known = [p for p in prices if p is not None]
+    if not known:
+        return None
+    return Pricing(max(p.input_per_mtok for p in known), max(p.output_per_mtok for p in known))
 
 
 class RoutedBackend(BackendWrapper):
@@ -23,6 +33,7 @@ class RoutedBackend(BackendWrapper):
         self.routes = dict(routes)
         # Safe to run eagerly only if every model it may call is.
         self.eager_safe = all(getattr(b, "eager_safe", False) for b in (inner, *self.routes.values()))
+        self.pricing = dearest(getattr(b, "pricing", None) for b in (inner, *self.routes.values()))
 
     def _backend(self, request: GenerateRequest) -> Backend:
         if request.route is None:
