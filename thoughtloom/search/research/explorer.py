@@ -1,10 +1,9 @@
 """The research flow: the `research` strategy, which grows a tree of hypotheses and tests them against evidence.
 
 A round: explore up to `parallel` hypotheses at once (the exploration strategy picks them: best
-promise, deepest, or shallowest first), gather each one's evidence (document passages the model
-judges, exact arithmetic, or, without documents, the model's own claim marked as such), update its
-confidence (the evaluator) and promise; merge where `merge_threshold` settled hypotheses stand at
-one depth; branch the hypotheses the branching strategy picks; prune. The flow's state machine
+promise, deepest, or shallowest first), gather each one's evidence (evidence.py), update its
+confidence (the evaluator) and promise; branch the hypotheses the branching strategy picks and
+prune; merge where `merge_threshold` settled hypotheses stand at one depth. The flow's state machine
 (flow.py) takes a direction at each of these moves. Concurrent work is applied in the order it
 started, so the graph, and its CID, do not depend on which call answered first.
 
@@ -28,22 +27,18 @@ from ...tasks.research import (
     SynthesisReply,
     answer_key,
     branch_query,
-    claim_query,
     is_yes_no,
-    judge_query,
-    mentions,
-    parse_judgements,
     parse_proposals,
     parse_synthesis,
     synthesis_query,
 )
 from ...tools.toolbox import Toolbox
-from ..agent.kinds import CALC_TOOL, DOCS_TOOL, arithmetic_claims, sum_error
 from ..agent.processors import AgentEnv, ProcessorRegistry
 from ..context import SearchContext
 from ..events import FlowTransitioned, InsightFound, NodeScored
 from ..stop import StopReason
 from .config import ResearchConfig
+from .evidence import Findings, Gatherer
 from .flow import FlowMachine, FlowState, Transition
 from .merge import (
     Candidate,
@@ -55,8 +50,6 @@ from .merge import (
 )
 from .promise import SAME_THING, clamp, evidence_confidence, promise, similarity
 from .records import (
-    MODEL_SOURCE,
-    Evidence,
     Hypothesis,
     HypothesisStatus,
     Insight,
@@ -74,8 +67,6 @@ from .roles import (
     read_synthesis,
 )
 
-#: Characters of a passage kept as a piece of evidence.
-EVIDENCE_CHARS = 300
 _H = HypothesisStatus
 _S = NodeStatus
 T = TypeVar("T")
@@ -91,27 +82,6 @@ class ResearchSetup:
     routed: frozenset[str] = frozenset()
 
 
-@dataclass(slots=True)
-class _Found:
-    """One exploration's outcome, before it is applied: evidence, and what it cost."""
-
-    evidence: list[Evidence]
-    tokens: int = 0
-    calls: list[dict[str, Any]] = field(default_factory=list)
-    passages: tuple[tuple[str, str], ...] = ()
-
-
-def parse_passages(output: str) -> list[tuple[str, str]]:
-    """The docs tool's answer as (docs:FILE:LINES, text) pairs."""
-    out = []
-    for chunk in output.strip().split("\n\n"):
-        head, _, text = chunk.partition("\n")
-        number, dot, ref = head.partition(". ")
-        if dot and number.strip().isdigit() and ref.strip() and text.strip():
-            out.append((f"docs:{ref.strip()}", text.strip()))
-    return out
-
-
 class ResearchFlow:
     """One question's research: the hypothesis tree, its insights, and the state machine driving it."""
 
@@ -124,6 +94,7 @@ class ResearchFlow:
         self.tools = tools
         self.question = str(ctx.problem)
         self.passages: tuple[tuple[str, str], ...] = ()
+        self.gatherer = Gatherer(self.env, self.question, self.config.passages, self._ask)
         self.machine = FlowMachine(on_transition=self._moved)
         root = ctx.graph.node(ctx.root)
         self.tree: dict[int, Hypothesis] = {
@@ -247,15 +218,10 @@ class ResearchFlow:
 
     async def _explore_question(self) -> None:
         """Look the question up in the documents, for the first hypotheses to start from."""
-        root = self.tree[self.ctx.root]
-        if DOCS_TOOL in self.tools:
-            # Twice the passages of a hypothesis's search: a question often names two things to look up.
-            found = await self.env.call_tool(DOCS_TOOL, {"query": self.question, "limit": 2 * self.config.passages},
-                                             self.ctx.root)
-            node = self.ctx.graph.node(self.ctx.root)
-            node.extra.setdefault("tool_calls", []).append(found.to_dict())
-            self.passages = tuple(parse_passages(found.output)) if found.ok else ()
-        root.explored_at = datetime.now()
+        self.passages, call = await self.gatherer.question_passages(self.ctx.root)
+        if call is not None:
+            self.ctx.graph.node(self.ctx.root).extra.setdefault("tool_calls", []).append(call)
+        self.tree[self.ctx.root].explored_at = datetime.now()
 
     def _pick(self) -> list[Hypothesis]:
         """The next hypotheses to explore, by the exploration strategy."""
@@ -275,53 +241,11 @@ class ResearchFlow:
         for h in batch:
             graph.set_status(h.id, _S.READY)
             graph.set_status(h.id, _S.IN_PROGRESS)
-        found = await self._in_start_order([self._gather(h) for h in batch])
+        found = await self._in_start_order([self.gatherer.gather(h) for h in batch])
         for h, f in zip(batch, found):
             await self._apply_evidence(h, f)
 
-    async def _gather(self, h: Hypothesis) -> _Found:
-        """Evidence for and against one hypothesis (no graph change: applied in start order)."""
-        out = _Found([])
-        if CALC_TOOL in self.tools:
-            # The reason after the answer: "12 ships - 3 x 4 = 12" must not read as 12 minus 3 x 4.
-            reason = h.content[len(h.answer):] if h.answer and h.content.startswith(h.answer) else h.content
-            for expression, stated in arithmetic_claims(reason):
-                r = await self.env.call_tool(CALC_TOOL, {"expression": f"{expression} = {stated}"}, h.id)
-                out.calls.append(r.to_dict())
-                why = sum_error(expression, stated)
-                claim = f"{expression} = {stated}"
-                out.evidence.append(Evidence(why or f"{claim} is right", why is None, 1.0, f"tool:{CALC_TOOL}"))
-        if DOCS_TOOL in self.tools:
-            # Yes and no add nothing to a search; an entity answer's words find its passages.
-            query = self.question if answer_key(h.answer) in ("yes", "no") else f"{self.question} {h.content}"
-            found = await self.env.call_tool(DOCS_TOOL, {"query": query, "limit": self.config.passages}, h.id)
-            out.calls.append(found.to_dict())
-            passages = parse_passages(found.output) if found.ok else []
-            out.passages = tuple(passages)
-            if passages:
-                got = await self._ask(judge_query(self.question, h.content, passages), "judge", h.id, "evaluator")
-                if got is not None:
-                    reply, out.tokens = got
-                    for j in parse_judgements(reply, len(passages)):
-                        ref, text = passages[j.index - 1]
-                        # A passage cannot support a name it does not mention (a small judge says it does).
-                        if j.verdict == "unrelated" or j.strength <= 0 or (
-                                j.verdict == "supports" and h.answer and not mentions(text, h.answer)):
-                            continue
-                        # What the passage says is the evidence; the judge's reason is kept beside it.
-                        out.evidence.append(Evidence(" ".join(text.split())[:EVIDENCE_CHARS], j.verdict == "supports",
-                                                     j.strength, ref, why=j.why))
-            return out
-        if not out.evidence:
-            got = await self._ask(claim_query(self.question, h.content), "claim", h.id, "evaluator")
-            if got is not None:
-                reply, out.tokens = got
-                for j in parse_judgements(reply, 1)[:1]:
-                    if j.verdict != "unrelated" and j.strength > 0 and j.why:
-                        out.evidence.append(Evidence(j.why, j.verdict == "supports", j.strength, MODEL_SOURCE))
-        return out
-
-    async def _apply_evidence(self, h: Hypothesis, found: _Found) -> None:
+    async def _apply_evidence(self, h: Hypothesis, found: Findings) -> None:
         ctx, graph = self.ctx, self.ctx.graph
         node = graph.node(h.id)
         node.cost_tokens += found.tokens
