@@ -20,7 +20,7 @@ from .llm.types import Backend
 from .run.execute import execute
 from .run.gateway import make_gateway
 from .run.session import ReplayVerdict, open_replay
-from .run.spec import RunSpec, resolve
+from .run.spec import RunSpec, research_tools, resolve
 from .search.agent.processors import ProcessorRegistry
 from .search.config import SearchConfig
 from .search.events import Event, EventSink, InsightFound
@@ -137,11 +137,6 @@ async def areplay(store: Any, run: str, *, task: Task[Any] | None = None, config
 
 _RESEARCH_FIELDS = {f.name for f in fields(ResearchConfig)}
 _END = object()
-
-
-def research_tools(knowledge: str | os.PathLike[str] | None) -> tuple[str, ...]:
-    """What a research run is granted: the exact calculator, and document search when there are documents."""
-    return ("calc", "docs") if knowledge is not None else ("calc",)
 
 
 class ResearchStream:

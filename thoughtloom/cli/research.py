@@ -77,7 +77,7 @@ def add_research_parser(sub: Any) -> None:
 
 def cmd_research(args: argparse.Namespace) -> int:
     """Run the research flow on QUESTION: a `loom solve` of the research task, printing insights as they come."""
-    from ..api import research_tools
+    from ..run.spec import research_tools
     from ..views.insights import InsightPrinter
 
     args.task, args.strategy = "research", "research"

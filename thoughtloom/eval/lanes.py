@@ -45,8 +45,6 @@ RESEARCH_LANE = "research"
 ALL_LANES = (*SAMPLING_LANES, *SEARCH_LANES, AGENT_LANE, RESEARCH_LANE)
 #: Prompt families whose problems bring their own documents, sentence by sentence (the research lane's corpus).
 RESEARCH_SETS: tuple[str, ...] = ("hotpotqa",)
-#: What the research lane grants, as `loom research --knowledge` does (api.research_tools; eval sits below api).
-RESEARCH_TOOLS: tuple[str, ...] = ("calc", "docs")
 #: The agent lane's tools by prompt family: math word problems get the exact calculator and
 #: sandboxed Python; HotpotQA gets document search over the question's own ten paragraphs.
 AGENT_TOOLS: dict[str, tuple[str, ...]] = {"gsm8k": ("calc", "python"), "hotpotqa": ("docs",)}
@@ -204,7 +202,7 @@ def search_spec(lane: str, dataset: Dataset, problem: Problem, backend: Backend,
                 params: dict[str, Any], temperature: float, seed: int | None, store: Any = None,
                 knowledge: str | None = None) -> Any:
     """The RunSpec a search, agent or research lane runs: resolved like `loom solve` / `loom agent` / `loom research`, plus the lane's settings (knowledge: the corpus)."""
-    from ..run.spec import SpecError, resolve
+    from ..run.spec import SpecError, research_tools, resolve
     from ..tasks.registry import get_task
 
     search = {"temperature": temperature, "seed": seed, **params}
@@ -213,7 +211,7 @@ def search_spec(lane: str, dataset: Dataset, problem: Problem, backend: Backend,
             # The question alone, as for the agent: the documents are searched, not shown.
             return resolve(agent_task(problem), task="research", model=backend, budget=limits, store=store,
                            search={"strategy": "research", "temperature": temperature, "seed": seed},
-                           tools=RESEARCH_TOOLS if knowledge is not None else RESEARCH_TOOLS[:1], knowledge=knowledge,
+                           tools=research_tools(knowledge), knowledge=knowledge,
                            research=params)
         if lane == AGENT_LANE:
             return resolve(agent_task(problem), task="agent", model=backend, budget=limits, store=store,

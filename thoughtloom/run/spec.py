@@ -280,6 +280,11 @@ def resolve(
     )
 
 
+def research_tools(knowledge: str | os.PathLike[str] | None) -> tuple[str, ...]:
+    """What a research run is granted: the exact calculator, and document search when there are documents."""
+    return ("calc", "docs") if knowledge is not None else ("calc",)
+
+
 def _research(research: ResearchConfig | Mapping[str, Any] | None, strategy: str) -> ResearchConfig | None:
     """The research settings, checked (anti-patterns included); only the research strategy takes them."""
     if research is None:
