@@ -139,12 +139,12 @@ def _options(args: argparse.Namespace) -> Any:
 
 def cmd_bench(args: argparse.Namespace) -> int:
     """Audit the protocol, run (or resume) it, print the tables, write JSON, CSV and the plot."""
-    from ..llm.errors import ModelError
     from ..eval.datasets import DataError, load_dataset
     from ..eval.lanes import LaneError
     from ..eval.protocol import AuditError, Protocol, ProtocolError, audit
     from ..eval.runner import build_protocol, prepare_run_dir, run_protocol
     from ..eval.store import MANIFEST_FILE, ResultsStore
+    from ..llm.errors import ModelError
 
     say = (lambda msg: None) if args.quiet else (lambda msg: print(f"loom bench: {msg}", file=sys.stderr, flush=True))
     try:

@@ -33,7 +33,15 @@ from ..tasks.arith import ExpressionError, evaluate, fmt
 from .citations import Fact, cited_facts, corpus_file, sentence_files
 from .datasets import DATASETS, Dataset, Problem
 from .prompts import PROMPTS, answer_from, calculator_call, own_turn, stated_answer
-from .scoring import after_marker, final_number, hotpot_span, normalize_answer, parse_counts, parse_int_list, plain
+from .scoring import (
+    after_marker,
+    final_number,
+    hotpot_span,
+    normalize_answer,
+    parse_counts,
+    parse_int_list,
+    plain,
+)
 
 SAMPLING_LANES = ("io", "cot", "cot_sc", "best_of_n", "react")
 #: Search lanes and the engine strategy each runs (recursive: only when that strategy is registered).
