@@ -19,14 +19,13 @@ from .types import (
     UnknownNode,
 )
 
-
 _NO_CHILDREN: tuple[int, ...] = ()
 
 
 class ThoughtGraph:
     """A directed acyclic graph of thoughts; every mutation keeps it acyclic."""
 
-    __slots__ = ("_nodes", "_parents", "_children", "_in_kinds", "_late", "_next_id")
+    __slots__ = ("_children", "_in_kinds", "_late", "_next_id", "_nodes", "_parents")
 
     def __init__(self) -> None:
         self._nodes: dict[int, Node] = {}
@@ -167,13 +166,15 @@ class ThoughtGraph:
                     child.status = NodeStatus.READY
 
     def succeed(self, node_id: int) -> None:
-        """Mark a node succeeded, passing through in_progress when it is only ready."""
+        """Mark a node succeeded, passing through ready and in_progress when it has not reached them."""
         node = self.node(node_id)
         # The hot path of every scored thought: ready -> in_progress -> succeeded and
         # in_progress -> succeeded are legal, and a childless node wakes nobody.
         if (node.status is NodeStatus.READY or node.status is NodeStatus.IN_PROGRESS) and node_id not in self._children:
             node.status = NodeStatus.SUCCEEDED
             return
+        if node.status is NodeStatus.PENDING:
+            self.set_status(node_id, NodeStatus.READY)
         if node.status is NodeStatus.READY:
             self.set_status(node_id, NodeStatus.IN_PROGRESS)
         self.set_status(node_id, NodeStatus.SUCCEEDED)

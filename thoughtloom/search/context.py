@@ -401,8 +401,7 @@ class SearchContext:
             answer, NodeKind.SOLUTION, [node_id], EdgeKind.DEPENDENCY, creator="synthesize", score=node.score,
         )
         # Walk the state machine forward even when the answer hangs below a pruned thought.
-        for status in (_S.READY, _S.IN_PROGRESS, _S.SUCCEEDED):
-            self.graph.set_status(solution.id, status)
+        self.graph.succeed(solution.id)
         self._steps[solution.id] = self._steps[node_id]
         self._path_score[solution.id] = self._path_score.get(node_id)
         if self.bus:
@@ -448,7 +447,7 @@ class SearchContext:
         qualities, best_by_depth, goal_ids, recent = self._quality, self._best_by_depth, self._goal_ids, self.recent
         sinks = self.bus.sinks
         for node_id, score in scores:
-            score = 0.0 if score != score else 1.0 if score > 1.0 else 0.0 if score < 0.0 else score  # NaN -> 0
+            score = 0.0 if score != score else 1.0 if score > 1.0 else max(score, 0.0)  # NaN -> 0
             node = node_of(node_id)
             node.score = score
             if node.status is not _S.PRUNED:  # a re-score must not revive a thought pruned meanwhile

@@ -31,7 +31,16 @@ from ...tasks.arith import ExpressionError, evaluate, fmt
 from ...tasks.recursion.contract import ChildSpec
 from ...tools.base import ToolResult
 from ...tools.builtin import plain_arithmetic
-from .processors import AgentEnv, NewEdge, NewNode, ProcessorRegistry, ProcessorResult, failed, kind_of, succeeded
+from .processors import (
+    AgentEnv,
+    NewEdge,
+    NewNode,
+    ProcessorRegistry,
+    ProcessorResult,
+    failed,
+    kind_of,
+    succeeded,
+)
 
 #: Tool names that do a step by running code rather than by being asked for arguments.
 CODE_TOOL = "python"

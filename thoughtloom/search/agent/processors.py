@@ -144,6 +144,13 @@ class ProcessorRegistry:
         for kind, processor in items:
             self.register(kind, processor)
 
+def keep_grant(ctx: SearchContext, tools: Toolbox) -> None:
+    """Keep the granted tools' specs on the task node, so a replay asks with the same prompts and runs no tool."""
+    root = ctx.graph.node(ctx.root)
+    if "tools" not in root.extra:
+        root.extra["tools"] = [t.to_dict() for t in tools.specs]
+
+
 @dataclass
 class AgentEnv:
     """One agent run's shared services; processors read the graph through it and never change it."""

@@ -29,7 +29,15 @@ from ..context import SearchContext
 from ..events import NodeProcessed, NodeScored
 from ..stop import StopReason
 from .kinds import default_processors
-from .processors import AgentEnv, NewNode, ProcessorRegistry, ProcessorResult, failed, kind_of
+from .processors import (
+    AgentEnv,
+    NewNode,
+    ProcessorRegistry,
+    ProcessorResult,
+    failed,
+    keep_grant,
+    kind_of,
+)
 
 _S = NodeStatus
 
@@ -261,9 +269,7 @@ async def run_agent(ctx: SearchContext) -> None:
     tools = ctx.tools if ctx.tools is not None else Toolbox()
     if ctx.order is None:
         ctx.order = ctx.config.agent_order
-    root = ctx.graph.node(ctx.root)
-    if "tools" not in root.extra:  # what was granted, so a replay asks with the same prompts and no tool running
-        root.extra["tools"] = [t.to_dict() for t in tools.specs]
+    keep_grant(ctx, tools)
     scheduler = Scheduler(ctx, registry, tools)
     await scheduler.run()
     summary = {**scheduler.counts, **scheduler.env.counts, "order": ctx.order}

@@ -14,10 +14,10 @@ call through the run's Toolbox, by way of the same AgentEnv the agent's processo
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
-from typing import Any, TypeVar
+from typing import Any
 
 from ...graph import EdgeKind, NodeKind, NodeStatus
 from ...tasks.base import Query
@@ -33,7 +33,7 @@ from ...tasks.research import (
     synthesis_query,
 )
 from ...tools.toolbox import Toolbox
-from ..agent.processors import AgentEnv, ProcessorRegistry
+from ..agent.processors import AgentEnv, ProcessorRegistry, keep_grant
 from ..context import SearchContext
 from ..events import FlowTransitioned, InsightFound, NodeScored
 from ..stop import StopReason
@@ -69,7 +69,6 @@ from .roles import (
 
 _H = HypothesisStatus
 _S = NodeStatus
-T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -200,10 +199,6 @@ class ResearchFlow:
         """Whether the graph has room for another node besides the final answer's."""
         return len(self.ctx.graph) < self.ctx.config.max_nodes - 1
 
-    async def _in_start_order(self, work: Sequence[Awaitable[T]]) -> list[T]:
-        """Run work concurrently; the results come back in the order it was given."""
-        return list(await asyncio.gather(*work))
-
     # --- model calls ----------------------------------------------------------------------------------
 
     async def _ask(self, query: Query, purpose: str, node_id: int, role: str) -> tuple[str, int] | None:
@@ -241,7 +236,8 @@ class ResearchFlow:
         for h in batch:
             graph.set_status(h.id, _S.READY)
             graph.set_status(h.id, _S.IN_PROGRESS)
-        found = await self._in_start_order([self.gatherer.gather(h) for h in batch])
+        # gather() returns results in the order given: applied in start order, whatever answered first.
+        found = await asyncio.gather(*(self.gatherer.gather(h) for h in batch))
         for h, f in zip(batch, found):
             await self._apply_evidence(h, f)
 
@@ -258,7 +254,7 @@ class ResearchFlow:
             edge = EdgeKind.SUPPORTS if e.supports else EdgeKind.CONTRADICTION
             nid = ctx.add_thought([h.id], e.content, "research:evidence", kind=NodeKind.EVIDENCE, edge_kind=edge)
             assert nid is not None  # room was checked
-            self._done(nid)
+            self.ctx.graph.succeed(nid)
             graph.set_edge(h.id, nid, edge, round(e.weight, 4))
             evidence = replace(e, node_id=nid)
             graph.node(nid).extra["evidence"] = {k: v for k, v in evidence.to_dict().items() if k != "node"}
@@ -280,11 +276,6 @@ class ResearchFlow:
         if ctx.bus:
             ctx.bus.emit(NodeScored(h.id, h.confidence, h.confidence))
         self._keep(h)
-
-    def _done(self, node_id: int) -> None:
-        graph = self.ctx.graph
-        for status in (_S.READY, _S.IN_PROGRESS, _S.SUCCEEDED):
-            graph.set_status(node_id, status)
 
     def _reweigh(self, h: Hypothesis) -> None:
         parent = self.tree.get(h.parent_id) if h.parent_id is not None and h.parent_id != self.ctx.root else None
@@ -328,7 +319,7 @@ class ResearchFlow:
         m = self.machine
         m.go("branch")
         if parents:
-            proposals = await self._in_start_order([self._propose(p) for p in parents])
+            proposals = await asyncio.gather(*(self._propose(p) for p in parents))
             for parent, (props, tokens) in zip(parents, proposals):
                 self._expand(parent, props, tokens)
             m.go("expand")
@@ -493,7 +484,7 @@ class ResearchFlow:
                               edge_kind=EdgeKind.AGGREGATION, cost_tokens=tokens) \
             if synthesis.final or self._has_room() else None
         if nid is not None:
-            self._done(nid)
+            self.ctx.graph.succeed(nid)
             synthesis = replace(synthesis, node_id=nid)
             ctx.graph.node(nid).extra["synthesis"] = {k: v for k, v in synthesis.to_dict().items() if k != "node"}
             ctx.graph.node(nid).score = synthesis.confidence
@@ -598,9 +589,7 @@ async def run_research(ctx: SearchContext) -> None:
     """The research strategy: a hypothesis tree grown, tested, pruned and merged over the run's tools."""
     setup = ctx.research if ctx.research is not None else ResearchSetup()
     tools = ctx.tools if ctx.tools is not None else Toolbox()
-    root = ctx.graph.node(ctx.root)
-    if "tools" not in root.extra:  # what was granted, so a replay asks with the same prompts and runs no tool
-        root.extra["tools"] = [t.to_dict() for t in tools.specs]
+    keep_grant(ctx, tools)
     flow = ResearchFlow(ctx, setup, tools)
     try:
         await flow.run()
