@@ -17,18 +17,20 @@ import asyncio
 import ctypes
 import functools
 import logging
+import math
 import os
 import re
 import secrets
 import threading
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from .chat_template import ChatTemplate, Piece
 from .errors import ModelConfigError, ModelError
 from .models import CMAKE_ARGS, DEFAULT_EMBEDDED, EMBEDDED_MODELS, EmbeddedModel, ensure_model, model_file
-from .types import Completion, GenerateRequest, Prompt, Usage
+from .types import Completion, GenerateRequest, Prompt, TokenLogprob, Usage, choice_text
 
 _INSTALL_HINT = (
     f"run `bash scripts/setup.sh`, or `CMAKE_ARGS=\"{CMAKE_ARGS}\" pip install 'thoughtloom[local]'`"
@@ -126,6 +128,7 @@ class _Engine:
         if not self.model:
             raise ModelConfigError(f"llama.cpp could not load {path} (not a GGUF model it supports?)")
         self.vocab = ll.llama_model_get_vocab(self.model)
+        self.n_vocab = ll.llama_vocab_n_tokens(self.vocab)
         self.n_ctx = n_ctx
         # Samples share the prompt's KV cells and each adds its own tokens, so the cache holds two
         # windows: parallel samples fit unless the prompt is long (then they run in groups).
@@ -217,22 +220,65 @@ class _Engine:
         stop: Sequence[str],
         cancelled: threading.Event,
         grammar: bytes | None = None,
-    ) -> tuple[list[str], int]:
-        """One completion of `prompt` per seed (constrained by a GBNF grammar when given); the texts and tokens generated."""
+        logprobs: int | None = None,
+    ) -> Decoded:
+        """One completion of `prompt` per seed (constrained by a GBNF grammar when given)."""
         # Cells per group: the prompt once plus max_tokens per sample.
         group = max(1, min(MAX_PARALLEL, (self.kv_cells - len(prompt)) // max_tokens))
-        texts: list[str] = []
-        generated = 0
+        done = Decoded([], 0, [], [] if logprobs is not None else None)
         stops = [s.encode("utf-8") for s in stop if s]
         for start in range(0, len(seeds), group):
             if cancelled.is_set():
                 break
-            out, n_tokens = self._complete_group(
-                prompt, seeds[start : start + group], max_tokens, temperature, stops, cancelled, grammar
-            )
-            texts += out
-            generated += n_tokens
-        return texts, generated
+            done.extend(self._complete_group(
+                prompt, seeds[start : start + group], max_tokens, temperature, stops, cancelled, grammar, logprobs
+            ))
+        return done
+
+    def score(self, prompt: list[int], continuations: Sequence[list[int]]) -> list[float]:
+        """The log-probability of each continuation (a list of tokens) right after `prompt`."""
+        first = self._log_softmax(self._load_prompt(prompt, 1))
+        out = [float(first[c[0]]) for c in continuations]
+        # Longer continuations: each in a sequence of its own that shares the prompt's cells,
+        # MAX_PARALLEL at a time, one decode for all their tokens but the last.
+        longer = [i for i, c in enumerate(continuations) if len(c) > 1]
+        ll, mem, n = self.ll, self.memory, len(prompt)
+        for start in range(0, len(longer), MAX_PARALLEL):
+            group = longer[start : start + MAX_PARALLEL]
+            for s in range(1, len(group)):
+                ll.llama_memory_seq_rm(mem, s, -1, -1)
+                ll.llama_memory_seq_cp(mem, 0, s, 0, n)
+            self.batch.n_tokens = 0
+            rows: list[list[int]] = []
+            for s, i in enumerate(group):
+                cont = continuations[i]
+                rows.append([self._add(t, n + j, [s], True) for j, t in enumerate(cont[:-1])])
+            self._decode()
+            for s, i in enumerate(group):
+                cont = continuations[i]
+                out[i] += sum(float(self._log_softmax(row)[t]) for row, t in zip(rows[s], cont[1:]))
+            for s in range(len(group)):
+                ll.llama_memory_seq_rm(mem, s, n, -1)
+        return out
+
+    def _log_softmax(self, row: int) -> Any:
+        """Log-probabilities of the next token at a batch row's logits."""
+        import numpy as np
+
+        ptr = self.ll.llama_get_logits_ith(self.ctx, row)
+        logits = np.ctypeslib.as_array(ptr, shape=(self.n_vocab,)).astype(np.float64)
+        top = logits.max()
+        return logits - (top + np.log(np.exp(logits - top).sum()))
+
+    def _token_logprob(self, row: int, token: int, k: int) -> TokenLogprob:
+        import numpy as np
+
+        lp = self._log_softmax(row)
+        best = np.argpartition(-lp, k)[:k] if 0 < k < len(lp) else np.arange(0)
+        best = best[np.argsort(-lp[best])]
+        text = self.piece(token).decode("utf-8", "replace")
+        return TokenLogprob(text, float(lp[token]),
+                            tuple((self.piece(int(t)).decode("utf-8", "replace"), float(lp[t])) for t in best))
 
     def _decode(self) -> None:
         rc = self.ll.llama_decode(self.ctx, self.batch)
@@ -311,12 +357,15 @@ class _Engine:
         stops: list[bytes],
         cancelled: threading.Event,
         grammar: bytes | None = None,
-    ) -> tuple[list[str], int]:
+        logprobs: int | None = None,
+    ) -> Decoded:
         ll = self.ll
         n = len(seeds)
         logits_at = [self._load_prompt(prompt, n)] * n  # all samples start from the prompt's logits
         samplers = [self._sampler(seed, temperature, grammar) for seed in seeds]
         out = [b""] * n
+        reasons = ["length"] * n
+        tokens: list[list[TokenLogprob]] = [[] for _ in range(n)]
         generated = 0
         active = list(range(n))
         try:
@@ -328,12 +377,16 @@ class _Engine:
                 for s in active:
                     token = ll.llama_sampler_sample(samplers[s], self.ctx, logits_at[s])
                     generated += 1
+                    if logprobs is not None:
+                        tokens[s].append(self._token_logprob(logits_at[s], token, logprobs))
                     if ll.llama_vocab_is_eog(self.vocab, token):
+                        reasons[s] = "stop"
                         continue
                     text = out[s] + self.piece(token)
                     cut = min((i for i in (text.find(x) for x in stops) if i >= 0), default=-1)
                     if cut >= 0:
                         out[s] = text[:cut]
+                        reasons[s] = "stop"
                         continue
                     out[s] = text
                     if step + 1 < max_tokens:
@@ -347,7 +400,26 @@ class _Engine:
             for sampler in samplers:
                 ll.llama_sampler_free(sampler)
         # A token cut off by max_tokens can end inside a UTF-8 character: drop the partial bytes.
-        return [b.decode("utf-8", "ignore") for b in out], generated
+        return Decoded([b.decode("utf-8", "ignore") for b in out], generated, reasons,
+                       [tuple(t) for t in tokens] if logprobs is not None else None)
+
+
+@dataclass(slots=True)
+class Decoded:
+    """What one engine call produced: a text, a finish reason and (when asked) token logprobs per sample."""
+
+    texts: list[str]
+    generated: int
+    reasons: list[str]
+    logprobs: list[tuple[TokenLogprob, ...]] | None
+
+    def extend(self, more: Decoded) -> None:
+        """Append another group's samples."""
+        self.texts += more.texts
+        self.generated += more.generated
+        self.reasons += more.reasons
+        if self.logprobs is not None and more.logprobs is not None:
+            self.logprobs += more.logprobs
 
 
 class LocalLlamaBackend:
@@ -361,6 +433,8 @@ class LocalLlamaBackend:
     # llama.cpp's context is not thread-safe and decoding is CPU-bound: a second call in flight
     # would only queue on the lock (the n samples of one call already run in parallel).
     max_concurrency: int = 1
+    #: score_choices requests are answered from the model's next-token distribution.
+    scores_choices: bool = True
 
     def __init__(
         self,
@@ -459,17 +533,19 @@ class LocalLlamaBackend:
                 f"{self.name}: prompt of {len(prompt)} tokens plus max_tokens={request.max_tokens} "
                 f"exceeds the {self.n_ctx}-token context; shorten the prompt, lower max_tokens or raise n_ctx"
             )
+        if request.score_choices:
+            return self._score_blocking(engine, request, prompt)
         # Chat replies end at the end-of-turn token; completion stops belong to the text form.
         stop = () if self._template is not None else request.stop
         # Unseeded calls get a fresh random base seed so that repeated calls differ too.
         base = request.seed if request.seed is not None else secrets.randbits(31)
         seeds = [base + i for i in range(request.n)]
+        grammar = (_choice_grammar(request.choices) if request.choices
+                   else _grammar(request.schema) if request.schema is not None else None)
         with engine.lock:
             try:
-                texts, generated = engine.complete(
-                    prompt, seeds, request.max_tokens, request.temperature, stop, cancelled,
-                    _grammar(request.schema) if request.schema is not None else None,
-                )
+                done = engine.complete(prompt, seeds, request.max_tokens, request.temperature, stop, cancelled,
+                                       grammar, request.logprobs)
             except ModelError as exc:
                 raise ModelError(f"{self.name}: {exc}") from exc
             except Exception as exc:
@@ -477,7 +553,44 @@ class LocalLlamaBackend:
         # The prompt is reported once per call, not once per sample: it is evaluated once for all
         # samples (like a hosted API's `n`), and the gateway reserves it once. Output tokens are
         # every token sampled, including an end-of-text token and one that completed a stop string.
-        return Completion(tuple(texts), Usage(len(prompt), generated), self.name)
+        return Completion(tuple(done.texts), Usage(len(prompt), done.generated), self.name,
+                          tuple(done.logprobs) if done.logprobs is not None else None, tuple(done.reasons))
+
+    def choice_tokens(self, prompt: Prompt, choices: Sequence[str]) -> list[list[int]]:
+        """The tokens each choice adds when it is the reply to `prompt`."""
+        engine = self._engine()
+        if self._template is not None:
+            return [engine.tokenize(c, add_bos=False, special=False) or [engine.ll.llama_vocab_eos(engine.vocab)]
+                    for c in choices]
+        text = prompt.as_text()
+        head = engine.tokenize(text)
+        out = []
+        for choice in choices:
+            # Tokenized with the prompt, so a choice gets the tokens the model would produce there.
+            whole = engine.tokenize(text + choice)
+            tail = whole[len(head):] if whole[: len(head)] == head else engine.tokenize(choice, add_bos=False)
+            out.append(tail or engine.tokenize(choice, add_bos=False))
+        return out
+
+    def _score_blocking(self, engine: _Engine, request: GenerateRequest, prompt: list[int]) -> Completion:
+        continuations = self.choice_tokens(request.prompt, request.choices)
+        if any(not c for c in continuations):
+            raise ModelError(f"{self.name}: a choice is empty; every choice must have some text")
+        longest = max(len(c) for c in continuations)
+        if len(prompt) + longest > self.n_ctx:
+            raise ModelError(f"{self.name}: prompt of {len(prompt)} tokens plus a {longest}-token choice "
+                             f"exceeds the {self.n_ctx}-token context; shorten the prompt or raise n_ctx")
+        with engine.lock:
+            try:
+                logps = engine.score(prompt, continuations)
+            except ModelError as exc:
+                raise ModelError(f"{self.name}: {exc}") from exc
+            except Exception as exc:
+                raise ModelError(f"{self.name}: scoring failed: {_one_line(exc)}") from exc
+        probabilities = {c: math.exp(lp) for c, lp in zip(request.choices, logps)}
+        # Every choice token is evaluated like prompt text; nothing is sampled.
+        read = len(prompt) + sum(len(c) for c in continuations)
+        return Completion((choice_text(probabilities),), Usage(read, 0), self.name, None, ("stop",))
 
     async def aclose(self) -> None:
         """Nothing to release: the model stays cached for the rest of the process."""
@@ -497,3 +610,12 @@ def _grammar(schema: str) -> bytes | None:
     except Exception as exc:  # noqa: BLE001 - the converter raises bare exceptions for schemas it cannot express
         logging.getLogger(__name__).info("reply schema not enforced: %s", _one_line(exc))
         return None
+
+
+def _choice_grammar(choices: Sequence[str]) -> bytes:
+    """A GBNF grammar whose only sentences are the choices."""
+    def literal(text: str) -> str:
+        return '"' + "".join(c if c.isalnum() or c in " +-*/=().,:;_" else f"\\x{ord(c):02x}" if ord(c) < 0x80
+                             else c for c in text) + '"'
+
+    return ("root ::= " + " | ".join(literal(c) for c in dict.fromkeys(choices))).encode("utf-8")

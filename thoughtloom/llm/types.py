@@ -75,12 +75,25 @@ class GenerateRequest:
     #: Which of the run's models answers (a role name with a model of its own; None: the run's
     #: model). Part of the cache and replay keys when set.
     route: str | None = None
+    #: The reply must be one of these texts (a task's valid next steps, a verdict's words).
+    #: Backends that can constrain decoding (llama.cpp grammars) do; the others ignore it and the
+    #: task's validator stays the final check. Part of the cache and replay keys when set.
+    choices: tuple[str, ...] = ()
+    #: Instead of samples, return how likely each of `choices` is as the whole reply: one text,
+    #: `choice_text(probabilities)`, computed from the model's distribution in one forward pass.
+    #: Only for backends with `scores_choices = True` (see Backend).
+    score_choices: bool = False
+    #: Report the log-probability of each generated token and of this many alternatives
+    #: (OpenAI's `logprobs`); None: none. Such requests are answered by the backend, never the cache.
+    logprobs: int | None = None
 
     def __post_init__(self) -> None:
         if self.n < 1:
             raise ValueError(f"n must be >= 1, got {self.n}")
         if self.max_tokens < 1:
             raise ValueError(f"max_tokens must be >= 1, got {self.max_tokens}")
+        if self.score_choices and (not self.choices or self.n != 1):
+            raise ValueError("score_choices needs choices and n=1 (one distribution per call)")
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,12 +117,49 @@ NO_USAGE = Usage()
 
 
 @dataclass(frozen=True, slots=True)
+class TokenLogprob:
+    """One generated token: its text, its log-probability, and the likeliest alternatives."""
+
+    token: str
+    logprob: float
+    top: tuple[tuple[str, float], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
 class Completion:
     """The texts a call returned, one per sample, and what they cost."""
 
     texts: tuple[str, ...]
     usage: Usage
     model: str = ""
+    #: Per sample, per generated token, when the request asked for logprobs.
+    logprobs: tuple[tuple[TokenLogprob, ...], ...] | None = None
+    #: Per sample: "stop" (a stop string, the end of text or a finished choice) or "length".
+    finish_reasons: tuple[str, ...] | None = None
+
+
+def choice_text(probabilities: dict[str, float]) -> str:
+    """A choice distribution as the reply text of a score_choices call (canonical JSON, so it caches and replays)."""
+    import json
+
+    return json.dumps({k: round(v, 6) for k, v in probabilities.items()}, ensure_ascii=False, separators=(",", ":"))
+
+
+def parse_choice_text(text: str, choices: Sequence[str]) -> dict[str, float] | None:
+    """The distribution a score_choices reply holds (choices missing from it get 0); None if it holds none."""
+    import json
+
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return None
+    if not isinstance(data, dict):
+        return None
+    out = {c: float(data.get(c, 0.0)) if isinstance(data.get(c, 0.0), int | float) else 0.0 for c in choices}
+    total = sum(out.values())
+    if total <= 0:
+        return None
+    return {c: p / total for c, p in out.items()}
 
 
 @runtime_checkable
@@ -124,6 +174,8 @@ class Backend(Protocol):
     # Optional: `prompt_form = "text"` or `"chat"`: which form of a Prompt the backend sends
     # (completion text with the request's stop strings, or chat messages ending at the end of
     # turn); the gateway bounds an uncounted prompt by that form, and replays match on it.
+    # Optional: `scores_choices = True` when the backend answers `score_choices` requests from
+    # the model's own distribution (see GenerateRequest.score_choices).
     # Optional: `eager_safe = True` when generate() keeps no per-task state (no anyio cancel
     # scope, no TaskGroup) and so may start in one asyncio task and finish in another; the
     # gateway then calls it without giving it a task of its own (see llm/gateway.py _own_task).
