@@ -23,7 +23,7 @@ def add_bench_parser(sub: Any, positive_int: Any, positive_float: Any) -> None:
     """Register `loom bench` on the CLI's subparsers (the argument types come from cli.main)."""
     b = sub.add_parser(
         "bench", help="compare reasoning methods fairly on benchmark data",
-        description="Run lanes (io, cot, cot_sc, best_of_n, react, tot, dfs, mcts, got, recursive, and agent: the "
+        description="Run lanes (io, cot, cot_sc, best_of_n, react, tot, dfs, mcts, got, recursive, random: the LM-free control, and agent: the "
         "agent with calc,python on GSM8K, docs over each question's own paragraphs on HotpotQA; research: Research "
         "Flow over those paragraphs, its cited sentences scored against HotpotQA's supporting facts) on benchmark "
         "problems under one frozen protocol: same model, temperature, per-problem budget, problems and seeds. "

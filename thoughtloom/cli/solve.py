@@ -8,6 +8,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from ..search.config import EVALUATIONS
 from .common import MAX_FANOUT, UsageError, count, number, positive_float, positive_int, unit_float
 
 DEFAULT_BUDGET_TOKENS = 20_000
@@ -27,7 +28,9 @@ def add_solve_parser(sub: Any) -> None:
     s.add_argument("--beam", type=positive_int("--beam", MAX_FANOUT), help="thoughts kept per level (beam width)")
     s.add_argument("--depth", type=positive_int("--depth", MAX_FANOUT), help="maximum depth in steps")
     s.add_argument("--generation", choices=("propose", "sample"), help="one propose call, or independent samples")
-    s.add_argument("--evaluation", choices=("value", "vote"), help="value each thought, or vote among siblings")
+    s.add_argument("--evaluation", choices=EVALUATIONS,
+                   help="value each thought, vote among siblings, or score steps by the model's own probability "
+                        "among the task's valid steps (prior: no extra call)")
     s.add_argument("--value-samples", type=positive_int("--value-samples", MAX_FANOUT), help="samples per value call")
     s.add_argument("--prune-threshold", type=unit_float("--prune-threshold"), help="prune thoughts scoring below this")
     s.add_argument("--aggregation", choices=("sum", "product", "min", "mean"), help="path score aggregation")

@@ -3,7 +3,8 @@
 Sampling lanes (io, cot, cot_sc, best_of_n, react) prompt the model directly with the data set's
 prompts, each request carrying both the few-shot completion text (base models) and chat messages
 (instruct models); search lanes (tot, dfs, mcts, got, recursive) run thoughtloom's engine on the
-data set's task; the agent lane runs the agent strategy on the problem's text with the tools
+data set's task; the random lane is the LM-free control: tot's search choosing by chance among
+the valid replies the task lists, at the same token cost; the agent lane runs the agent strategy on the problem's text with the tools
 chosen for its data set (AGENT_TOOLS); the research lane runs Research Flow on the question over
 the problem's own documents, one sentence per line, so its citations read as the data set's
 sentence ids (citations.py). "Any of k candidates correct" is kept apart as `candidates` for the
@@ -45,7 +46,10 @@ from .scoring import (
 
 SAMPLING_LANES = ("io", "cot", "cot_sc", "best_of_n", "react")
 #: Search lanes and the engine strategy each runs (recursive: only when that strategy is registered).
-SEARCH_LANES = {"tot": "bfs", "dfs": "dfs", "mcts": "mcts", "got": "got", "recursive": "recursive"}
+SEARCH_LANES = {"tot": "bfs", "dfs": "dfs", "mcts": "mcts", "got": "got", "recursive": "recursive", "random": "bfs"}
+#: The LM-free control: the tot lane's search, choosing at random among the valid replies its
+#: prompts list (llm/chance.py), with tokens counted as the lane's model would count them.
+CHANCE_LANE = "random"
 #: The lane that runs the agent strategy (the `agent` task, with tools) instead of the data set's task.
 AGENT_LANE = "agent"
 #: The lane that runs the research strategy (Research Flow) on a question over the problem's own documents.
@@ -141,6 +145,9 @@ def check_lane(lane: str, dataset: Dataset) -> None:
             raise LaneError(f"lane {lane} needs the {SEARCH_LANES[lane]} strategy, which is not registered in this build")
         if dataset.spec.task not in registered_tasks():
             raise LaneError(f"lane {lane} needs task {dataset.spec.task} for {dataset.name}, which is not registered")
+        if lane == CHANCE_LANE and not _lists_choices(dataset.spec.task):
+            raise LaneError(f"lane random needs a task that lists its valid steps; {dataset.spec.task} does not "
+                            f"(it runs on game24)")
         if lane != "recursive" and not _generates(dataset.spec.task):
             raise LaneError(f"lane {lane} needs propose or sample prompts, which task {dataset.spec.task} lacks "
                             f"(it searches with the recursive lane)")
@@ -206,6 +213,13 @@ def _generates(task_name: str) -> bool:
     return cls.propose is not Task.propose or cls.sample is not Task.sample
 
 
+def _lists_choices(task_name: str) -> bool:
+    """True when the task's prompts list every valid reply (what the random control chooses among)."""
+    from ..tasks.registry import get_task
+
+    return bool(get_task(task_name).lists_choices)
+
+
 def search_spec(lane: str, dataset: Dataset, problem: Problem, backend: Backend, limits: BudgetLimits,
                 params: dict[str, Any], temperature: float, seed: int | None, store: Any = None,
                 knowledge: str | None = None) -> Any:
@@ -226,6 +240,10 @@ def search_spec(lane: str, dataset: Dataset, problem: Problem, backend: Backend,
                            search={"strategy": "agent", **search}, tools=AGENT_TOOLS[dataset.spec.prompts],
                            knowledge=knowledge)
         task = dataset.code_task() if dataset.spec.prompts == "code" else get_task(dataset.spec.task)
+        if lane == CHANCE_LANE:
+            from ..llm.chance import ChanceBackend
+
+            backend = ChanceBackend(backend, seed=seed or 0)
         return resolve(problem.text, task=task, model=backend, budget=limits, store=store,
                        search={"strategy": SEARCH_LANES[lane], **search})
     except SpecError as exc:

@@ -23,15 +23,18 @@ def sample_key(model: str, request: GenerateRequest, index: int) -> SampleKey:
     return (
         model if request.route is None else f"{model}#{request.route}", request.prompt.text, request.prompt.messages, request.max_tokens, request.temperature,
         request.stop, request.seed, index, request.schema,
+        # A distribution over the choices and a sample constrained to them are different replies.
+        *((("choices", request.choices, request.score_choices),) if request.choices else ()),
     )
 
 
 def digest(key: SampleKey) -> str:
     """A stable hex digest of a sample key, the same in every process (for persistent caches)."""
-    model, text, messages, max_tokens, temperature, stop, seed, index, schema = key
+    model, text, messages, max_tokens, temperature, stop, seed, index, schema, *choices = key
     payload = json.dumps(
         [model, text, [[m.role, m.content] for m in messages] if messages else None,  # type: ignore[union-attr]
-         max_tokens, temperature, list(stop), seed, index, *([schema] if schema is not None else [])],  # type: ignore[arg-type]
+         max_tokens, temperature, list(stop), seed, index, *([schema] if schema is not None else []),  # type: ignore[arg-type]
+         *([[list(c[1]), c[2]] for c in choices])],  # type: ignore[index]
         ensure_ascii=False, separators=(",", ":"),
     )
     return hashlib.sha256(payload.encode()).hexdigest()

@@ -49,6 +49,8 @@ class ScriptedBackend:
     failures: list[Exception] = field(default_factory=list)
     #: Answer several requests in one generate_batch call, as a batching server would.
     supports_batch: bool = False
+    #: Take score_choices requests (the rules or responder then write `choice_text(...)` replies).
+    scores_choices: bool = False
     #: Only asyncio.sleep inside: safe to run eagerly (see Gateway._own_task).
     eager_safe: bool = True
     calls: list[GenerateRequest] = field(default_factory=list)

@@ -158,6 +158,11 @@ class Gateway:
         return self.pricing.cost(usage.input_tokens, usage.output_tokens) if self.pricing else 0.0
 
     @property
+    def scores_choices(self) -> bool:
+        """True when the backend answers score_choices requests from the model's distribution."""
+        return bool(getattr(self.backend, "scores_choices", False))
+
+    @property
     def batches(self) -> bool:
         """True when the backend answers several requests in one call (see generate_batch)."""
         return bool(getattr(self.backend, "supports_batch", False))
@@ -171,7 +176,8 @@ class Gateway:
             request.max_tokens, request.temperature, request.stop, request.seed, started_at=time.time(),
         )
         self.records.append(record)
-        cache = self.cache
+        # Token logprobs live only in a fresh answer: the cache keeps texts.
+        cache = self.cache if request.logprobs is None else None
         if cache is None:
             keys, texts, missing = [], [None] * n, list(range(n))
         elif n == 1:  # the common case, without the comprehensions
@@ -196,7 +202,7 @@ class Gateway:
             usage = completion.usage
             cache = self.cache
             # Samples cut short by a budget-shrunk max_tokens must not answer the full request later.
-            if cache is not None and record.max_tokens == call.request.max_tokens:
+            if cache is not None and call.keys and record.max_tokens == call.request.max_tokens:
                 keys = call.keys
                 for i, text in zip(call.missing, completion.texts):
                     cache.put(keys[i], text)
@@ -264,9 +270,12 @@ class Gateway:
 
     def _input_bound(self, request: GenerateRequest) -> int:
         counted = self.backend.count_tokens(request.prompt)
-        if counted is not None:
-            return counted
-        return prompt_token_bound(request.prompt, getattr(self.backend, "prompt_form", None))
+        if counted is None:
+            counted = prompt_token_bound(request.prompt, getattr(self.backend, "prompt_form", None))
+        if request.score_choices:
+            # Scoring reads every choice after the prompt; no token is shorter than one byte.
+            counted += sum(len(c.encode()) for c in request.choices)
+        return counted
 
     def _fit_request(self, request: GenerateRequest) -> tuple[GenerateRequest, int]:
         """Shrink max_tokens to what the budget still allows; return the request and its reservation."""
@@ -327,7 +336,7 @@ class Gateway:
                 usage = completion.usage
                 if not (0 <= usage.input_tokens <= reserve_tokens - out_tokens and 0 <= usage.output_tokens <= out_tokens):
                     usage = self._checked(request, usage, reserve_tokens - out_tokens, completion.texts)
-                    completion = Completion(completion.texts, usage, completion.model)
+                    completion = replace(completion, usage=usage)
                 return completion
             except BaseException as exc:
                 usage = self._unanswered(exc, Usage(reserve_tokens - out_tokens, out_tokens))
@@ -416,7 +425,7 @@ class Gateway:
                 if len(completions) != len(requests):
                     raise ModelError(f"{backend.name} answered {len(completions)} of {len(requests)} batched requests")
                 usages = self.charge_batch(requests, completions, bounds)
-                return [c if c.usage == u else Completion(c.texts, u, c.model) for c, u in zip(completions, usages)]
+                return [c if c.usage == u else replace(c, usage=u) for c, u in zip(completions, usages)]
             except BaseException as exc:
                 usages = self.charge_batch(requests, exc, bounds)
                 raise

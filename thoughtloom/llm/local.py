@@ -17,7 +17,6 @@ import asyncio
 import ctypes
 import functools
 import logging
-import math
 import os
 import re
 import secrets
@@ -587,10 +586,9 @@ class LocalLlamaBackend:
                 raise ModelError(f"{self.name}: {exc}") from exc
             except Exception as exc:
                 raise ModelError(f"{self.name}: scoring failed: {_one_line(exc)}") from exc
-        probabilities = {c: math.exp(lp) for c, lp in zip(request.choices, logps)}
         # Every choice token is evaluated like prompt text; nothing is sampled.
         read = len(prompt) + sum(len(c) for c in continuations)
-        return Completion((choice_text(probabilities),), Usage(read, 0), self.name, None, ("stop",))
+        return Completion((choice_text(dict(zip(request.choices, logps))),), Usage(read, 0), self.name, None, ("stop",))
 
     async def aclose(self) -> None:
         """Nothing to release: the model stays cached for the rest of the process."""

@@ -138,16 +138,21 @@ class Completion:
     finish_reasons: tuple[str, ...] | None = None
 
 
-def choice_text(probabilities: dict[str, float]) -> str:
-    """A choice distribution as the reply text of a score_choices call (canonical JSON, so it caches and replays)."""
+def choice_text(logprobs: dict[str, float]) -> str:
+    """The reply text of a score_choices call: each choice's log-probability, as canonical JSON (it caches and replays).
+
+    Log-probabilities, not probabilities: a long choice's probability underflows any fixed
+    number of decimals, and only the choices' relative weight matters.
+    """
     import json
 
-    return json.dumps({k: round(v, 6) for k, v in probabilities.items()}, ensure_ascii=False, separators=(",", ":"))
+    return json.dumps({k: round(v, 4) for k, v in logprobs.items()}, ensure_ascii=False, separators=(",", ":"))
 
 
 def parse_choice_text(text: str, choices: Sequence[str]) -> dict[str, float] | None:
-    """The distribution a score_choices reply holds (choices missing from it get 0); None if it holds none."""
+    """The distribution over the choices that a score_choices reply holds (normalized to sum to 1); None if none."""
     import json
+    import math
 
     try:
         data = json.loads(text)
@@ -155,11 +160,13 @@ def parse_choice_text(text: str, choices: Sequence[str]) -> dict[str, float] | N
         return None
     if not isinstance(data, dict):
         return None
-    out = {c: float(data.get(c, 0.0)) if isinstance(data.get(c, 0.0), int | float) else 0.0 for c in choices}
-    total = sum(out.values())
-    if total <= 0:
+    logps = {c: data[c] for c in choices if isinstance(data.get(c), int | float) and math.isfinite(data[c])}
+    if not logps:
         return None
-    return {c: p / total for c, p in out.items()}
+    top = max(logps.values())
+    weights = {c: math.exp(logps[c] - top) if c in logps else 0.0 for c in choices}
+    total = sum(weights.values())
+    return {c: w / total for c, w in weights.items()}
 
 
 @runtime_checkable

@@ -13,7 +13,7 @@ AGENT_ORDERS: tuple[str, ...] = ("breadth_first", "depth_first", "best_first")
 FAILURE_POLICIES: tuple[str, ...] = ("replan", "skip", "fail")
 AGGREGATIONS: tuple[str, ...] = ("sum", "product", "min", "mean")
 GENERATIONS: tuple[str, ...] = ("propose", "sample")
-EVALUATIONS: tuple[str, ...] = ("value", "vote")
+EVALUATIONS: tuple[str, ...] = ("value", "vote", "prior")
 PRIORITIES: tuple[str, ...] = ("score", "promise")
 
 
@@ -33,7 +33,9 @@ class SearchConfig:
     aggregation: str = "mean"
     #: propose: one call lists several next steps; sample: `breadth` independent samples.
     generation: str = "propose"
-    #: value: score each state on its own; vote: siblings compete in one vote call.
+    #: value: score each state on its own; vote: siblings compete in one vote call; prior: no
+    #: call, a step scores how likely the model found it among the task's valid steps (its
+    #: probability over the favourite's), where the backend can score choices, else as value.
     evaluation: str = "value"
     value_samples: int = 3
     vote_samples: int = 5

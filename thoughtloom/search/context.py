@@ -126,7 +126,7 @@ class SearchContext:
         self.best_id: int | None = None
         self.seen: dict[Hashable, int] = {}
         self.expanded: set[int] = set()
-        self.counts = {"proposed": 0, "rejected": 0, "repaired": 0, "duplicates": 0, "pruned": 0, "expansions": 0,
+        self.counts = {"proposed": 0, "rejected": 0, "repaired": 0, "duplicates": 0, "pruned": 0, "expansions": 0, "reasks": 0,
                        "grounded": 0, "verified": 0, "grounding_failed": 0, "grounder_errors": 0}
         self.grounders = tuple(grounders)
         self.grounding_policy = grounding_policy or GroundingPolicy()
@@ -218,17 +218,25 @@ class SearchContext:
             return None
         return zlib.crc32(f"{self.config.seed}|{purpose}|{key!r}".encode()) & 0x7FFFFFFF
 
+    @property
+    def scores_choices(self) -> bool:
+        """True when a query's choices are scored from the model's distribution (one call, no samples)."""
+        return self.gateway.scores_choices
+
     def _request(self, query: Query, n: int, purpose: str, key: object) -> GenerateRequest:
+        score = bool(query.choices) and self.gateway.scores_choices
         return GenerateRequest(
             prompt=query.prompt,
-            n=n,
-            max_tokens=query.max_tokens,
+            n=1 if score else n,
+            max_tokens=1 if score else query.max_tokens,
             temperature=self.temperature if query.temperature is None else query.temperature,
             stop=query.stop,
             seed=self._seed(purpose, key),
             purpose=purpose,
             schema=query.schema,
             route=query.route,
+            choices=query.choices,
+            score_choices=score,
         )
 
     async def ask(self, query: Query, n: int, purpose: str, key: object) -> tuple[list[str], int] | None:

@@ -187,7 +187,8 @@ async def search(
     counts = ctx.counts
     stats = SearchStats(
         nodes=len(ctx.graph), pruned=counts["pruned"], rejected=counts["rejected"], repaired=counts["repaired"],
-        duplicates=counts["duplicates"], expansions=counts["expansions"], max_depth=ctx.deepest(),
+        duplicates=counts["duplicates"], expansions=counts["expansions"], reasks=counts["reasks"],
+        max_depth=ctx.deepest(),
         wall_s=round(time.monotonic() - started, 3),
         grounding=GroundingStats(counts["grounded"], counts["verified"], counts["grounding_failed"],
                                  counts["grounder_errors"]) if all_grounders else None,

@@ -7,19 +7,29 @@ gateway, parses the replies through the task (the parser) and turns results into
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass, replace
 
 from ..graph import EdgeKind, NodeKind, NodeStatus
+from ..llm.types import parse_choice_text
 from ..tasks.base import Query
 from .context import SearchContext
 from .eager import eager_gather
 
 _S = NodeStatus
+#: Times a node whose proposals were all rejected is asked again before it is given up.
+MAX_REASKS = 2
+#: Each re-ask samples this much hotter than the search's temperature, up to the maximum.
+REASK_HEAT, MAX_REASK_TEMPERATURE = 0.3, 1.3
 
 
-async def generate(ctx: SearchContext, node_id: int) -> tuple[list[str], int] | None:
+async def generate(ctx: SearchContext, node_id: int, attempt: int = 0) -> Proposals | None:
     """Candidate next thoughts for a node: one propose call, or `breadth` independent samples.
 
-    When grounding failed the node, the task may turn the evidence into a revision prompt.
+    When grounding failed the node, the task may turn the evidence into a revision prompt. When
+    the task lists the valid next steps (query.choices), the model chooses among them: all of
+    them, likeliest first, from one scoring call where the backend can score; otherwise samples.
+    attempt: how many times this node's proposals were all rejected already (each re-ask
+    samples hotter, with a seed of its own).
     """
     cfg, task, problem = ctx.config, ctx.task, ctx.problem
     steps = ctx.steps(node_id)
@@ -28,44 +38,96 @@ async def generate(ctx: SearchContext, node_id: int) -> tuple[list[str], int] | 
         task.revise(problem, steps, grounded.evidence)
         if grounded is not None and grounded.verified is False else None
     )
-    if cfg.generation == "propose":
-        query = revision or task.propose(problem, steps, ctx.breadth)
-        got = await ctx.ask(query, 1, "generate", steps)
+    propose = cfg.generation == "propose"
+    query = revision or (task.propose(problem, steps, ctx.breadth) if propose else task.sample(problem, steps))
+    if attempt:
+        query = replace(query, temperature=min(MAX_REASK_TEMPERATURE, ctx.temperature + REASK_HEAT * attempt))
+    key = steps if not attempt else (steps, "again", attempt)
+    if query.choices and ctx.scores_choices:
+        got = await ctx.ask(query, 1, "generate", key)
         if got is None:
             return None
         texts, cost = got
-        # Not cut to `breadth` here: expand keeps the first `breadth` that pass validation.
-        return task.parse_proposals(problem, steps, texts[0]), cost
-    got = await ctx.ask(revision or task.sample(problem, steps), ctx.breadth, "generate", steps)
+        odds = parse_choice_text(texts[0], query.choices)
+        if odds is None:
+            return Proposals([], cost)
+        # Likeliest first; expand keeps the first `breadth` that pass validation.
+        return Proposals(sorted(query.choices, key=lambda c: -odds[c]), cost, odds)
+    # A propose reply lists several steps; a backend that cannot score the choices writes them freely.
+    got = await ctx.ask(query, 1 if propose else ctx.breadth, "generate", key)
     if got is None:
         return None
     texts, cost = got
-    thoughts = [t for t in (task.parse_sample(problem, steps, x) for x in texts) if t]
-    return thoughts, cost
+    if propose:
+        # Not cut to `breadth` here: expand keeps the first `breadth` that pass validation.
+        thoughts = task.parse_proposals(problem, steps, texts[0])
+    else:
+        thoughts = [t for t in (task.parse_sample(problem, steps, x) for x in texts) if t]
+    return Proposals(list(dict.fromkeys(thoughts)), cost)
+
+
+@dataclass(slots=True)
+class Proposals:
+    """What one generate call proposed, in order, and (when the model scored the task's choices) how likely each was."""
+
+    thoughts: list[str]
+    cost: int
+    odds: dict[str, float] | None = None
+
+    def prior(self, thought: str) -> float | None:
+        """The thought's probability relative to the model's favourite step (1 for that one); None without odds."""
+        if not self.odds:
+            return None
+        return self.odds.get(thought, 0.0) / max(self.odds.values())
 
 
 async def expand(ctx: SearchContext, node_id: int) -> list[int]:
     """Generate, validate, deduplicate and evaluate a node's children; return the scored ones.
 
     Up to `breadth` new children are kept: proposals are validated in order until that many pass.
+    When every proposal is rejected, the node is asked again (up to MAX_REASKS times, within
+    the budget) rather than given up with the budget unspent.
     """
     if ctx.stopped or node_id in ctx.expanded:
         return []
     ctx.expanded.add(node_id)
     ctx.counts["expansions"] += 1
-    got = await generate(ctx, node_id)
-    if got is None:
-        return []
-    thoughts, cost = got
+    children: list[int] = []
+    priors: dict[int, float] = {}
+    for attempt in range(1 + MAX_REASKS):
+        if attempt:
+            ctx.counts["reasks"] += 1
+        got = await generate(ctx, node_id, attempt)
+        if got is None:
+            return []
+        added, rejected = _add_children(ctx, node_id, got)
+        for child, raw in added:
+            prior = got.prior(raw)
+            if prior is not None:
+                priors[child] = prior
+        children += [child for child, _ in added]
+        if children or not rejected or ctx.stopped:
+            break
+    await evaluate(ctx, node_id, children, priors)
+    node = ctx.graph.node
+    return [c for c in children if node(c).status is _S.SUCCEEDED]
+
+
+def _add_children(ctx: SearchContext, node_id: int, proposals: Proposals) -> tuple[list[tuple[int, str]], int]:
+    """Validate proposals in order and add the first `breadth` new ones.
+
+    Returns each child with the proposal it came from, and how many proposals were rejected.
+    """
+    thoughts, cost = proposals.thoughts, proposals.cost
     task, problem = ctx.task, ctx.problem
     validate, state_key, seen = task.validate, task.state_key, ctx.seen  # once per call: this loop runs per thought
     validates = ctx.task_validates
     steps = ctx.steps(node_id)
     share = cost // max(1, len(thoughts))
     parents = (node_id,)
-    children: list[int] = []
+    children: list[tuple[int, str]] = []
     breadth = ctx.breadth
-    proposed = 0
+    proposed = rejected = 0
     for raw in thoughts:
         if len(children) >= breadth:
             break
@@ -74,6 +136,7 @@ async def expand(ctx: SearchContext, node_id: int) -> list[int]:
         if validates:
             verdict = validate(problem, steps, raw)
             if not verdict.ok:
+                rejected += 1
                 ctx.reject(node_id, raw, verdict.note or "rejected by the task's validator", "generate")
                 continue
             thought, note = verdict.thought, verdict.note if verdict.repaired else None
@@ -85,20 +148,39 @@ async def expand(ctx: SearchContext, node_id: int) -> list[int]:
         if child is None:
             break
         seen[key] = child
-        children.append(child)
+        children.append((child, raw))
     ctx.counts["proposed"] += proposed
-    await evaluate(ctx, node_id, children)
-    node = ctx.graph.node
-    return [c for c in children if node(c).status is _S.SUCCEEDED]
+    return children, rejected
 
 
-async def evaluate(ctx: SearchContext, parent_id: int, node_ids: Sequence[int]) -> None:
-    """Score new thoughts: each on its own (value) or siblings against each other (vote)."""
+async def evaluate(ctx: SearchContext, parent_id: int, node_ids: Sequence[int],
+                   priors: dict[int, float] | None = None) -> None:
+    """Score new thoughts: each on its own (value), siblings against each other (vote), or by how
+    likely the model found each step when it chose among the task's valid steps (prior).
+
+    prior scores no call; states the task values exactly keep their exact value, and thoughts
+    without a prior (the backend could not score the choices) are valued as with `value`.
+    """
     if not node_ids:
         return
-    if ctx.config.evaluation == "vote":
+    evaluation = ctx.config.evaluation
+    if evaluation == "vote":
         await _vote(ctx, parent_id, node_ids)
         return
+    if evaluation == "prior" and priors:
+        task, problem = ctx.task, ctx.problem
+        scored: list[tuple[int, float]] = []
+        rest: list[int] = []
+        for node_id in node_ids:
+            exact = task.exact_value(problem, ctx.steps(node_id))
+            if exact is not None:
+                scored.append((node_id, exact))
+            elif node_id in priors:
+                scored.append((node_id, priors[node_id]))
+            else:
+                rest.append(node_id)
+        await settle_scores(ctx, scored)
+        node_ids = rest
     await value_many(ctx, node_ids)
 
 
@@ -130,28 +212,30 @@ async def value_many(ctx: SearchContext, node_ids: Sequence[int], *, rescore: bo
         return
     n = ctx.value_samples
     paths = [ctx.steps(node_id) for node_id in asking]
+    queries = [task.value(problem, steps) for steps in paths]
     keys = [(steps, n) if rescore else steps for steps in paths]
     if len(asking) > 1 and ctx.gateway.batches:
-        answers = await ctx.ask_many([task.value(problem, steps) for steps in paths], n, "evaluate", keys)
-        scores = [_take_value(ctx, node_id, steps, got, rescore) for node_id, steps, got in zip(asking, paths, answers)]
+        answers = await ctx.ask_many(queries, n, "evaluate", keys)
+        scores = [_take_value(ctx, *args, rescore) for args in zip(asking, paths, queries, answers)]
         await settle_scores(ctx, [(node_id, s) for node_id, s in zip(asking, scores) if s is not None])
         return
 
-    async def one(node_id: int, steps: tuple[str, ...], key: object) -> None:
+    async def one(node_id: int, steps: tuple[str, ...], query: Query, key: object) -> None:
         # Each score lands as soon as its call returns: a goal found first stops the calls not yet made.
-        got = await ctx.ask(task.value(problem, steps), n, "evaluate", key)
-        score = _take_value(ctx, node_id, steps, got, rescore)
+        got = await ctx.ask(query, n, "evaluate", key)
+        score = _take_value(ctx, node_id, steps, query, got, rescore)
         if score is not None:
             await settle_scores(ctx, [(node_id, score)])
 
     if len(asking) == 1:
-        await one(asking[0], paths[0], keys[0])
+        await one(asking[0], paths[0], queries[0], keys[0])
     else:
-        await eager_gather(one(*args) for args in zip(asking, paths, keys))
+        await eager_gather(one(*args) for args in zip(asking, paths, queries, keys))
 
 
 def _take_value(
-    ctx: SearchContext, node_id: int, steps: tuple[str, ...], got: tuple[list[str], int] | None, rescore: bool
+    ctx: SearchContext, node_id: int, steps: tuple[str, ...], query: Query, got: tuple[list[str], int] | None,
+    rescore: bool,
 ) -> float | None:
     """The score the value replies give (None when the call was not made)."""
     task, problem = ctx.task, ctx.problem
@@ -161,6 +245,12 @@ def _take_value(
         return None
     texts, cost = got
     ctx.graph.node(node_id).cost_tokens += cost
+    if query.choices and ctx.scores_choices:
+        # The expected verdict under the model's distribution: each choice read as a reply of its own.
+        odds = parse_choice_text(texts[0], query.choices)
+        if odds is not None:
+            return sum(p * task.parse_value(problem, steps, [c]) for c, p in odds.items())
+        return task.parse_value(problem, steps, texts)
     if len(texts) > 1:
         # How much the samples disagree tells the controller whether the evaluator is reliable.
         singles = [task.parse_value(problem, steps, [t]) for t in texts]

@@ -61,6 +61,8 @@ class SearchStats:
     repaired: int = 0
     duplicates: int = 0
     expansions: int = 0
+    #: Expansions asked again because every proposal was rejected.
+    reasks: int = 0
     max_depth: int = 0
     wall_s: float = 0.0
     #: None when no grounder ran.
@@ -71,7 +73,8 @@ class SearchStats:
     def to_dict(self) -> dict[str, Any]:
         """Plain data for JSON output: the grounding counts sit beside the others, as before wall_s."""
         out: dict[str, Any] = {k: getattr(self, k) for k in
-                               ("nodes", "pruned", "rejected", "repaired", "duplicates", "expansions", "max_depth")}
+                               ("nodes", "pruned", "rejected", "repaired", "duplicates", "expansions", "reasks",
+                                "max_depth")}
         if self.grounding is not None:
             out.update(asdict(self.grounding))
         out["wall_s"] = self.wall_s

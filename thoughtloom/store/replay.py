@@ -108,6 +108,8 @@ class ReplayBackend(BackendWrapper):
         self.name = name
         self.max_concurrency = max_concurrency
         self.supports_batch = supports_batch
+        # A run that scored choices asks for distributions again, and gets the recorded ones.
+        self.scores_choices = any(c.scored for c in calls) or bool(getattr(live, "scores_choices", False))
         self.pricing = pricing
         self.counts = dict(counts or {})
         self.stall_s = stall_s
@@ -166,7 +168,7 @@ class ReplayBackend(BackendWrapper):
     def _take(self, request: GenerateRequest) -> RecordedCall | None:
         queue = self._queues.get(request_key(request.prompt, request.n, request.max_tokens, request.temperature,
                                              request.stop, request.seed, self.form, request.schema,
-                                             request.route))
+                                             request.route, request.choices, request.score_choices))
         return queue.popleft() if queue else None
 
     async def _turn(self, call: RecordedCall, size: int) -> None:

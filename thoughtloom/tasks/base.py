@@ -77,6 +77,9 @@ class Task(Generic[P]):
     #: False when a step must have the task's own form (Game of 24's "a op b = c (left: ...)"): the
     #: recursive strategy's generic free-text goals then do not apply (see `recursion`).
     free_text_steps: ClassVar[bool] = True
+    #: True when the task's step and value prompts list every valid reply (Query.choices): the
+    #: model then chooses among them, and the `random` control lane can choose by chance.
+    lists_choices: ClassVar[bool] = False
 
     # --- problem ------------------------------------------------------------------------
 

@@ -140,6 +140,7 @@ VALUE_EXAMPLES = _examples(VALUE_PROMPT, r"\n\n", "")
 # Normalized from the paper's value map (sure 20, likely 1, impossible 0.001) to [0, 1], with
 # "likely" raised so that one hesitant sample does not bury a state.
 VALUE_WORDS = {"sure": 1.0, "likely": 0.3, "impossible": 0.0}
+VERDICTS = tuple(VALUE_WORDS)
 
 _NUM = r"-?\d+(?:\.\d+)?(?:/\d+)?"
 _STEP = re.compile(
@@ -173,8 +174,9 @@ class Game24(Task[Numbers]):
     name = "game24"
     description = 'Game of 24: four numbers, e.g. "4 5 6 10"; reach 24 with + - * /'
     programmatic_answer = True
-    search_defaults = {"breadth": 5, "beam": 5, "max_depth": 3, "value_samples": 3}
+    search_defaults = {"breadth": 5, "beam": 5, "max_depth": 3, "value_samples": 3, "evaluation": "prior"}
     free_text_steps = False  # every step is "a op b = c (left: ...)", checked exactly
+    lists_choices = True  # the legal steps of the numbers left, and the value's three words
 
     def parse_problem(self, text: str) -> Numbers:
         """Four integers separated by spaces."""
@@ -238,20 +240,22 @@ class Game24(Task[Numbers]):
     # --- generate -----------------------------------------------------------------------
 
     def propose(self, problem: Numbers, steps: Sequence[str], k: int) -> Query:
-        """The paper's few-shot propose prompt on the numbers left."""
-        left = numbers_text(self.left(problem, steps))
+        """The paper's few-shot propose prompt on the numbers left, with every legal step as its choices."""
+        numbers = self.left(problem, steps)
+        left = numbers_text(numbers)
         text = PROPOSE_PROMPT.format(input=left)
         chat = few_shot_messages(PROPOSE_SYSTEM, PROPOSE_EXAMPLES, f"Input: {left}")
         return Query(
             Prompt(text=text, messages=chat),
             max_tokens=120,
             stop=("\nInput:", "\n\n"),
+            choices=legal_steps(numbers),
         )
 
     def sample(self, problem: Numbers, steps: Sequence[str]) -> Query:
         """The propose prompt cut to one line: one next step per sample."""
         q = self.propose(problem, steps, 1)
-        return Query(q.prompt, max_tokens=24, stop=("\n",))
+        return Query(q.prompt, max_tokens=24, stop=("\n",), choices=q.choices)
 
     def parse_proposals(self, problem: Numbers, steps: Sequence[str], text: str) -> list[str]:
         """Lines that look like a step, in order, without repeats."""
@@ -324,6 +328,7 @@ class Game24(Task[Numbers]):
             Prompt(text=text, messages=few_shot_messages(VALUE_SYSTEM, VALUE_EXAMPLES, left)),
             max_tokens=64,
             stop=("\n\n",),
+            choices=VERDICTS,
         )
 
     def parse_value(self, problem: Numbers, steps: Sequence[str], texts: Sequence[str]) -> float:
@@ -359,6 +364,26 @@ class Game24(Task[Numbers]):
         """The benchmark rule: last line, strip 'answer:', cut at '='; the four numbers, exactly 24."""
         return check_game24(problem, answer)
 
+
+
+def legal_steps(numbers: Sequence[Fraction]) -> tuple[str, ...]:
+    """Every step the numbers allow, written as the prompts write steps: "a op b = c (left: ...)".
+
+    + and * once per pair (smaller operand first), - and / both ways; no division by zero.
+    """
+    out: dict[str, None] = {}
+    ordered = sorted(numbers)
+    for i, a in enumerate(ordered):
+        for j, b in enumerate(ordered):
+            if i == j:
+                continue
+            rest = [x for k, x in enumerate(ordered) if k not in (i, j)]
+            for op in "+-*/":
+                if (op in "+*" and i > j) or (op == "/" and b == 0):
+                    continue
+                result = OPS[op](a, b)
+                out[f"{fmt(a)} {op} {fmt(b)} = {fmt(result)} (left: {numbers_text([*rest, result])})"] = None
+    return tuple(out)
 
 
 def _pop_expr(pool: list[tuple[Fraction, str]], value: Fraction) -> str:

@@ -19,6 +19,10 @@ class Query:
     schema: str | None = None
     #: Which of the run's models answers: a role with a model of its own (None: the run's model).
     route: str | None = None
+    #: Every valid reply, when the task can list them (its legal next steps, a verdict's words).
+    #: The engine then lets the model choose among them: their distribution in one pass where
+    #: the backend can score choices, otherwise samples constrained to them where it can.
+    choices: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
