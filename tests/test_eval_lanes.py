@@ -100,6 +100,25 @@ async def test_tot_lane_runs_the_search_engine_on_the_task() -> None:
     assert game24().problems[0].gold and out.answer and "= 24" in out.answer
 
 
+async def test_random_lane_searches_without_asking_the_model_and_counts_tokens_as_it_would() -> None:
+    fake = ScriptedBackend()  # any call to it would fail: it has no replies
+    outcome, spend = await run_lane("random", game24(), game24().problems[0], fake, BudgetLimits(tokens=20_000),
+                                    params={}, temperature=0.7, seed=1)
+    assert fake.calls == [] and outcome.error is None
+    assert spend.calls > 0 and spend.input_tokens > 0  # counted in the fake's words, as its own calls would be
+
+
+async def test_random_lane_gives_the_same_outcome_for_the_same_seed() -> None:
+    runs = [await run_lane("random", game24(), game24().problems[3], ScriptedBackend(), BudgetLimits(tokens=20_000),
+                           params={}, temperature=0.7, seed=4) for _ in range(2)]
+    assert runs[0][0].answer == runs[1][0].answer and runs[0][1] == runs[1][1]
+
+
+def test_random_lane_is_refused_on_tasks_that_list_no_valid_steps() -> None:
+    with pytest.raises(LaneError, match="lists its valid steps"):
+        check_lane("random", Dataset(DATASETS["gsm8k"], [], ""))
+
+
 async def test_a_lane_out_of_budget_gives_no_answer_instead_of_overspending() -> None:
     fake = ScriptedBackend(default="Answer: 1 * 1 * 4 * 6 = 24")
     out = await lane("cot", fake, tokens=20)  # the prompt alone is larger
