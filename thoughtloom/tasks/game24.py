@@ -307,7 +307,8 @@ class Game24(Task[Numbers]):
         if claimed is None or claimed != result:
             notes.append(f"result corrected to {fmt(result)}" + (f" (model said {claimed_txt})" if claimed_txt else ""))
         left = _LEFT.search(thought)
-        if left is None or left.group(1).split() != numbers_text(pool).split():
+        # A step written without its left list (as the legal steps are) is completed, not repaired.
+        if left is not None and left.group(1).split() != numbers_text(pool).split():
             notes.append(f"left corrected to {numbers_text(pool)}")
         return Verdict(True, canonical, "; ".join(notes) if notes else None)
 
@@ -367,9 +368,11 @@ class Game24(Task[Numbers]):
 
 
 def legal_steps(numbers: Sequence[Fraction]) -> tuple[str, ...]:
-    """Every step the numbers allow, written as the prompts write steps: "a op b = c (left: ...)".
+    """Every step the numbers allow, as the prompts begin a step: "a op b = c".
 
-    + and * once per pair (smaller operand first), - and / both ways; no division by zero.
+    + and * once per pair (smaller operand first), - and / both ways; no division by zero. The
+    left list is left out: it follows from the step (the validator writes it), and scoring its
+    tokens would triple the cost of choosing a step.
     """
     out: dict[str, None] = {}
     ordered = sorted(numbers)
@@ -377,12 +380,11 @@ def legal_steps(numbers: Sequence[Fraction]) -> tuple[str, ...]:
         for j, b in enumerate(ordered):
             if i == j:
                 continue
-            rest = [x for k, x in enumerate(ordered) if k not in (i, j)]
             for op in "+-*/":
                 if (op in "+*" and i > j) or (op == "/" and b == 0):
                     continue
                 result = OPS[op](a, b)
-                out[f"{fmt(a)} {op} {fmt(b)} = {fmt(result)} (left: {numbers_text([*rest, result])})"] = None
+                out[f"{fmt(a)} {op} {fmt(b)} = {fmt(result)}"] = None
     return tuple(out)
 
 
