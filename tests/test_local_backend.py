@@ -144,6 +144,20 @@ async def test_multibyte_text_survives_decoding(backend: LocalLlamaBackend) -> N
     assert "\ufffd" not in c.texts[0]
 
 
+async def test_token_logprobs_carry_the_bytes_the_text_is_made_of(backend: LocalLlamaBackend) -> None:
+    c = await backend.generate(GenerateRequest(FEW_SHOT, max_tokens=6, temperature=0.0, logprobs=2))
+    assert c.logprobs is not None and c.finish_reasons == ("length",)
+    tokens = c.logprobs[0]
+    assert len(tokens) == 6
+    assert b"".join(t.raw for t in tokens).decode("utf-8", "ignore") == c.texts[0]
+    assert all(len(t.top) == 2 and t.logprob <= 0 for t in tokens)
+
+
+async def test_a_chat_form_request_to_a_base_model_is_a_model_error(backend: LocalLlamaBackend) -> None:
+    with pytest.raises(ModelError, match="no chat template"):
+        await backend.generate(GenerateRequest(FEW_SHOT, max_tokens=4, form="chat"))
+
+
 async def test_cancelled_call_frees_the_model(backend: LocalLlamaBackend) -> None:
     with pytest.raises(TimeoutError):
         await asyncio.wait_for(backend.generate(GenerateRequest(FEW_SHOT, n=4, max_tokens=400)), 0.3)

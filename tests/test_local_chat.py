@@ -68,6 +68,19 @@ async def test_an_instruct_model_used_as_a_base_model_honours_stop_strings(qwen:
     assert "Tokyo" in c.texts[0] and "\n" not in c.texts[0]
 
 
+async def test_a_text_form_request_reads_the_completion_text_as_it_is(qwen: LocalLlamaBackend) -> None:
+    prompt = Prompt(text="Country: France\nCapital: Paris\n\nCountry: Japan\nCapital:")
+    assert qwen.prompt_tokens(prompt, "text")[0] != 151644  # no <|im_start|>: not a chat turn
+    c = await qwen.generate(GenerateRequest(prompt, max_tokens=20, temperature=0.0, stop=("\n",), form="text"))
+    assert "Tokyo" in c.texts[0] and "\n" not in c.texts[0]
+
+
+async def test_a_chat_form_request_is_cut_at_its_stop_strings(qwen: LocalLlamaBackend) -> None:
+    c = await qwen.generate(GenerateRequest(QUESTION, max_tokens=200, temperature=0.0, stop=("\n",), form="chat"))
+    assert c.texts[0].strip() and "\n" not in c.texts[0]
+    assert c.finish_reasons == ("stop",)
+
+
 async def test_a_reply_schema_constrains_the_embedded_model_to_matching_json(qwen: LocalLlamaBackend) -> None:
     import json
 

@@ -67,6 +67,14 @@ async def test_chat_replies_end_at_the_end_of_turn_not_at_completion_stop_string
     assert "stop" not in server.seen[0].body
 
 
+async def test_a_chat_request_that_pins_the_chat_form_sends_its_stop_strings(
+    server: FakeOpenAIServer, backend_for: BackendFactory
+) -> None:
+    backend = backend_for(api="chat")
+    await backend.generate(GenerateRequest(Prompt(messages=(Message("user", "Hi"),)), stop=("\n\n",), form="chat"))
+    assert server.seen[0].body["stop"] == ["\n\n"]
+
+
 async def test_a_reply_schema_is_sent_as_structured_output_on_chat_and_not_on_completions(
     server: FakeOpenAIServer, backend_for: BackendFactory
 ) -> None:

@@ -4,7 +4,8 @@ Base models (Gemma 3 270M) follow completion text, so they get `Prompt.as_text()
 stop strings. Instruction-tuned models (Qwen2.5-Coder) get `Prompt.as_messages()` rendered with the
 GGUF's own chat template, and their reply ends at the model's end-of-turn token: the completion
 form's stop strings mark the end of a few-shot pattern and would cut an instruct model's reasoning
-after its first paragraph, so chat replies ignore them.
+after its first paragraph, so chat replies ignore them. A request that pins its form
+(GenerateRequest.form, as `loom serve` does) is read in that form, and its stop strings apply.
 
 The n samples of a call share one evaluation of the prompt and are decoded together, one batch
 per step (llama.cpp's low-level API with one sequence per sample). On a CPU this is several times
@@ -275,9 +276,9 @@ class _Engine:
         lp = self._log_softmax(row)
         best = np.argpartition(-lp, k)[:k] if 0 < k < len(lp) else np.arange(0)
         best = best[np.argsort(-lp[best])]
-        text = self.piece(token).decode("utf-8", "replace")
-        return TokenLogprob(text, float(lp[token]),
-                            tuple((self.piece(int(t)).decode("utf-8", "replace"), float(lp[t])) for t in best))
+        raw = self.piece(token)
+        return TokenLogprob(raw.decode("utf-8", "replace"), float(lp[token]),
+                            tuple((self.piece(int(t)).decode("utf-8", "replace"), float(lp[t])) for t in best), raw)
 
     def _decode(self) -> None:
         rc = self.ll.llama_decode(self.ctx, self.batch)
@@ -499,12 +500,24 @@ class LocalLlamaBackend:
         """Load the model now (otherwise it loads on the first call)."""
         self._engine()
 
-    def prompt_tokens(self, prompt: Prompt) -> list[int]:
-        """The tokens this model reads for a prompt: the chat template's rendering, or the completion text."""
+    def prompt_tokens(self, prompt: Prompt, form: str | None = None) -> list[int]:
+        """The tokens this model reads for a prompt: the chat template's rendering, or the completion text.
+
+        form: "text" or "chat" reads that form whatever the model's own (see GenerateRequest.form).
+        """
         engine = self._engine()
-        if self._template is not None:
+        if self._reads_chat(form):
+            assert self._template is not None
             return engine.tokenize_pieces(self._template.pieces(prompt.as_messages()))
         return engine.tokenize(prompt.as_text())
+
+    def _reads_chat(self, form: str | None) -> bool:
+        """Whether a request of this form goes through the chat template."""
+        self._engine()
+        if form == "chat" and self._template is None:
+            raise ModelError(f"{self.name} reads completion text (it has no chat template here); "
+                             "ask it in the text form")
+        return self._template is not None if form is None else form == "chat"
 
     def count_tokens(self, prompt: Prompt) -> int:
         """Exact prompt token count with the model's tokenizer (loads the model if needed)."""
@@ -526,7 +539,7 @@ class LocalLlamaBackend:
     def _generate_blocking(
         self, engine: _Engine, request: GenerateRequest, cancelled: threading.Event
     ) -> Completion:
-        prompt = self.prompt_tokens(request.prompt)
+        prompt = self.prompt_tokens(request.prompt, request.form)
         if len(prompt) + request.max_tokens > self.n_ctx:
             raise ModelError(
                 f"{self.name}: prompt of {len(prompt)} tokens plus max_tokens={request.max_tokens} "
@@ -534,8 +547,9 @@ class LocalLlamaBackend:
             )
         if request.score_choices:
             return self._score_blocking(engine, request, prompt)
-        # Chat replies end at the end-of-turn token; completion stops belong to the text form.
-        stop = () if self._template is not None else request.stop
+        # Chat replies end at the end-of-turn token; a task's stop strings belong to the text form.
+        # A caller that pinned the form wrote its stop strings for that form, so they apply.
+        stop = () if self._template is not None and request.form is None else request.stop
         # Unseeded calls get a fresh random base seed so that repeated calls differ too.
         base = request.seed if request.seed is not None else secrets.randbits(31)
         seeds = [base + i for i in range(request.n)]
@@ -555,10 +569,10 @@ class LocalLlamaBackend:
         return Completion(tuple(done.texts), Usage(len(prompt), done.generated), self.name,
                           tuple(done.logprobs) if done.logprobs is not None else None, tuple(done.reasons))
 
-    def choice_tokens(self, prompt: Prompt, choices: Sequence[str]) -> list[list[int]]:
-        """The tokens each choice adds when it is the reply to `prompt`."""
+    def choice_tokens(self, prompt: Prompt, choices: Sequence[str], form: str | None = None) -> list[list[int]]:
+        """The tokens each choice adds when it is the reply to `prompt` (read in `form`, see prompt_tokens)."""
         engine = self._engine()
-        if self._template is not None:
+        if self._reads_chat(form):
             return [engine.tokenize(c, add_bos=False, special=False) or [engine.ll.llama_vocab_eos(engine.vocab)]
                     for c in choices]
         text = prompt.as_text()
@@ -572,7 +586,7 @@ class LocalLlamaBackend:
         return out
 
     def _score_blocking(self, engine: _Engine, request: GenerateRequest, prompt: list[int]) -> Completion:
-        continuations = self.choice_tokens(request.prompt, request.choices)
+        continuations = self.choice_tokens(request.prompt, request.choices, request.form)
         if any(not c for c in continuations):
             raise ModelError(f"{self.name}: a choice is empty; every choice must have some text")
         longest = max(len(c) for c in continuations)

@@ -230,8 +230,9 @@ class OpenAIBackend:
     async def _post(self, client: AsyncOpenAI, request: GenerateRequest, n: int, seed: int | None) -> _Sampled:
         params: dict[str, Any] = {"model": self.model, "n": n, "temperature": request.temperature}
         # Stop strings end a few-shot pattern in the completion form; a chat reply ends at the
-        # model's end of turn, and the same strings would cut an instruct model's reasoning short.
-        if request.stop and self.api != "chat":
+        # model's end of turn, and the same strings would cut an instruct model's reasoning short
+        # (unless the caller wrote them for the chat form: GenerateRequest.form).
+        if request.stop and (self.api != "chat" or request.form == "chat"):
             params["stop"] = list(request.stop)
         if seed is not None:
             params["seed"] = seed

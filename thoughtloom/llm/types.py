@@ -86,6 +86,13 @@ class GenerateRequest:
     #: Report the log-probability of each generated token and of this many alternatives
     #: (OpenAI's `logprobs`); None: none. Such requests are answered by the backend, never the cache.
     logprobs: int | None = None
+    #: Which form of the prompt the model reads, pinned by a caller that wrote its stop strings
+    #: for that form (an OpenAI-compatible server's two endpoints): "text", the completion text
+    #: as it is, never through a chat template; "chat", the messages through the chat template,
+    #: the stop strings cutting the reply too. None: the backend's own form (`prompt_form`), where
+    #: a chat reply ignores the stop strings, which tasks write for the text form. Backends that
+    #: read one form only ignore it.
+    form: str | None = None
 
     def __post_init__(self) -> None:
         if self.n < 1:
@@ -94,6 +101,8 @@ class GenerateRequest:
             raise ValueError(f"max_tokens must be >= 1, got {self.max_tokens}")
         if self.score_choices and (not self.choices or self.n != 1):
             raise ValueError("score_choices needs choices and n=1 (one distribution per call)")
+        if self.form not in (None, "text", "chat"):
+            raise ValueError(f"form must be 'text', 'chat' or None, got {self.form!r}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,6 +132,8 @@ class TokenLogprob:
     token: str
     logprob: float
     top: tuple[tuple[str, float], ...] = ()
+    #: The token's own bytes: a token can end inside a UTF-8 character, which `token` shows as U+FFFD.
+    raw: bytes = b""
 
 
 @dataclass(frozen=True, slots=True)
