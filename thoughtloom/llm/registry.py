@@ -26,6 +26,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 from .budget import Pricing
@@ -33,6 +34,9 @@ from .errors import ModelConfigError
 from .models import DEFAULT_EMBEDDED, EMBEDDED_MODELS, EmbeddedModel, find_model
 from .openai_backend import OpenAIBackend
 from .types import Backend
+
+if TYPE_CHECKING:
+    from .local import LocalLlamaBackend
 
 DEFAULT_SPEC = "local"
 OPENAI_BASE_URL = "https://api.openai.com/v1"
@@ -233,14 +237,7 @@ def make_backend(
     env = os.environ if env is None else env
     parsed = parse_model_spec(spec, env)
     if parsed.is_local:
-        # Deferred: llama.cpp bindings are an optional extra and slow to import.
-        from .local import LocalLlamaBackend
-
-        embedded = parsed.embedded
-        if embedded is not None:
-            return LocalLlamaBackend(embedded=embedded, progress=progress)
-        chat = None if parsed.api is None else parsed.api == "chat"
-        return LocalLlamaBackend(model_path=os.path.expanduser(parsed.model), chat=chat, progress=progress)
+        return local_backend(parsed, progress=progress)
     assert parsed.api in ("chat", "completions")
     key, key_env = _api_key(parsed, env)
     return OpenAIBackend(
@@ -254,3 +251,24 @@ def make_backend(
         # Ollama's completions endpoint takes one prompt per request.
         batch=parsed.provider != "ollama",
     )
+
+
+def local_backend(
+    spec: ModelSpec,
+    *,
+    n_ctx: int | None = None,
+    n_threads: int | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> LocalLlamaBackend:
+    """The in-process backend a local spec names (n_ctx, n_threads: None for the model's defaults)."""
+    if not spec.is_local:
+        raise ModelConfigError(f"{spec.identity} is not an embedded model (local, local:NAME or local:PATH)")
+    # Deferred: llama.cpp bindings are an optional extra and slow to import.
+    from .local import LocalLlamaBackend
+
+    embedded = spec.embedded
+    if embedded is not None:
+        return LocalLlamaBackend(embedded=embedded, n_ctx=n_ctx, n_threads=n_threads, progress=progress)
+    chat = None if spec.api is None else spec.api == "chat"
+    return LocalLlamaBackend(model_path=os.path.expanduser(spec.model), chat=chat, n_ctx=n_ctx, n_threads=n_threads,
+                             progress=progress)

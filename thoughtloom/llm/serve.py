@@ -1,0 +1,659 @@
+"""An embedded model behind an OpenAI-compatible HTTP endpoint, so other tools and processes share one loaded model.
+
+`OpenAIEndpoint` maps OpenAI's API onto the Backend's requests: `GET /v1/models`,
+`POST /v1/completions` (a prompt or a list of prompts, read as plain completion text even by a
+chat model) and `POST /v1/chat/completions` (messages through the model's chat template; a base
+model, which has none, continues a plain transcript, `Prompt.as_text()`'s "ROLE: text" turns,
+and its reply ends where it starts the next turn). Both honour the request's stop strings.
+`OpenAIServer` is the HTTP/1.1 side: asyncio streams on one event loop, which owns the backend;
+each connection is a task of its own, so several clients are answered at once, and a client that
+goes away mid-request cancels its generation. The standard library is enough: the protocol is a
+handful of JSON routes, and non-streaming replies need no framework.
+
+What the server cannot honour it refuses with OpenAI's error shape and a 4xx status (streaming,
+tools, logit_bias, echo, ...); fields that only tune sampling (top_p, the penalties) or are
+bookkeeping (user, metadata) are ignored, as unknown fields are.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import math
+import secrets
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from http import HTTPStatus
+from typing import Any, Protocol
+
+from .errors import ModelError
+from .types import Completion, GenerateRequest, Message, Prompt, TokenLogprob
+
+log = logging.getLogger(__name__)
+
+#: Most samples one request may ask for (OpenAI's own limit is 128; on a CPU 16 is already slow).
+MAX_N = 16
+#: Most alternatives reported per token (OpenAI: 5 for completions, 20 for chat).
+MAX_LOGPROBS = 20
+#: Most stop strings a request may give (OpenAI allows 4; thoughtloom's own tasks use more).
+MAX_STOPS = 16
+#: Most prompts in one completions request.
+MAX_PROMPTS = 64
+#: Largest request head and body read; past them the client gets 431 / 413 and the connection closes.
+MAX_HEAD = 64 * 1024
+MAX_BODY = 8 * 1024 * 1024
+#: A client that sends nothing for this long (idle keep-alive, or a request that never completes) is dropped.
+READ_TIMEOUT_S = 60.0
+#: Where a base model's reply to a transcript ends: where it starts the next turn.
+TRANSCRIPT_TURNS = ("\nUSER:", "\nASSISTANT:", "\nSYSTEM:")
+#: What a logprob that JSON cannot carry (-inf) is reported as.
+MIN_LOGPROB = -9999.0
+
+
+class ServedModel(Protocol):
+    """What the server needs of a model: the embedded backend (LocalLlamaBackend) has all of it."""
+
+    name: str
+    n_ctx: int
+    max_concurrency: int
+
+    @property
+    def chat(self) -> bool:
+        """Whether the model has a chat template it is prompted through."""
+        ...
+
+    def prompt_tokens(self, prompt: Prompt, form: str | None = None) -> list[int]:
+        """The tokens the model reads for a prompt in a form."""
+        ...
+
+    async def generate(self, request: GenerateRequest) -> Completion:
+        """Samples for one request."""
+        ...
+
+
+class ApiError(Exception):
+    """A request the server refuses, as OpenAI reports it: a status and {"error": {message, type, param, code}}."""
+
+    def __init__(self, status: int, message: str, *, param: str | None = None, code: str | None = None,
+                 kind: str = "invalid_request_error") -> None:
+        super().__init__(message)
+        self.status, self.message, self.param, self.code, self.kind = status, message, param, code, kind
+
+    def body(self) -> dict[str, Any]:
+        """The JSON error body."""
+        return {"error": {"message": self.message, "type": self.kind, "param": self.param, "code": self.code}}
+
+
+def _show(value: Any) -> str:
+    """A request value quoted in an error message, kept short."""
+    text = json.dumps(value, ensure_ascii=False)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _unsupported(param: str, what: str) -> ApiError:
+    return ApiError(400, f"{what} is not supported by this server", param=param, code="unsupported_parameter")
+
+
+def _integer(body: dict[str, Any], name: str, default: int | None, least: int, most: int) -> int | None:
+    """A whole-number field from least to most (absent or null: the default)."""
+    value = body.get(name)
+    if value is None:
+        return default
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ApiError(400, f"{name} must be a whole number; got {_show(value)}", param=name, code="invalid_type")
+    if not least <= value <= most:
+        raise ApiError(400, f"{name} must be from {least} to {most}; got {value}", param=name, code="invalid_value")
+    return value
+
+
+def _number(body: dict[str, Any], name: str, default: float, least: float, most: float) -> float:
+    """A number field from least to most (absent or null: the default)."""
+    value = body.get(name)
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ApiError(400, f"{name} must be a number; got {_show(value)}", param=name, code="invalid_type")
+    if not least <= value <= most:
+        raise ApiError(400, f"{name} must be from {least:g} to {most:g}; got {value:g}", param=name,
+                       code="invalid_value")
+    return float(value)
+
+
+def _stop(body: dict[str, Any]) -> tuple[str, ...]:
+    """The stop field: a string or a list of strings."""
+    value = body.get("stop")
+    if value is None:
+        return ()
+    if isinstance(value, str):
+        value = [value]
+    if not isinstance(value, list) or not all(isinstance(s, str) for s in value):
+        raise ApiError(400, f"stop must be a string or a list of strings; got {_show(value)}", param="stop",
+                       code="invalid_type")
+    if len(value) > MAX_STOPS:
+        raise ApiError(400, f"stop may hold at most {MAX_STOPS} strings; got {len(value)}", param="stop",
+                       code="invalid_value")
+    return tuple(s for s in value if s)
+
+
+def _finite(logprob: float) -> float:
+    return logprob if math.isfinite(logprob) else MIN_LOGPROB
+
+
+def _kept(tokens: Sequence[TokenLogprob], text: str) -> list[tuple[TokenLogprob, bytes, int]]:
+    """The tokens the reply's text is made of, each with its bytes and byte offset.
+
+    The backend reports every token it sampled: the one that completed a stop string (which the
+    text does not hold) and an end-of-text token (no text) are not the reply's.
+    """
+    size = len(text.encode("utf-8"))
+    out: list[tuple[TokenLogprob, bytes, int]] = []
+    offset = 0
+    for token in tokens:
+        if offset >= size:
+            break
+        raw = token.raw or token.token.encode("utf-8")
+        out.append((token, raw, offset))
+        offset += len(raw)
+    return out
+
+
+def _text_logprobs(tokens: Sequence[TokenLogprob], text: str, prompt: str) -> dict[str, Any]:
+    """Completions' logprobs object; offsets count characters from the prompt's start, as OpenAI's do."""
+    kept = _kept(tokens, text)
+    data = text.encode("utf-8")
+    return {
+        "tokens": [t.token for t, _, _ in kept],
+        "token_logprobs": [_finite(t.logprob) for t, _, _ in kept],
+        "top_logprobs": [{alt: _finite(lp) for alt, lp in t.top} for t, _, _ in kept],
+        "text_offset": [len(prompt) + len(data[:offset].decode("utf-8", "ignore")) for _, _, offset in kept],
+    }
+
+
+def _chat_logprobs(tokens: Sequence[TokenLogprob], text: str) -> dict[str, Any]:
+    """Chat's logprobs object: per token its text, logprob, bytes and the likeliest alternatives."""
+    return {
+        "content": [
+            {"token": t.token, "logprob": _finite(t.logprob), "bytes": list(raw),
+             "top_logprobs": [{"token": alt, "logprob": _finite(lp), "bytes": list(alt.encode("utf-8"))}
+                              for alt, lp in t.top]}
+            for t, raw, _ in _kept(tokens, text)
+        ],
+        "refusal": None,
+    }
+
+
+def _content(index: int, message: dict[str, Any]) -> str:
+    """A message's text: a string, or a list of text parts."""
+    content = message.get("content")
+    if isinstance(content, str):
+        return content
+    if content is None and message.get("role") == "assistant" and not message.get("tool_calls"):
+        return ""
+    if isinstance(content, list):
+        texts = []
+        for part in content:
+            if not (isinstance(part, dict) and part.get("type") == "text" and isinstance(part.get("text"), str)):
+                kind = part.get("type") if isinstance(part, dict) else None
+                raise ApiError(400, f"messages[{index}].content: only text parts are supported; got {_show(kind)}",
+                               param=f"messages[{index}].content", code="unsupported_content")
+            texts.append(part["text"])
+        return "".join(texts)
+    raise ApiError(400, f"messages[{index}].content must be a string or a list of text parts; got {_show(content)}",
+                   param=f"messages[{index}].content", code="invalid_type")
+
+
+def _messages(body: dict[str, Any]) -> tuple[Message, ...]:
+    """The chat messages of a request."""
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages:
+        raise ApiError(400, "messages must be a non-empty list of {role, content} objects", param="messages",
+                       code="invalid_value" if isinstance(messages, list) else "missing_required_parameter")
+    out = []
+    for i, message in enumerate(messages):
+        if not isinstance(message, dict):
+            raise ApiError(400, f"messages[{i}] must be an object with role and content", param=f"messages[{i}]",
+                           code="invalid_type")
+        role = message.get("role")
+        role = "system" if role == "developer" else role  # OpenAI's newer name for the system turn
+        if role not in ("system", "user", "assistant"):
+            raise ApiError(400, f"messages[{i}].role must be system, developer, user or assistant; got {_show(role)} "
+                                "(tool calls are not supported)", param=f"messages[{i}].role", code="invalid_value")
+        if message.get("tool_calls"):
+            raise _unsupported(f"messages[{i}].tool_calls", "tool calling")
+        out.append(Message(role, _content(i, message)))
+    return tuple(out)
+
+
+def _prompts(body: dict[str, Any]) -> list[str]:
+    """The completions prompt: a string or a list of strings."""
+    prompt = body.get("prompt")
+    if prompt is None:
+        raise ApiError(400, "prompt is required: a string or a list of strings", param="prompt",
+                       code="missing_required_parameter")
+    prompts = [prompt] if isinstance(prompt, str) else prompt
+    if not isinstance(prompts, list) or not all(isinstance(p, str) for p in prompts):
+        raise ApiError(400, "prompt must be a string or a list of strings (token arrays are not supported)",
+                       param="prompt", code="invalid_type")
+    if not 1 <= len(prompts) <= MAX_PROMPTS:
+        raise ApiError(400, f"prompt must hold from 1 to {MAX_PROMPTS} strings; got {len(prompts)}", param="prompt",
+                       code="invalid_value")
+    return prompts
+
+
+def _schema(body: dict[str, Any]) -> str | None:
+    """The JSON Schema a chat reply must match (response_format), as canonical JSON text; None for free text."""
+    form = body.get("response_format")
+    if form is None:
+        return None
+    kind = form.get("type") if isinstance(form, dict) else None
+    if kind == "text":
+        return None
+    if kind == "json_object":
+        return '{"type":"object"}'
+    if kind == "json_schema":
+        spec = form.get("json_schema")
+        schema = spec.get("schema") if isinstance(spec, dict) else None
+        if not isinstance(schema, dict):
+            raise ApiError(400, "response_format.json_schema.schema must be a JSON Schema object",
+                           param="response_format", code="invalid_value")
+        return json.dumps(schema, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    raise ApiError(400, f"response_format.type must be text, json_object or json_schema; got {_show(kind)}",
+                   param="response_format", code="invalid_value")
+
+
+def _refuse_unsupported(body: dict[str, Any], chat: bool) -> None:
+    """Refuse the fields whose meaning this server cannot honour (silently ignoring them would mislead)."""
+    if body.get("stream"):
+        raise _unsupported("stream", "streaming (stream: true)")
+    if body.get("logit_bias"):
+        raise _unsupported("logit_bias", "logit_bias")
+    if chat:
+        for name in ("tools", "functions"):
+            if body.get(name):
+                raise _unsupported(name, "tool calling")
+        if body.get("tool_choice") not in (None, "none", "auto") or body.get("function_call") not in (None, "none", "auto"):
+            raise _unsupported("tool_choice", "tool calling")
+        if body.get("audio") or body.get("modalities") not in (None, ["text"]):
+            raise _unsupported("modalities", "output other than text")
+    else:
+        if body.get("echo"):
+            raise _unsupported("echo", "echo")
+        if body.get("suffix"):
+            raise _unsupported("suffix", "suffix (insertion)")
+        best_of = body.get("best_of")
+        if best_of is not None and best_of != (body.get("n") or 1):
+            raise _unsupported("best_of", "best_of other than n")
+
+
+class OpenAIEndpoint:
+    """OpenAI's API over one served model: routes, request checks, and replies in OpenAI's shapes."""
+
+    def __init__(self, model: ServedModel) -> None:
+        self.model = model
+        #: The id clients name; the spec without "local:" is accepted too.
+        self.model_id = model.name
+        self._names = {model.name, model.name.removeprefix("local:")}
+        self._created = int(time.time())
+        # The server issues as many generate() calls at once as the backend says it can serve;
+        # the rest wait here, where a client that goes away is dropped without touching the model.
+        self._slots = asyncio.Semaphore(max(1, int(getattr(model, "max_concurrency", 1) or 1)))
+
+    async def handle(self, method: str, target: str, body: bytes) -> tuple[int, dict[str, Any]]:
+        """Answer one HTTP request: (status, JSON body). Never raises but for cancellation."""
+        try:
+            return 200, await self._route(method, target.split("?", 1)[0], body)
+        except ApiError as exc:
+            return exc.status, exc.body()
+        except ModelError as exc:
+            return 500, ApiError(500, str(exc), kind="server_error", code="model_error").body()
+        except Exception as exc:  # noqa: BLE001 - a bug must cost one request, not the server
+            log.exception("request %s %s failed", method, target)
+            return 500, ApiError(500, f"internal error: {type(exc).__name__}: {exc}", kind="server_error").body()
+
+    async def _route(self, method: str, path: str, body: bytes) -> dict[str, Any]:
+        routes = {"/v1/models": ("GET",), "/v1/completions": ("POST",), "/v1/chat/completions": ("POST",)}
+        model_path = path.startswith("/v1/models/")
+        allowed = ("GET",) if model_path else routes.get(path)
+        if allowed is None:
+            raise ApiError(404, f"Invalid URL ({method} {path}): this server answers /v1/models, /v1/completions "
+                                "and /v1/chat/completions", code="unknown_url")
+        if method not in allowed:
+            raise ApiError(405, f"{path} takes {' or '.join(allowed)}, not {method}", code="method_not_allowed")
+        if path == "/v1/models":
+            return {"object": "list", "data": [self._model_card()]}
+        if model_path:
+            self._check_model(path.removeprefix("/v1/models/"), status=404)
+            return self._model_card()
+        request = _json_object(body)
+        if path == "/v1/completions":
+            return await self.completions(request)
+        return await self.chat_completions(request)
+
+    def _model_card(self) -> dict[str, Any]:
+        return {"id": self.model_id, "object": "model", "created": self._created, "owned_by": "thoughtloom"}
+
+    def _check_model(self, name: Any, status: int = 404) -> None:
+        if name is not None and name not in self._names:
+            raise ApiError(status, f"The model {_show(name)} does not exist; this server serves {self.model_id}",
+                           param="model", code="model_not_found")
+
+    async def completions(self, body: dict[str, Any]) -> dict[str, Any]:
+        """POST /v1/completions: one choice per sample, prompt by prompt (choice i*n+j is prompt i's sample j)."""
+        self._check_model(body.get("model"))
+        _refuse_unsupported(body, chat=False)
+        prompts = _prompts(body)
+        # Some clients send logprobs: false for none (chat's spelling).
+        top = None if body.get("logprobs") is False else _integer(body, "logprobs", None, 0, MAX_LOGPROBS)
+        requests = self._requests(body, [Prompt(text=p) for p in prompts], "text", _stop(body),
+                                  max_tokens=_integer(body, "max_tokens", 16, 1, 1 << 31), param="prompt", top=top)
+        done = await self._generate(requests)
+        n = requests[0].n
+        choices = []
+        for i, (completion, prompt) in enumerate(zip(done, prompts)):
+            for j, text in enumerate(completion.texts):
+                logprobs = None
+                if top is not None and completion.logprobs is not None:
+                    logprobs = _text_logprobs(completion.logprobs[j], text, prompt)
+                choices.append({"text": text, "index": i * n + j, "logprobs": logprobs,
+                                "finish_reason": _reason(completion, j)})
+        return {"id": f"cmpl-{secrets.token_hex(12)}", "object": "text_completion", "created": int(time.time()),
+                "model": self.model_id, "choices": choices, "usage": _usage(done)}
+
+    async def chat_completions(self, body: dict[str, Any]) -> dict[str, Any]:
+        """POST /v1/chat/completions: one assistant message per sample."""
+        self._check_model(body.get("model"))
+        _refuse_unsupported(body, chat=True)
+        messages = _messages(body)
+        wants_logprobs = body.get("logprobs")
+        if wants_logprobs is not None and not isinstance(wants_logprobs, bool):
+            raise ApiError(400, f"logprobs must be true or false; got {_show(wants_logprobs)}", param="logprobs",
+                           code="invalid_type")
+        top = _integer(body, "top_logprobs", None, 0, MAX_LOGPROBS)
+        if top is not None and not wants_logprobs:
+            raise ApiError(400, "top_logprobs needs logprobs: true", param="top_logprobs", code="invalid_value")
+        most = 1 << 31
+        max_tokens = _integer(body, "max_completion_tokens", None, 1, most)
+        if max_tokens is None:
+            max_tokens = _integer(body, "max_tokens", None, 1, most)
+        stop = _stop(body)
+        # A chat model reads the turns through its template; a base model continues a transcript,
+        # and its reply ends where it would start the next turn.
+        form = "chat" if self.model.chat else "text"
+        if form == "text":
+            stop = (*stop, *TRANSCRIPT_TURNS)
+        requests = self._requests(body, [Prompt(messages=messages)], form, stop, max_tokens=max_tokens,
+                                  param="messages", top=(top or 0) if wants_logprobs else None, schema=_schema(body))
+        (completion,) = await self._generate(requests)
+        choices = []
+        for j, text in enumerate(completion.texts):
+            logprobs = None
+            if wants_logprobs and completion.logprobs is not None:
+                logprobs = _chat_logprobs(completion.logprobs[j], text)
+            choices.append({"index": j, "message": {"role": "assistant", "content": text, "refusal": None},
+                            "logprobs": logprobs, "finish_reason": _reason(completion, j)})
+        return {"id": f"chatcmpl-{secrets.token_hex(12)}", "object": "chat.completion", "created": int(time.time()),
+                "model": self.model_id, "choices": choices, "usage": _usage([completion])}
+
+    def _requests(self, body: dict[str, Any], prompts: list[Prompt], form: str, stop: tuple[str, ...], *,
+                  max_tokens: int | None, param: str, top: int | None, schema: str | None = None
+                  ) -> list[GenerateRequest]:
+        """The backend requests for a validated body; every prompt must fit the context with its reply."""
+        n = _integer(body, "n", 1, 1, MAX_N)
+        temperature = _number(body, "temperature", 1.0, 0.0, 2.0)
+        seed = _integer(body, "seed", None, -(1 << 63), (1 << 63) - 1)
+        requests = []
+        for prompt in prompts:
+            size = len(self.model.prompt_tokens(prompt, form))
+            if size == 0:
+                raise ApiError(400, f"the {param} is empty", param=param, code="invalid_value")
+            # Chat without max_tokens: as long as the context allows, as OpenAI does.
+            wanted = max_tokens if max_tokens is not None else self.model.n_ctx - size
+            if wanted < 1 or size + wanted > self.model.n_ctx:
+                raise ApiError(
+                    400, f"This model's maximum context length is {self.model.n_ctx} tokens. However, you requested "
+                         f"{size + max(wanted, 0)} tokens ({size} in the {param}, {max(wanted, 0)} in the completion). "
+                         f"Please reduce the length of the {param} or completion.",
+                    param=param, code="context_length_exceeded")
+            assert n is not None
+            requests.append(GenerateRequest(prompt, n=n, max_tokens=wanted, temperature=temperature, stop=stop,
+                                            seed=seed, schema=schema, logprobs=top, form=form, purpose="serve"))
+        return requests
+
+    async def _generate(self, requests: list[GenerateRequest]) -> list[Completion]:
+        """The requests' completions, generated concurrently as the backend allows; one failure cancels the rest."""
+        async def one(request: GenerateRequest) -> Completion:
+            async with self._slots:
+                return await self.model.generate(request)
+
+        if len(requests) == 1:
+            return [await one(requests[0])]
+        try:
+            async with asyncio.TaskGroup() as group:
+                tasks = [group.create_task(one(r)) for r in requests]
+        except ExceptionGroup as failed:
+            raise failed.exceptions[0] from None  # the first failure says what went wrong
+        return [t.result() for t in tasks]
+
+
+def _reason(completion: Completion, index: int) -> str:
+    reasons = completion.finish_reasons
+    return reasons[index] if reasons is not None and index < len(reasons) else "stop"
+
+
+def _usage(done: Sequence[Completion]) -> dict[str, int]:
+    prompt = sum(c.usage.input_tokens for c in done)
+    completion = sum(c.usage.output_tokens for c in done)
+    return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
+
+
+def _json_object(body: bytes) -> dict[str, Any]:
+    """A request body as a JSON object (NaN and Infinity are not JSON)."""
+    def no_constant(name: str) -> Any:
+        raise ValueError(f"{name} is not valid JSON")
+
+    try:
+        value = json.loads(body, parse_constant=no_constant)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise ApiError(400, f"We could not parse the JSON body of your request ({exc}); send a JSON object",
+                       code="invalid_json") from None
+    if not isinstance(value, dict):
+        raise ApiError(400, "the request body must be a JSON object", code="invalid_json")
+    return value
+
+
+# --- HTTP -------------------------------------------------------------------------------------------
+
+
+class _HttpError(Exception):
+    """A request the HTTP layer cannot read: answered with this status, then the connection closes."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+@dataclass(frozen=True, slots=True)
+class _Request:
+    method: str
+    target: str
+    headers: dict[str, str]
+    keep_alive: bool
+
+
+class _Connection:
+    """A client's byte stream with a buffer of our own, so bytes read while watching for a hang-up are kept."""
+
+    def __init__(self, reader: asyncio.StreamReader) -> None:
+        self.reader = reader
+        self.buffer = bytearray()
+
+    async def _fill(self) -> bool:
+        chunk = await self.reader.read(65536)
+        self.buffer += chunk
+        return bool(chunk)
+
+    async def head(self) -> bytes | None:
+        """The next request's head (without the blank line), or None when the client closed between requests."""
+        while (end := self.buffer.find(b"\r\n\r\n")) < 0:
+            if len(self.buffer) > MAX_HEAD:
+                raise _HttpError(431, "the request head is too large")
+            if not await self._fill():
+                if self.buffer:
+                    raise _HttpError(400, "the request ended inside its head")
+                return None
+        head = bytes(self.buffer[:end])
+        del self.buffer[: end + 4]
+        return head
+
+    async def body(self, size: int) -> bytes:
+        """Exactly `size` body bytes."""
+        while len(self.buffer) < size:
+            if not await self._fill():
+                raise _HttpError(400, "the request ended inside its body")
+        data = bytes(self.buffer[:size])
+        del self.buffer[:size]
+        return data
+
+    async def hang_up(self) -> None:
+        """Return when the client closes the connection (or floods it), keeping what it sends meanwhile."""
+        while len(self.buffer) <= MAX_HEAD + MAX_BODY:
+            if not await self._fill():
+                return
+
+
+def _parse_head(head: bytes) -> _Request:
+    lines = head.decode("latin-1").split("\r\n")
+    parts = lines[0].split(" ")
+    if len(parts) != 3 or not parts[1].startswith("/"):
+        raise _HttpError(400, "malformed request line")
+    method, target, version = parts
+    if version not in ("HTTP/1.1", "HTTP/1.0"):
+        raise _HttpError(505, f"{version} is not supported; use HTTP/1.1")
+    headers: dict[str, str] = {}
+    for line in lines[1:]:
+        name, colon, value = line.partition(":")
+        if not colon or not name or name != name.strip():
+            raise _HttpError(400, "malformed header line")
+        headers[name.lower()] = value.strip()
+    connection = headers.get("connection", "").lower()
+    keep_alive = connection != "close" if version == "HTTP/1.1" else connection == "keep-alive"
+    return _Request(method, target, headers, keep_alive)
+
+
+def _response(status: int, payload: dict[str, Any], keep_alive: bool) -> bytes:
+    body = json.dumps(payload, ensure_ascii=False).encode("utf-8")
+    head = (f"HTTP/1.1 {status} {HTTPStatus(status).phrase}\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(body)}\r\nConnection: {'keep-alive' if keep_alive else 'close'}\r\n\r\n")
+    return head.encode("latin-1") + body
+
+
+class OpenAIServer:
+    """The HTTP side of `OpenAIEndpoint`: HTTP/1.1 with keep-alive, one task per connection, on the running loop.
+
+    Use as `async with OpenAIServer(model, host, port) as server:` then `await server.serve_forever()`;
+    `start()` raises OSError when the address cannot be bound (a busy port).
+    """
+
+    def __init__(self, model: ServedModel, host: str = "127.0.0.1", port: int = 8000) -> None:
+        self.endpoint = OpenAIEndpoint(model)
+        self.host = host
+        self.port = port
+        self._server: asyncio.Server | None = None
+        self._connections: set[asyncio.Task[None]] = set()
+
+    @property
+    def url(self) -> str:
+        """The base URL clients use, ending in /v1 (with the port actually bound when port 0 was asked)."""
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}/v1"
+
+    async def start(self) -> None:
+        """Bind and start accepting connections."""
+        self._server = await asyncio.start_server(self._serve_connection, self.host, self.port)
+        self.port = self._server.sockets[0].getsockname()[1]
+
+    async def serve_forever(self) -> None:
+        """Serve until cancelled."""
+        assert self._server is not None, "start() first"
+        await self._server.serve_forever()
+
+    async def aclose(self) -> None:
+        """Stop accepting, end open connections (their generations are cancelled)."""
+        if self._server is not None:
+            self._server.close()
+        for task in list(self._connections):
+            task.cancel()
+        if self._connections:
+            await asyncio.wait(self._connections)
+        if self._server is not None:
+            await self._server.wait_closed()
+
+    async def __aenter__(self) -> OpenAIServer:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    async def _serve_connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._connections.add(task)  # type: ignore[arg-type]
+        conn = _Connection(reader)
+        try:
+            while True:
+                try:
+                    async with asyncio.timeout(READ_TIMEOUT_S):
+                        head = await conn.head()
+                        if head is None:
+                            return
+                        request = _parse_head(head)
+                        body = await self._read_body(conn, request, writer)
+                except _HttpError as exc:
+                    code = "request_too_large" if exc.status in (413, 431) else "bad_request"
+                    writer.write(_response(exc.status, ApiError(exc.status, str(exc), code=code).body(), False))
+                    await writer.drain()
+                    return
+                answer = await self._answer(conn, request, body)
+                if answer is None:
+                    return  # the client went away; its generation was cancelled
+                writer.write(_response(*answer, request.keep_alive))
+                await writer.drain()
+                if not request.keep_alive:
+                    return
+        except (ConnectionError, TimeoutError):
+            return  # a client that stalls or resets costs only its own connection
+        finally:
+            self._connections.discard(task)  # type: ignore[arg-type]
+            writer.close()
+
+    async def _read_body(self, conn: _Connection, request: _Request, writer: asyncio.StreamWriter) -> bytes:
+        if "transfer-encoding" in request.headers:
+            raise _HttpError(411, "send the body with a Content-Length (chunked bodies are not supported)")
+        length = request.headers.get("content-length", "0")
+        if not length.isdigit():
+            raise _HttpError(400, f"bad Content-Length {length!r}")
+        size = int(length)
+        if size > MAX_BODY:
+            raise _HttpError(413, f"the request body is larger than {MAX_BODY:,} bytes")
+        if size and request.headers.get("expect", "").lower() == "100-continue":
+            writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+            await writer.drain()
+        return await conn.body(size)
+
+    async def _answer(self, conn: _Connection, request: _Request,
+                      body: bytes) -> tuple[int, dict[str, Any]] | None:
+        """The endpoint's answer, or None when the client hung up first (then the work is cancelled)."""
+        work = asyncio.create_task(self.endpoint.handle(request.method, request.target, body))
+        gone = asyncio.create_task(conn.hang_up())
+        try:
+            await asyncio.wait({work, gone}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for t in (work, gone):
+                t.cancel()  # no-op for the one that finished
+            await asyncio.wait({work, gone})
+        return None if work.cancelled() else work.result()
