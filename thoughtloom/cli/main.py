@@ -22,6 +22,7 @@ def build_parser() -> argparse.ArgumentParser:
     from .bench import add_bench_parser
     from .models import add_models_parser
     from .runs import add_store_commands
+    from .serve import add_serve_parser
     from .solve import add_solve_parser
 
     add_solve_parser(sub)
@@ -30,6 +31,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_bench_parser(sub, positive_int, positive_float)
     add_store_commands(sub)
     add_models_parser(sub)
+    add_serve_parser(sub)
     sub.add_parser("tasks", help="list the tasks")
     sub.add_parser("profiles", help="list the domain profiles and their thresholds")
     parser.add_argument("--version", action="store_true", help="print the version")
@@ -86,10 +88,11 @@ def main(argv: list[str] | None = None) -> int:
     from .models import cmd_models
     from .runs import COMMANDS as STORE_COMMANDS
     from .runs import store_errors
+    from .serve import cmd_serve
     from .solve import cmd_solve
 
     commands = {"solve": cmd_solve, "agent": cmd_agent, "research": cmd_research, "bench": cmd_bench, "tasks": cmd_tasks, "profiles": cmd_profiles,
-                "models": cmd_models, **STORE_COMMANDS}
+                "models": cmd_models, "serve": cmd_serve, **STORE_COMMANDS}
     try:
         code = commands[args.command](args)
         try:

@@ -1,0 +1,90 @@
+"""`loom serve`: an embedded model behind an OpenAI-compatible HTTP endpoint, loaded once and shared by other processes."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import ipaddress
+import os
+import signal
+import sys
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from .common import UsageError, number, positive_int
+
+if TYPE_CHECKING:
+    from ..llm.local import LocalLlamaBackend
+
+
+def add_serve_parser(sub: Any) -> None:
+    """Add `serve` to loom's subparsers."""
+    p = sub.add_parser(
+        "serve", help="serve an embedded model over an OpenAI-compatible HTTP API",
+        description="Load an embedded model once and answer OpenAI's /v1/models, /v1/completions and "
+                    "/v1/chat/completions until Ctrl-C. Point any OpenAI client at the printed URL, or another "
+                    "loom at --model openai-compatible:URL@MODEL.")
+    p.add_argument("--model", default="local", metavar="SPEC",
+                   help="the embedded model: local (the default one), local:NAME or local:/path/to/model.gguf")
+    p.add_argument("--host", default="127.0.0.1",
+                   help="address to listen on (default 127.0.0.1: this machine only; the API has no keys)")
+    p.add_argument("--port", type=number("--port", int, lambda v: 0 <= v <= 65535, "from 0 to 65535"), default=8000,
+                   help="port to listen on (default 8000; 0: any free port, which the printed URL names)")
+    p.add_argument("--threads", type=positive_int("--threads", 1024), metavar="N",
+                   help="CPU threads for the model (default: all cores)")
+    p.add_argument("--ctx", type=number("--ctx", int, lambda v: 16 <= v <= 1 << 20, "from 16 to 1,048,576"),
+                   metavar="N", help="context window in tokens, prompt plus reply (default: the model's)")
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    """Load the model, print the base URL, serve until Ctrl-C (or SIGTERM)."""
+    from ..llm.registry import local_backend, parse_model_spec
+    from ..views.terminal import terminal_text
+
+    spec = parse_model_spec(args.model)
+    if not spec.is_local:
+        raise UsageError(f"loom serve serves an embedded model (--model local, local:NAME or local:PATH); "
+                         f"{args.model} is a remote model, which its own server already serves")
+
+    def say(message: str) -> None:
+        print(terminal_text(f"loom: {message}"), file=sys.stderr)
+
+    backend = local_backend(spec, n_ctx=args.ctx, n_threads=args.threads, progress=say)
+    backend.load()  # before the URL is printed: a client that reads it finds the model ready
+    try:
+        asyncio.run(_serve(backend, args.host, args.port, say))
+    except (KeyboardInterrupt, asyncio.CancelledError):
+        pass  # Ctrl-C or SIGTERM: the way to stop a server, not an error
+    return 0
+
+
+async def _serve(backend: LocalLlamaBackend, host: str, port: int, say: Callable[[str], None]) -> None:
+    from ..llm.serve import OpenAIServer
+
+    server = OpenAIServer(backend, host, port)
+    try:
+        await server.start()
+    except OSError as exc:  # a busy port, an address this machine does not have
+        # asyncio's own wording repeats the address; the system's says only what went wrong.
+        reason = os.strerror(exc.errno) if exc.errno and exc.errno > 0 else exc.strerror or str(exc)
+        raise UsageError(f"cannot listen on {host}:{port}: {reason}") from None
+    try:
+        print(f"serving {backend.name} at {server.url}", flush=True)
+        if not _loopback(host):
+            say(f"warning: the API has no keys; anyone who can reach {server.url} can use the model")
+        task = asyncio.current_task()
+        assert task is not None
+        # A service manager stops with SIGTERM: end as cleanly as on Ctrl-C.
+        asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, task.cancel)
+        await server.serve_forever()
+    finally:
+        await server.aclose()
+
+
+def _loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
