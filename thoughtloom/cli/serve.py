@@ -8,13 +8,12 @@ import ipaddress
 import os
 import signal
 import sys
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from .common import UsageError, number, positive_int
 
 if TYPE_CHECKING:
-    from ..llm.local import LocalLlamaBackend
+    from ..llm.serve import OpenAIServer
 
 
 def add_serve_parser(sub: Any) -> None:
@@ -39,6 +38,7 @@ def add_serve_parser(sub: Any) -> None:
 def cmd_serve(args: argparse.Namespace) -> int:
     """Load the model, print the base URL, serve until Ctrl-C (or SIGTERM)."""
     from ..llm.registry import local_backend, parse_model_spec
+    from ..llm.serve import OpenAIServer
     from ..views.terminal import terminal_text
 
     spec = parse_model_spec(args.model)
@@ -50,28 +50,26 @@ def cmd_serve(args: argparse.Namespace) -> int:
         print(terminal_text(f"loom: {message}"), file=sys.stderr)
 
     backend = local_backend(spec, n_ctx=args.ctx, n_threads=args.threads, progress=say)
-    backend.load()  # before the URL is printed: a client that reads it finds the model ready
+    server = OpenAIServer(backend, args.host, args.port)
     try:
-        asyncio.run(_serve(backend, args.host, args.port, say))
+        server.bind()  # before loading: a busy port is reported at once, not after the model loads
+    except OSError as exc:  # a busy port, an address this machine does not have
+        reason = os.strerror(exc.errno) if exc.errno and exc.errno > 0 else exc.strerror or str(exc)
+        raise UsageError(f"cannot listen on {args.host}:{args.port}: {reason}") from None
+    backend.load()  # before the URL is printed: a client that reads it finds the model ready
+    if not _loopback(args.host):
+        say(f"warning: the API has no keys; anyone who can reach {server.url} can use the model")
+    try:
+        asyncio.run(_serve(server, backend.name))
     except (KeyboardInterrupt, asyncio.CancelledError):
         pass  # Ctrl-C or SIGTERM: the way to stop a server, not an error
     return 0
 
 
-async def _serve(backend: LocalLlamaBackend, host: str, port: int, say: Callable[[str], None]) -> None:
-    from ..llm.serve import OpenAIServer
-
-    server = OpenAIServer(backend, host, port)
+async def _serve(server: OpenAIServer, name: str) -> None:
+    await server.start()
     try:
-        await server.start()
-    except OSError as exc:  # a busy port, an address this machine does not have
-        # asyncio's own wording repeats the address; the system's says only what went wrong.
-        reason = os.strerror(exc.errno) if exc.errno and exc.errno > 0 else exc.strerror or str(exc)
-        raise UsageError(f"cannot listen on {host}:{port}: {reason}") from None
-    try:
-        print(f"serving {backend.name} at {server.url}", flush=True)
-        if not _loopback(host):
-            say(f"warning: the API has no keys; anyone who can reach {server.url} can use the model")
+        print(f"serving {name} at {server.url}", flush=True)
         task = asyncio.current_task()
         assert task is not None
         # A service manager stops with SIGTERM: end as cleanly as on Ctrl-C.

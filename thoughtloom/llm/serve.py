@@ -22,6 +22,7 @@ import json
 import logging
 import math
 import secrets
+import socket
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -554,14 +555,16 @@ def _response(status: int, payload: dict[str, Any], keep_alive: bool) -> bytes:
 class OpenAIServer:
     """The HTTP side of `OpenAIEndpoint`: HTTP/1.1 with keep-alive, one task per connection, on the running loop.
 
-    Use as `async with OpenAIServer(model, host, port) as server:` then `await server.serve_forever()`;
-    `start()` raises OSError when the address cannot be bound (a busy port).
+    Use as `async with OpenAIServer(model, host, port) as server:` then `await server.serve_forever()`.
+    `bind()` takes the address beforehand (OSError for a busy port), so a caller can fail fast
+    before loading the model; connections that arrive meanwhile wait in the listen queue.
     """
 
     def __init__(self, model: ServedModel, host: str = "127.0.0.1", port: int = 8000) -> None:
         self.endpoint = OpenAIEndpoint(model)
         self.host = host
         self.port = port
+        self._socket: socket.socket | None = None
         self._server: asyncio.Server | None = None
         self._connections: set[asyncio.Task[None]] = set()
 
@@ -571,10 +574,16 @@ class OpenAIServer:
         host = f"[{self.host}]" if ":" in self.host else self.host
         return f"http://{host}:{self.port}/v1"
 
+    def bind(self) -> None:
+        """Take the address now (OSError when it cannot be had); start() then serves on it."""
+        if self._socket is None:
+            self._socket = socket.create_server((self.host, self.port), family=_family(self.host))
+            self.port = self._socket.getsockname()[1]
+
     async def start(self) -> None:
-        """Bind and start accepting connections."""
-        self._server = await asyncio.start_server(self._serve_connection, self.host, self.port)
-        self.port = self._server.sockets[0].getsockname()[1]
+        """Start accepting connections (binding first if bind() was not called)."""
+        self.bind()
+        self._server = await asyncio.start_server(self._serve_connection, sock=self._socket)
 
     async def serve_forever(self) -> None:
         """Serve until cancelled."""
@@ -591,6 +600,8 @@ class OpenAIServer:
             await asyncio.wait(self._connections)
         if self._server is not None:
             await self._server.wait_closed()
+        elif self._socket is not None:
+            self._socket.close()  # bound but never served
 
     async def __aenter__(self) -> OpenAIServer:
         await self.start()
@@ -627,6 +638,10 @@ class OpenAIServer:
                     return
         except (ConnectionError, TimeoutError):
             return  # a client that stalls or resets costs only its own connection
+        except asyncio.CancelledError:
+            # The server is closing. This task is the connection's outermost frame, and ending it
+            # normally matters: Python 3.11's stream callback logs a cancelled one as an error.
+            return
         finally:
             self._connections.discard(task)  # type: ignore[arg-type]
             writer.close()
@@ -657,3 +672,8 @@ class OpenAIServer:
                 t.cancel()  # no-op for the one that finished
             await asyncio.wait({work, gone})
         return None if work.cancelled() else work.result()
+
+
+def _family(host: str) -> socket.AddressFamily:
+    """The address family a host to listen on needs (IPv6 for an address such as ::1)."""
+    return socket.AF_INET6 if ":" in host else socket.AF_INET
