@@ -1,0 +1,103 @@
+"""`loom serve` as a user meets it: a real subprocess serving the real embedded model on 127.0.0.1."""
+
+from __future__ import annotations
+
+import json
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from thoughtloom.llm.models import QWEN_CODER_05B, parts_installed
+
+LOOM = [sys.executable, "-m", "thoughtloom"]
+ROOT = Path(__file__).parents[1]
+SMALL = ["--ctx", "512", "--threads", "1"]
+
+
+def needs_model(test: Any) -> Any:
+    """Mark a test that runs the default embedded model."""
+    skip = pytest.mark.skipif(not parts_installed(QWEN_CODER_05B), reason="the qwen extra is not installed")
+    return pytest.mark.local_model(skip(test))
+
+
+def serve(*args: str) -> tuple[subprocess.Popen[str], str]:
+    """Start `loom serve --port 0` and read the base URL from its one line."""
+    proc = subprocess.Popen([*LOOM, "serve", "--port", "0", *SMALL, *args], cwd=ROOT, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    line = proc.stdout.readline() if proc.stdout else ""
+    # No line means it exited: then its stderr says why.
+    assert line.startswith("serving local:qwen2.5-coder-0.5b at http://127.0.0.1:"), line or proc.communicate()[1]
+    return proc, line.split()[-1]
+
+
+def post(url: str, body: dict[str, Any], timeout: float = 120) -> dict[str, Any]:
+    request = urllib.request.Request(url, json.dumps(body).encode(), {"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=timeout) as response:
+        return json.loads(response.read())
+
+
+def stop(proc: subprocess.Popen[str]) -> tuple[int, str]:
+    """Ctrl-C, then the exit code and what it printed on stderr."""
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=30)
+    return proc.returncode, err
+
+
+@needs_model
+def test_serve_prints_its_url_answers_and_exits_cleanly_on_ctrl_c() -> None:
+    proc, url = serve()
+    try:
+        reply = post(f"{url}/completions", {"prompt": "Country: Japan\nCapital:", "max_tokens": 3, "temperature": 0})
+    finally:
+        code, err = stop(proc)
+    assert reply["choices"][0]["text"].strip().startswith("Tokyo")
+    assert (code, err) == (0, "")
+
+
+@needs_model
+def test_ctrl_c_while_generating_exits_cleanly_and_promptly() -> None:
+    proc, url = serve()
+    failures: list[BaseException] = []
+
+    def ask() -> None:
+        try:
+            post(f"{url}/completions", {"prompt": "Write a long story.", "n": 4, "max_tokens": 400})
+        except (urllib.error.URLError, ConnectionError) as exc:  # the server went away: expected
+            failures.append(exc)
+
+    client = threading.Thread(target=ask)
+    client.start()
+    time.sleep(1.0)  # generating now
+    start = time.monotonic()
+    code, err = stop(proc)
+    client.join(30)
+    assert (code, err) == (0, "")
+    assert time.monotonic() - start < 10  # the generation stopped at its next token, not after 4 x 400
+    assert failures  # the client got no answer rather than a partial one
+
+
+def test_serving_a_busy_port_is_a_one_line_error_before_the_model_loads() -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        proc = subprocess.run([*LOOM, "serve", "--port", str(port), *SMALL], cwd=ROOT, capture_output=True,
+                              text=True, timeout=120)
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr == f"loom: error: cannot listen on 127.0.0.1:{port}: Address already in use\n"
+
+
+def test_serving_a_remote_model_is_a_one_line_error() -> None:
+    proc = subprocess.run([*LOOM, "serve", "--model", "openai:gpt-4o-mini"], cwd=ROOT, capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode == 2
+    assert proc.stderr.count("\n") == 1 and "serves an embedded model" in proc.stderr
