@@ -409,6 +409,22 @@ def test_the_cache_key_includes_the_model_and_the_sample_index() -> None:
     assert len(keys) == 3
 
 
+async def test_a_request_that_pins_its_prompt_form_is_not_answered_from_one_that_does_not() -> None:
+    fake = counting_backend()
+    gw = gateway(fake, cache=MemoryCache())
+    await gw.generate(req())
+    await gw.generate(req(form="text"))
+    assert len(fake.calls) == 2
+
+
+def test_the_cache_digest_of_a_request_without_a_pinned_form_is_unchanged() -> None:
+    from thoughtloom.llm.cache import digest
+
+    # Digests persist across versions: the field added later must not move the old ones.
+    key = sample_key("m", GenerateRequest(Prompt(text="hi"), max_tokens=4, temperature=0.5, seed=1), 0)
+    assert digest(key) == "18db043bfa47b0bf8a4594cc3424a8132fee21b8a64d6adeddce9b1d4d1a47b3"
+
+
 async def test_a_sample_cut_short_by_the_budget_is_not_cached_as_a_full_answer() -> None:
     fake = counting_backend()
     budget = Budget(BudgetLimits(tokens=100))

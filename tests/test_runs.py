@@ -228,6 +228,18 @@ def test_a_chat_backend_replay_ignores_the_completion_text_and_stops() -> None:
     assert _key("T", "C", (), "chat") != _key("T", "C2", (), "chat")
 
 
+def test_a_request_that_pinned_the_chat_form_replays_with_its_stop_strings() -> None:
+    from thoughtloom.llm.types import Message
+    from thoughtloom.store.runs import request_key
+
+    def pinned(stop: tuple[str, ...]) -> tuple[Any, ...]:
+        prompt = Prompt(text="T", messages=(Message("user", "C"),))
+        return request_key(prompt, 1, 8, 0.7, stop, 1, "text", pinned="chat")
+
+    assert pinned(("\n",)) != pinned(())
+    assert pinned(()) != _key("T", "C", (), "chat")  # nor is it an unpinned chat request
+
+
 def test_a_replay_of_an_unknown_backend_matches_both_forms() -> None:
     assert _key("T", "old chat", (), None) != _key("T", "new chat", (), None)
 

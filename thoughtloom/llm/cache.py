@@ -20,9 +20,10 @@ def sample_key(model: str, request: GenerateRequest, index: int) -> SampleKey:
     of the in-memory cache low. Stores that persist keys use `digest(key)`.
     """
     # A role's own model answers a routed request: the same prompt to another model is another sample.
+    # A pinned prompt form is another reading of the prompt (GenerateRequest.form): another sample.
     return (
         model if request.route is None else f"{model}#{request.route}", request.prompt.text, request.prompt.messages, request.max_tokens, request.temperature,
-        request.stop, request.seed, index, request.schema,
+        request.stop, request.seed, index, request.schema, request.form,
         # A distribution over the choices and a sample constrained to them are different replies.
         *((("choices", request.choices, request.score_choices),) if request.choices else ()),
     )
@@ -30,10 +31,12 @@ def sample_key(model: str, request: GenerateRequest, index: int) -> SampleKey:
 
 def digest(key: SampleKey) -> str:
     """A stable hex digest of a sample key, the same in every process (for persistent caches)."""
-    model, text, messages, max_tokens, temperature, stop, seed, index, schema, *choices = key
+    model, text, messages, max_tokens, temperature, stop, seed, index, schema, form, *choices = key
+    # Fields added later join only when set, so keys persisted before them keep their digests.
     payload = json.dumps(
         [model, text, [[m.role, m.content] for m in messages] if messages else None,  # type: ignore[union-attr]
          max_tokens, temperature, list(stop), seed, index, *([schema] if schema is not None else []),  # type: ignore[arg-type]
+         *([{"form": form}] if form is not None else []),
          *([[list(c[1]), c[2]] for c in choices])],  # type: ignore[index]
         ensure_ascii=False, separators=(",", ":"),
     )

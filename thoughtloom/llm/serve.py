@@ -301,7 +301,7 @@ class OpenAIEndpoint:
         self._created = int(time.time())
         # The server issues as many generate() calls at once as the backend says it can serve;
         # the rest wait here, where a client that goes away is dropped without touching the model.
-        self._slots = asyncio.Semaphore(max(1, int(getattr(model, "max_concurrency", 1) or 1)))
+        self._slots = asyncio.Semaphore(max(1, model.max_concurrency))
 
     async def handle(self, method: str, target: str, body: bytes) -> tuple[int, dict[str, Any]]:
         """Answer one HTTP request: (status, JSON body). Never raises but for cancellation."""
@@ -327,7 +327,7 @@ class OpenAIEndpoint:
         if path == "/v1/models":
             return {"object": "list", "data": [self._model_card()]}
         if model_path:
-            self._check_model(path.removeprefix("/v1/models/"), status=404)
+            self._check_model(path.removeprefix("/v1/models/"))
             return self._model_card()
         request = _json_object(body)
         if path == "/v1/completions":
@@ -337,9 +337,9 @@ class OpenAIEndpoint:
     def _model_card(self) -> dict[str, Any]:
         return {"id": self.model_id, "object": "model", "created": self._created, "owned_by": "thoughtloom"}
 
-    def _check_model(self, name: Any, status: int = 404) -> None:
+    def _check_model(self, name: Any) -> None:
         if name is not None and name not in self._names:
-            raise ApiError(status, f"The model {_show(name)} does not exist; this server serves {self.model_id}",
+            raise ApiError(404, f"The model {_show(name)} does not exist; this server serves {self.model_id}",
                            param="model", code="model_not_found")
 
     async def completions(self, body: dict[str, Any]) -> dict[str, Any]:
@@ -349,7 +349,7 @@ class OpenAIEndpoint:
         prompts = _prompts(body)
         # Some clients send logprobs: false for none (chat's spelling).
         top = None if body.get("logprobs") is False else _integer(body, "logprobs", None, 0, MAX_LOGPROBS)
-        requests = self._requests(body, [Prompt(text=p) for p in prompts], "text", _stop(body),
+        requests = await self._requests(body, [Prompt(text=p) for p in prompts], "text", _stop(body),
                                   max_tokens=_integer(body, "max_tokens", 16, 1, 1 << 31), param="prompt", top=top)
         done = await self._generate(requests)
         n = requests[0].n
@@ -386,7 +386,7 @@ class OpenAIEndpoint:
         form = "chat" if self.model.chat else "text"
         if form == "text":
             stop = (*stop, *TRANSCRIPT_TURNS)
-        requests = self._requests(body, [Prompt(messages=messages)], form, stop, max_tokens=max_tokens,
+        requests = await self._requests(body, [Prompt(messages=messages)], form, stop, max_tokens=max_tokens,
                                   param="messages", top=(top or 0) if wants_logprobs else None, schema=_schema(body))
         (completion,) = await self._generate(requests)
         choices = []
@@ -399,16 +399,17 @@ class OpenAIEndpoint:
         return {"id": f"chatcmpl-{secrets.token_hex(12)}", "object": "chat.completion", "created": int(time.time()),
                 "model": self.model_id, "choices": choices, "usage": _usage([completion])}
 
-    def _requests(self, body: dict[str, Any], prompts: list[Prompt], form: str, stop: tuple[str, ...], *,
-                  max_tokens: int | None, param: str, top: int | None, schema: str | None = None
-                  ) -> list[GenerateRequest]:
+    async def _requests(self, body: dict[str, Any], prompts: list[Prompt], form: str, stop: tuple[str, ...], *,
+                        max_tokens: int | None, param: str, top: int | None, schema: str | None = None
+                        ) -> list[GenerateRequest]:
         """The backend requests for a validated body; every prompt must fit the context with its reply."""
         n = _integer(body, "n", 1, 1, MAX_N)
         temperature = _number(body, "temperature", 1.0, 0.0, 2.0)
         seed = _integer(body, "seed", None, -(1 << 63), (1 << 63) - 1)
         requests = []
         for prompt in prompts:
-            size = len(self.model.prompt_tokens(prompt, form))
+            # In a thread: a long prompt takes a while to tokenize, and the loop serves other clients.
+            size = len(await asyncio.to_thread(self.model.prompt_tokens, prompt, form))
             if size == 0:
                 raise ApiError(400, f"the {param} is empty", param=param, code="invalid_value")
             # Chat without max_tokens: as long as the context allows, as OpenAI does.

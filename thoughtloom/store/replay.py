@@ -168,7 +168,8 @@ class ReplayBackend(BackendWrapper):
     def _take(self, request: GenerateRequest) -> RecordedCall | None:
         queue = self._queues.get(request_key(request.prompt, request.n, request.max_tokens, request.temperature,
                                              request.stop, request.seed, self.form, request.schema,
-                                             request.route, request.choices, request.score_choices))
+                                             request.route, request.form, request.choices,
+                                             request.score_choices))
         return queue.popleft() if queue else None
 
     async def _turn(self, call: RecordedCall, size: int) -> None:

@@ -235,7 +235,8 @@ def read_chunks(store: BlockStore, obj: dict[str, Any]) -> list[Any]:
 
 def request_key(prompt: Prompt, n: int, max_tokens: int, temperature: float, stop: Sequence[str],
                 seed: int | None, form: str | None = None, schema: str | None = None,
-                route: str | None = None, choices: tuple[str, ...] = (), scored: bool = False) -> tuple[Any, ...]:
+                route: str | None = None, pinned: str | None = None, choices: tuple[str, ...] = (),
+                scored: bool = False) -> tuple[Any, ...]:
     """What identifies a backend request when replaying (the purpose is not part of it).
 
     form: the prompt form the recorded backend read ("text": the completion text and its stops;
@@ -243,9 +244,14 @@ def request_key(prompt: Prompt, n: int, max_tokens: int, temperature: float, sto
     A run is then still replayable after a change to the form its model never saw. A reply
     schema is part of the key when there is one, and so is the route (which of the run's models answered)
     and the reply's choices (and whether they were scored rather than sampled).
+    pinned: the form the request itself pinned (GenerateRequest.form), which the backend read
+    whatever its own, with the stop strings applying in either form.
     """
     tail = (((schema,) if schema is not None else ()) + ((("route", route),) if route is not None else ())
             + ((("choices", tuple(choices), scored),) if choices else ()))
+    if pinned is not None:
+        read = prompt.as_text() if pinned == "text" else None, prompt.as_messages() if pinned == "chat" else None
+        return (*read, n, max_tokens, float(temperature), tuple(stop), seed, *tail, ("form", pinned))
     if form == "text":
         return (prompt.as_text(), None, n, max_tokens, float(temperature), tuple(stop), seed, *tail)
     if form == "chat":
@@ -275,13 +281,14 @@ class RecordedCall:
     batch: int | None = None  # size of the batch this exchange was part of (its first member's rank first)
     schema: str | None = None  # the JSON Schema the reply was asked to match
     route: str | None = None  # which of the run's models answered (a role's own model)
+    pinned_form: str | None = None  # the prompt form the request pinned (GenerateRequest.form)
     choices: tuple[str, ...] = ()  # the replies allowed
     scored: bool = False  # the reply is the choices' distribution, not a sample
 
     def key(self, form: str | None = None) -> tuple[Any, ...]:
         """The request key this exchange answers (see request_key for `form`)."""
         return request_key(self.prompt, self.n, self.max_tokens, self.temperature, self.stop, self.seed, form,
-                           self.schema, self.route, self.choices, self.scored)
+                           self.schema, self.route, self.pinned_form, self.choices, self.scored)
 
 
 def _prompt_block(prompt: Prompt, blocks: list[Block]) -> Link:
@@ -311,7 +318,8 @@ def load_calls(store: BlockStore, calls_cid: CID) -> list[RecordedCall]:
             temperature=c["temperature"], stop=tuple(c["stop"]), seed=c["seed"],
             texts=tuple(read_text(store, t) or "" for t in c["texts"]), usage=Usage(*c["usage"]),
             error_kind=error.get("kind"), error=error.get("message"), batch=c.get("batch"), schema=c.get("schema"),
-            route=c.get("route"), choices=tuple(c.get("choices") or ()), scored=bool(c.get("scored")),
+            route=c.get("route"), pinned_form=c.get("form"), choices=tuple(c.get("choices") or ()),
+            scored=bool(c.get("scored")),
         ))
     out.sort(key=lambda r: r.rank)
     return out
@@ -453,6 +461,7 @@ class RunRecorder:
             "batch": batch,
             **({"schema": request.schema} if request.schema is not None else {}),
             **({"route": request.route} if request.route is not None else {}),
+            **({"form": request.form} if request.form is not None else {}),
             **({"choices": list(request.choices)} if request.choices else {}),
             **({"scored": True} if request.score_choices else {}),
         }
