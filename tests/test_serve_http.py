@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from thoughtloom.llm.errors import ModelError
-from thoughtloom.llm.serve import MAX_BODY, OpenAIServer
+from thoughtloom.llm.serve import MAX_BODY, MAX_HEAD, OpenAIServer
 from thoughtloom.llm.types import Completion, GenerateRequest, Prompt, Usage
 
 
@@ -128,7 +128,7 @@ async def test_the_prompts_of_a_list_are_generated_concurrently() -> None:
 
 
 async def test_a_client_that_hangs_up_cancels_its_generation(server: OpenAIServer, model: ScriptedModel) -> None:
-    reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+    _, writer = await asyncio.open_connection("127.0.0.1", server.port)
     writer.write(post("/v1/completions", COMPLETION))
     await writer.drain()
     while model.started < 1:
@@ -174,6 +174,11 @@ async def test_a_body_past_the_limit_is_a_413(server: OpenAIServer) -> None:
     head = f"POST /v1/completions HTTP/1.1\r\nContent-Length: {MAX_BODY + 1}\r\n\r\n".encode()
     status, _ = parse(await exchange(server, head))
     assert status == 413
+
+
+async def test_a_head_past_the_limit_is_a_431(server: OpenAIServer) -> None:
+    status, _ = parse(await exchange(server, b"GET /v1/models HTTP/1.1\r\nX-Big: " + b"a" * (MAX_HEAD + 1) + b"\r\n\r\n"))
+    assert status == 431
 
 
 async def test_an_unknown_path_is_a_404_in_openais_error_shape(server: OpenAIServer) -> None:

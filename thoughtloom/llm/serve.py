@@ -27,7 +27,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from http import HTTPStatus
-from typing import Any, Protocol
+from typing import Any, Protocol, Self
 
 from .errors import ModelError
 from .types import Completion, GenerateRequest, Message, Prompt, TokenLogprob
@@ -311,7 +311,7 @@ class OpenAIEndpoint:
             return exc.status, exc.body()
         except ModelError as exc:
             return 500, ApiError(500, str(exc), kind="server_error", code="model_error").body()
-        except Exception as exc:  # noqa: BLE001 - a bug must cost one request, not the server
+        except Exception as exc:  # a bug must cost one request, not the server
             log.exception("request %s %s failed", method, target)
             return 500, ApiError(500, f"internal error: {type(exc).__name__}: {exc}", kind="server_error").body()
 
@@ -507,6 +507,8 @@ class _Connection:
                 if self.buffer:
                     raise _HttpError(400, "the request ended inside its head")
                 return None
+        if end > MAX_HEAD:  # its end came in the same read as the bytes past the limit
+            raise _HttpError(431, "the request head is too large")
         head = bytes(self.buffer[:end])
         del self.buffer[: end + 4]
         return head
@@ -604,7 +606,7 @@ class OpenAIServer:
         elif self._socket is not None:
             self._socket.close()  # bound but never served
 
-    async def __aenter__(self) -> OpenAIServer:
+    async def __aenter__(self) -> Self:
         await self.start()
         return self
 
