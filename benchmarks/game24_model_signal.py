@@ -56,6 +56,11 @@ def puzzles(data_dir: Path, first: int, count: int) -> list[tuple[Fraction, ...]
     return [tuple(Fraction(int(x)) for x in r["Puzzles"].split()) for r in rows]
 
 
+def after(numbers: tuple[Fraction, ...], step: str) -> tuple[Fraction, ...]:
+    """The numbers left after one legal step."""
+    return TASK.left(numbers, [TASK.validate(numbers, (), step).thought])
+
+
 def random_states(source: list[tuple[Fraction, ...]], count: int, seed: int) -> list[tuple[Fraction, ...]]:
     """States one or two random legal steps into the puzzles."""
     rng = random.Random(seed)
@@ -63,8 +68,7 @@ def random_states(source: list[tuple[Fraction, ...]], count: int, seed: int) -> 
     for numbers in itertools.cycle(source):
         state = numbers
         for _ in range(rng.choice((1, 2))):
-            step = rng.choice(legal_steps(state))
-            state = TASK.left(state, [step])
+            state = after(state, rng.choice(legal_steps(state)))
         out.append(state)
         if len(out) == count:
             return out
@@ -98,7 +102,7 @@ async def main() -> None:
         got = await backend.generate(GenerateRequest(query.prompt, choices=steps, score_choices=True, max_tokens=1))
         odds = parse_choice_text(got.texts[0], steps) or {}
         ranked = sorted(steps, key=lambda s: -odds.get(s, 0.0))
-        good = {s: solvable(list(TASK.left(numbers, [s]))) for s in steps}
+        good = {s: solvable(list(after(numbers, s))) for s in steps}
         top1 += good[ranked[0]]
         top5 += sum(good[s] for s in ranked[:5]) / 5
         base += sum(good.values()) / len(steps)
