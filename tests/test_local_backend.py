@@ -38,7 +38,7 @@ def backend() -> LocalLlamaBackend:
 def test_is_a_backend(backend: LocalLlamaBackend) -> None:
     assert isinstance(backend, Backend)
     assert backend.name == "local:gemma-3-270m"
-    assert backend.max_concurrency == 1
+    assert backend.max_concurrency > 1  # calls in flight are decoded together
     assert backend.chat is False
 
 
