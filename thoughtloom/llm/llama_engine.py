@@ -641,6 +641,7 @@ class Engine:
             n = len(slot.tokens)
             # A slot that shares most of itself with a kept one is mostly a second copy of it.
             if n > room or any(2 * _common(slot.tokens, k.tokens) >= n for k in keep):
+                self.stats.evictions += 1
                 continue
             keep.append(slot)
             room -= n
@@ -838,7 +839,12 @@ class Engine:
         job.future.set_exception(exc)
 
     def _reset(self, exc: ModelError) -> None:
-        """After a failed step: fail the jobs in flight and clear the cache (its state is unknown)."""
+        """After a failed step: clear the cache (its state is unknown) and fail the jobs in flight."""
+        self.stats.resets += 1
+        self.ll.llama_memory_clear(self.memory, True)
+        for seq in self._seqs:
+            seq.tokens, seq.state = [], _FREE
+        self._used = 0
         active, self._active = self._active, []
         for job in active:
             for unit in job.units:
@@ -848,11 +854,6 @@ class Engine:
             self._count_end(failed=True)
             if not job.future.done():
                 job.future.set_exception(exc)
-        self.ll.llama_memory_clear(self.memory, True)
-        for seq in self._seqs:
-            seq.tokens, seq.state = [], _FREE
-        self._used = 0
-        self.stats.resets += 1
 
     def _stuck(self) -> None:
         """A step found nothing to decode: fail what cannot progress rather than spin."""
