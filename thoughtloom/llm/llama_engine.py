@@ -60,8 +60,11 @@ _GRAVES = (N_SEQ - 2, N_SEQ - 1)
 WINDOWS = 4
 #: Cache slots kept at most (each costs a prefix comparison per new job).
 MAX_SLOTS = 32
-#: An idle engine compacts its pool once dead cells fill more than this share of it.
-IDLE_COMPACT = 0.5
+#: An idle engine compacts its pool once this share of it was taken since the last compaction:
+#: attention reads every cell up to the highest one taken (dead ones are skipped, not free), so
+#: a small pool is a fast one, and a compaction costs a few milliseconds. A compaction keeps
+#: slots of at most this share of the pool too.
+IDLE_COMPACT = 0.25
 # Sampling chain of llama-cpp-python's create_completion defaults, which suit these models.
 TOP_K, TOP_P, MIN_P = 40, 0.95, 0.05
 
@@ -206,7 +209,7 @@ class Job:
         return bool(self.units) and isinstance(self.units[0], _Choice)
 
     def cancel(self) -> None:
-        """Stop the job at the next step; its future then never resolves."""
+        """Stop the job at the next step; its future then fails with ModelError("cancelled")."""
         self.cancelled.set()
 
     def unit_room(self, unit: Any) -> int:
@@ -256,6 +259,7 @@ class Engine:
         self._seqs = [_Seq(i) for i in range(N_SEQ - len(_GRAVES))]
         # Cells taken: nothing frees one but a compaction (copies share theirs), so a count is enough.
         self._used = 0
+        self._kept = 0  # cells the last compaction restored
         self._clock = 0
         self._cv = threading.Condition()
         self._incoming: list[Job] = []
@@ -360,7 +364,7 @@ class Engine:
         while True:
             with self._cv:
                 idle = not self._incoming and not self._waiting and not self._active
-            if idle and self._used > IDLE_COMPACT * self.capacity:
+            if idle and self._used - self._kept > IDLE_COMPACT * self.capacity:
                 try:
                     self._compact(0)
                 except Exception as exc:  # noqa: BLE001 - the worker must outlive any one failure
@@ -635,7 +639,8 @@ class Engine:
             return False
         before = self._used
         prompts = [j.seq for j in self._active if j.seq is not None and j.seq.tokens]
-        room = min(self.capacity // 2, self._free_cells() + self._used - need - sum(len(p.tokens) for p in prompts))
+        room = min(int(IDLE_COMPACT * self.capacity),
+                   self._free_cells() + self._used - need - sum(len(p.tokens) for p in prompts))
         keep: list[_Seq] = []
         for slot in sorted((s for s in self._seqs if s.state == _SLOT), key=lambda s: -s.used_at):
             n = len(slot.tokens)
@@ -666,6 +671,7 @@ class Engine:
                 seq.state = _SLOT
             self._used += len(tokens)
         self.stats.compactions += 1
+        self._kept = self._used
         return self._used < before
 
     def _copy(self, src: _Seq | None, dst: _Seq | None, p0: int, p1: int) -> None:
@@ -844,7 +850,7 @@ class Engine:
         self.ll.llama_memory_clear(self.memory, True)
         for seq in self._seqs:
             seq.tokens, seq.state = [], _FREE
-        self._used = 0
+        self._used = self._kept = 0
         active, self._active = self._active, []
         for job in active:
             for unit in job.units:

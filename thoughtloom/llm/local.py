@@ -218,7 +218,8 @@ class LocalLlamaBackend:
 
     def count_tokens(self, prompt: Prompt) -> int:
         """Exact prompt token count with the model's tokenizer (loads the model if needed)."""
-        # Tokenizing reads only the vocabulary, never the context, so it needs no lock.
+        # Tokenizing reads only the vocabulary, never the context: it runs in the caller's thread
+        # while the engine's worker decodes.
         return len(self.prompt_tokens(prompt))
 
     def engine_stats(self) -> dict[str, int | float]:
