@@ -139,23 +139,11 @@ class _Seq:
 
 
 class _Sample:
-    __slots__ = (
-        "done",
-        "generated",
-        "index",
-        "logprobs",
-        "out",
-        "reason",
-        "room",
-        "row",
-        "sampler",
-        "seed",
-        "seq",
-        "token",
-    )
+    """One sample of a completion job: its sampler, sequence and text so far."""
 
-    def __init__(self, index: int, seed: int) -> None:
-        self.index = index
+    __slots__ = ("done", "generated", "logprobs", "out", "reason", "room", "row", "sampler", "seed", "seq", "token")
+
+    def __init__(self, seed: int) -> None:
         self.seed = seed
         self.sampler: Any = None
         self.seq: _Seq | None = None
@@ -170,10 +158,11 @@ class _Sample:
 
 
 class _Choice:
-    __slots__ = ("done", "index", "logp", "seq", "tokens")
+    """One continuation a score job rates: its tokens, sequence and log-probability."""
 
-    def __init__(self, index: int, tokens: list[int]) -> None:
-        self.index = index
+    __slots__ = ("done", "logp", "seq", "tokens")
+
+    def __init__(self, tokens: list[int]) -> None:
         self.tokens = tokens
         self.seq: _Seq | None = None
         self.logp = 0.0
@@ -331,7 +320,7 @@ class Engine:
     def complete(self, prompt: list[int], seeds: Sequence[int], max_tokens: int, temperature: float,
                  stop: Sequence[str] = (), grammar: bytes | None = None, logprobs: int | None = None) -> Job:
         """Submit one completion of `prompt` per seed (constrained by a GBNF grammar when given)."""
-        units = [_Sample(i, seed) for i, seed in enumerate(seeds)]
+        units = [_Sample(seed) for seed in seeds]
         job = Job(prompt, units, max_tokens=max_tokens, temperature=temperature,
                   stops=[s.encode("utf-8") for s in stop if s], grammar=grammar, logprobs=logprobs)
         return self._submit(job)
@@ -341,7 +330,7 @@ class Engine:
         longest = max(len(c) for c in continuations)
         if longest > N_BATCH // 2:
             raise ModelError(f"a choice of {longest} tokens is longer than the {N_BATCH // 2} this engine scores")
-        return self._submit(Job(prompt, [_Choice(i, list(c)) for i, c in enumerate(continuations)]))
+        return self._submit(Job(prompt, [_Choice(list(c)) for c in continuations]))
 
     def _submit(self, job: Job) -> Job:
         if not job.prompt:
