@@ -341,7 +341,7 @@ class Engine:
                              f"the context holds {self.capacity}")
         with self._cv:
             self._incoming.append(job)
-            if self._worker is None:
+            if self._worker is None or not self._worker.is_alive():  # a forked child has no worker
                 self._worker = threading.Thread(target=self._serve, name="thoughtloom-llama", daemon=True)
                 self._worker.start()
             self._cv.notify()
