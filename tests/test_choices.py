@@ -15,7 +15,6 @@ from thoughtloom.llm.fake import ScriptedBackend
 from thoughtloom.llm.gateway import Gateway
 from thoughtloom.llm.types import Completion, GenerateRequest, Prompt, Usage, choice_text, parse_choice_text
 from thoughtloom.search import SearchConfig, search
-from thoughtloom.search.operators import MAX_REASKS
 from thoughtloom.tasks import get_task
 from thoughtloom.tasks.game24 import Game24, legal_steps
 
@@ -208,6 +207,22 @@ def rejecting_first(bad_replies: int) -> ScriptedBackend:
     return ScriptedBackend(responder=respond)
 
 
+async def test_a_backend_that_cannot_keep_to_choices_is_sent_none():
+    model = rejecting_first(0)
+    await search(get_task("game24"), "4 5 6 10", Gateway(model, BudgetLimits(tokens=100_000)),
+                 SearchConfig(breadth=1, beam=1, max_depth=1))
+    assert model.calls and all(r.choices == () for r in model.calls)
+
+
+async def test_a_backend_whose_samples_keep_to_choices_is_sent_them():
+    model = rejecting_first(0)
+    model.follows_choices = True
+    await search(get_task("game24"), "4 5 6 10", Gateway(model, BudgetLimits(tokens=100_000)),
+                 SearchConfig(breadth=1, beam=1, max_depth=1))
+    propose = next(r for r in model.calls if r.purpose == "generate")
+    assert propose.choices == legal_steps(Game24().parse_problem("4 5 6 10"))
+
+
 async def test_an_expansion_whose_proposals_are_all_rejected_is_asked_again_hotter():
     model = rejecting_first(1)
     result = await search(get_task("game24"), "4 5 6 10", Gateway(model, BudgetLimits(tokens=100_000)),
@@ -217,12 +232,25 @@ async def test_an_expansion_whose_proposals_are_all_rejected_is_asked_again_hott
     assert result.stats.reasks == 1 and result.stats.rejected == 1 and result.score == 1.0
 
 
-async def test_asking_again_stops_after_max_reasks():
+async def test_asking_again_stops_after_the_configured_reasks():
     model = rejecting_first(100)
     result = await search(get_task("game24"), "4 5 6 10", Gateway(model, BudgetLimits(tokens=100_000)),
-                          SearchConfig(breadth=1, beam=1, max_depth=1))
-    assert len([r for r in model.calls if r.purpose == "generate"]) == 1 + MAX_REASKS
-    assert result.stats.reasks == MAX_REASKS
+                          SearchConfig(breadth=1, beam=1, max_depth=1, reasks=3))
+    assert len([r for r in model.calls if r.purpose == "generate"]) == 1 + 3
+    assert result.stats.reasks == 3
+
+
+async def test_zero_reasks_gives_a_rejected_expansion_up_at_once():
+    model = rejecting_first(100)
+    result = await search(get_task("game24"), "4 5 6 10", Gateway(model, BudgetLimits(tokens=100_000)),
+                          SearchConfig(breadth=1, beam=1, max_depth=1, reasks=0))
+    assert len([r for r in model.calls if r.purpose == "generate"]) == 1
+    assert result.stats.reasks == 0 and result.answer is None
+
+
+def test_reasks_below_zero_is_refused():
+    with pytest.raises(ValueError, match="reasks must be >= 0"):
+        SearchConfig(reasks=-1)
 
 
 async def test_no_reask_when_the_reply_held_no_step_at_all():

@@ -32,6 +32,8 @@ def add_solve_parser(sub: Any) -> None:
                    help="value each thought, vote among siblings, or score steps by the model's own probability "
                         "among the task's valid steps (prior: no extra call)")
     s.add_argument("--value-samples", type=positive_int("--value-samples", MAX_FANOUT), help="samples per value call")
+    s.add_argument("--reasks", type=count("--reasks", MAX_FANOUT),
+                   help="times an expansion whose proposals were all rejected is asked again (default 2)")
     s.add_argument("--prune-threshold", type=unit_float("--prune-threshold"), help="prune thoughts scoring below this")
     s.add_argument("--aggregation", choices=("sum", "product", "min", "mean"), help="path score aggregation")
     s.add_argument("--iterations", type=positive_int("--iterations"), help="MCTS simulations")

@@ -32,6 +32,7 @@ class ChanceBackend:
 
     max_concurrency: int = 1_000_000
     scores_choices: bool = True
+    follows_choices: bool = True
     #: No per-task state: safe to run eagerly (see Gateway._own_task).
     eager_safe: bool = True
 

@@ -51,6 +51,8 @@ class ScriptedBackend:
     supports_batch: bool = False
     #: Take score_choices requests (the rules or responder then write `choice_text(...)` replies).
     scores_choices: bool = False
+    #: Be sent the choices of sampled requests (the rules or responder then keep to them).
+    follows_choices: bool = False
     #: Only asyncio.sleep inside: safe to run eagerly (see Gateway._own_task).
     eager_safe: bool = True
     calls: list[GenerateRequest] = field(default_factory=list)

@@ -163,6 +163,11 @@ class Gateway:
         return bool(getattr(self.backend, "scores_choices", False))
 
     @property
+    def follows_choices(self) -> bool:
+        """True when the backend's samples keep to a request's choices (else it is sent none)."""
+        return bool(getattr(self.backend, "follows_choices", False))
+
+    @property
     def batches(self) -> bool:
         """True when the backend answers several requests in one call (see generate_batch)."""
         return bool(getattr(self.backend, "supports_batch", False))

@@ -132,6 +132,8 @@ class LocalLlamaBackend:
     max_concurrency: int = 8
     #: score_choices requests are answered from the model's next-token distribution.
     scores_choices: bool = True
+    #: Samples keep to the request's choices (a grammar of them).
+    follows_choices: bool = True
 
     def __init__(
         self,

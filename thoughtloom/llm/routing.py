@@ -35,6 +35,7 @@ class RoutedBackend(BackendWrapper):
         self.eager_safe = all(getattr(b, "eager_safe", False) for b in (inner, *self.routes.values()))
         # A distribution can be asked for only if every model can give one.
         self.scores_choices = all(getattr(b, "scores_choices", False) for b in (inner, *self.routes.values()))
+        self.follows_choices = all(getattr(b, "follows_choices", False) for b in (inner, *self.routes.values()))
         self.pricing = dearest(getattr(b, "pricing", None) for b in (inner, *self.routes.values()))
 
     def _backend(self, request: GenerateRequest) -> Backend:

@@ -76,8 +76,9 @@ class GenerateRequest:
     #: model). Part of the cache and replay keys when set.
     route: str | None = None
     #: The reply must be one of these texts (a task's valid next steps, a verdict's words).
-    #: Backends that can constrain decoding (llama.cpp grammars) do; the others ignore it and the
-    #: task's validator stays the final check. Part of the cache and replay keys when set.
+    #: Backends that can constrain decoding (llama.cpp grammars) do (`follows_choices`); the
+    #: search sends choices only to those and to backends that score them, so a request holds
+    #: what goes on the wire. Part of the cache and replay keys when set.
     choices: tuple[str, ...] = ()
     #: Instead of samples, return how likely each of `choices` is as the whole reply: one text,
     #: `choice_text(probabilities)`, computed from the model's distribution in one forward pass.
@@ -194,6 +195,8 @@ class Backend(Protocol):
     # turn); the gateway bounds an uncounted prompt by that form, and replays match on it.
     # Optional: `scores_choices = True` when the backend answers `score_choices` requests from
     # the model's own distribution (see GenerateRequest.score_choices).
+    # Optional: `follows_choices = True` when its samples keep to GenerateRequest.choices
+    # (a grammar); a backend without it is sent no choices, which it would ignore.
     # Optional: `eager_safe = True` when generate() keeps no per-task state (no anyio cancel
     # scope, no TaskGroup) and so may start in one asyncio task and finish in another; the
     # gateway then calls it without giving it a task of its own (see llm/gateway.py _own_task).

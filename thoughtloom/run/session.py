@@ -298,6 +298,9 @@ def spec_of(manifest: Manifest) -> RunSpec:
     else:
         raise RunError(f"run {manifest.run_id} keeps neither its spec nor its options; it can be shown and exported "
                        "but not resumed or replayed")
+    if "reasks" not in ((manifest.spec or {}).get("config") or {}):
+        # Stored before re-asks existed: that search never asked again, so its record holds no re-ask.
+        spec = replace(spec, config=replace(spec.config, reasks=0))
     if spec.model == "local" and manifest.backend.startswith("local:"):
         # Stored before `local` was pinned to a named model: the backend it recorded says which one.
         spec = replace(spec, model=manifest.backend)

@@ -38,6 +38,9 @@ class SearchConfig:
     #: probability over the favourite's), where the backend can score choices, else as value.
     evaluation: str = "value"
     value_samples: int = 3
+    #: Times a node whose proposals were all rejected is asked again (hotter, with a seed of its
+    #: own) before it is given up; 0 gives it up at once.
+    reasks: int = 2
     vote_samples: int = 5
     #: best_first ranks by the thought's own score or by its path's aggregated score (promise).
     priority: str = "score"
@@ -83,6 +86,8 @@ class SearchConfig:
                 raise ValueError(f"{name} must be at least 1; got {getattr(self, name)}")
         if self.recursive_level_tokens is not None and self.recursive_level_tokens < 1:
             raise ValueError(f"recursive_level_tokens must be at least 1; got {self.recursive_level_tokens}")
+        if self.reasks < 0:
+            raise ValueError(f"reasks must be >= 0; got {self.reasks}")
         if self.refine_rounds < 0:
             raise ValueError(f"refine_rounds must be >= 0; got {self.refine_rounds}")
         if not 0.0 <= self.prune_threshold <= 1.0:

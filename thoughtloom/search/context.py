@@ -235,7 +235,7 @@ class SearchContext:
             purpose=purpose,
             schema=query.schema,
             route=query.route,
-            choices=query.choices,
+            choices=query.choices if score or self.gateway.follows_choices else (),
             score_choices=score,
         )
 

@@ -16,8 +16,6 @@ from .context import SearchContext
 from .eager import eager_gather
 
 _S = NodeStatus
-#: Times a node whose proposals were all rejected is asked again before it is given up.
-MAX_REASKS = 2
 #: Each re-ask samples this much hotter than the search's temperature, up to the maximum.
 REASK_HEAT, MAX_REASK_TEMPERATURE = 0.3, 1.3
 
@@ -85,7 +83,7 @@ async def expand(ctx: SearchContext, node_id: int) -> list[int]:
     """Generate, validate, deduplicate and evaluate a node's children; return the scored ones.
 
     Up to `breadth` new children are kept: proposals are validated in order until that many pass.
-    When every proposal is rejected, the node is asked again (up to MAX_REASKS times, within
+    When every proposal is rejected, the node is asked again (up to `reasks` times, within
     the budget) rather than given up with the budget unspent.
     """
     if ctx.stopped or node_id in ctx.expanded:
@@ -94,7 +92,7 @@ async def expand(ctx: SearchContext, node_id: int) -> list[int]:
     ctx.counts["expansions"] += 1
     children: list[int] = []
     priors: dict[int, float] = {}
-    for attempt in range(1 + MAX_REASKS):
+    for attempt in range(1 + ctx.config.reasks):
         if attempt:
             ctx.counts["reasks"] += 1
         got = await generate(ctx, node_id, attempt)

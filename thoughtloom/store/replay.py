@@ -110,6 +110,10 @@ class ReplayBackend(BackendWrapper):
         self.supports_batch = supports_batch
         # A run that scored choices asks for distributions again, and gets the recorded ones.
         self.scores_choices = any(c.scored for c in calls) or bool(getattr(live, "scores_choices", False))
+        # A run whose samples kept to choices sends them again; one recorded without (an API that
+        # ignores them, or a run from before requests had choices) does not.
+        self.follows_choices = (any(c.choices and not c.scored for c in calls)
+                                or bool(getattr(live, "follows_choices", False)))
         self.pricing = pricing
         self.counts = dict(counts or {})
         self.stall_s = stall_s
