@@ -1,8 +1,9 @@
 """The controller on a real embedded model (the Gemma 3 270M base model, whose token costs the
 numbers below are worked out for): a budget request under the automatic handler.
 
-Game of 24 on "4 9 10 13" with 1,500 tokens: the first propose and value calls cost about 1,170
-tokens, fewer are then left than one more expansion costs, and a depth-1 thought is worth at most
+Game of 24 on "4 9 10 13" with 1,500 tokens and `--evaluation value` (the default `prior` gives
+the favourite first step a full score, acceptable at once): the first propose and value calls cost
+most of the budget, fewer are then left than one more expansion costs, and a depth-1 thought is worth at most
 1/3 of a solution (quality = score x depth / 3), usually far less. With the acceptable bar at 0.14
 the best thought is within the negotiator's near gap (0.15) of it, so the controller asks for more
 tokens rather than proposing a compromise; --auto-approve-tokens answers without a terminal.
@@ -27,7 +28,7 @@ def test_embedded_model_run_asks_for_more_tokens_and_the_automatic_handler_grant
     proc = subprocess.run(
         [sys.executable, "-m", "thoughtloom", "solve", "--task", "game24", "4 9 10 13", "--json", "--quiet",
          "--model", "local:gemma-3-270m",
-         "--seed", "1", "--budget-tokens", str(BUDGET), "--auto-approve-tokens", str(ALLOWANCE),
+         "--seed", "1", "--evaluation", "value", "--budget-tokens", str(BUDGET), "--auto-approve-tokens", str(ALLOWANCE),
          "--acceptable", "0.14", "--compromise", "0"],
         capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=600, check=False,
         env={**os.environ}, cwd=Path(__file__).parents[1],

@@ -36,6 +36,9 @@ PROPOSALS = {
     "5 6 6": "5 * 6 = 30 (left: 6 30)",
     "6 30": "30 - 6 = 24 (left: 24)",
 }
+#: Model calls of the scripted run: propose and 2 values at depth 1; at depth 2 two proposes, the
+#: "6 10 11" one rejected whole and asked again twice, then a value; the winning propose at depth 3.
+CALLS = 9
 
 
 def scripted_text(prompt: str) -> str:
@@ -62,12 +65,12 @@ def responder(delay_s: float = 0.0):
     return reply
 
 
-def prompts_of(seen: list[Seen]) -> list[str]:
-    """Every prompt the server was sent (a batch counts each of its prompts)."""
-    out: list[str] = []
+def prompts_of(seen: list[Seen]) -> list[tuple[str, float]]:
+    """Every prompt the server was sent, with its temperature (a re-ask sends a prompt again, hotter)."""
+    out: list[tuple[str, float]] = []
     for s in seen:
         p = s.body["prompt"]
-        out.extend(p if isinstance(p, list) else [p])
+        out.extend((text, round(float(s.body["temperature"]), 6)) for text in (p if isinstance(p, list) else [p]))
     return out
 
 
@@ -120,7 +123,7 @@ def test_solve_stores_the_run_and_lists_it(stored: dict[str, Any]) -> None:
     assert proc.returncode == 0, proc.stderr
     row = next(line for line in proc.stdout.splitlines() if line.startswith(stored["run"]))
     assert "finished" in row and "game24" in row and "(5 * 6) - (10 - 4) = 24" in row
-    assert "960" in row  # tokens: 7 calls of the scripted server's usage
+    assert "1,200" in row  # tokens: 6 proposes of 120 and 3 values of 160 (the scripted server's usage)
 
 
 def test_show_prints_the_tree_and_writes_mermaid(stored: dict[str, Any], tmp_path: Path) -> None:
@@ -139,7 +142,7 @@ def test_replay_reproduces_the_graph_cid_with_zero_model_requests(stored: dict[s
     assert proc.returncode == 0, proc.stdout + proc.stderr
     graph = graph_of(stored["store"], stored["run"])["graph"]
     assert f"identical graph {graph}" in proc.stdout
-    assert "7 recorded calls served, 0 model calls" in proc.stdout
+    assert f"{CALLS} recorded calls served, 0 model calls" in proc.stdout
     assert "answer: (5 * 6) - (10 - 4) = 24" in proc.stdout
 
 
@@ -235,10 +238,11 @@ def test_a_run_killed_with_sigkill_resumes_to_completion_without_resending_recor
         killed = json.loads(loom("runs", "--store", str(store), "--json").stdout.splitlines()[0])
         assert killed["id"] == run and killed["status"] == "running" and killed["answer"] is None
         recorded = killed["calls"]
-        assert 1 <= recorded < 7
+        assert 1 <= recorded < CALLS
         before = len(server.seen)
         with SQLiteStore(store) as opened:
-            answered = {c.prompt.as_text() for c in load_calls(opened, open_run(opened, run).calls_cid)}
+            answered = {(c.prompt.as_text(), round(c.temperature, 6))
+                        for c in load_calls(opened, open_run(opened, run).calls_cid)}
 
         server.responder = responder()
         proc2 = loom("resume", run[:7], "--store", str(store), "--quiet")
@@ -248,16 +252,16 @@ def test_a_run_killed_with_sigkill_resumes_to_completion_without_resending_recor
         resumed_prompts = prompts_of(server.seen[before:])
     # Only what had not been answered before the kill was asked again.
     assert answered and not answered & set(resumed_prompts)
-    assert len(resumed_prompts) == 7 - recorded
+    assert len(resumed_prompts) == CALLS - recorded
     finished = assert_finished_as_if_never_interrupted(store, tmp_path)
     # Its history keeps the killed states: the heads chain back through the kill.
     assert loom("replay", run, "--store", str(store), "--quiet").returncode == 0
 
 
 def assert_finished_as_if_never_interrupted(store: Path, tmp_path: Path) -> dict[str, Any]:
-    """The run in `store` finished with all 7 calls and the graph an uninterrupted run builds; its row."""
+    """The run in `store` finished with all its calls and the graph an uninterrupted run builds; its row."""
     finished = json.loads(loom("runs", "--store", str(store), "--json").stdout.splitlines()[0])
-    assert finished["status"] == "finished" and finished["calls"] == 7
+    assert finished["status"] == "finished" and finished["calls"] == CALLS
     with serve() as server:
         server.responder = responder()
         fresh = tmp_path / "fresh.db"
@@ -310,7 +314,7 @@ def test_a_full_disk_prints_the_answer_then_one_line_and_resume_finishes_the_run
             assert len(errors) == 1 and len(proc.stderr.strip().splitlines()) == 2, proc.stderr
             assert "disk is full" in errors[0] and f"loom resume {run}" in errors[0]
             stopped = json.loads(loom("runs", "--store", str(store), "--json").stdout.splitlines()[0])
-            assert stopped["status"] == "running" and 1 <= stopped["calls"] < 7
+            assert stopped["status"] == "running" and 1 <= stopped["calls"] < CALLS
 
             filler.unlink()
             resumed = loom("resume", run, "--store", str(store), "--quiet")
