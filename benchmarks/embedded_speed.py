@@ -2,7 +2,7 @@
 
 Usage (the script measures the checkout it lives in; copy it into another checkout to measure that one):
     .venv/bin/python benchmarks/embedded_speed.py [--limit 20] [--model local] [--seed 1]
-        [--budget-tokens N] [--threads N] [--data-dir DIR] [--out FILE]
+        [--budget-tokens N] [--threads N] [--written] [--data-dir DIR] [--out FILE]
 
 Runs `thoughtloom.asolve(puzzle, task="game24", model=backend, seed=SEED)` (the library's entry
 point, with the game24 task's default settings, whatever they are at this commit) on the first
@@ -13,6 +13,10 @@ from its prefix cache) and tokens generated. Writes a JSON file (default
 embedded_speed-<commit>.json in the working directory) and prints a summary with the load average
 before and after. Works at commits before the engine kept its own counters: it then counts the
 prompt tokens llama.cpp decodes while the engine loads a prompt.
+
+--written runs the workload of the commits before the model chose among legal steps: the backend's
+choice scoring is hidden, so the model writes its steps and samples its values (evaluation value,
+no re-asks), which measures the engine on generation at the settings of those commits.
 """
 
 from __future__ import annotations
@@ -36,6 +40,11 @@ from thoughtloom import asolve
 from thoughtloom.eval.datasets import load_dataset
 from thoughtloom.llm.budget import BudgetLimits
 from thoughtloom.llm.registry import make_backend
+
+try:  # absent at commits before backends were wrapped; --written needs it
+    from thoughtloom.llm.wrapper import BackendWrapper
+except ImportError:  # pragma: no cover - old checkouts
+    BackendWrapper = None  # type: ignore[assignment,misc]
 
 
 def commit() -> str:
@@ -89,6 +98,13 @@ class LegacyProbe:
         return {"prompt_evaluated": self.prompt_evaluated, "generated": self.generated}
 
 
+class Writing(BackendWrapper if BackendWrapper is not None else object):  # type: ignore[misc]
+    """The embedded backend with its choice scoring hidden: the search writes and samples, as before choices."""
+
+    scores_choices = False
+    follows_choices = False
+
+
 def counters(backend: Any) -> Any:
     """A zero-argument function returning the engine's cumulative counters as a dict."""
     if hasattr(backend, "engine_stats"):
@@ -111,11 +127,16 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     load_s = time.perf_counter() - t0
     read = counters(backend)
     budget = BudgetLimits(tokens=args.budget_tokens) if args.budget_tokens else None
+    overrides: dict[str, Any] = {}
+    model: Any = backend
+    if args.written:
+        model = Writing(backend)
+        overrides = {"evaluation": "value", "reasks": 0}
     rows = []
     for problem in problems:
         before = read()
         t0 = time.perf_counter()
-        result = await asolve(problem.text, task="game24", model=backend, seed=args.seed, budget=budget)
+        result = await asolve(problem.text, task="game24", model=model, seed=args.seed, budget=budget, **overrides)
         wall = time.perf_counter() - t0
         engine = diff(read(), before)
         solved = (await dataset.score(problem, result.answer)).solved
@@ -157,6 +178,8 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=1, help="search seed (default 1)")
     parser.add_argument("--budget-tokens", type=int, help="token budget per puzzle (default: none, as asolve)")
     parser.add_argument("--threads", type=int, help="llama.cpp threads (default: every core)")
+    parser.add_argument("--written", action="store_true",
+                        help="hide choice scoring: steps written and values sampled, as before choices existed")
     parser.add_argument("--data-dir", help="folder holding game24/ (default: shared/data found from the cwd)")
     parser.add_argument("--out", help="JSON file to write (default embedded_speed-<commit>.json)")
     args = parser.parse_args()
@@ -170,7 +193,7 @@ def main() -> None:
         "machine": platform.machine(), "cores": os.cpu_count(),
         "load_before": [round(x, 2) for x in load_before], "load_after": [round(x, 2) for x in load_after],
         "settings": {"limit": args.limit, "model": args.model, "seed": args.seed, "budget_tokens": args.budget_tokens,
-                     "threads": args.threads, "selection": "first"},
+                     "threads": args.threads, "selection": "first", "written": args.written},
         "load_s": measured["load_s"], "summary": summary(measured["rows"]), "puzzles": measured["rows"],
     }
     out = Path(args.out or f"embedded_speed-{rev}.json")
