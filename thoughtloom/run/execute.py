@@ -87,7 +87,7 @@ def _bottom(backend: Backend, slots: SharedSlots | None) -> Backend:
 def live_backend(spec: RunSpec, progress: Callable[[str], None] | None = None) -> Backend:
     """The model a spec names, built now (a missing key or a bad spec fails here); a Backend object as given.
 
-    With research roles on models of their own, a RoutedBackend sends each role's calls to its model.
+    With roles on models of their own, a RoutedBackend sends each role's calls to its model.
     """
     from ..llm.registry import make_backend
 
@@ -119,13 +119,12 @@ def _close_soon(backend: Backend) -> None:
 
 
 def research_setup(spec: RunSpec, roles: ResearchRoles | None = None) -> ResearchSetup | None:
-    """What the research strategy runs with: the spec's settings, the caller's roles, the roles with their own model."""
+    """What the research strategy runs with: the spec's settings and the caller's roles."""
     if spec.config.strategy != "research":
         return None
     from ..search.research.config import ResearchConfig
 
-    return ResearchSetup(spec.research or ResearchConfig(), roles or ResearchRoles(),
-                         frozenset(role for role, _ in spec.role_models))
+    return ResearchSetup(spec.research or ResearchConfig(), roles or ResearchRoles())
 
 
 async def build_tools(spec: RunSpec) -> Toolbox | None:
@@ -201,6 +200,7 @@ async def execute(
             sinks=[*sinks, *(session.sinks if session is not None else [])], controller=ctrl, grounders=grounders,
             grounding_policy=spec.grounding, on_context=session.on_context if session is not None else None,
             tools=tools, processors=processors, research=research_setup(spec, roles),
+            routed_roles=[role for role, _ in spec.role_models],
         )
     except BaseException:
         if session is not None:
