@@ -1,6 +1,7 @@
 """Running a RunSpec: the one place that builds the backend chain, the gateway, the controller and the store session.
 
-    live backend  (the spec's model, built here; or a Backend object the caller owns)
+    live backend  (the spec's model, built here, or a Backend object the caller owns; a RoutedBackend
+                   over it and the roles' own models when the spec has role models)
       -> LimitedBackend   (a model-concurrency limit shared with other runs, `slots`)
       -> ReplayBackend    (resume: recorded answers first; replay: recorded answers only)
       -> RecordingBackend (a stored run records every exchange)
