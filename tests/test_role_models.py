@@ -269,3 +269,22 @@ def test_loom_solve_runs_each_role_on_its_model_and_prints_usage_per_role(
                      r"synthesizer [\d,]+ tokens, 1 calls", text.stdout), text.stdout
     assert kinds(servers["evaluator"]) == {"evaluate"} and kinds(servers["synthesizer"]) == {"synthesize"}
     assert kinds(servers["main"]) == {"generate"}
+
+
+# --- through the real parts --------------------------------------------------------------------------------
+
+
+@pytest.mark.local_model
+def test_the_embedded_model_generates_while_an_http_server_evaluates(servers: dict[str, FakeOpenAIServer]) -> None:
+    evaluator = servers["evaluator"]
+    proc = loom("solve", "--task", "general", "--model", "local", "--evaluator-model", spec(evaluator, "evaluator"),
+                "--breadth", "2", "--beam", "1", "--depth", "1", "--value-samples", "1", "--seed", "1",
+                "--budget-tokens", "4000", "--no-store", "--quiet", "--json", QUESTION, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    roles = out["usage"]["roles"]
+    assert out["model"].startswith("local:") and out["answer"]
+    assert kinds(evaluator) == {"evaluate"} and roles["evaluator"]["calls"] == len(evaluator.seen)
+    assert roles["main"]["calls"] >= 2 and roles["main"]["output_tokens"] > 0  # generate and the final answer
+    for key in ("input_tokens", "output_tokens", "calls"):
+        assert roles["main"][key] + roles["evaluator"][key] == out["usage"][key]
