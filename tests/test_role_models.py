@@ -176,6 +176,18 @@ def test_a_dollar_budget_reserves_a_routed_call_at_its_own_models_price() -> Non
     assert (len(cheap.calls), len(dear.calls)) == (1, 0)
 
 
+def test_a_role_on_the_runs_own_model_shares_its_backend(servers: dict[str, FakeOpenAIServer]) -> None:
+    from thoughtloom.run.execute import live_backend
+
+    main, other = spec(servers["main"], "main"), spec(servers["generator"], "generator")
+    backend: Any = live_backend(resolve(QUESTION, task="general", model=main,
+                                        role_models={"evaluator": main, "synthesizer": other, "generator": other}))
+    routes = backend.routes
+    assert routes["evaluator"].inner is backend.inner  # one model loaded, not two
+    assert routes["generator"] is routes["synthesizer"].inner and routes["generator"] is not backend.inner
+    asyncio.run(backend.aclose())
+
+
 # --- stored runs -------------------------------------------------------------------------------------------
 
 

@@ -99,9 +99,15 @@ def live_backend(spec: RunSpec, progress: Callable[[str], None] | None = None) -
     from ..llm.routing import RoutedBackend
 
     routes: dict[str, Backend] = {}
+    # One backend per distinct spec: two roles (or a role and the run) on one model share it, so an
+    # embedded model is loaded once; the RoutedBackend closes each once (the shares do not close).
+    built: dict[str, Backend] = {spec.model: main} if isinstance(spec.model, str) else {}
     try:
         for role, model in spec.role_models:
-            routes[role] = make_backend(model, progress=progress)
+            if model in built:
+                routes[role] = SharedBackend(built[model])
+            else:
+                routes[role] = built[model] = make_backend(model, progress=progress)
     except BaseException:
         for backend in (main, *routes.values()):
             _close_soon(backend)
