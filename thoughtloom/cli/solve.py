@@ -39,7 +39,7 @@ def add_solve_parser(sub: Any) -> None:
     s.add_argument("--iterations", type=positive_int("--iterations"), help="MCTS simulations")
     add_role_options(s, {
         "generator": "writes the thoughts (generate, refine)",
-        "evaluator": "scores them (value, vote)",
+        "evaluator": "scores the thoughts (value, vote)",
         "synthesizer": "merges thoughts (got) and writes the final answer",
     })
     add_run_limits(s)
