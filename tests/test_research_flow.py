@@ -489,6 +489,9 @@ def test_a_role_on_its_own_model_sends_its_calls_there_within_the_same_budget(do
     assert len(server.seen) == 1 and "combine hypotheses" in str(server.seen[0].body["messages"])
     assert not any("combine hypotheses" in c.prompt.as_text() for c in model.calls)
     assert stream.search.usage.calls == len(model.calls) + 1 and result.answer.answer == "Argus"
+    usage = stream.search.usage
+    assert (usage.role("synthesizer").calls, usage.role("synthesizer").input_tokens) == (1, 40)  # type: ignore[union-attr]
+    assert usage.role("main").calls == len(model.calls)  # type: ignore[union-attr]
 
 
 # --- parsing the model's replies -------------------------------------------------------------------------
@@ -541,14 +544,3 @@ def test_a_finished_stream_iterated_again_yields_nothing(docs: str) -> None:
 
     first, again = asyncio.run(go())
     assert first and again == []
-
-
-def test_calls_routed_to_several_models_are_priced_at_the_dearest_so_a_dollar_budget_stays_hard() -> None:
-    from thoughtloom.llm.budget import Pricing
-    from thoughtloom.llm.routing import RoutedBackend
-
-    cheap, dear = ScriptedBackend(), ScriptedBackend()
-    cheap.pricing, dear.pricing = Pricing(0.1, 0.4), Pricing(2.5, 10.0)  # type: ignore[attr-defined]
-    routed = RoutedBackend(cheap, {"synthesizer": dear, "brancher": ScriptedBackend()})
-    assert routed.pricing == Pricing(2.5, 10.0)
-    assert RoutedBackend(ScriptedBackend(), {"brancher": ScriptedBackend()}).pricing is None

@@ -55,6 +55,7 @@ async def asolve(
     knowledge: str | None = None,
     store: Any = None,
     run_id: str | None = None,
+    role_models: Mapping[str, str] | None = None,
     **overrides: Any,
 ) -> SearchResult:
     """Search for an answer (async); the same run `loom solve` makes with the same settings.
@@ -68,13 +69,16 @@ async def asolve(
     grounders / grounding_policy / knowledge: extra grounders, how grounding moves scores, and a
     folder of documents to check claims against. store: a BlockStore or a SQLite file path to
     record the run in (`result.run_id`), under `run_id` (default: a new id). A Backend object
-    passed as `model` is not closed: the caller owns it.
+    passed as `model` is not closed: the caller owns it. role_models: {"evaluator":
+    "openai:gpt-4o-mini", ...} runs a role (generator, evaluator, synthesizer) on a model of its
+    own, as `--evaluator-model` does; `result.usage.roles` then says what each model was charged.
     """
     spec = resolve(
         problem, task=task, model=model, profile=profile, task_options=task_options, config=config,
         search=overrides, budget=budget,
         control=controller.settings if isinstance(controller, Controller) else controller,
         grounding=grounding_policy, knowledge=knowledge, grounders=grounders, store=store, run_id=run_id,
+        role_models=role_models,
     )
     result = await execute(spec, sinks=sinks, handler=handler,
                            controller=controller if isinstance(controller, Controller) else None)

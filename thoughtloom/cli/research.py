@@ -10,6 +10,7 @@ from .solve import (
     add_control_options,
     add_model_option,
     add_output_options,
+    add_role_options,
     add_run_limits,
     cmd_solve,
 )
@@ -67,9 +68,11 @@ def add_research_parser(sub: Any) -> None:
                    help="stop after this many insights")
     e.add_argument("--allow", action="append", choices=ANTI_PATTERNS, metavar="ANTI_PATTERN",
                    help=f"run a setting seed 004 calls an anti-pattern anyway: {', '.join(ANTI_PATTERNS)} (repeatable)")
-    r = s.add_argument_group("roles on other models (default: --model)")
-    for role in ("brancher", "evaluator", "synthesizer"):
-        r.add_argument(f"--{role}-model", metavar="SPEC", help=f"the model the {role} runs on")
+    add_role_options(s, {
+        "brancher": "proposes the hypotheses",
+        "evaluator": "judges the passages (or claims) for each hypothesis",
+        "synthesizer": "merges hypotheses into the answer",
+    })
     add_run_limits(s)
     add_control_options(s)
     add_output_options(s)

@@ -37,6 +37,11 @@ def add_solve_parser(sub: Any) -> None:
     s.add_argument("--prune-threshold", type=unit_float("--prune-threshold"), help="prune thoughts scoring below this")
     s.add_argument("--aggregation", choices=("sum", "product", "min", "mean"), help="path score aggregation")
     s.add_argument("--iterations", type=positive_int("--iterations"), help="MCTS simulations")
+    add_role_options(s, {
+        "generator": "writes the thoughts (generate, refine)",
+        "evaluator": "scores the thoughts (value, vote)",
+        "synthesizer": "merges thoughts (got) and writes the final answer",
+    })
     add_run_limits(s)
     s.add_argument("--size", type=positive_int("--size"),
                    help="sorting, set_intersection: instance size (32/64/128 for data IDs; sorting: alone, a generated list)")
@@ -71,6 +76,14 @@ def add_model_option(s: Any) -> None:
         "openai-compatible:URL@MODEL | ollama:MODEL (optional #chat or #completions); default: local, the default "
         "embedded model (env THOUGHTLOOM_MODEL)",
     )
+
+
+def add_role_options(s: Any, roles: dict[str, str]) -> None:
+    """--ROLE-model for each role (what it does as help), shared by loom solve and loom research."""
+    r = s.add_argument_group("roles on models of their own (default: --model; usage per role in the result)")
+    for role, does in roles.items():
+        r.add_argument(f"--{role}-model", metavar="SPEC", help=f"the model the {role} runs on: it {does}; a spec as "
+                       "for --model")
 
 
 def add_run_limits(s: Any) -> None:
@@ -286,6 +299,10 @@ def format_text(result: Any) -> str:
         f"tokens {u.total_tokens:,}{limit} (in {u.input_tokens:,} / out {u.output_tokens:,}) · calls {u.calls}"
         f"{cost} · {st.wall_s:.1f}s"
     )
+    if u.roles:
+        lines.append("usage per role: " + " · ".join(
+            f"{r.role} {r.total_tokens:,} tokens, {r.calls} calls" + (f", ${r.cost_usd:.4f}" if r.cost_usd else "")
+            for r in u.roles))
     if result.grounding and st.grounding is not None:
         g = st.grounding
         lines.append(

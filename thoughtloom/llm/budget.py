@@ -44,6 +44,31 @@ class Reservation:
     tokens: int
     cost_usd: float
     settled: bool = False
+    #: The role whose own model the call goes to (None: the run's model).
+    route: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Spend:
+    """What the requests sent to one model were charged: tokens in and out, requests, dollars."""
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+    calls: int = 0
+    cost_usd: float = 0.0
+
+    def add(self, usage: Usage, cost_usd: float) -> Spend:
+        """This spend plus one more request's charge."""
+        return Spend(self.input_tokens + usage.input_tokens, self.output_tokens + usage.output_tokens,
+                     self.calls + 1, self.cost_usd + cost_usd)
+
+    def minus(self, other: Spend) -> Spend:
+        """What was spent since `other` (an earlier reading of the same ledger)."""
+        return Spend(self.input_tokens - other.input_tokens, self.output_tokens - other.output_tokens,
+                     self.calls - other.calls, self.cost_usd - other.cost_usd)
+
+
+_NOTHING = Spend()
 
 
 class Budget:
@@ -65,6 +90,8 @@ class Budget:
         self.in_flight = 0
         # Tokens set aside for a later step (the final synthesis call) that searching may not use.
         self.held_tokens = 0
+        #: What requests routed to a role's own model were charged, by role (the rest went to the run's model).
+        self.routes: dict[str, Spend] = {}
 
     # --- views --------------------------------------------------------------------------
 
@@ -100,8 +127,11 @@ class Budget:
 
     # --- reserve and settle -------------------------------------------------------------
 
-    def reserve(self, tokens: int, cost_usd: float = 0.0) -> Reservation:
-        """Hold tokens (and dollars) for one call, or raise BudgetExceeded without holding anything."""
+    def reserve(self, tokens: int, cost_usd: float = 0.0, route: str | None = None) -> Reservation:
+        """Hold tokens (and dollars) for one call, or raise BudgetExceeded without holding anything.
+
+        route: the role whose own model the call goes to; its charge is also counted under that role.
+        """
         lim = self.limits
         if lim.wall_s is not None and self.elapsed_s >= lim.wall_s:
             raise BudgetExceeded("wall_s", f"wall-clock budget of {lim.wall_s:g}s is used up")
@@ -119,7 +149,7 @@ class Budget:
         self.reserved_tokens += tokens
         self.reserved_cost += cost_usd
         self.in_flight += 1
-        return Reservation(tokens, cost_usd)
+        return Reservation(tokens, cost_usd, route=route)
 
     def settle(self, reservation: Reservation, usage: Usage | None, cost_usd: float = 0.0) -> None:
         """Replace a reservation by what the call really used (None: the call never ran)."""
@@ -133,6 +163,9 @@ class Budget:
             self.spent = self.spent + usage
             self.calls += 1
             self.cost_usd += cost_usd
+            route = reservation.route
+            if route is not None:  # unrouted calls are the totals less the routed ones: nothing to add per call
+                self.routes[route] = self.routes.get(route, _NOTHING).add(usage, cost_usd)
 
     def hold(self, tokens: int) -> None:
         """Set tokens aside so that ordinary calls cannot use them (see release_hold)."""

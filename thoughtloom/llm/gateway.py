@@ -6,7 +6,7 @@ import asyncio
 import logging
 import random
 import time
-from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
@@ -136,6 +136,7 @@ class Gateway:
         retry: RetryPolicy | None = None,
         cache: ResponseCache | None = None,
         pricing: Pricing | None = None,
+        route_pricing: Mapping[str, Pricing | None] | None = None,
         listener: Callable[[CallRecord], None] | None = None,
         rng_seed: int = 0,
     ) -> None:
@@ -148,14 +149,23 @@ class Gateway:
         self.retry = retry or RetryPolicy()
         self.cache = cache
         self.pricing = pricing
+        #: The price of each role's own model (see thoughtloom.llm.routing); other calls cost `pricing`.
+        self.route_pricing = dict(route_pricing or {})
         self.listener = listener
         self.records: list[CallRecord] = []
         self._rng = random.Random(rng_seed)
         self._eager_safe = bool(getattr(backend, "eager_safe", False))
         self._warned: set[str] = set()
 
-    def _cost(self, usage: Usage) -> float:
-        return self.pricing.cost(usage.input_tokens, usage.output_tokens) if self.pricing else 0.0
+    def _price(self, route: str | None) -> Pricing | None:
+        """The price of the model a request goes to: its role's own model, or the run's."""
+        if route is None or route not in self.route_pricing:
+            return self.pricing
+        return self.route_pricing[route]
+
+    def _cost(self, usage: Usage, route: str | None = None) -> float:
+        pricing = self._price(route)
+        return pricing.cost(usage.input_tokens, usage.output_tokens) if pricing else 0.0
 
     @property
     def scores_choices(self) -> bool:
@@ -223,8 +233,8 @@ class Gateway:
         else:
             record.texts = tuple(t or "" for t in texts)
         record.usage = usage
-        if self.pricing is not None:
-            record.cost_usd = self._cost(usage)
+        if self.pricing is not None or self.route_pricing:
+            record.cost_usd = self._cost(usage, call.request.route)
         record.duration_s = time.perf_counter() - call.t0
         self._notify(record)
         return completion if whole else Completion(record.texts, usage, record.model)  # type: ignore[return-value]
@@ -347,7 +357,7 @@ class Gateway:
                 usage = self._unanswered(exc, Usage(reserve_tokens - out_tokens, out_tokens))
                 raise
             finally:
-                self.budget.settle(reservation, usage, self._cost(usage) if usage is not None else 0.0)
+                self.budget.settle(reservation, usage, self._cost(usage, request.route) if usage is not None else 0.0)
         finally:
             self._sem.release()
 
@@ -435,8 +445,9 @@ class Gateway:
                 usages = self.charge_batch(requests, exc, bounds)
                 raise
             finally:
-                for reservation, usage in zip(reservations, usages):
-                    self.budget.settle(reservation, usage, self._cost(usage) if usage is not None else 0.0)
+                for request, reservation, usage in zip(requests, reservations, usages):
+                    self.budget.settle(reservation, usage,
+                                       self._cost(usage, request.route) if usage is not None else 0.0)
         finally:
             self._sem.release()
 
@@ -536,9 +547,9 @@ class Gateway:
 
     def _reserve(self, request: GenerateRequest, reserve_tokens: int) -> tuple[Reservation, int]:
         out_tokens = request.n * request.max_tokens
-        pricing = self.pricing
+        pricing = self._price(request.route)
         reserve_cost = pricing.cost(reserve_tokens - out_tokens, out_tokens) if pricing else 0.0
-        return self.budget.reserve(reserve_tokens, reserve_cost), out_tokens
+        return self.budget.reserve(reserve_tokens, reserve_cost, request.route), out_tokens
 
     async def aclose(self) -> None:
         """Close the backend."""

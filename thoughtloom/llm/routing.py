@@ -1,28 +1,20 @@
 """A backend that sends each request to the model its route names: the run's model, or a role's own.
 
 Composed at the bottom of a run's backend chain (see thoughtloom.run.execute) when a role (the
-research flow's brancher, evaluator or synthesizer) runs on a model of its own, so those calls
-still pass the run's limits, record, replay and budget like every other.
+search operators' generator, evaluator or synthesizer; the research flow's brancher, evaluator or
+synthesizer) runs on a model of its own, so those calls still pass the run's limits, record,
+replay and budget like every other. The gateway prices each call at its own model's price
+(`route_pricing`), so a dollar budget stays hard and each role's cost is its own.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
-from .budget import Pricing
 from .errors import ModelConfigError
 from .types import Backend, Completion, GenerateRequest, Prompt
 from .wrapper import BackendWrapper
-
-
-def dearest(prices: Iterable[Pricing | None]) -> Pricing | None:
-    """The highest input and output prices among the known ones: the gateway prices every call at
-    this, an upper bound, so a dollar budget stays hard whichever model a call goes to."""
-    known = [p for p in prices if p is not None]
-    if not known:
-        return None
-    return Pricing(max(p.input_per_mtok for p in known), max(p.output_per_mtok for p in known))
 
 
 class RoutedBackend(BackendWrapper):
@@ -36,7 +28,12 @@ class RoutedBackend(BackendWrapper):
         # A distribution can be asked for only if every model can give one.
         self.scores_choices = all(getattr(b, "scores_choices", False) for b in (inner, *self.routes.values()))
         self.follows_choices = all(getattr(b, "follows_choices", False) for b in (inner, *self.routes.values()))
-        self.pricing = dearest(getattr(b, "pricing", None) for b in (inner, *self.routes.values()))
+        # `pricing` (forwarded) is the run's model's; each role's own model has its own price.
+        self.route_pricing = {role: getattr(b, "pricing", None) for role, b in self.routes.items()}
+        # One form when every model reads the same; else None, so that the gateway bounds an
+        # uncounted prompt by the larger of its forms, whichever model reads it.
+        forms = {getattr(b, "prompt_form", None) for b in (inner, *self.routes.values())}
+        self.prompt_form = forms.pop() if len(forms) == 1 else None
 
     def _backend(self, request: GenerateRequest) -> Backend:
         if request.route is None:

@@ -1,6 +1,7 @@
 """Running a RunSpec: the one place that builds the backend chain, the gateway, the controller and the store session.
 
-    live backend  (the spec's model, built here; or a Backend object the caller owns)
+    live backend  (the spec's model, built here, or a Backend object the caller owns; a RoutedBackend
+                   over it and the roles' own models when the spec has role models)
       -> LimitedBackend   (a model-concurrency limit shared with other runs, `slots`)
       -> ReplayBackend    (resume: recorded answers first; replay: recorded answers only)
       -> RecordingBackend (a stored run records every exchange)
@@ -87,7 +88,7 @@ def _bottom(backend: Backend, slots: SharedSlots | None) -> Backend:
 def live_backend(spec: RunSpec, progress: Callable[[str], None] | None = None) -> Backend:
     """The model a spec names, built now (a missing key or a bad spec fails here); a Backend object as given.
 
-    With research roles on models of their own, a RoutedBackend sends each role's calls to its model.
+    With roles on models of their own, a RoutedBackend sends each role's calls to its model.
     """
     from ..llm.registry import make_backend
 
@@ -98,9 +99,15 @@ def live_backend(spec: RunSpec, progress: Callable[[str], None] | None = None) -
     from ..llm.routing import RoutedBackend
 
     routes: dict[str, Backend] = {}
+    # One backend per distinct spec: two roles (or a role and the run) on one model share it, so an
+    # embedded model is loaded once; the RoutedBackend closes each once (the shares do not close).
+    built: dict[str, Backend] = {spec.model: main} if isinstance(spec.model, str) else {}
     try:
         for role, model in spec.role_models:
-            routes[role] = make_backend(model, progress=progress)
+            if model in built:
+                routes[role] = SharedBackend(built[model])
+            else:
+                routes[role] = built[model] = make_backend(model, progress=progress)
     except BaseException:
         for backend in (main, *routes.values()):
             _close_soon(backend)
@@ -119,13 +126,12 @@ def _close_soon(backend: Backend) -> None:
 
 
 def research_setup(spec: RunSpec, roles: ResearchRoles | None = None) -> ResearchSetup | None:
-    """What the research strategy runs with: the spec's settings, the caller's roles, the roles with their own model."""
+    """What the research strategy runs with: the spec's settings and the caller's roles."""
     if spec.config.strategy != "research":
         return None
     from ..search.research.config import ResearchConfig
 
-    return ResearchSetup(spec.research or ResearchConfig(), roles or ResearchRoles(),
-                         frozenset(role for role, _ in spec.role_models))
+    return ResearchSetup(spec.research or ResearchConfig(), roles or ResearchRoles())
 
 
 async def build_tools(spec: RunSpec) -> Toolbox | None:
@@ -201,6 +207,7 @@ async def execute(
             sinks=[*sinks, *(session.sinks if session is not None else [])], controller=ctrl, grounders=grounders,
             grounding_policy=spec.grounding, on_context=session.on_context if session is not None else None,
             tools=tools, processors=processors, research=research_setup(spec, roles),
+            routed_roles=[role for role, _ in spec.role_models],
         )
     except BaseException:
         if session is not None:

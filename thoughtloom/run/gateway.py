@@ -18,9 +18,11 @@ def build_gateway(
     pricing: Pricing | None = None,
     retry: RetryPolicy | None = None,
 ) -> Gateway:
-    """A gateway with a fresh budget and response cache over `backend` (its own pricing unless given)."""
+    """A gateway with a fresh budget and response cache over `backend` (its own pricing unless given,
+    and its roles' models' prices when some roles run on models of their own)."""
     return Gateway(backend, budget, concurrency=concurrency, cache=MemoryCache(), retry=retry,
-                   pricing=pricing or getattr(backend, "pricing", None))
+                   pricing=pricing or getattr(backend, "pricing", None),
+                   route_pricing=getattr(backend, "route_pricing", None))
 
 
 def make_gateway(

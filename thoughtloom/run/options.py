@@ -39,8 +39,9 @@ RESEARCH_OPTIONS = {
     "confidence_threshold": "confidence_threshold", "insight_target": "insight_target", "passages": "passages",
     "allow": "allow",
 }
-#: loom research's option name -> the role whose model it names.
-ROLE_MODEL_OPTIONS = {"brancher_model": "brancher", "evaluator_model": "evaluator", "synthesizer_model": "synthesizer"}
+#: loom solve's and loom research's option name -> the role whose model it names.
+ROLE_MODEL_OPTIONS = {"generator_model": "generator", "brancher_model": "brancher", "evaluator_model": "evaluator",
+                      "synthesizer_model": "synthesizer"}
 #: Option name -> ControlSettings field.
 CONTROL_OPTIONS = {
     "acceptable": "acceptable_threshold", "goal": "goal_threshold", "compromise": "compromise_threshold",

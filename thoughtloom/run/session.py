@@ -312,10 +312,13 @@ def _replay_backend(store: BlockStore, manifest: Manifest, head: dict[str, Any],
     """Read the record now (a damaged one fails before anything runs); build the backend when the run is."""
     calls, counts = load_calls(store, calls_cid), load_counts(store, head)
 
+    roles = (manifest.spec or {}).get("role_models") or ()
+
     def make(live: Backend | None) -> ReplayBackend:
         return ReplayBackend(
             calls, name=manifest.backend, max_concurrency=max(1, manifest.max_concurrency),
-            supports_batch=manifest.supports_batch, pricing=_pricing(manifest.model), counts=counts, live=live,
+            supports_batch=manifest.supports_batch, pricing=_pricing(manifest.model),
+            route_pricing={str(role): _pricing(str(model)) for role, model in roles}, counts=counts, live=live,
             form=prompt_form(manifest.backend), **kwargs,
         )
 

@@ -23,7 +23,12 @@ from ..grounding.sandbox import SandboxLimits
 from ..grounding.types import Grounder
 from ..llm.budget import BudgetLimits
 from ..llm.types import Backend
-from ..search.config import TOOL_STRATEGIES, SearchConfig
+from ..search.config import (
+    OPERATOR_ROLES,
+    OPERATOR_STRATEGIES,
+    TOOL_STRATEGIES,
+    SearchConfig,
+)
 from ..search.research.config import ROLES, ResearchConfig, ResearchConfigError
 from ..tasks.base import Task
 from ..tasks.registry import TaskOptions, get_task
@@ -86,7 +91,9 @@ class RunSpec:
     read_roots: tuple[str, ...] = ()
     #: The research strategy's settings (None: the defaults).
     research: ResearchConfig | None = None
-    #: Research roles that run on a model of their own: (role, model spec) pairs.
+    #: Roles that run on a model of their own: (role, model spec) pairs. The operators' roles are
+    #: generator, evaluator and synthesizer (search.config.OPERATOR_ROLES), the research flow's
+    #: brancher, evaluator and synthesizer; every other call goes to `model`.
     role_models: tuple[tuple[str, str], ...] = ()
     #: Where the run is recorded (a SQLite path or a BlockStore); None: not stored.
     store: Any = None
@@ -228,8 +235,9 @@ def resolve(
     a mapping of ControlSettings fields to override some of them, a ControlSettings as is, or False
     for a plain search. `grounding`: a GroundingPolicy, or fields overriding the profile's. `tools`,
     `tool_limits`, `mcp_config`, `read_roots`: what the agent strategy may call (thoughtloom.tools).
-    `research`: the research strategy's ResearchConfig, or fields of it; `role_models`: research roles
-    (brancher, evaluator, synthesizer) that run on a model of their own, by model spec.
+    `research`: the research strategy's ResearchConfig, or fields of it; `role_models`: roles that
+    run on a model of their own, by model spec (the search strategies' generator, evaluator and
+    synthesizer; the research strategy's brancher, evaluator and synthesizer).
     Raises UnknownProfile / UnknownTask / TaskOptionError / ProblemError / SpecError with one line.
     """
     prof = get_profile(profile)
@@ -305,19 +313,31 @@ def _research(research: ResearchConfig | Mapping[str, Any] | None, strategy: str
         raise SpecError(f"not a research setting: {exc}") from None
 
 
+def strategy_roles(strategy: str) -> tuple[str, ...]:
+    """The roles that may run on a model of their own in a strategy (none for recursive and agent)."""
+    if strategy == "research":
+        return ROLES
+    return OPERATOR_ROLES if strategy in OPERATOR_STRATEGIES else ()
+
+
 def _role_models(role_models: Mapping[str, str] | None, strategy: str) -> tuple[tuple[str, str], ...]:
-    """(role, model spec) pairs, checked: known roles, specs that parse, and the research strategy."""
+    """(role, model spec) pairs, checked: roles the strategy has, and specs that parse."""
     if not role_models:
         return ()
     from ..llm.errors import ModelConfigError
     from ..llm.registry import parse_model_spec
 
-    if strategy != "research":
-        raise SpecError("a model per role is for the research strategy (loom research)")
+    roles = strategy_roles(strategy)
+    if not roles:
+        raise SpecError(f"--strategy {strategy} has no roles that run on a model of their own; a model per role is "
+                        f"for {', '.join(OPERATOR_STRATEGIES)} ({', '.join(OPERATOR_ROLES)}) and research "
+                        f"({', '.join(ROLES)})")
     out = []
     for role, model in sorted(role_models.items()):
-        if role not in ROLES:
-            raise SpecError(f"no role {role!r}; the research roles are {', '.join(ROLES)}")
+        if role not in roles:
+            raise SpecError(f"no role {role!r} in --strategy {strategy}; its roles are {', '.join(roles)}")
+        if not isinstance(model, str) or not model.strip():
+            raise SpecError(f"--{role}-model: give a model spec (see --model)")
         try:
             parse_model_spec(model)
         except (ModelConfigError, ValueError) as exc:

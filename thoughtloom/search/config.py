@@ -9,6 +9,10 @@ StrategyName = Literal["bfs", "dfs", "best_first", "mcts", "got", "recursive", "
 STRATEGIES: tuple[str, ...] = ("bfs", "dfs", "best_first", "mcts", "got", "recursive", "agent", "research")
 #: Strategies that call tools (the others are given none).
 TOOL_STRATEGIES: tuple[str, ...] = ("agent", "research")
+#: Strategies whose model calls are the operators' (search/operators.py), and the roles those calls
+#: are made in: each may run on a model of its own (RunSpec.role_models, `--evaluator-model` ...).
+OPERATOR_STRATEGIES: tuple[str, ...] = ("bfs", "dfs", "best_first", "mcts", "got")
+OPERATOR_ROLES: tuple[str, ...] = ("generator", "evaluator", "synthesizer")
 AGENT_ORDERS: tuple[str, ...] = ("breadth_first", "depth_first", "best_first")
 FAILURE_POLICIES: tuple[str, ...] = ("replan", "skip", "fail")
 AGGREGATIONS: tuple[str, ...] = ("sum", "product", "min", "mean")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import zlib
 from collections import deque
-from collections.abc import Hashable, Iterable, Sequence
+from collections.abc import Collection, Hashable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ..graph import EdgeKind, NodeKind, NodeStatus, ThoughtGraph
@@ -100,6 +100,7 @@ class SearchContext:
         processors: Any = None,
         # A search.research ResearchSetup (the research strategy's settings and roles), for the same reason.
         research: Any = None,
+        routed_roles: Collection[str] = (),
     ) -> None:
         self.task = task
         #: The agent strategy's tools and processors (None: no tools; the built-in processors).
@@ -108,6 +109,8 @@ class SearchContext:
         #: The research strategy's setup, and the ResearchResult it leaves for the engine's result.
         self.research = research
         self.research_result: Any = None
+        #: Roles that run on a model of their own: their calls carry the role as their route.
+        self.routed_roles = frozenset(routed_roles)
         self.problem = problem
         # Hooks the task leaves at the base class's default are not called once per thought.
         self.task_validates = overrides(task, "validate")
@@ -223,7 +226,7 @@ class SearchContext:
         """True when a query's choices are scored from the model's distribution (one call, no samples)."""
         return self.gateway.scores_choices
 
-    def _request(self, query: Query, n: int, purpose: str, key: object) -> GenerateRequest:
+    def _request(self, query: Query, n: int, purpose: str, key: object, role: str | None) -> GenerateRequest:
         score = bool(query.choices) and self.gateway.scores_choices
         return GenerateRequest(
             prompt=query.prompt,
@@ -234,16 +237,23 @@ class SearchContext:
             seed=self._seed(purpose, key),
             purpose=purpose,
             schema=query.schema,
-            route=query.route,
+            # Only a role with a model of its own is routed: the requests (and so the cache and replay
+            # keys) of a run without role models stay what they were.
+            route=role if role is not None and role in self.routed_roles else None,
             choices=query.choices if score or self.gateway.follows_choices else (),
             score_choices=score,
         )
 
-    async def ask(self, query: Query, n: int, purpose: str, key: object) -> tuple[list[str], int] | None:
-        """Make one model call; None when the budget or a model failure stopped the search."""
+    async def ask(self, query: Query, n: int, purpose: str, key: object,
+                  role: str | None = None) -> tuple[list[str], int] | None:
+        """Make one model call; None when the budget or a model failure stopped the search.
+
+        role: who asks (generator, evaluator, synthesizer, brancher); a role with a model of its
+        own (`routed_roles`) has the call answered by that model.
+        """
         if self.stopped:
             return None
-        request = self._request(query, n, purpose, key)
+        request = self._request(query, n, purpose, key, role)
         while True:
             limit_before = self.gateway.budget.limits.tokens
             try:
@@ -274,13 +284,13 @@ class SearchContext:
         self.stop(StopReason.MODEL_ERROR)
 
     async def ask_many(
-        self, queries: Sequence[Query], n: int, purpose: str, keys: Sequence[object]
+        self, queries: Sequence[Query], n: int, purpose: str, keys: Sequence[object], role: str | None = None,
     ) -> list[tuple[list[str], int] | None]:
-        """Make several calls as one batched backend call (concurrent single calls if it cannot)."""
+        """Make several calls as one batched backend call (concurrent single calls if it cannot); role as in ask."""
         if self.stopped:
             return [None] * len(queries)
         if self.gateway.batches:
-            requests = [self._request(q, n, purpose, k) for q, k in zip(queries, keys)]
+            requests = [self._request(q, n, purpose, k, role) for q, k in zip(queries, keys)]
             try:
                 if self._call_slots is None:
                     completions = await self.gateway.generate_batch(requests)
@@ -297,7 +307,7 @@ class SearchContext:
             else:
                 self._successful_calls += len(completions)
                 return [(list(c.texts), c.usage.total) for c in completions]
-        return await eager_gather(self.ask(q, n, purpose, k) for q, k in zip(queries, keys))
+        return await eager_gather(self.ask(q, n, purpose, k, role) for q, k in zip(queries, keys))
 
     # --- grounding ----------------------------------------------------------------------
 

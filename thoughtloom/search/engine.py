@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Callable, Collection, Coroutine, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 
@@ -18,7 +18,7 @@ from .config import SearchConfig
 from .context import SearchContext, SearchController
 from .events import BudgetSpent, EventBus, EventSink, SearchStarted, SearchStopped
 from .operators import synthesize
-from .result import GroundingStats, PathStep, SearchResult, SearchStats, SearchUsage
+from .result import GroundingStats, PathStep, SearchResult, SearchStats, SearchUsage, role_usage
 from .strategies import STRATEGY_FUNCTIONS
 from .stop import StopReason
 
@@ -88,6 +88,7 @@ async def search(
     tools: Toolbox | None = None,
     processors: ProcessorRegistry | None = None,
     research: ResearchSetup | None = None,
+    routed_roles: Collection[str] = (),
 ) -> SearchResult:
     """Search for an answer to problem_text; always returns the best found and why it stopped.
 
@@ -98,6 +99,9 @@ async def search(
     SearchContext before the strategy starts (a run recorder reads the graph through it).
     `tools` and `processors` are what the agent strategy works with (other strategies ignore them);
     `research` is the research strategy's setup (with `tools`), and `result.research` its ResearchResult.
+    `routed_roles`: roles (generator, evaluator, synthesizer; brancher for research) whose calls go
+    to a model of their own (the gateway's backend routes them; see thoughtloom.llm.routing), and
+    `result.usage.roles` says what each model was charged.
     Cancelled (Ctrl-C), it returns what it has with termination_reason "interrupted" and makes
     no further model call.
 
@@ -125,10 +129,11 @@ async def search(
     requests_before = gateway.budget.calls
     spent_before = gateway.budget.spent
     cost_before = gateway.budget.cost_usd
+    routes_before = dict(gateway.budget.routes)
     if bus:
         bus.emit(SearchStarted(task.name, problem_text, config.strategy, gateway.budget.limits.tokens))
     ctx = SearchContext(task, problem, gateway, config, bus, controller, all_grounders, grounding_policy, tools,
-                        processors, research)
+                        processors, research, routed_roles)
     if out_of_time:
         ctx.stop("budget_wall_s")
     if on_context is not None:
@@ -166,13 +171,15 @@ async def search(
         PathStep(n.id, n.kind.value, n.content, n.score) for n in (ctx.graph.node(i) for i in path_ids)
     ]
     spent = budget.spent
+    input_tokens = spent.input_tokens - spent_before.input_tokens
+    output_tokens = spent.output_tokens - spent_before.output_tokens
+    # Requests charged to the ledger, like the tokens: answered, failed or cancelled after sending.
+    calls = budget.calls - requests_before
+    cost_usd = budget.cost_usd - cost_before
     usage = SearchUsage(
-        input_tokens=spent.input_tokens - spent_before.input_tokens,
-        output_tokens=spent.output_tokens - spent_before.output_tokens,
-        # Requests charged to the ledger, like the tokens: answered, failed or cancelled after sending.
-        calls=budget.calls - requests_before,
-        cost_usd=round(budget.cost_usd - cost_before, 6),
+        input_tokens=input_tokens, output_tokens=output_tokens, calls=calls, cost_usd=round(cost_usd, 6),
         token_limit=budget.limits.tokens,
+        roles=role_usage(input_tokens, output_tokens, calls, cost_usd, budget.routes, routes_before, ctx.routed_roles),
     )
     check_s = budget.limits.wall_s
     answer_check = None

@@ -2,6 +2,11 @@
 
 Each operator builds prompts through the task (the prompter), calls the model through the
 gateway, parses the replies through the task (the parser) and turns results into nodes and edges.
+
+Each call is made in a role, so that a role may run on a model of its own (seed 001's separate
+generator, evaluator and synthesizer; seed 000's cheaper evaluator): generate and refine write
+thoughts (generator); value and vote score them (evaluator); aggregate merges several thoughts
+into one and synthesize writes the final answer (synthesizer).
 """
 
 from __future__ import annotations
@@ -16,6 +21,8 @@ from .context import SearchContext
 from .eager import eager_gather
 
 _S = NodeStatus
+#: The roles the operators' calls are made in (see the module docstring).
+GENERATOR, EVALUATOR, SYNTHESIZER = "generator", "evaluator", "synthesizer"
 #: Each re-ask samples this much hotter than the search's temperature, up to the maximum.
 REASK_HEAT, MAX_REASK_TEMPERATURE = 0.3, 1.3
 
@@ -42,7 +49,7 @@ async def generate(ctx: SearchContext, node_id: int, attempt: int = 0) -> Propos
         query = replace(query, temperature=min(MAX_REASK_TEMPERATURE, ctx.temperature + REASK_HEAT * attempt))
     key = steps if not attempt else (steps, "again", attempt)
     if query.choices and ctx.scores_choices:
-        got = await ctx.ask(query, 1, "generate", key)
+        got = await ctx.ask(query, 1, "generate", key, GENERATOR)
         if got is None:
             return None
         texts, cost = got
@@ -52,7 +59,7 @@ async def generate(ctx: SearchContext, node_id: int, attempt: int = 0) -> Propos
         # Likeliest first; expand keeps the first `breadth` that pass validation.
         return Proposals(sorted(query.choices, key=lambda c: -odds[c]), cost, odds)
     # A propose reply lists several steps; a backend that cannot score the choices writes them freely.
-    got = await ctx.ask(query, 1 if propose else ctx.breadth, "generate", key)
+    got = await ctx.ask(query, 1 if propose else ctx.breadth, "generate", key, GENERATOR)
     if got is None:
         return None
     texts, cost = got
@@ -213,14 +220,14 @@ async def value_many(ctx: SearchContext, node_ids: Sequence[int], *, rescore: bo
     queries = [task.value(problem, steps) for steps in paths]
     keys = [(steps, n) if rescore else steps for steps in paths]
     if len(asking) > 1 and ctx.gateway.batches:
-        answers = await ctx.ask_many(queries, n, "evaluate", keys)
+        answers = await ctx.ask_many(queries, n, "evaluate", keys, EVALUATOR)
         scores = [_take_value(ctx, *args, rescore) for args in zip(asking, paths, queries, answers)]
         await settle_scores(ctx, [(node_id, s) for node_id, s in zip(asking, scores) if s is not None])
         return
 
     async def one(node_id: int, steps: tuple[str, ...], query: Query, key: object) -> None:
         # Each score lands as soon as its call returns: a goal found first stops the calls not yet made.
-        got = await ctx.ask(query, n, "evaluate", key)
+        got = await ctx.ask(query, n, "evaluate", key, EVALUATOR)
         score = _take_value(ctx, node_id, steps, query, got, rescore)
         if score is not None:
             await settle_scores(ctx, [(node_id, score)])
@@ -277,7 +284,8 @@ async def _vote(ctx: SearchContext, parent_id: int, node_ids: Sequence[int]) -> 
     for n in node_ids:
         ctx.graph.set_status(n, _S.IN_PROGRESS)
     steps = ctx.steps(parent_id)
-    got = await ctx.ask(task.vote(problem, steps, candidates), ctx.config.vote_samples, "evaluate", (steps, candidates))
+    got = await ctx.ask(task.vote(problem, steps, candidates), ctx.config.vote_samples, "evaluate", (steps, candidates),
+                        EVALUATOR)
     if got is None:
         for n in node_ids:
             ctx.cancel(n)
@@ -293,7 +301,8 @@ async def aggregate(ctx: SearchContext, node_ids: Sequence[int]) -> int | None:
     """Merge several thoughts into one new node whose parents are all of them."""
     paths = [ctx.steps(n) for n in node_ids]
     query = ctx.task.aggregate(ctx.problem, paths)
-    return await _rewrite(ctx, query, "aggregate", paths, node_ids, NodeKind.SYNTHESIS, EdgeKind.AGGREGATION)
+    return await _rewrite(ctx, query, "aggregate", paths, node_ids, NodeKind.SYNTHESIS, EdgeKind.AGGREGATION,
+                          SYNTHESIZER)
 
 
 async def refine(ctx: SearchContext, node_id: int) -> int | None:
@@ -302,15 +311,15 @@ async def refine(ctx: SearchContext, node_id: int) -> int | None:
     steps = ctx.steps(node_id)
     feedback = f"An evaluator scored this {node.score:.2f} out of 1. Fix its weaknesses and make it more complete."
     query = ctx.task.refine(ctx.problem, steps, feedback)
-    return await _rewrite(ctx, query, "refine", steps, [node_id], node.kind, EdgeKind.REFINEMENT)
+    return await _rewrite(ctx, query, "refine", steps, [node_id], node.kind, EdgeKind.REFINEMENT, GENERATOR)
 
 
 async def _rewrite(
     ctx: SearchContext, query: Query, purpose: str, key: object,
-    parents: Sequence[int], kind: NodeKind, edge_kind: EdgeKind,
+    parents: Sequence[int], kind: NodeKind, edge_kind: EdgeKind, role: str,
 ) -> int | None:
-    """One call whose reply stands in for the parents' last step (a merge or a refinement), valued."""
-    got = await ctx.ask(query, 1, purpose, key)
+    """One call (in `role`) whose reply stands in for the parents' last step (a merge or a refinement), valued."""
+    got = await ctx.ask(query, 1, purpose, key, role)
     if got is None:
         return None
     texts, cost = got
@@ -334,7 +343,7 @@ async def synthesize(ctx: SearchContext, node_id: int) -> tuple[str | None, int 
     if query is not None:
         saved, ctx.stop_reason = ctx.stop_reason, None  # the final call is allowed after a stop
         try:
-            got = await ctx.ask(query, 1, "synthesize", steps)
+            got = await ctx.ask(query, 1, "synthesize", steps, SYNTHESIZER)
         finally:
             ctx.stop_reason = saved if saved is not None else ctx.stop_reason
         if got is not None:

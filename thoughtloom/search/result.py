@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Collection, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from ..graph import ThoughtGraph
 from ..grounding.types import GroundingResult
+from ..llm.budget import Spend
 from ..llm.gateway import CallRecord
 from .stop import StopReason
 
@@ -21,6 +23,31 @@ class PathStep:
     score: float | None
 
 
+#: The name usage per role gives the run's own model (every role without a model of its own).
+MAIN_MODEL = "main"
+
+
+@dataclass(frozen=True, slots=True)
+class RoleUsage:
+    """What the requests of one role's model were charged: tokens in and out, requests, dollars."""
+
+    role: str
+    input_tokens: int = 0
+    output_tokens: int = 0
+    calls: int = 0
+    cost_usd: float = 0.0
+
+    @property
+    def total_tokens(self) -> int:
+        """Input plus output tokens."""
+        return self.input_tokens + self.output_tokens
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain data (without the role, which names it in SearchUsage.to_dict)."""
+        return {"input_tokens": self.input_tokens, "output_tokens": self.output_tokens, "calls": self.calls,
+                "cost_usd": self.cost_usd}
+
+
 @dataclass(frozen=True, slots=True)
 class SearchUsage:
     """What a search spent: tokens in and out, answered model calls, dollars, and the token limit."""
@@ -30,15 +57,47 @@ class SearchUsage:
     calls: int = 0
     cost_usd: float = 0.0
     token_limit: int | None = None
+    #: With roles on models of their own: what each role's model was charged, and MAIN_MODEL what the
+    #: run's model was (every other call); they add up to the totals above. Empty otherwise.
+    roles: tuple[RoleUsage, ...] = ()
 
     @property
     def total_tokens(self) -> int:
         """Input plus output tokens."""
         return self.input_tokens + self.output_tokens
 
+    def role(self, name: str) -> RoleUsage | None:
+        """The usage of one role's model (MAIN_MODEL: the run's model); None when roles have no models of their own."""
+        return next((r for r in self.roles if r.role == name), None)
+
     def to_dict(self) -> dict[str, Any]:
-        """Plain data for JSON output and stored runs."""
-        return asdict(self)
+        """Plain data for JSON output and stored runs (`roles` only when roles run on models of their own)."""
+        out: dict[str, Any] = {"input_tokens": self.input_tokens, "output_tokens": self.output_tokens,
+                               "calls": self.calls, "cost_usd": self.cost_usd, "token_limit": self.token_limit}
+        if self.roles:
+            out["roles"] = {r.role: r.to_dict() for r in self.roles}
+        return out
+
+
+def role_usage(
+    input_tokens: int, output_tokens: int, calls: int, cost_usd: float,
+    now: Mapping[str, Spend], before: Mapping[str, Spend], roles: Collection[str],
+) -> tuple[RoleUsage, ...]:
+    """Usage per role over a search: each routed role's spend between two readings of the ledger
+    (`before`, `now`), and the run's model (MAIN_MODEL) the rest of the totals. Empty when no role
+    has a model of its own."""
+    names = sorted(set(roles) | {r for r, spend in now.items() if spend != before.get(r)})
+    if not names:
+        return ()
+    nothing = Spend()
+    spent = {r: now.get(r, nothing).minus(before.get(r, nothing)) for r in names}
+    main = RoleUsage(
+        MAIN_MODEL, input_tokens - sum(s.input_tokens for s in spent.values()),
+        output_tokens - sum(s.output_tokens for s in spent.values()), calls - sum(s.calls for s in spent.values()),
+        round(cost_usd - sum(s.cost_usd for s in spent.values()), 6),
+    )
+    return (main, *(RoleUsage(r, s.input_tokens, s.output_tokens, s.calls, round(s.cost_usd, 6))
+                     for r, s in spent.items()))
 
 
 @dataclass(frozen=True, slots=True)

@@ -86,7 +86,7 @@ class ReplayBackend(BackendWrapper):
     """A Backend answering from recorded exchanges, in their recorded order (see module docstring).
 
     It wraps the live backend when resuming (`live`), else an OfflineBackend; the recorded
-    identity (name, concurrency, batching, pricing) is what the gateway sees either way.
+    identity (name, concurrency, batching, pricing, the roles' prices) is what the gateway sees either way.
     """
 
     def __init__(
@@ -97,6 +97,7 @@ class ReplayBackend(BackendWrapper):
         max_concurrency: int,
         supports_batch: bool = False,
         pricing: Any = None,
+        route_pricing: Any = None,
         counts: dict[str, int] | None = None,
         live: Backend | None = None,
         after_recording: str | None = None,
@@ -115,6 +116,8 @@ class ReplayBackend(BackendWrapper):
         self.follows_choices = (any(c.choices and not c.scored for c in calls)
                                 or bool(getattr(live, "follows_choices", False)))
         self.pricing = pricing
+        # The prices of the roles' own models (a run with a model per role), as the live run had them.
+        self.route_pricing = dict(route_pricing or {})
         self.counts = dict(counts or {})
         self.stall_s = stall_s
         self.after_recording = after_recording

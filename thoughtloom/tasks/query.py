@@ -17,8 +17,6 @@ class Query:
     temperature: float | None = None  # None: the search's configured temperature
     #: A JSON Schema (canonical JSON text) the reply should match, where the backend can enforce it.
     schema: str | None = None
-    #: Which of the run's models answers: a role with a model of its own (None: the run's model).
-    route: str | None = None
     #: Every valid reply, when the task can list them (its legal next steps, a verdict's words).
     #: The engine then lets the model choose among them: their distribution in one pass where
     #: the backend can score choices, otherwise samples constrained to them where it can.

@@ -73,12 +73,13 @@ _S = NodeStatus
 
 @dataclass(frozen=True, slots=True)
 class ResearchSetup:
-    """What a research run is given besides the search config: its settings, the caller's roles, and which roles have their own model."""
+    """What a research run is given besides the search config: its settings and the caller's roles.
+
+    Roles whose built-in prompts run on a model of their own are the context's `routed_roles`.
+    """
 
     config: ResearchConfig = field(default_factory=ResearchConfig)
     roles: ResearchRoles = field(default_factory=ResearchRoles)
-    #: Roles whose built-in prompts go to a model of their own (a request's `route`).
-    routed: frozenset[str] = frozenset()
 
 
 class ResearchFlow:
@@ -88,7 +89,6 @@ class ResearchFlow:
         self.ctx = ctx
         self.config = setup.config
         self.roles = setup.roles
-        self.routed = setup.routed
         self.env = AgentEnv(ctx, ProcessorRegistry(), tools)
         self.tools = tools
         self.question = str(ctx.problem)
@@ -202,9 +202,7 @@ class ResearchFlow:
     # --- model calls ----------------------------------------------------------------------------------
 
     async def _ask(self, query: Query, purpose: str, node_id: int, role: str) -> tuple[str, int] | None:
-        if role in self.routed:
-            query = replace(query, route=role)
-        got = await self.ctx.ask(query, 1, purpose, ("research", node_id, purpose))
+        got = await self.ctx.ask(query, 1, purpose, ("research", node_id, purpose), role)
         if got is None or not got[0]:
             return None
         return got[0][0], got[1]
