@@ -9,6 +9,8 @@ StrategyName = Literal["bfs", "dfs", "best_first", "mcts", "got", "recursive", "
 STRATEGIES: tuple[str, ...] = ("bfs", "dfs", "best_first", "mcts", "got", "recursive", "agent", "research")
 #: Strategies that call tools (the others are given none).
 TOOL_STRATEGIES: tuple[str, ...] = ("agent", "research")
+#: Strategies that grow the thought tree step by step up to `max_depth` (the controller may raise it).
+DEPTH_STRATEGIES: tuple[str, ...] = ("bfs", "dfs", "best_first", "mcts", "got")
 AGENT_ORDERS: tuple[str, ...] = ("breadth_first", "depth_first", "best_first")
 FAILURE_POLICIES: tuple[str, ...] = ("replan", "skip", "fail")
 AGGREGATIONS: tuple[str, ...] = ("sum", "product", "min", "mean")
