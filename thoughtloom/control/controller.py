@@ -56,6 +56,7 @@ from .types import (
     FailureMode,
     SearchState,
     ThoughtView,
+    amount_text,
 )
 
 if TYPE_CHECKING:
@@ -170,7 +171,7 @@ class Controller:
         self._checkpoints = 0
         self._acted_at: dict[FailureMode, int] = {}
         self._consulted: set[FailureMode] = set()
-        self._depth_answers: dict[int, DepthAnswer] = {}
+        self._depth_answers: dict[tuple[str, int], DepthAnswer] = {}
         self._spent_before = 0
         self._used_before: dict[str, float] = {}
         self._points: dict[str, list[tuple[float, float]]] = {}
@@ -447,7 +448,7 @@ class Controller:
                 DepthAction.REQUEST_FEEDBACK,
                 f"depth limit {ctx.max_depth} reached without an acceptable thought"
                 + (f" ({decision.reason})" if decision.reason else ""),
-                f"go deeper, up to the hard limit {self.policy.hard_limit}",
+                f"go deeper, up to the hard limit {self.policy.hard_limit}", raises_limit=True,
             )
         answer = await self._ask_depth(ctx, state, decision)
         if answer.action is DepthAction.CONTINUE and answer.extra_depth > 0:
@@ -465,14 +466,16 @@ class Controller:
         return None
 
     async def _ask_depth(self, ctx: SearchContext, state: SearchState, decision: DepthDecision) -> DepthAnswer:
-        """Ask the handler about depth, once per depth reached (a second question there gets the first answer)."""
-        known = self._depth_answers.get(state.depth)
+        """Ask the handler about depth once per question: going past the search's depth limit is asked
+        once per limit, judging progress at the soft limit once per depth (a repeat gets the first answer)."""
+        key = ("limit", ctx.max_depth) if state.depth >= ctx.max_depth or decision.raises_limit else ("depth", state.depth)
+        known = self._depth_answers.get(key)
         if known is not None:
             return known
         self.record(ctx, "depth", "request_feedback", decision.reason, suggestion=decision.suggestion)
         with ctx.gateway.budget.paused():
             answer = await self.handler.depth_feedback(decision, state)
-        self._depth_answers[state.depth] = answer
+        self._depth_answers[key] = answer
         return answer
 
     def _deepen(self, ctx: SearchContext, target: int) -> bool:
@@ -624,14 +627,16 @@ class Controller:
                                    state: SearchState) -> tuple[bool, str]:
         """The depth limit will be reached before acceptable: ask to raise it now, within the hard limit."""
         assert self.policy is not None
-        if not self._deepening_helps(ctx, state, held=False):
+        reached = state.depth >= ctx.max_depth
+        if not self._deepening_helps(ctx, state, held=reached):
             why = (f"the depth limit {ctx.max_depth} is the hard limit" if ctx.max_depth >= self.policy.hard_limit
                    else "more depth would not help this search")
             return False, f"no deeper limit asked: {why}"
         decision = DepthDecision(
             DepthAction.REQUEST_FEEDBACK,
-            f"likely to reach the depth limit {ctx.max_depth} before an acceptable thought: {failure.evidence}",
-            failure.prevention,
+            (f"depth limit {ctx.max_depth} reached" if reached else f"likely to reach the depth limit {ctx.max_depth}")
+            + f" before an acceptable thought: {failure.evidence}",
+            failure.prevention, raises_limit=True,
         )
         answer = await self._ask_depth(ctx, state, decision)
         if answer.action is DepthAction.CONTINUE and answer.extra_depth > 0:
@@ -673,8 +678,6 @@ _LIMIT_WORD = {"tokens": "token", "calls": "call", "cost_usd": "dollar", "wall_s
 
 def _amount(limit: str, amount: float) -> str:
     """An amount of a limit as the decision lines show it: '1,200', '3', '$0.05', '30s'."""
-    if limit == "cost_usd":
-        return f"${amount:,.2f}"
     if limit == "wall_s":
         return f"{amount:,.0f}s"
-    return f"{int(amount):,}"
+    return amount_text(limit, amount) if limit == "cost_usd" else f"{int(amount):,}"

@@ -83,6 +83,8 @@ class DepthDecision:
     action: DepthAction
     reason: str = ""
     suggestion: str = ""
+    #: The question is whether to go past the search's depth limit (approving raises it).
+    raises_limit: bool = False
 
 
 class BudgetDecision(str, enum.Enum):
@@ -101,17 +103,22 @@ UNITS: dict[str, str] = {"tokens": "tokens", "calls": "calls", "cost_usd": "doll
 def amount_text(limit: str, amount: float) -> str:
     """An amount of one budget limit as a person reads it: '1,200 tokens', '3 calls', '$0.05', '30 seconds'."""
     if limit == "cost_usd":
-        return f"${amount:,.2f}"
+        return _dollars(amount)
     if limit == "wall_s":
         return f"{amount:,.0f} seconds"
     return f"{int(amount):,} {UNITS[limit]}"
+
+
+def _dollars(amount: float) -> str:
+    """Cents, or four decimals for less than a cent (a few cheap calls)."""
+    return f"${amount:,.2f}" if amount == 0 or abs(amount) >= 0.01 else f"${amount:.4f}"
 
 
 def more_text(limit: str, amount: float) -> str:
     """An increase of one budget limit as a person reads it: '1,200 more tokens', '3 more calls',
     '$0.05 more', '30 more seconds'."""
     if limit == "cost_usd":
-        return f"${amount:,.2f} more"
+        return f"{_dollars(amount)} more"
     if limit == "wall_s":
         return f"{amount:,.0f} more seconds"
     return f"{int(amount):,} more {UNITS[limit]}"
