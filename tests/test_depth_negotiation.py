@@ -8,8 +8,15 @@ level earlier, see test_failure_anticipation) stays out of the way and the depth
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
+from openai_server import FakeOpenAIServer
 from test_controller_scenarios import ScriptTask, by_depth, padded_child, run, scripted
+from test_interactive_cli import general_server_reply
 
 from thoughtloom import solve
 from thoughtloom.control import (
@@ -28,6 +35,7 @@ from thoughtloom.llm.gateway import Gateway
 from thoughtloom.run.spec import AutoAnswers, resolve
 from thoughtloom.search import SearchConfig, search
 
+REPO = Path(__file__).parents[1]
 # 0.3, 0.4, 0.5 by depth 3 (still below the 0.7 acceptable), the goal at depth 4.
 GOAL_AT_4 = {1: 3, 2: 4, 3: 5, 4: 10, 5: 10, 6: 10}
 QUIET_ANTICIPATION = ControlSettings(act_threshold=1.0)
@@ -130,3 +138,18 @@ def test_solve_without_an_allowance_stops_at_the_tasks_depth() -> None:
 def test_depth_limits_below_one_or_a_negative_margin_are_refused(field: dict[str, int]) -> None:
     with pytest.raises(ValueError, match="at least 1|>= 0"):
         ControlSettings(**field)
+
+
+def test_loom_solve_auto_deeper_raises_the_depth_limit(server: FakeOpenAIServer) -> None:
+    server.responder = general_server_reply  # values 0.3, 0.45, 0.6 by depth, the goal at depth 4
+    args = [sys.executable, "-m", "thoughtloom", "solve", "--task", "general",
+            "--model", f"openai-compatible:{server.url}@scripted#completions", "--breadth", "2", "--beam", "1",
+            "--depth", "3", "--value-samples", "1", "--json", "--quiet", "--no-interactive", "--no-store",
+            "--auto-deeper", "1", "sort a list"]
+    proc = subprocess.run(args, capture_output=True, text=True, stdin=subprocess.DEVNULL, cwd=REPO, timeout=60,
+                          check=False)
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert out["control"]["depth_limits"] == {"soft": 4, "hard": 6, "search": 4, "search_at_start": 3}
+    assert out["stats"]["max_depth"] == 4
+    assert out["termination_reason"] == "goal_reached" and out["answer"] == "merge sort"

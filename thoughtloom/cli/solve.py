@@ -35,7 +35,9 @@ def add_solve_parser(sub: Any) -> None:
                    help="search strategy (default: the task's, else bfs)")
     s.add_argument("--breadth", type=positive_int("--breadth", MAX_FANOUT), help="thoughts generated per expansion")
     s.add_argument("--beam", type=positive_int("--beam", MAX_FANOUT), help="thoughts kept per level (beam width)")
-    s.add_argument("--depth", type=positive_int("--depth", MAX_FANOUT), help="maximum depth in steps")
+    s.add_argument("--depth", type=positive_int("--depth", MAX_FANOUT),
+                   help="depth in steps the search goes to (the controller may go deeper, up to --hard-depth, when "
+                        "you approve)")
     s.add_argument("--generation", choices=("propose", "sample"), help="one propose call, or independent samples")
     s.add_argument("--evaluation", choices=EVALUATIONS,
                    help="value each thought, vote among siblings, or score steps by the model's own probability "
