@@ -308,8 +308,8 @@ class Controller:
                     await self._consult(ctx, failure, state)
                 if ctx.stopped:
                     return None
-                state = self.snapshot(ctx) if prevented else state
-                state.progress = list(self.progress)
+                if prevented:
+                    state = self.snapshot(ctx)  # a raised limit or depth: negotiate on what is true now
         for limit in ("tokens", *state.allowances):
             negotiation = self.negotiator.negotiate(state, self._original(limit), limit=limit)
             if negotiation.decision is not BudgetDecision.SUFFICIENT:
@@ -329,9 +329,6 @@ class Controller:
             if getattr(ctx.gateway.budget.limits, limit) != getattr(before, limit):
                 return True  # raised while this call waited for the lock
             state = self.snapshot(ctx)
-            state.progress = list(self.progress)
-            for name, allowance in state.allowances.items():
-                state.allowances[name] = replace(allowance, progress=tuple(self._points.get(name, ())))
             negotiation = self.negotiator.negotiate(state, self._original(limit), exhausted=True, limit=limit)
             if negotiation.decision is BudgetDecision.SUFFICIENT:
                 self.record(ctx, "budget", "stop", f"{UNITS[limit]} budget used up; {negotiation.reason}", limit=limit)
