@@ -153,3 +153,10 @@ def test_loom_solve_auto_deeper_raises_the_depth_limit(server: FakeOpenAIServer)
     assert out["control"]["depth_limits"] == {"soft": 4, "hard": 6, "search": 4, "search_at_start": 3}
     assert out["stats"]["max_depth"] == 4
     assert out["termination_reason"] == "goal_reached" and out["answer"] == "merge sort"
+
+
+def test_a_hard_depth_below_the_search_depth_is_a_one_line_error() -> None:
+    from thoughtloom.run.spec import SpecError
+
+    with pytest.raises(SpecError, match="hard depth 2 is below the search's depth 3"):
+        resolve("a question", task="general", control={"hard_depth": 2})

@@ -270,7 +270,11 @@ def resolve(
         elif isinstance(control, ControlSettings):
             settings = control
         else:
-            settings = ControlSettings.from_profile(prof, **(control if isinstance(control, Mapping) else {}))
+            given = control if isinstance(control, Mapping) else {}
+            settings = ControlSettings.from_profile(prof, **given)
+            if given.get("hard_depth") is not None and given["hard_depth"] < config.max_depth:
+                raise SpecError(f"hard depth {given['hard_depth']} is below the search's depth {config.max_depth}; "
+                                "the hard depth bounds how far the controller may go past it")
         if isinstance(grounding, GroundingPolicy):
             policy = grounding
         else:
