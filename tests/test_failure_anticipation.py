@@ -7,9 +7,14 @@ own rules are tested in test_failures); elsewhere the real detectors see it comi
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 from dataclasses import dataclass
+from pathlib import Path
 from typing import ClassVar
 
+from openai_server import FakeOpenAIServer
 from test_controller_scenarios import (
     STEADY,
     ScriptTask,
@@ -18,6 +23,7 @@ from test_controller_scenarios import (
     run,
     scripted,
 )
+from test_interactive_cli import general_server_reply
 
 from thoughtloom import solve
 from thoughtloom.control import (
@@ -162,3 +168,19 @@ async def test_the_automatic_handler_never_aborts_unless_told_to() -> None:
     assert await AutomaticHandler().failure_feedback(failure, state) is FailureAction.CONTINUE
     assert await AutomaticHandler(abort_above=0.9).failure_feedback(failure, state) is FailureAction.ABORT
     assert await AutomaticHandler(abort_above=0.99).failure_feedback(failure, state) is FailureAction.CONTINUE
+
+
+def test_loom_solve_auto_abort_above_stops_on_a_failure_it_cannot_prevent(server: FakeOpenAIServer) -> None:
+    server.responder = general_server_reply  # 0.3, 0.45, 0.6 by depth: depth 3 ends below acceptable
+    args = [sys.executable, "-m", "thoughtloom", "solve", "--task", "general",
+            "--model", f"openai-compatible:{server.url}@scripted#completions", "--breadth", "2", "--beam", "1",
+            "--depth", "3", "--hard-depth", "3", "--value-samples", "1", "--json", "--quiet", "--no-interactive",
+            "--no-store", "--auto-abort-above", "0.8", "sort a list"]
+    proc = subprocess.run(args, capture_output=True, text=True, stdin=subprocess.DEVNULL,
+                          cwd=Path(__file__).parents[1], timeout=60, check=False)
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert out["termination_reason"] == "anticipated_failure"
+    abort = [d for d in out["control"]["decisions"] if d["kind"] == "failure" and d["decision"] == "abort"]
+    assert len(abort) == 1 and abort[0]["mode"] == "depth_exceeded" and abort[0]["likelihood"] >= 0.8
+    assert out["answer"] is not None  # the best answer so far is kept
