@@ -197,14 +197,15 @@ def test_unknown_profile_exits_2_and_lists_the_profiles() -> None:
 
 def test_profile_values_are_overridden_flag_by_flag(game24_model: str) -> None:
     proc = loom("solve", "--task", "game24", "--model", game24_model, "--json", "--quiet", "--profile", "debugging",
-                "--acceptable", "0.6", "--soft-depth", "2", "--depth", "4", "--min-progress", "0.1",
+                "--acceptable", "0.6", "--soft-depth", "2", "--depth", "4", "--hard-depth", "6", "--min-progress", "0.1",
                 "--stagnation", "2", "4 5 6 10")
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)
     control = out["control"]
     assert control["profile"] == "debugging"
     assert control["thresholds"] == {"acceptable": 0.6, "goal": 0.9, "compromise": 0.5}
-    assert control["depth_limits"] == {"soft": 2, "hard": 4}
+    # --depth is where the search stops unless the controller is allowed deeper, up to --hard-depth
+    assert control["depth_limits"] == {"soft": 2, "hard": 6, "search": 4, "search_at_start": 4}
     assert out["config"]["beam"] == 5  # from the profile
 
 

@@ -53,3 +53,23 @@ def test_embedded_model_run_asks_for_more_tokens_and_the_automatic_handler_grant
     assert spent > BUDGET  # the grant was used: the search went on past the original limit
     kinds = [(d["kind"], d["decision"]) for d in control["decisions"]]
     assert kinds.index(("budget", "request_increase")) < kinds.index(("budget", "approved"))
+
+
+@pytest.mark.local_model
+def test_embedded_model_run_goes_one_level_past_its_depth_when_the_automatic_answers_allow_it() -> None:
+    # Game of 24 with --depth 2: a two-step thought is at most 2/3 of a solution, never acceptable,
+    # and still has two numbers to combine, so at the limit the controller asks; --auto-deeper 1
+    # answers, the search's limit rises from 2 to 3 (within the hard depth 2 + 3), and it goes on.
+    proc = subprocess.run(
+        [sys.executable, "-m", "thoughtloom", "solve", "--task", "game24", "4 9 10 13", "--json", "--quiet",
+         "--no-store", "--model", "local:gemma-3-270m", "--seed", "1", "--depth", "2", "--budget-tokens", "6000",
+         "--auto-deeper", "1"],
+        capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=600, check=False,
+        env={**os.environ}, cwd=Path(__file__).parents[1],
+    )
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    control = out["control"]
+    assert control["depth_limits"] == {"soft": 3, "hard": 5, "search": 3, "search_at_start": 2}, control["decisions"]
+    assert ("depth", "continue_deeper") in [(d["kind"], d["decision"]) for d in control["decisions"]]
+    assert out["stats"]["max_depth"] == 3

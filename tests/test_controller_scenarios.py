@@ -215,7 +215,8 @@ async def test_stagnation_asks_for_feedback_and_goes_deeper(handler: FeedbackHan
     assert [d["decision"] for d in depth][:2] == ["request_feedback", "continue_deeper"]
     assert depth[0]["depth"] == 2 and "progress slowing" in depth[0]["reason"] and depth[0]["suggestion"]
     assert "soft limit moved to 4" in depth[1]["reason"]
-    assert c["depth_limits"] == {"soft": 4, "hard": 5}
+    # the hard limit is the search's depth limit plus the default margin of 3 levels
+    assert c["depth_limits"] == {"soft": 4, "hard": 8, "search": 5, "search_at_start": 5}
     assert r.result.stats.max_depth == 4  # past the soft limit of 2
     assert c["score_history"] == [0.5, 0.5, 0.7, 1.0]
     assert c["goal_reached"] is True and r.result.termination_reason == "goal_reached"

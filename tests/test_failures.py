@@ -170,6 +170,17 @@ def test_depth_exceeded_stays_quiet_when_every_answer_fits_within_the_limit() ->
     assert DepthExceededDetector().assess(replace(at_limit, natural_depth=8), LIMITS) is not None
 
 
+def test_depth_exceeded_advises_raising_the_limit_only_when_the_hard_limit_allows_it() -> None:
+    state = healthy(depth=3, score_history=[0.3, 0.33, 0.36], best=None, progress=[])
+    fixed = DepthExceededDetector().assess(state, LIMITS)
+    assert fixed is not None and "raise the depth limit" not in fixed.prevention
+    assert "the depth limit 5 cannot be raised" in fixed.prevention
+    room = DepthExceededDetector().assess(state, replace(LIMITS, depth_ceiling=8))
+    assert room is not None
+    assert room.prevention.startswith("Ask to raise the depth limit to about 8 (the hard limit is 8)")
+    assert "depth 3 of depth limit 5" in room.evidence
+
+
 def test_depth_exceeded_ignores_a_run_already_acceptable() -> None:
     state = healthy(depth=5, score_history=[0.3, 0.8], best=view(9, ("x",), quality=0.8))
     assert DepthExceededDetector().assess(state, LIMITS) is None

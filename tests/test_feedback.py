@@ -4,14 +4,23 @@ from __future__ import annotations
 
 import io
 
-from thoughtloom.control.feedback import AutomaticHandler, CallbackHandler, InteractiveHandler
+import pytest
+
+from thoughtloom.control.feedback import (
+    AutomaticHandler,
+    CallbackHandler,
+    InteractiveHandler,
+)
 from thoughtloom.control.types import (
+    AnticipatedFailure,
     BudgetRequest,
     BudgetSituation,
     Compromise,
     DepthAction,
     DepthAnswer,
     DepthDecision,
+    FailureAction,
+    FailureMode,
     SearchState,
 )
 
@@ -80,3 +89,54 @@ async def test_callback_handler_calls_sync_and_async_functions() -> None:
 async def test_callback_handler_falls_back_for_unset_questions() -> None:
     handler = CallbackHandler(fallback=AutomaticHandler(extra_depth=2))
     assert (await handler.depth_feedback(DECISION, STATE)).action is DepthAction.CONTINUE
+
+
+# --- every budget limit, and anticipated failures ------------------------------------------------
+
+CALLS = BudgetRequest(4, "because", BudgetSituation(8, 0, 8, 0.62, 0.7, 0.95, 3, None, 0.4, limit="calls"))
+DOLLARS = BudgetRequest(0.05, "because", BudgetSituation(0.1, 0.0, 0.1, 0.62, 0.7, 0.95, 0.03, None, 0.4,
+                                                         limit="cost_usd"))
+SECONDS = BudgetRequest(30, "because", BudgetSituation(60, 0, 60, 0.62, 0.7, 0.95, 20, None, 0.4, limit="wall_s"))
+FAILURE = AnticipatedFailure(FailureMode.DEPTH_EXCEEDED, 0.85, "at depth 4", "Backtrack.", "Stop at depth 4.",
+                             "depth 2 of hard limit 4")
+
+
+async def test_automatic_handler_keeps_an_allowance_per_limit() -> None:
+    handler = AutomaticHandler(approve_tokens=100, approve_calls=6, approve_usd=0.07, approve_seconds=40)
+    assert [await handler.request_budget(r) for r in (CALLS, CALLS)] == [4, 2]
+    assert [await handler.request_budget(r) for r in (DOLLARS, DOLLARS)] == [0.05, pytest.approx(0.02)]
+    assert [await handler.request_budget(r) for r in (SECONDS, SECONDS)] == [30, 10]
+    assert await handler.request_budget(REQUEST) == 100  # tokens have their own allowance
+
+
+async def test_a_token_callback_grants_nothing_of_another_limit() -> None:
+    handler = CallbackHandler(on_budget=lambda r: r.tokens)  # written when only tokens were negotiated
+    assert await handler.request_budget(CALLS) == 0
+    assert CALLS.tokens == 0 and CALLS.amount == 4
+
+
+@pytest.mark.parametrize(("request_", "question"), [
+    (CALLS, "Make about 4 more calls? [y/N]"),
+    (DOLLARS, "Spend about $0.05 more? [y/N]"),
+    (SECONDS, "Take about 30 more seconds? [y/N]"),
+])
+async def test_interactive_handler_asks_in_the_limits_unit(request_: BudgetRequest, question: str) -> None:
+    out = io.StringIO()
+    assert await InteractiveHandler(stdin=io.StringIO("y\n"), stderr=out).request_budget(request_) == request_.amount
+    assert question in out.getvalue()
+
+
+async def test_interactive_handler_asks_whether_to_abort_on_a_likely_failure() -> None:
+    out = io.StringIO()
+    assert await InteractiveHandler(stdin=io.StringIO("y\n"), stderr=out).failure_feedback(FAILURE, STATE) is (
+        FailureAction.ABORT)
+    assert "Likely failure (depth_exceeded, 85%, at depth 4): depth 2 of hard limit 4." in out.getvalue()
+    assert "Abort the search now and keep the best answer so far? [y/N]" in out.getvalue()
+    assert await InteractiveHandler(stdin=io.StringIO("\n"), stderr=io.StringIO()).failure_feedback(FAILURE, STATE) is (
+        FailureAction.CONTINUE)
+
+
+async def test_callback_handler_asks_on_failure_else_its_fallback() -> None:
+    assert await CallbackHandler(on_failure=lambda f, s: "abort").failure_feedback(FAILURE, STATE) is FailureAction.ABORT
+    fallback = CallbackHandler(fallback=AutomaticHandler(abort_above=0.8))
+    assert await fallback.failure_feedback(FAILURE, STATE) is FailureAction.ABORT

@@ -532,6 +532,67 @@ async def test_a_call_refused_for_tokens_goes_through_after_raise_limit() -> Non
     assert fake.calls[0].max_tokens == 60 - 3
 
 
+@pytest.mark.parametrize(("limit", "extra", "raised"), [
+    ("calls", 3, BudgetLimits(tokens=100, calls=7, cost_usd=2.0, wall_s=60)),
+    ("cost_usd", 0.5, BudgetLimits(tokens=100, calls=4, cost_usd=2.5, wall_s=60)),
+    ("wall_s", 30, BudgetLimits(tokens=100, calls=4, cost_usd=2.0, wall_s=90)),
+])
+def test_raise_limit_raises_any_one_limit_by_exactly_the_amount(limit: str, extra: float,
+                                                                 raised: BudgetLimits) -> None:
+    budget = Budget(BudgetLimits(tokens=100, calls=4, cost_usd=2.0, wall_s=60))
+    budget.raise_limit(extra, limit)
+    assert budget.limits == raised
+
+
+def test_raise_limit_takes_whole_calls_and_known_limits_only() -> None:
+    with pytest.raises(ValueError, match="whole number"):
+        Budget(BudgetLimits(calls=4)).raise_limit(1.5, "calls")
+    with pytest.raises(ValueError, match="no budget limit"):
+        Budget(BudgetLimits(calls=4)).raise_limit(1, "minutes")
+
+
+async def test_a_call_refused_by_the_call_limit_goes_through_after_it_is_raised() -> None:
+    gw = gateway(ScriptedBackend(default="ok"), BudgetLimits(calls=1))
+    await gw.generate(req())
+    with pytest.raises(BudgetExceeded) as refused:
+        await gw.generate(req(seed=2))
+    assert refused.value.limit == "calls"
+    gw.budget.raise_limit(1, "calls")
+    await gw.generate(req(seed=2))
+    assert gw.budget.calls == 2
+
+
+def test_a_paused_clock_does_not_spend_wall_clock_seconds() -> None:
+    now = [0.0]
+    budget = Budget(BudgetLimits(wall_s=10), clock=lambda: now[0])
+    now[0] = 4.0
+    with budget.paused():
+        now[0] = 9.0  # a person took five seconds to answer
+        with budget.paused():  # nested: counted once
+            now[0] = 10.0
+    now[0] = 11.0
+    assert budget.elapsed_s == pytest.approx(5.0)
+    assert budget.wall_left() == pytest.approx(5.0)
+
+
+async def test_a_deadline_moves_when_the_wall_clock_limit_is_raised_while_waiting() -> None:
+    budget = Budget(BudgetLimits(wall_s=0.05))
+
+    async def slow() -> str:
+        await asyncio.sleep(0.15)
+        return "done"
+
+    async def raise_soon() -> None:
+        await asyncio.sleep(0.02)
+        budget.raise_limit(1.0, "wall_s")
+
+    raiser = asyncio.ensure_future(raise_soon())
+    assert await budget.within_wall(slow()) == "done"
+    await raiser
+    with pytest.raises(TimeoutError):
+        await Budget(BudgetLimits(wall_s=0.05)).within_wall(slow())
+
+
 async def test_held_tokens_are_kept_away_from_calls() -> None:
     fake = ScriptedBackend(default="ok")
     gw = gateway(fake, BudgetLimits(tokens=100))

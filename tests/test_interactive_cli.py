@@ -193,3 +193,22 @@ def test_without_a_terminal_an_allowance_used_up_denies_the_next_request(model: 
     assert out["usage"]["token_limit"] == BUDGET + 500
     assert out["termination_reason"] == "compromise_accepted"
     assert out["usage"]["input_tokens"] + out["usage"]["output_tokens"] <= BUDGET + 500
+
+
+def test_answering_yes_at_the_depth_limit_takes_the_search_deeper(model: str) -> None:
+    args = ["-m", "thoughtloom", "solve", "--task", "general", "--model", model, "--breadth", "2", "--beam", "1",
+            "--depth", "3", "--value-samples", "1", "--json", "sort a list"]
+    child = spawn(args)
+    try:
+        child.expect_exact("Go 2 levels deeper? [y/N/b=backtrack] ")
+        asked = child.before
+        child.sendline("y")
+        child.expect(pexpect.EOF)
+        rest = child.before
+    finally:
+        child.close()
+    assert child.exitstatus == 0, rest
+    assert "Depth 3: depth limit 3 reached" in asked  # the reason, above the question
+    out = last_json(rest)
+    assert out["control"]["depth_limits"]["search"] == 5 and out["stats"]["max_depth"] == 4
+    assert out["termination_reason"] == "goal_reached"

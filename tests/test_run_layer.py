@@ -217,3 +217,56 @@ def test_a_run_is_assembled_only_in_the_run_layer() -> None:
 
 def test_control_settings_keep_their_defaults_in_a_spec() -> None:
     assert resolve("hi").control == ControlSettings.from_profile(get_profile("default"))
+
+
+# --- the controller in Python: on by default, its profile's settings kept --------------------------
+
+
+def test_settings_from_a_profile_bring_its_search_and_grounding_settings_to_the_run() -> None:
+    profile = get_profile("code_generation")
+    spec = resolve(PUZZLE, task="game24", control=ControlSettings.from_profile(profile))
+    assert spec.profile == "code_generation"
+    assert (spec.config.beam, spec.config.max_nodes, spec.config.max_depth) == (
+        profile.search["beam"], profile.search["max_nodes"], profile.hard_depth)
+    assert spec.grounding == profile.grounding
+    assert spec.control is not None and (spec.control.soft_depth, spec.control.hard_depth) == (8, 15)
+
+
+def test_settings_from_a_profile_resolve_as_the_cli_resolves_that_profile() -> None:
+    from_cli = spec_from_options({"task": "game24", "problem": PUZZLE, "profile": "design", "model": "local"})
+    from_python = resolve(PUZZLE, task="game24", control=ControlSettings.from_profile(get_profile("design")),
+                          budget=from_cli.budget)
+    assert from_python.to_dict() == from_cli.to_dict()
+
+
+def test_settings_from_one_profile_with_another_profile_named_is_refused() -> None:
+    with pytest.raises(SpecError, match="profile 'design'.*profile 'debugging'"):
+        resolve(PUZZLE, task="game24", profile="debugging", control=ControlSettings.from_profile(get_profile("design")))
+
+
+def test_a_controller_built_from_a_profile_runs_with_that_profiles_search_settings() -> None:
+    from thoughtloom.control import Controller
+
+    fake = ScriptedBackend(responder=lambda request, index: "7" if "scale of 0 to 10" in request.prompt.as_text()
+                           else "a step")
+    controller = Controller(ControlSettings.from_profile(get_profile("strategic_planning")))
+    result = solve("plan a launch", task="general", model=fake, controller=controller, max_depth=1)
+    assert result.config["beam"] == get_profile("strategic_planning").search["beam"]
+    assert result.control is not None and result.control["thresholds"]["acceptable"] == 0.65
+
+
+def test_python_runs_the_controller_with_the_profile_by_default() -> None:
+    fake = ScriptedBackend(responder=lambda request, index: "7" if "scale of 0 to 10" in request.prompt.as_text()
+                           else "a step")
+    result = solve("a question", model=fake, max_depth=1)
+    assert result.control is not None and result.control["profile"] == "default"
+    assert result.control["depth_limits"]["hard"] == 1 + 3  # the default profile's depth negotiation
+    assert solve("a question", model=fake, max_depth=1, controller=False).control is None
+
+
+def test_stored_specs_from_before_depth_negotiation_keep_their_fixed_limit() -> None:
+    old = resolve(PUZZLE, task="game24").to_dict()
+    assert old["control"] is not None
+    del old["control"]["depth_margin"], old["control"]["hard_depth"], old["control"]["profile"]
+    control = RunSpec.from_dict(old).control
+    assert control is not None and control.depth_margin == 0 and control.hard_depth is None

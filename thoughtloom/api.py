@@ -11,8 +11,9 @@ from collections.abc import AsyncIterator, Callable, Coroutine, Mapping, Sequenc
 from dataclasses import fields, replace
 from typing import Any, ParamSpec, TypeVar
 
-from .control.controller import Controller
+from .control.controller import Controller, ControlSettings
 from .control.feedback import FeedbackHandler
+from .control.profiles import DomainProfile
 from .grounding.adjust import GroundingPolicy
 from .grounding.types import Grounder
 from .llm.budget import BudgetLimits
@@ -20,7 +21,7 @@ from .llm.types import Backend
 from .run.execute import execute
 from .run.gateway import make_gateway
 from .run.session import ReplayVerdict, open_replay
-from .run.spec import RunSpec, research_tools, resolve
+from .run.spec import AutoAnswers, RunSpec, research_tools, resolve
 from .search.agent.processors import ProcessorRegistry
 from .search.config import SearchConfig
 from .search.events import Event, EventSink, InsightFound
@@ -43,13 +44,14 @@ async def asolve(
     *,
     task: str | Task[Any] | None = None,
     model: str | Backend = "local",
-    profile: str = "default",
+    profile: str | DomainProfile | None = None,
     config: SearchConfig | None = None,
     budget: BudgetLimits | None = None,
     task_options: TaskOptions | None = None,
     sinks: Sequence[EventSink] = (),
-    controller: bool | Controller = True,
+    controller: bool | ControlSettings | Controller = True,
     handler: FeedbackHandler | None = None,
+    answers: AutoAnswers | None = None,
     grounders: Sequence[Grounder] = (),
     grounding_policy: GroundingPolicy | None = None,
     knowledge: str | None = None,
@@ -61,11 +63,14 @@ async def asolve(
     """Search for an answer (async); the same run `loom solve` makes with the same settings.
 
     task: a task name (default: the profile's, else "general") or a Task object. profile: a
-    domain profile (see `loom profiles`), applied exactly as `--profile`. config: a whole
-    SearchConfig instead of the task's and profile's settings; keyword `overrides` set single
-    SearchConfig fields on top. controller: True runs the self-aware controller with the
-    profile's thresholds (as the CLI does), False a plain search, or give a Controller; handler
-    answers its questions (default: the automatic policy, which keeps the budget hard).
+    domain profile (see `loom profiles`) by name or your own DomainProfile, applied exactly as
+    `--profile` (default: the profile the controller settings came from, else "default"). config: a
+    whole SearchConfig instead of the task's and profile's settings; keyword `overrides` set single
+    SearchConfig fields on top. controller: True (the default) runs the self-aware controller with
+    the profile's thresholds and depth limits, as the CLI does; False a plain search; or give
+    ControlSettings (e.g. `ControlSettings.from_profile(...)`, whose profile then applies) or a
+    Controller. handler answers its questions (default: the automatic policy of `answers`, an
+    AutoAnswers: approve nothing, go no deeper, never abort, like the CLI's `--auto-*` defaults).
     grounders / grounding_policy / knowledge: extra grounders, how grounding moves scores, and a
     folder of documents to check claims against. store: a BlockStore or a SQLite file path to
     record the run in (`result.run_id`), under `run_id` (default: a new id). A Backend object
@@ -76,7 +81,7 @@ async def asolve(
     spec = resolve(
         problem, task=task, model=model, profile=profile, task_options=task_options, config=config,
         search=overrides, budget=budget,
-        control=controller.settings if isinstance(controller, Controller) else controller,
+        control=controller.settings if isinstance(controller, Controller) else controller, answers=answers,
         grounding=grounding_policy, knowledge=knowledge, grounders=grounders, store=store, run_id=run_id,
         role_models=role_models,
     )
@@ -93,7 +98,7 @@ async def agent(
     *,
     tools: Sequence[str] = ("calc",),
     model: str | Backend = "local",
-    profile: str = "default",
+    profile: str | DomainProfile | None = None,
     budget: BudgetLimits | None = None,
     mcp_config: str | None = None,
     knowledge: str | None = None,
@@ -227,7 +232,7 @@ def research(
     evaluator: Any = None,
     synthesizer: Any = None,
     role_models: Mapping[str, str] | None = None,
-    profile: str = "default",
+    profile: str | DomainProfile | None = None,
     sinks: Sequence[EventSink] = (),
     controller: bool | Controller = True,
     handler: FeedbackHandler | None = None,

@@ -59,6 +59,11 @@ def positive_float(name: str, most: float = 1e12):
     return number(name, float, lambda v: 0 < v <= most, f"positive, at most {most:g}")
 
 
+def nonnegative_float(name: str, most: float = 1e12):
+    """A finite number from 0 to `most`."""
+    return number(name, float, lambda v: 0 <= v <= most, f"at least 0, at most {most:g}")
+
+
 def unit_float(name: str):
     """A number from 0 to 1."""
     return number(name, float, lambda v: 0.0 <= v <= 1.0, "between 0 and 1")

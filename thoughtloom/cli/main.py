@@ -50,7 +50,7 @@ def cmd_profiles(args: argparse.Namespace) -> int:
 
         print(
             f"{p.name:<20}{p.acceptable_threshold:>11.2f}{p.goal_threshold:>6.2f}{p.compromise_threshold:>11.2f}"
-            f"{show(p.soft_depth):>6}{show(p.hard_depth):>6}{show(p.search.get('beam')):>6}"
+            f"{show(p.soft_depth):>6}{p.hard_depth or f'+{p.depth_margin}'!s:>6}{show(p.search.get('beam')):>6}"
             f"{p.default_task or '-':>8}{p.grounding.fail_factor:>9.2f}{p.grounding.boost:>7.2f}  {p.description}"
         )
     return 0

@@ -9,7 +9,16 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..search.config import EVALUATIONS
-from .common import MAX_FANOUT, UsageError, count, number, positive_float, positive_int, unit_float
+from .common import (
+    MAX_FANOUT,
+    UsageError,
+    count,
+    nonnegative_float,
+    number,
+    positive_float,
+    positive_int,
+    unit_float,
+)
 
 DEFAULT_BUDGET_TOKENS = 20_000
 
@@ -26,7 +35,9 @@ def add_solve_parser(sub: Any) -> None:
                    help="search strategy (default: the task's, else bfs)")
     s.add_argument("--breadth", type=positive_int("--breadth", MAX_FANOUT), help="thoughts generated per expansion")
     s.add_argument("--beam", type=positive_int("--beam", MAX_FANOUT), help="thoughts kept per level (beam width)")
-    s.add_argument("--depth", type=positive_int("--depth", MAX_FANOUT), help="maximum depth in steps")
+    s.add_argument("--depth", type=positive_int("--depth", MAX_FANOUT),
+                   help="depth in steps the search goes to (the controller may go deeper, up to --hard-depth, when "
+                        "you approve)")
     s.add_argument("--generation", choices=("propose", "sample"), help="one propose call, or independent samples")
     s.add_argument("--evaluation", choices=EVALUATIONS,
                    help="value each thought, vote among siblings, or score steps by the model's own probability "
@@ -107,7 +118,11 @@ def add_control_options(s: Any) -> None:
     c.add_argument("--acceptable", type=unit_float("--acceptable"), help="quality a user would accept")
     c.add_argument("--goal", type=unit_float("--goal"), help="quality that counts as solved")
     c.add_argument("--compromise", type=unit_float("--compromise"), help="lowest quality offered as a compromise")
-    c.add_argument("--soft-depth", type=positive_int("--soft-depth", MAX_FANOUT), help="depth where progress is judged")
+    c.add_argument("--soft-depth", type=positive_int("--soft-depth", MAX_FANOUT),
+                   help="depth where progress is judged (default: the profile's, else --depth)")
+    c.add_argument("--hard-depth", type=positive_int("--hard-depth", MAX_FANOUT),
+                   help="depth the controller may raise --depth to when you approve (default: the profile's, "
+                        "else --depth + 3)")
     c.add_argument("--min-progress", type=unit_float("--min-progress"), metavar="X",
                    help="quality gain per depth below which progress counts as slowing")
     c.add_argument("--stagnation", type=positive_int("--stagnation", MAX_FANOUT), metavar="N",
@@ -116,8 +131,18 @@ def add_control_options(s: Any) -> None:
                    help="without a terminal: approve up to N more tokens in total (default 0: the budget is hard)")
     c.add_argument("--accept-compromise-above", type=unit_float("--accept-compromise-above"), metavar="X",
                    help="without a terminal: accept compromises of at least this quality (default: --compromise)")
+    c.add_argument("--auto-approve-calls", type=count("--auto-approve-calls"), default=0, metavar="N",
+                   help="without a terminal: approve up to N more model calls in total (default 0)")
+    c.add_argument("--auto-approve-usd", type=nonnegative_float("--auto-approve-usd"), default=0.0, metavar="X",
+                   help="without a terminal: approve up to X more dollars in total (default 0)")
+    c.add_argument("--auto-approve-seconds", type=nonnegative_float("--auto-approve-seconds"), default=0.0,
+                   metavar="S", help="without a terminal: approve up to S more wall-clock seconds in total (default 0)")
     c.add_argument("--auto-deeper", type=count("--auto-deeper", MAX_FANOUT), default=0, metavar="N",
-                   help="without a terminal: go up to N levels past the soft depth when asked (default 0)")
+                   help="without a terminal: go up to N levels past the soft depth when asked, raising the depth "
+                        "limit within the hard depth (default 0)")
+    c.add_argument("--auto-abort-above", type=unit_float("--auto-abort-above"), metavar="X",
+                   help="without a terminal: abort when a failure the controller could not prevent is at least this "
+                        "likely (default: never)")
     c.add_argument("--interactive", action=argparse.BooleanOptionalAction, default=None,
                    help="ask at the terminal about budget, compromises and depth (default: when on a terminal)")
 
@@ -338,9 +363,13 @@ def format_text(result: Any) -> str:
         lines.append(f"model error: {result.error}")
     control = result.control
     if control:
+        from ..control.types import amount_text, more_text
+
         for req in control["budget_requests"]:
-            answer = f"approved {req['granted']:,}" if req["approved"] else "denied"
-            lines.append(f"budget request: {req['tokens']:,} more tokens -> {answer}. {req['justification']}")
+            limit = req.get("limit", "tokens")
+            granted = f"{req['granted']:,}" if limit == "tokens" else amount_text(limit, req["granted"])
+            answer = f"approved {granted}" if req["approved"] else "denied"
+            lines.append(f"budget request: {more_text(limit, req['amount'])} -> {answer}. {req['justification']}")
         if control["compromise"]:
             c = control["compromise"]
             verdict = {True: "accepted", False: "rejected", None: "offered"}[c["accepted"]]

@@ -7,42 +7,57 @@ simulations); the context forwards to the controller, which then, in this order:
    most once every two checkpoints): widen the beam on a plateau, prune paraphrased thoughts on
    circular reasoning, re-score with more samples when the evaluator disagrees with itself,
    raise the temperature when the generator is exhausted, ask for more proposals when the
-   validator rejects most of them, and offer the compromise when the problem looks intractable;
-2. negotiates the budget when fewer tokens are left than one expansion costs;
+   validator rejects most of them, ask for more tokens before they run out, ask to raise the
+   depth limit before the search reaches it, and offer the compromise when the problem looks
+   intractable. A failure none of that prevents goes to the feedback handler once per mode,
+   which may abort the search (stop reason `anticipated_failure`);
+2. negotiates every budget limit the run has (tokens, calls, dollars, seconds) when less is left
+   than one expansion costs;
 3. applies the depth policy once per newly reached depth: continue, stop, ask for feedback at
-   the soft limit, or backtrack to the best earlier depth.
+   the soft limit, or backtrack to the best earlier depth. At the search's own depth limit, when
+   the hard limit is higher and a thought is held back only by the limit, it asks whether to go
+   deeper; an approved answer raises `ctx.max_depth` (never past the hard limit).
 
-When a call is refused for lack of tokens, the context asks `on_budget_exhausted`: an approved
-increase raises the gateway's hard token limit by exactly the amount granted and the call is
-retried; otherwise a compromise is offered or the search terminates. A denied request is not
-asked again in the same run. Everything decided is kept in the timeline and the report.
+When a call is refused by a limit, the context asks `on_budget_exhausted`: an approved increase
+raises that limit of the gateway's budget by exactly the amount granted and the call is retried;
+otherwise a compromise is offered or the search terminates. A denied request is not asked again
+for the same limit in the run. The wall clock stands still while a question waits for its answer.
+Everything decided is kept in the timeline and the report.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from ..graph import NodeStatus
+from ..llm.budget import LIMIT_NAMES, BudgetLimits
+from ..search.config import DEPTH_STRATEGIES
 from ..search.events import ControlDecision
 from ..search.operators import value_many
+from ..search.stop import StopReason
 from .depth import DepthPolicy
 from .failures import DetectorLimits, FailureAnticipator
 from .feedback import AutomaticHandler, FeedbackHandler
 from .negotiation import BudgetNegotiator, Negotiation
-from .profiles import DomainProfile
+from .profiles import DEFAULT_DEPTH_MARGIN, DomainProfile
 from .types import (
+    UNITS,
+    Allowance,
     AnticipatedFailure,
     BudgetDecision,
     Compromise,
     DepthAction,
+    DepthAnswer,
+    DepthDecision,
+    FailureAction,
     FailureMode,
     SearchState,
     ThoughtView,
+    amount_text,
 )
-from ..search.stop import StopReason
 
 if TYPE_CHECKING:
     from ..search.context import SearchContext
@@ -58,6 +73,7 @@ class ControlSettings:
     acceptable_threshold: float = 0.7
     goal_threshold: float = 0.95
     compromise_threshold: float = 0.5
+    #: Where the depth policy starts judging progress (None: the search's max_depth).
     soft_depth: int | None = None
     min_progress_rate: float = 0.05
     stagnation_threshold: int = 3
@@ -65,17 +81,32 @@ class ControlSettings:
     act_threshold: float = 0.6
     #: Widening the beam stops here.
     max_beam: int = 16
+    #: The absolute depth bound: the controller may raise the search's max_depth up to it when the
+    #: feedback handler approves (None: max_depth + depth_margin).
+    hard_depth: int | None = None
+    #: Levels past the search's max_depth that may be approved when hard_depth is not set (0: none).
+    depth_margin: int = DEFAULT_DEPTH_MARGIN
+    #: The domain profile these settings came from (`from_profile`): a run built with them gets
+    #: that profile's search and grounding settings too, as `--profile` does.
+    profile: str | None = None
 
     @classmethod
     def from_profile(cls, profile: DomainProfile, **overrides: Any) -> ControlSettings:
-        """Settings from a profile, with single fields overridden (None values are ignored)."""
+        """Settings from a profile, with single fields overridden (None values are ignored).
+
+        The settings name their profile, so `solve(controller=...)` with them applies the profile's
+        search and grounding settings as well (see thoughtloom.run.resolve).
+        """
         values = {
             "acceptable_threshold": profile.acceptable_threshold,
             "goal_threshold": profile.goal_threshold,
             "compromise_threshold": profile.compromise_threshold,
             "soft_depth": profile.soft_depth,
+            "hard_depth": profile.hard_depth,
+            "depth_margin": profile.depth_margin,
             "min_progress_rate": profile.min_progress_rate,
             "stagnation_threshold": profile.stagnation_threshold,
+            "profile": profile.name,
         }
         values.update({k: v for k, v in overrides.items() if v is not None})
         return cls(**values)
@@ -89,6 +120,12 @@ class ControlSettings:
                 "thresholds must satisfy compromise <= acceptable <= goal; got "
                 f"{self.compromise_threshold} / {self.acceptable_threshold} / {self.goal_threshold}"
             )
+        for name in ("soft_depth", "hard_depth"):
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                raise ValueError(f"{name} must be at least 1; got {value}")
+        if self.depth_margin < 0:
+            raise ValueError(f"depth_margin must be >= 0; got {self.depth_margin}")
 
 
 #: agent: below this share of the token budget left, the controller switches to depth-first.
@@ -124,14 +161,20 @@ class Controller:
         self.compromise: Compromise | None = None
         self.compromise_accepted: bool | None = None
         self.original_tokens: int | None = None
+        self.original_limits = BudgetLimits()
+        self.original_depth: int | None = None
         self.progress: list[tuple[int, float]] = []
         self._lock = asyncio.Lock()
-        self._denied = False
+        self._denied: set[str] = set()
         self._rejected_compromise: int | None = None
         self._judged_depth = 0
         self._checkpoints = 0
         self._acted_at: dict[FailureMode, int] = {}
+        self._consulted: set[FailureMode] = set()
+        self._depth_answers: dict[tuple[str, int], DepthAnswer] = {}
         self._spent_before = 0
+        self._used_before: dict[str, float] = {}
+        self._points: dict[str, list[tuple[float, float]]] = {}
 
     # --- wiring -------------------------------------------------------------------------
 
@@ -141,20 +184,27 @@ class Controller:
         return self.settings.goal_threshold
 
     def attach(self, ctx: SearchContext) -> None:
-        """Bind to a search: depth limits from its config, the budget it starts with."""
-        hard = ctx.max_depth
-        soft = self.settings.soft_depth or hard
-        self.policy = DepthPolicy(soft, hard, self.settings.min_progress_rate, self.settings.stagnation_threshold)
+        """Bind to a search: depth limits from its config and the settings, the budget it starts with."""
+        limit = ctx.max_depth
+        s = self.settings
+        hard = max(limit, s.hard_depth if s.hard_depth is not None else limit + s.depth_margin)
+        soft = s.soft_depth or limit
+        self.original_depth = limit
+        self.policy = DepthPolicy(soft, hard, s.min_progress_rate, s.stagnation_threshold)
+        # The detectors read the search's live depth limit from the state (the controller may raise
+        # it); the hard limit tells them whether raising it is possible at all.
         self.limits = DetectorLimits(
-            acceptable_threshold=self.settings.acceptable_threshold,
-            goal_threshold=self.settings.goal_threshold,
-            stagnation_threshold=self.settings.stagnation_threshold,
-            min_progress_rate=self.settings.min_progress_rate,
-            hard_depth=hard,
+            acceptable_threshold=s.acceptable_threshold,
+            goal_threshold=s.goal_threshold,
+            stagnation_threshold=s.stagnation_threshold,
+            min_progress_rate=s.min_progress_rate,
+            depth_ceiling=hard,
         )
         budget = ctx.gateway.budget
         self.original_tokens = budget.limits.tokens
+        self.original_limits = budget.limits
         self._spent_before = budget.spent.total
+        self._used_before = {limit: budget.spent_of(limit) for limit in LIMIT_NAMES if limit != "tokens"}
 
     def record(self, ctx: SearchContext, kind: str, decision: str, reason: str, **detail: Any) -> None:
         """Keep a decision in the timeline and tell the event stream."""
@@ -175,6 +225,20 @@ class Controller:
             node_id, node.content, len(ctx.steps(node_id)), node.score or 0.0, ctx.quality(node_id),
             ctx.steps(node_id),
         )
+
+    def _allowances(self, ctx: SearchContext) -> dict[str, Allowance]:
+        """The run's limits other than tokens, in their units, with the progress observed against each."""
+        budget = ctx.gateway.budget
+        out: dict[str, Allowance] = {}
+        for name in LIMIT_NAMES:
+            bound = getattr(budget.limits, name)
+            if name == "tokens" or bound is None:
+                continue
+            left = budget.left_of(name)
+            assert left is not None
+            spent = budget.spent_of(name) - self._used_before.get(name, 0.0)
+            out[name] = Allowance(spent, bound, left, tuple(self._points.get(name, ())))
+        return out
 
     def snapshot(self, ctx: SearchContext) -> SearchState:
         """The search as the detectors and policies see it now."""
@@ -211,6 +275,8 @@ class Controller:
             tokens_per_expansion=(spent / expansions) if expansions else None,
             progress=list(self.progress),
             natural_depth=ctx.task.natural_depth(ctx.problem),
+            allowances=self._allowances(ctx),
+            hard_depth=self.policy.hard_limit if self.policy is not None else None,
         )
 
     # --- checkpoints --------------------------------------------------------------------
@@ -221,8 +287,13 @@ class Controller:
             return None
         self._checkpoints += 1
         state = self.snapshot(ctx)
-        self.progress.append((state.tokens_spent, state.best.quality if state.best else 0.0))
+        quality = state.best.quality if state.best else 0.0
+        self.progress.append((state.tokens_spent, quality))
         state.progress = list(self.progress)
+        for name, allowance in state.allowances.items():
+            points = self._points.setdefault(name, [])
+            points.append((allowance.spent, quality))
+            state.allowances[name] = replace(allowance, progress=tuple(points))
         assert self.limits is not None and self.policy is not None
         if ctx.order is not None:
             # agent: steps are not scored thoughts, so the quality-based detectors and depth policy
@@ -232,79 +303,101 @@ class Controller:
         for failure in self.anticipator.anticipate(state, self.limits):
             self._note_failure(ctx, failure)
             if failure.likelihood >= self.settings.act_threshold and self._may_act(failure.mode):
-                await self._act(ctx, failure, state)
+                prevented = await self._act(ctx, failure, state)
+                if not prevented and not ctx.stopped:
+                    await self._consult(ctx, failure, state)
                 if ctx.stopped:
                     return None
-        negotiation = self.negotiator.negotiate(state, self.original_tokens)
-        if negotiation.decision is not BudgetDecision.SUFFICIENT:
-            await self._resolve(ctx, negotiation, exhausted=False)
-            if ctx.stopped:
-                return None
+                if prevented:
+                    state = self.snapshot(ctx)  # a raised limit or depth: negotiate on what is true now
+        for limit in ("tokens", *state.allowances):
+            negotiation = self.negotiator.negotiate(state, self._original(limit), limit=limit)
+            if negotiation.decision is not BudgetDecision.SUFFICIENT:
+                await self._resolve(ctx, negotiation, exhausted=False)
+                if ctx.stopped:
+                    return None
         if state.depth > self._judged_depth:
             self._judged_depth = state.depth
             return await self._judge_depth(ctx, state)
         return None
 
-    async def on_budget_exhausted(self, ctx: SearchContext, limit_before: int | None) -> bool:
-        """A call was refused for lack of tokens: True to retry it (the budget was raised)."""
+    async def on_budget_exhausted(self, ctx: SearchContext, limit: str, before: BudgetLimits) -> bool:
+        """A call was refused by a budget limit: True to retry it (that limit was raised)."""
         async with self._lock:
             if ctx.stopped:
                 return False
-            if ctx.gateway.budget.limits.tokens != limit_before:
+            if getattr(ctx.gateway.budget.limits, limit) != getattr(before, limit):
                 return True  # raised while this call waited for the lock
             state = self.snapshot(ctx)
-            negotiation = self.negotiator.negotiate(state, self.original_tokens, exhausted=True)
+            negotiation = self.negotiator.negotiate(state, self._original(limit), exhausted=True, limit=limit)
             if negotiation.decision is BudgetDecision.SUFFICIENT:
-                self.record(ctx, "budget", "stop", f"token budget used up; {negotiation.reason}")
+                self.record(ctx, "budget", "stop", f"{UNITS[limit]} budget used up; {negotiation.reason}", limit=limit)
                 return False
             return await self._resolve(ctx, negotiation, exhausted=True)
 
+    def _original(self, limit: str) -> float | None:
+        return getattr(self.original_limits, limit)
+
     # --- budget -------------------------------------------------------------------------
+
+    async def _request(self, ctx: SearchContext, negotiation: Negotiation) -> bool:
+        """Ask the handler for the negotiated increase; True when some was granted (the limit is raised)."""
+        request = negotiation.request
+        assert request is not None
+        limit = request.limit
+        situation = negotiation.situation.to_dict()
+        token_detail = {"tokens": request.tokens} if limit == "tokens" else {}
+        # The justification goes to the handler (and the report); the live line stays short.
+        self.record(ctx, "budget", "request_increase", f"asking for {request.describe()}: {negotiation.reason}",
+                    limit=limit, amount=request.amount, **token_detail, justification=request.justification,
+                    situation=situation)
+        with ctx.gateway.budget.paused():
+            granted = await self.handler.request_budget(request)
+        granted = max(0, int(granted) if limit in ("tokens", "calls") else granted)
+        self.budget_requests.append({
+            "limit": limit, "amount": request.amount, **token_detail, "justification": request.justification,
+            "situation": situation, "granted": granted, "approved": granted > 0,
+        })
+        if granted > 0:
+            ctx.gateway.budget.raise_limit(granted, limit)
+            self.record(ctx, "budget", "approved", f"{_LIMIT_WORD[limit]} limit raised by {_amount(limit, granted)}",
+                        limit=limit, amount=granted, **({"tokens": granted} if limit == "tokens" else {}))
+            return True
+        self._denied.add(limit)
+        self.record(ctx, "budget", "denied", f"{_LIMIT_WORD[limit]} budget increase denied", limit=limit)
+        return False
 
     async def _resolve(self, ctx: SearchContext, negotiation: Negotiation, *, exhausted: bool) -> bool:
         situation = negotiation.situation.to_dict()
-        if negotiation.decision is BudgetDecision.REQUEST_INCREASE and not self._denied:
-            request = negotiation.request
-            assert request is not None
-            # The justification goes to the handler (and the report); the live line stays short.
-            self.record(ctx, "budget", "request_increase",
-                        f"asking for {request.tokens:,} more tokens: {negotiation.reason}",
-                        tokens=request.tokens, justification=request.justification, situation=situation)
-            granted = await self.handler.request_budget(request)
-            self.budget_requests.append({
-                "tokens": request.tokens, "justification": request.justification,
-                "situation": situation, "granted": granted, "approved": granted > 0,
-            })
-            if granted > 0:
-                ctx.gateway.budget.raise_limit(granted)
-                self.record(ctx, "budget", "approved", f"token limit raised by {granted:,}", tokens=granted)
+        limit = negotiation.situation.limit
+        if negotiation.decision is BudgetDecision.REQUEST_INCREASE and limit not in self._denied:
+            if await self._request(ctx, negotiation):
                 return True
-            self._denied = True
-            self.record(ctx, "budget", "denied", "budget increase denied")
         elif negotiation.decision is BudgetDecision.REQUEST_INCREASE:
             pass  # a denied request is not asked again: fall through to a compromise
         elif negotiation.decision is BudgetDecision.TERMINATE:
             self.record(ctx, "budget", "terminate", negotiation.reason, situation=situation)
-            ctx.stop(StopReason.BUDGET_TOKENS)
+            ctx.stop(StopReason.budget(limit))
             return False
         compromise = negotiation.compromise or self.negotiator.compromise(self.snapshot(ctx))
         if compromise is not None and compromise.node_id != self._rejected_compromise:
             why = negotiation.reason if negotiation.compromise is not None else "no more budget: offering the best thought"
             if await self._offer(ctx, compromise, why):
                 return False
-        # Short of tokens but not out of them (a checkpoint): the search spends what is left, and
+        # Short of a limit but not out of it (a checkpoint): the search spends what is left, and
         # "terminate" is recorded only when a refused call really ends it.
         if exhausted:
             if compromise is None:
                 self.record(ctx, "budget", "terminate",
                             "no budget left and no thought above the compromise threshold", situation=situation)
-            ctx.stop(StopReason.BUDGET_TOKENS)
+            ctx.stop(StopReason.budget(limit))
         return False
 
     async def _offer(self, ctx: SearchContext, compromise: Compromise, reason: str) -> bool:
         self.compromise = compromise
         self.record(ctx, "compromise", "propose", reason, compromise=compromise.to_dict())
-        accepted = await self.handler.propose_compromise(compromise)
+        with ctx.gateway.budget.paused():
+            accepted = await self.handler.propose_compromise(compromise)
         self.compromise_accepted = accepted
         if accepted:
             self.record(ctx, "compromise", "accepted", compromise.explain())
@@ -316,31 +409,88 @@ class Controller:
 
     # --- depth --------------------------------------------------------------------------
 
+    def _deepening_helps(self, ctx: SearchContext, state: SearchState, *, held: bool) -> bool:
+        """Whether a deeper limit could matter: room below the hard limit, a tree-growing strategy, no
+        goal or acceptable thought yet, answers not all complete within the limit, and (held) some
+        thought the limit alone keeps from being expanded."""
+        assert self.policy is not None
+        if ctx.max_depth >= self.policy.hard_limit or ctx.config.strategy not in DEPTH_STRATEGIES or ctx.goals:
+            return False
+        if state.best is not None and state.best.quality >= self.settings.acceptable_threshold:
+            return False
+        if state.natural_depth is not None and state.natural_depth <= ctx.max_depth:
+            return False
+        return not held or any(ctx.held_by_depth(n.id) for n in ctx.graph)
+
     async def _judge_depth(self, ctx: SearchContext, state: SearchState) -> list[int] | None:
         assert self.policy is not None
         decision = self.policy.decide(state.depth, state.score_history)
-        if decision.action is DepthAction.CONTINUE:
-            if decision.reason:
-                self.record(ctx, "depth", "continue", decision.reason)
-            return None
+        at_limit = state.depth >= ctx.max_depth
         if decision.action is DepthAction.STOP:
             self.record(ctx, "depth", "stop", decision.reason, suggestion=decision.suggestion)
-            return None  # the hard limit is the search's own depth limit: it stops there by itself
+            return None  # the hard limit bounds the search's own depth limit: it stops there by itself
         if decision.action is DepthAction.BACKTRACK:
             self.record(ctx, "depth", "backtrack", decision.reason, suggestion=decision.suggestion)
             return self._backtrack(ctx, state)
-        self.record(ctx, "depth", "request_feedback", decision.reason, suggestion=decision.suggestion)
-        answer = await self.handler.depth_feedback(decision, state)
+        if at_limit and not self._deepening_helps(ctx, state, held=True):
+            return None  # the search ends at its limit by itself, and more depth would not change that
+        if decision.action is DepthAction.CONTINUE:
+            if not at_limit:
+                if decision.reason:
+                    self.record(ctx, "depth", "continue", decision.reason)
+                return None
+            # Still progressing, but the search's own limit would end it here: the soft limit is a
+            # checkpoint, not a wall, so ask whether to go on.
+            decision = DepthDecision(
+                DepthAction.REQUEST_FEEDBACK,
+                f"depth limit {ctx.max_depth} reached without an acceptable thought"
+                + (f" ({decision.reason})" if decision.reason else ""),
+                f"go deeper, up to the hard limit {self.policy.hard_limit}", raises_limit=True,
+            )
+        answer = await self._ask_depth(ctx, state, decision)
         if answer.action is DepthAction.CONTINUE and answer.extra_depth > 0:
-            self.policy.soft_limit = min(self.policy.hard_limit, state.depth + answer.extra_depth)
-            self.record(ctx, "depth", "continue_deeper", f"soft limit moved to {self.policy.soft_limit}")
+            self._deepen(ctx, state.depth + answer.extra_depth)
             return None
         if answer.action is DepthAction.BACKTRACK:
             self.record(ctx, "depth", "backtrack", "feedback asked to try another branch")
             return self._backtrack(ctx, state)
+        if at_limit:
+            # The search's own limit ends this line; other open branches (best_first, mcts) go on.
+            self.record(ctx, "depth", "stop", f"feedback: stop at the depth limit {ctx.max_depth}")
+            return None
         self.record(ctx, "depth", "stop", "feedback: stop at the soft depth limit")
         ctx.stop(StopReason.DEPTH_SOFT_LIMIT)
         return None
+
+    async def _ask_depth(self, ctx: SearchContext, state: SearchState, decision: DepthDecision) -> DepthAnswer:
+        """Ask the handler about depth once per question: going past the search's depth limit is asked
+        once per limit, judging progress at the soft limit once per depth (a repeat gets the first answer)."""
+        key = ("limit", ctx.max_depth) if state.depth >= ctx.max_depth or decision.raises_limit else ("depth", state.depth)
+        known = self._depth_answers.get(key)
+        if known is not None:
+            return known
+        self.record(ctx, "depth", "request_feedback", decision.reason, suggestion=decision.suggestion)
+        with ctx.gateway.budget.paused():
+            answer = await self.handler.depth_feedback(decision, state)
+        self._depth_answers[key] = answer
+        return answer
+
+    def _deepen(self, ctx: SearchContext, target: int) -> bool:
+        """Move the soft limit to `target` and raise the search's depth limit to it (within the hard
+        limit); True when the search may now go deeper than before."""
+        assert self.policy is not None
+        new = min(self.policy.hard_limit, target)
+        old_soft, old = self.policy.soft_limit, ctx.max_depth
+        self.policy.soft_limit = max(old_soft, new)
+        if new > old:
+            ctx.max_depth = new
+        if (self.policy.soft_limit, ctx.max_depth) == (old_soft, old):
+            return False  # an answer given already at this depth: nothing new to do
+        reason = f"soft limit moved to {self.policy.soft_limit}" + (
+            f"; the search's depth limit raised from {old} to {new} (hard limit {self.policy.hard_limit})"
+            if new > old else "")
+        self.record(ctx, "depth", "continue_deeper", reason, max_depth=ctx.max_depth)
+        return True
 
     def _backtrack(self, ctx: SearchContext, state: SearchState) -> list[int] | None:
         history = state.score_history
@@ -387,19 +537,38 @@ class Controller:
         last = self._acted_at.get(mode)
         return last is None or self._checkpoints - last >= 2
 
-    async def _act(self, ctx: SearchContext, failure: AnticipatedFailure, state: SearchState) -> None:
+    async def _consult(self, ctx: SearchContext, failure: AnticipatedFailure, state: SearchState) -> None:
+        """A likely failure nothing prevented: the handler says continue or abort (asked once per mode)."""
+        if failure.mode in self._consulted:
+            return
+        self._consulted.add(failure.mode)
+        with ctx.gateway.budget.paused():
+            answer = await self.handler.failure_feedback(failure, state)
+        if answer is FailureAction.ABORT:
+            self.record(ctx, "failure", "abort", f"{failure.mode.value} could not be prevented: {failure.mitigation}",
+                        mode=failure.mode.value, likelihood=failure.likelihood)
+            ctx.stop(StopReason.ANTICIPATED_FAILURE)
+            return
+        self.record(ctx, "failure", "continue", f"{failure.mode.value} could not be prevented; carrying on",
+                    mode=failure.mode.value, likelihood=failure.likelihood)
+
+    async def _act(self, ctx: SearchContext, failure: AnticipatedFailure, state: SearchState) -> bool:
+        """Try to prevent the failure; True when something was done that may prevent it."""
         self._acted_at[failure.mode] = self._checkpoints
         mode = failure.mode
         action: str
+        prevented = True
         nodes: Sequence[int] = ()
         if mode is FailureMode.QUALITY_PLATEAU:
             old = ctx.beam
             ctx.beam = min(self.settings.max_beam, old + max(1, old // 2))
-            action = f"widened the beam from {old} to {ctx.beam}"
+            prevented = ctx.beam > old
+            action = f"widened the beam from {old} to {ctx.beam}" if prevented else f"the beam is already at {old}"
         elif mode is FailureMode.CIRCULAR_REASONING:
             nodes = [n for n in failure.nodes if ctx.graph.node(n).status is _S.SUCCEEDED and n not in ctx.expanded]
             for n in nodes:
                 ctx.prune(n, "restates an earlier thought (circular reasoning)")
+            prevented = bool(nodes)
             action = f"pruned {len(nodes)} thoughts that restate earlier ones"
         elif mode is FailureMode.EVALUATOR_UNRELIABLE:
             old = ctx.value_samples
@@ -408,29 +577,70 @@ class Controller:
                     and v.id not in ctx.expanded][-ctx.beam:]
             await value_many(ctx, live, rescore=True)
             nodes = live
+            prevented = ctx.value_samples > old or bool(live)
             action = f"value samples {old} -> {ctx.value_samples}; re-scored {len(live)} open thoughts"
         elif mode is FailureMode.GENERATOR_EXHAUSTION:
             old_t = ctx.temperature
             ctx.temperature = min(1.3, old_t + 0.2)
+            prevented = ctx.temperature > old_t
             action = f"raised the temperature from {old_t:.1f} to {ctx.temperature:.1f}"
         elif mode is FailureMode.GROUNDING_FAILURE:
             old = ctx.breadth
             ctx.breadth = min(12, old + 2)
+            prevented = ctx.breadth > old
             action = f"asked for more proposals per expansion: breadth {old} -> {ctx.breadth}"
-        elif mode is FailureMode.PROBLEM_INTRACTABLE:
+        elif mode is FailureMode.BUDGET_EXHAUSTED:
+            prevented, action = await self._prevent_exhaustion(ctx, state)
+        elif mode is FailureMode.DEPTH_EXCEEDED:
+            prevented, action = await self._prevent_depth_limit(ctx, failure, state)
+        else:  # PROBLEM_INTRACTABLE
             compromise = self.negotiator.compromise(state)
             if compromise is not None and compromise.node_id != self._rejected_compromise:
                 action = "offered the best thought as a compromise"
                 self.actions.append({"mode": mode.value, "action": action, "likelihood": failure.likelihood})
                 self.record(ctx, "failure", "act", action, mode=mode.value)
                 await self._offer(ctx, compromise, f"problem looks intractable: {failure.evidence}")
-                return
-            action = "no thought good enough to offer as a compromise; continuing"
-        else:
-            action = f"noted; {failure.prevention}"
+                return False  # accepted: the search stopped; rejected: the handler may still abort
+            prevented = False
+            action = "no thought good enough to offer as a compromise"
         self.actions.append({"mode": mode.value, "action": action, "likelihood": failure.likelihood,
                              "nodes": list(nodes)})
         self.record(ctx, "failure", "act", action, mode=mode.value)
+        return prevented
+
+    async def _prevent_exhaustion(self, ctx: SearchContext, state: SearchState) -> tuple[bool, str]:
+        """Tokens will run out before acceptable: ask for the increase now, through the negotiator."""
+        if "tokens" in self._denied:
+            return False, "a token increase was already denied"
+        negotiation = self.negotiator.negotiate(state, self._original("tokens"), limit="tokens", anticipated=True)
+        if negotiation.decision is not BudgetDecision.REQUEST_INCREASE:
+            return False, f"no token increase asked: {negotiation.reason}"
+        assert negotiation.request is not None
+        granted = await self._request(ctx, negotiation)
+        return granted, (f"asked for {negotiation.request.describe()} before they run out: "
+                         + ("granted" if granted else "denied"))
+
+    async def _prevent_depth_limit(self, ctx: SearchContext, failure: AnticipatedFailure,
+                                   state: SearchState) -> tuple[bool, str]:
+        """The depth limit will be reached before acceptable: ask to raise it now, within the hard limit."""
+        assert self.policy is not None
+        reached = state.depth >= ctx.max_depth
+        if not self._deepening_helps(ctx, state, held=reached):
+            why = (f"the depth limit {ctx.max_depth} is the hard limit" if ctx.max_depth >= self.policy.hard_limit
+                   else "more depth would not help this search")
+            return False, f"no deeper limit asked: {why}"
+        decision = DepthDecision(
+            DepthAction.REQUEST_FEEDBACK,
+            (f"depth limit {ctx.max_depth} reached" if reached else f"likely to reach the depth limit {ctx.max_depth}")
+            + f" before an acceptable thought: {failure.evidence}",
+            failure.prevention, raises_limit=True,
+        )
+        answer = await self._ask_depth(ctx, state, decision)
+        if answer.action is DepthAction.CONTINUE and answer.extra_depth > 0:
+            old = ctx.max_depth
+            self._deepen(ctx, old + answer.extra_depth)
+            return ctx.max_depth > old, f"asked to raise the depth limit: now {ctx.max_depth} (was {old})"
+        return False, f"asked to raise the depth limit {ctx.max_depth}: declined"
 
     # --- report -------------------------------------------------------------------------
 
@@ -444,7 +654,8 @@ class Controller:
             "thresholds": {"acceptable": s.acceptable_threshold, "goal": s.goal_threshold,
                            "compromise": s.compromise_threshold},
             "depth_limits": {"soft": self.policy.soft_limit if self.policy else None,
-                             "hard": self.policy.hard_limit if self.policy else None},
+                             "hard": self.policy.hard_limit if self.policy else None,
+                             "search": ctx.max_depth, "search_at_start": self.original_depth},
             "goal_reached": bool(ctx.goals),
             "acceptable_reached": best_quality >= s.acceptable_threshold,
             "best_quality": round(best_quality, 4),
@@ -456,3 +667,14 @@ class Controller:
             "score_history": [round(q, 4) for q in ctx.quality_history()],
             "decisions": self.timeline,
         }
+
+
+#: How decision lines name a limit: "token limit raised by 1,200", "call budget increase denied".
+_LIMIT_WORD = {"tokens": "token", "calls": "call", "cost_usd": "dollar", "wall_s": "wall-clock"}
+
+
+def _amount(limit: str, amount: float) -> str:
+    """An amount of a limit as the decision lines show it: '1,200', '3', '$0.05', '30s'."""
+    if limit == "wall_s":
+        return f"{amount:,.0f}s"
+    return amount_text(limit, amount) if limit == "cost_usd" else f"{int(amount):,}"

@@ -38,8 +38,12 @@ class DetectorLimits:
     stagnation_threshold: int = 3
     #: A checkpoint (or depth level) that raises the best quality by less than this is stalled.
     min_progress_rate: float = 0.05
-    #: The hard depth limit (None: the state's current max_depth).
+    #: The depth limit the search stops at (None: the state's current max_depth, which the
+    #: controller may raise).
     hard_depth: int | None = None
+    #: How far the controller may raise the depth limit when asked (None, or not above the limit:
+    #: it cannot, and the detector does not advise it).
+    depth_ceiling: int | None = None
     #: Value samples of one thought disagreeing by more than this make its score unreliable.
     unreliable_spread: float = 0.5
     #: Similarity at which two thoughts restate each other.
@@ -60,6 +64,8 @@ class DetectorLimits:
             raise ValueError("stagnation_threshold must be at least 1")
         if self.hard_depth is not None and self.hard_depth < 1:
             raise ValueError("hard_depth must be at least 1")
+        if self.depth_ceiling is not None and self.depth_ceiling < 1:
+            raise ValueError("depth_ceiling must be at least 1")
         if self.min_samples < 1 or self.min_valued < 1 or self.spread_window < 1 or self.effort_expansions < 1:
             raise ValueError("sample sizes and windows must be at least 1")
 
@@ -216,14 +222,15 @@ class BudgetExhaustionDetector:
 
 @dataclass(frozen=True, slots=True)
 class DepthExceededDetector:
-    """The hard depth limit will be reached before any thought is acceptable.
+    """The depth limit will be reached before any thought is acceptable.
 
     Rule: nothing once the best quality is acceptable, nor when the task fixes the number of
-    steps (SearchState.natural_depth) within the limit. At or past the hard depth (limits.hard_depth,
+    steps (SearchState.natural_depth) within the limit. At or past the limit (limits.hard_depth,
     else state.max_depth): 0.9. Otherwise the gain per depth level (running best of score_history,
     over its levels) gives the levels needed (gap / gain); likelihood = the shortfall
     (needed - remaining) / needed. With no measured gain per level, likelihood = 0.6 x how deep the
-    search is relative to the limit (depth / hard depth).
+    search is relative to the limit (depth / limit). The prevention advises raising the limit only
+    when it can be raised (limits.depth_ceiling above it), and then to no more than the ceiling.
     """
 
     mode: ClassVar[FailureMode] = FailureMode.DEPTH_EXCEEDED
@@ -250,18 +257,26 @@ class DepthExceededDetector:
             likelihood = 0.0 if needed <= remaining else (needed - remaining) / needed
         else:
             likelihood = 0.6 * _clamp(state.depth / hard)
+        raisable = limits.depth_ceiling is not None and limits.depth_ceiling > hard
         evidence = (
-            f"depth {state.depth} of hard limit {hard}; best quality {best:.2f} < acceptable "
+            f"depth {state.depth} of {'depth' if raisable else 'hard'} limit {hard}; best quality {best:.2f} < acceptable "
             f"{limits.acceptable_threshold:.2f}; "
             + (f"~{per_level:.2f} quality gained per level, ~{math.ceil(needed)} more levels needed"
                if needed is not None else
                ("no quality gained per level" if per_level is not None else "no per-level progress measured yet"))
         )
         target = state.depth + math.ceil(needed) if needed is not None else hard + 1
-        prevention = (
-            f"Ask to raise the depth limit to about {max(target, hard + 1)}, or backtrack to a more promising "
-            "branch before the limit is hit."
-        )
+        ceiling = limits.depth_ceiling
+        if raisable and ceiling is not None:
+            prevention = (
+                f"Ask to raise the depth limit to about {min(max(target, hard + 1), ceiling)} (the hard limit is "
+                f"{ceiling}), or backtrack to a more promising branch before the limit is hit."
+            )
+        else:
+            prevention = (
+                f"Backtrack to a more promising branch or decompose the problem: the depth limit {hard} cannot be "
+                "raised."
+            )
         mitigation = f"Stop at depth {hard} and offer the best thought (quality {best:.2f}) as a compromise."
         when = "now" if remaining <= 0 else f"at depth {hard}"
         return _failure(self.mode, likelihood, when, prevention, mitigation, evidence)

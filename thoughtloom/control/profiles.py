@@ -1,9 +1,11 @@
 """Domain profiles: thresholds, depth limits and search settings per domain.
 
-A profile's hard depth is the search's depth limit (one number, the absolute bound) and its soft
-depth is where the controller starts judging progress. A domain's expansion allowance becomes the
-node circuit breaker (expansions x 4 nodes); its beam is the search's beam. The `default` profile keeps the
-task's own search settings with the soft limit equal to the hard one (no depth negotiation).
+A profile's hard depth is the absolute depth bound and, unless the caller sets `--depth`, the
+search's depth limit; its soft depth is where the controller starts judging progress. A profile
+without a hard depth (`default`) keeps the task's depth as the search's limit and soft limit, and
+lets the controller go up to `depth_margin` levels deeper when the feedback handler approves
+(depth negotiation). A domain's expansion allowance becomes the node circuit breaker
+(expansions x 4 nodes); its beam is the search's beam.
 """
 
 from __future__ import annotations
@@ -12,6 +14,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..grounding.adjust import GroundingPolicy
+
+#: Levels past the search's depth limit the controller may ask for when no hard depth is set.
+DEFAULT_DEPTH_MARGIN = 3
 
 
 @dataclass(frozen=True, slots=True)
@@ -23,8 +28,10 @@ class DomainProfile:
     acceptable_threshold: float = 0.7
     goal_threshold: float = 0.95
     compromise_threshold: float = 0.5
-    soft_depth: int | None = None  # None: the same as the hard limit
-    hard_depth: int | None = None  # None: the search's max_depth
+    soft_depth: int | None = None  # None: the search's depth limit
+    hard_depth: int | None = None  # None: the search's depth limit + depth_margin
+    #: Levels past the search's depth limit the controller may ask for when hard_depth is None.
+    depth_margin: int = DEFAULT_DEPTH_MARGIN
     min_progress_rate: float = 0.05
     stagnation_threshold: int = 3
     #: SearchConfig fields the profile sets (the user's flags override them).
@@ -45,7 +52,7 @@ PROFILES: dict[str, DomainProfile] = {
     p.name: p
     for p in (
         DomainProfile(
-            "default", "the task's own search settings; budget negotiation only",
+            "default", "the task's own search settings; up to 3 levels deeper when approved",
         ),
         DomainProfile(
             "code_generation", "problem -> approaches -> implementations -> tested solutions",

@@ -19,6 +19,17 @@ class ThoughtView:
     path: tuple[str, ...]  # contents from below the root down to it
 
 
+@dataclass(frozen=True, slots=True)
+class Allowance:
+    """One budget limit as the negotiator reads it, in its own unit (calls, dollars or seconds)."""
+
+    spent: float  # by this search
+    limit: float  # the limit now
+    left: float  # what calls in flight do not hold
+    #: (spent, best quality) after each checkpoint: the observed rate of progress against this limit.
+    progress: tuple[tuple[float, float], ...] = ()
+
+
 @dataclass(slots=True)
 class SearchState:
     """A snapshot of the search, taken at each checkpoint, that detectors and policies read."""
@@ -50,6 +61,10 @@ class SearchState:
     #: Thoughts tested by a grounder (tests run, claims checked), and how many of them failed.
     grounded: int = 0
     grounding_failed: int = 0
+    #: The budget's other limits (calls, cost_usd, wall_s), those the run has, by name; tokens are the fields above.
+    allowances: dict[str, Allowance] = field(default_factory=dict)
+    #: The hard depth limit the controller may raise max_depth to when asked (None: it cannot).
+    hard_depth: int | None = None
 
 
 class DepthAction(str, enum.Enum):
@@ -68,6 +83,8 @@ class DepthDecision:
     action: DepthAction
     reason: str = ""
     suggestion: str = ""
+    #: The question is whether to go past the search's depth limit (approving raises it).
+    raises_limit: bool = False
 
 
 class BudgetDecision(str, enum.Enum):
@@ -79,28 +96,83 @@ class BudgetDecision(str, enum.Enum):
     TERMINATE = "terminate"
 
 
+#: How a budget limit's amounts read (the names are BudgetLimits' fields and BudgetExceeded's limits).
+UNITS: dict[str, str] = {"tokens": "tokens", "calls": "calls", "cost_usd": "dollars", "wall_s": "seconds"}
+
+
+def amount_text(limit: str, amount: float) -> str:
+    """An amount of one budget limit as a person reads it: '1,200 tokens', '3 calls', '$0.05', '30 seconds'."""
+    if limit == "cost_usd":
+        return _dollars(amount)
+    if limit == "wall_s":
+        return f"{amount:,.0f} seconds"
+    return f"{int(amount):,} {UNITS[limit]}"
+
+
+def _dollars(amount: float) -> str:
+    """Cents, or four decimals for less than a cent (a few cheap calls)."""
+    return f"${amount:,.2f}" if amount == 0 or abs(amount) >= 0.01 else f"${amount:.4f}"
+
+
+def more_text(limit: str, amount: float) -> str:
+    """An increase of one budget limit as a person reads it: '1,200 more tokens', '3 more calls',
+    '$0.05 more', '30 more seconds'."""
+    if limit == "cost_usd":
+        return f"{_dollars(amount)} more"
+    if limit == "wall_s":
+        return f"{amount:,.0f} more seconds"
+    return f"{int(amount):,} more {UNITS[limit]}"
+
+
 @dataclass(frozen=True, slots=True)
 class BudgetSituation:
-    """The budget and progress assessment the negotiator decides on."""
+    """The budget and progress assessment the negotiator decides on, for one limit, in its unit."""
 
-    tokens_spent: int
-    tokens_left: int | None
-    tokens_total: int | None
+    spent: float
+    left: float | None
+    total: float | None
     best_score: float
     acceptable_threshold: float
     goal_threshold: float
-    estimated_tokens_to_acceptable: int | None
-    estimated_tokens_to_goal: int | None
+    estimated_to_acceptable: float | None
+    estimated_to_goal: float | None
     confidence: float  # in the estimates, 0..1
+    #: Which limit: tokens, calls, cost_usd or wall_s.
+    limit: str = "tokens"
 
     @property
     def gap_to_acceptable(self) -> float:
         """How far the best thought is below the acceptable threshold (0 when above)."""
         return max(0.0, self.acceptable_threshold - self.best_score)
 
+    @property
+    def tokens_spent(self) -> float | None:
+        """Tokens spent (None when the situation is about another limit)."""
+        return self.spent if self.limit == "tokens" else None
+
+    @property
+    def tokens_left(self) -> float | None:
+        """Tokens left (None when unlimited, or about another limit)."""
+        return self.left if self.limit == "tokens" else None
+
+    @property
+    def tokens_total(self) -> float | None:
+        """The token limit (None when unlimited, or about another limit)."""
+        return self.total if self.limit == "tokens" else None
+
+    @property
+    def estimated_tokens_to_acceptable(self) -> float | None:
+        """Tokens estimated to reach acceptable (None without an estimate, or about another limit)."""
+        return self.estimated_to_acceptable if self.limit == "tokens" else None
+
     def to_dict(self) -> dict[str, Any]:
-        """Plain data."""
-        return asdict(self)
+        """Plain data; a token situation also carries its figures under the token names it always had."""
+        d = asdict(self)
+        if self.limit == "tokens":
+            d.update(tokens_spent=self.spent, tokens_left=self.left, tokens_total=self.total,
+                     estimated_tokens_to_acceptable=self.estimated_to_acceptable,
+                     estimated_tokens_to_goal=self.estimated_to_goal)
+        return d
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,11 +200,26 @@ class Compromise:
 
 @dataclass(frozen=True, slots=True)
 class BudgetRequest:
-    """A request for more tokens, with a justification a person can read."""
+    """A request for more of one budget limit, with a justification a person can read."""
 
-    tokens: int
+    #: How much more, in the limit's unit (whole tokens or calls, dollars, seconds).
+    amount: float
     justification: str
     situation: BudgetSituation
+
+    @property
+    def limit(self) -> str:
+        """Which limit: tokens, calls, cost_usd or wall_s."""
+        return self.situation.limit
+
+    @property
+    def tokens(self) -> int:
+        """The tokens asked for (0 for a request about another limit)."""
+        return int(self.amount) if self.limit == "tokens" else 0
+
+    def describe(self) -> str:
+        """The increase as a person reads it: '1,200 more tokens', '3 more calls', '$0.05 more', '30 more seconds'."""
+        return more_text(self.limit, self.amount)
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,6 +228,13 @@ class DepthAnswer:
 
     action: DepthAction  # CONTINUE (deeper by `extra_depth`), STOP or BACKTRACK
     extra_depth: int = 0
+
+
+class FailureAction(str, enum.Enum):
+    """What a person (or policy) answers when the controller could not prevent an anticipated failure."""
+
+    CONTINUE = "continue"
+    ABORT = "abort"
 
 
 class FailureMode(str, enum.Enum):

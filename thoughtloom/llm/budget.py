@@ -2,11 +2,20 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
-from dataclasses import dataclass
+from collections.abc import Awaitable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
+from typing import TypeVar
 
 from .errors import BudgetExceeded
 from .types import Usage
+
+T = TypeVar("T")
+
+#: The budget's limits by the names BudgetExceeded uses.
+LIMIT_NAMES: tuple[str, ...] = ("tokens", "calls", "cost_usd", "wall_s")
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,13 +101,58 @@ class Budget:
         self.held_tokens = 0
         #: What requests routed to a role's own model were charged, by role (the rest went to the run's model).
         self.routes: dict[str, Spend] = {}
+        # Seconds the wall clock stood still (see `paused`), and since when it stands (None: running).
+        self._paused_s = 0.0
+        self._paused_since: float | None = None
+        self._pauses = 0
 
     # --- views --------------------------------------------------------------------------
 
     @property
     def elapsed_s(self) -> float:
-        """Seconds since the budget started."""
-        return self._clock() - self.started_at
+        """Seconds the budget's wall clock has run since it started (pauses left out)."""
+        now = self._clock()
+        stood = self._paused_s + (now - self._paused_since if self._paused_since is not None else 0.0)
+        return now - self.started_at - stood
+
+    @contextmanager
+    def paused(self) -> Iterator[None]:
+        """Stop the wall clock while the search waits on a person's answer (nested pauses count once)."""
+        if self._pauses == 0:
+            self._paused_since = self._clock()
+        self._pauses += 1
+        try:
+            yield
+        finally:
+            self._pauses -= 1
+            if self._pauses == 0 and self._paused_since is not None:
+                self._paused_s += self._clock() - self._paused_since
+                self._paused_since = None
+
+    def spent_of(self, limit: str) -> float:
+        """What is used of one limit (by its LIMIT_NAMES name): tokens, calls, dollars or seconds."""
+        if limit == "tokens":
+            return self.spent.total
+        if limit == "calls":
+            return self.calls
+        if limit == "cost_usd":
+            return self.cost_usd
+        if limit == "wall_s":
+            return self.elapsed_s
+        raise ValueError(f"no budget limit {limit!r}; the limits are {', '.join(LIMIT_NAMES)}")
+
+    def left_of(self, limit: str) -> float | None:
+        """What is left of one limit, counting what calls in flight hold; None when it is unlimited."""
+        if limit == "tokens":
+            return self.tokens_left()
+        if limit == "wall_s":
+            return self.wall_left()
+        bound = getattr(self.limits, limit)
+        if bound is None:
+            return None
+        if limit == "calls":
+            return bound - self.calls - self.in_flight
+        return bound - self.cost_usd - self.reserved_cost
 
     def tokens_left(self) -> int | None:
         """Tokens neither spent nor reserved; None when unlimited."""
@@ -176,15 +230,48 @@ class Budget:
         """Make held tokens spendable again."""
         self.held_tokens = 0
 
-    def raise_limit(self, extra_tokens: int) -> None:
-        """Raise the token limit by exactly extra_tokens (an approved budget increase)."""
-        if extra_tokens <= 0:
-            raise ValueError(f"extra_tokens must be positive, got {extra_tokens}")
-        if self.limits.tokens is None:
+    def raise_limit(self, extra: float, limit: str = "tokens") -> None:
+        """Raise one limit (tokens by default) by exactly `extra` (an approved budget increase).
+
+        Tokens and calls are whole numbers; an unlimited limit stays unlimited.
+        """
+        if extra <= 0:
+            raise ValueError(f"the increase must be positive, got {extra}")
+        if limit not in LIMIT_NAMES:
+            raise ValueError(f"no budget limit {limit!r}; the limits are {', '.join(LIMIT_NAMES)}")
+        if limit in ("tokens", "calls") and extra != int(extra):
+            raise ValueError(f"{limit} are raised by a whole number, got {extra}")
+        current = getattr(self.limits, limit)
+        if current is None:
             return
-        self.limits = BudgetLimits(
-            tokens=self.limits.tokens + extra_tokens,
-            calls=self.limits.calls,
-            cost_usd=self.limits.cost_usd,
-            wall_s=self.limits.wall_s,
-        )
+        self.limits = replace(self.limits, **{limit: current + (int(extra) if limit in ("tokens", "calls") else extra)})
+
+    async def within_wall(self, step: Awaitable[T], grace_s: float = 0.0) -> T:
+        """Await `step`, cancelled with TimeoutError once the wall-clock budget (plus grace_s) is used up.
+
+        The deadline follows the budget: a limit raised meanwhile, or a paused clock, moves it.
+        The step runs in a task of its own, so cancelling it is safe from any caller.
+        """
+        left = self.wall_left()
+        if left is None:
+            return await step
+        task = asyncio.ensure_future(step)
+        try:
+            while True:
+                done, _ = await asyncio.wait((task,), timeout=max(0.0, left + grace_s))
+                if done:
+                    return task.result()
+                left = self.wall_left()
+                if left is None or left + grace_s > 0:
+                    continue  # raised or paused while waiting: wait for the new deadline
+                task.cancel()
+                await asyncio.wait((task,))
+                if not task.cancelled() and task.exception() is None:
+                    return task.result()  # it finished as it was cancelled: keep what it returned
+                raise TimeoutError()
+        except asyncio.CancelledError:
+            task.cancel()
+            await asyncio.wait((task,))
+            if not task.cancelled():
+                task.exception()  # retrieved: an error it ended with is not "never retrieved"
+            raise

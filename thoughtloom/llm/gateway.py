@@ -526,11 +526,10 @@ class Gateway:
 
     async def _timed(self, call: Awaitable[T]) -> T:
         """Await a backend call, cut off when the wall-clock budget runs out."""
-        wall_left = self.budget.wall_left()
-        if wall_left is None:
+        if self.budget.wall_left() is None:
             return await call
         try:
-            return await asyncio.wait_for(call, max(wall_left, 0.0))
+            return await self.budget.within_wall(call)
         except TimeoutError:
             raise _CutOff("wall_s", "wall-clock budget ran out during a call") from None
 

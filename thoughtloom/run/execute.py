@@ -52,7 +52,8 @@ def build_controller(spec: RunSpec, handler: FeedbackHandler | None = None) -> C
             approve_tokens=a.approve_tokens,
             accept_compromise_above=(a.accept_compromise_above if a.accept_compromise_above is not None
                                      else spec.control.compromise_threshold),
-            extra_depth=a.extra_depth,
+            extra_depth=a.extra_depth, approve_calls=a.approve_calls, approve_usd=a.approve_usd,
+            approve_seconds=a.approve_seconds, abort_above=a.abort_above,
         )
     return Controller(spec.control, handler, profile=spec.profile)
 

@@ -45,7 +45,8 @@ ROLE_MODEL_OPTIONS = {"generator_model": "generator", "brancher_model": "branche
 #: Option name -> ControlSettings field.
 CONTROL_OPTIONS = {
     "acceptable": "acceptable_threshold", "goal": "goal_threshold", "compromise": "compromise_threshold",
-    "soft_depth": "soft_depth", "min_progress": "min_progress_rate", "stagnation": "stagnation_threshold",
+    "soft_depth": "soft_depth", "hard_depth": "hard_depth", "min_progress": "min_progress_rate",
+    "stagnation": "stagnation_threshold",
 }
 
 
@@ -120,7 +121,11 @@ def spec_from_options(options: Mapping[str, Any]) -> RunSpec:
         budget=budget,
         control={field: options.get(opt) for opt, field in CONTROL_OPTIONS.items()},
         answers=AutoAnswers(approve_tokens=max(0, options.get("auto_approve_tokens") or 0),
-                            accept_compromise_above=accept, extra_depth=max(0, options.get("auto_deeper") or 0)),
+                            accept_compromise_above=accept, extra_depth=max(0, options.get("auto_deeper") or 0),
+                            approve_calls=max(0, options.get("auto_approve_calls") or 0),
+                            approve_usd=max(0.0, options.get("auto_approve_usd") or 0.0),
+                            approve_seconds=max(0.0, options.get("auto_approve_seconds") or 0.0),
+                            abort_above=options.get("auto_abort_above")),
         grounding={"fail_factor": options.get("grounding_penalty"), "boost": options.get("grounding_boost")},
         knowledge=options.get("knowledge"), knowledge_index=options.get("knowledge_index"),
         tools=_names(options.get("tools")), tool_limits=_tool_limits(options), mcp_config=options.get("mcp_config"),

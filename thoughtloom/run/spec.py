@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from ..control.controller import ControlSettings
-from ..control.profiles import get_profile
+from ..control.profiles import DomainProfile, get_profile
 from ..grounding.adjust import GroundingPolicy
 from ..grounding.sandbox import SandboxLimits
 from ..grounding.types import Grounder
@@ -50,14 +50,26 @@ class AutoAnswers:
     approve_tokens: int = 0
     #: Compromises of at least this quality are accepted (None: the compromise threshold).
     accept_compromise_above: float | None = None
-    #: Levels past the soft depth approved when the depth policy asks.
+    #: Levels past the soft depth approved when the depth policy asks (the search's depth limit is
+    #: raised with it, never past the hard depth).
     extra_depth: int = 0
+    #: More model calls, dollars and wall-clock seconds approved in total when the controller asks.
+    approve_calls: int = 0
+    approve_usd: float = 0.0
+    approve_seconds: float = 0.0
+    #: An anticipated failure the controller could not prevent aborts the run when at least this
+    #: likely (None: never).
+    abort_above: float | None = None
 
     def __post_init__(self) -> None:
-        if self.approve_tokens < 0 or self.extra_depth < 0:
-            raise SpecError("approve_tokens and extra_depth must be >= 0")
-        if self.accept_compromise_above is not None and not 0.0 <= self.accept_compromise_above <= 1.0:
-            raise SpecError(f"accept_compromise_above must be between 0 and 1; got {self.accept_compromise_above}")
+        for name in ("approve_tokens", "extra_depth", "approve_calls", "approve_usd", "approve_seconds"):
+            value = getattr(self, name)
+            if not value >= 0 or value == float("inf"):
+                raise SpecError(f"{name} must be a finite number >= 0; got {value}")
+        for name in ("accept_compromise_above", "abort_above"):
+            value = getattr(self, name)
+            if value is not None and not 0.0 <= value <= 1.0:
+                raise SpecError(f"{name} must be between 0 and 1; got {value}")
 
 
 @dataclass(frozen=True)
@@ -140,6 +152,9 @@ class RunSpec:
                 sandbox=SandboxLimits(**sandbox) if sandbox else None,
             )
             control = data.get("control")
+            if control is not None and "depth_margin" not in control:
+                # Stored before the controller could raise the depth limit: it kept the search's limit.
+                control = {**control, "depth_margin": 0}
             return cls(
                 task=data["task"], problem=data["problem"], model=data.get("model", "local"),
                 task_options=task_options, config=SearchConfig(**_known(SearchConfig, data.get("config") or {})),
@@ -208,7 +223,7 @@ def resolve(
     *,
     task: str | Task[Any] | None = None,
     model: str | Backend = "local",
-    profile: str = "default",
+    profile: str | DomainProfile | None = None,
     task_options: TaskOptions | None = None,
     config: SearchConfig | None = None,
     search: Mapping[str, Any] | None = None,
@@ -230,17 +245,20 @@ def resolve(
 ) -> RunSpec:
     """The one way to build a RunSpec: task defaults, then the profile, then the explicit settings.
 
-    `config` replaces the task's and profile's search settings as a whole; `search` sets single
-    SearchConfig fields on top (None values ignored). `control`: True for the profile's thresholds,
-    a mapping of ControlSettings fields to override some of them, a ControlSettings as is, or False
-    for a plain search. `grounding`: a GroundingPolicy, or fields overriding the profile's. `tools`,
+    `profile`: a profile name, or a DomainProfile object (your own); None: the profile a given
+    ControlSettings came from (`ControlSettings.from_profile`), else "default". `config` replaces the
+    task's and profile's search settings as a whole; `search` sets single SearchConfig fields on top
+    (None values ignored). `control`: True for the profile's thresholds, a mapping of
+    ControlSettings fields to override some of them, a ControlSettings as is (its profile's search
+    and grounding settings apply, as with `profile=`), or False for a plain search.
+    `grounding`: a GroundingPolicy, or fields overriding the profile's. `tools`,
     `tool_limits`, `mcp_config`, `read_roots`: what the agent strategy may call (thoughtloom.tools).
     `research`: the research strategy's ResearchConfig, or fields of it; `role_models`: roles that
     run on a model of their own, by model spec (the search strategies' generator, evaluator and
     synthesizer; the research strategy's brancher, evaluator and synthesizer).
     Raises UnknownProfile / UnknownTask / TaskOptionError / ProblemError / SpecError with one line.
     """
-    prof = get_profile(profile)
+    prof = _profile(profile, control)
     options = task_options or TaskOptions()
     task_ref: str | Task[Any] = task if task is not None else implied_task(options, problem, prof.default_task)
     if isinstance(task_ref, str) and not task_ref.strip():
@@ -260,7 +278,11 @@ def resolve(
         elif isinstance(control, ControlSettings):
             settings = control
         else:
-            settings = ControlSettings.from_profile(prof, **(control if isinstance(control, Mapping) else {}))
+            given = control if isinstance(control, Mapping) else {}
+            settings = ControlSettings.from_profile(prof, **given)
+            if given.get("hard_depth") is not None and given["hard_depth"] < config.max_depth:
+                raise SpecError(f"hard depth {given['hard_depth']} is below the search's depth {config.max_depth}; "
+                                "the hard depth bounds how far the controller may go past it")
         if isinstance(grounding, GroundingPolicy):
             policy = grounding
         else:
@@ -286,6 +308,19 @@ def resolve(
         mcp_config=os.path.abspath(mcp_config) if mcp_config is not None else None,
         read_roots=tuple(os.path.abspath(r) for r in read_roots), research=research_config, role_models=roles,
     )
+
+
+def _profile(profile: str | DomainProfile | None, control: Any) -> DomainProfile:
+    """The run's profile: as given, else the one the controller settings came from, else default."""
+    source = control.profile if isinstance(control, ControlSettings) else None
+    if isinstance(profile, DomainProfile):
+        prof = profile
+    else:
+        prof = get_profile(profile if profile is not None else source or "default")
+    if source is not None and source != prof.name:
+        raise SpecError(f"the controller settings come from profile {source!r}, the run asks for profile "
+                        f"{prof.name!r}; give one of them")
+    return prof
 
 
 def research_tools(knowledge: str | os.PathLike[str] | None) -> tuple[str, ...]:

@@ -13,6 +13,8 @@ TOOL_STRATEGIES: tuple[str, ...] = ("agent", "research")
 #: are made in: each may run on a model of its own (RunSpec.role_models, `--evaluator-model` ...).
 OPERATOR_STRATEGIES: tuple[str, ...] = ("bfs", "dfs", "best_first", "mcts", "got")
 OPERATOR_ROLES: tuple[str, ...] = ("generator", "evaluator", "synthesizer")
+#: Strategies that grow the thought tree step by step up to `max_depth` (the controller may raise it).
+DEPTH_STRATEGIES: tuple[str, ...] = ("bfs", "dfs", "best_first", "mcts", "got")
 AGENT_ORDERS: tuple[str, ...] = ("breadth_first", "depth_first", "best_first")
 FAILURE_POLICIES: tuple[str, ...] = ("replan", "skip", "fail")
 AGGREGATIONS: tuple[str, ...] = ("sum", "product", "min", "mean")

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from ..graph import EdgeKind, NodeKind, NodeStatus, ThoughtGraph
 from ..grounding.adjust import GroundingPolicy
 from ..grounding.types import Grounder, GroundingResult, Thought
+from ..llm.budget import BudgetLimits
 from ..llm.errors import BatchRefused, BudgetExceeded, ModelError
 from ..llm.gateway import Gateway
 from ..llm.slots import Slots
@@ -53,8 +54,9 @@ class SearchController(Protocol):
         """After a unit of work: a list means continue from these nodes (backtracking)."""
         ...
 
-    async def on_budget_exhausted(self, ctx: SearchContext, limit_before: int | None) -> bool:
-        """A call was refused for lack of tokens: True to retry it (the limit was raised)."""
+    async def on_budget_exhausted(self, ctx: SearchContext, limit: str, before: BudgetLimits) -> bool:
+        """A call was refused by a budget limit (tokens, calls, cost_usd, wall_s; `before`: the limits
+        when it was made): True to retry it (that limit was raised)."""
         ...
 
     def report(self, ctx: SearchContext) -> dict[str, Any]:
@@ -213,6 +215,16 @@ class SearchContext:
             and not (self._terminals and self.task.is_terminal(self.problem, self._steps[node_id]))
         )
 
+    def held_by_depth(self, node_id: int) -> bool:
+        """True when only the depth limit keeps the node from being expanded (a deeper limit would let it)."""
+        node = self.graph.node(node_id)
+        return (
+            node.status is _S.SUCCEEDED
+            and node_id not in self.expanded
+            and len(self._steps[node_id]) >= self.max_depth
+            and not (self._terminals and self.task.is_terminal(self.problem, self._steps[node_id]))
+        )
+
     # --- model calls --------------------------------------------------------------------
 
     def _seed(self, purpose: str, key: object) -> int | None:
@@ -255,7 +267,7 @@ class SearchContext:
             return None
         request = self._request(query, n, purpose, key, role)
         while True:
-            limit_before = self.gateway.budget.limits.tokens
+            limits_before = self.gateway.budget.limits
             try:
                 if self._call_slots is None:
                     completion = await self.gateway.generate(request)
@@ -265,10 +277,10 @@ class SearchContext:
                 break
             except BudgetExceeded as exc:
                 if (
-                    exc.limit == "tokens" and self.controller is not None and not self.stopped
-                    and await self.controller.on_budget_exhausted(self, limit_before)
+                    self.controller is not None and not self.stopped
+                    and await self.controller.on_budget_exhausted(self, exc.limit, limits_before)
                 ):
-                    continue  # the budget was raised: make the call after all
+                    continue  # the limit was raised: make the call after all
                 self.stop(StopReason.budget(exc.limit))
                 return None
             except ModelError as exc:
@@ -320,13 +332,13 @@ class SearchContext:
         """
         result = self.grounding.get(node_id)
         if result is None:
-            left = self.gateway.budget.wall_left()
+            budget = self.gateway.budget
             try:
-                if left is None:
+                if budget.wall_left() is None:
                     result = await self._run_grounder(node_id)
                 else:
-                    # wait_for: the grounding runs in a task of its own (see search/eager.py), cancelled at the deadline.
-                    result = await asyncio.wait_for(self._run_grounder(node_id), max(0.0, left))
+                    # The grounding runs in a task of its own (see search/eager.py), cancelled at the deadline.
+                    result = await budget.within_wall(self._run_grounder(node_id))
             except TimeoutError:
                 self.stop("budget_wall_s")
                 return None

@@ -61,12 +61,12 @@ class _WallDeadline(Exception):
 
 async def _within_wall(budget: Budget, step: Coroutine[Any, Any, T], grace_s: float = 0.0) -> T:
     """Await `step`, cancelled when the wall-clock budget (plus grace_s) runs out."""
-    left = budget.wall_left()
-    if left is None:
+    if budget.wall_left() is None:
         return await step
     try:
-        # wait_for runs the step in a task of its own, so cancelling it is safe from any caller.
-        return await asyncio.wait_for(step, max(0.0, left + grace_s))
+        # The step runs in a task of its own, so cancelling it is safe from any caller; a wall-clock
+        # limit the controller raises meanwhile moves the deadline.
+        return await budget.within_wall(step, grace_s)
     except TimeoutError:
         left = budget.wall_left()
         if left is not None and left <= 0:

@@ -25,6 +25,8 @@ class StopReason(StrEnum):
     INTERRUPTED = "interrupted"
     COMPROMISE_ACCEPTED = "compromise_accepted"
     DEPTH_SOFT_LIMIT = "depth_soft_limit"
+    #: The controller foresaw a failure it could not prevent, and the feedback handler chose to stop.
+    ANTICIPATED_FAILURE = "anticipated_failure"
 
     @classmethod
     def budget(cls, limit: str) -> StopReason:
