@@ -85,7 +85,10 @@ def find_references(text: str) -> list[Reference]:
 
 def strip_citations(text: str) -> str:
     """The text without its citation marks (and the brackets that held only them)."""
-    plain = _EMPTY_BRACKETS.sub("", CITATION.sub("", text))
+    plain = CITATION.sub("", text)
+    emptied = _EMPTY_BRACKETS.sub("", plain)
+    while emptied != plain:  # "([a.md:1])" leaves "()" once its "[]" is gone
+        plain, emptied = emptied, _EMPTY_BRACKETS.sub("", emptied)
     return _SPACE_BEFORE_STOP.sub(r"\1", plain)
 
 
