@@ -245,3 +245,26 @@ def test_every_profile_resolves_to_a_run_carrying_its_checks(name: str, tmp_path
     spec = resolve("4 5 6 10", task="game24", profile=name, knowledge=knowledge)
     assert spec.checks == PROFILES[name].checks
     assert spec.grounding == PROFILES[name].grounding
+
+
+@pytest.mark.local_model
+def test_the_research_profile_on_the_embedded_model_shows_the_research_grounder_and_citation_checks(
+        tmp_path: Path) -> None:
+    folder = tmp_path / "notes"
+    folder.mkdir()
+    (folder / "water.md").write_text("# Water\n\nWater boils at 100 degrees Celsius at sea level.\n\n"
+                                     "At higher altitudes water boils at a lower temperature.\n")
+    (folder / "ice.md").write_text("# Ice\n\nIce melts at 0 degrees Celsius.\n")
+    proc = loom("solve", "--profile", "research_synthesis", "--knowledge", str(folder), "--json", "--quiet",
+                "--seed", "1", "--budget-tokens", "6000", "--depth", "2", "--breadth", "2", QUESTION, timeout=900)
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert out["model"].startswith("local:")
+    research = [g for g in out["grounding"] if g["grounder"] == "research"]
+    assert research, out["grounding"]
+    for entry in research:
+        check = entry["details"]["citation_check"]
+        assert check["required"] is True
+        assert check["cited"] == len(check["checks"]) == check["valid"] + check["invalid"]
+        if check["uncited_claims"]:
+            assert entry["verified"] is not True  # a claim that cites nothing is never verified here
