@@ -19,11 +19,12 @@ from test_cli import assert_one_line_error, loom
 from test_cli_grounding import model_spec
 from test_debugging_grounder import CALC, FAILING, FIXED_CALC, TEST_CALC
 
-from thoughtloom.api import asolve
+from thoughtloom.api import areplay, asolve
 from thoughtloom.control.profiles import PROFILES
 from thoughtloom.grounding.types import GroundingResult, Thought
 from thoughtloom.llm.fake import ScriptedBackend
 from thoughtloom.run.spec import resolve
+from thoughtloom.store.sqlite import SQLiteStore
 from thoughtloom.tasks.registry import TaskOptions
 
 QUESTION = "At what temperature does water boil?"
@@ -219,6 +220,19 @@ def test_the_research_profiles_cross_reference_threshold_refuses_a_partial_match
     assert loose["verified"] is True
     assert strict["verified"] is False
     assert strict["details"]["citation_check"]["checks"][0]["status"] == "unrelated"
+
+
+def test_a_stored_research_profile_run_replays_into_the_same_graph_with_its_checks(tmp_path: Path) -> None:
+    fake = ScriptedBackend(default=CITED_TRUE).on("scale of 0 to 10", "7").on("Final answer:", "100 degrees.")
+    store = str(tmp_path / "runs.db")
+    result = asyncio.run(asolve(QUESTION, task="general", model=fake, profile="research_synthesis",
+                                knowledge=str(docs(tmp_path)), store=store, max_depth=1, breadth=1, controller=False))
+    assert result.graph_cid is not None and result.grounding
+    with SQLiteStore(store) as opened:
+        replayed, verdict = asyncio.run(areplay(opened, result.run_id))
+    assert verdict.identical, str(verdict)
+    assert [r.to_dict()["details"]["citation_check"] for r in replayed.grounding.values()] == \
+        [r.to_dict()["details"]["citation_check"] for r in result.grounding.values()]
 
 
 # --- design: each thought checked against its own path --------------------------------------------
