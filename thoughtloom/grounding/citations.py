@@ -289,13 +289,15 @@ def merge(result: GroundingResult, report: CitationReport) -> GroundingResult:
     parts = [p for p in (result.outcome, share) if p is not None]
     score = sum(parts) / len(parts) if parts else None
     confidence = max([result.confidence, *(c.certainty for c in invalid)])
-    lines = [result.evidence] if result.evidence else []
-    lines.append(
+    summary = [
         f"citations: {cited} checked: {report.valid} valid, {len(invalid)} invalid"
         + (f"; {len(report.uncited)} claim{'s' if len(report.uncited) != 1 else ''} cite nothing"
-           + (" (citations are required)" if report.required else "") if report.uncited else "")
-    )
-    lines += [f'{c.status.value}: {c.ref} for "{c.claim}" - {c.reason}' for c in invalid]
+           + (" (citations are required)" if report.required else "") if report.uncited else ""),
+        *(f'{c.status.value}: {c.ref} for "{c.claim}" - {c.reason}' for c in invalid),
+    ]
+    claims = [result.evidence] if result.evidence else []
+    # The first line is what the progress line shows: the citations when they are why the thought failed.
+    lines = [*summary, *claims] if invalid or (report.missing and verified is None) else [*claims, *summary]
     passages: dict[tuple[str, int, int], Citation] = {(c.path, c.line_start, c.line_end): c for c in result.citations}
     for check in report.checks:
         if check.valid and check.passage is not None:
