@@ -13,7 +13,7 @@ from typing import Any, ParamSpec, TypeVar
 
 from .control.controller import Controller, ControlSettings
 from .control.feedback import FeedbackHandler
-from .control.profiles import DomainProfile
+from .control.profiles import DomainChecks, DomainProfile
 from .grounding.adjust import GroundingPolicy
 from .grounding.types import Grounder
 from .llm.budget import BudgetLimits
@@ -55,6 +55,7 @@ async def asolve(
     grounders: Sequence[Grounder] = (),
     grounding_policy: GroundingPolicy | None = None,
     knowledge: str | None = None,
+    checks: DomainChecks | Mapping[str, Any] | None = None,
     store: Any = None,
     run_id: str | None = None,
     role_models: Mapping[str, str] | None = None,
@@ -72,7 +73,9 @@ async def asolve(
     Controller. handler answers its questions (default: the automatic policy of `answers`, an
     AutoAnswers: approve nothing, go no deeper, never abort, like the CLI's `--auto-*` defaults).
     grounders / grounding_policy / knowledge: extra grounders, how grounding moves scores, and a
-    folder of documents to check claims against. store: a BlockStore or a SQLite file path to
+    folder of documents to check claims against. checks: the profile's DomainChecks, whole or some
+    fields of them (require_citations, cross_reference_threshold, check_consistency,
+    run_regression_tests). store: a BlockStore or a SQLite file path to
     record the run in (`result.run_id`), under `run_id` (default: a new id). A Backend object
     passed as `model` is not closed: the caller owns it. role_models: {"evaluator":
     "openai:gpt-4o-mini", ...} runs a role (generator, evaluator, synthesizer) on a model of its
@@ -82,8 +85,8 @@ async def asolve(
         problem, task=task, model=model, profile=profile, task_options=task_options, config=config,
         search=overrides, budget=budget,
         control=controller.settings if isinstance(controller, Controller) else controller, answers=answers,
-        grounding=grounding_policy, knowledge=knowledge, grounders=grounders, store=store, run_id=run_id,
-        role_models=role_models,
+        grounding=grounding_policy, checks=checks, knowledge=knowledge, grounders=grounders, store=store,
+        run_id=run_id, role_models=role_models,
     )
     result = await execute(spec, sinks=sinks, handler=handler,
                            controller=controller if isinstance(controller, Controller) else None)

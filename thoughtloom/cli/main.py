@@ -33,17 +33,23 @@ def build_parser() -> argparse.ArgumentParser:
     add_models_parser(sub)
     add_serve_parser(sub)
     sub.add_parser("tasks", help="list the tasks")
-    sub.add_parser("profiles", help="list the domain profiles and their thresholds")
+    profiles = sub.add_parser("profiles", help="list the domain profiles: thresholds, limits, grounding and checks")
+    profiles.add_argument("--json", action="store_true", help="every setting of every profile as JSON")
     parser.add_argument("--version", action="store_true", help="print the version")
     return parser
 
 
 def cmd_profiles(args: argparse.Namespace) -> int:
-    """List profiles with their thresholds and limits."""
+    """List profiles with their thresholds, limits, grounding policy and checks."""
     from ..control.profiles import PROFILES
 
+    if args.json:
+        import json
+
+        print(json.dumps([p.to_dict() for p in PROFILES.values()], indent=2))
+        return 0
     print(f"{'profile':<20}{'acceptable':>11}{'goal':>6}{'compromise':>11}{'soft':>6}{'hard':>6}{'beam':>6}"
-          f"{'task':>8}{'penalty':>9}{'boost':>7}  description")
+          f"{'task':>8}{'penalty':>9}{'boost':>7}{'unverified':>12}  description")
     for p in PROFILES.values():
         def show(v: object) -> str:
             return "task" if v is None else str(v)
@@ -51,9 +57,22 @@ def cmd_profiles(args: argparse.Namespace) -> int:
         print(
             f"{p.name:<20}{p.acceptable_threshold:>11.2f}{p.goal_threshold:>6.2f}{p.compromise_threshold:>11.2f}"
             f"{show(p.soft_depth):>6}{p.hard_depth or f'+{p.depth_margin}'!s:>6}{show(p.search.get('beam')):>6}"
-            f"{p.default_task or '-':>8}{p.grounding.fail_factor:>9.2f}{p.grounding.boost:>7.2f}  {p.description}"
+            f"{p.default_task or '-':>8}{p.grounding.fail_factor:>9.2f}{p.grounding.boost:>7.2f}"
+            f"{p.grounding.unverified_factor:>12.2f}  {p.description}"
         )
+    # The domain's other settings (checks, and search settings beyond the table's), as `loom profiles --json` has them.
+    print("\nother settings:")
+    for p in PROFILES.values():
+        others = {k: v for k, v in p.search.items() if k not in ("beam", "max_nodes")}
+        print(f"  {p.name:<20}{_settings({**p.checks.changed(), **others}) or '-'}")
     return 0
+
+
+def _settings(values: dict[str, object]) -> str:
+    """`name=value` pairs, booleans and None written as in JSON."""
+    import json
+
+    return " ".join(f"{k}={json.dumps(v)}" for k, v in values.items())
 
 
 def cmd_tasks(args: argparse.Namespace) -> int:

@@ -63,6 +63,8 @@ def add_solve_parser(sub: Any) -> None:
     g.add_argument("--repo", metavar="DIR", help="debug: the repository with the failing test (never modified)")
     g.add_argument("--failing-test", metavar="TEST", help="debug: the failing test, a pytest node id relative to --repo")
     g.add_argument("--test-command", metavar="CMD", help='debug: how to run a test, e.g. "python -m pytest -q" (default)')
+    g.add_argument("--no-regression-tests", action="store_true",
+                   help="debug: judge a fix by the failing test alone, without running the rest of the suite")
     g.add_argument("--knowledge", metavar="DIR", help="check claims against the .md/.txt documents in DIR")
     g.add_argument("--knowledge-index", metavar="FILE", help="keep the --knowledge search index in this SQLite file")
     g.add_argument("--sandbox-timeout", type=positive_float("--sandbox-timeout", 86_400), metavar="S",

@@ -2,7 +2,7 @@
 
 from .controller import ControlSettings, Controller
 from .feedback import AutomaticHandler, CallbackHandler, FeedbackHandler, InteractiveHandler
-from .profiles import PROFILES, DomainProfile, get_profile
+from .profiles import PROFILES, DomainChecks, DomainProfile, get_profile
 
 __all__ = [
     "PROFILES",
@@ -10,6 +10,7 @@ __all__ = [
     "CallbackHandler",
     "ControlSettings",
     "Controller",
+    "DomainChecks",
     "DomainProfile",
     "FeedbackHandler",
     "InteractiveHandler",

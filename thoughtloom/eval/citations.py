@@ -13,14 +13,13 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Sequence
 
+from ..grounding.citations import parse_reference
 from .datasets import Problem
 
 #: Line of sentence 0 in a paragraph's file (line 1 is its "# Title" heading).
 FIRST_SENTENCE_LINE = 2
 #: Characters of a title kept in its file name.
 NAME_CHARS = 60
-
-_DOCS = re.compile(r"^docs:(?P<file>.+):(?P<start>\d+)(?:-(?P<end>\d+))?$")
 
 Fact = tuple[str, int]
 
@@ -48,13 +47,12 @@ def cited_facts(problem: Problem, citations: Iterable[str]) -> set[Fact]:
               for i, (title, sentences) in enumerate(problem.sentences, 1)}
     out: set[Fact] = set()
     for citation in citations:
-        found = _DOCS.match(citation.strip())
-        if found is None or found["file"] not in titles:
+        # Read as the citation checker reads them (grounding/citations.py), so both mean the same lines.
+        ref = parse_reference(citation)
+        if ref is None or ref.path not in titles:
             continue  # a tool's result or a file of no paragraph: no sentence of the corpus
-        title, count = titles[found["file"]]
-        start = int(found["start"])
-        end = int(found["end"] or start)
-        for line in range(max(start, FIRST_SENTENCE_LINE), end + 1):
+        title, count = titles[ref.path]
+        for line in range(max(ref.line_start, FIRST_SENTENCE_LINE), ref.line_end + 1):
             if line - FIRST_SENTENCE_LINE < count:
                 out.add((title, line - FIRST_SENTENCE_LINE))
     return out

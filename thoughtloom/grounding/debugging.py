@@ -6,7 +6,9 @@
   its file, SEARCH/REPLACE blocks) is a FIX: the edits are applied to a fresh copy (paths must
   stay inside the repo), then the failing test and the whole suite run (concurrently, each in
   its own sandbox). Verified when the test now passes and the suite has no failures; the score
-  is the fraction of suite tests passing.
+  is the fraction of suite tests passing. With `regression_tests=False` the suite is not run: a
+  fix is verified by the failing test alone (score 1 or 0), with a lower confidence, since a
+  regression elsewhere would go unseen.
 * Any other thought is a HYPOTHESIS: it is verified when what it blames (function, file, class
   names, `file:line`) appears in the reproduced failure's output. That is weak evidence (the
   output shows where a failure surfaced, not always its cause), so confidence stays modest.
@@ -42,6 +44,7 @@ __all__ = [
 CONFIDENCE_BLAMES_CODE = 0.7  # a blamed name is on a traceback line pointing into non-test code
 CONFIDENCE_MENTIONED = 0.6  # a blamed name appears in the failure output
 CONFIDENCE_NOT_MENTIONED = 0.5  # absence from the output does not prove the hypothesis wrong
+CONFIDENCE_TARGET_ONLY = 0.8  # a fix checked by the failing test alone: the rest of the suite was not run
 _OUTPUT_KEPT = 12000  # characters of the reproduction output kept for matching and evidence
 
 
@@ -193,8 +196,10 @@ class DebuggingGrounder:
         name: str = "debugging",
         limits: SandboxLimits | None = None,
         env: Mapping[str, str] | None = None,
+        regression_tests: bool = True,
     ) -> None:
         self.repo = Path(repo)
+        self.regression_tests = regression_tests
         if not self.repo.is_dir():
             raise GroundingSetupError(
                 f"repository not found: {self.repo} (pass the directory that holds the code and tests)"
@@ -347,6 +352,8 @@ class DebuggingGrounder:
                 details={"kind": "fix", "patch_error": str(exc), "files": sorted({e.path for e in edits})},
             )  # fmt: skip
         changed = sorted(new_files)
+        if not self.regression_tests:
+            return await self._ground_fix_target_only(new_files, changed, started)
         target, suite = await asyncio.gather(
             self.sandbox.run(self.test_command, copy_from=self.repo, files=new_files, limits=self.limits, env=self.env),
             self.sandbox.run(
@@ -394,6 +401,29 @@ class DebuggingGrounder:
                 **suite.isolation(),
             },
         )
+
+
+    async def _ground_fix_target_only(self, new_files: dict[str, str | None], changed: list[str],
+                                      started: float) -> GroundingResult:
+        """A fix checked by the failing test alone (regression tests off)."""
+        target = await self.sandbox.run(self.test_command, copy_from=self.repo, files=new_files, limits=self.limits,
+                                        env=self.env)
+        passed = target.ok
+        summary = parse_pytest_summary(_output(target))
+        lines = [
+            f"applied the patch to {', '.join(changed)}",
+            f"failing test {self.failing_test}: {'passes now' if passed else 'still fails'} ({_how(target, summary)})",
+            "the rest of the suite was not run (regression tests off)",
+        ]
+        if not passed:
+            lines.append(_failure_excerpt(target, 8))
+        return GroundingResult(
+            grounder=self.name, grounded=True, verified=passed, evidence=join_evidence(lines),
+            confidence=CONFIDENCE_TARGET_ONLY if passed else 1.0, elapsed_ms=_ms(started), cost=1,
+            score=1.0 if passed else 0.0, passed=int(passed), failed=int(not passed),
+            details={"kind": "fix", "files_changed": changed, "failing_test_passed": passed, "suite": None,
+                     **target.isolation()},
+        )  # fmt: skip
 
 
 # ------------------------------------------------------------------ helpers

@@ -295,6 +295,38 @@ class KnowledgeBase:
         # bm25 is lower-is-better and negative; Citation.score is higher-is-better.
         return [Citation(path, start, end, text, score=-rank) for path, start, end, text, rank in rows]
 
+    def document_path(self, cited: str) -> str | None:
+        """The indexed path a citation names: exactly, or the one document whose path ends with it (or it with
+        the document's path, when the citation adds the folder's name); None when there is no such document."""
+        name = cited.strip().replace("\\", "/").removeprefix("./")
+        with self._lock:
+            if self._conn.execute("SELECT 1 FROM documents WHERE path = ?", (name,)).fetchone():
+                return name
+            paths = [row[0] for row in self._conn.execute("SELECT path FROM documents")]
+        near = [p for p in paths if p.endswith("/" + name) or name.endswith("/" + p)]
+        return near[0] if len(near) == 1 else None
+
+    def lines(self, path: str, line_start: int, line_end: int) -> Citation | None:
+        """The indexed text of lines line_start..line_end of the document at `path` (blank lines are not
+        indexed); None when none of those lines holds text."""
+        with self._lock:
+            rows = self._conn.execute(
+                "SELECT line_start, text FROM passages WHERE path = ? AND line_end >= ? AND line_start <= ? "
+                "ORDER BY line_start",
+                (path, line_start, line_end),
+            ).fetchall()
+        found: dict[int, str] = {}
+        for first, text in rows:
+            # A passage holds its lines whole and in order (paragraphs have no blank line inside).
+            for number, line in enumerate(text.split("\n"), first):
+                if line_start <= number <= line_end:
+                    found.setdefault(number, line)
+        if not found:
+            return None
+        first, last = min(found), max(found)
+        # Blank lines stay blank, so a line's number is still its offset in the text.
+        return Citation(path, first, last, "\n".join(found.get(n, "") for n in range(first, last + 1)))
+
     def close(self) -> None:
         """Close the index (a file index stays on disk for the next open)."""
         with self._lock:

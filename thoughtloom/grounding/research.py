@@ -17,7 +17,8 @@ of adjacent sentences, when the pair covers strictly more) with the highest *cov
 where a term also counts as found when the sentence has one of its opposites (ANTONYMS), since
 "prices decrease" is about the same thing as "prices increase". Then:
 
-- coverage < SUPPORT_COVERAGE: UNRELATED (the passage is about something else).
+- coverage < SUPPORT_COVERAGE (or the grounder's `min_coverage`: a profile's
+  cross_reference_threshold): UNRELATED (the passage is about something else).
 - *polarity*: a side is negated when the first content word or number after a negation ("not",
   "never", "isn't", ...; within NEGATION_SCOPE tokens) is one of the claim's terms or numbers,
   so "boils at 100, not 90" negates 90 but not "boils". The sentence *flips* the claim when
@@ -229,8 +230,11 @@ def _number_conflict(claim: Claim, facts: tuple[NumberFact, ...]) -> tuple[str, 
     return outcome
 
 
-def judge_passage(claim: Claim, passage: Citation) -> Judgement:
-    """Judge whether `passage` supports, contradicts or is unrelated to `claim` (see the module docstring)."""
+def judge_passage(claim: Claim, passage: Citation, min_coverage: float = SUPPORT_COVERAGE) -> Judgement:
+    """Judge whether `passage` supports, contradicts or is unrelated to `claim` (see the module docstring).
+
+    min_coverage: the share of the claim's terms a sentence must cover to say anything about it.
+    """
     text = passage.text
     spans = sentence_spans(text) or [(0, len(text))]
     analysed = []
@@ -256,7 +260,7 @@ def judge_passage(claim: Claim, passage: Citation) -> Judgement:
     )
     found = round(best * len(claim.terms))
     covered = f"covers {found}/{len(claim.terms)} terms"
-    if best < SUPPORT_COVERAGE:
+    if best < min_coverage:
         return Judgement(Verdict.UNRELATED, best, covered, citation)
 
     relevant = set(claim.terms).union(*(OPPOSITES.get(t, frozenset()) for t in claim.terms))
@@ -319,10 +323,10 @@ def _quote(citation: Citation) -> str:
     return f'"{text}"' if len(text) <= QUOTE_CHARS else f'"{text[: QUOTE_CHARS - 1]}…"'
 
 
-def judge_claim(claim: str, passages: Sequence[Citation]) -> ClaimVerdict:
-    """Judge a claim from the passages retrieved for it (see the module docstring)."""
+def judge_claim(claim: str, passages: Sequence[Citation], min_coverage: float = SUPPORT_COVERAGE) -> ClaimVerdict:
+    """Judge a claim from the passages retrieved for it (see the module docstring; min_coverage as for judge_passage)."""
     profile = analyse_claim(claim)
-    judgements = [judge_passage(profile, p) for p in passages]
+    judgements = [judge_passage(profile, p, min_coverage) for p in passages]
     supporting = _distinct([j for j in judgements if j.verdict is Verdict.SUPPORTS])
     contradicting = _distinct([j for j in judgements if j.verdict is Verdict.CONTRADICTS])
     coverage = max((j.coverage for j in judgements), default=0.0)
@@ -354,13 +358,21 @@ def judge_claim(claim: str, passages: Sequence[Citation]) -> ClaimVerdict:
 class ResearchGrounder:
     """Checks the claims in a thought against a `KnowledgeBase` and cites the passages it used."""
 
-    def __init__(self, kb: KnowledgeBase, *, name: str = "research", passages_per_claim: int = 5) -> None:
-        """Ground against `kb`, judging the best `passages_per_claim` passages for each claim."""
+    def __init__(self, kb: KnowledgeBase, *, name: str = "research", passages_per_claim: int = 5,
+                 min_coverage: float | None = None) -> None:
+        """Ground against `kb`, judging the best `passages_per_claim` passages for each claim.
+
+        min_coverage: the share of a claim's terms a passage must cover to confirm or refute it (a
+        profile's cross_reference_threshold; None: SUPPORT_COVERAGE).
+        """
         if passages_per_claim < 1:
             raise ValueError(f"passages_per_claim must be at least 1, got {passages_per_claim}")
+        if min_coverage is not None and not 0.0 < min_coverage <= 1.0:
+            raise ValueError(f"min_coverage must be in (0, 1], got {min_coverage}")
         self.kb = kb
         self.name = name
         self.passages_per_claim = passages_per_claim
+        self.min_coverage = SUPPORT_COVERAGE if min_coverage is None else min_coverage
 
     def can_ground(self, thought: Thought) -> bool:
         """True when the thought states at least one checkable claim."""
@@ -383,7 +395,7 @@ class ResearchGrounder:
             for claim in claims:
                 passages = self.kb.search(claim, limit=self.passages_per_claim)
                 lookups += 1
-                verdicts.append(judge_claim(claim, passages))
+                verdicts.append(judge_claim(claim, passages, self.min_coverage))
             documents = self.kb.documents
         except (sqlite3.Error, KnowledgeBaseError) as exc:
             return not_grounded(self.name, f"research: the knowledge base failed: {exc}")

@@ -22,6 +22,7 @@ from dataclasses import replace
 
 from ..control.controller import Controller
 from ..control.feedback import AutomaticHandler, FeedbackHandler
+from ..grounding.knowledge import KnowledgeBase
 from ..grounding.types import Grounder
 from ..llm.budget import BudgetLimits
 from ..llm.gateway import Gateway, RetryPolicy
@@ -58,20 +59,51 @@ def build_controller(spec: RunSpec, handler: FeedbackHandler | None = None) -> C
     return Controller(spec.control, handler, profile=spec.profile)
 
 
-def spec_grounders(spec: RunSpec) -> list[Grounder]:
-    """Grounders the spec adds to the task's own: a research grounder over `knowledge`, then the given ones."""
+def open_knowledge(spec: RunSpec) -> KnowledgeBase | None:
+    """The spec's knowledge base for grounding: None without `knowledge`, or where the strategy reads the
+    folder through its docs tool (the agent, the research flow; a replay of them must not need the folder)."""
+    if spec.knowledge is None or spec.config.strategy in TOOL_STRATEGIES:
+        return None
+    from ..grounding.knowledge import KnowledgeBase, KnowledgeBaseError
+
+    try:
+        return KnowledgeBase.open(spec.knowledge, spec.knowledge_index)
+    except KnowledgeBaseError as exc:
+        raise SpecError(str(exc)) from None
+
+
+def spec_grounders(spec: RunSpec, free_text: bool = True, kb: KnowledgeBase | None = None) -> list[Grounder]:
+    """Grounders the spec adds to the task's own: the research grounder over `knowledge` (its citations
+    checked, required when the profile says so), the consistency check, then the given ones.
+
+    free_text: whether the task's steps are free text (a consistency check reads claims, not moves).
+    kb: the spec's knowledge base when it is open already (else it is opened here).
+    """
     out: list[Grounder] = []
-    # The agent and the research flow read the folder through their docs tool, not a grounder (and a
-    # replay, which runs no tool, must not need the folder at all).
-    if spec.knowledge is not None and spec.config.strategy not in TOOL_STRATEGIES:
-        from ..grounding.knowledge import KnowledgeBase, KnowledgeBaseError
+    threshold = spec.checks.cross_reference_threshold
+    kb = kb if kb is not None else open_knowledge(spec)
+    if kb is not None:
+        from ..grounding.citations import CitationChecker, CitationGrounder
         from ..grounding.research import ResearchGrounder
 
-        try:
-            out.append(ResearchGrounder(KnowledgeBase.open(spec.knowledge, spec.knowledge_index)))
-        except KnowledgeBaseError as exc:
-            raise SpecError(str(exc)) from None
+        out.append(CitationGrounder(ResearchGrounder(kb, min_coverage=threshold),
+                                    CitationChecker(kb, min_coverage=threshold),
+                                    required=spec.checks.require_citations))
+    if spec.checks.check_consistency and free_text and spec.config.strategy not in TOOL_STRATEGIES:
+        from ..grounding.consistency import ConsistencyGrounder
+
+        out.append(ConsistencyGrounder(min_coverage=threshold))
     return [*out, *spec.grounders]
+
+
+def posed_problem(spec: RunSpec, free_text: bool, kb: KnowledgeBase | None) -> str:
+    """The problem as the search poses it: when citations are required, with the passages to cite
+    (grounding/citations.py:with_sources); else as given."""
+    if kb is None or not spec.checks.require_citations or not free_text:
+        return spec.problem
+    from ..grounding.citations import with_sources
+
+    return with_sources(spec.problem, kb)
 
 
 def lane_gateway(backend: Backend, budget: BudgetLimits | None, slots: SharedSlots | None = None) -> Gateway:
@@ -176,7 +208,9 @@ async def execute(
     research strategy's brancher, evaluator and synthesizer given as functions (default: the built-in ones).
     """
     task = spec.task_object()
-    grounders = spec_grounders(spec)
+    kb = open_knowledge(spec)
+    grounders = spec_grounders(spec, task.free_text_steps, kb)
+    problem = posed_problem(spec, task.free_text_steps, kb)
     ctrl = controller if controller is not None else build_controller(spec, handler)
     if session is None and spec.store is not None:
         session = record_session(spec, task, on_start=on_stored)
@@ -204,7 +238,7 @@ async def execute(
             live_tools = await build_tools(spec) if session is None or session.needs_live_model else None
             tools = session.wrap_tools(live_tools) if session is not None else live_tools
         result = await search(
-            task, spec.problem, gateway, spec.config,
+            task, problem, gateway, spec.config,
             sinks=[*sinks, *(session.sinks if session is not None else [])], controller=ctrl, grounders=grounders,
             grounding_policy=spec.grounding, on_context=session.on_context if session is not None else None,
             tools=tools, processors=processors, research=research_setup(spec, roles),
@@ -220,6 +254,7 @@ async def execute(
                 await tools.aclose()
         finally:
             await gateway.aclose()
+    result.problem = spec.problem  # the user's problem; the graph's root shows it as posed, sources included
     if session is not None:
         session.finish(result)
     return result

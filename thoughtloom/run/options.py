@@ -82,6 +82,7 @@ def task_options(options: Mapping[str, Any], task_name: str) -> TaskOptions:
     return TaskOptions(
         tests=path("tests"), data=path("data"), repo=path("repo"), failing_test=options.get("failing_test"),
         test_command=command, size=options.get("size"),
+        regression_tests=False if options.get("no_regression_tests") else None,
         sandbox=sandbox_limits(task_name, options.get("sandbox_timeout"), options.get("sandbox_memory"),
                                options.get("sandbox_disk")),
     )

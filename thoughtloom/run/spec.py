@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from ..control.controller import ControlSettings
-from ..control.profiles import DomainProfile, get_profile
+from ..control.profiles import DomainChecks, DomainProfile, get_profile
 from ..grounding.adjust import GroundingPolicy
 from ..grounding.sandbox import SandboxLimits
 from ..grounding.types import Grounder
@@ -89,6 +89,8 @@ class RunSpec:
     control: ControlSettings | None = field(default_factory=ControlSettings)
     answers: AutoAnswers = field(default_factory=AutoAnswers)
     grounding: GroundingPolicy = field(default_factory=GroundingPolicy)
+    #: The profile's other checks: citations required, the cross-reference threshold, consistency, regressions.
+    checks: DomainChecks = field(default_factory=DomainChecks)
     #: Claims in thoughts are checked against the documents in this folder (a research grounder).
     knowledge: str | None = None
     knowledge_index: str | None = None
@@ -132,7 +134,7 @@ class RunSpec:
             "task_options": _plain(self.task_options), "config": self.config.to_dict(),
             "budget": asdict(self.budget), "profile": self.profile,
             "control": asdict(self.control) if self.control is not None else None,
-            "answers": asdict(self.answers), "grounding": asdict(self.grounding),
+            "answers": asdict(self.answers), "grounding": asdict(self.grounding), "checks": self.checks.to_dict(),
             "knowledge": self.knowledge, "knowledge_index": self.knowledge_index,
             **({"tools": list(self.tools), "tool_limits": asdict(self.tool_limits), "mcp_config": self.mcp_config,
                 "read_roots": list(self.read_roots)} if self.tools else {}),
@@ -162,6 +164,8 @@ class RunSpec:
                 control=ControlSettings(**_known(ControlSettings, control)) if control is not None else None,
                 answers=AutoAnswers(**(data.get("answers") or {})),
                 grounding=GroundingPolicy(**(data.get("grounding") or {})),
+                # A run stored before profiles' checks were applied ran without them.
+                checks=DomainChecks(**_known(DomainChecks, data["checks"])) if data.get("checks") else _UNCHECKED,
                 knowledge=data.get("knowledge"), knowledge_index=data.get("knowledge_index"),
                 tools=tuple(data.get("tools") or ()), tool_limits=ToolLimits(**(data.get("tool_limits") or {})),
                 mcp_config=data.get("mcp_config"), read_roots=tuple(data.get("read_roots") or ()),
@@ -173,6 +177,7 @@ class RunSpec:
 
 
 _OPTION_FIELDS = {f.name for f in fields(TaskOptions)} - {"sandbox"}
+_UNCHECKED = DomainChecks()
 
 
 def _known(cls: type, data: Mapping[str, Any]) -> dict[str, Any]:
@@ -231,6 +236,7 @@ def resolve(
     control: bool | ControlSettings | Mapping[str, Any] = True,
     answers: AutoAnswers | None = None,
     grounding: GroundingPolicy | Mapping[str, Any] | None = None,
+    checks: DomainChecks | Mapping[str, Any] | None = None,
     knowledge: str | os.PathLike[str] | None = None,
     knowledge_index: str | os.PathLike[str] | None = None,
     grounders: Sequence[Grounder] = (),
@@ -251,7 +257,10 @@ def resolve(
     (None values ignored). `control`: True for the profile's thresholds, a mapping of
     ControlSettings fields to override some of them, a ControlSettings as is (its profile's search
     and grounding settings apply, as with `profile=`), or False for a plain search.
-    `grounding`: a GroundingPolicy, or fields overriding the profile's. `tools`,
+    `grounding`: a GroundingPolicy, or fields overriding the profile's. `checks`: a DomainChecks, or
+    fields overriding the profile's (require_citations needs `knowledge` outside the agent and
+    research strategies; run_regression_tests fills the debug task's TaskOptions.regression_tests
+    when the caller left it None). `tools`,
     `tool_limits`, `mcp_config`, `read_roots`: what the agent strategy may call (thoughtloom.tools).
     `research`: the research strategy's ResearchConfig, or fields of it; `role_models`: roles that
     run on a model of their own, by model spec (the search strategies' generator, evaluator and
@@ -260,7 +269,14 @@ def resolve(
     """
     prof = _profile(profile, control)
     options = task_options or TaskOptions()
+    try:
+        domain = checks if isinstance(checks, DomainChecks) else replace(
+            prof.checks, **{k: v for k, v in (checks or {}).items() if v is not None})
+    except (TypeError, ValueError) as exc:
+        raise SpecError(f"checks: {exc}") from None
     task_ref: str | Task[Any] = task if task is not None else implied_task(options, problem, prof.default_task)
+    if task_ref == "debug" and options.regression_tests is None and domain.run_regression_tests is not None:
+        options = replace(options, regression_tests=domain.run_regression_tests)
     if isinstance(task_ref, str) and not task_ref.strip():
         raise SpecError("empty task name; choose one of the tasks 'loom tasks' lists")
     task_obj = get_task(task_ref, options) if isinstance(task_ref, str) else task_ref
@@ -295,13 +311,16 @@ def resolve(
                         "form); use bfs, dfs, best_first, mcts or got")
     if knowledge_index is not None and knowledge is None:
         raise SpecError("--knowledge-index needs --knowledge DIR")
+    if domain.require_citations and knowledge is None and config.strategy not in TOOL_STRATEGIES:
+        raise SpecError(f"profile {prof.name} requires citations: give --knowledge DIR, the folder of documents "
+                        "the thoughts cite and are checked against")
     names = _tool_names(tools, config.strategy, knowledge, mcp_config, read_roots)
     research_config = _research(research, config.strategy)
     roles = _role_models(role_models, config.strategy)
     return RunSpec(
         task=task_ref, problem=problem, model=pinned_model(model), task_options=options, config=config,
         budget=budget or BudgetLimits(), profile=prof.name, control=settings, answers=answers or AutoAnswers(),
-        grounding=policy, knowledge=os.fspath(knowledge) if knowledge is not None else None,
+        grounding=policy, checks=domain, knowledge=os.fspath(knowledge) if knowledge is not None else None,
         knowledge_index=os.fspath(knowledge_index) if knowledge_index is not None else None,
         grounders=tuple(grounders), store=store, run_id=run_id, tools=names,
         tool_limits=tool_limits or ToolLimits(),

@@ -343,7 +343,8 @@ class SearchContext:
                 self.stop("budget_wall_s")
                 return None
             if result is None:
-                return score
+                # No grounder could test it: the policy may require grounding (unverified_factor).
+                return self.grounding_policy.adjust(score, None)
         adjusted = self.grounding_policy.adjust(score, result)
         if self.bus:
             first = result.evidence.strip().splitlines()[0] if result.evidence.strip() else ""

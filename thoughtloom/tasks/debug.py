@@ -4,8 +4,9 @@ Before the search, the failing test is run on an untouched copy of the repositor
 and its output is shown to the model. Depth 1 thoughts are hypotheses (what is wrong, where),
 grounded by checking them against the reproduced failure. Deeper thoughts are fixes (a whole
 corrected file), grounded by applying them to a fresh copy, running the failing test and then the
-whole suite for regressions. A fix that passes both is a goal. The repository itself is never
-modified: the answer is the verified fix, for the user to apply.
+whole suite for regressions (unless `regression_tests` is off: the debugging profile's
+run_regression_tests, `--no-regression-tests`). A fix that passes both is a goal. The repository
+itself is never modified: the answer is the verified fix, for the user to apply.
 """
 
 from __future__ import annotations
@@ -65,6 +66,8 @@ class DebugTask(Task[DebugProblem]):
     test_command: Sequence[str] | None = None
     #: Extra environment for the test runs (e.g. PYTEST_DISABLE_PLUGIN_AUTOLOAD=1 to start pytest faster).
     test_env: Mapping[str, str] | None = None
+    #: Run the repository's other tests against each fix; off, a fix is judged by the failing test alone.
+    regression_tests: bool = True
     sandbox_limits: SandboxLimits = field(default_factory=lambda: SandboxLimits(timeout_s=60, cpu_s=60))
     max_tokens: int = 768
     _grounder: DebuggingGrounder | None = field(default=None, repr=False)
@@ -101,7 +104,7 @@ class DebugTask(Task[DebugProblem]):
                     command = [*command, problem.failing_test]  # the user gave how to run tests, not which
                 self._grounder = DebuggingGrounder(
                     problem.repo, problem.failing_test, Sandbox(self.sandbox_limits), test_command=command,
-                    env=dict(self.test_env) if self.test_env else None,
+                    env=dict(self.test_env) if self.test_env else None, regression_tests=self.regression_tests,
                 )
             except GroundingSetupError as exc:
                 raise ProblemError(str(exc)) from None
@@ -125,7 +128,7 @@ class DebugTask(Task[DebugProblem]):
         return [self.grounder(problem)]
 
     def grounded_goal(self, problem: DebugProblem, steps: Sequence[str], result: GroundingResult) -> bool:
-        """A verified fix (the failing test passes, and so does the rest of the suite)."""
+        """A verified fix (the failing test passes, and so does the rest of the suite when it is run)."""
         return len(steps) >= 2 and result.verified is True
 
     # --- generate -----------------------------------------------------------------------

@@ -28,11 +28,13 @@ class TaskOptions:
     test_command: tuple[str, ...] | None = None  # debug: how to run tests (default: pytest)
     sandbox: SandboxLimits | None = None  # code, debug: limits for running programs and tests
     size: int | None = None  # sorting, set_intersection: instance size (data file, or a generated instance)
+    #: debug: run the repository's other tests against each fix (None: the profile's run_regression_tests)
+    regression_tests: bool | None = None
 
     def given(self) -> list[str]:
-        """Names of the options that are set."""
-        return [name for name in ("tests", "data", "repo", "failing_test", "test_command", "size")
-                if getattr(self, name)]
+        """Names of the options that are set, as their flags are named."""
+        names = [name for name in ("tests", "data", "repo", "failing_test", "test_command", "size") if getattr(self, name)]
+        return [*names, "no_regression_tests"] if self.regression_tests is False else names
 
 
 class UnknownTask(ValueError):
@@ -89,12 +91,12 @@ def _mbpp(options: TaskOptions) -> Task[Any]:
 def _debug(options: TaskOptions) -> Task[Any]:
     from .debug import DebugTask
 
-    _only(options, "debug", {"repo", "failing_test", "test_command"})
+    _only(options, "debug", {"repo", "failing_test", "test_command", "no_regression_tests"})
     if options.repo is None or not options.failing_test:
         raise TaskOptionError("task debug needs --repo DIR and --failing-test TEST (a pytest node id)")
     return DebugTask(
         repo=options.repo, failing_test=options.failing_test, test_command=options.test_command,
-        **_sandbox_kw(options),
+        regression_tests=options.regression_tests is not False, **_sandbox_kw(options),
     )
 
 
