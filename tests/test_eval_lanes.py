@@ -345,4 +345,4 @@ async def test_a_crashing_lane_is_recorded_as_unsolved_and_the_run_goes_on(monke
     assert io[0].error == "RuntimeError: bug in a strategy"
     assert sum(r.lane == "cot" for r in stats.records) == 2  # the other lane still ran
     sums = summarize(stats.records, {"game24": "rate"}, ["io", "cot"], {"game24": 2})
-    assert sums[0].lane_errors == 2 and "io: 2 of 2 problems ended in a model error or a crash" in format_table(sums)
+    assert sums[0].lane_errors == 2 and "io: 2 of 2 problems ended in a model error, a crash or an unsupported step" in format_table(sums)

@@ -161,6 +161,11 @@ def cmd_bench(args: argparse.Namespace) -> int:
             out = Path(args.out) if args.out else Path(DEFAULT_OUT_ROOT) / f"{'+'.join(protocol.tasks)}-{protocol.fingerprint()}"
         # The audit runs before any lane and before the model loads: an unfair protocol costs nothing.
         checks = audit(protocol)
+        from ..eval.report import left_out_lines
+
+        for line in left_out_lines(protocol.not_applicable) if not args.shard else ():
+            # Not progress: said even with --quiet, as the table will lack these lanes (once: not by each worker).
+            print(f"loom bench: {line}", file=sys.stderr, flush=True)
         datasets = {t: load_dataset(t, protocol.data_dir) for t in protocol.tasks}
         protocol = prepare_run_dir(protocol, out, say)
         shard = _shard(args.shard)
@@ -255,7 +260,7 @@ def _report(protocol: Any, out: Path, checks: list[str], *, plot: bool, say: Any
     planned = {t: len(v) for t, v in protocol.problems.items()}
     summaries = summarize(records, metrics, [p.lane for p in protocol.lanes], planned, protocol.not_applicable)
     print(format_table(summaries, protocol.not_applicable))
-    write_json(out / SUMMARY_JSON, protocol.to_dict(), summaries, checks)
+    write_json(out / SUMMARY_JSON, protocol.to_dict(), summaries, checks, protocol.not_applicable)
     write_csv(out / SUMMARY_CSV, summaries)
     written = [str(out / SUMMARY_JSON), str(out / SUMMARY_CSV)]
     if plot:

@@ -2,8 +2,8 @@
 
 Sampling lanes (io, cot, cot_sc, best_of_n, react) prompt the model directly with the data set's
 prompts, each request carrying both the few-shot completion text (base models) and chat messages
-(instruct models); search lanes (tot, dfs, mcts, got, recursive) run thoughtloom's engine on the
-data set's task; the random lane is the LM-free control: tot's search choosing by chance among
+(instruct models); search lanes (tot, dfs, mcts, got, recursive, cove) run thoughtloom's engine on
+the data set's task, and only where the task has what the strategy needs (search/strategies/fit.py); the random lane is the LM-free control: tot's search choosing by chance among
 the valid replies the task lists, at the same token cost; the agent lane runs the agent strategy on the problem's text with the tools
 chosen for its data set (AGENT_TOOLS); the research lane runs Research Flow on the question over
 the problem's own documents, one sentence per line, so its citations read as the data set's
@@ -148,9 +148,9 @@ def check_lane(lane: str, dataset: Dataset) -> None:
         if lane == CHANCE_LANE and not _lists_choices(dataset.spec.task):
             raise LaneError(f"lane random needs a task that lists its valid steps; {dataset.spec.task} does not "
                             f"(it runs on game24)")
-        if lane != "recursive" and not _generates(dataset.spec.task):
-            raise LaneError(f"lane {lane} needs propose or sample prompts, which task {dataset.spec.task} lacks "
-                            f"(it searches with the recursive lane)")
+        unfit = _unfit(SEARCH_LANES[lane], dataset)
+        if unfit is not None:
+            raise LaneError(f"lane {lane} does not apply: {unfit}")
         return
     if family not in PROMPTS and family != "code":
         raise LaneError(f"lane {lane} has no prompt for {dataset.name}; use a search lane")
@@ -204,13 +204,12 @@ def check_params(lane: str, params: dict[str, Any]) -> None:
             raise LaneError(f"lane {lane}: {exc}") from None
 
 
-def _generates(task_name: str) -> bool:
-    """True when the task can generate thoughts step by step (bfs, dfs, mcts and got need it)."""
-    from ..tasks.base import Task
+def _unfit(strategy: str, dataset: Dataset) -> str | None:
+    """Why the engine strategy cannot search this data set's task (the one its search lanes run), or None."""
+    from ..search.strategies.fit import unsupported_reason
     from ..tasks.registry import get_task
 
-    cls = type(get_task(task_name))
-    return cls.propose is not Task.propose or cls.sample is not Task.sample
+    return unsupported_reason(strategy, get_task(dataset.spec.task))
 
 
 def _lists_choices(task_name: str) -> bool:

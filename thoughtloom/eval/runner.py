@@ -76,10 +76,11 @@ def build_protocol(opts: BenchOptions, datasets: dict[str, Dataset] | None = Non
             try:
                 check_lane(lane, datasets[t])
             except LaneError as exc:
-                # Left out of this data set's comparison, and said so in the table.
+                # Left out of this data set's run and report, with the reason (never scored as 0%).
                 not_applicable.setdefault(t, {})[lane] = str(exc)
-        if all(lane in not_applicable.get(t, {}) for t in opts.tasks):
-            raise LaneError(not_applicable[opts.tasks[0]][lane])
+    if opts.lanes and all(lane in not_applicable.get(t, {}) for lane in opts.lanes for t in opts.tasks):
+        lane = opts.lanes[0]
+        raise LaneError(f"nothing to run: {not_applicable[opts.tasks[0]][lane]}")
     unknown = set(opts.lane_params) - set(opts.lanes)
     if unknown:
         raise LaneError(f"parameters given for lane {min(unknown)}, which is not in --lanes")
