@@ -46,7 +46,8 @@ from .scoring import (
 
 SAMPLING_LANES = ("io", "cot", "cot_sc", "best_of_n", "react")
 #: Search lanes and the engine strategy each runs (recursive: only when that strategy is registered).
-SEARCH_LANES = {"tot": "bfs", "dfs": "dfs", "mcts": "mcts", "got": "got", "recursive": "recursive", "random": "bfs"}
+SEARCH_LANES = {"tot": "bfs", "dfs": "dfs", "mcts": "mcts", "got": "got", "recursive": "recursive", "random": "bfs",
+                "cove": "cove"}
 #: The LM-free control: the tot lane's search, choosing at random among the valid replies its
 #: prompts list (llm/chance.py), with tokens counted as the lane's model would count them.
 CHANCE_LANE = "random"
