@@ -26,7 +26,7 @@ class LaneSummary:
     task: str
     lane: str
     #: "rate": success rate; "errors": median error and solved count; "f1": exact-match rate (solved)
-    #: and mean F1 (HotpotQA)
+    #: and mean F1 (HotpotQA); "unchecked": no checker, so no success rate (a free-text question)
     metric: str
     n: int
     planned: int
@@ -127,6 +127,8 @@ def format_table(summaries: Sequence[LaneSummary], skip: dict[str, dict[str, str
                 ci = s.median_errors_ci
                 q = "-" if s.median_errors is None else f"{s.median_errors:g} [{ci[0]:g}, {ci[1]:g}]" if ci else f"{s.median_errors:g}"
                 cells = [q, f"{s.solved}/{s.n}"]
+            elif s.metric == "unchecked":
+                cells = ["- (no checker)", "-"]
             else:
                 cells = [f"{s.solved}/{s.n} = {s.rate:.0%} [{s.rate_ci[0]:.0%}, {s.rate_ci[1]:.0%}]"]
                 if f1:
