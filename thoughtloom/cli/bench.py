@@ -23,11 +23,13 @@ def add_bench_parser(sub: Any, positive_int: Any, positive_float: Any) -> None:
     """Register `loom bench` on the CLI's subparsers (the argument types come from cli.main)."""
     b = sub.add_parser(
         "bench", help="compare reasoning methods fairly on benchmark data",
-        description="Run lanes (io, cot, cot_sc, best_of_n, react, tot, dfs, mcts, got, recursive, random: the LM-free control, and agent: the "
+        description="Run lanes (io, cot, cot_sc, best_of_n, react, tot, dfs, mcts, got, recursive, cove: Chain of "
+        "Verification, random: the LM-free control, and agent: the "
         "agent with calc,python on GSM8K, docs over each question's own paragraphs on HotpotQA; research: Research "
         "Flow over those paragraphs, its cited sentences scored against HotpotQA's supporting facts) on benchmark "
         "problems under one frozen protocol: same model, temperature, per-problem budget, problems and seeds. "
-        "A parity audit refuses unfair protocols; results stream to --out, so re-running resumes.",
+        "A parity audit refuses unfair protocols; lanes that do not apply to a data set are left out with the "
+        "reason; results stream to --out, so re-running resumes.",
     )
     b.add_argument("--tasks", help=f"data sets, comma-separated: {', '.join(DATASETS)} (default game24)")
     b.add_argument("--lanes", help="lanes, comma-separated (default io,cot,cot_sc,tot)")
