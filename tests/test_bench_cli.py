@@ -266,7 +266,8 @@ def cove_completions(seen: Seen) -> Reply:
 
     texts = [one(p) for p in prompts]
     body = {"id": "x", "object": "text_completion", "created": 0, "model": "m",
-            "choices": [{"index": i, "text": t, "finish_reason": "stop", "logprobs": None} for i, t in enumerate(texts)],
+            "choices": [{"index": i, "text": t, "finish_reason": "stop", "logprobs": None}
+                        for i, t in enumerate(texts)],
             "usage": {"prompt_tokens": 50 * len(texts), "completion_tokens": 10 * len(texts),
                       "total_tokens": 60 * len(texts)}}
     return Reply(200, body)

@@ -158,7 +158,8 @@ def test_a_stored_cove_run_replays_into_the_same_graph_with_no_model_call(tmp_pa
 
 def test_cove_is_refused_before_any_call_for_a_task_that_composes_its_own_answer() -> None:
     model = ScriptedBackend(default="anything")
-    with pytest.raises(SpecError, match="^--strategy cove: cove drafts and revises a free-text answer, and task game24"):
+    refusal = "^--strategy cove: cove drafts and revises a free-text answer, and task game24 composes its own answer"
+    with pytest.raises(SpecError, match=refusal):
         asyncio.run(asolve("4 5 6 10", task="game24", model=model, strategy="cove"))
     assert model.calls == []
 

@@ -23,10 +23,10 @@ from thoughtloom.tasks.registry import get_task
         ("recursive", "game24", "task game24 has no decomposition for recursive (its steps have a fixed form)"),
         ("got", "game24", "task game24 has no aggregate and refine prompts, which got needs to merge thoughts"),
         ("got", "humaneval", "task humaneval has no aggregate and refine prompts, which got needs to merge thoughts"),
-        ("bfs", "sorting", "task sorting has no step prompts (propose or sample), which bfs needs; it searches with "
-                           "recursive"),
-        ("cove", "game24", "cove drafts and revises a free-text answer, and task game24 composes its own answer "
-                           "from its steps"),
+        ("bfs", "sorting", ("task sorting has no step prompts (propose or sample), which bfs needs; it searches "
+                            "with recursive")),
+        ("cove", "game24", ("cove drafts and revises a free-text answer, and task game24 composes its own answer "
+                            "from its steps")),
     ],
 )
 def test_a_strategy_the_task_lacks_a_prompt_for_is_named_with_the_reason(strategy: str, task: str,

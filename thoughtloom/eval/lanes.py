@@ -3,8 +3,9 @@
 Sampling lanes (io, cot, cot_sc, best_of_n, react) prompt the model directly with the data set's
 prompts, each request carrying both the few-shot completion text (base models) and chat messages
 (instruct models); search lanes (tot, dfs, mcts, got, recursive, cove) run thoughtloom's engine on
-the data set's task, and only where the task has what the strategy needs (search/strategies/fit.py); the random lane is the LM-free control: tot's search choosing by chance among
-the valid replies the task lists, at the same token cost; the agent lane runs the agent strategy on the problem's text with the tools
+the data set's task, only where the task has what the strategy needs (search/strategies/fit.py);
+the random lane is the LM-free control: tot's search choosing by chance among the valid replies
+the task lists, at the same token cost; the agent lane runs the agent strategy on the problem's text with the tools
 chosen for its data set (AGENT_TOOLS); the research lane runs Research Flow on the question over
 the problem's own documents, one sentence per line, so its citations read as the data set's
 sentence ids (citations.py). "Any of k candidates correct" is kept apart as `candidates` for the

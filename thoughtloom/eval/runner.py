@@ -143,7 +143,8 @@ def limits_of(plan: LanePlan) -> BudgetLimits:
 
 
 async def run_one(dataset: Dataset, problem: Problem, index: int, plan: LanePlan, backend: Backend,
-                  protocol: Protocol, slots: SharedSlots | None = None, store: Any = None) -> tuple[Record, LaneOutcome]:
+                  protocol: Protocol, slots: SharedSlots | None = None,
+                  store: Any = None) -> tuple[Record, LaneOutcome]:
     """One lane on one problem under a fresh budget (the lane's) over the shared backend; scored exactly.
 
     Returns the record (what results.jsonl keeps) and the lane's whole outcome."""

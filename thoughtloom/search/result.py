@@ -158,7 +158,7 @@ class SearchResult:
         return {"summary": summary, "nodes": nodes}
 
     def cove(self) -> dict[str, Any] | None:
-        """Chain of Verification's trace: the draft, each question with its independent answer (None: unanswered), the revision."""
+        """CoVe's trace: the draft, each question with its own answer (None: unanswered), the revision."""
         record = self.graph.node(0).extra.get("cove") if len(self.graph) else None
         if record is None:
             return None
