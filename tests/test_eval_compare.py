@@ -87,3 +87,12 @@ def test_a_problem_given_as_text_is_checked_by_its_task_before_any_model_loads()
         given_problems("1 2 3", "game24")
     ds = given_problems(QUESTION)
     assert isinstance(ds, Dataset) and ds.spec.task == "general" and ds.problems[0].shown == QUESTION
+
+
+@pytest.mark.local_model
+async def test_the_embedded_model_answers_a_free_text_question_through_io_and_cot() -> None:
+    out = await compare_strategies(QUESTION, ["io", "cot"], model="local", budget_tokens=2000, seed=0)
+    for lane in ("io", "cot"):
+        (result,) = out[lane]
+        assert result.outcome.replies and result.outcome.replies[0].strip()
+        assert 0 < result.record.tokens <= 2000
