@@ -218,3 +218,74 @@ def test_the_issue_example_runs_lanes_where_they_apply_and_says_where_they_do_no
     assert "not run on sorting32: tot (" in printed and "| tot | 2 |" in printed  # tot runs on game24 only
     manifest = json.loads((out / "manifest.json").read_text())
     assert set(manifest["not_applicable"]["sorting32"]) == {"tot"}
+
+
+def test_a_lane_that_does_not_apply_is_left_out_with_its_reason_on_stderr_and_in_the_summary(
+        server: FakeOpenAIServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    server.responder = completions({"1 1 4 6": " 1 * 1 * 4 * 6 = 24"})
+    out = tmp_path / "run"
+    code = main(bench_args(server, out, "--lanes", "io,recursive", "--limit", "2", "--budget-tokens", "1000",
+                           "--no-plot"))  # --quiet too: the reason is said all the same
+    printed = capsys.readouterr()
+    assert code == 0
+    why = "lane recursive does not apply: task game24 has no decomposition for recursive (its steps have a fixed form)"
+    assert f"loom bench: left out of game24: {why}\n" in printed.err
+    assert "| io | 2 | 1/2 = 50% [" in printed.out and "| recursive |" not in printed.out
+    assert f"not run on game24: recursive ({why})" in printed.out
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["left_out"] == [{"task": "game24", "lane": "recursive", "reason": why}]
+    assert [s["lane"] for s in summary["summaries"]] == ["io"]
+    records = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+    assert {r["lane"] for r in records} == {"io"} and len(server.seen) == 2
+
+
+def test_a_bench_where_no_lane_applies_is_one_line_and_exit_2(server: FakeOpenAIServer, tmp_path: Path,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(bench_args(server, tmp_path / "run", "--lanes", "recursive,cove", "--limit", "2"))
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and err.count("\n") == 0
+    assert err == "loom: error: nothing to run: lane recursive does not apply: task game24 has no decomposition " \
+                  "for recursive (its steps have a fixed form)"
+    assert server.seen == [] and not (tmp_path / "run").exists()
+
+
+def cove_completions(seen: Seen) -> Reply:
+    """GSM8K problem 0 through CoVe: a wrong draft (70), two checks that expose it, a revision to 72."""
+    prompt = seen.body.get("prompt") or ""
+    prompts = prompt if isinstance(prompt, list) else [prompt]
+    checks = {"How many clips did Natalia sell in May?": "Half of 48, which is 24.",
+              "What is 48 + 24?": "48 + 24 = 72."}
+
+    def one(text: str) -> str:
+        asked = text.rstrip("\n").rsplit("\n", 1)[-1]
+        if asked.startswith("Verification questions ("):
+            return "\n".join(f"{i}. {q}" for i, q in enumerate(checks, 1))
+        if "\nVerifications:\n" in text.rsplit("Question: ", 1)[-1]:
+            return "Final answer: She sold 48 + 24 = 72 clips. The answer is 72."
+        return f"Answer: {checks.get(asked.removeprefix('Question: '), 'She sold 48 + 22 = 70 clips.')}"
+
+    texts = [one(p) for p in prompts]
+    body = {"id": "x", "object": "text_completion", "created": 0, "model": "m",
+            "choices": [{"index": i, "text": t, "finish_reason": "stop", "logprobs": None}
+                        for i, t in enumerate(texts)],
+            "usage": {"prompt_tokens": 50 * len(texts), "completion_tokens": 10 * len(texts),
+                      "total_tokens": 60 * len(texts)}}
+    return Reply(200, body)
+
+
+def test_the_cove_lane_verifies_and_revises_on_gsm8k_and_is_left_out_of_game24(
+        server: FakeOpenAIServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    server.responder = cove_completions
+    out = tmp_path / "run"
+    code = main(bench_args(server, out, "--tasks", "game24,gsm8k", "--lanes", "io,cove", "--limit", "1",
+                           "--budget-tokens", "4000", "--no-plot"))
+    printed = capsys.readouterr()
+    assert code == 0
+    assert "loom bench: left out of game24: lane cove does not apply: cove drafts and revises a free-text answer" \
+        in printed.err
+    records = {(r["task"], r["lane"]): r for r in map(json.loads, (out / "results.jsonl").read_text().splitlines())}
+    assert set(records) == {("game24", "io"), ("gsm8k", "io"), ("gsm8k", "cove")}
+    cove = records["gsm8k", "cove"]
+    assert cove["solved"] is True and cove["stop_reason"] == "goal_reached" and "72" in cove["answer"]
+    assert cove["calls"] == 5  # draft, plan, one per question (the ledger counts requests, batched or not), revision
+    assert "| cove | 1 | 1/1 = 100% [" in printed.out

@@ -321,11 +321,14 @@ def test_other_metrics_leave_the_f1_columns_empty(tmp_path: Path) -> None:
     assert list(csv.DictReader((tmp_path / "s.csv").open()))[0]["mean_f1"] == ""
 
 
-async def test_compare_strategies_on_one_problem_returns_one_summary_per_lane() -> None:
+async def test_compare_strategies_on_one_problem_returns_each_lanes_result_and_its_summary() -> None:
     fake = ScriptedBackend(default="Answer: 1 * 1 * 4 * 6 = 24")
     out = await compare_strategies("1 1 4 6", ["io", "cot", "cot_sc"], task="game24", model=fake, budget_tokens=2000)
     assert list(out) == ["io", "cot", "cot_sc"]
-    assert out["io"].solved == 1 and out["cot_sc"].any_of_k == 1.0
+    (io,) = out["io"]
+    assert io.answer == "Answer: 1 * 1 * 4 * 6 = 24" and io.record.solved
+    assert io.outcome.replies == ("Answer: 1 * 1 * 4 * 6 = 24",)
+    assert out.summaries["io"].solved == 1 and out.summaries["cot_sc"].any_of_k == 1.0
     assert len(out.records) == 3 and "| cot_sc | 1 |" in out.table()
 
 
@@ -345,4 +348,5 @@ async def test_a_crashing_lane_is_recorded_as_unsolved_and_the_run_goes_on(monke
     assert io[0].error == "RuntimeError: bug in a strategy"
     assert sum(r.lane == "cot" for r in stats.records) == 2  # the other lane still ran
     sums = summarize(stats.records, {"game24": "rate"}, ["io", "cot"], {"game24": 2})
-    assert sums[0].lane_errors == 2 and "io: 2 of 2 problems ended in a model error or a crash" in format_table(sums)
+    assert sums[0].lane_errors == 2
+    assert "io: 2 of 2 problems ended in a model error, a crash or an unsupported step" in format_table(sums)

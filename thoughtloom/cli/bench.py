@@ -23,11 +23,13 @@ def add_bench_parser(sub: Any, positive_int: Any, positive_float: Any) -> None:
     """Register `loom bench` on the CLI's subparsers (the argument types come from cli.main)."""
     b = sub.add_parser(
         "bench", help="compare reasoning methods fairly on benchmark data",
-        description="Run lanes (io, cot, cot_sc, best_of_n, react, tot, dfs, mcts, got, recursive, random: the LM-free control, and agent: the "
+        description="Run lanes (io, cot, cot_sc, best_of_n, react, tot, dfs, mcts, got, recursive, cove: Chain of "
+        "Verification, random: the LM-free control, and agent: the "
         "agent with calc,python on GSM8K, docs over each question's own paragraphs on HotpotQA; research: Research "
         "Flow over those paragraphs, its cited sentences scored against HotpotQA's supporting facts) on benchmark "
         "problems under one frozen protocol: same model, temperature, per-problem budget, problems and seeds. "
-        "A parity audit refuses unfair protocols; results stream to --out, so re-running resumes.",
+        "A parity audit refuses unfair protocols; lanes that do not apply to a data set are left out with the "
+        "reason; results stream to --out, so re-running resumes.",
     )
     b.add_argument("--tasks", help=f"data sets, comma-separated: {', '.join(DATASETS)} (default game24)")
     b.add_argument("--lanes", help="lanes, comma-separated (default io,cot,cot_sc,tot)")
@@ -161,6 +163,11 @@ def cmd_bench(args: argparse.Namespace) -> int:
             out = Path(args.out) if args.out else Path(DEFAULT_OUT_ROOT) / f"{'+'.join(protocol.tasks)}-{protocol.fingerprint()}"
         # The audit runs before any lane and before the model loads: an unfair protocol costs nothing.
         checks = audit(protocol)
+        from ..eval.report import left_out_lines
+
+        for line in left_out_lines(protocol.not_applicable) if not args.shard else ():
+            # Not progress: said even with --quiet, as the table will lack these lanes (once: not by each worker).
+            print(f"loom bench: {line}", file=sys.stderr, flush=True)
         datasets = {t: load_dataset(t, protocol.data_dir) for t in protocol.tasks}
         protocol = prepare_run_dir(protocol, out, say)
         shard = _shard(args.shard)
@@ -255,7 +262,7 @@ def _report(protocol: Any, out: Path, checks: list[str], *, plot: bool, say: Any
     planned = {t: len(v) for t, v in protocol.problems.items()}
     summaries = summarize(records, metrics, [p.lane for p in protocol.lanes], planned, protocol.not_applicable)
     print(format_table(summaries, protocol.not_applicable))
-    write_json(out / SUMMARY_JSON, protocol.to_dict(), summaries, checks)
+    write_json(out / SUMMARY_JSON, protocol.to_dict(), summaries, checks, protocol.not_applicable)
     write_csv(out / SUMMARY_CSV, summaries)
     written = [str(out / SUMMARY_JSON), str(out / SUMMARY_CSV)]
     if plot:

@@ -31,8 +31,8 @@ def add_solve_parser(sub: Any) -> None:
     s.add_argument("--task", help="task name (see 'loom tasks'); default: the profile's task, else general")
     s.add_argument("--problem", dest="problem_id", metavar="ID", help="a benchmark problem by id, e.g. HumanEval/0")
     add_model_option(s)
-    s.add_argument("--strategy", choices=("bfs", "dfs", "best_first", "mcts", "got", "recursive"),
-                   help="search strategy (default: the task's, else bfs)")
+    s.add_argument("--strategy", choices=("bfs", "dfs", "best_first", "mcts", "got", "recursive", "cove"),
+                   help="search strategy (default: the task's, else bfs); cove: Chain of Verification")
     s.add_argument("--breadth", type=positive_int("--breadth", MAX_FANOUT), help="thoughts generated per expansion")
     s.add_argument("--beam", type=positive_int("--beam", MAX_FANOUT), help="thoughts kept per level (beam width)")
     s.add_argument("--depth", type=positive_int("--depth", MAX_FANOUT),
@@ -53,6 +53,8 @@ def add_solve_parser(sub: Any) -> None:
         "evaluator": "scores the thoughts (value, vote)",
         "synthesizer": "merges thoughts (got) and writes the final answer",
     })
+    s.add_argument("--cove-questions", type=positive_int("--cove-questions", MAX_FANOUT), metavar="N",
+                   help="cove: most verification questions planned for the draft (default 3)")
     add_run_limits(s)
     s.add_argument("--size", type=positive_int("--size"),
                    help="sorting, set_intersection: instance size (32/64/128 for data IDs; sorting: alone, a generated list)")

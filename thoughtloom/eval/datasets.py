@@ -55,7 +55,9 @@ class DatasetSpec:
     name: str
     task: str
     path: str | None  # relative to the data dir; None: bundled with a package (HumanEval)
-    metric: str  # "rate": success rate; "errors": median error and solved count (GoT tasks); "f1": EM rate and mean F1
+    #: "rate": success rate; "errors": median error and solved count (GoT tasks); "f1": EM rate and mean F1;
+    #: "unchecked": no checker (a free-text question), so no success rate
+    metric: str
     prompts: str  # which io/cot/react prompt family (see prompts.PROMPTS)
     note: str = ""
 
@@ -83,6 +85,24 @@ DATASETS: dict[str, DatasetSpec] = {
         for n in (32, 64, 128)
     },
 }
+
+
+#: A free-text question given as text (compare_strategies): the general task, the general io/cot prompts, no checker.
+GIVEN_QUESTION = DatasetSpec("general", "general", None, "unchecked", "general", "a question given as text")
+
+
+def given_problems(text: str, task: str | None = None) -> Dataset:
+    """One problem given as text, as a one-problem data set of `task` (None: the task `loom solve` would pick)."""
+    from ..run.spec import implied_task
+    from ..tasks.registry import TaskOptions, get_task
+
+    name = task or implied_task(TaskOptions(), text, None)
+    parsed = get_task(name).parse_problem(text)  # a malformed problem: ProblemError, before any model loads
+    spec = DATASETS.get(name) or (GIVEN_QUESTION if name == "general" else DatasetSpec(name, name, None, "rate", name))
+    if name == "game24":
+        # The scorer's gold is the numbers; the prompts show them as the data file does.
+        return Dataset(spec, [Problem("given", text, " ".join(text.split()), [int(x) for x in parsed])], "<given>")
+    return Dataset(spec, [Problem("given", text, text)], "<given>")
 
 
 def find_data_dir(given: str | os.PathLike[str] | None = None) -> Path:

@@ -2,9 +2,10 @@
 
 Sampling lanes (io, cot, cot_sc, best_of_n, react) prompt the model directly with the data set's
 prompts, each request carrying both the few-shot completion text (base models) and chat messages
-(instruct models); search lanes (tot, dfs, mcts, got, recursive) run thoughtloom's engine on the
-data set's task; the random lane is the LM-free control: tot's search choosing by chance among
-the valid replies the task lists, at the same token cost; the agent lane runs the agent strategy on the problem's text with the tools
+(instruct models); search lanes (tot, dfs, mcts, got, recursive, cove) run thoughtloom's engine on
+the data set's task, only where the task has what the strategy needs (search/strategies/fit.py);
+the random lane is the LM-free control: tot's search choosing by chance among the valid replies
+the task lists, at the same token cost; the agent lane runs the agent strategy on the problem's text with the tools
 chosen for its data set (AGENT_TOOLS); the research lane runs Research Flow on the question over
 the problem's own documents, one sentence per line, so its citations read as the data set's
 sentence ids (citations.py). "Any of k candidates correct" is kept apart as `candidates` for the
@@ -29,6 +30,7 @@ from ..llm.errors import BudgetExceeded, ModelConfigError, ModelError
 from ..llm.gateway import Gateway
 from ..llm.limits import SharedSlots
 from ..llm.types import Backend, GenerateRequest, Message, Prompt
+from ..search.result import SearchResult
 from ..search.stop import StopReason
 from ..tasks.arith import ExpressionError, evaluate, fmt
 from .citations import Fact, cited_facts, corpus_file, sentence_files
@@ -46,7 +48,8 @@ from .scoring import (
 
 SAMPLING_LANES = ("io", "cot", "cot_sc", "best_of_n", "react")
 #: Search lanes and the engine strategy each runs (recursive: only when that strategy is registered).
-SEARCH_LANES = {"tot": "bfs", "dfs": "dfs", "mcts": "mcts", "got": "got", "recursive": "recursive", "random": "bfs"}
+SEARCH_LANES = {"tot": "bfs", "dfs": "dfs", "mcts": "mcts", "got": "got", "recursive": "recursive", "random": "bfs",
+                "cove": "cove"}
 #: The LM-free control: the tot lane's search, choosing at random among the valid replies its
 #: prompts list (llm/chance.py), with tokens counted as the lane's model would count them.
 CHANCE_LANE = "random"
@@ -104,6 +107,11 @@ class LaneOutcome:
     #: None for lanes that do not cite.
     citations: tuple[str, ...] | None = None
     cited: tuple[Fact, ...] | None = None
+    #: Engine lanes: the whole SearchResult (graph, best path, calls, usage); None for sampling lanes
+    #: and for a search that never started (a problem the task refused).
+    result: SearchResult | None = None
+    #: Sampling lanes: the model's replies as written, before the answer was read out of them.
+    replies: tuple[str, ...] = ()
 
 
 def available_strategies() -> set[str]:
@@ -148,9 +156,9 @@ def check_lane(lane: str, dataset: Dataset) -> None:
         if lane == CHANCE_LANE and not _lists_choices(dataset.spec.task):
             raise LaneError(f"lane random needs a task that lists its valid steps; {dataset.spec.task} does not "
                             f"(it runs on game24)")
-        if lane != "recursive" and not _generates(dataset.spec.task):
-            raise LaneError(f"lane {lane} needs propose or sample prompts, which task {dataset.spec.task} lacks "
-                            f"(it searches with the recursive lane)")
+        unfit = _unfit(SEARCH_LANES[lane], dataset)
+        if unfit is not None:
+            raise LaneError(f"lane {lane} does not apply: {unfit}")
         return
     if family not in PROMPTS and family != "code":
         raise LaneError(f"lane {lane} has no prompt for {dataset.name}; use a search lane")
@@ -204,13 +212,12 @@ def check_params(lane: str, params: dict[str, Any]) -> None:
             raise LaneError(f"lane {lane}: {exc}") from None
 
 
-def _generates(task_name: str) -> bool:
-    """True when the task can generate thoughts step by step (bfs, dfs, mcts and got need it)."""
-    from ..tasks.base import Task
+def _unfit(strategy: str, dataset: Dataset) -> str | None:
+    """Why the engine strategy cannot search this data set's task (the one its search lanes run), or None."""
+    from ..search.strategies.fit import unsupported_reason
     from ..tasks.registry import get_task
 
-    cls = type(get_task(task_name))
-    return cls.propose is not Task.propose or cls.sample is not Task.sample
+    return unsupported_reason(strategy, get_task(dataset.spec.task))
 
 
 def _lists_choices(task_name: str) -> bool:
@@ -318,9 +325,12 @@ async def _ask(gateway: Gateway, prompt: Prompt, *, n: int, max_tokens: int, sto
     return list(completion.texts)
 
 
+Samples = tuple[list[str | None], tuple[str, ...]]
+
+
 async def _code_samples(dataset: Dataset, problem: Problem, gateway: Gateway, n: int, temperature: float,
-                        seed: int | None, purpose: str) -> list[str | None]:
-    """n programs from the code task's own completion prompt."""
+                        seed: int | None, purpose: str) -> Samples:
+    """n programs from the code task's own completion prompt (and the replies they were read from)."""
     task = dataset.code_task()
     parsed = task.parse_problem(problem.text)
     q = task.sample(parsed, [])
@@ -332,34 +342,35 @@ async def _code_samples(dataset: Dataset, problem: Problem, gateway: Gateway, n:
     for text in completion.texts:
         thought = task.parse_sample(parsed, [], text)
         out.append(task.compose_answer(parsed, [thought], None) if thought else None)
-    return out
+    return out, tuple(completion.texts)
 
 
 async def _cot_samples(dataset: Dataset, problem: Problem, gateway: Gateway, n: int, temperature: float,
-                       seed: int | None, purpose: str) -> list[str | None]:
+                       seed: int | None, purpose: str) -> Samples:
+    """n chain-of-thought answers (and the replies they were read from)."""
     if dataset.spec.prompts == "code":
         return await _code_samples(dataset, problem, gateway, n, temperature, seed, purpose)
     fam = PROMPTS[dataset.spec.prompts]
     texts = await _ask(gateway, fam.prompt(fam.cot, problem.shown), n=n, max_tokens=fam.cot_tokens,
                        stop=fam.cot_stop, temperature=temperature, seed=seed, purpose=purpose)
-    return [answer_from(fam, t, cot=True) for t in texts]
+    return [answer_from(fam, t, cot=True) for t in texts], tuple(texts)
 
 
 async def _io(dataset: Dataset, problem: Problem, gateway: Gateway, params: dict[str, Any], temperature: float,
               seed: int | None) -> LaneOutcome:
     if dataset.spec.prompts == "code":
-        answers = await _code_samples(dataset, problem, gateway, 1, temperature, seed, "io")
-        return LaneOutcome(answers[0])
+        answers, replies = await _code_samples(dataset, problem, gateway, 1, temperature, seed, "io")
+        return LaneOutcome(answers[0], replies=replies)
     fam = PROMPTS[dataset.spec.prompts]
     texts = await _ask(gateway, fam.prompt(fam.io, problem.shown), n=1, max_tokens=fam.io_tokens,
                        stop=fam.io_stop, temperature=temperature, seed=seed, purpose="io")
-    return LaneOutcome(answer_from(fam, texts[0], cot=False))
+    return LaneOutcome(answer_from(fam, texts[0], cot=False), replies=tuple(texts))
 
 
 async def _cot(dataset: Dataset, problem: Problem, gateway: Gateway, params: dict[str, Any], temperature: float,
                seed: int | None) -> LaneOutcome:
-    answers = await _cot_samples(dataset, problem, gateway, 1, temperature, seed, "cot")
-    return LaneOutcome(answers[0])
+    answers, replies = await _cot_samples(dataset, problem, gateway, 1, temperature, seed, "cot")
+    return LaneOutcome(answers[0], replies=replies)
 
 
 def answer_key(dataset: Dataset, answer: str | None) -> Any:
@@ -378,7 +389,7 @@ def answer_key(dataset: Dataset, answer: str | None) -> Any:
     if family == "keyword_counting":
         counts = parse_counts(answer)
         return tuple(sorted(counts.items())) if counts is not None else None
-    if family == "hotpotqa":
+    if family in ("hotpotqa", "general"):
         return normalize_answer(hotpot_span(answer)) or None
     return "\n".join(line.rstrip() for line in answer.strip().splitlines())
 
@@ -398,18 +409,20 @@ def majority(dataset: Dataset, candidates: list[str | None]) -> str | None:
 
 async def _cot_sc(dataset: Dataset, problem: Problem, gateway: Gateway, params: dict[str, Any], temperature: float,
                   seed: int | None) -> LaneOutcome:
-    candidates = await _cot_samples(dataset, problem, gateway, int(params["k"]), temperature, seed, "cot_sc")
-    return LaneOutcome(majority(dataset, candidates), candidates)
+    candidates, replies = await _cot_samples(dataset, problem, gateway, int(params["k"]), temperature, seed, "cot_sc")
+    return LaneOutcome(majority(dataset, candidates), candidates, replies=replies)
 
 
 async def _best_of_n(dataset: Dataset, problem: Problem, gateway: Gateway, params: dict[str, Any],
                      temperature: float, seed: int | None) -> LaneOutcome:
-    candidates = await _cot_samples(dataset, problem, gateway, int(params["n"]), temperature, seed, "best_of_n")
+    candidates, replies = await _cot_samples(dataset, problem, gateway, int(params["n"]), temperature, seed,
+                                             "best_of_n")
     # The task's validator picks (it never sees the gold); without a verdict, the majority does.
     for cand in candidates:
         if cand is not None and await dataset.validate(problem, cand):
-            return LaneOutcome(cand, candidates)
-    return LaneOutcome(majority(dataset, candidates), candidates, stop_reason=LaneStop.NO_VALID_CANDIDATE)
+            return LaneOutcome(cand, candidates, replies=replies)
+    return LaneOutcome(majority(dataset, candidates), candidates, stop_reason=LaneStop.NO_VALID_CANDIDATE,
+                       replies=replies)
 
 
 async def _react(dataset: Dataset, problem: Problem, gateway: Gateway, params: dict[str, Any], temperature: float,
@@ -421,27 +434,30 @@ async def _react(dataset: Dataset, problem: Problem, gateway: Gateway, params: d
     transcript = fam.react.text(fam.examples, problem.shown)
     messages = list(fam.react.messages(fam.examples, problem.shown))
     stop = ("\nResult:", *fam.cot_stop)
+    replies: list[str] = []
     for step in range(int(params["max_steps"])):
         texts = await _ask(gateway, Prompt(text=transcript, messages=tuple(messages)), n=1, max_tokens=REACT_TOKENS,
                            stop=stop, temperature=temperature, seed=None if seed is None else seed + step,
                            purpose="react")
+        replies.append(texts[0])
         reply = own_turn(texts[0])
         transcript += reply
         messages.append(Message("assistant", reply.strip()))
         said = plain(reply)
         if "Answer:" in said:
             line = said[said.rfind("Answer:"):].splitlines()[0].strip()
-            return LaneOutcome(line)
+            return LaneOutcome(line, replies=tuple(replies))
         expression = calculator_call(said)
         if expression is None:
             # No action and no "Answer:" line: an answer the reply states in its own words
             # ("The answer is 72.", a \boxed{}) is its answer; otherwise there is none.
             stated = stated_answer(fam, said)
-            return LaneOutcome(stated, stop_reason=LaneStop.DONE if stated is not None else LaneStop.NO_ACTION)
+            return LaneOutcome(stated, stop_reason=LaneStop.DONE if stated is not None else LaneStop.NO_ACTION,
+                               replies=tuple(replies))
         result = _calculate(expression)
         transcript += f"\nResult: {result}\n"
         messages.append(Message("user", f"Result: {result}"))
-    return LaneOutcome(None, stop_reason=LaneStop.MAX_STEPS)
+    return LaneOutcome(None, stop_reason=LaneStop.MAX_STEPS, replies=tuple(replies))
 
 
 def _calculate(expression: str) -> str:
@@ -481,15 +497,16 @@ async def _search(lane: str, dataset: Dataset, problem: Problem, backend: Backen
     tool_calls = sum(len(n.extra.get("tool_calls") or ()) for n in result.graph)
     if lane == AGENT_LANE:
         return LaneOutcome(agent_answer(dataset, result.answer), stop_reason=result.termination_reason,
-                           error=result.error, run_id=result.run_id, graph=result.graph_cid, tool_calls=tool_calls)
+                           error=result.error, run_id=result.run_id, graph=result.graph_cid, tool_calls=tool_calls,
+                           result=result)
     if lane == RESEARCH_LANE:
         synthesis = result.research.answer if result.research is not None else None
         citations = tuple(synthesis.citations) if synthesis is not None else ()
         return LaneOutcome(agent_answer(dataset, result.answer), stop_reason=result.termination_reason,
                            error=result.error, run_id=result.run_id, graph=result.graph_cid, tool_calls=tool_calls,
-                           citations=citations, cited=tuple(sorted(cited_facts(problem, citations))))
+                           citations=citations, cited=tuple(sorted(cited_facts(problem, citations))), result=result)
     return LaneOutcome(result.answer, stop_reason=result.termination_reason, error=result.error,
-                       run_id=result.run_id, graph=result.graph_cid)
+                       run_id=result.run_id, graph=result.graph_cid, result=result)
 
 
 # --- the agent lane --------------------------------------------------------------------------

@@ -171,6 +171,13 @@ _HOTPOT = (
             " Harbor Light was designed by Mara Quill, who was born in 1841.\nAnswer: 1841"),
 )
 
+# Any free-text question (compare_strategies on a question given as text, the general task): one invented example.
+_GENERAL = (
+    Example("Which weighs more, a kilogram of iron or a kilogram of feathers?", " They weigh the same.",
+            " Both are one kilogram, and a kilogram weighs the same whatever it is made of.\n"
+            "Answer: They weigh the same."),
+)
+
 _REACT_TURNS = ("Work in turns: write one `Thought:` line and one `Calculate: EXPRESSION` line, then stop; "
                 "the calculator replies `Result: N`.")
 
@@ -232,6 +239,13 @@ PROMPTS: dict[str, PromptFamily] = {
               "SPAN is a few words copied from the paragraphs, or yes or no."),
         # io: the span is one line, and a base model would go on to write the next paragraph.
         None, ("\n",), ("\n\n", "\nQuestion:"), 48, 320, "Answer:"),
+    "general": PromptFamily(
+        "general", _GENERAL,
+        Shots("io", "Answer the question.\n", "Question: {input}", "\nAnswer:", "\n\n",
+              "Reply with one line: `Answer: ANSWER`."),
+        Shots("cot", "Answer the question. Reason step by step, then give the answer.\n", "Question: {input}",
+              "\nReasoning:", "\n\n", "Reason step by step, then end with a final line `Answer: ANSWER`."),
+        None, ("\nQuestion:", "\n\n"), ("\nQuestion:", "\n\n"), 128, 512, "Answer:"),
 }
 
 
@@ -305,6 +319,12 @@ def _find_counts(reply: str) -> str | None:
     return None if counts is None else "Output: " + json.dumps(counts, ensure_ascii=False)
 
 
+def _find_free_text(reply: str) -> str:
+    """The rest of the last 'Answer:' line, else the whole reply (a free-text answer has no other shape)."""
+    marked = _first_line(after_marker(plain(reply)))
+    return f"Answer: {marked}" if marked else reply.strip()
+
+
 def _find_span(reply: str) -> str | None:
     """The span on the last 'Answer:' line (HotpotQA)."""
     span = hotpot_span(reply) if after_marker(plain(reply)) else None
@@ -330,6 +350,8 @@ _READINGS: dict[str, _Reading] = {
     "keyword_counting": _Reading(lambda a, cot: parse_counts(a) is not None, _find_counts),
     # A span has no shape to check: the marked one wins, else the completion form's first line.
     "hotpotqa": _Reading(lambda a, cot: False, _find_span),
+    # Free text: a marked answer line stands (io's first line is one); else the marked line or the whole reply.
+    "general": _Reading(lambda a, cot: bool(a.removeprefix("Answer:").strip()), _find_free_text),
 }
 
 

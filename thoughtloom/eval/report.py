@@ -15,6 +15,8 @@ from .store import Record
 SUMMARY_JSON = "summary.json"
 SUMMARY_CSV = "summary.csv"
 PLOT_PNG = "quality_vs_tokens.png"
+#: Stop reasons of a lane that did not get to answer (lanes.LaneStop's values and the model's error).
+LANE_ERRORS = ("model_error", "lane_crashed", "unsupported")
 
 
 @dataclass(frozen=True, slots=True)
@@ -24,7 +26,7 @@ class LaneSummary:
     task: str
     lane: str
     #: "rate": success rate; "errors": median error and solved count; "f1": exact-match rate (solved)
-    #: and mean F1 (HotpotQA)
+    #: and mean F1 (HotpotQA); "unchecked": no checker, so no success rate (a free-text question)
     metric: str
     n: int
     planned: int
@@ -42,7 +44,7 @@ class LaneSummary:
     mean_calls: float
     wall_s: float
     mean_wall_s: float
-    #: problems where the lane hit a model error or crashed (counted as unsolved)
+    #: problems where the lane hit a model error, crashed or met a step its task lacks (counted as unsolved)
     lane_errors: int
     #: mean tool calls per problem (the agent lane); None for lanes that call no tools
     mean_tool_calls: float | None = None
@@ -88,13 +90,18 @@ def summarize(records: Iterable[Record], metrics: dict[str, str], lanes: Sequenc
                 mean_tokens=fmean(r.tokens for r in rs) if rs else 0.0,
                 mean_calls=fmean(r.calls for r in rs) if rs else 0.0,
                 wall_s=sum(r.wall_s for r in rs), mean_wall_s=fmean(r.wall_s for r in rs) if rs else 0.0,
-                lane_errors=sum(1 for r in rs if r.stop_reason in ("model_error", "lane_crashed")),
+                lane_errors=sum(1 for r in rs if r.stop_reason in LANE_ERRORS),
                 mean_tool_calls=fmean(tool_calls) if tool_calls else None,
                 citing=len(precisions) if cites else None,
                 mean_support_precision=fmean(precisions) if precisions else None,
                 mean_support_precision_ci=mean_ci(precisions),
             ))
     return out
+
+
+def left_out_lines(skip: dict[str, dict[str, str]]) -> list[str]:
+    """One line per lane left out of a data set, with the reason."""
+    return [f"left out of {task}: {why}" for task, lanes in skip.items() for why in lanes.values()]
 
 
 def format_table(summaries: Sequence[LaneSummary], skip: dict[str, dict[str, str]] | None = None) -> str:
@@ -120,6 +127,8 @@ def format_table(summaries: Sequence[LaneSummary], skip: dict[str, dict[str, str
                 ci = s.median_errors_ci
                 q = "-" if s.median_errors is None else f"{s.median_errors:g} [{ci[0]:g}, {ci[1]:g}]" if ci else f"{s.median_errors:g}"
                 cells = [q, f"{s.solved}/{s.n}"]
+            elif s.metric == "unchecked":
+                cells = ["- (no checker)", "-"]
             else:
                 cells = [f"{s.solved}/{s.n} = {s.rate:.0%} [{s.rate_ci[0]:.0%}, {s.rate_ci[1]:.0%}]"]
                 if f1:
@@ -134,8 +143,8 @@ def format_table(summaries: Sequence[LaneSummary], skip: dict[str, dict[str, str
             lines.append("| " + " | ".join([s.lane, n, *cells]) + " |")
         for s in rows:
             if s.lane_errors:
-                lines.append(f"\n{s.lane}: {s.lane_errors} of {s.n} problems ended in a model error or a crash "
-                             "(counted as unsolved; see results.jsonl)")
+                lines.append(f"\n{s.lane}: {s.lane_errors} of {s.n} problems ended in a model error, a crash or an "
+                             "unsupported step (counted as unsolved; see results.jsonl)")
         for lane, why in skip.get(task, {}).items():
             lines.append(f"\nnot run on {task}: {lane} ({why})")
         blocks.append("\n".join(lines))
@@ -161,9 +170,12 @@ def _precision_cell(s: LaneSummary) -> str:
     return f"{mean} [{ci[0]:.2f}, {ci[1]:.2f}] ({s.citing}/{s.n})" if ci else f"{mean} ({s.citing}/{s.n})"
 
 
-def write_json(path: Path, manifest: dict[str, object], summaries: Sequence[LaneSummary], audit: list[str]) -> None:
-    """The manifest, the audit and the summaries in one JSON file."""
-    data = {"manifest": manifest, "parity_audit": audit, "summaries": [asdict(s) for s in summaries]}
+def write_json(path: Path, manifest: dict[str, object], summaries: Sequence[LaneSummary], audit: list[str],
+               left_out: dict[str, dict[str, str]] | None = None) -> None:
+    """The manifest, the audit, the summaries and the lanes left out (data set -> lane -> why) in one JSON file."""
+    data = {"manifest": manifest, "parity_audit": audit, "summaries": [asdict(s) for s in summaries],
+            "left_out": [{"task": task, "lane": lane, "reason": why}
+                         for task, lanes in (left_out or {}).items() for lane, why in lanes.items()]}
     path.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
 
 

@@ -22,12 +22,14 @@ from typing import Any
 from ..llm.budget import BudgetLimits
 from ..llm.limits import SharedSlots
 from ..llm.types import Backend
+from ..search.result import SearchResult
 from .citations import support_precision
 from .datasets import Dataset, Problem, load_dataset
 from .lanes import (
     ALL_LANES,
     LANE_DEFAULTS,
     LaneError,
+    LaneOutcome,
     check_lane,
     check_params,
     run_lane,
@@ -76,10 +78,11 @@ def build_protocol(opts: BenchOptions, datasets: dict[str, Dataset] | None = Non
             try:
                 check_lane(lane, datasets[t])
             except LaneError as exc:
-                # Left out of this data set's comparison, and said so in the table.
+                # Left out of this data set's run and report, with the reason (never scored as 0%).
                 not_applicable.setdefault(t, {})[lane] = str(exc)
-        if all(lane in not_applicable.get(t, {}) for t in opts.tasks):
-            raise LaneError(not_applicable[opts.tasks[0]][lane])
+    if opts.lanes and all(lane in not_applicable.get(t, {}) for lane in opts.lanes for t in opts.tasks):
+        lane = opts.lanes[0]
+        raise LaneError(f"nothing to run: {not_applicable[opts.tasks[0]][lane]}")
     unknown = set(opts.lane_params) - set(opts.lanes)
     if unknown:
         raise LaneError(f"parameters given for lane {min(unknown)}, which is not in --lanes")
@@ -140,8 +143,11 @@ def limits_of(plan: LanePlan) -> BudgetLimits:
 
 
 async def run_one(dataset: Dataset, problem: Problem, index: int, plan: LanePlan, backend: Backend,
-                  protocol: Protocol, slots: SharedSlots | None = None, store: Any = None) -> Record:
-    """One lane on one problem under a fresh budget (the lane's) over the shared backend; scored exactly."""
+                  protocol: Protocol, slots: SharedSlots | None = None,
+                  store: Any = None) -> tuple[Record, LaneOutcome]:
+    """One lane on one problem under a fresh budget (the lane's) over the shared backend; scored exactly.
+
+    Returns the record (what results.jsonl keeps) and the lane's whole outcome."""
     seed = protocol.seed_for(plan, index)
     started = time.monotonic()
     outcome, spend = await run_lane(plan.lane, dataset, problem, backend, limits_of(plan), params=plan.params,
@@ -156,7 +162,7 @@ async def run_one(dataset: Dataset, problem: Problem, index: int, plan: LanePlan
                 any_correct = True
                 break
     precision = None if outcome.cited is None else support_precision(outcome.cited, problem.supporting_facts)
-    return Record(
+    record = Record(
         task=dataset.name, lane=plan.lane, problem_id=problem.id, index=index, seed=seed, answer=outcome.answer,
         solved=score.solved, errors=score.errors, any_correct=any_correct, candidates=len(outcome.candidates),
         tokens=spend.input_tokens + spend.output_tokens, input_tokens=spend.input_tokens,
@@ -167,6 +173,28 @@ async def run_one(dataset: Dataset, problem: Problem, index: int, plan: LanePlan
         cited=None if outcome.cited is None else [list(fact) for fact in outcome.cited],
         support_precision=precision,
     )
+    return record, outcome
+
+
+@dataclass(frozen=True, slots=True)
+class LaneResult:
+    """One lane on one problem: its scored record, and everything the lane produced."""
+
+    record: Record
+    #: The lane's outcome: answer, candidates, the model's replies (sampling lanes) and the whole
+    #: SearchResult (engine lanes: `outcome.result.graph`); None for a problem finished by an
+    #: earlier run in the same directory, of which only the record is kept.
+    outcome: LaneOutcome | None
+
+    @property
+    def answer(self) -> str | None:
+        """The lane's one final answer."""
+        return self.record.answer
+
+    @property
+    def search(self) -> SearchResult | None:
+        """The SearchResult of an engine lane (graph, best path, calls, usage); None for sampling lanes."""
+        return self.outcome.result if self.outcome is not None else None
 
 
 @dataclass
@@ -176,6 +204,8 @@ class RunStats:
     done: int = 0
     skipped: int = 0
     records: list[Record] = field(default_factory=list)
+    #: Each lane's whole result, when run_protocol was asked to keep them (keep_results).
+    results: list[LaneResult] = field(default_factory=list)
 
 
 async def run_protocol(
@@ -190,10 +220,13 @@ async def run_protocol(
     shard: tuple[int, int] = (0, 1),
     progress: Progress | None = None,
     run_store: Any = None,
+    keep_results: bool = False,
 ) -> RunStats:
     """Run every unfinished (data set, problem, lane) of the protocol; finished ones are skipped.
 
     run_store: a BlockStore (or SQLite path) the search lanes record their runs in (None: not stored).
+    keep_results: keep every lane's whole outcome in `stats.results` (graphs and calls included;
+    off for benchmarks, whose records are what they report).
     """
     audit(protocol)
     datasets = datasets if datasets is not None else {t: load_dataset(t, protocol.data_dir) for t in protocol.tasks}
@@ -220,10 +253,12 @@ async def run_protocol(
                 if key in done:
                     stats.skipped += 1
                     continue
-                rec = await run_one(dataset, problem, index, plan, backend, protocol, slots, run_store)
+                rec, outcome = await run_one(dataset, problem, index, plan, backend, protocol, slots, run_store)
                 if store is not None:
                     store.append(rec)
                 stats.records.append(rec)
+                if keep_results:
+                    stats.results.append(LaneResult(rec, outcome))
                 stats.done += 1
                 if progress:
                     mark = "solved" if rec.solved else "failed"
@@ -243,17 +278,29 @@ async def run_protocol(
 
 @dataclass
 class Comparison:
-    """What compare_strategies found: a summary per lane (index it by lane name) and the records."""
+    """What compare_strategies found: every lane's results, their summaries, and the lanes left out.
 
+    `cmp["tot"]` is that lane's LaneResult per problem (in the protocol's order): the answer, the
+    record, and the lane's outcome with the whole SearchResult for engine lanes
+    (`cmp["tot"][0].search.graph`). `cmp.summaries["tot"]` is its LaneSummary (success rate with
+    its 95% interval, any@k, mean tokens and calls); `cmp.left_out` the lanes that do not apply, with why.
+    """
+
+    results: dict[str, list[LaneResult]]
     summaries: dict[str, Any]
     records: list[Record]
     protocol: Protocol
 
-    def __getitem__(self, lane: str) -> Any:
-        return self.summaries[lane]
+    def __getitem__(self, lane: str) -> list[LaneResult]:
+        return self.results[lane]
 
     def __iter__(self) -> Any:
-        return iter(self.summaries)
+        return iter(self.results)
+
+    @property
+    def left_out(self) -> dict[str, str]:
+        """Lanes that do not apply to the compared problems, with the one-line reason."""
+        return {lane: why for reasons in self.protocol.not_applicable.values() for lane, why in reasons.items()}
 
     def table(self) -> str:
         """The Markdown table `loom bench` prints."""
@@ -266,7 +313,7 @@ async def compare_strategies(
     problem_or_task: str | Dataset,
     lanes: Sequence[str],
     *,
-    task: str = "game24",
+    task: str | None = None,
     model: str | Backend = "local",
     budget_tokens: int | None = 4000,
     temperature: float = 0.7,
@@ -276,15 +323,17 @@ async def compare_strategies(
     data_dir: str | None = None,
     out_dir: str | os.PathLike[str] | None = None,
 ) -> Comparison:
-    """Compare lanes fairly: the same model, budget and problems.
+    """Compare lanes fairly: the same model, budget and problems; every lane's whole result is returned.
 
-    problem_or_task: one problem's text for `task` (e.g. "4 9 10 13"), a data set name
-    ("game24": `limit` problems spread by difficulty) or a loaded Dataset. Returns a Comparison:
-    `result["tot"]` is that lane's LaneSummary (success rate with its 95% interval, any@k, mean
-    tokens and calls), `result.records` the per-problem records, `result.table()` the table.
-    With out_dir, results stream there and a second call resumes.
+    problem_or_task: a data set name ("game24": `limit` problems spread by difficulty), a loaded
+    Dataset, or one problem's text for `task` (default: the task `loom solve` would pick, the
+    general one for a free-text question; "4 9 10 13" needs task="game24"). On the general task
+    io and cot ask the question with a few-shot example and the search lanes search it; answers
+    are not checked (it has no checker), so its table shows no success rate. Lanes that do not
+    apply are left out (`left_out`); none applying is a LaneError. With out_dir, results stream
+    there and a second call resumes (problems finished before keep only their record).
     """
-    from .datasets import DATASETS, DatasetSpec
+    from .datasets import DATASETS, given_problems
     from .report import summarize
 
     if isinstance(problem_or_task, Dataset):
@@ -292,8 +341,7 @@ async def compare_strategies(
     elif problem_or_task in DATASETS:
         dataset = load_dataset(problem_or_task, data_dir)
     else:
-        spec = DATASETS.get(task) or DatasetSpec(task, task, None, "rate", task)
-        dataset = Dataset(spec, [_single_problem(task, problem_or_task)], "<given>")
+        dataset = given_problems(problem_or_task, task)
         limit = 1
     opts = BenchOptions(tasks=[dataset.name], lanes=list(lanes), model=model if isinstance(model, str) else model.name,
                         limit=limit, budget_tokens=budget_tokens, temperature=temperature, seed=seed,
@@ -311,20 +359,17 @@ async def compare_strategies(
     else:
         backend = model
     try:
-        stats = await run_protocol(protocol, backend, store, datasets={dataset.name: dataset})
+        stats = await run_protocol(protocol, backend, store, datasets={dataset.name: dataset}, keep_results=True)
     finally:
         if isinstance(model, str):
             await backend.aclose()
     records = list(store.load().values()) if store is not None else stats.records
+    fresh = {(r.record.lane, r.record.problem_id): r for r in stats.results}
+    ran = [lane for lane in lanes if protocol.runs(dataset.name, lane)]
+    order = {pid: i for i, pid in enumerate(protocol.problems[dataset.name])}
+    results = {lane: [fresh.get((lane, r.problem_id)) or LaneResult(r, None)
+                      for r in sorted((r for r in records if r.lane == lane), key=lambda r: order.get(r.problem_id, 0))]
+               for lane in ran}
     summaries = summarize(records, {dataset.name: dataset.spec.metric}, list(lanes),
                           {dataset.name: len(protocol.problems[dataset.name])}, protocol.not_applicable)
-    return Comparison({s.lane: s for s in summaries}, records, protocol)
-
-
-def _single_problem(task: str, text: str) -> Problem:
-    """A problem given as text, with the gold its scorer needs (Game of 24: the numbers)."""
-    from ..tasks.registry import get_task
-
-    parsed = get_task(task).parse_problem(text)
-    gold: Any = [int(x) for x in parsed] if task == "game24" else None
-    return Problem("given", text, " ".join(text.split()) if task == "game24" else text, gold)
+    return Comparison(results, {s.lane: s for s in summaries}, records, protocol)

@@ -23,7 +23,7 @@ from .spec import AutoAnswers, RunSpec, SpecError, implied_task, resolve
 SEARCH_OPTIONS = {
     "strategy": "strategy", "breadth": "breadth", "beam": "beam", "depth": "max_depth",
     "generation": "generation", "evaluation": "evaluation", "value_samples": "value_samples",
-    "reasks": "reasks",
+    "reasks": "reasks", "cove_questions": "cove_questions",
     "prune_threshold": "prune_threshold", "aggregation": "aggregation", "iterations": "mcts_iterations",
     "max_nodes": "max_nodes", "concurrency": "concurrency", "temperature": "temperature", "seed": "seed",
     # loom agent's names for the scheduler's settings

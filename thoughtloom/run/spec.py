@@ -30,6 +30,7 @@ from ..search.config import (
     SearchConfig,
 )
 from ..search.research.config import ROLES, ResearchConfig, ResearchConfigError
+from ..search.strategies.fit import unsupported_reason
 from ..tasks.base import Task
 from ..tasks.registry import TaskOptions, get_task
 from ..tools.toolbox import ToolLimits
@@ -309,6 +310,9 @@ def resolve(
     if config.strategy == "recursive" and not task_obj.free_text_steps and task_obj.recursion(parsed) is None:
         raise SpecError(f"task {task_obj.name} has no decomposition for --strategy recursive (its steps have a fixed "
                         "form); use bfs, dfs, best_first, mcts or got")
+    unfit = unsupported_reason(config.strategy, task_obj)
+    if unfit is not None:
+        raise SpecError(f"--strategy {config.strategy}: {unfit}")
     if knowledge_index is not None and knowledge is None:
         raise SpecError("--knowledge-index needs --knowledge DIR")
     if domain.require_citations and knowledge is None and config.strategy not in TOOL_STRATEGIES:

@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
-StrategyName = Literal["bfs", "dfs", "best_first", "mcts", "got", "recursive", "agent", "research"]
-STRATEGIES: tuple[str, ...] = ("bfs", "dfs", "best_first", "mcts", "got", "recursive", "agent", "research")
+StrategyName = Literal["bfs", "dfs", "best_first", "mcts", "got", "recursive", "agent", "research", "cove"]
+STRATEGIES: tuple[str, ...] = ("bfs", "dfs", "best_first", "mcts", "got", "recursive", "agent", "research", "cove")
 #: Strategies that call tools (the others are given none).
 TOOL_STRATEGIES: tuple[str, ...] = ("agent", "research")
 #: Strategies whose model calls are the operators' (search/operators.py), and the roles those calls
@@ -59,6 +59,8 @@ class SearchConfig:
     recursive_fanout: int = 8
     #: recursive: most tokens the calls at one recursion depth may spend (None: only the global budget).
     recursive_level_tokens: int | None = None
+    #: cove: most verification questions planned for the draft (each answered in a call of its own).
+    cove_questions: int = 3
     #: agent: which ready node starts first; the controller may switch it during the run.
     agent_order: str = "breadth_first"
     #: agent: what a failed node does to the nodes depending on it: replan (one retry told the
@@ -87,7 +89,8 @@ class SearchConfig:
         choice("agent_order", AGENT_ORDERS)
         choice("on_failure", FAILURE_POLICIES)
         for name in ("breadth", "beam", "max_depth", "value_samples", "vote_samples", "mcts_iterations",
-                     "aggregate_k", "max_nodes", "concurrency", "grounding_concurrency", "recursive_fanout"):
+                     "aggregate_k", "max_nodes", "concurrency", "grounding_concurrency", "recursive_fanout",
+                     "cove_questions"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1; got {getattr(self, name)}")
         if self.recursive_level_tokens is not None and self.recursive_level_tokens < 1:

@@ -201,6 +201,7 @@ class SearchResult:
                if self.grounding else {}),
             **({"recursion": self.recursion()} if self.recursion() is not None else {}),
             **({"agent": self.agent()} if self.agent() is not None else {}),
+            **({"cove": self.cove()} if self.cove() is not None else {}),
             **({"research": self.research.to_dict()} if self.research is not None else {}),
         }
 
@@ -214,6 +215,21 @@ class SearchResult:
             for n in self.graph if "recursion" in n.extra
         ]
         return {"summary": summary, "nodes": nodes}
+
+    def cove(self) -> dict[str, Any] | None:
+        """CoVe's trace: the draft, each question with its own answer (None: unanswered), the revision."""
+        record = self.graph.node(0).extra.get("cove") if len(self.graph) else None
+        if record is None:
+            return None
+        made = {creator: [n for n in self.graph if n.creator == creator]
+                for creator in ("cove:draft", "cove:plan", "cove:revise")}
+        checks = []
+        for question in made["cove:plan"]:
+            answers = [self.graph.node(c).content for c in self.graph.children(question.id)
+                       if self.graph.node(c).creator == "cove:verify"]
+            checks.append({"node": question.id, "question": question.content, "answer": answers[0] if answers else None})
+        return {**record, "draft": made["cove:draft"][0].content if made["cove:draft"] else None, "checks": checks,
+                "revision": made["cove:revise"][0].content if made["cove:revise"] else None}
 
     def agent(self) -> dict[str, Any] | None:
         """The agent's trace: its summary and every worked node's kind, status, result, error and tool calls."""

@@ -9,6 +9,7 @@ from ..context import SearchContext
 from ..research.explorer import run_research
 from .best_first import run_best_first
 from .bfs import run_bfs
+from .cove import run_cove
 from .dfs import run_dfs
 from .got import run_got
 from .mcts import run_mcts
@@ -25,6 +26,7 @@ STRATEGY_FUNCTIONS: dict[str, StrategyFn] = {
     "recursive": run_recursive,
     "agent": run_agent,
     "research": run_research,
+    "cove": run_cove,
 }
 
 __all__ = ["STRATEGY_FUNCTIONS", "StrategyFn"]

@@ -1,0 +1,113 @@
+"""cove: Chain of Verification. Draft an answer, plan questions that check it, answer each on its own, revise.
+
+The graph: the draft (HYPOTHESIS) below the problem, a QUESTION node per planned verification
+below the draft, each answer (EVIDENCE) below its question, and the revision (SOLUTION) with the
+draft and every answer as parents (AGGREGATION edges; it stands in for the draft, one level
+down). The verification answers are asked concurrently (one batch where the backend batches),
+each from its question alone. Every call goes through `ctx.ask`, so the budget, the cache, the
+record and replay apply as to any strategy. The best answer so far is always settled: the draft
+until a revision replaces it, so a budget stop still answers. The root keeps what happened in
+`extra["cove"]`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ...graph import EdgeKind, NodeKind
+from ...tasks.cove import (
+    answer_query,
+    draft_query,
+    parse_questions,
+    parse_reply,
+    plan_query,
+    revise_query,
+)
+from ..context import SearchContext
+from ..stop import StopReason
+
+
+async def run_cove(ctx: SearchContext) -> None:
+    """Draft, plan verification questions, answer them independently, revise; the revision is the answer."""
+    # cove writes its own final answer, so the engine makes no synthesis call to hold tokens back for.
+    ctx.gateway.budget.release_hold()
+    problem = ctx.problem_text
+    record: dict[str, Any] = {"questions": 0, "answered": 0, "revised": False}
+    ctx.graph.node(ctx.root).extra["cove"] = record
+    draft = await _step(ctx, [ctx.root], draft_query(problem), "draft", problem, NodeKind.HYPOTHESIS,
+                        EdgeKind.ELABORATION)
+    if draft is not None:
+        _settle(ctx, draft)
+        revision = await _verify(ctx, problem, draft, record)
+        if revision is not None:
+            _settle(ctx, revision)
+            ctx.goals.append(revision)
+            record["revised"] = True
+    ctx.stop(StopReason.GOAL_REACHED if ctx.goals else StopReason.FRONTIER_EXHAUSTED)
+
+
+async def _verify(ctx: SearchContext, problem: str, draft: int, record: dict[str, Any]) -> int | None:
+    """Plan the draft's verification questions, answer each on its own, and revise; None: the draft stands."""
+    draft_text = ctx.graph.node(draft).content
+    got = await ctx.ask(plan_query(problem, draft_text, ctx.config.cove_questions), 1, "plan", draft_text)
+    if got is None:
+        return None
+    texts, cost = got
+    questions = parse_questions(texts[0], ctx.config.cove_questions)
+    record["questions"] = len(questions)
+    if not questions:
+        return None
+    asked: list[tuple[str, int]] = []
+    for question in questions:
+        nid = ctx.add_thought([draft], question, "cove:plan", kind=NodeKind.QUESTION, edge_kind=EdgeKind.DEPENDENCY,
+                              cost_tokens=cost // len(questions))
+        if nid is not None:
+            asked.append((question, nid))
+    # Independent: each call holds its question alone, and none waits for another.
+    replies = await ctx.ask_many([answer_query(q) for q, _ in asked], 1, "verify", [q for q, _ in asked])
+    checks: list[tuple[str, str]] = []
+    answers: list[int] = []
+    for (question, qnode), reply in zip(asked, replies):
+        answer = parse_reply(reply[0][0]) if reply is not None else None
+        if answer is None:
+            continue  # left pending: the engine marks it cancelled
+        ctx.graph.succeed(qnode)
+        nid = _add(ctx, [qnode], answer, "cove:verify", NodeKind.EVIDENCE, EdgeKind.DEPENDENCY, reply[1])
+        if nid is not None:
+            checks.append((question, answer))
+            answers.append(nid)
+    record["answered"] = len(answers)
+    if not answers:
+        return None
+    key = (draft_text, tuple(checks))
+    return await _step(ctx, [draft, *answers], revise_query(problem, draft_text, checks), "revise", key,
+                       NodeKind.SOLUTION, EdgeKind.AGGREGATION, replaces_last=True)
+
+
+async def _step(ctx: SearchContext, parents: list[int], query: Any, purpose: str, key: object, kind: NodeKind,
+                edge: EdgeKind, *, replaces_last: bool = False) -> int | None:
+    """One call whose reply becomes a node below `parents`; None when no call or no reply."""
+    got = await ctx.ask(query, 1, purpose, key)
+    if got is None:
+        return None
+    texts, cost = got
+    content = parse_reply(texts[0])
+    if content is None:
+        return None
+    return _add(ctx, parents, content, f"cove:{purpose}", kind, edge, cost, replaces_last=replaces_last)
+
+
+def _add(ctx: SearchContext, parents: list[int], content: str, creator: str, kind: NodeKind, edge: EdgeKind,
+         cost: int, *, replaces_last: bool = False) -> int | None:
+    """A settled thought: added and marked succeeded (cove does not score its steps)."""
+    nid = ctx.add_thought(parents, content, creator, kind=kind, edge_kind=edge, cost_tokens=cost,
+                          replaces_last=replaces_last)
+    if nid is not None:
+        ctx.graph.succeed(nid)
+    return nid
+
+
+def _settle(ctx: SearchContext, node_id: int) -> None:
+    """Make this node the search's answer as it stands (the engine then makes no synthesis call)."""
+    ctx.answers[node_id] = ctx.graph.node(node_id).content
+    ctx.best_id = node_id
