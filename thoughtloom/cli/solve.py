@@ -277,6 +277,12 @@ def format_text(result: Any) -> str:
         if grounded is not None and grounded.evidence.strip():
             for ev in grounded.evidence.strip().splitlines()[:3]:
                 lines.append(f"{'':>20}{ev[:140]}")
+    if result.best_path_total is not None:
+        listed = f", the best {len(result.all_paths)} listed by --json" if result.paths_found > len(result.all_paths) \
+            else ", listed by --json"
+        aggregation = result.config["aggregation"]
+        lines.append(f"path score: {result.best_path_total:.2f} ({aggregation} of the steps' scores) · "
+                     f"{result.paths_found} root-to-leaf paths scored{listed}")
     u, st = result.usage, result.stats
     limit = f" of {u.token_limit:,}" if u.token_limit else ""
     cost = f" · ${u.cost_usd:.4f}" if u.cost_usd else ""

@@ -177,7 +177,7 @@ def _reasoning_in(text: str) -> str:
 
 
 def _verdict_in(text: str) -> bool | None:
-    """Whether a free-text reply calls the thought promising ("Promising: no", "is_promising": true, "not promising")."""
+    """Whether a free-text reply calls the thought promising ("Promising: no", "not promising"); None: not said."""
     m = _VERDICT.search(text)
     if m is not None:
         return m.group(1).lower() in ("true", "yes")

@@ -125,7 +125,7 @@ class GeneralTask(Task[str]):
         )
 
     def parse_evaluation(self, problem: str, steps: Sequence[str], texts: Sequence[str]) -> Evaluation:
-        """The samples' evaluations combined: mean stated score, their reasons and the verdict (see evaluation.judge)."""
+        """The samples' evaluations as one: mean stated score, their reasons, the verdict (see evaluation.judge)."""
         return judge(texts)
 
     def parse_value(self, problem: str, steps: Sequence[str], texts: Sequence[str]) -> float:
