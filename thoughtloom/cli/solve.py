@@ -22,8 +22,10 @@ def add_solve_parser(sub: Any) -> None:
     s.add_argument("--task", help="task name (see 'loom tasks'); default: the profile's task, else general")
     s.add_argument("--problem", dest="problem_id", metavar="ID", help="a benchmark problem by id, e.g. HumanEval/0")
     add_model_option(s)
-    s.add_argument("--strategy", choices=("bfs", "dfs", "best_first", "mcts", "got", "recursive"),
-                   help="search strategy (default: the task's, else bfs)")
+    s.add_argument("--strategy", choices=("bfs", "tree_of_thoughts", "breadth_first", "dfs", "best_first", "mcts",
+                                          "got", "recursive"),
+                   help="search strategy (default: the task's, else bfs); tree_of_thoughts and breadth_first are "
+                        "bfs without the beam cut")
     s.add_argument("--breadth", type=positive_int("--breadth", MAX_FANOUT), help="thoughts generated per expansion")
     s.add_argument("--beam", type=positive_int("--beam", MAX_FANOUT), help="thoughts kept per level (beam width)")
     s.add_argument("--depth", type=positive_int("--depth", MAX_FANOUT), help="maximum depth in steps")

@@ -5,8 +5,10 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
-StrategyName = Literal["bfs", "dfs", "best_first", "mcts", "got", "recursive", "agent", "research"]
-STRATEGIES: tuple[str, ...] = ("bfs", "dfs", "best_first", "mcts", "got", "recursive", "agent", "research")
+StrategyName = Literal["bfs", "tree_of_thoughts", "breadth_first", "dfs", "best_first", "mcts", "got", "recursive",
+                       "agent", "research"]
+STRATEGIES: tuple[str, ...] = ("bfs", "tree_of_thoughts", "breadth_first", "dfs", "best_first", "mcts", "got",
+                               "recursive", "agent", "research")
 #: Strategies that call tools (the others are given none).
 TOOL_STRATEGIES: tuple[str, ...] = ("agent", "research")
 AGENT_ORDERS: tuple[str, ...] = ("breadth_first", "depth_first", "best_first")

@@ -61,7 +61,9 @@ class GeneralTask(Task[str]):
     name = "general"
     description = "any free-text question or problem"
     programmatic_answer = False
-    search_defaults: ClassVar[dict[str, Any]] = {"breadth": 3, "beam": 2, "max_depth": 3, "generation": "sample"}
+    # Seed 001's prune threshold: a thought its evaluator scores below 3 of 10 is not expanded.
+    search_defaults: ClassVar[dict[str, Any]] = {"breadth": 3, "beam": 2, "max_depth": 3, "generation": "sample",
+                                                  "prune_threshold": 0.3}
 
     def propose(self, problem: str, steps: Sequence[str], k: int) -> Query:
         """List k distinct next steps."""
