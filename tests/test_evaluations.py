@@ -11,6 +11,7 @@ from openai_server import FakeOpenAIServer, Reply, Seen
 
 from thoughtloom import areplay, asolve
 from thoughtloom.graph import NodeKind
+from thoughtloom.llm.budget import BudgetLimits
 from thoughtloom.llm.fake import ScriptedBackend
 from thoughtloom.llm.types import GenerateRequest
 from thoughtloom.store.runs import load_graph, open_run
@@ -126,3 +127,15 @@ def test_a_stored_run_keeps_the_evaluations_and_replays_them(tmp_path: Path) -> 
         replayed, verdict = asyncio.run(areplay(store, "r1"))
         assert verdict.identical, str(verdict)
         assert node_with(replayed, "idea B").extra == node_with(result, "idea B").extra
+
+
+@pytest.mark.local_model
+async def test_the_embedded_model_answers_evaluations_as_records_through_its_grammar() -> None:
+    result = await asolve(QUESTION, model="local:gemma-3-270m", max_depth=1, breadth=2, value_samples=1, seed=1,
+                          controller=False, budget=BudgetLimits(tokens=4_000))
+    evaluated = [n for n in result.graph if n.depth == 1 and n.score is not None]
+    assert evaluated, result.termination_reason
+    for node in evaluated:  # the grammar makes every reply the JSON record: a verdict always, a score in 0..1
+        record = node.extra["evaluation"]
+        assert record["is_promising"] in (True, False)
+        assert 0.0 <= record["score"] <= 1.0
