@@ -10,10 +10,11 @@ import pytest
 from openai_server import FakeOpenAIServer, Reply, Seen
 
 from thoughtloom import areplay, asolve
+from thoughtloom.cli.main import main
 from thoughtloom.graph import NodeKind
 from thoughtloom.llm.budget import BudgetLimits
 from thoughtloom.llm.fake import ScriptedBackend
-from thoughtloom.llm.types import GenerateRequest
+from thoughtloom.llm.types import GenerateRequest, Prompt
 from thoughtloom.store.runs import load_graph, open_run
 from thoughtloom.store.sqlite import SQLiteStore
 
@@ -139,3 +140,25 @@ async def test_the_embedded_model_answers_evaluations_as_records_through_its_gra
         record = node.extra["evaluation"]
         assert record["is_promising"] in (True, False)
         assert 0.0 <= record["score"] <= 1.0
+
+
+def completion_reply(seen: Seen) -> Reply:
+    """The bakery model behind a completions endpoint."""
+    prompt = seen.body["prompt"]
+    prompts = prompt if isinstance(prompt, list) else [prompt]
+    n = int(seen.body.get("n") or 1)
+    texts = [bakery_reply(GenerateRequest(prompt=Prompt(text=p)), i) for p in prompts for i in range(n)]
+    return Reply(200, {"id": "x", "object": "text_completion", "created": 0, "model": "m",
+                       "choices": [{"index": i, "text": t, "finish_reason": "stop"} for i, t in enumerate(texts)],
+                       "usage": {"prompt_tokens": 10, "completion_tokens": 10, "total_tokens": 20}})
+
+
+def test_loom_solve_prints_why_the_evaluator_scored_each_best_path_step(
+        server: FakeOpenAIServer, capsys: pytest.CaptureFixture[str]) -> None:
+    server.responder = completion_reply
+    code = main(["solve", "--model", f"openai-compatible:{server.url}@m#completions", "--depth", "1",
+                 "--breadth", "2", "--value-samples", "1", "--quiet", "--no-store", QUESTION])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    why = out.split("hypothesis   idea A", 1)[1].splitlines()[1]
+    assert why.strip() == "why: Insulating the ovens saves heat every day."

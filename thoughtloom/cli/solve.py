@@ -276,6 +276,9 @@ def format_text(result: Any) -> str:
         grounded = result.grounding.get(step.id)
         mark = "" if grounded is None else {True: "  ✓", False: "  ✗", None: "  ?"}[grounded.verified]
         lines.append(f"  {step.id:>4}  {step.kind:<12} {content}{score}{mark}")
+        if step.evaluation is not None and step.evaluation.reasoning:
+            why = " ".join(step.evaluation.reasoning.split())
+            lines.append(f"{'':>20}why: {why if len(why) <= 140 else why[:137] + '...'}")
         if grounded is not None and grounded.evidence.strip():
             for ev in grounded.evidence.strip().splitlines()[:3]:
                 lines.append(f"{'':>20}{ev[:140]}")
