@@ -3,8 +3,9 @@
 The CLI runs in a pseudo-terminal (pexpect) against the scripted OpenAI-compatible server on
 127.0.0.1, so every run is the same: the general task, one thought kept per level, values rising
 0.3 -> 0.45 -> 0.6 and the goal at depth 4. The server bills exactly what the gateway reserves
-(prompt bytes and n x max_tokens), so the whole run costs 3,030 tokens; a budget of 2,900 runs
-short at the depth-3 checkpoint with the best thought at 0.6, just below the 0.7 acceptable.
+(prompt bytes and n x max_tokens, 160 for an evaluation), so the whole run costs 4,246 tokens; a
+budget of 3,668 runs short at the depth-3 checkpoint with the best thought at 0.6, just below the
+0.7 acceptable.
 """
 
 from __future__ import annotations
@@ -22,8 +23,8 @@ import pytest
 from openai_server import FakeOpenAIServer, Reply, Seen
 
 REPO = Path(__file__).parents[1]
-BUDGET = 2_900
-RUN_TOKENS = 3_222  # what the whole scripted run costs (the server charges every max_tokens)
+BUDGET = 3_668
+RUN_TOKENS = 4_246  # what the whole scripted run costs (the server charges every max_tokens)
 SCORES = {1: "3", 2: "4.5", 3: "6", 4: "10", 5: "10"}
 BUDGET_QUESTION = re.compile(r"Best score 0\.60 < 0\.70 acceptable\. Spend about ([\d,]+) more tokens\? \[y/N\] ")
 COMPROMISE_QUESTION = "Accept this compromise? [y/N] "

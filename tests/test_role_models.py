@@ -35,7 +35,7 @@ SEARCH: dict[str, Any] = {"breadth": 2, "beam": 1, "max_depth": 2, "value_sample
 def what(seen: Seen) -> str:
     """Which operator asked: generate, evaluate, aggregate, refine or synthesize (by the general task's prompts)."""
     user = seen.body["messages"][-1]["content"]
-    for marker, name in (("Give the single best next step", "generate"), ("Score the last step", "evaluate"),
+    for marker, name in (("Give the single best next step", "generate"), ("Evaluate the last step", "evaluate"),
                          ("Merge the strongest points", "aggregate"), ("Rewrite the last step", "refine"),
                          ("Give the final answer", "synthesize")):
         if marker in user:

@@ -31,8 +31,10 @@ def add_solve_parser(sub: Any) -> None:
     s.add_argument("--task", help="task name (see 'loom tasks'); default: the profile's task, else general")
     s.add_argument("--problem", dest="problem_id", metavar="ID", help="a benchmark problem by id, e.g. HumanEval/0")
     add_model_option(s)
-    s.add_argument("--strategy", choices=("bfs", "dfs", "best_first", "mcts", "got", "recursive", "cove"),
-                   help="search strategy (default: the task's, else bfs); cove: Chain of Verification")
+    s.add_argument("--strategy", choices=("bfs", "tree_of_thoughts", "breadth_first", "dfs", "best_first", "mcts",
+                                          "got", "recursive", "cove"),
+                   help="search strategy (default: the task's, else bfs); tree_of_thoughts and breadth_first are "
+                        "bfs without the beam cut; cove: Chain of Verification")
     s.add_argument("--breadth", type=positive_int("--breadth", MAX_FANOUT), help="thoughts generated per expansion")
     s.add_argument("--beam", type=positive_int("--beam", MAX_FANOUT), help="thoughts kept per level (beam width)")
     s.add_argument("--depth", type=positive_int("--depth", MAX_FANOUT),
@@ -316,9 +318,18 @@ def format_text(result: Any) -> str:
         grounded = result.grounding.get(step.id)
         mark = "" if grounded is None else {True: "  ✓", False: "  ✗", None: "  ?"}[grounded.verified]
         lines.append(f"  {step.id:>4}  {step.kind:<12} {content}{score}{mark}")
+        if step.evaluation is not None and step.evaluation.reasoning:
+            why = " ".join(step.evaluation.reasoning.split())
+            lines.append(f"{'':>20}why: {why if len(why) <= 140 else why[:137] + '...'}")
         if grounded is not None and grounded.evidence.strip():
             for ev in grounded.evidence.strip().splitlines()[:3]:
                 lines.append(f"{'':>20}{ev[:140]}")
+    if result.best_path_total is not None:
+        listed = f", the best {len(result.all_paths)} listed by --json" if result.paths_found > len(result.all_paths) \
+            else ", listed by --json"
+        aggregation = result.config["aggregation"]
+        lines.append(f"path score: {result.best_path_total:.2f} ({aggregation} of the steps' scores) · "
+                     f"{result.paths_found} root-to-leaf paths scored{listed}")
     u, st = result.usage, result.stats
     limit = f" of {u.token_limit:,}" if u.token_limit else ""
     cost = f" · ${u.cost_usd:.4f}" if u.cost_usd else ""

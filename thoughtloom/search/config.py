@@ -5,16 +5,18 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
-StrategyName = Literal["bfs", "dfs", "best_first", "mcts", "got", "recursive", "agent", "research", "cove"]
-STRATEGIES: tuple[str, ...] = ("bfs", "dfs", "best_first", "mcts", "got", "recursive", "agent", "research", "cove")
+StrategyName = Literal["bfs", "tree_of_thoughts", "breadth_first", "dfs", "best_first", "mcts", "got", "recursive",
+                       "agent", "research", "cove"]
+STRATEGIES: tuple[str, ...] = ("bfs", "tree_of_thoughts", "breadth_first", "dfs", "best_first", "mcts", "got",
+                               "recursive", "agent", "research", "cove")
 #: Strategies that call tools (the others are given none).
 TOOL_STRATEGIES: tuple[str, ...] = ("agent", "research")
 #: Strategies whose model calls are the operators' (search/operators.py), and the roles those calls
 #: are made in: each may run on a model of its own (RunSpec.role_models, `--evaluator-model` ...).
-OPERATOR_STRATEGIES: tuple[str, ...] = ("bfs", "dfs", "best_first", "mcts", "got")
+OPERATOR_STRATEGIES: tuple[str, ...] = ("bfs", "tree_of_thoughts", "breadth_first", "dfs", "best_first", "mcts", "got")
 OPERATOR_ROLES: tuple[str, ...] = ("generator", "evaluator", "synthesizer")
 #: Strategies that grow the thought tree step by step up to `max_depth` (the controller may raise it).
-DEPTH_STRATEGIES: tuple[str, ...] = ("bfs", "dfs", "best_first", "mcts", "got")
+DEPTH_STRATEGIES: tuple[str, ...] = ("bfs", "tree_of_thoughts", "breadth_first", "dfs", "best_first", "mcts", "got")
 AGENT_ORDERS: tuple[str, ...] = ("breadth_first", "depth_first", "best_first")
 FAILURE_POLICIES: tuple[str, ...] = ("replan", "skip", "fail")
 AGGREGATIONS: tuple[str, ...] = ("sum", "product", "min", "mean")

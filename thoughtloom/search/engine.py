@@ -14,10 +14,12 @@ from ..grounding.types import Grounder
 from ..llm.budget import Budget
 from ..llm.gateway import CallRecord, Gateway
 from ..tasks.base import Task
+from ..tasks.evaluation import Evaluation
 from .config import SearchConfig
 from .context import SearchContext, SearchController
 from .events import BudgetSpent, EventBus, EventSink, SearchStarted, SearchStopped
 from .operators import synthesize
+from .paths import scored_paths
 from .result import GroundingStats, PathStep, SearchResult, SearchStats, SearchUsage, role_usage
 from .strategies import STRATEGY_FUNCTIONS
 from .stop import StopReason
@@ -168,8 +170,11 @@ async def search(
         bus.emit(SearchStopped(reason, best, len(ctx.graph)))
     path_ids = ctx.graph.path_to_root(answer_node if answer_node is not None else best) if best is not None else [ctx.root]
     best_path = [
-        PathStep(n.id, n.kind.value, n.content, n.score) for n in (ctx.graph.node(i) for i in path_ids)
+        PathStep(n.id, n.kind.value, n.content, n.score,
+                 Evaluation.from_dict(n.extra["evaluation"]) if "evaluation" in n.extra else None)
+        for n in (ctx.graph.node(i) for i in path_ids)
     ]
+    all_paths, paths_found = scored_paths(ctx)
     spent = budget.spent
     input_tokens = spent.input_tokens - spent_before.input_tokens
     output_tokens = spent.output_tokens - spent_before.output_tokens
@@ -222,4 +227,7 @@ async def search(
         control=controller.report(ctx) if controller is not None else None,
         grounding={n: r for n, r in sorted(ctx.grounding.items())},
         research=ctx.research_result,
+        best_path_total=ctx.path_score(path_ids[-1]),
+        all_paths=all_paths,
+        paths_found=paths_found,
     )

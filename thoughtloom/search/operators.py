@@ -258,9 +258,14 @@ def _take_value(
         return task.parse_value(problem, steps, texts)
     if len(texts) > 1:
         # How much the samples disagree tells the controller whether the evaluator is reliable.
-        singles = [task.parse_value(problem, steps, [t]) for t in texts]
+        singles = [task.parse_evaluation(problem, steps, [t]).score for t in texts]
         ctx.value_spreads.append(max(singles) - min(singles))
-    return task.parse_value(problem, steps, texts)
+    evaluation = task.parse_evaluation(problem, steps, texts)
+    if evaluation.explained:
+        # Kept on the node (and so in a stored run): why the evaluator scored it so, and whether
+        # it found the thought worth expanding (the tree_of_thoughts strategy prunes on that).
+        ctx.graph.node(node_id).extra["evaluation"] = evaluation.to_dict()
+    return evaluation.score
 
 
 async def settle_scores(ctx: SearchContext, scores: Sequence[tuple[int, float]]) -> None:

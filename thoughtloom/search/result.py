@@ -10,6 +10,8 @@ from ..graph import ThoughtGraph
 from ..grounding.types import GroundingResult
 from ..llm.budget import Spend
 from ..llm.gateway import CallRecord
+from ..tasks.evaluation import Evaluation
+from .paths import ScoredPath
 from .stop import StopReason
 
 
@@ -21,6 +23,13 @@ class PathStep:
     kind: str
     content: str
     score: float | None
+    #: What the evaluator said of it (reasoning, verdict), when it said more than a number.
+    evaluation: Evaluation | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain data for JSON output."""
+        return {"id": self.id, "kind": self.kind, "content": self.content, "score": self.score,
+                **({"evaluation": self.evaluation.to_dict()} if self.evaluation is not None else {})}
 
 
 #: The name usage per role gives the run's own model (every role without a model of its own).
@@ -175,6 +184,11 @@ class SearchResult:
     store_error: str | None = None
     #: The research strategy's ResearchResult (answer with sources, tree, insights, metrics).
     research: Any = None
+    #: The best path's total score under the configured aggregation (sum, product, min, mean).
+    best_path_total: float | None = None
+    #: The best root-to-leaf paths by total (at most search.paths.MAX_PATHS), and how many there were.
+    all_paths: list[ScoredPath] = field(default_factory=list)
+    paths_found: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         """Plain data for JSON output."""
@@ -187,9 +201,10 @@ class SearchResult:
             "score": self.score,
             "termination_reason": str(self.termination_reason),
             "error": self.error,
-            "best_path": [
-                {"id": s.id, "kind": s.kind, "content": s.content, "score": s.score} for s in self.best_path
-            ],
+            "best_path": [s.to_dict() for s in self.best_path],
+            "best_path_total": self.best_path_total,
+            "all_paths": [p.to_dict(self.graph) for p in self.all_paths],
+            "paths_found": self.paths_found,
             "usage": self.usage.to_dict(),
             "stats": self.stats.to_dict(),
             "config": self.config,

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 
 from ..graph import NodeKind
 from ..llm.types import Prompt, few_shot_messages
+from .evaluation import Evaluation
 from .query import Query, Verdict
 
 if TYPE_CHECKING:
@@ -177,6 +178,14 @@ class Task(Generic[P]):
     def parse_value(self, problem: P, steps: Sequence[str], texts: Sequence[str]) -> float:
         """A value in [0, 1] from the value samples."""
         raise UnsupportedOperation(f"task {self.name} cannot parse values")
+
+    def parse_evaluation(self, problem: P, steps: Sequence[str], texts: Sequence[str]) -> Evaluation:
+        """The value samples as an Evaluation; by default parse_value's number alone (no reasoning, no verdict).
+
+        A task whose evaluator explains itself (the general task) returns its reasoning and
+        verdict too; the engine keeps them on the node (node.extra["evaluation"]).
+        """
+        return Evaluation(self.parse_value(problem, steps, texts))
 
     def vote(self, problem: P, steps: Sequence[str], candidates: Sequence[str]) -> Query:
         """A prompt that asks which candidate next step is best."""

@@ -8,18 +8,30 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from typing import Any, ClassVar
 
 from ..llm.types import Message, Prompt
 from .base import Query, Task
+from .evaluation import (
+    EVALUATION_SCHEMA,
+    EVALUATION_TOKENS,
+    Evaluation,
+    judge,
+    read_evaluation,
+)
 
 GENERATOR_SYSTEM = (
     "You are a creative reasoning engine. Given a problem and the current reasoning state, propose "
     "distinct next steps. Each step is a single logical step, clearly different from the others, "
     "and moves toward solving the problem."
 )
-EVALUATOR_SYSTEM = (
+_JUDGE = (
     "You are a critical evaluator of reasoning steps. Judge logical validity, progress toward the "
-    "goal, clarity and feasibility. Reply with a single score from 0 to 10."
+    "goal, clarity and feasibility. "
+)
+EVALUATOR_SYSTEM = (
+    _JUDGE + "Reply with a JSON object: \"reasoning\" (why, in a sentence or two), \"score\" (from 0 to 10) and "
+    "\"is_promising\" (true if this path is worth exploring further)."
 )
 SYNTHESIZER_SYSTEM = (
     "You are a reasoning synthesizer. Given a problem and the best reasoning path found, produce a "
@@ -27,15 +39,6 @@ SYNTHESIZER_SYSTEM = (
 )
 
 _NUMBERED = re.compile(r"^\s*(?:\d+[.):]|[-*•])\s*(.+)$")
-_NUM = r"(\d+(?:\.\d+)?)"
-# How a score is written, most explicit first: "7/10", "7 out of 10", "Score: 7".
-_STATED_SCORES = (
-    re.compile(_NUM + r"\s*(?:/|out of)\s*10\b", re.IGNORECASE),
-    re.compile(r"\b(?:score|rating|rate it|quality)\b\D{0,12}?" + _NUM, re.IGNORECASE),
-)
-# Else a bare number that is not a step's number ("Step 2 is sound: 8" scores 8).
-_BARE_SCORE = re.compile(r"(?<![\d.])(?<!step )(?<!step)" + _NUM + r"(?![\d.]*\s*[)%])", re.IGNORECASE)
-_ARITHMETIC = set("+-*/=×÷^")
 _STEP_LABEL = re.compile(r"^(?:\**\s*step\s*\d+\s*[:.)]\**\s*)+", re.IGNORECASE)
 _FINAL = re.compile(r"final answer|the answer is|\\boxed\{", re.IGNORECASE)
 _FINAL_HINT = "If the reasoning so far already answers the problem, reply 'Final answer: ' and the answer."
@@ -43,21 +46,9 @@ _CHOICE = re.compile(r"(?:choice|option|step)?\s*#?(\d+)", re.IGNORECASE)
 
 
 def score_from(text: str) -> float:
-    """A 0-10 score in a reply, scaled to [0, 1]: "7/10", "7 out of 10", "Score: 7" or a bare 7; 0 if none."""
-    for form in _STATED_SCORES:
-        for m in form.finditer(text):
-            if float(m.group(1)) <= 10:
-                return float(m.group(1)) / 10.0
-    for m in _BARE_SCORE.finditer(text):
-        if float(m.group(1)) <= 10 and not _in_arithmetic(text, m.start(1), m.end(1)):
-            return float(m.group(1)) / 10.0
-    return 0.0
-
-
-def _in_arithmetic(text: str, start: int, end: int) -> bool:
-    """Whether the number at text[start:end] is an operand or result ("48 / 2 = 24"), not a score."""
-    before, after = text[:start].rstrip()[-1:], text[end:].lstrip()[:1]
-    return before in _ARITHMETIC or after in _ARITHMETIC
+    """The score one reply states, in [0, 1] (see evaluation.read_evaluation); 0 if it states none."""
+    evaluation = read_evaluation(text)
+    return 0.0 if evaluation is None else evaluation.score
 
 
 def _reasoning(steps: Sequence[str]) -> str:
@@ -70,7 +61,9 @@ class GeneralTask(Task[str]):
     name = "general"
     description = "any free-text question or problem"
     programmatic_answer = False
-    search_defaults = {"breadth": 3, "beam": 2, "max_depth": 3, "generation": "sample"}
+    # Seed 001's prune threshold: a thought its evaluator scores below 3 of 10 is not expanded.
+    search_defaults: ClassVar[dict[str, Any]] = {"breadth": 3, "beam": 2, "max_depth": 3, "generation": "sample",
+                                                  "prune_threshold": 0.3}
 
     def propose(self, problem: str, steps: Sequence[str], k: int) -> Query:
         """List k distinct next steps."""
@@ -117,20 +110,29 @@ class GeneralTask(Task[str]):
         return bool(steps) and _FINAL.search(steps[-1]) is not None
 
     def value(self, problem: str, steps: Sequence[str]) -> Query:
-        """A 0-10 score of the path."""
-        user = f"Problem: {problem}\n\nReasoning path so far:\n{_reasoning(steps)}\n\nScore the last step from 0 to 10."
+        """An evaluation of the path's last step: reasoning, a 0-10 score and whether it is promising, as JSON."""
+        user = (
+            f"Problem: {problem}\n\nReasoning path so far:\n{_reasoning(steps)}\n\nEvaluate the last step. Reply with "
+            'JSON: {"reasoning": "why", "score": 0 to 10, "is_promising": true or false}.'
+        )
+        # A base model continues this with a number; where the schema is enforced, with the JSON record.
         text = f"Problem: {problem}\nReasoning:\n{_reasoning(steps)}\nQuality of the last step on a scale of 0 to 10:"
         return Query(
             Prompt(text=text, messages=(Message("system", EVALUATOR_SYSTEM), Message("user", user))),
-            # A base model writes the number and stops at the line's end; an instruct model often
-            # says a few words before it ("The step is sound. Score: 7/10").
-            max_tokens=32,
+            # Where the backend enforces the schema the reply is JSON; elsewhere a base model writes
+            # a number and stops at the line's end, an instruct model its reasons and then a score.
+            max_tokens=EVALUATION_TOKENS,
             stop=("\n",),
+            schema=EVALUATION_SCHEMA,
         )
 
+    def parse_evaluation(self, problem: str, steps: Sequence[str], texts: Sequence[str]) -> Evaluation:
+        """The samples' evaluations as one: mean stated score, their reasons, the verdict (see evaluation.judge)."""
+        return judge(texts)
+
     def parse_value(self, problem: str, steps: Sequence[str], texts: Sequence[str]) -> float:
-        """Mean of each sample's score on the 0-10 scale, scaled to [0, 1]; a sample without one counts 0."""
-        return sum(score_from(text) for text in texts) / max(1, len(texts))
+        """The combined evaluation's score in [0, 1]."""
+        return judge(texts).score
 
     def vote(self, problem: str, steps: Sequence[str], candidates: Sequence[str]) -> Query:
         """Which candidate step is most promising."""
@@ -140,7 +142,7 @@ class GeneralTask(Task[str]):
             Prompt(
                 text=body + "The most promising choice is Choice",
                 messages=(
-                    Message("system", EVALUATOR_SYSTEM.replace("Reply with a single score from 0 to 10.", "")),
+                    Message("system", _JUDGE),
                     Message("user", body + "\nReply with 'The best choice is N'."),
                 ),
             ),

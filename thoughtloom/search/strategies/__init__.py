@@ -8,7 +8,7 @@ from ..agent.scheduler import run_agent
 from ..context import SearchContext
 from ..research.explorer import run_research
 from .best_first import run_best_first
-from .bfs import run_bfs
+from .bfs import run_bfs, run_breadth_first, run_tree_of_thoughts
 from .cove import run_cove
 from .dfs import run_dfs
 from .got import run_got
@@ -19,6 +19,8 @@ StrategyFn = Callable[[SearchContext], Awaitable[None]]
 
 STRATEGY_FUNCTIONS: dict[str, StrategyFn] = {
     "bfs": run_bfs,
+    "tree_of_thoughts": run_tree_of_thoughts,
+    "breadth_first": run_breadth_first,
     "dfs": run_dfs,
     "best_first": run_best_first,
     "mcts": run_mcts,

@@ -1,14 +1,35 @@
-"""Breadth-first search with a beam (the Tree-of-Thoughts paper's BFS)."""
+"""Level-by-level search: the Tree-of-Thoughts paper's BFS (a beam), and seed 001's tree_of_thoughts and
+breadth_first (no beam cut).
+
+The three differ only in which scored children go on to the next level; every one of them
+also loses the thoughts scored below SearchConfig.prune_threshold, which the context prunes
+as they are scored.
+"""
 
 from __future__ import annotations
 
 from ..context import SearchContext
-from .common import expand_all, next_level
+from .common import Keep, expand_all, keep_all, keep_beam, keep_promising, next_level
 
 
 async def run_bfs(ctx: SearchContext) -> None:
     """Expand the whole beam level by level; keep the best `beam` thoughts of each level."""
+    await _by_level(ctx, keep_beam)
+
+
+async def run_tree_of_thoughts(ctx: SearchContext) -> None:
+    """Level by level, expand every thought that reaches the prune threshold and that its evaluator
+    found promising (no beam cut)."""
+    await _by_level(ctx, keep_promising)
+
+
+async def run_breadth_first(ctx: SearchContext) -> None:
+    """Level by level, expand every thought that reaches the prune threshold (no beam cut, no verdicts)."""
+    await _by_level(ctx, keep_all)
+
+
+async def _by_level(ctx: SearchContext, keep: Keep) -> None:
     frontier: list[int] | None = [ctx.root]
     while frontier:
         children = await expand_all(ctx, frontier)
-        frontier = await next_level(ctx, frontier, children)
+        frontier = await next_level(ctx, frontier, children, keep)

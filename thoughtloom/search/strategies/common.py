@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 from ..context import SearchContext
 from ..eager import eager_gather
@@ -36,11 +36,34 @@ def keep_beam(ctx: SearchContext, candidates: Iterable[int]) -> list[int]:
     return ranked[:beam]
 
 
-async def next_level(ctx: SearchContext, frontier: Sequence[int], children: Iterable[int]) -> list[int] | None:
+def keep_all(ctx: SearchContext, candidates: Iterable[int]) -> list[int]:
+    """Every expandable candidate, best first (no beam cut: only the prune threshold has removed any)."""
+    return rank(ctx, (c for c in candidates if ctx.expandable(c)))
+
+
+def keep_promising(ctx: SearchContext, candidates: Iterable[int]) -> list[int]:
+    """Every expandable candidate its evaluator did not call unpromising, best first; those it did are pruned."""
+    kept = []
+    for c in keep_all(ctx, candidates):
+        evaluation = ctx.graph.node(c).extra.get("evaluation")
+        if evaluation is not None and evaluation["is_promising"] is False:
+            ctx.prune(c, "its evaluator found it not worth expanding")
+        else:
+            kept.append(c)
+    return kept
+
+
+#: How a level-by-level strategy picks the next level from the children it scored.
+Keep = Callable[[SearchContext, Iterable[int]], list[int]]
+
+
+async def next_level(ctx: SearchContext, frontier: Sequence[int], children: Iterable[int],
+                     keep: Keep = keep_beam) -> list[int] | None:
     """After a level-by-level step: where to go next, or None when the search ends here.
 
-    The controller may send the search back to revived earlier thoughts; otherwise the best
-    `beam` children, unless the depth limit is reached or nothing is left to expand.
+    The controller may send the search back to revived earlier thoughts; otherwise the children
+    `keep` picks (by default the best `beam`), unless the depth limit is reached or nothing is
+    left to expand.
     """
     if ctx.stopped:
         return None
@@ -52,8 +75,8 @@ async def next_level(ctx: SearchContext, frontier: Sequence[int], children: Iter
     if len(ctx.steps(frontier[0])) + 1 >= ctx.max_depth:
         ctx.stop(StopReason.MAX_DEPTH)
         return None
-    beam = keep_beam(ctx, children)
-    if not beam:
+    kept = keep(ctx, children)
+    if not kept:
         ctx.stop(StopReason.FRONTIER_EXHAUSTED)
         return None
-    return beam
+    return kept
