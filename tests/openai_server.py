@@ -106,6 +106,22 @@ class FakeOpenAIServer:
         return Reply(200, body, self.delay_s)
 
 
+def completions_of(respond: Callable[[Any, int], str]) -> Callable[[Seen], Reply]:
+    """A completions responder: each prompt (a batch's too) answered by `respond(GenerateRequest, sample index)`."""
+    from thoughtloom.llm.types import GenerateRequest, Prompt
+
+    def reply(seen: Seen) -> Reply:
+        prompt = seen.body["prompt"]
+        prompts = prompt if isinstance(prompt, list) else [prompt]
+        n = int(seen.body.get("n") or 1)
+        texts = [respond(GenerateRequest(prompt=Prompt(text=p)), i) for p in prompts for i in range(n)]
+        return Reply(200, {"id": "x", "object": "text_completion", "created": 0, "model": "m",
+                           "choices": [{"index": i, "text": t, "finish_reason": "stop"} for i, t in enumerate(texts)],
+                           "usage": {"prompt_tokens": 10, "completion_tokens": 10, "total_tokens": 20}})
+
+    return reply
+
+
 def _merge_batch(n: int, replies: list[Reply]) -> Reply:
     """One completions reply for a prompt list from one reply per prompt, as vLLM numbers
     choices (prompt i's sample j is index i*n + j) and sums usage."""
@@ -123,7 +139,7 @@ def _merge_batch(n: int, replies: list[Reply]) -> Reply:
 
 def _handler(server: FakeOpenAIServer) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:  # noqa: N802 - the http.server naming
+        def do_POST(self) -> None:
             length = int(self.headers.get("Content-Length") or 0)
             body = json.loads(self.rfile.read(length) or b"{}")
             with server.lock:
@@ -149,7 +165,7 @@ def _handler(server: FakeOpenAIServer) -> type[BaseHTTPRequestHandler]:
             except (BrokenPipeError, ConnectionResetError):
                 pass  # the client gave up (timeout tests)
 
-        def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - keep test output quiet
+        def log_message(self, format: str, *args: Any) -> None:
             pass
 
     return Handler

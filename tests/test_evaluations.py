@@ -7,14 +7,14 @@ import json
 from pathlib import Path
 
 import pytest
-from openai_server import FakeOpenAIServer, Reply, Seen
+from openai_server import FakeOpenAIServer, Reply, Seen, completions_of
 
 from thoughtloom import areplay, asolve
 from thoughtloom.cli.main import main
 from thoughtloom.graph import NodeKind
 from thoughtloom.llm.budget import BudgetLimits
 from thoughtloom.llm.fake import ScriptedBackend
-from thoughtloom.llm.types import GenerateRequest, Prompt
+from thoughtloom.llm.types import GenerateRequest
 from thoughtloom.store.runs import load_graph, open_run
 from thoughtloom.store.sqlite import SQLiteStore
 
@@ -142,15 +142,8 @@ async def test_the_embedded_model_answers_evaluations_as_records_through_its_gra
         assert 0.0 <= record["score"] <= 1.0
 
 
-def completion_reply(seen: Seen) -> Reply:
-    """The bakery model behind a completions endpoint."""
-    prompt = seen.body["prompt"]
-    prompts = prompt if isinstance(prompt, list) else [prompt]
-    n = int(seen.body.get("n") or 1)
-    texts = [bakery_reply(GenerateRequest(prompt=Prompt(text=p)), i) for p in prompts for i in range(n)]
-    return Reply(200, {"id": "x", "object": "text_completion", "created": 0, "model": "m",
-                       "choices": [{"index": i, "text": t, "finish_reason": "stop"} for i, t in enumerate(texts)],
-                       "usage": {"prompt_tokens": 10, "completion_tokens": 10, "total_tokens": 20}})
+#: The bakery model behind a completions endpoint.
+completion_reply = completions_of(bakery_reply)
 
 
 def test_loom_solve_prints_why_the_evaluator_scored_each_best_path_step(

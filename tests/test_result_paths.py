@@ -6,12 +6,12 @@ import json
 import re
 
 import pytest
-from openai_server import FakeOpenAIServer, Reply, Seen
+from openai_server import FakeOpenAIServer, completions_of
 
 from thoughtloom import asolve
 from thoughtloom.cli.main import main
 from thoughtloom.llm.fake import ScriptedBackend
-from thoughtloom.llm.types import GenerateRequest, Prompt
+from thoughtloom.llm.types import GenerateRequest
 from thoughtloom.search.paths import MAX_PATHS
 
 QUESTION = "How can a small bakery cut its energy costs?"
@@ -77,15 +77,8 @@ async def test_all_paths_keeps_the_best_of_a_large_search_and_says_how_many_ther
     assert len(result.to_dict()["all_paths"]) == MAX_PATHS
 
 
-def server_reply(seen: Seen) -> Reply:
-    """The scripted model behind a completions endpoint."""
-    prompt = seen.body["prompt"]
-    prompts = prompt if isinstance(prompt, list) else [prompt]
-    n = int(seen.body.get("n") or 1)
-    texts = [reply(GenerateRequest(prompt=Prompt(text=p)), i) for p in prompts for i in range(n)]
-    return Reply(200, {"id": "x", "object": "text_completion", "created": 0, "model": "m",
-                       "choices": [{"index": i, "text": t, "finish_reason": "stop"} for i, t in enumerate(texts)],
-                       "usage": {"prompt_tokens": 10, "completion_tokens": 10, "total_tokens": 20}})
+#: The scripted model behind a completions endpoint.
+server_reply = completions_of(reply)
 
 
 def loom_solve(server: FakeOpenAIServer, capsys: pytest.CaptureFixture[str], *extra: str) -> str:

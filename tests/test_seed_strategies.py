@@ -5,12 +5,12 @@ from __future__ import annotations
 import json
 
 import pytest
-from openai_server import FakeOpenAIServer, Reply, Seen
+from openai_server import FakeOpenAIServer, completions_of
 
 from thoughtloom import asolve
 from thoughtloom.cli.main import main
 from thoughtloom.llm.fake import ScriptedBackend
-from thoughtloom.llm.types import GenerateRequest, Prompt
+from thoughtloom.llm.types import GenerateRequest
 from thoughtloom.run.spec import resolve
 from thoughtloom.search.events import Event, NodePruned
 
@@ -100,15 +100,8 @@ async def test_by_default_a_general_thought_scored_below_three_in_ten_is_pruned(
     assert "a2" not in expanded(model)
 
 
-def server_reply(seen: Seen) -> Reply:
-    """The scripted model behind a completions endpoint."""
-    prompt = seen.body["prompt"]
-    prompts = prompt if isinstance(prompt, list) else [prompt]
-    n = int(seen.body.get("n") or 1)
-    texts = [reply(GenerateRequest(prompt=Prompt(text=p)), i) for p in prompts for i in range(n)]
-    return Reply(200, {"id": "x", "object": "text_completion", "created": 0, "model": "m",
-                       "choices": [{"index": i, "text": t, "finish_reason": "stop"} for i, t in enumerate(texts)],
-                       "usage": {"prompt_tokens": 10, "completion_tokens": 10, "total_tokens": 20}})
+#: The scripted model behind a completions endpoint.
+server_reply = completions_of(reply)
 
 
 @pytest.mark.parametrize("strategy", ["tree_of_thoughts", "breadth_first"])
