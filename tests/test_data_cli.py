@@ -23,7 +23,14 @@ from openai_server import FakeOpenAIServer, Reply, Seen
 from thoughtloom.cli.main import main
 from thoughtloom.eval import sources
 from thoughtloom.eval.datasets import DataError, find_data_dir, load_dataset
-from thoughtloom.eval.sources import SOURCES, DataFile, DataSource, FetchError, fetch, game24_dev
+from thoughtloom.eval.sources import (
+    SOURCES,
+    DataFile,
+    DataSource,
+    FetchError,
+    fetch,
+    game24_dev,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT.parent / "shared" / "data"
@@ -32,7 +39,7 @@ pytestmark = pytest.mark.skipif(not (DATA / "game24" / "24_dev.csv").is_file(),
 
 
 class _Quiet(SimpleHTTPRequestHandler):
-    def log_message(self, format: str, *args: object) -> None:  # noqa: A002 (the base class's name)
+    def log_message(self, format: str, *args: object) -> None:
         """Serve without writing a log line per request."""
 
 
@@ -293,3 +300,19 @@ def test_from_a_clean_home_data_fetch_then_bench_game24_runs(tmp_path: Path, sha
     assert bench.returncode == 0, bench.stderr
     summary = json.loads((home / "run" / "summary.json").read_text())
     assert [(s["lane"], s["n"]) for s in summary["summaries"]] == [("io", 2), ("cot", 2)]
+
+
+@pytest.mark.local_model
+def test_a_fetched_game24_runs_the_embedded_model_bench(tmp_path: Path, shared_mirror: str,
+                                                        monkeypatch: pytest.MonkeyPatch,
+                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    # The model itself lives in the real XDG cache; the data goes to a fresh folder named by $THOUGHTLOOM_DATA.
+    data = tmp_path / "data"
+    assert main(["data", "fetch", "game24", "--data-dir", str(data), "--from", shared_mirror]) == 0
+    monkeypatch.setenv("THOUGHTLOOM_DATA", str(data))
+    out = tmp_path / "run"
+    code = main(["bench", "--tasks", "game24", "--lanes", "io,cot", "--model", "local:gemma-3-270m", "--limit", "2",
+                 "--budget-tokens", "600", "--out", str(out), "--quiet", "--no-plot"])
+    assert code == 0
+    records = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+    assert len(records) == 4 and {r["lane"] for r in records} == {"io", "cot"}
