@@ -31,6 +31,9 @@ from thoughtloom.eval.sources import (
     fetch,
     game24_dev,
 )
+from thoughtloom.tasks.base import ProblemError
+from thoughtloom.tasks.got import find_got_file
+from thoughtloom.tasks.humaneval import find_mbpp
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT.parent / "shared" / "data"
@@ -316,3 +319,35 @@ def test_a_fetched_game24_runs_the_embedded_model_bench(tmp_path: Path, shared_m
     assert code == 0
     records = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
     assert len(records) == 4 and {r["lane"] for r in records} == {"io", "cot"}
+
+
+# --- solve reads GoT and MBPP items by id from the same data directory ----------------------------
+
+
+def test_solve_finds_a_fetched_got_file_in_the_cache(cache: Path, shared_mirror: str) -> None:
+    fetch("sorting32", base_url=shared_mirror)
+    assert find_got_file(None, "sorting", "sorting_032.csv") == cache / "got" / "sorting" / "sorting_032.csv"
+
+
+def test_solve_does_not_read_a_shared_data_folder_beside_the_working_directory(
+        cache: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    beside = tmp_path / "project" / "shared" / "data" / "got" / "sorting"
+    beside.mkdir(parents=True)
+    (beside / "sorting_032.csv").write_bytes((DATA / "got" / "sorting" / "sorting_032.csv").read_bytes())
+    monkeypatch.chdir(tmp_path / "project")
+    with pytest.raises(ProblemError, match=r"run `loom data fetch sorting32`"):
+        find_got_file(None, "sorting", "sorting_032.csv")
+
+
+def test_a_missing_keyword_counting_file_names_its_fetch_command(cache: Path) -> None:
+    with pytest.raises(ProblemError, match=r"run `loom data fetch keyword_counting`"):
+        find_got_file(None, "keyword_counting", "countries.csv")
+
+
+def test_solve_finds_a_fetched_mbpp_file_in_the_cache(cache: Path, shared_mirror: str,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("THOUGHTLOOM_MBPP", raising=False)
+    with pytest.raises(ProblemError, match=r"`loom data fetch mbpp --from MIRROR_URL`"):
+        find_mbpp()
+    fetch("mbpp", base_url=shared_mirror)
+    assert find_mbpp() == cache / "mbpp" / "sanitized-mbpp-nontest.json"

@@ -18,11 +18,10 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
+from ..tasks.datadir import default_data_dir
 from . import scoring
 from .scoring import Score
-from .sources import SOURCES, UPSTREAM_NAMES, cache_dir, fetch_hint
-
-DATA_ENV = "THOUGHTLOOM_DATA"
+from .sources import SOURCES, UPSTREAM_NAMES, fetch_hint
 
 #: Which problems --limit takes from Game of 24's 1262 puzzles (ranked easiest first).
 GAME24_SELECTIONS = ("spread", "first", "hard")
@@ -117,9 +116,7 @@ def find_data_dir(given: str | os.PathLike[str] | None = None) -> Path:
         if not path.is_dir():
             raise DataError(f"--data-dir {given}: no such directory")
         return path
-    if os.environ.get(DATA_ENV):
-        return Path(os.environ[DATA_ENV]).expanduser()
-    return cache_dir()
+    return default_data_dir()
 
 
 @dataclass

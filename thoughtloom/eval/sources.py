@@ -24,6 +24,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..tasks.datadir import cache_data_dir
+
 #: A base URL replacing the upstream hosts: it serves the data directory's layout (game24/24_dev.csv ...).
 DATA_URL_ENV = "THOUGHTLOOM_DATA_URL"
 
@@ -157,12 +159,6 @@ UPSTREAM_NAMES: dict[str, str] = {
 }
 
 
-def cache_dir() -> Path:
-    """Where `loom data fetch` writes: $XDG_CACHE_HOME/thoughtloom/data, else ~/.cache/thoughtloom/data."""
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base).expanduser() / "thoughtloom" / "data"
-
-
 def fetch_command(name: str) -> str:
     """The exact command that downloads a data set."""
     return f"loom data fetch {name}"
@@ -197,7 +193,7 @@ def fetch(name: str, dest: Path | None = None, base_url: str | None = None, time
     one, each file comes from its upstream original and the set's standard split is applied.
     """
     src = source(name)
-    dest = dest or cache_dir()
+    dest = dest or cache_data_dir()
     base = base_url if base_url is not None else os.environ.get(DATA_URL_ENV) or None
     written = []
     for f in src.files:
