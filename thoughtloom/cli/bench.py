@@ -48,8 +48,8 @@ def add_bench_parser(sub: Any, positive_int: Any, positive_float: Any) -> None:
     b.add_argument("--param", action="append", default=[], metavar="LANE.KEY=VALUE",
                    help="a lane parameter, e.g. cot_sc.k=10 or tot.beam=1 (repeatable)")
     b.add_argument("--protocol", metavar="FILE", help="a protocol JSON file (flags given here override it)")
-    b.add_argument("--data-dir", metavar="DIR", help="benchmark data (default: $THOUGHTLOOM_DATA or shared/data "
-                   "beside or above the working directory)")
+    b.add_argument("--data-dir", metavar="DIR", help="benchmark data (default: $THOUGHTLOOM_DATA, else the cache "
+                   "directory 'loom data fetch NAME' downloads into)")
     b.add_argument("--out", metavar="DIR", help=f"run directory (default {DEFAULT_OUT_ROOT}/<data sets>-<protocol hash>; "
                    "the same command resumes the same run)")
     b.add_argument("--resume", metavar="DIR", help="continue the run in DIR exactly as its manifest says")

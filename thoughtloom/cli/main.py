@@ -20,6 +20,7 @@ def build_parser() -> argparse.ArgumentParser:
     from .agent import add_agent_parser
     from .research import add_research_parser
     from .bench import add_bench_parser
+    from .data import add_data_parser
     from .models import add_models_parser
     from .runs import add_store_commands
     from .serve import add_serve_parser
@@ -29,6 +30,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_agent_parser(sub)
     add_research_parser(sub)
     add_bench_parser(sub, positive_int, positive_float)
+    add_data_parser(sub)
     add_store_commands(sub)
     add_models_parser(sub)
     add_serve_parser(sub)
@@ -104,13 +106,14 @@ def main(argv: list[str] | None = None) -> int:
     from .agent import cmd_agent
     from .research import cmd_research
     from .bench import cmd_bench
+    from .data import cmd_data
     from .models import cmd_models
     from .runs import COMMANDS as STORE_COMMANDS
     from .runs import store_errors
     from .serve import cmd_serve
     from .solve import cmd_solve
 
-    commands = {"solve": cmd_solve, "agent": cmd_agent, "research": cmd_research, "bench": cmd_bench, "tasks": cmd_tasks, "profiles": cmd_profiles,
+    commands = {"solve": cmd_solve, "agent": cmd_agent, "research": cmd_research, "bench": cmd_bench, "data": cmd_data, "tasks": cmd_tasks, "profiles": cmd_profiles,
                 "models": cmd_models, "serve": cmd_serve, **STORE_COMMANDS}
     try:
         code = commands[args.command](args)

@@ -1,7 +1,7 @@
 """Benchmark data sets: loading problems from a user's data directory, selecting them, scoring answers.
 
-The files are read where the user keeps them (`--data-dir`, else `shared/data` beside or above
-the working directory); nothing is copied into the project. Each data set names the task its
+The files are read where the user keeps them (`--data-dir`, $THOUGHTLOOM_DATA), else from the
+cache directory `loom data fetch` downloads into (eval/sources.py); nothing is copied into the project. Each data set names the task its
 search lanes run on, and scores answers with the exact rule of shared/data/README.md.
 """
 
@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ast
 import csv
+import io
 import json
 import os
 from collections.abc import Sequence
@@ -17,10 +18,10 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
+from ..tasks.datadir import default_data_dir
 from . import scoring
 from .scoring import Score
-
-DATA_ENV = "THOUGHTLOOM_DATA"
+from .sources import SOURCES, UPSTREAM_NAMES, fetch_hint
 
 #: Which problems --limit takes from Game of 24's 1262 puzzles (ranked easiest first).
 GAME24_SELECTIONS = ("spread", "first", "hard")
@@ -106,19 +107,16 @@ def given_problems(text: str, task: str | None = None) -> Dataset:
 
 
 def find_data_dir(given: str | os.PathLike[str] | None = None) -> Path:
-    """The data directory: the given one, $THOUGHTLOOM_DATA, or shared/data beside or above the cwd."""
+    """The data directory: the given one, $THOUGHTLOOM_DATA, or the cache dir `loom data fetch` writes to.
+
+    Nothing is guessed from the working directory: a project's own data/ folder is not benchmark data.
+    """
     if given:
         path = Path(given).expanduser()
         if not path.is_dir():
             raise DataError(f"--data-dir {given}: no such directory")
         return path
-    if os.environ.get(DATA_ENV):
-        return Path(os.environ[DATA_ENV]).expanduser()
-    for base in (Path.cwd(), *Path.cwd().parents):
-        for candidate in (base / "shared" / "data", base / "data"):
-            if (candidate / "README.md").is_file() or (candidate / "game24").is_dir():
-                return candidate
-    raise DataError("no data directory found: pass --data-dir DIR (the folder holding game24/, gsm8k/, got/ ...)")
+    return default_data_dir()
 
 
 @dataclass
@@ -231,55 +229,61 @@ def load_dataset(name: str, data_dir: str | os.PathLike[str] | None = None) -> D
         items = load_humaneval()
         problems = [Problem(i, i, item.problem.prompt) for i, item in items.items()]
         return Dataset(spec, problems, str(humaneval_path()))
-    path = find_data_dir(data_dir) / spec.path
+    data_dir = find_data_dir(data_dir)
+    path = data_dir / spec.path
+    split = None
+    if not path.is_file() and name in UPSTREAM_NAMES and (data_dir / UPSTREAM_NAMES[name]).is_file():
+        # The original under its upstream name, downloaded by hand: the same standard split as `loom data fetch`.
+        path = data_dir / UPSTREAM_NAMES[name]
+        split = next(f.split for f in SOURCES[name].files if f.split is not None)
     if not path.is_file():
-        raise DataError(f"data set {name}: {path} not found (pass --data-dir DIR)")
+        hint = fetch_hint(name) if name in SOURCES else "put the file there"
+        raise DataError(f"data set {name}: {data_dir / spec.path} not found; {hint} (or pass --data-dir DIR)")
     try:
-        problems = _LOADERS[spec.prompts](path)
+        raw = path.read_bytes()
+        problems = _LOADERS[spec.prompts]((split(raw) if split else raw).decode("utf-8"))
     except (OSError, ValueError, KeyError, TypeError, SyntaxError) as exc:
         raise DataError(f"cannot read {path}: {exc}") from None
     return Dataset(spec, problems, str(path))
 
 
-def _csv_rows(path: Path) -> list[dict[str, str]]:
-    with path.open(newline="", encoding="utf-8") as fh:
-        return list(csv.DictReader(fh))
+def _csv_rows(text: str) -> list[dict[str, str]]:
+    return list(csv.DictReader(io.StringIO(text, newline="")))
 
 
-def _game24(path: Path) -> list[Problem]:
+def _game24(text: str) -> list[Problem]:
     out = []
-    for row in _csv_rows(path):
+    for row in _csv_rows(text):
         numbers = [int(x) for x in row["Puzzles"].split()]
         out.append(Problem(row["Rank"], row["Puzzles"], row["Puzzles"], numbers))
     return out
 
 
-def _gsm8k(path: Path) -> list[Problem]:
+def _gsm8k(text: str) -> list[Problem]:
     out = []
-    with path.open(encoding="utf-8") as fh:
-        for i, line in enumerate(l for l in fh if l.strip()):
-            row = json.loads(line)
-            gold = row["answer"].rsplit("####", 1)[-1].strip()
-            out.append(Problem(str(i), row["question"], row["question"], gold))
+    for i, line in enumerate(l for l in text.splitlines() if l.strip()):
+        row = json.loads(line)
+        gold = row["answer"].rsplit("####", 1)[-1].strip()
+        out.append(Problem(str(i), row["question"], row["question"], gold))
     return out
 
 
-def _mbpp(path: Path) -> list[Problem]:
-    rows = json.loads(path.read_text(encoding="utf-8"))
+def _mbpp(text: str) -> list[Problem]:
+    rows = json.loads(text)
     return [Problem(f"MBPP/{r['task_id']}", f"MBPP/{r['task_id']}", r["prompt"]) for r in rows]
 
 
-def _sorting(path: Path) -> list[Problem]:
+def _sorting(text: str) -> list[Problem]:
     out = []
-    for row in _csv_rows(path):
+    for row in _csv_rows(text):
         unsorted = ast.literal_eval(row["Unsorted"])
         out.append(Problem(row["ID"], row["Unsorted"], row["Unsorted"], {"unsorted": unsorted}))
     return out
 
 
-def _set_intersection(path: Path) -> list[Problem]:
+def _set_intersection(text: str) -> list[Problem]:
     out = []
-    for row in _csv_rows(path):
+    for row in _csv_rows(text):
         text = f"{row['SET1']} {row['SET2']}"
         gold = {"set1": ast.literal_eval(row["SET1"]), "set2": ast.literal_eval(row["SET2"]),
                 "intersection": ast.literal_eval(row["INTERSECTION"])}
@@ -287,17 +291,17 @@ def _set_intersection(path: Path) -> list[Problem]:
     return out
 
 
-def _keyword_counting(path: Path) -> list[Problem]:
+def _keyword_counting(text: str) -> list[Problem]:
     out = []
-    for row in _csv_rows(path):
+    for row in _csv_rows(text):
         # The file lists names unquoted: "[Norway, Sweden, United States]".
         countries = [c.strip() for c in row["Countries"].strip().strip("[]").split(",") if c.strip()]
         out.append(Problem(row["ID"], row["Text"], row["Text"], list(countries)))
     return out
 
 
-def _hotpotqa(path: Path) -> list[Problem]:
-    rows = json.loads(path.read_text(encoding="utf-8"))
+def _hotpotqa(text: str) -> list[Problem]:
+    rows = json.loads(text)
     if not isinstance(rows, list):
         raise ValueError("expected a JSON list of questions")
     out = []

@@ -4,7 +4,7 @@ Each is solved by the recursive strategy the paper's way: split the input into c
 chunks with the model, merge (programmatically by default, or by the model following the
 contract's combine_instruction), and score with the paper's exact error counts
 (../shared/data/README.md). Instances come from the problem text, from the GoT data files by id
-(--data, else shared/data/got beside the working directory), or are generated from --size.
+(--data, else got/ in the benchmark data directory that `loom data fetch` fills), or are generated from --size.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from ..llm.types import Prompt, few_shot_messages
 from .recursion.contract import ChildSpec, Contract, FailurePolicy
 from .recursion.hooks import Goal, Plan, RecursiveHooks, Verification
 from .base import ProblemError, Query, Task, read_input_file
+from .datadir import default_data_dir
 
 #: Errors the data README gives an unparsable output.
 SORTING_UNPARSABLE = 300
@@ -78,18 +79,21 @@ def _fmt(xs: Sequence[int]) -> str:
 
 
 def find_got_file(data: Path | None, folder: str, name: str) -> Path:
-    """A GoT data file: under --data (the file, its folder or the got folder), else shared/data/got nearby."""
-    candidates: list[Path] = []
+    """A GoT data file: under --data (the file, its folder or the got folder), else in the benchmark data directory."""
     if data is not None:
-        candidates += [data, data / name, data / folder / name]
+        candidates = [data, data / name, data / folder / name]
     else:
-        for base in (Path.cwd(), *Path.cwd().parents):
-            candidates.append(base / "shared" / "data" / "got" / folder / name)
+        candidates = [default_data_dir() / "got" / folder / name]
     for c in candidates:
         if c.is_file():
             return c
-    where = str(data) if data is not None else f"shared/data/got/{folder}"
-    raise ProblemError(f"GoT data {name} not found at {where}; pass --data PATH (the got folder or the file)")
+    if data is not None:
+        raise ProblemError(f"GoT data {name} not found at {data}; pass --data PATH (the got folder or the file)")
+    # The data set's name in `loom data`: sorting_064.csv is sorting64, countries.csv keyword_counting.
+    size = name.rsplit("_", 1)[-1].split(".")[0]
+    dataset = f"{folder}{int(size)}" if size.isdigit() else folder
+    raise ProblemError(f"GoT data {name} not found at {candidates[0]}; run `loom data fetch {dataset}` "
+                       "or pass --data PATH (the got folder or the file)")
 
 
 def _row(path: Path, item_id: str) -> dict[str, str]:

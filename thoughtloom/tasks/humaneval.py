@@ -18,8 +18,9 @@ from typing import Any, ClassVar
 
 from .base import ProblemError, read_input_file
 from .code import CodeProblem, CodeTask, docstring_tests, passes
+from .datadir import default_data_dir
 
-#: Where MBPP is looked for when no path is given (the repo's sibling `shared/data` in development).
+#: The MBPP file's name in the benchmark data directory (`loom data fetch mbpp` writes it).
 MBPP_FILE = "sanitized-mbpp-nontest.json"
 MBPP_ENV = "THOUGHTLOOM_MBPP"
 
@@ -60,20 +61,21 @@ def load_humaneval(path: str | Path | None = None) -> dict[str, BenchmarkItem]:
 
 
 def find_mbpp(path: str | Path | None = None) -> Path:
-    """The MBPP file: the given path, $THOUGHTLOOM_MBPP, or shared/data/mbpp beside the working directory."""
+    """The MBPP file: the given path, $THOUGHTLOOM_MBPP, or mbpp/ in the benchmark data directory."""
     candidates = [Path(path)] if path else []
     if not path:
         if os.environ.get(MBPP_ENV):
             candidates.append(Path(os.environ[MBPP_ENV]))
-        for base in (Path.cwd(), *Path.cwd().parents):
-            candidates.append(base / "shared" / "data" / "mbpp" / MBPP_FILE)
+        candidates.append(default_data_dir() / "mbpp" / MBPP_FILE)
     for c in candidates:
         if c.is_dir():
             c = c / MBPP_FILE
         if c.is_file():
             return c
-    where = str(path) if path else f"${MBPP_ENV} or shared/data/mbpp/{MBPP_FILE}"
-    raise ProblemError(f"MBPP data not found at {where}; pass --data PATH/TO/{MBPP_FILE}")
+    if path:
+        raise ProblemError(f"MBPP data not found at {path}; pass --data PATH/TO/{MBPP_FILE}")
+    raise ProblemError(f"MBPP data not found at ${MBPP_ENV} or {candidates[-1]}; run `loom data fetch mbpp --from "
+                       f"MIRROR_URL` (see `loom data list`) or pass --data PATH/TO/{MBPP_FILE}")
 
 
 def load_mbpp(path: str | Path | None = None) -> dict[str, BenchmarkItem]:

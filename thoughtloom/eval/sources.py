@@ -1,0 +1,240 @@
+"""Where benchmark data comes from: the public originals, their pinned SHA-256, the standard splits.
+
+`loom data fetch NAME` downloads a set's upstream file, refuses it unless its checksum is the
+pinned one, applies the set's standard split (Game of 24: the ToT paper's test slice, ranks
+901-1000, is kept out of the dev file) and writes the result into the user's cache directory
+($XDG_CACHE_HOME/thoughtloom/data), where `loom bench` finds it. A mirror holding the data
+directory's own layout (`--from URL` or $THOUGHTLOOM_DATA_URL) replaces the upstream hosts;
+its files are checked against the same pinned checksums, so a mirror cannot change the data.
+
+Every checksum here is of bytes someone can reproduce: the upstream file as its repository
+holds it, or the file the split writes from it.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import io
+import json
+import os
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..tasks.datadir import cache_data_dir
+
+#: A base URL replacing the upstream hosts: it serves the data directory's layout (game24/24_dev.csv ...).
+DATA_URL_ENV = "THOUGHTLOOM_DATA_URL"
+
+#: The ToT paper's Game of 24 test slice (ranks 901-1000), kept out of the dev file.
+GAME24_TEST_RANKS = range(901, 1001)
+#: MBPP's standard test split: the sanitized set's task ids 11-510.
+MBPP_TEST_IDS = range(11, 511)
+#: How many HotpotQA dev (distractor) questions the dev file holds: the first 50 of the official file.
+HOTPOTQA_DEV_FIRST = 50
+
+_TOT = "https://raw.githubusercontent.com/princeton-nlp/tree-of-thought-llm/ab400345c5ea39d28ea6d7d3be0e417b11113c87"
+_GOT = "https://raw.githubusercontent.com/spcl/graph-of-thoughts/363421c61c7bc11edf32845a697ae2aaccd75463"
+_GSM = "https://raw.githubusercontent.com/openai/grade-school-math/3101c7d5072418e28b9008a6636bde82a006892c"
+
+
+class FetchError(ValueError):
+    """A data set that cannot be downloaded or does not match its pinned checksum; one line."""
+
+
+def game24_dev(original: bytes) -> bytes:
+    """The ToT 24.csv without the paper's test slice (ranks 901-1000), written as csv writes it."""
+    rows = list(csv.reader(io.StringIO(original.decode("utf-8"))))
+    out = io.StringIO()
+    writer = csv.writer(out)
+    writer.writerow(rows[0])
+    writer.writerows(r for r in rows[1:] if r and int(r[0]) not in GAME24_TEST_RANKS)
+    return out.getvalue().encode("utf-8")
+
+
+def mbpp_nontest(original: bytes) -> bytes:
+    """The sanitized MBPP list without its standard test split (task ids 11-510), as one JSON line."""
+    rows = json.loads(original.decode("utf-8"))
+    return json.dumps([r for r in rows if int(r["task_id"]) not in MBPP_TEST_IDS]).encode("utf-8")
+
+
+def hotpotqa_first50(original: bytes) -> bytes:
+    """The first 50 questions of the official dev (distractor) file, in the Hugging Face layout eval.datasets reads."""
+    rows = json.loads(original.decode("utf-8"))[:HOTPOTQA_DEV_FIRST]
+    out = [{"question": r["question"], "answer": r["answer"], "type": r["type"], "level": r["level"],
+            "supporting_facts": {"title": [t for t, _ in r["supporting_facts"]],
+                                 "sent_id": [i for _, i in r["supporting_facts"]]},
+            "context": {"title": [t for t, _ in r["context"]], "sentences": [s for _, s in r["context"]]}}
+           for r in rows]
+    return json.dumps(out, ensure_ascii=False).encode("utf-8")
+
+
+@dataclass(frozen=True, slots=True)
+class DataFile:
+    """One file of a data set: where it goes, its pinned checksum, and the public original it comes from."""
+
+    #: Where the file lives in the data directory (as eval.datasets reads it, and as a mirror serves it).
+    path: str
+    #: SHA-256 of the file as written to the data directory.
+    sha256: str
+    #: The public original.
+    upstream: str
+    #: SHA-256 of the upstream original, when the file is derived from it by `split`; None: not pinned.
+    upstream_sha256: str | None = None
+    #: The standard split turning the original into this file; None: the original is the file as is.
+    split: Callable[[bytes], bytes] | None = None
+
+    @property
+    def direct(self) -> bool:
+        """Whether the upstream original can be downloaded and checked against a pinned checksum."""
+        return self.split is None or self.upstream_sha256 is not None
+
+
+@dataclass(frozen=True, slots=True)
+class DataSource:
+    """A data set's files, licence and where they come from, as `loom data list` shows it."""
+
+    name: str
+    files: tuple[DataFile, ...]
+    origin: str
+    licence: str
+
+
+def _got(name: str, folder: str, file: str, sha256: str) -> DataSource:
+    return DataSource(name, (DataFile(f"got/{folder}/{file}", sha256, f"{_GOT}/examples/{folder}/{file}"),),
+                      "Graph-of-Thoughts (spcl/graph-of-thoughts)", "BSD-style")
+
+
+SOURCES: dict[str, DataSource] = {
+    "game24": DataSource(
+        "game24",
+        (DataFile("game24/24_dev.csv", "60b975bba52bc492868fe32621521e44a8f2778ddc24db687c8e40de6e417e3b",
+                  f"{_TOT}/src/tot/data/24/24.csv",
+                  "b9f12b3e36d987a3c714c4cef17d89a137d7c59da26532fcfb93b4821d8111b5", game24_dev),),
+        "Tree-of-Thoughts 24.csv (princeton-nlp/tree-of-thought-llm), ranks 901-1000 held out", "MIT"),
+    "gsm8k": DataSource(
+        "gsm8k",
+        (DataFile("gsm8k/train.jsonl", "17f347dc51477c50d4efb83959dbb7c56297aba886e5544ee2aaed3024813465",
+                  f"{_GSM}/grade_school_math/data/train.jsonl"),),
+        "GSM8K train split (openai/grade-school-math)", "MIT"),
+    "keyword_counting": _got("keyword_counting", "keyword_counting", "countries.csv",
+                             "d1be929b6170f1e81edcdfbed4fc8e6879be0242494de0254a716e02a5361b85"),
+    "sorting32": _got("sorting32", "sorting", "sorting_032.csv",
+                      "5a9136993314252b3eeb58b5425c47dbcdfff99aea0c627b659a28285cf2265e"),
+    "sorting64": _got("sorting64", "sorting", "sorting_064.csv",
+                      "600e4b6272eb7e82db7837076cba949f0505e1021c5207fff18f48f7bea71609"),
+    "sorting128": _got("sorting128", "sorting", "sorting_128.csv",
+                       "51c0572dc4263938441e891d227143ab76a13fab10474d91e399df135af56082"),
+    "set_intersection32": _got("set_intersection32", "set_intersection", "set_intersection_032.csv",
+                               "5bad14479cd6c121e5bbb4561cfeca948952932a3b5e79ae7ec229213eaa5f48"),
+    "set_intersection64": _got("set_intersection64", "set_intersection", "set_intersection_064.csv",
+                               "287c8d1e102a5a6b4737588b0913bea78b5fc680b86f230eaafc0c921b45a35e"),
+    "set_intersection128": _got("set_intersection128", "set_intersection", "set_intersection_128.csv",
+                                "75d18abe106d303b56e09e56bc00c88040f3daf49541ca177117ab32b56b6076"),
+    # The two below are derived files whose upstream originals' checksums are not pinned (no copy of
+    # the originals was at hand to hash): they come from a mirror, checked against the derived
+    # file's checksum, or the user downloads the original, which eval.datasets reads under its
+    # upstream name and splits the same way.
+    "mbpp": DataSource(
+        "mbpp",
+        (DataFile("mbpp/sanitized-mbpp-nontest.json", "0f364884bc5aa912f8adf4e10da6c67b3dd6580ccc91e761ce015e9a0aae81f6",
+                  "https://raw.githubusercontent.com/google-research/google-research/master/mbpp/sanitized-mbpp.json",
+                  split=mbpp_nontest),),
+        "MBPP sanitized (google-research/google-research), test split (task ids 11-510) held out", "Apache-2.0"),
+    "hotpotqa": DataSource(
+        "hotpotqa",
+        (DataFile("hotpotqa/hotpot_dev_distractor_first50.json",
+                  "6ac3f92cf5b04d41aa4ab86ce247271e77dbd894ac63c7309f1728b6084b4e4b",
+                  "http://curtis.ml.cmu.edu/datasets/hotpot/hotpot_dev_distractor_v1.json", split=hotpotqa_first50),),
+        "HotpotQA dev, distractor setting (hotpotqa.github.io), first 50 questions", "CC BY-SA 4.0"),
+}
+
+#: The original's file name for each set, as a user who downloaded it by hand has it (read by eval.datasets).
+UPSTREAM_NAMES: dict[str, str] = {
+    name: f.path.rsplit("/", 1)[0] + "/" + f.upstream.rsplit("/", 1)[1]
+    for name, src in SOURCES.items() for f in src.files if f.split is not None
+}
+
+
+def fetch_command(name: str) -> str:
+    """The exact command that downloads a data set."""
+    return f"loom data fetch {name}"
+
+
+def fetch_hint(name: str) -> str:
+    """How to get a missing data set, naming the exact command (or the download, when its original is not pinned)."""
+    src = source(name)
+    if all(f.direct for f in src.files):
+        return f"run `{fetch_command(name)}`"
+    where = ", ".join(f"{f.upstream} into {f.path.rsplit('/', 1)[0]}/" for f in src.files)
+    return f"run `{fetch_command(name)} --from MIRROR_URL`, or download {where} of the data directory"
+
+
+def source(name: str) -> DataSource:
+    """The named data set's source, or a one-line error listing the names."""
+    found = SOURCES.get(name)
+    if found is None:
+        raise FetchError(f"no downloadable data set {name!r}; choose from: {', '.join(SOURCES)}")
+    return found
+
+
+def is_present(src: DataSource, data_dir: Path) -> bool:
+    """Whether every file of the set is in `data_dir` (its checksums were checked when it was written)."""
+    return all((data_dir / f.path).is_file() for f in src.files)
+
+
+def fetch(name: str, dest: Path | None = None, base_url: str | None = None, timeout_s: float = 60.0) -> list[Path]:
+    """Download a set into `dest` (default: the cache dir), checked against its pinned checksums; the files written.
+
+    `base_url` (default: $THOUGHTLOOM_DATA_URL) is a mirror serving the data directory's layout; without
+    one, each file comes from its upstream original and the set's standard split is applied.
+    """
+    src = source(name)
+    dest = dest or cache_data_dir()
+    base = base_url if base_url is not None else os.environ.get(DATA_URL_ENV) or None
+    written = []
+    for f in src.files:
+        if base:
+            data = _checked(_download(f"{base.rstrip('/')}/{f.path}", timeout_s), f.sha256, f.path)
+        elif not f.direct:
+            raise FetchError(f"{name}: the checksum of its original {f.upstream} is not pinned in this version; download "
+                             f"it into DIR/{f.path.rsplit('/', 1)[0]}/ and pass --data-dir DIR (the original is read as is)")
+        elif f.split is None:
+            data = _checked(_download(f.upstream, timeout_s), f.sha256, f.upstream)
+        else:
+            assert f.upstream_sha256 is not None  # f.direct
+            original = _checked(_download(f.upstream, timeout_s), f.upstream_sha256, f.upstream)
+            data = _checked(f.split(original), f.sha256, f"{f.path} (split of {f.upstream})")
+        target = dest / f.path
+        target.parent.mkdir(parents=True, exist_ok=True)
+        # Written beside, then renamed: an interrupted fetch never leaves a partial file under the real name.
+        partial = target.with_name(target.name + ".part")
+        partial.write_bytes(data)
+        partial.replace(target)
+        written.append(target)
+    return written
+
+
+def _download(url: str, timeout_s: float) -> bytes:
+    """The body of a GET, or a one-line FetchError."""
+    if not url.startswith(("http://", "https://")):
+        raise FetchError(f"cannot download {url}: only http:// and https:// URLs are fetched")
+    try:
+        with urllib.request.urlopen(url, timeout=timeout_s) as response:  # the scheme is checked above
+            return bytes(response.read())
+    except urllib.error.HTTPError as exc:
+        raise FetchError(f"cannot download {url}: HTTP {exc.code}") from None
+    except (urllib.error.URLError, OSError, ValueError) as exc:
+        reason = getattr(exc, "reason", None) or exc
+        raise FetchError(f"cannot download {url}: {reason}") from None
+
+
+def _checked(data: bytes, sha256: str, what: str) -> bytes:
+    """`data` if its SHA-256 is the pinned one, else a one-line refusal."""
+    got = hashlib.sha256(data).hexdigest()
+    if got != sha256:
+        raise FetchError(f"refused {what}: its SHA-256 is {got}, not the pinned {sha256} (a corrupted or changed download)")
+    return data
