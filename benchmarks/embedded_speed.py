@@ -180,7 +180,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, help="llama.cpp threads (default: every core)")
     parser.add_argument("--written", action="store_true",
                         help="hide choice scoring: steps written and values sampled, as before choices existed")
-    parser.add_argument("--data-dir", help="folder holding game24/ (default: shared/data found from the cwd)")
+    parser.add_argument("--data-dir", help="folder holding game24/ (default: $THOUGHTLOOM_DATA, else what `loom data fetch game24` wrote)")
     parser.add_argument("--out", help="JSON file to write (default embedded_speed-<commit>.json)")
     args = parser.parse_args()
     rev = commit()
