@@ -212,7 +212,7 @@ function el(tag,attrs,text){var e=document.createElementNS(SVG,tag);for(var k in
 function html(tag,text,cls){var e=document.createElement(tag);if(text!==undefined&&text!==null){e.textContent=String(text);}if(cls){e.className=cls;}return e;}
 function scoreColour(s){if(s===null||s===undefined){return "#d9d9d9";}var t=Math.max(0,Math.min(1,s));
   var r=Math.round(215-(215-40)*t),g=Math.round(48+(167-48)*t),b=Math.round(39+(69-39)*t);return "rgb("+r+","+g+","+b+")";}
-var SHAPES={input:"rect",solution:"star",synthesis:"hexagon",decomposition:"trapezoid",aggregation:"diamond",
+var SHAPES={input:"rect",solution:"star",synthesis:"hexagon",decomposition:"trapezoid",
   critique:"triangle",evidence:"square",question:"diamond",plan:"square",code:"square"};
 function shapeOf(n){return SHAPES[n.base_kind]||"circle";}
 function drawShape(n){var x=n.x,y=n.y,r=11,kind=shapeOf(n),a={"class":"shape "+n.status+(n.best?" best":"")+(n.goal?" goal":""),
@@ -235,7 +235,7 @@ function summary(){var r=data.run;document.getElementById("title").textContent="
 function legend(){var box=document.getElementById("legend");
   [["score 0",scoreColour(0)],["score 0.5",scoreColour(0.5)],["score 1",scoreColour(1)],["no score",scoreColour(null)]].forEach(function(p){
    var s=html("span");var i=html("i");i.style.background=p[1];s.appendChild(i);s.appendChild(document.createTextNode(p[0]));box.appendChild(s);});
-  box.appendChild(html("span","shape = kind (○ thought, ▭ input, ★ solution, ◇ aggregation, ⬡ synthesis, △ critique); green border = best path; dashed = pruned; red border = failed"));}
+  box.appendChild(html("span","shape = kind (○ thought, ▭ input, ★ solution, ◇ question, ⬡ synthesis, △ critique, □ evidence / plan / code, trapezoid decomposition); green border = best path; dashed = pruned; red border = failed"));}
 var byId={};data.nodes.forEach(function(n){byId[n.id]=n;});
 function section(box,title,value){box.appendChild(html("h3",title));
   box.appendChild(html("pre",typeof value==="string"?value:JSON.stringify(value,null,2)));}
