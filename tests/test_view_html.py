@@ -99,7 +99,7 @@ def test_the_page_loads_nothing_from_outside(grounded_store: Path, tmp_path: Pat
     page = (tmp_path / "run.html").read_text(encoding="utf-8")
     tags = re.findall(r"<([a-zA-Z][\w-]*)([^>]*)>", page)
     assert {name for name, _ in tags} <= {"html", "head", "meta", "title", "style", "body", "header", "h1", "h2",
-                                          "dl", "main", "section", "div", "svg", "aside", "p", "ol", "script"}
+                                          "dl", "main", "section", "div", "svg", "aside", "p", "ol", "pre", "script"}
     assert not [attrs for _, attrs in tags if re.search(r"\b(src|href|action)=", attrs)]
     csp = re.search(r'http-equiv="Content-Security-Policy" content="([^"]+)"', page)
     assert csp is not None and "default-src 'none'" in csp.group(1) and "connect-src 'none'" in csp.group(1)
@@ -125,8 +125,10 @@ def test_the_timeline_adds_up_the_tokens_of_every_recorded_call(grounded_store: 
     assert data["scores"][-1]["best"] == max(n["score"] for n in data["nodes"] if n["score"] is not None)
 
 
-def test_the_controller_decisions_reach_the_page(tmp_path: Path) -> None:
-    path = tmp_path / "store.db"
+@pytest.fixture(scope="module")
+def budget_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A stored run under the controller that runs out of its 60 tokens (the controller decides to stop)."""
+    path = tmp_path_factory.mktemp("view") / "store.db"
     store = SQLiteStore(str(path))
     try:
         asyncio.run(asolve("p", task=ScriptTask(), model=scripted(padded_child, by_depth({1: 0.6, 2: 0.6, 3: 0.6})),
@@ -134,9 +136,18 @@ def test_the_controller_decisions_reach_the_page(tmp_path: Path) -> None:
                            budget=BudgetLimits(tokens=60), store=store, run_id="budget1"))
     finally:
         store.close()
-    data = view(path, "budget1", tmp_path / "run.html")
+    return path
+
+
+def test_the_controller_decisions_reach_the_page(budget_store: Path, tmp_path: Path) -> None:
+    data = view(budget_store, "budget1", tmp_path / "run.html")
     assert ("budget", "terminate") in [(d["kind"], d["decision"]) for d in data["decisions"]]
     assert data["run"]["stopped"] == "budget_tokens"
+    assert data["control"]["thresholds"]["acceptable"] == 0.7
+
+
+def test_the_token_budget_the_run_started_with_is_on_the_timeline(budget_store: Path, tmp_path: Path) -> None:
+    assert view(budget_store, "budget1", tmp_path / "run.html")["limits"] == {"tokens": 60}
 
 
 def test_each_depth_is_one_row_and_children_follow_their_parents() -> None:
@@ -225,6 +236,19 @@ def test_in_chromium_clicking_a_node_shows_its_grounding_evidence(grounded_store
     assert [e["message"] for e in browser.get_log("browser") if e["level"] == "SEVERE"] == []  # no CSP refusal
     shot = tmp_path / "run.png"
     assert browser.save_screenshot(str(shot)) and shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_in_chromium_the_timeline_shows_the_budget_and_the_decisions(budget_store: Path, tmp_path: Path,
+                                                                     browser: Any) -> None:
+    from selenium.webdriver.common.by import By
+
+    view(budget_store, "budget1", tmp_path / "run.html")
+    open_and_click(browser, tmp_path / "run.html", 1)
+    decisions = [li.text for li in browser.find_elements(By.CSS_SELECTOR, "#decisions li")]
+    assert any(d.startswith("[budget] terminate: best") for d in decisions)
+    assert len(browser.find_elements(By.ID, "budget-line")) == 1
+    assert len(browser.find_elements(By.CSS_SELECTOR, "#timeline .threshold")) == 2  # acceptable and goal
+    assert '"profile": "default"' in browser.find_element(By.ID, "control").text
 
 
 @pytest.mark.local_model

@@ -253,7 +253,9 @@ def cmd_view(args: argparse.Namespace) -> int:
         calls = [CallPoint(c.purpose, c.usage.input_tokens, c.usage.output_tokens, c.error)
                  for c in load_calls(store, run.calls_cid)]
         m = run.manifest
-        picture = RunPicture(run.run_id, run.status, m.task, m.model, m.problem, stored.graph, result, calls)
+        limit = (m.budget or {}).get("tokens")
+        picture = RunPicture(run.run_id, run.status, m.task, m.model, m.problem, stored.graph, result, calls,
+                             int(limit) if isinstance(limit, (int, float)) else None)
         goals = [result["goal_node"]] if result.get("goal_node") is not None else []
         page = to_html(picture, result.get("best_path") or [], goals)
     out = Path(args.out or f"{run.run_id}.html")

@@ -53,6 +53,8 @@ class RunPicture:
     graph: ThoughtGraph
     result: dict[str, Any] = field(default_factory=dict)
     calls: Sequence[CallPoint] = ()
+    #: The run's token budget as it started (None: unlimited); the controller may have raised it.
+    token_limit: int | None = None
 
 
 def _clean(value: Any) -> Any:
@@ -132,6 +134,7 @@ def picture_data(picture: RunPicture, best_path: Iterable[int] = (), goals: Iter
                 "problem": picture.problem, "answer": picture.result.get("answer"),
                 "stopped": picture.result.get("termination_reason"), "solved": picture.result.get("solved")},
         "nodes": nodes, "edges": edges, "tokens": tokens, "scores": scores,
+        "limits": {"tokens": picture.token_limit},
         "decisions": control.get("decisions") or [],
         "control": {k: v for k, v in control.items() if k != "decisions"},
         "size": {"width": max((x for x, _ in places.values()), default=0) + COLUMN_GAP,
@@ -170,8 +173,8 @@ _PAGE = """<!DOCTYPE html>
 <section id="graph-pane"><div id="legend"></div><div id="graph-scroll"><svg id="graph" xmlns="http://www.w3.org/2000/svg"></svg></div></section>
 <aside id="panel"><h2>Node</h2><p id="panel-hint">Click a node to see its thought, score, grounding evidence, contract and tool calls.</p><div id="details"></div></aside>
 </main>
-<section id="timeline-pane"><h2>Budget and score</h2><svg id="timeline" xmlns="http://www.w3.org/2000/svg" width="900" height="220"></svg>
-<h2>Controller decisions</h2><ol id="decisions"></ol></section>
+<section id="timeline-pane"><h2>Budget and score</h2><svg id="timeline" xmlns="http://www.w3.org/2000/svg" width="960" height="220"></svg>
+<h2>Controller decisions</h2><ol id="decisions"></ol><pre id="control"></pre></section>
 <script type="application/json" id="run-data">@DATA@</script>
 <script>@SCRIPT@</script>
 </body>
@@ -271,23 +274,30 @@ function graph(){var svg=document.getElementById("graph");svg.setAttribute("widt
       g.appendChild(el("text",{"class":"mark",x:n.x-18,y:n.y-10,fill:n.sections.grounding.verified?"#0b7d3e":"#c82333"},n.sections.grounding.verified?"✓":"✗"));}
     g.addEventListener("click",function(){show(n);});
     g.addEventListener("keydown",function(ev){if(ev.key==="Enter"){show(n);}});layer.appendChild(g);});}
-function timeline(){var svg=document.getElementById("timeline"),W=900,H=220,L=60,R=60,T=20,B=30;
+function timeline(){var svg=document.getElementById("timeline"),W=960,H=220,L=60,R=110,T=24,B=30;
   var tk=data.tokens,sc=data.scores;svg.appendChild(el("line",{x1:L,y1:H-B,x2:W-R,y2:H-B,stroke:"#555"}));
   svg.appendChild(el("text",{x:L,y:14,"font-size":11,fill:"#2457a6"},"tokens spent by call (blue)"));
   svg.appendChild(el("text",{x:W-R-230,y:14,"font-size":11,fill:"#1e7e34"},"best score by node created (green)"));
-  if(tk.length){var max=tk[tk.length-1].tokens||1,pts=tk.map(function(p,i){var x=L+(W-L-R)*(tk.length>1?i/(tk.length-1):0);
+  var limit=data.limits.tokens;
+  if(tk.length){var max=Math.max(tk[tk.length-1].tokens,limit||0)||1,pts=tk.map(function(p,i){var x=L+(W-L-R)*(tk.length>1?i/(tk.length-1):0);
       return [x,H-B-(H-T-B)*p.tokens/max,p];});
     svg.appendChild(el("polyline",{id:"token-line",points:pts.map(function(q){return q[0].toFixed(1)+","+q[1].toFixed(1);}).join(" "),fill:"none",stroke:"#2457a6","stroke-width":2}));
     pts.forEach(function(q){var c=el("circle",{cx:q[0],cy:q[1],r:q[2].error?4:2,fill:q[2].error?"#c82333":"#2457a6"});
       c.appendChild(el("title",{},q[2].purpose+": "+q[2].tokens+" tokens"+(q[2].error?" — "+q[2].error:"")));svg.appendChild(c);});
-    svg.appendChild(el("text",{x:4,y:T+8,"font-size":11},String(max)));}
+    svg.appendChild(el("text",{x:4,y:T+8,"font-size":11},String(max)));
+    if(limit){var ly=H-B-(H-T-B)*limit/max;svg.appendChild(el("line",{id:"budget-line",x1:L,y1:ly,x2:W-R,y2:ly,stroke:"#c82333","stroke-dasharray":"6 4"}));
+      svg.appendChild(el("text",{x:L+4,y:ly+13,"font-size":11,fill:"#c82333"},"token budget at start: "+limit));}}
   if(sc.length){var n=sc.length,sp=sc.map(function(p,i){var x=L+(W-L-R)*(n>1?i/(n-1):0);return [x,H-B-(H-T-B)*Math.max(0,Math.min(1,p.best))];});
     svg.appendChild(el("polyline",{id:"score-line",points:sp.map(function(q){return q[0].toFixed(1)+","+q[1].toFixed(1);}).join(" "),fill:"none",stroke:"#1e7e34","stroke-width":2}));
-    svg.appendChild(el("text",{x:W-R+4,y:T+8,"font-size":11},"1.0"));}
+    svg.appendChild(el("text",{x:W-R+4,y:T+8,"font-size":11},"1.0"));
+    var th=(data.control&&data.control.thresholds)||{};["acceptable","goal"].forEach(function(k){if(typeof th[k]!=="number"){return;}
+      var ty=H-B-(H-T-B)*Math.max(0,Math.min(1,th[k]));svg.appendChild(el("line",{"class":"threshold",x1:L,y1:ty,x2:W-R,y2:ty,stroke:"#1e7e34","stroke-dasharray":"2 4"}));
+      svg.appendChild(el("text",{x:W-R+4,y:ty+4,"font-size":10,fill:"#1e7e34"},k+" "+th[k]));});}
   var list=document.getElementById("decisions");
   if(!data.decisions.length){list.appendChild(html("li","no controller ran, or it decided nothing"));}
   data.decisions.forEach(function(d){list.appendChild(html("li","["+d.kind+"] "+d.decision+": "+d.reason+
-    (d.tokens_spent!==undefined?" (at "+d.tokens_spent+" tokens)":"")));});}
+    (d.tokens_spent!==undefined?" (at "+d.tokens_spent+" tokens)":"")));});
+  if(Object.keys(data.control).length){document.getElementById("control").textContent=JSON.stringify(data.control,null,2);}}
 summary();legend();graph();timeline();
 document.body.setAttribute("data-ready","1");
 })();
