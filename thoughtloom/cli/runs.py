@@ -263,7 +263,9 @@ def cmd_view(args: argparse.Namespace) -> int:
         out.write_text(page, encoding="utf-8")
     except OSError as exc:
         raise RunError(f"cannot write {out}: {exc.strerror or exc}") from None
-    print(f"wrote run {run.run_id} ({len(stored.graph)} nodes) to {out}")
+    from ..views.terminal import terminal_text
+
+    print(terminal_text(f"wrote run {run.run_id} ({len(stored.graph)} nodes) to {out}"))  # the path is the user's
     return 0
 
 
