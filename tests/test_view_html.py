@@ -200,7 +200,7 @@ def browser() -> Iterator[Any]:
     for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
                 "--window-size=1400,1000"):
         options.add_argument(arg)
-    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL", "performance": "ALL"})
     # The driver named explicitly: Selenium Manager would otherwise try to download one.
     driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
     try:
@@ -234,6 +234,9 @@ def test_in_chromium_clicking_a_node_shows_its_grounding_evidence(grounded_store
     assert len(browser.find_elements(By.CSS_SELECTOR, "#nodes .node")) == len(data["nodes"])
     assert len(browser.find_elements(By.CSS_SELECTOR, "#decisions li")) == 1  # "no controller decision" line
     assert [e["message"] for e in browser.get_log("browser") if e["level"] == "SEVERE"] == []  # no CSP refusal
+    requested = [json.loads(e["message"])["message"] for e in browser.get_log("performance")]
+    urls = {m["params"]["request"]["url"] for m in requested if m["method"] == "Network.requestWillBeSent"}
+    assert urls == {(tmp_path / "run.html").as_uri()}  # the page itself, and nothing else
     shot = tmp_path / "run.png"
     assert browser.save_screenshot(str(shot)) and shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
@@ -249,6 +252,19 @@ def test_in_chromium_the_timeline_shows_the_budget_and_the_decisions(budget_stor
     assert len(browser.find_elements(By.ID, "budget-line")) == 1
     assert len(browser.find_elements(By.CSS_SELECTOR, "#timeline .threshold")) == 2  # acceptable and goal
     assert '"profile": "default"' in browser.find_element(By.ID, "control").text
+
+
+def test_in_chromium_a_node_shows_its_contract_and_tool_calls(tmp_path: Path, browser: Any) -> None:
+    graph = ThoughtGraph()
+    root = graph.add_node("root", NodeKind.INPUT)
+    contract = {"child_specs": ["parse the input", "sum it"], "failure_policy": {"retry": 1, "replan": 1, "backtrack": 0}}
+    step = graph.add_node("split the job", NodeKind.DECOMPOSITION, parents=[root.id], extra={
+        "recursion": {"mode": "decompose", "contract": contract},
+        "tool_calls": [{"tool": "calc", "status": "ok", "arguments": {"expression": "2+2"}, "output": "4"}]})
+    (tmp_path / "run.html").write_text(to_html(RunPicture("r", "finished", "t", "m", "p", graph)), encoding="utf-8")
+    panel = open_and_click(browser, tmp_path / "run.html", step.id)
+    assert "contract" in panel and '"parse the input"' in panel and '"replan": 1' in panel
+    assert "tool calls" in panel and '"tool": "calc"' in panel and '"output": "4"' in panel
 
 
 @pytest.mark.local_model
