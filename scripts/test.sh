@@ -4,4 +4,10 @@
 # (extra arguments go to pytest).
 source "$(dirname "${BASH_SOURCE[0]}")/_venv.sh" local,gemma,dev,plot,mcp
 cd "$ROOT"
+# `loom view` pages are tested in a real headless Chromium: Debian's browser and its driver.
+if ! command -v chromedriver >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
+  echo "==> installing chromium and chromium-driver (for the loom view browser test)" >&2
+  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null; } ||
+    echo "==> chromium could not be installed: the browser tests will be skipped" >&2
+fi
 exec "$VENV/bin/python" -m pytest "$@"

@@ -241,11 +241,12 @@ def _commands(run: dict[str, Any], out: Path) -> dict[str, list[str]]:
         "export --car": ["export", rid, "--car", str(out / "x.car")],
         "export --manifest": ["export", rid, "--manifest", str(out / "m.json")],
         "import": ["import", str(run["car"])], "resume": ["resume", rid], "replay": ["replay", rid, "--quiet"],
+        "view": ["view", rid, "--out", str(out / "v.html")],
     }
 
 
 COMMANDS = ["runs", "runs --json", "show", "show --json", "export --car", "export --manifest", "import", "resume",
-            "replay"]
+            "replay", "view"]
 
 
 @pytest.fixture(scope="module")

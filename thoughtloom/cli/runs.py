@@ -1,4 +1,4 @@
-"""The `loom` commands over stored runs: runs, show, export, import, resume, replay.
+"""The `loom` commands over stored runs: runs, show, view, export, import, resume, replay.
 
 Every command takes `--store PATH` (default: $THOUGHTLOOM_STORE, else ~/.thoughtloom/store.db).
 Runs are named by id or by any unique prefix of it. Bad input (no such run, an ambiguous prefix, a
@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 
 
 def add_store_commands(sub: Any) -> None:
-    """Add runs, show, export, import, resume and replay to loom's subparsers."""
+    """Add runs, show, view, export, import, resume and replay to loom's subparsers."""
     def store_option(p: argparse.ArgumentParser) -> None:
         p.add_argument("--store", metavar="PATH",
                        help="the run store (default: $THOUGHTLOOM_STORE, else ~/.thoughtloom/store.db)")
@@ -41,6 +41,13 @@ def add_store_commands(sub: Any) -> None:
     store_option(p)
     p.add_argument("--mermaid", metavar="FILE", help="write the graph as a Mermaid flowchart")
     p.add_argument("--json", action="store_true", help="print the run as one JSON object")
+    p = sub.add_parser("view", help="write a stored run as one self-contained HTML page",
+                       description="Write a stored run as one HTML file that needs no network: the graph by "
+                                   "depth, details of a node on click, the budget and score timeline and the "
+                                   "controller's decisions.")
+    p.add_argument("run", metavar="RUN", help="run id or unique prefix")
+    store_option(p)
+    p.add_argument("--out", metavar="FILE", help="where to write the page (default: RUN_ID.html here)")
     p = sub.add_parser("export", help="export a run as a CAR file or its manifest as JSON",
                        description="Export a run with every saved state (CARv1, for 'loom import' or 'ipfs dag import').")
     p.add_argument("run", metavar="RUN", help="run id or unique prefix")
@@ -233,6 +240,35 @@ def cmd_show(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_view(args: argparse.Namespace) -> int:
+    """Write a stored run as one self-contained HTML page."""
+    from ..store.runs import RunError, load_calls, load_graph, open_run
+    from ..views.html import CallPoint, RunPicture, to_html
+
+    store, _ = open_store(args.store)
+    with store:
+        run = open_run(store, args.run)
+        stored = load_graph(store, run.graph_cid, run.head["timings"].cid)
+        result = run.result or {}
+        calls = [CallPoint(c.purpose, c.usage.input_tokens, c.usage.output_tokens, c.error)
+                 for c in load_calls(store, run.calls_cid)]
+        m = run.manifest
+        limit = (m.budget or {}).get("tokens")
+        picture = RunPicture(run.run_id, run.status, m.task, m.model, m.problem, stored.graph, result, calls,
+                             int(limit) if isinstance(limit, (int, float)) else None)
+        goals = [result["goal_node"]] if result.get("goal_node") is not None else []
+        page = to_html(picture, result.get("best_path") or [], goals)
+    out = Path(args.out or f"{run.run_id}.html")
+    try:
+        out.write_text(page, encoding="utf-8")
+    except OSError as exc:
+        raise RunError(f"cannot write {out}: {exc.strerror or exc}") from None
+    from ..views.terminal import terminal_text
+
+    print(terminal_text(f"wrote run {run.run_id} ({len(stored.graph)} nodes) to {out}"))  # the path is the user's
+    return 0
+
+
 def _tree_lines(graph: Any, best: set[int]) -> list[str]:
     """The graph as an indented tree along primary parents (other parents noted on the node)."""
     lines: list[str] = []
@@ -355,5 +391,5 @@ def cmd_import(args: argparse.Namespace) -> int:
     return 0
 
 
-COMMANDS = {"runs": cmd_runs, "show": cmd_show, "export": cmd_export, "import": cmd_import,
+COMMANDS = {"runs": cmd_runs, "show": cmd_show, "view": cmd_view, "export": cmd_export, "import": cmd_import,
             "resume": cmd_resume, "replay": cmd_replay}
