@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -34,11 +35,11 @@ def big_graph(levels: int = 3, fanout: int = 13) -> tuple[ThoughtGraph, list[int
 
 
 def node_lines(text: str) -> list[str]:
-    return re.findall(r"^    n\d+\[", text, flags=re.M)
+    return re.findall(r"^    n\d+\[", text, flags=re.MULTILINE)
 
 
 def edge_lines(text: str) -> list[str]:
-    return re.findall(r"^    n\d+ \S+ n\d+$", text, flags=re.M)
+    return re.findall(r"^    n\d+ \S+ n\d+$", text, flags=re.MULTILINE)
 
 
 def test_a_big_graph_is_drawn_within_mermaids_text_and_edge_limits() -> None:
@@ -53,7 +54,7 @@ def test_the_capped_picture_keeps_the_best_path_highlighted() -> None:
     graph, best = big_graph()
     text = to_mermaid(graph, best)
     for node_id in best:
-        assert re.search(rf"^    n{node_id}\[", text, flags=re.M)
+        assert re.search(rf"^    n{node_id}\[", text, flags=re.MULTILINE)
     assert re.search(r"class (n\d+,)*n" + str(best[-1]) + r"\b.* best", text)
     assert "linkStyle" in text
 
@@ -73,9 +74,9 @@ def test_the_capped_picture_draws_the_best_scored_frontier_and_not_pruned_leaves
     pruned = graph.add_node("pruned but high", parents=[root.id], score=1.0)
     graph.set_status(pruned.id, NodeStatus.PRUNED)
     text = to_mermaid(graph, [root.id], max_nodes=50)
-    assert re.search(rf"^    n{leaves[-1].id}\[", text, flags=re.M)  # the best-scored open leaf
-    assert not re.search(rf"^    n{leaves[0].id}\[", text, flags=re.M)  # the worst is summarized
-    assert not re.search(rf"^    n{pruned.id}\[", text, flags=re.M)
+    assert re.search(rf"^    n{leaves[-1].id}\[", text, flags=re.MULTILINE)  # the best-scored open leaf
+    assert not re.search(rf"^    n{leaves[0].id}\[", text, flags=re.MULTILINE)  # the worst is summarized
+    assert not re.search(rf"^    n{pruned.id}\[", text, flags=re.MULTILINE)
     assert len(node_lines(text)) == 50
 
 
@@ -113,27 +114,27 @@ def every_step_reply(seen: Seen) -> Reply:
     })
 
 
-def solve_with_mermaid(server: FakeOpenAIServer, target: Path, *extra: str) -> str:
+def solve_with_mermaid(server: FakeOpenAIServer, target: Path, *extra: str) -> tuple[str, int]:
+    """The picture `loom solve --mermaid` writes of a ~200-node search, and the search's node count."""
     server.responder = every_step_reply
     proc = subprocess.run(
         [sys.executable, "-m", "thoughtloom", "solve", "--task", "game24", "--model",
          f"openai-compatible:{server.url}@scripted#completions", "--strategy", "bfs", "--beam", "10", "--depth", "3",
-         "--budget-tokens", "1000000", "--quiet", "--no-store", "--mermaid", str(target), *extra, "4 5 6 10"],
+         "--budget-tokens", "1000000", "--quiet", "--json", "--no-store", "--mermaid", str(target), *extra, "4 5 6 10"],
         capture_output=True, text=True, timeout=300, env=dict(os.environ), cwd=Path(__file__).parents[1],
     )
     assert proc.returncode == 0, proc.stderr
-    return target.read_text(encoding="utf-8")
+    return target.read_text(encoding="utf-8"), json.loads(proc.stdout)["stats"]["nodes"]
 
 
 def test_loom_solve_caps_a_big_searchs_mermaid(server: FakeOpenAIServer, tmp_path: Path) -> None:
-    text = solve_with_mermaid(server, tmp_path / "g.mmd")
-    assert re.search(r"… \d+ more thoughts not drawn", text)
+    text, nodes = solve_with_mermaid(server, tmp_path / "g.mmd")
+    hidden = int(re.search(r"… (\d+) more thoughts not drawn", text).group(1))
+    assert len(node_lines(text)) + hidden == nodes
     assert len(text) <= MERMAID_MAX_TEXT and len(edge_lines(text)) <= MERMAID_MAX_EDGES
 
 
 def test_loom_solve_mermaid_full_draws_the_whole_search(server: FakeOpenAIServer, tmp_path: Path) -> None:
-    capped = solve_with_mermaid(server, tmp_path / "capped.mmd")
-    full = solve_with_mermaid(server, tmp_path / "full.mmd", "--mermaid-full")
+    full, nodes = solve_with_mermaid(server, tmp_path / "full.mmd", "--mermaid-full")
     assert "more thoughts not drawn" not in full
-    hidden = int(re.search(r"… (\d+) more thoughts", capped).group(1))
-    assert len(node_lines(full)) == len(node_lines(capped)) + hidden
+    assert len(node_lines(full)) == nodes > 150

@@ -77,9 +77,9 @@ def _settings(values: dict[str, object]) -> str:
 
 def cmd_tasks(args: argparse.Namespace) -> int:
     """List tasks."""
-    from ..tasks.registry import TASKS
+    from ..tasks.registry import all_tasks
 
-    for name, (description, _) in sorted(TASKS.items()):
+    for name, (description, _) in sorted(all_tasks().items()):
         print(f"{name:<10} {description}")
     return 0
 
