@@ -112,3 +112,27 @@ def test_the_python_api_runs_an_installed_task_by_name(site: Path) -> None:
     proc = subprocess.run([sys.executable, "-c", script], check=False, capture_output=True, text=True, timeout=120, env=env)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.startswith("goal_reached ")
+
+
+def test_loom_bench_runs_an_installed_task_on_a_users_data_set(site: Path, server: FakeOpenAIServer,
+                                                              tmp_path: Path) -> None:
+    server.responder = reach_reply
+    out = tmp_path / "bench"
+    proc = loom(site, "bench", "--tasks", f"reach:{EXAMPLES / 'reach_problems.jsonl'}", "--lanes", "tot,io",
+                "--model", f"openai-compatible:{server.url}@m#completions", "--budget-tokens", "20000",
+                "--out", str(out), "--no-plot", "--quiet", timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    rows = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines() if line.strip()]
+    assert sorted(r["problem_id"] for r in rows) == ["r1", "r2", "r3"]
+    assert all(r["lane"] == "tot" and r["solved"] for r in rows)  # scored by the task's own check_answer
+    assert "lane io has no prompt" in proc.stderr  # io needs prompts the data set does not have: left out, said why
+
+
+def test_a_users_data_set_with_a_malformed_problem_is_refused_in_one_line(site: Path, tmp_path: Path) -> None:
+    data = tmp_path / "bad.jsonl"
+    data.write_text('{"id": "a", "problem": "3 10"}\n{"id": "b", "problem": "ten"}\n', encoding="utf-8")
+    proc = loom(site, "bench", "--tasks", f"reach:{data}", "--lanes", "tot", "--model", "openai-compatible:"
+                "http://127.0.0.1:9/v1@m", "--out", str(tmp_path / "o"), "--quiet")
+    assert proc.returncode == 2
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and "line 2" in lines[0] and "START TARGET" in lines[0]

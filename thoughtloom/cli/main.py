@@ -76,11 +76,12 @@ def _settings(values: dict[str, object]) -> str:
 
 
 def cmd_tasks(args: argparse.Namespace) -> int:
-    """List tasks."""
+    """List tasks: the built-in ones and those installed packages add."""
     from ..tasks.registry import all_tasks
+    from ..views.terminal import terminal_text
 
     for name, (description, _) in sorted(all_tasks().items()):
-        print(f"{name:<10} {description}")
+        print(terminal_text(f"{name:<10} {description}"))  # an installed package's text is not ours to trust
     return 0
 
 
