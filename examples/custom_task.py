@@ -101,8 +101,8 @@ class ReachTask(Task[tuple[int, int]]):
         return 0.0 if now > target else now / target
 
     def compose_answer(self, problem: tuple[int, int], steps: Sequence[str], reply: str | None) -> str | None:
-        """The steps, in order."""
-        return "; ".join(steps) if steps else None
+        """The steps, in order, when they reach the target; None (no answer) otherwise."""
+        return "; ".join(steps) if self.is_goal(problem, steps) else None
 
     def check_answer(self, problem: tuple[int, int], answer: str | None) -> bool:
         """Replay the steps exactly: each from the last result, ending at the target."""

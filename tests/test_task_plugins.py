@@ -9,8 +9,10 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -136,3 +138,44 @@ def test_a_users_data_set_with_a_malformed_problem_is_refused_in_one_line(site: 
     assert proc.returncode == 2
     lines = [line for line in proc.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and "line 2" in lines[0] and "START TARGET" in lines[0]
+
+
+def test_loom_resume_finishes_a_killed_run_of_an_installed_task(site: Path, server: FakeOpenAIServer,
+                                                               tmp_path: Path) -> None:
+    def slow(seen: Seen) -> Reply:
+        reply = reach_reply(seen)
+        return Reply(reply.status, reply.body, delay_s=0.3)
+
+    server.responder = slow
+    store = str(tmp_path / "runs.db")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), str(EXAMPLES), str(ROOT)])}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "thoughtloom", "solve", "--task", "reach", "--model",
+         f"openai-compatible:{server.url}@m#completions", "--quiet", "--concurrency", "1", "--store", store, "3 10"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=site, env=env)
+    deadline = time.monotonic() + 30
+    while len(server.seen) < 2 and time.monotonic() < deadline:  # one answered, the next in flight
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGKILL)
+    _, err = proc.communicate(timeout=30)
+    run_id = re.search(r"run (\S+) stored", err).group(1)
+    server.responder = reach_reply
+    resumed = loom(site, "resume", run_id, "--store", store, "--quiet", "--json")
+    assert resumed.returncode == 0, resumed.stderr
+    out = json.loads(resumed.stdout)
+    assert out["termination_reason"] == "goal_reached" and out["answer"].endswith("= 10")
+
+
+@pytest.mark.local_model
+def test_an_installed_task_runs_on_the_embedded_base_model(site: Path) -> None:
+    proc = loom(site, "solve", "--task", "reach", "--model", "local:gemma-3-270m", "--quiet", "--json", "--no-store",
+                "--budget-tokens", "3000", "3 10", timeout=900)
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert out["usage"]["calls"] > 0
+    assert out["usage"]["input_tokens"] + out["usage"]["output_tokens"] <= 3000
+    # Whatever the model wrote, every kept step is one the task recomputed exactly.
+    steps = [s["content"] for s in out["best_path"][1:]]
+    assert all(re.fullmatch(r"\d+ [+*] [12] = \d+", step) for step in steps), steps
+    if out["answer"] is not None:
+        assert out["solved"] is True
