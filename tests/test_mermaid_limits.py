@@ -121,7 +121,7 @@ def solve_with_mermaid(server: FakeOpenAIServer, target: Path, *extra: str) -> t
         [sys.executable, "-m", "thoughtloom", "solve", "--task", "game24", "--model",
          f"openai-compatible:{server.url}@scripted#completions", "--strategy", "bfs", "--beam", "10", "--depth", "3",
          "--budget-tokens", "1000000", "--quiet", "--json", "--no-store", "--mermaid", str(target), *extra, "4 5 6 10"],
-        capture_output=True, text=True, timeout=300, env=dict(os.environ), cwd=Path(__file__).parents[1],
+        check=False, capture_output=True, text=True, timeout=300, env=dict(os.environ), cwd=Path(__file__).parents[1],
     )
     assert proc.returncode == 0, proc.stderr
     return target.read_text(encoding="utf-8"), json.loads(proc.stdout)["stats"]["nodes"]
