@@ -114,13 +114,20 @@ def every_step_reply(seen: Seen) -> Reply:
     })
 
 
-def solve_with_mermaid(server: FakeOpenAIServer, target: Path, *extra: str) -> tuple[str, int]:
+def loom(*args: str) -> subprocess.CompletedProcess[str]:
+    """Run loom as a user would."""
+    return subprocess.run([sys.executable, "-m", "thoughtloom", *args], check=False, capture_output=True, text=True,
+                          timeout=300, env=dict(os.environ), cwd=Path(__file__).parents[1])
+
+
+def solve_with_mermaid(server: FakeOpenAIServer, target: Path, *extra: str, store: str | None = None) -> tuple[str, int]:
     """The picture `loom solve --mermaid` writes of a ~200-node search, and the search's node count."""
     server.responder = every_step_reply
     proc = subprocess.run(
         [sys.executable, "-m", "thoughtloom", "solve", "--task", "game24", "--model",
          f"openai-compatible:{server.url}@scripted#completions", "--strategy", "bfs", "--beam", "10", "--depth", "3",
-         "--budget-tokens", "1000000", "--quiet", "--json", "--no-store", "--mermaid", str(target), *extra, "4 5 6 10"],
+         "--budget-tokens", "1000000", "--quiet", "--json", *(["--store", store] if store else ["--no-store"]), "--mermaid", str(target), *extra,
+         "4 5 6 10"],
         check=False, capture_output=True, text=True, timeout=300, env=dict(os.environ), cwd=Path(__file__).parents[1],
     )
     assert proc.returncode == 0, proc.stderr
@@ -138,3 +145,16 @@ def test_loom_solve_mermaid_full_draws_the_whole_search(server: FakeOpenAIServer
     full, nodes = solve_with_mermaid(server, tmp_path / "full.mmd", "--mermaid-full")
     assert "more thoughts not drawn" not in full
     assert len(node_lines(full)) == nodes > 150
+
+
+def test_loom_show_caps_a_stored_runs_mermaid_and_draws_it_whole_with_mermaid_full(server: FakeOpenAIServer,
+                                                                                 tmp_path: Path) -> None:
+    store = str(tmp_path / "runs.db")
+    solved, nodes = solve_with_mermaid(server, tmp_path / "solved.mmd", store=store)
+    run_id = json.loads(loom("runs", "--store", store, "--json").stdout.splitlines()[0])["id"]
+    assert loom("show", run_id, "--store", store, "--mermaid", str(tmp_path / "capped.mmd")).returncode == 0
+    assert loom("show", run_id, "--store", store, "--mermaid", str(tmp_path / "full.mmd"), "--mermaid-full").returncode == 0
+    capped, full = (tmp_path / "capped.mmd").read_text(), (tmp_path / "full.mmd").read_text()
+    assert set(node_lines(capped)) == set(node_lines(solved))  # the same thoughts as solve drew
+    assert "more thoughts not drawn" in capped and "more thoughts not drawn" not in full
+    assert len(node_lines(full)) == nodes
