@@ -34,6 +34,11 @@ _EXPORTS = {
     "Gateway": "thoughtloom.llm.gateway",
     "ThoughtGraph": "thoughtloom.graph.dag",
     "get_task": "thoughtloom.tasks.registry",
+    # What a user's own task is written with (see examples/custom_task.py).
+    "Task": "thoughtloom.tasks.base",
+    "Query": "thoughtloom.tasks.query",
+    "Verdict": "thoughtloom.tasks.query",
+    "ProblemError": "thoughtloom.tasks.base",
     "compare_strategies": "thoughtloom.eval.runner",
 }
 
@@ -57,6 +62,8 @@ if TYPE_CHECKING:
     from .search.config import SearchConfig
     from .search.engine import search
     from .search.result import SearchResult
+    from .tasks.base import ProblemError, Task
+    from .tasks.query import Query, Verdict
     from .tasks.registry import get_task
 
 

@@ -31,7 +31,8 @@ def add_bench_parser(sub: Any, positive_int: Any, positive_float: Any) -> None:
         "A parity audit refuses unfair protocols; lanes that do not apply to a data set are left out with the "
         "reason; results stream to --out, so re-running resumes.",
     )
-    b.add_argument("--tasks", help=f"data sets, comma-separated: {', '.join(DATASETS)} (default game24)")
+    b.add_argument("--tasks", help=f"data sets, comma-separated: {', '.join(DATASETS)} (default game24), or your own "
+                                   'as TASK:FILE.jsonl (one {"id": ..., "problem": ...} per line, for the task TASK)')
     b.add_argument("--lanes", help="lanes, comma-separated (default io,cot,cot_sc,tot)")
     b.add_argument("--model", help="model spec as for loom solve (default: local, env THOUGHTLOOM_MODEL)")
     b.add_argument("--limit", type=positive_int("--limit"), help="problems per data set (default 20)")
@@ -160,7 +161,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
             out = Path(args.resume)
         else:
             protocol = build_protocol(_options(args))
-            out = Path(args.out) if args.out else Path(DEFAULT_OUT_ROOT) / f"{'+'.join(protocol.tasks)}-{protocol.fingerprint()}"
+            out = Path(args.out) if args.out else Path(DEFAULT_OUT_ROOT) / f"{_dir_name(protocol.tasks)}-{protocol.fingerprint()}"
         # The audit runs before any lane and before the model loads: an unfair protocol costs nothing.
         checks = audit(protocol)
         from ..eval.report import left_out_lines
@@ -210,6 +211,14 @@ def cmd_bench(args: argparse.Namespace) -> int:
     return _report(protocol, out, checks, plot=not args.no_plot, say=say)
 
 
+def _dir_name(tasks: list[str]) -> str:
+    """The data sets as one folder name: a user's "TASK:path/file.jsonl" becomes "TASK_file"."""
+    import re
+
+    names = [name.partition(":")[0] + "_" + Path(name.partition(":")[2]).stem if ":" in name else name for name in tasks]
+    return re.sub(r"[^A-Za-z0-9_.+-]", "_", "+".join(names))
+
+
 def _shard(text: str | None) -> tuple[int, int]:
     if not text:
         return (0, 1)
@@ -243,7 +252,7 @@ def _spawn_workers(args: argparse.Namespace, out: Path) -> None:
 
 
 def _report(protocol: Any, out: Path, checks: list[str], *, plot: bool, say: Any) -> int:
-    from ..eval.datasets import DATASETS
+    from ..eval.datasets import dataset_spec
     from ..eval.report import (
         PLOT_PNG,
         SUMMARY_CSV,
@@ -258,7 +267,7 @@ def _report(protocol: Any, out: Path, checks: list[str], *, plot: bool, say: Any
 
     records = [r for r in ResultsStore(out).load().values()
                if r.task in protocol.problems and r.problem_id in set(protocol.problems[r.task])]
-    metrics = {t: DATASETS[t].metric for t in protocol.tasks}
+    metrics = {t: dataset_spec(t).metric for t in protocol.tasks}
     planned = {t: len(v) for t, v in protocol.problems.items()}
     summaries = summarize(records, metrics, [p.lane for p in protocol.lanes], planned, protocol.not_applicable)
     print(format_table(summaries, protocol.not_applicable))

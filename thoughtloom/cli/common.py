@@ -21,6 +21,9 @@ class UsageError(Exception):
 MAX_STORED_INT = 2**63 - 1
 #: Bounds on counts that multiply work (requests, nodes, levels); far above any useful setting.
 MAX_FANOUT = 1_000
+#: --mermaid-full, on every command that writes --mermaid.
+MERMAID_FULL_HELP = ("--mermaid draws every node (by default a big graph is capped to the best path and the "
+                     "frontier, to stay within Mermaid's 50,000-character and 500-edge limits)")
 
 
 def number(name: str, cast: Callable[[str], Any], check: Callable[[Any], bool], requirement: str):

@@ -78,11 +78,12 @@ def _settings(values: dict[str, object]) -> str:
 
 
 def cmd_tasks(args: argparse.Namespace) -> int:
-    """List tasks."""
-    from ..tasks.registry import TASKS
+    """List tasks: the built-in ones and those installed packages add."""
+    from ..tasks.registry import all_tasks
+    from ..views.terminal import terminal_text
 
-    for name, (description, _) in sorted(TASKS.items()):
-        print(f"{name:<10} {description}")
+    for name, (description, _) in sorted(all_tasks().items()):
+        print(terminal_text(f"{name:<10} {description}"))  # an installed package's text is not ours to trust
     return 0
 
 

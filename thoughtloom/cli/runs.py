@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .common import open_store
+from .common import MERMAID_FULL_HELP, open_store
 
 # Only argparse work happens at import (build_parser imports this module): `loom --help` stays
 # instant; the store, blocks and runs modules load inside the commands.
@@ -40,6 +40,7 @@ def add_store_commands(sub: Any) -> None:
     p.add_argument("run", metavar="RUN", help="run id or unique prefix")
     store_option(p)
     p.add_argument("--mermaid", metavar="FILE", help="write the graph as a Mermaid flowchart")
+    p.add_argument("--mermaid-full", action="store_true", help=MERMAID_FULL_HELP)
     p.add_argument("--json", action="store_true", help="print the run as one JSON object")
     p = sub.add_parser("view", help="write a stored run as one self-contained HTML page",
                        description="Write a stored run as one HTML file that needs no network: the graph by "
@@ -65,6 +66,7 @@ def add_store_commands(sub: Any) -> None:
         store_option(p)
         p.add_argument("--json", action="store_true", help="print the result as one JSON object")
         p.add_argument("--mermaid", metavar="FILE", help="write the reasoning graph as a Mermaid flowchart")
+        p.add_argument("--mermaid-full", action="store_true", help=MERMAID_FULL_HELP)
         p.add_argument("--quiet", action="store_true", help="no live progress on stderr")
 
 
@@ -105,8 +107,8 @@ class StoredRunJob:
 
 def _solve_args(args: argparse.Namespace) -> argparse.Namespace:
     """This command's output options in the form `loom solve` reads them."""
-    return argparse.Namespace(json=args.json, mermaid=args.mermaid, quiet=args.quiet, store=args.store,
-                              no_store=True, interactive=False)
+    return argparse.Namespace(json=args.json, mermaid=args.mermaid, mermaid_full=args.mermaid_full, quiet=args.quiet,
+                              store=args.store, no_store=True, interactive=False)
 
 
 # --- commands -------------------------------------------------------------------------------------
@@ -213,7 +215,7 @@ def cmd_show(args: argparse.Namespace) -> int:
         goals = [result["goal_node"]] if result.get("goal_node") is not None else []
         if args.mermaid:
             try:
-                Path(args.mermaid).write_text(to_mermaid(graph, best, goals), encoding="utf-8")
+                Path(args.mermaid).write_text(to_mermaid(graph, best, goals, full=args.mermaid_full), encoding="utf-8")
             except OSError as exc:
                 raise RunError(f"cannot write --mermaid {args.mermaid}: {exc.strerror or exc}") from None
         if args.json:

@@ -11,6 +11,7 @@ from typing import Any
 from ..search.config import EVALUATIONS
 from .common import (
     MAX_FANOUT,
+    MERMAID_FULL_HELP,
     UsageError,
     count,
     nonnegative_float,
@@ -157,6 +158,7 @@ def add_output_options(s: Any) -> None:
     """How a run is printed and stored, shared by loom solve and loom agent."""
     s.add_argument("--json", action="store_true", help="print one JSON object instead of text")
     s.add_argument("--mermaid", metavar="FILE", help="write the reasoning graph as a Mermaid flowchart")
+    s.add_argument("--mermaid-full", action="store_true", help=MERMAID_FULL_HELP)
     s.add_argument("--quiet", action="store_true", help="no live progress on stderr")
     s.add_argument("--store", metavar="PATH",
                    help="store the run here (default: $THOUGHTLOOM_STORE, else ~/.thoughtloom/store.db)")
@@ -221,7 +223,8 @@ def cmd_solve(args: argparse.Namespace, stored: Any = None, *, sinks: Sequence[A
     code = 130 if result.termination_reason == "interrupted" else 0
     if args.mermaid is not None:  # after the result is printed: a failed write must not lose it
         path_ids = [s.id for s in result.best_path]
-        picture = to_mermaid(result.graph, path_ids, [result.goal_node] if result.goal_node is not None else [])
+        picture = to_mermaid(result.graph, path_ids, [result.goal_node] if result.goal_node is not None else [],
+                             full=args.mermaid_full)
         try:
             with open(args.mermaid, "w", encoding="utf-8") as fh:
                 fh.write(picture)

@@ -88,6 +88,55 @@ DATASETS: dict[str, DatasetSpec] = {
 }
 
 
+def user_spec(name: str) -> DatasetSpec | None:
+    """The spec of a user's own data set named "TASK:FILE" (FILE: JSON Lines of {"id", "problem"}); None otherwise."""
+    task, sep, file = name.partition(":")
+    if not (sep and task and file):
+        return None
+    # A prompt family of its own: io/cot lanes have no prompt for it, and answers are scored by the task's checker.
+    return DatasetSpec(name, task, file, "rate", f"user:{task}", f"{file}: your data set for task {task}")
+
+
+def dataset_spec(name: str) -> DatasetSpec:
+    """A data set's spec by name: a built-in one (DATASETS) or a user's "TASK:FILE"; DataError otherwise."""
+    spec = DATASETS.get(name) or user_spec(name)
+    if spec is None:
+        raise DataError(f"unknown data set {name!r}; choose from: {', '.join(DATASETS)}, or TASK:FILE.jsonl")
+    return spec
+
+
+def _user_problems(spec: DatasetSpec, path: Path) -> list[Problem]:
+    """A user's JSON Lines file: one {"problem": TEXT, "id": ID (default: its line number)} per line."""
+    from ..tasks.base import ProblemError
+    from ..tasks.registry import UnknownTask, get_task
+
+    try:
+        task = get_task(spec.task)
+    except (UnknownTask, ValueError) as exc:
+        raise DataError(f"data set {spec.name}: {exc}") from None
+    out = []
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if not line.strip():
+            continue
+        where = f"{path} line {number}"
+        try:
+            row = json.loads(line)
+        except ValueError as exc:
+            raise DataError(f"{where}: not JSON ({exc})") from None
+        if not isinstance(row, dict) or not isinstance(row.get("problem"), str):
+            raise DataError(f'{where}: write {{"id": "...", "problem": "..."}}; "problem" must be text')
+        try:
+            task.parse_problem(row["problem"])  # a malformed problem is reported before any model loads
+        except ProblemError as exc:
+            raise DataError(f"{where}: {exc}") from None
+        out.append(Problem(str(row.get("id", number)), row["problem"], row["problem"]))
+    if not out:
+        raise DataError(f"{path}: no problems")
+    if len({p.id for p in out}) != len(out):
+        raise DataError(f"{path}: two problems share an id")
+    return out
+
+
 #: A free-text question given as text (compare_strategies): the general task, the general io/cot prompts, no checker.
 GIVEN_QUESTION = DatasetSpec("general", "general", None, "unchecked", "general", "a question given as text")
 
@@ -219,10 +268,16 @@ class Dataset:
 
 
 def load_dataset(name: str, data_dir: str | os.PathLike[str] | None = None) -> Dataset:
-    """Load a data set by name (see DATASETS) from the data directory."""
-    spec = DATASETS.get(name)
-    if spec is None:
-        raise DataError(f"unknown data set {name!r}; choose from: {', '.join(DATASETS)}")
+    """Load a data set by name (see DATASETS) from the data directory, or a user's own "TASK:FILE"."""
+    spec = dataset_spec(name)
+    if name not in DATASETS:
+        path = Path(spec.path or "").expanduser()
+        if not path.is_file():
+            raise DataError(f"data set {name}: {path} not found")
+        try:
+            return Dataset(spec, _user_problems(spec, path), str(path))
+        except (OSError, UnicodeDecodeError) as exc:
+            raise DataError(f"cannot read {path}: {exc}") from None
     if spec.path is None:
         from ..tasks.humaneval import humaneval_path, load_humaneval
 

@@ -122,10 +122,10 @@ def available_strategies() -> set[str]:
 
 
 def registered_tasks() -> set[str]:
-    """Task names registered right now."""
-    from ..tasks.registry import TASKS
+    """Task names registered right now (built-in and installed)."""
+    from ..tasks.registry import all_tasks
 
-    return set(TASKS)
+    return set(all_tasks())
 
 
 def check_lane(lane: str, dataset: Dataset) -> None:

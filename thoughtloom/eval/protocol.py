@@ -292,12 +292,31 @@ def _check_lanes(value: Any, where: str) -> None:
                                     f"got {json.dumps(setting)[:60]}")
 
 
+def _is_thoughtloom_project(pyproject: Path) -> bool:
+    """True when this pyproject.toml is thoughtloom's own (not a user's project vendoring the package)."""
+    import tomllib
+
+    try:
+        return tomllib.loads(pyproject.read_text(encoding="utf-8")).get("project", {}).get("name") == "thoughtloom"
+    except (OSError, ValueError):
+        return False
+
+
 def code_version() -> str:
-    """The package version and the git commit it runs from ('+dirty' when the tree has changes)."""
+    """The package version and the git commit it runs from ('+dirty' when the tree has changes).
+
+    The commit is thoughtloom's own only when the package sits in a checkout of thoughtloom (the
+    repository's top level holds this package and thoughtloom's pyproject.toml): installed into a virtual
+    environment inside a user's own repository, git would answer with the user's commit.
+    """
     from .. import __version__
 
     root = Path(__file__).resolve().parents[2]
     try:
+        top = subprocess.run(["git", "-C", str(root), "rev-parse", "--show-toplevel"], capture_output=True,
+                             text=True, timeout=5, check=True).stdout.strip()
+        if not top or Path(top).resolve() != root or not _is_thoughtloom_project(root / "pyproject.toml"):
+            return __version__
         head = subprocess.run(["git", "-C", str(root), "rev-parse", "--short=12", "HEAD"], capture_output=True,
                               text=True, timeout=5, check=True).stdout.strip()
         dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--", "thoughtloom"],

@@ -435,7 +435,7 @@ def _require_pytest(python: str) -> None:
     if same:
         if importlib.util.find_spec("pytest") is None:
             raise GroundingSetupError(
-                f"pytest is not importable by {python}: install it (pip install pytest) or pass test_command="
+                f"pytest is not importable by {python}: install it (pip install 'thoughtloom[debug]') or pass test_command="
             )
         return
     try:
@@ -447,7 +447,7 @@ def _require_pytest(python: str) -> None:
         ok = False
     if not ok:
         raise GroundingSetupError(
-            f"pytest is not importable by {python}: install it (pip install pytest) or pass test_command="
+            f"pytest is not importable by {python}: install it (pip install 'thoughtloom[debug]') or pass test_command="
         )
 
 

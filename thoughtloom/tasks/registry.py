@@ -1,4 +1,8 @@
-"""Tasks by name, and the options some of them take (tests, data files, a repository to debug)."""
+"""Tasks by name, and the options some of them take (tests, data files, a repository to debug).
+
+Besides the built-in tasks, installed packages may add their own through the `thoughtloom.tasks`
+entry-point group; they are looked up only when a name is not built in (and on `loom tasks`).
+"""
 
 from __future__ import annotations
 
@@ -132,10 +136,50 @@ TASKS: dict[str, tuple[str, Callable[[TaskOptions], Task[Any]]]] = {
 }
 
 
-def get_task(name: str, options: TaskOptions | None = None) -> Task[Any]:
-    """A fresh task instance by name; UnknownTask lists the names there are."""
+#: The entry-point group through which installed packages add tasks (a Task subclass, built without arguments).
+ENTRY_POINT_GROUP = "thoughtloom.tasks"
+
+
+def _installed(entry: Any) -> tuple[str, Callable[[TaskOptions], Task[Any]]]:
+    """The description and builder of one installed task; a broken one says why when it is chosen."""
     try:
-        _, build = TASKS[name]
-    except KeyError:
-        raise UnknownTask(f"unknown task {name!r}; choose one of: {', '.join(sorted(TASKS))}") from None
+        cls = entry.load()
+    except Exception as exc:  # noqa: BLE001 - a user's package can fail to import in any way
+        reason = f"cannot load {entry.value} ({type(exc).__name__}: {exc})"
+    else:
+        if isinstance(cls, type) and issubclass(cls, Task):
+            return cls.description or (cls.__doc__ or "").strip().split("\n")[0], _no_options(cls)
+        reason = f"{entry.value} is not a thoughtloom Task subclass"
+
+    def broken(options: TaskOptions) -> Task[Any]:
+        raise TaskOptionError(f"installed task {entry.name!r}: {reason}")
+
+    return f"(installed, broken: {reason})", broken
+
+
+def installed_tasks() -> dict[str, tuple[str, Callable[[TaskOptions], Task[Any]]]]:
+    """Tasks that installed packages register under ENTRY_POINT_GROUP; a built-in name is never replaced."""
+    from importlib.metadata import entry_points
+
+    found: dict[str, tuple[str, Callable[[TaskOptions], Task[Any]]]] = {}
+    for entry in entry_points(group=ENTRY_POINT_GROUP):
+        if entry.name not in TASKS and entry.name not in found:
+            found[entry.name] = _installed(entry)
+    return found
+
+
+def all_tasks() -> dict[str, tuple[str, Callable[[TaskOptions], Task[Any]]]]:
+    """Every task by name: the built-in ones, then the installed ones."""
+    return {**TASKS, **installed_tasks()}
+
+
+def get_task(name: str, options: TaskOptions | None = None) -> Task[Any]:
+    """A fresh task instance by name (built-in or installed); UnknownTask lists the names there are."""
+    entry = TASKS.get(name)
+    if entry is None:
+        tasks = all_tasks()
+        if name not in tasks:
+            raise UnknownTask(f"unknown task {name!r}; choose one of: {', '.join(sorted(tasks))}")
+        entry = tasks[name]
+    _, build = entry
     return build(options or TaskOptions())

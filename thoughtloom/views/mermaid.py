@@ -1,13 +1,22 @@
-"""The reasoning graph as a Mermaid flowchart: scores on nodes, best path highlighted."""
+"""The reasoning graph as a Mermaid flowchart: scores on nodes, best path highlighted.
+
+A big search is drawn capped (the best path, the frontier, and one "N more" node) because
+Mermaid refuses a diagram over its own text and edge limits; `full=True` draws every node.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 
 from ..graph import EdgeKind, NodeKind, NodeStatus, ThoughtGraph
 from .terminal import terminal_text
 
 MAX_LABEL = 70
+#: Mermaid's defaults: a diagram's text may hold 50,000 characters (maxTextSize) and 500 edges (maxEdges).
+MERMAID_MAX_TEXT = 50_000
+MERMAID_MAX_EDGES = 500
+#: Nodes drawn by default; a 400-node search already exceeds MERMAID_MAX_TEXT.
+DEFAULT_MAX_NODES = 150
 
 _ARROWS = {
     EdgeKind.DEPENDENCY: "-->",
@@ -29,7 +38,10 @@ _CLASSES = {
     # The recursive strategy: decompositions (trapezoids) and their recompositions (hexagons).
     "decomposition": "fill:#e3ecfa,stroke:#2457a6,stroke-width:2px,color:#0d2a57",
     "recomposition": "fill:#f3e8fb,stroke:#6f2da8,stroke-width:2px,color:#36104f",
+    "more": "fill:#ffffff,stroke:#6c757d,stroke-dasharray:3 3,color:#495057",
 }
+
+_CLOSED = (NodeStatus.PRUNED, NodeStatus.FAILED, NodeStatus.CANCELLED)
 
 
 def _recursion_badge(record: dict) -> str:
@@ -71,15 +83,55 @@ def _grounding_badge(grounding: dict) -> str:
     return f"{mark} {_escape(str(grounding.get('grounder', '')))}{counts}"
 
 
-def to_mermaid(graph: ThoughtGraph, best_path: Iterable[int] = (), goals: Iterable[int] = ()) -> str:
-    """A Mermaid `flowchart TD` of the graph; best-path nodes and edges are highlighted."""
-    best = list(best_path)
+def to_mermaid(graph: ThoughtGraph, best_path: Iterable[int] = (), goals: Iterable[int] = (), *,
+               full: bool = False, max_nodes: int = DEFAULT_MAX_NODES) -> str:
+    """A Mermaid `flowchart TD` of the graph, capped to fit Mermaid's limits unless `full`."""
+    best, goal_list = list(best_path), list(goals)
+    if full or len(graph) <= max_nodes:
+        text, edges = _render(graph, None, best, goal_list)
+        if full or _fits(text, edges):
+            return text
+    limit = min(max_nodes, len(graph))
+    while True:
+        keep = _kept(graph, best, goal_list, limit)
+        text, edges = _render(graph, keep, best, goal_list)
+        # The best path alone is the floor: it is drawn even when it cannot fit.
+        if _fits(text, edges) or limit <= 1:
+            return text
+        limit = limit * 3 // 4
+
+
+def _fits(text: str, edges: int) -> bool:
+    return len(text) <= MERMAID_MAX_TEXT and edges <= MERMAID_MAX_EDGES
+
+
+def _kept(graph: ThoughtGraph, best: list[int], goals: list[int], limit: int) -> set[int]:
+    """The nodes a capped picture draws: the best path and goals first, then the best-scored frontier."""
+    keep: set[int] = set()
+    for node_id in [*best, *goals]:
+        if node_id in graph:
+            keep.update(graph.path_to_root(node_id))
+    # The frontier: leaves still open or finished, not pruned, failed or cancelled; best scores first.
+    frontier = [n for n in (graph.node(i) for i in graph.leaves()) if n.status not in _CLOSED and n.id not in keep]
+    frontier.sort(key=lambda n: (n.score is None, -(n.score or 0.0), n.id))
+    for node in frontier:
+        path = set(graph.path_to_root(node.id)) - keep
+        if len(keep) + len(path) > limit:
+            continue
+        keep |= path
+    return keep or set(graph.roots()[:1])
+
+
+def _render(graph: ThoughtGraph, keep: Collection[int] | None, best: list[int], goals: list[int]) -> tuple[str, int]:
+    """The flowchart of the nodes in `keep` (None: all) and the number of edges drawn."""
     best_set = set(best)
     goal_set = set(goals)
     best_edges = set(zip(best, best[1:]))
     lines = ["flowchart TD"]
     members: dict[str, list[str]] = {name: [] for name in _CLASSES}
     for node in graph:
+        if keep is not None and node.id not in keep:
+            continue
         kind = node.extra.get("kind")  # an agent node of a user's own kind
         label = f"{_escape(kind) if isinstance(kind, str) else node.kind.value}: {_escape(node.content)}"
         result = node.extra.get("text")
@@ -127,17 +179,22 @@ def to_mermaid(graph: ThoughtGraph, best_path: Iterable[int] = (), goals: Iterab
         elif node.status is NodeStatus.CANCELLED:
             members["cancelled"].append(f"n{node.id}")
     highlighted: list[int] = []
-    for i, edge in enumerate(graph.edges):
+    drawn = [e for e in graph.edges if keep is None or (e.src in keep and e.dst in keep)]
+    for i, edge in enumerate(drawn):
         arrow = _ARROWS.get(edge.kind, "-->")
         name = edge.kind.value + (f" {edge.weight:.2f}" if edge.weight is not None else "")
         label = f"|{name}|" if edge.kind in _ARROWS else ""
         lines.append(f"    n{edge.src} {arrow}{label} n{edge.dst}")
         if (edge.src, edge.dst) in best_edges:
             highlighted.append(i)
+    hidden = len(graph) - (len(graph) if keep is None else len(keep))
+    if hidden:
+        lines.append(f'    more["… {hidden} more thoughts not drawn (the full graph: --mermaid-full)"]')
+        members["more"].append("more")
     for name, style in _CLASSES.items():
         lines.append(f"    classDef {name} {style}")
         if members[name]:
             lines.append(f"    class {','.join(members[name])} {name}")
     if highlighted:
         lines.append(f"    linkStyle {','.join(map(str, highlighted))} stroke:#1e7e34,stroke-width:3px")
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines) + "\n", len(drawn)
