@@ -4,17 +4,23 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from pathlib import Path
 
 import pytest
 from test_cli import assert_one_line_error, loom
 from test_search import game24_model as scripted_game24
 
+from thoughtloom.grounding.types import GroundingResult, Thought
 from thoughtloom.llm.budget import BudgetLimits
-from thoughtloom.llm.gateway import Gateway
+from thoughtloom.llm.errors import BudgetExceeded, TransientModelError
+from thoughtloom.llm.fake import ScriptedBackend
+from thoughtloom.llm.gateway import Gateway, RetryPolicy
+from thoughtloom.llm.types import GenerateRequest, Prompt
 from thoughtloom.search import SearchConfig, search
 from thoughtloom.search.events import Event, EventBus, GoalFound
 from thoughtloom.tasks import get_task
+from thoughtloom.views.logs import TerminalFormatter, log_level
 
 ONE_PATH = {"4 5 6 10": "10 - 4 = 6 (left: 5 6 6)", "5 6 6": "5 * 6 = 30 (left: 6 30)", "6 30": "30 - 6 = 24 (left: 24)"}
 
@@ -89,3 +95,108 @@ def test_events_file_escapes_model_text_so_each_event_stays_one_line(tmp_path: P
 def test_events_into_a_missing_directory_exits_2_before_any_work(tmp_path: Path) -> None:
     proc = loom("solve", "--task", "game24", "--events", str(tmp_path / "no" / "events.jsonl"), "4 5 6 10")
     assert_one_line_error(proc, "--events")
+
+
+# --- logging: the library logs what it does; the CLI shows it with -v / --log-level ---------------
+
+FAST = RetryPolicy(max_attempts=3, base_delay_s=0.001)
+
+
+def _records(caplog: pytest.LogCaptureFixture, logger: str) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.name == logger]
+
+
+async def test_a_retried_transient_error_is_logged_with_its_attempt(caplog: pytest.LogCaptureFixture) -> None:
+    fake = ScriptedBackend(default="ok", failures=[TransientModelError("503 busy")])
+    with caplog.at_level(logging.INFO, logger="thoughtloom.llm.gateway"):
+        await Gateway(fake, retry=FAST).generate(GenerateRequest(Prompt("x")))
+    assert any("attempt 1 of 3" in m and "503 busy" in m and "retrying" in m
+               for m in _records(caplog, "thoughtloom.llm.gateway"))
+
+
+async def test_a_budget_refusal_is_logged_with_the_limit(caplog: pytest.LogCaptureFixture) -> None:
+    gw = Gateway(ScriptedBackend(default="ok"), BudgetLimits(calls=1), retry=FAST)
+    await gw.generate(GenerateRequest(Prompt("x"), purpose="value"))
+    with caplog.at_level(logging.INFO, logger="thoughtloom.llm.gateway"), pytest.raises(BudgetExceeded):
+        await gw.generate(GenerateRequest(Prompt("x"), purpose="value"))
+    assert any(m.startswith("budget refused a value call (calls limit)")
+               for m in _records(caplog, "thoughtloom.llm.gateway"))
+
+
+class _Checker:
+    """A grounder that verifies every thought."""
+
+    name = "checker"
+
+    def can_ground(self, thought: Thought) -> bool:
+        return True
+
+    async def ground(self, thought: Thought) -> GroundingResult:
+        return GroundingResult("checker", True, True, "ran it", 1.0)
+
+
+async def test_grounding_a_thought_is_logged_with_its_verdict(caplog: pytest.LogCaptureFixture) -> None:
+    gateway = Gateway(scripted_game24(ONE_PATH), BudgetLimits(tokens=100_000))
+    with caplog.at_level(logging.INFO, logger="thoughtloom.search.context"):
+        await search(get_task("game24"), "4 5 6 10", gateway, SearchConfig(strategy="bfs"), grounders=[_Checker()])
+    assert any("grounded by checker: verified" in m for m in _records(caplog, "thoughtloom.search.context"))
+
+
+async def test_a_failed_tool_call_is_logged_with_its_status(caplog: pytest.LogCaptureFixture) -> None:
+    from thoughtloom.tools.registry import build_toolbox
+
+    box = await build_toolbox(["calc"])
+    with caplog.at_level(logging.INFO, logger="thoughtloom.tools.toolbox"):
+        await box.call("shell\x1b[2J", {"cmd": "rm"})
+    await box.aclose()
+    assert _records(caplog, "thoughtloom.tools.toolbox") == [
+        "tool 'shell\\x1b[2J' unknown_tool: \"no tool 'shell\\\\x1b[2J' was granted (granted: calc)\""]
+
+
+def test_log_lines_on_the_terminal_escape_model_text() -> None:
+    record = logging.LogRecord("thoughtloom.llm.gateway", logging.INFO, __file__, 1,
+                               "call failed: %s", ("\x1b]0;owned\x07\u202e",), None)
+    line = TerminalFormatter().format(record)
+    assert line == "loom: info thoughtloom.llm.gateway: call failed: \\x1b]0;owned\\x07\\u202e"
+
+
+def test_log_level_from_flags() -> None:
+    assert (log_level(0, None), log_level(1, None), log_level(2, None)) == (logging.WARNING, logging.INFO, logging.DEBUG)
+    assert log_level(2, "error") == logging.ERROR  # --log-level wins over -v
+
+
+def _retry_server(server) -> str:
+    from openai_server import Reply
+    from test_cli import game24_server_reply
+
+    calls = []
+
+    def reply(seen):
+        calls.append(seen)
+        if len(calls) == 1:
+            return Reply(503, {"error": {"message": "overloaded"}})
+        return game24_server_reply(seen)
+
+    server.responder = reply
+    return f"openai-compatible:{server.url}@scripted#completions"
+
+
+@pytest.mark.parametrize("flags", [("-v",), ("--log-level", "info")], ids=["-v", "--log-level"])
+def test_verbose_cli_shows_retries_on_stderr(server, flags: tuple[str, ...]) -> None:
+    proc = loom("solve", *flags, "--task", "game24", "--model", _retry_server(server), "--quiet", "--no-store",
+                "4 5 6 10")
+    assert proc.returncode == 0, proc.stderr
+    assert re.search(r"^loom: info thoughtloom\.llm\.gateway: .*transient error \(attempt 1 of \d\).*retrying",
+                     proc.stderr, re.MULTILINE), proc.stderr
+
+
+def test_without_flags_the_cli_logs_no_retries(server) -> None:
+    proc = loom("solve", "--task", "game24", "--model", _retry_server(server), "--quiet", "--no-store", "4 5 6 10")
+    assert proc.returncode == 0, proc.stderr
+    assert "retrying" not in proc.stderr and proc.stderr == ""
+
+
+def test_verbose_also_works_before_the_command(server) -> None:
+    proc = loom("-v", "solve", "--task", "game24", "--model", _retry_server(server), "--quiet", "--no-store",
+                "4 5 6 10")
+    assert "retrying" in proc.stderr, proc.stderr
