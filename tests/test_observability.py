@@ -200,3 +200,51 @@ def test_verbose_also_works_before_the_command(server) -> None:
     proc = loom("-v", "solve", "--task", "game24", "--model", _retry_server(server), "--quiet", "--no-store",
                 "4 5 6 10")
     assert "retrying" in proc.stderr, proc.stderr
+
+
+# --- the live progress line on a terminal ------------------------------------------------------
+
+def _loom_on_a_terminal(columns: int, *args: str) -> str:
+    """Run loom with stdin, stdout and stderr on a pseudo-terminal `columns` wide; what the terminal received."""
+    import fcntl
+    import os
+    import pty
+    import struct
+    import subprocess
+    import sys
+    import termios
+
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, columns, 0, 0))
+    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
+    proc = subprocess.Popen([sys.executable, "-m", "thoughtloom", *args], stdin=slave, stdout=slave, stderr=slave,
+                            env={**env, "TERM": "xterm"}, cwd=Path(__file__).parents[1])
+    os.close(slave)
+    chunks = []
+    while True:
+        try:
+            data = os.read(master, 65536)
+        except OSError:  # the other side closed: the process is gone
+            break
+        if not data:
+            break
+        chunks.append(data)
+    proc.wait(timeout=60)
+    os.close(master)
+    return b"".join(chunks).decode("utf-8", "replace")
+
+
+def test_the_progress_line_fits_an_80_column_terminal(server) -> None:
+    from test_cli import game24_server_reply
+
+    server.responder = game24_server_reply
+    shown = _loom_on_a_terminal(80, "solve", "--task", "game24", "--no-store", "--no-interactive", "--budget-tokens",
+                                "200000", "--model", f"openai-compatible:{server.url}@scripted#completions",
+                                "4 5 6 10")
+    # Where the line is erased before a redraw (\r ESC[K or ESC[1G ESC[2K): what follows, up to a new line.
+    drawn = [part.split("\r\n")[0] for part in re.split(r"\r\x1b\[K|\x1b\[1G\x1b\[2K", shown)[1:]]
+    statuses = [d for d in drawn if d.startswith("nodes ")]
+    assert statuses, shown
+    assert all(len(s) <= 79 for s in statuses), statuses
+    assert statuses[-1].endswith("…")  # the full line (tokens of 200,000, calls, time) is wider than 80
+    assert "stopped: goal_reached" in shown
