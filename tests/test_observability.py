@@ -248,3 +248,29 @@ def test_the_progress_line_fits_an_80_column_terminal(server) -> None:
     assert all(len(s) <= 79 for s in statuses), statuses
     assert statuses[-1].endswith("…")  # the full line (tokens of 200,000, calls, time) is wider than 80
     assert "stopped: goal_reached" in shown
+
+
+# --- loom bench: an ETA on every progress line but the last ---------------------------------------
+
+def test_eta_is_the_pace_so_far_times_the_runs_left() -> None:
+    from thoughtloom.eval.runner import eta_text
+
+    assert eta_text(10.0, 2, 3) == "15s"
+    assert eta_text(60.0, 1, 3) == "3m00s"
+    assert eta_text(100.0, 1, 40) == "1h06m"
+
+
+def test_bench_progress_shows_an_eta_until_the_last_run(server, tmp_path: Path) -> None:
+    from test_bench_cli import DATA, completions, spec
+
+    if not (DATA / "game24" / "24_dev.csv").is_file():
+        pytest.skip(f"benchmark data not found at {DATA}")
+    server.responder = completions({})
+    proc = loom("bench", "--tasks", "game24", "--model", spec(server), "--data-dir", str(DATA), "--out",
+                str(tmp_path / "run"), "--select", "first", "--lanes", "io,cot", "--limit", "2", "--budget-tokens",
+                "2000")
+    assert proc.returncode == 0, proc.stderr
+    lines = [line for line in proc.stderr.splitlines() if re.match(r"loom bench: \[\d+/4\]", line)]
+    assert len(lines) == 4, proc.stderr
+    assert all(re.search(r" · ETA \d+s$", line) for line in lines[:3]), lines
+    assert "ETA" not in lines[3]
