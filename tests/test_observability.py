@@ -274,3 +274,38 @@ def test_bench_progress_shows_an_eta_until_the_last_run(server, tmp_path: Path) 
     assert len(lines) == 4, proc.stderr
     assert all(re.search(r" · ETA \d+s$", line) for line in lines[:3]), lines
     assert "ETA" not in lines[3]
+
+
+def test_a_log_record_on_a_terminal_erases_the_progress_line_first() -> None:
+    import io
+
+    from thoughtloom.views.logs import TerminalHandler
+
+    class Tty(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    stream = Tty()
+    stream.write("nodes 7 (pruned 0, rejected 1) · depth")  # a progress line, drawn without a line end
+    TerminalHandler(stream).handle(logging.LogRecord("thoughtloom.x", logging.INFO, __file__, 1, "retrying", (), None))
+    assert stream.getvalue() == "nodes 7 (pruned 0, rejected 1) · depth\x1b[1G\x1b[2Kloom: info thoughtloom.x: retrying\n"
+
+
+@pytest.mark.local_model
+def test_events_and_logs_from_a_run_on_the_embedded_model(tmp_path: Path) -> None:
+    target = tmp_path / "events.jsonl"
+    proc = loom("solve", "--task", "game24", "--quiet", "--no-store", "--seed", "1", "--budget-tokens", "1500",
+                "--events", str(target), "--log-level", "debug", "4 5 6 10", timeout=900)
+    assert proc.returncode == 0, proc.stderr
+    events = [json.loads(line) for line in target.read_text().splitlines()]
+    assert events[0]["type"] == "search_started" and events[-1]["type"] == "search_stopped"
+    assert any(e["type"] == "budget_spent" for e in events)
+    # Every log record is one escaped line of ours (llama.cpp's own log stays out unless configured).
+    lines = [line for line in proc.stderr.splitlines() if line]
+    assert lines and all(line.startswith("loom: debug ") or line.startswith("loom: info ") for line in lines), lines
+
+
+async def test_every_answered_call_is_logged_at_debug(caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.DEBUG, logger="thoughtloom.llm.gateway"):
+        await Gateway(ScriptedBackend(default="ok"), retry=FAST).generate(GenerateRequest(Prompt("x"), purpose="value"))
+    assert any(m.startswith("value call to fake:scripted: 1 samples,") for m in _records(caplog, "thoughtloom.llm.gateway"))

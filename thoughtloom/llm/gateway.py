@@ -236,6 +236,10 @@ class Gateway:
         if self.pricing is not None or self.route_pricing:
             record.cost_usd = self._cost(usage, call.request.route)
         record.duration_s = time.perf_counter() - call.t0
+        if logger.isEnabledFor(logging.DEBUG):  # once per call: the check keeps a quiet run's cost at one lookup
+            logger.debug("%s call to %s: %d samples, %d+%d tokens, %d from the cache, %.3fs", record.purpose or "model",
+                         self.backend.name, len(record.texts), usage.input_tokens, usage.output_tokens,
+                         record.cached, record.duration_s)
         self._notify(record)
         return completion if whole else Completion(record.texts, usage, record.model)  # type: ignore[return-value]
 
