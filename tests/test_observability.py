@@ -302,7 +302,7 @@ def test_events_and_logs_from_a_run_on_the_embedded_model(tmp_path: Path) -> Non
     assert any(e["type"] == "budget_spent" for e in events)
     # Every log record is one escaped line of ours (llama.cpp's own log stays out unless configured).
     lines = [line for line in proc.stderr.splitlines() if line]
-    assert lines and all(line.startswith("loom: debug ") or line.startswith("loom: info ") for line in lines), lines
+    assert lines and all(line.startswith(("loom: debug ", "loom: info ")) for line in lines), lines
 
 
 async def test_every_answered_call_is_logged_at_debug(caplog: pytest.LogCaptureFixture) -> None:

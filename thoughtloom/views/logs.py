@@ -52,7 +52,7 @@ class TerminalHandler(logging.Handler):
                 self.console.control(Control.move_to_column(0), Control((ControlType.ERASE_IN_LINE, 2)))
             self.console.print(Text(text), soft_wrap=True)
             self.console.file.flush()
-        except Exception:  # logging's own rule: a failing handler reports itself, never raises
+        except Exception:  # noqa: BLE001 - logging's rule: a failing handler reports itself, never raises
             self.handleError(record)
 
 
