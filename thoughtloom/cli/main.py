@@ -38,7 +38,20 @@ def build_parser() -> argparse.ArgumentParser:
     profiles = sub.add_parser("profiles", help="list the domain profiles: thresholds, limits, grounding and checks")
     profiles.add_argument("--json", action="store_true", help="every setting of every profile as JSON")
     parser.add_argument("--version", action="store_true", help="print the version")
+    add_logging_options(parser)
+    for command in sub.choices.values():  # `loom solve -v ...` as well as `loom -v solve ...`
+        add_logging_options(command, argparse.SUPPRESS)
     return parser
+
+
+def add_logging_options(parser: argparse.ArgumentParser, default: object = None) -> None:
+    """-v (info; -vv debug) and --log-level: what the library logs (retries, budget refusals, grounding, tools)."""
+    from ..views.logs import LEVELS
+
+    parser.add_argument("-v", "--verbose", action="count", default=0 if default is None else default,
+                        help="log more on stderr: -v retries, budget refusals, grounding and tool calls; -vv debug")
+    parser.add_argument("--log-level", choices=LEVELS, default=default,
+                        help="the least severe log records shown on stderr (default warning; wins over -v)")
 
 
 def cmd_profiles(args: argparse.Namespace) -> int:
@@ -99,16 +112,24 @@ def main(argv: list[str] | None = None) -> int:
     if args.command is None:
         parser.print_help()
         return 2
+    from ..views.logs import log_level, shown_logs
+
+    with shown_logs(sys.stderr, log_level(args.verbose, args.log_level)):
+        return _run(args)
+
+
+def _run(args: argparse.Namespace) -> int:
+    """Run the parsed command: one-line errors and exit codes for what the user can fix."""
     from ..control.profiles import UnknownProfile
     from ..llm.errors import ModelError
     from ..run.spec import SpecError
     from ..tasks.base import ProblemError, UnsupportedOperation
     from ..tasks.registry import TaskOptionError, UnknownTask
     from .agent import cmd_agent
-    from .research import cmd_research
     from .bench import cmd_bench
     from .data import cmd_data
     from .models import cmd_models
+    from .research import cmd_research
     from .runs import COMMANDS as STORE_COMMANDS
     from .runs import store_errors
     from .serve import cmd_serve

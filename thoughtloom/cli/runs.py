@@ -29,6 +29,8 @@ if TYPE_CHECKING:
 
 def add_store_commands(sub: Any) -> None:
     """Add runs, show, view, export, import, resume and replay to loom's subparsers."""
+    from .solve import add_events_option
+
     def store_option(p: argparse.ArgumentParser) -> None:
         p.add_argument("--store", metavar="PATH",
                        help="the run store (default: $THOUGHTLOOM_STORE, else ~/.thoughtloom/store.db)")
@@ -68,6 +70,7 @@ def add_store_commands(sub: Any) -> None:
         p.add_argument("--mermaid", metavar="FILE", help="write the reasoning graph as a Mermaid flowchart")
         p.add_argument("--mermaid-full", action="store_true", help=MERMAID_FULL_HELP)
         p.add_argument("--quiet", action="store_true", help="no live progress on stderr")
+        add_events_option(p)
 
 
 def store_errors() -> tuple[type[Exception], ...]:

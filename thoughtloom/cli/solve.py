@@ -160,9 +160,28 @@ def add_output_options(s: Any) -> None:
     s.add_argument("--mermaid", metavar="FILE", help="write the reasoning graph as a Mermaid flowchart")
     s.add_argument("--mermaid-full", action="store_true", help=MERMAID_FULL_HELP)
     s.add_argument("--quiet", action="store_true", help="no live progress on stderr")
+    add_events_option(s)
     s.add_argument("--store", metavar="PATH",
                    help="store the run here (default: $THOUGHTLOOM_STORE, else ~/.thoughtloom/store.db)")
     s.add_argument("--no-store", action="store_true", help="do not store the run")
+
+
+def add_events_option(s: Any) -> None:
+    """--events FILE: the run's typed event stream as JSON Lines (loom solve, agent, research, resume, replay)."""
+    s.add_argument("--events", metavar="FILE",
+                   help="write every search event (nodes, scores, grounding, tool calls, budget) as JSON Lines")
+
+
+def open_events_file(path: str | None) -> Any:
+    """The --events file opened for writing (None without the option); a bad path is a usage error."""
+    if path is None:
+        return None
+    if os.path.isdir(path):
+        raise UsageError(f"cannot write --events {path}: it is a directory; give a file name such as events.jsonl")
+    try:
+        return open(path, "w", encoding="utf-8")
+    except OSError as exc:
+        raise UsageError(f"cannot write --events {path}: {exc.strerror or exc}") from None
 
 
 def cmd_solve(args: argparse.Namespace, stored: Any = None, *, sinks: Sequence[Any] = (),
@@ -197,6 +216,11 @@ def cmd_solve(args: argparse.Namespace, stored: Any = None, *, sinks: Sequence[A
     if interactive is None:
         interactive = sys.stdin.isatty() and sys.stderr.isatty()
     sinks = [*sinks, *([] if args.quiet else [ProgressDisplay()])]
+    events_file = open_events_file(getattr(args, "events", None))
+    if events_file is not None:
+        from ..views.events_log import EventLog
+
+        sinks.append(EventLog(events_file))
     progress = (lambda msg: print(terminal_text(f"loom: {msg}"), file=sys.stderr)) if not args.quiet else None
     store = None
     if stored is None and not args.no_store:
@@ -216,6 +240,8 @@ def cmd_solve(args: argparse.Namespace, stored: Any = None, *, sinks: Sequence[A
     finally:
         if store is not None:
             store.close()
+        if events_file is not None:
+            events_file.close()
     if args.json:
         print(terminal_json(json_view(result) if json_view is not None else result.to_dict(), indent=2))
     else:

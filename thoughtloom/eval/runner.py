@@ -243,6 +243,7 @@ async def run_protocol(
                 work.append((datasets[t], by_id[pid], index))
     total = sum(sum(protocol.runs(d.name, p.lane) for p in protocol.lanes) for d, _, _ in work)
     gate = asyncio.Semaphore(max(1, jobs))
+    started = time.monotonic()
 
     async def one_problem(dataset: Dataset, problem: Problem, index: int) -> None:
         async with gate:
@@ -269,11 +270,21 @@ async def run_protocol(
                         tools += f" · {len(rec.cited)} sentences cited" + (
                             f", support precision {rec.support_precision:.2f}" if rec.support_precision is not None
                             else "")
+                    left = total - stats.done - stats.skipped
+                    eta = f" · ETA {eta_text(time.monotonic() - started, stats.done, left)}" if left else ""
                     progress(f"[{stats.done + stats.skipped}/{total}] {dataset.name} #{problem.id} {plan.lane}: {mark}"
-                             f"{err} · {rec.tokens:,} tokens · {rec.calls} calls{tools} · {rec.wall_s:.1f}s")
+                             f"{err} · {rec.tokens:,} tokens · {rec.calls} calls{tools} · {rec.wall_s:.1f}s{eta}")
 
     await asyncio.gather(*(one_problem(d, p, i) for d, p, i in work))
     return stats
+
+
+def eta_text(elapsed_s: float, done: int, left: int) -> str:
+    """Time the `left` runs should take at the pace of the `done` ones (skipped runs cost nothing), as 1h02m, 3m05s or 12s."""
+    seconds = round(elapsed_s / max(done, 1) * left)
+    hours, rest = divmod(seconds, 3600)
+    minutes, seconds = divmod(rest, 60)
+    return f"{hours}h{minutes:02d}m" if hours else f"{minutes}m{seconds:02d}s" if minutes else f"{seconds}s"
 
 
 @dataclass

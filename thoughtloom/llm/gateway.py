@@ -236,12 +236,20 @@ class Gateway:
         if self.pricing is not None or self.route_pricing:
             record.cost_usd = self._cost(usage, call.request.route)
         record.duration_s = time.perf_counter() - call.t0
+        if logger.isEnabledFor(logging.DEBUG):  # once per call: the check keeps a quiet run's cost at one lookup
+            logger.debug("%s call to %s: %d samples, %d+%d tokens, %d from the cache, %.3fs", record.purpose or "model",
+                         self.backend.name, len(record.texts), usage.input_tokens, usage.output_tokens,
+                         record.cached, record.duration_s)
         self._notify(record)
         return completion if whole else Completion(record.texts, usage, record.model)  # type: ignore[return-value]
 
     def _fail(self, call: _Open, exc: BaseException) -> None:
         record = call.record
         record.error = f"{type(exc).__name__}: {exc}"
+        if isinstance(exc, BudgetExceeded):
+            logger.info("budget refused a %s call (%s limit): %s", record.purpose or "model", exc.limit, exc)
+        elif isinstance(exc, Exception):  # a cancellation is the caller's doing, not a failure to report
+            logger.info("%s call to %s failed: %s", record.purpose or "model", self.backend.name, record.error)
         record.duration_s = time.perf_counter() - call.t0
         self._notify(record)
 
@@ -311,14 +319,21 @@ class Gateway:
         """The call as requests on the wire: each one reserved, slotted and counted on its own."""
         try:
             completion = await self._send(request, record)
-        except TransientModelError:
+        except TransientModelError as exc:
             if self.retry.max_attempts <= 1:
                 raise
-            await asyncio.sleep(self.retry.delay(1, self._rng))
+            await self._back_off(1, exc)
             completion = await self._retried(request, record, tried=1)
         if len(completion.texts) < request.n:
             completion = await self._rest_of_samples(request, record, completion)
         return completion
+
+    async def _back_off(self, attempt: int, exc: TransientModelError) -> None:
+        """Wait before retry number `attempt`, saying so in the log."""
+        delay = self.retry.delay(attempt, self._rng)
+        logger.info("%s: transient error (attempt %d of %d): %s; retrying in %.2fs",
+                       self.backend.name, attempt, self.retry.max_attempts, exc, delay)
+        await asyncio.sleep(delay)
 
     async def _retried(self, request: GenerateRequest, record: CallRecord, tried: int = 0) -> Completion:
         """Send a request until it is answered, retrying transient errors (each retry is a request)."""
@@ -327,10 +342,10 @@ class Gateway:
             attempt += 1
             try:
                 return await self._send(request, record)
-            except TransientModelError:
+            except TransientModelError as exc:
                 if attempt >= self.retry.max_attempts:
                     raise
-                await asyncio.sleep(self.retry.delay(attempt, self._rng))
+                await self._back_off(attempt, exc)
 
     async def _send(self, request: GenerateRequest, record: CallRecord) -> Completion:
         """One request on the wire: a slot and a reservation before it is sent, settled by what it cost."""
@@ -406,10 +421,10 @@ class Gateway:
             attempt += 1
             try:
                 return await self._send_batch(requests, records)  # type: ignore[arg-type]
-            except TransientModelError:
+            except TransientModelError as exc:
                 if attempt >= self.retry.max_attempts:
                     raise
-                await asyncio.sleep(self.retry.delay(attempt, self._rng))
+                await self._back_off(attempt, exc)
 
     async def _send_batch(self, requests: list[GenerateRequest], records: list[CallRecord]) -> list[Completion]:
         backend: Any = self.backend

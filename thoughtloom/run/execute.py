@@ -27,6 +27,7 @@ from ..grounding.types import Grounder
 from ..llm.budget import BudgetLimits
 from ..llm.gateway import Gateway, RetryPolicy
 from ..llm.limits import LimitedBackend, SharedSlots
+from ..llm.tracing import search_attributes, span, traced
 from ..llm.types import Backend
 from ..llm.wrapper import SharedBackend
 from ..search.agent.processors import ProcessorRegistry
@@ -219,7 +220,8 @@ async def execute(
             session.check(task, spec.config)
         backend: Backend | None = None
         if session is None or session.needs_live_model:
-            backend = _bottom(live_backend(spec, progress), slots)
+            # Spans (with the otel extra) time the model itself: inside the shared concurrency limit.
+            backend = _bottom(traced(live_backend(spec, progress)), slots)
         if session is not None:
             backend = session.wrap(backend)
         assert backend is not None
@@ -237,13 +239,21 @@ async def execute(
         if spec.config.strategy in TOOL_STRATEGIES:
             live_tools = await build_tools(spec) if session is None or session.needs_live_model else None
             tools = session.wrap_tools(live_tools) if session is not None else live_tools
-        result = await search(
-            task, problem, gateway, spec.config,
-            sinks=[*sinks, *(session.sinks if session is not None else [])], controller=ctrl, grounders=grounders,
-            grounding_policy=spec.grounding, on_context=session.on_context if session is not None else None,
-            tools=tools, processors=processors, research=research_setup(spec, roles),
-            routed_roles=[role for role, _ in spec.role_models],
-        )
+        with span(f"invoke_agent thoughtloom {spec.config.strategy}",
+                  search_attributes(task.name, spec.config.strategy)) as search_span:
+            result = await search(
+                task, problem, gateway, spec.config,
+                sinks=[*sinks, *(session.sinks if session is not None else [])], controller=ctrl, grounders=grounders,
+                grounding_policy=spec.grounding, on_context=session.on_context if session is not None else None,
+                tools=tools, processors=processors, research=research_setup(spec, roles),
+                routed_roles=[role for role, _ in spec.role_models],
+            )
+            if search_span is not None:
+                search_span.set_attributes({
+                    "thoughtloom.stop_reason": str(result.termination_reason), "thoughtloom.nodes": len(result.graph),
+                    "gen_ai.usage.input_tokens": result.usage.input_tokens,
+                    "gen_ai.usage.output_tokens": result.usage.output_tokens,
+                })
     except BaseException:
         if session is not None:
             session.abort()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import zlib
 from collections import deque
 from collections.abc import Collection, Hashable, Iterable, Sequence
@@ -31,6 +32,8 @@ from .events import (
     ThoughtRepaired,
 )
 from .stop import StopReason
+
+logger = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from ..tools.toolbox import Toolbox
@@ -345,6 +348,9 @@ class SearchContext:
             if result is None:
                 # No grounder could test it: the policy may require grounding (unverified_factor).
                 return self.grounding_policy.adjust(score, None)
+            logger.info("node %d grounded by %s: %s, %d passed, %d failed", node_id, result.grounder,
+                        {True: "verified", False: "FAILED", None: "inconclusive"}[result.verified],
+                        result.passed, result.failed)
         adjusted = self.grounding_policy.adjust(score, result)
         if self.bus:
             first = result.evidence.strip().splitlines()[0] if result.evidence.strip() else ""
@@ -367,6 +373,8 @@ class SearchContext:
             except Exception as exc:
                 # A grounder that breaks must cost one thought its check, not the whole search.
                 self.counts["grounder_errors"] += 1
+                logger.info("grounder %s failed on node %d: %s: %s", grounder.name, node_id, type(exc).__name__, exc)
+                logger.debug("the grounder's traceback", exc_info=True)
                 result = GroundingResult(
                     grounder.name, False, None, f"the grounder failed: {type(exc).__name__}: {exc}", 0.0
                 )

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any, ClassVar
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(slots=True)
@@ -194,6 +197,8 @@ class EventBus:
     """Fans events out to sinks. Falsy when nobody listens, so emitters can skip building events."""
 
     sinks: list[EventSink] = field(default_factory=list)
+    #: indexes of the sinks that have raised: their first failure is logged in full, later ones briefly.
+    failed: set[int] = field(default_factory=set)
 
     def __bool__(self) -> bool:
         return bool(self.sinks)
@@ -203,6 +208,13 @@ class EventBus:
         self.sinks.append(sink)
 
     def emit(self, event: Event) -> None:
-        """Deliver an event to every sink, in subscription order."""
-        for sink in self.sinks:
-            sink(event)
+        """Deliver an event to every sink, in subscription order; a sink that raises is logged and skipped."""
+        for i, sink in enumerate(self.sinks):
+            try:
+                sink(event)
+            except Exception as exc:  # a user's display or logger must not end the search it watches
+                if i in self.failed:
+                    logger.debug("event sink %r failed again on a %s event: %r", sink, event.type, exc)
+                else:
+                    self.failed.add(i)
+                    logger.exception("event sink %r failed on a %s event; the search goes on", sink, event.type)

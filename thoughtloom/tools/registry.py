@@ -18,6 +18,7 @@ from .base import Tool, ToolConfigError
 from .builtin import CalcTool, DocsTool, FilesTool, PythonTool
 from .mcp import SERVER_NAME, connect_all, load_mcp_config
 from .toolbox import ToolLimits, Toolbox
+from .traced import traced_tools
 
 #: The tool names `build_toolbox` knows; an MCP server's tools are also granted as `mcp:NAME`.
 TOOL_NAMES = ("calc", "python", "docs", "files", "mcp")
@@ -101,7 +102,7 @@ async def build_toolbox(
             for conn in await connect_all(configs.values()):
                 closers.append(conn)
                 tools.extend(conn.tools)
-        return Toolbox(tools, limits, closers=closers)
+        return Toolbox(traced_tools(tools), limits, closers=closers)
     except BaseException:
         for closer in reversed(closers):
             await closer.aclose()

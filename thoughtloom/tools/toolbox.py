@@ -10,6 +10,7 @@ call off the record is refused and counted as `off_record`.
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections import defaultdict, deque
 from collections.abc import Iterable, Sequence
@@ -17,6 +18,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from .base import Tool, ToolConfigError, ToolError, ToolResult, ToolSpec, canonical_args
+
+logger = logging.getLogger(__name__)
 
 #: Seconds one tool call may take before it is cancelled.
 DEFAULT_TIMEOUT_S = 30.0
@@ -131,6 +134,16 @@ class Toolbox:
 
     async def call(self, name: str, args: dict[str, Any]) -> ToolResult:
         """Call a tool; every outcome comes back as a ToolResult, never as an exception."""
+        result = await self._call(name, args)
+        # Names, arguments and errors may come from the model: %r keeps them on one escaped line.
+        if result.status == "ok":
+            logger.debug("tool %r ok in %.3fs%s, args %r", result.tool, result.elapsed_s,
+                         " (replayed)" if result.replayed else "", result.args)
+        else:
+            logger.info("tool %r %s: %r", result.tool, result.status, result.error)
+        return result
+
+    async def _call(self, name: str, args: dict[str, Any]) -> ToolResult:
         queue = self._recorded.get((name, canonical_args(args) if isinstance(args, dict) else repr(args)))
         if queue:
             self.replayed += 1

@@ -6,6 +6,10 @@ import sys
 import time
 from typing import TextIO
 
+from rich.console import Console
+from rich.control import Control, ControlType
+from rich.text import Text
+
 from ..search.events import (
     BudgetSpent,
     ControlDecision,
@@ -27,11 +31,19 @@ from .terminal import terminal_text
 
 
 class ProgressDisplay:
-    """An event sink that keeps one status line up to date (or prints one now and then off a terminal)."""
+    """An event sink that keeps one status line up to date (or prints one now and then off a terminal).
+
+    On a terminal the status line is cut to the terminal's width, read at every redraw (a line that
+    wrapped could not be redrawn in place and would leave stale copies behind).
+    """
 
     def __init__(self, stream: TextIO | None = None, interval_s: float = 2.0) -> None:
         self.stream = stream or sys.stderr
         self.tty = self.stream.isatty()
+        # rich measures the terminal and writes the cursor controls; markup and highlighting off:
+        # the text is model and program output, already escaped, never markup.
+        self.console = Console(file=self.stream, force_terminal=self.tty, highlight=False, markup=False,
+                               emoji=False)
         self.interval_s = 0.1 if self.tty else interval_s
         self.nodes = 0
         self.depth = 0
@@ -144,18 +156,26 @@ class ProgressDisplay:
         if not force and now - self._last < self.interval_s:
             return
         self._last = now
+        status = Text(terminal_text(self.status()))
         if self.tty:
-            self.stream.write("\r\033[K" + terminal_text(self.status()))
+            # One column short of the width: a line that fills the last column wraps on some terminals.
+            status.truncate(max(self.console.width - 1, 1), overflow="ellipsis")
+            self._clear_line()
+            self.console.print(status, end="", soft_wrap=True)
         else:
-            self.stream.write(terminal_text(self.status()) + "\n")
+            self.console.print(status, soft_wrap=True)
         self.stream.flush()
 
     def _line(self, text: str) -> None:
         # Lines carry the problem, model text and program output: escaped, and one line each.
         if self.tty:
-            self.stream.write("\r\033[K")
-        self.stream.write(terminal_text(text) + "\n")
+            self._clear_line()
+        self.console.print(Text(terminal_text(text)), soft_wrap=True)
         self.stream.flush()
+
+    def _clear_line(self) -> None:
+        """Back to the first column of the status line, erased."""
+        self.console.control(Control.move_to_column(0), Control((ControlType.ERASE_IN_LINE, 2)))
 
 
 def grounding_summary(event: ThoughtGrounded) -> str:

@@ -1,0 +1,31 @@
+"""The typed event stream as JSON Lines (`--events FILE`): one event per line, for tools to read afterwards."""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import TextIO
+
+from ..search.events import Event, SearchStopped
+
+
+class EventLog:
+    """An event sink writing each event as one JSON object per line: its `to_dict()` plus `t`, seconds since the first.
+
+    Model text is JSON-escaped (control characters and non-ASCII as \\u escapes), so each event is one line.
+    The stream is flushed when a search stops; the caller opens and closes it.
+    """
+
+    def __init__(self, stream: TextIO) -> None:
+        self.stream = stream
+        self._start: float | None = None
+
+    def __call__(self, event: Event) -> None:
+        """Write one event as a line."""
+        now = time.monotonic()
+        if self._start is None:
+            self._start = now
+        record = {"t": round(now - self._start, 4), **event.to_dict()}
+        self.stream.write(json.dumps(record, default=str) + "\n")
+        if isinstance(event, SearchStopped):
+            self.stream.flush()
