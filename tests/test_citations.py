@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -98,7 +99,8 @@ def test_a_made_up_source_fails_a_claim_the_documents_support(kb: KnowledgeBase)
 def test_a_thought_that_cites_nothing_is_grounded_as_before_unless_citations_are_required(kb: KnowledgeBase) -> None:
     thought = Thought("q", (), TRUE)
     plain = asyncio.run(CitationGrounder(ResearchGrounder(kb), CitationChecker(kb)).ground(thought))
-    assert plain == asyncio.run(ResearchGrounder(kb).ground(thought))
+    # Equal but for the milliseconds each took (a busy machine makes them differ).
+    assert replace(plain, elapsed_ms=0) == replace(asyncio.run(ResearchGrounder(kb).ground(thought)), elapsed_ms=0)
     required = asyncio.run(CitationGrounder(ResearchGrounder(kb), CitationChecker(kb), required=True).ground(thought))
     assert required.verified is None and required.details["citation_check"]["uncited_claims"] == [TRUE]
 
