@@ -15,11 +15,12 @@ from typing import Any
 
 @dataclass
 class Reply:
-    """A scripted HTTP answer: status, JSON body and an optional delay."""
+    """A scripted HTTP answer: status, JSON body, an optional delay and extra headers."""
 
     status: int = 200
     body: dict[str, Any] | None = None
     delay_s: float = 0.0
+    headers: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -160,6 +161,8 @@ def _handler(server: FakeOpenAIServer) -> type[BaseHTTPRequestHandler]:
                 self.send_response(reply.status)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(data)))
+                for name, value in reply.headers.items():
+                    self.send_header(name, value)
                 self.end_headers()
                 self.wfile.write(data)
             except (BrokenPipeError, ConnectionResetError):

@@ -32,10 +32,13 @@ class RetryPolicy:
     base_delay_s: float = 0.5
     max_delay_s: float = 8.0
 
-    def delay(self, attempt: int, rng: random.Random) -> float:
-        """Seconds to wait before retry number `attempt` (1-based)."""
+    def delay(self, attempt: int, rng: random.Random, error: TransientModelError | None = None) -> float:
+        """Seconds to wait before retry number `attempt` (1-based); a server's Retry-After wins
+        when it asks for longer than the backoff (the backend has already capped it)."""
         d = min(self.max_delay_s, self.base_delay_s * 2 ** (attempt - 1))
-        return d * (0.5 + rng.random() / 2)
+        backoff = d * (0.5 + rng.random() / 2)
+        asked = error.retry_after_s if error is not None else None
+        return max(backoff, asked) if asked is not None else backoff
 
 
 @dataclass(slots=True)
@@ -311,10 +314,10 @@ class Gateway:
         """The call as requests on the wire: each one reserved, slotted and counted on its own."""
         try:
             completion = await self._send(request, record)
-        except TransientModelError:
+        except TransientModelError as exc:
             if self.retry.max_attempts <= 1:
                 raise
-            await asyncio.sleep(self.retry.delay(1, self._rng))
+            await asyncio.sleep(self.retry.delay(1, self._rng, exc))
             completion = await self._retried(request, record, tried=1)
         if len(completion.texts) < request.n:
             completion = await self._rest_of_samples(request, record, completion)
@@ -327,10 +330,10 @@ class Gateway:
             attempt += 1
             try:
                 return await self._send(request, record)
-            except TransientModelError:
+            except TransientModelError as exc:
                 if attempt >= self.retry.max_attempts:
                     raise
-                await asyncio.sleep(self.retry.delay(attempt, self._rng))
+                await asyncio.sleep(self.retry.delay(attempt, self._rng, exc))
 
     async def _send(self, request: GenerateRequest, record: CallRecord) -> Completion:
         """One request on the wire: a slot and a reservation before it is sent, settled by what it cost."""
@@ -406,10 +409,10 @@ class Gateway:
             attempt += 1
             try:
                 return await self._send_batch(requests, records)  # type: ignore[arg-type]
-            except TransientModelError:
+            except TransientModelError as exc:
                 if attempt >= self.retry.max_attempts:
                     raise
-                await asyncio.sleep(self.retry.delay(attempt, self._rng))
+                await asyncio.sleep(self.retry.delay(attempt, self._rng, exc))
 
     async def _send_batch(self, requests: list[GenerateRequest], records: list[CallRecord]) -> list[Completion]:
         backend: Any = self.backend

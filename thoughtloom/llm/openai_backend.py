@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from .budget import Pricing
 from .errors import BatchRefused, ModelConfigError, ModelError, ModelTimeout, ModelUnreachable, TransientModelError
+from .retry_after import retry_after_from_headers
 from .types import Completion, GenerateRequest, Prompt, Usage
 
 if TYPE_CHECKING:
@@ -286,7 +287,10 @@ class OpenAIBackend:
                 # OpenAI signals an empty account with 429 too, but waiting will not refill it.
                 return ModelError(f"model endpoint {where} says the account has no quota left ({said}); add credit")
             if status in TRANSIENT_STATUSES or status >= 500:
-                return TransientModelError(f"model endpoint {where} failed ({said}); retrying may help")
+                wait = retry_after_from_headers(exc.response.headers)
+                asks = f"; the server asks to wait {wait:g}s" if wait is not None else ""
+                return TransientModelError(f"model endpoint {where} failed ({said}); retrying may help{asks}",
+                                           retry_after_s=wait)
             return ModelError(f"model endpoint {where} refused the request ({said}); check the request settings")
         return ModelError(f"model endpoint {where} failed: {type(exc).__name__}: {_one_line(exc)}")
 
