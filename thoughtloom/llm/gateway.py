@@ -160,6 +160,11 @@ class Gateway:
         self._eager_safe = bool(getattr(backend, "eager_safe", False))
         self._warned: set[str] = set()
 
+    @property
+    def cost_known(self) -> bool:
+        """Whether every model this gateway pays for has a price (else its dollar cost is unknown, not $0)."""
+        return self.pricing is not None and all(p is not None for p in self.route_pricing.values())
+
     def _price(self, route: str | None) -> Pricing | None:
         """The price of the model a request goes to: its role's own model, or the run's."""
         if route is None or route not in self.route_pricing:

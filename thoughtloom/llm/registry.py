@@ -8,7 +8,8 @@ Model specs:
                                              when its metadata names an instruct model with a
                                              chat template, else completion text (#chat or
                                              #completions at the end decides)
-    openai:MODEL                             api.openai.com; key from OPENAI_API_KEY
+    openai:MODEL                             api.openai.com, or OPENAI_BASE_URL when set;
+                                             key from OPENAI_API_KEY
     openai-compatible:BASE_URL@MODEL         any OpenAI-compatible server (vLLM, SGLang,
                                              llama.cpp server); key from THOUGHTLOOM_API_KEY,
                                              else OPENAI_API_KEY, else none
@@ -29,7 +30,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
-from .budget import Pricing
+from .budget import FREE, Pricing
 from .errors import ModelConfigError
 from .models import DEFAULT_EMBEDDED, EMBEDDED_MODELS, EmbeddedModel, find_model
 from .openai_backend import OpenAIBackend
@@ -99,7 +100,9 @@ class ModelSpec:
             if embedded is not None:
                 return f"local:{embedded.name}"
             return f"local:{self.model}" if self.api is None else f"local:{self.model}#{self.api}"
-        if self.provider == "openai-compatible":
+        if self.provider == "openai-compatible" or (self.provider == "openai" and self.base_url != OPENAI_BASE_URL):
+            # Another server answers under OpenAI's model names (OPENAI_BASE_URL): its replies
+            # must not share a cache or a record with api.openai.com's.
             core = f"openai-compatible:{self.base_url}@{self.model}"
         else:
             core = f"{self.provider}:{self.model}"
@@ -162,7 +165,9 @@ def parse_model_spec(spec: str, env: Mapping[str, str] | None = None) -> ModelSp
         model, api = _split_api(spec, rest)
         if not model:
             raise _bad(spec, "openai: needs a model name, e.g. openai:gpt-4o-mini")
-        return ModelSpec("openai", model, OPENAI_BASE_URL, api)
+        # The variable the OpenAI SDK and most tools honour: a proxy or gateway in front of OpenAI.
+        base_url = env.get("OPENAI_BASE_URL") or OPENAI_BASE_URL
+        return ModelSpec("openai", model, _check_base_url(spec, base_url), api)
     if provider == "openai-compatible":
         body, api = _split_api(spec, rest)
         # The last '@' separates the model, so a base URL may still carry user@host.
@@ -202,8 +207,12 @@ def _local_spec(spec: str, rest: str) -> ModelSpec:
 
 
 def known_pricing(spec: ModelSpec) -> Pricing | None:
-    """The list price of a known OpenAI model, or None (cost unknown) for anything else."""
-    if spec.provider != "openai":
+    """The price of a model: free for an embedded one, the list price of a known OpenAI model at
+    api.openai.com, or None (cost unknown) for anything else."""
+    if spec.is_local:
+        return FREE
+    if spec.provider != "openai" or spec.base_url != OPENAI_BASE_URL:
+        # Behind OPENAI_BASE_URL a proxy may bill differently or serve another model under the name.
         return None
     return KNOWN_PRICES.get(spec.model)
 
@@ -228,11 +237,15 @@ def make_backend(
     env: Mapping[str, str] | None = None,
     *,
     pricing: Pricing | None = None,
+    timeout_s: float | None = None,
     progress: Callable[[str], None] | None = None,
 ) -> Backend:
     """Build the Backend a model spec names; raises ModelConfigError for bad specs or missing keys.
 
-    progress receives one-line messages about slow first-use steps (assembling the local model).
+    pricing: the model's price when the caller knows it (else the known price list's, if any);
+    timeout_s: how long one request to a remote model may take (None: the backend's default; an
+    embedded model has no request to time out). progress receives one-line messages about slow
+    first-use steps (assembling the local model).
     """
     env = os.environ if env is None else env
     parsed = parse_model_spec(spec, env)
@@ -250,6 +263,7 @@ def make_backend(
         key_env=key_env,
         # Ollama's completions endpoint takes one prompt per request.
         batch=parsed.provider != "ollama",
+        **({"timeout_s": timeout_s} if timeout_s is not None else {}),
     )
 
 

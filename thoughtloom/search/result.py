@@ -66,6 +66,9 @@ class SearchUsage:
     calls: int = 0
     cost_usd: float = 0.0
     token_limit: int | None = None
+    #: False when some model the search used has no known price: cost_usd is then a lower bound,
+    #: shown as unknown (None in to_dict), never as a silent $0.
+    cost_known: bool = True
     #: With roles on models of their own: what each role's model was charged, and MAIN_MODEL what the
     #: run's model was (every other call); they add up to the totals above. Empty otherwise.
     roles: tuple[RoleUsage, ...] = ()
@@ -82,7 +85,8 @@ class SearchUsage:
     def to_dict(self) -> dict[str, Any]:
         """Plain data for JSON output and stored runs (`roles` only when roles run on models of their own)."""
         out: dict[str, Any] = {"input_tokens": self.input_tokens, "output_tokens": self.output_tokens,
-                               "calls": self.calls, "cost_usd": self.cost_usd, "token_limit": self.token_limit}
+                               "calls": self.calls, "cost_usd": self.cost_usd if self.cost_known else None,
+                               "token_limit": self.token_limit}
         if self.roles:
             out["roles"] = {r.role: r.to_dict() for r in self.roles}
         return out
