@@ -147,7 +147,8 @@ def _handler(server: FakeOpenAIServer) -> type[BaseHTTPRequestHandler]:
                 server.in_flight += 1
                 server.peak_in_flight = max(server.peak_in_flight, server.in_flight)
             try:
-                if self.path not in ("/v1/chat/completions", "/v1/completions"):
+                # /v1/messages: Anthropic's Messages API, answered by a responder (tests/test_anthropic_backend.py).
+                if self.path not in ("/v1/chat/completions", "/v1/completions", "/v1/messages"):
                     reply = Reply(404, error_body(f"no route {self.path}"))
                 else:
                     reply = server.answer(Seen(self.path, body, {k.lower(): v for k, v in self.headers.items()}))

@@ -14,9 +14,11 @@ Model specs:
                                              llama.cpp server); key from THOUGHTLOOM_API_KEY,
                                              else OPENAI_API_KEY, else none
     ollama:MODEL                             Ollama at OLLAMA_HOST (default http://127.0.0.1:11434)
+    anthropic:MODEL                          Anthropic's Messages API (ANTHROPIC_BASE_URL when set);
+                                             key from ANTHROPIC_API_KEY; needs the anthropic extra
 
-    Remote specs take an optional suffix choosing the endpoint: #chat (the default) or
-    #completions (raw text completion, for base models), e.g.
+    OpenAI-style remote specs take an optional suffix choosing the endpoint: #chat (the default)
+    or #completions (raw text completion, for base models), e.g.
     openai-compatible:http://127.0.0.1:8000/v1@Qwen2.5-0.5B#completions
 
 BASE_URL must start with http:// or https:// and usually ends in /v1.
@@ -30,6 +32,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
+from .anthropic_backend import AnthropicBackend
 from .budget import FREE, Pricing
 from .errors import ModelConfigError
 from .models import DEFAULT_EMBEDDED, EMBEDDED_MODELS, EmbeddedModel, find_model
@@ -41,6 +44,7 @@ if TYPE_CHECKING:
 
 DEFAULT_SPEC = "local"
 OPENAI_BASE_URL = "https://api.openai.com/v1"
+ANTHROPIC_BASE_URL = "https://api.anthropic.com"
 DEFAULT_OLLAMA_HOST = "http://127.0.0.1:11434"
 # Servers that need no key still want the Authorization header, and the SDK refuses an empty key.
 DUMMY_API_KEY = "none"
@@ -49,7 +53,7 @@ OLLAMA_API_KEY = "ollama"
 
 ACCEPTED_FORMS = (
     "local, local:NAME, local:/path/to/model.gguf, openai:MODEL, openai-compatible:BASE_URL@MODEL, "
-    "ollama:MODEL (remote forms may end in #chat or #completions)"
+    "ollama:MODEL, anthropic:MODEL (OpenAI-style forms may end in #chat or #completions)"
 )
 
 _GPT_4O_MINI = Pricing(0.15, 0.60)
@@ -77,7 +81,7 @@ KNOWN_PRICES: dict[str, Pricing] = {
 class ModelSpec:
     """A parsed model spec: which provider, which model, where, and through which endpoint."""
 
-    provider: str  # "local" | "openai" | "openai-compatible" | "ollama"
+    provider: str  # "local" | "openai" | "openai-compatible" | "ollama" | "anthropic"
     model: str  # local: a named embedded model or a GGUF path; remote: the model name
     base_url: str | None = None  # remote providers only
     api: str | None = None  # "chat" | "completions"; None for a local file that decides from its metadata
@@ -181,6 +185,14 @@ def parse_model_spec(spec: str, env: Mapping[str, str] | None = None) -> ModelSp
             raise _bad(spec, "ollama: needs a model name, e.g. ollama:llama3.2")
         base_url = _ollama_base_url(env.get("OLLAMA_HOST") or DEFAULT_OLLAMA_HOST)
         return ModelSpec("ollama", model, _check_base_url(spec, base_url), api)
+    if provider == "anthropic":
+        model, api = _split_api(spec, rest)
+        if not model:
+            raise _bad(spec, "anthropic: needs a model name, e.g. anthropic:claude-haiku-4-5")
+        if api != "chat":
+            raise _bad(spec, "anthropic: has only the chat (Messages) endpoint")
+        base_url = env.get("ANTHROPIC_BASE_URL") or ANTHROPIC_BASE_URL
+        return ModelSpec("anthropic", model, _check_base_url(spec, base_url), api)
     raise _bad(spec, f"unknown provider {provider!r}")
 
 
@@ -226,6 +238,11 @@ def _api_key(spec: ModelSpec, env: Mapping[str, str]) -> tuple[str, str | None]:
         return key, "OPENAI_API_KEY"
     if spec.provider == "ollama":
         return OLLAMA_API_KEY, None
+    if spec.provider == "anthropic":
+        key = env.get("ANTHROPIC_API_KEY")
+        if not key:
+            raise ModelConfigError("ANTHROPIC_API_KEY is not set; export it or choose another --model")
+        return key, "ANTHROPIC_API_KEY"
     for var in ("THOUGHTLOOM_API_KEY", "OPENAI_API_KEY"):
         if env.get(var):
             return env[var], var
@@ -253,6 +270,11 @@ def make_backend(
         return local_backend(parsed, progress=progress)
     assert parsed.api in ("chat", "completions")
     key, key_env = _api_key(parsed, env)
+    timeout = {"timeout_s": timeout_s} if timeout_s is not None else {}
+    if parsed.provider == "anthropic":
+        return AnthropicBackend(model=parsed.model, api_key=key, base_url=parsed.base_url,
+                                pricing=pricing if pricing is not None else known_pricing(parsed),
+                                name=parsed.identity, key_env=key_env, **timeout)
     return OpenAIBackend(
         model=parsed.model,
         base_url=parsed.base_url,
@@ -263,7 +285,7 @@ def make_backend(
         key_env=key_env,
         # Ollama's completions endpoint takes one prompt per request.
         batch=parsed.provider != "ollama",
-        **({"timeout_s": timeout_s} if timeout_s is not None else {}),
+        **timeout,
     )
 
 
