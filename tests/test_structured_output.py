@@ -7,7 +7,7 @@ import json
 from collections.abc import Iterator
 
 import pytest
-from openai_server import FakeOpenAIServer, Reply, Seen, serve
+from openai_server import FakeOpenAIServer, Reply, Seen, completions_of, serve
 
 from thoughtloom.api import solve
 from thoughtloom.llm.fake import ScriptedBackend
@@ -116,3 +116,69 @@ def test_parse_failures_are_in_the_json_stats() -> None:
     result = run(scripted("Score: 7/10"))
     assert result.to_dict()["stats"]["parse_failures"] == result.stats.parse_failures > 0  # type: ignore[attr-defined]
 
+
+
+# --- how a schema reaches each kind of server -------------------------------------------------------
+
+SCHEMA = {"type": "object", "properties": {"choice": {"enum": [1, 2]}}, "required": ["choice"]}
+
+
+def structured(**kwargs: object) -> GenerateRequest:
+    from thoughtloom.llm.types import Prompt
+
+    return GenerateRequest(Prompt(text="Pick one."), schema=json.dumps(SCHEMA), **kwargs)  # type: ignore[arg-type]
+
+
+async def ask_once(spec: str, request: GenerateRequest) -> None:
+    from thoughtloom.llm.registry import make_backend
+
+    backend = make_backend(spec, {})
+    try:
+        await backend.generate(request)
+    finally:
+        await backend.aclose()
+
+
+async def test_vllm_gets_the_schema_as_guided_json_on_the_completions_endpoint(server: FakeOpenAIServer) -> None:
+    await ask_once(f"vllm:{server.url}@m#completions", structured())
+    assert server.seen[0].path == "/v1/completions"
+    assert server.seen[0].body["guided_json"] == SCHEMA
+
+
+async def test_vllm_gets_the_schema_as_guided_json_on_the_chat_endpoint(server: FakeOpenAIServer) -> None:
+    await ask_once(f"vllm:{server.url}@m", structured())
+    assert server.seen[0].body["guided_json"] == SCHEMA
+    assert "response_format" not in server.seen[0].body
+
+
+async def test_ollama_chat_gets_the_schema_as_response_format(server: FakeOpenAIServer) -> None:
+    from thoughtloom.llm.registry import make_backend
+
+    backend = make_backend("ollama:llama3.2", {"OLLAMA_HOST": server.url.removesuffix("/v1")})
+    await backend.generate(structured())
+    await backend.aclose()
+    assert server.seen[0].body["response_format"]["json_schema"]["schema"] == SCHEMA
+
+
+async def test_a_vllm_batch_of_structured_requests_carries_their_schema(server: FakeOpenAIServer) -> None:
+    from thoughtloom.llm.registry import make_backend
+
+    server.responder = completions_of(lambda prompt, i: '{"choice": 1}')
+    backend = make_backend(f"vllm:{server.url}@m#completions", {})
+    completions = await backend.generate_batch([structured(), structured()])  # type: ignore[attr-defined]
+    await backend.aclose()
+    assert len(completions) == 2
+    assert len(server.seen) == 1
+    assert server.seen[0].body["guided_json"] == SCHEMA
+
+
+async def test_requests_with_different_schemas_are_not_batched(server: FakeOpenAIServer) -> None:
+    from thoughtloom.llm.errors import BatchRefused
+    from thoughtloom.llm.registry import make_backend
+    from thoughtloom.llm.types import Prompt
+
+    backend = make_backend(f"vllm:{server.url}@m#completions", {})
+    with pytest.raises(BatchRefused):
+        await backend.generate_batch([structured(), GenerateRequest(Prompt(text="Free text."))])  # type: ignore[attr-defined]
+    await backend.aclose()
+    assert server.seen == []

@@ -13,6 +13,8 @@ Model specs:
     openai-compatible:BASE_URL@MODEL         any OpenAI-compatible server (vLLM, SGLang,
                                              llama.cpp server); key from THOUGHTLOOM_API_KEY,
                                              else OPENAI_API_KEY, else none
+    vllm:BASE_URL@MODEL                      a vLLM server: as openai-compatible, with reply
+                                             schemas sent as vLLM's guided_json on both endpoints
     ollama:MODEL                             Ollama at OLLAMA_HOST (default http://127.0.0.1:11434)
     anthropic:MODEL                          Anthropic's Messages API (ANTHROPIC_BASE_URL when set);
                                              key from ANTHROPIC_API_KEY; needs the anthropic extra
@@ -53,7 +55,7 @@ OLLAMA_API_KEY = "ollama"
 
 ACCEPTED_FORMS = (
     "local, local:NAME, local:/path/to/model.gguf, openai:MODEL, openai-compatible:BASE_URL@MODEL, "
-    "ollama:MODEL, anthropic:MODEL (OpenAI-style forms may end in #chat or #completions)"
+    "vllm:BASE_URL@MODEL, ollama:MODEL, anthropic:MODEL (OpenAI-style forms may end in #chat or #completions)"
 )
 
 _GPT_4O_MINI = Pricing(0.15, 0.60)
@@ -81,7 +83,7 @@ KNOWN_PRICES: dict[str, Pricing] = {
 class ModelSpec:
     """A parsed model spec: which provider, which model, where, and through which endpoint."""
 
-    provider: str  # "local" | "openai" | "openai-compatible" | "ollama" | "anthropic"
+    provider: str  # "local" | "openai" | "openai-compatible" | "vllm" | "ollama" | "anthropic"
     model: str  # local: a named embedded model or a GGUF path; remote: the model name
     base_url: str | None = None  # remote providers only
     api: str | None = None  # "chat" | "completions"; None for a local file that decides from its metadata
@@ -104,7 +106,9 @@ class ModelSpec:
             if embedded is not None:
                 return f"local:{embedded.name}"
             return f"local:{self.model}" if self.api is None else f"local:{self.model}#{self.api}"
-        if self.provider == "openai-compatible" or (self.provider == "openai" and self.base_url != OPENAI_BASE_URL):
+        if self.provider == "vllm":
+            core = f"vllm:{self.base_url}@{self.model}"
+        elif self.provider == "openai-compatible" or (self.provider == "openai" and self.base_url != OPENAI_BASE_URL):
             # Another server answers under OpenAI's model names (OPENAI_BASE_URL): its replies
             # must not share a cache or a record with api.openai.com's.
             core = f"openai-compatible:{self.base_url}@{self.model}"
@@ -172,13 +176,13 @@ def parse_model_spec(spec: str, env: Mapping[str, str] | None = None) -> ModelSp
         # The variable the OpenAI SDK and most tools honour: a proxy or gateway in front of OpenAI.
         base_url = env.get("OPENAI_BASE_URL") or OPENAI_BASE_URL
         return ModelSpec("openai", model, _check_base_url(spec, base_url), api)
-    if provider == "openai-compatible":
+    if provider in ("openai-compatible", "vllm"):
         body, api = _split_api(spec, rest)
         # The last '@' separates the model, so a base URL may still carry user@host.
         base_url, at, model = body.rpartition("@")
         if not at or not base_url or not model:
-            raise _bad(spec, "openai-compatible: needs BASE_URL@MODEL, e.g. http://127.0.0.1:8000/v1@Qwen2.5-0.5B")
-        return ModelSpec("openai-compatible", model, _check_base_url(spec, base_url), api)
+            raise _bad(spec, f"{provider}: needs BASE_URL@MODEL, e.g. http://127.0.0.1:8000/v1@Qwen2.5-0.5B")
+        return ModelSpec(provider, model, _check_base_url(spec, base_url), api)
     if provider == "ollama":
         model, api = _split_api(spec, rest)
         if not model:
@@ -285,6 +289,7 @@ def make_backend(
         key_env=key_env,
         # Ollama's completions endpoint takes one prompt per request.
         batch=parsed.provider != "ollama",
+        schema_param="guided_json" if parsed.provider == "vllm" else "response_format",
         **timeout,
     )
 
