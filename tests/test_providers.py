@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import subprocess
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -23,6 +24,8 @@ from thoughtloom.llm.types import GenerateRequest, Prompt
 from thoughtloom.run.execute import live_backend
 from thoughtloom.run.options import spec_from_options
 from thoughtloom.run.spec import RunSpec, SpecError, resolve
+
+DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 
 
 @pytest.fixture
@@ -185,3 +188,11 @@ def test_a_stored_spec_keeps_the_given_price_and_timeout() -> None:
     again = RunSpec.from_dict(spec.to_dict())
     assert again.pricing == Pricing(1.5, 2.5)
     assert again.model_timeout_s == 30.0
+
+
+@pytest.mark.skipif(not (DATA / "game24" / "24_dev.csv").is_file(), reason=f"no benchmark data at {DATA}")
+def test_bench_refuses_a_dollar_budget_on_a_model_without_a_price(chat_server: FakeOpenAIServer, tmp_path: Any) -> None:
+    proc = loom("bench", "--model", f"openai-compatible:{chat_server.url}@m", "--budget-usd", "1", "--lanes", "io",
+                "--tasks", "game24", "--limit", "1", "--data-dir", str(DATA), "--out", str(tmp_path / "out"))
+    assert_one_line_error(proc, "--budget-usd", "lane io", "no known price")
+    assert chat_server.seen == []
