@@ -182,3 +182,18 @@ async def test_requests_with_different_schemas_are_not_batched(server: FakeOpenA
         await backend.generate_batch([structured(), GenerateRequest(Prompt(text="Free text."))])  # type: ignore[attr-defined]
     await backend.aclose()
     assert server.seen == []
+
+
+# --- through the embedded model ---------------------------------------------------------------------
+
+
+@pytest.mark.local_model
+def test_the_embedded_model_votes_in_json_through_its_grammar_with_no_parse_failures() -> None:
+    from thoughtloom.llm.budget import BudgetLimits
+
+    result = solve(QUESTION, task="general", model="local:gemma-3-270m", controller=False, evaluation="vote",
+                   breadth=3, beam=1, max_depth=1, seed=2, temperature=1.0, budget=BudgetLimits(tokens=4_000))
+    voted = [n for n in result.graph if n.depth == 1 and n.score is not None]
+    assert len(voted) >= 2, result.termination_reason  # a vote was asked (one candidate needs none)
+    assert result.stats.parse_failures == 0  # the grammar made every vote {"choice": N}
+    assert result.usage.cost_known and result.usage.cost_usd == 0.0  # an embedded model costs nothing, known
