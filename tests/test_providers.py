@@ -196,3 +196,24 @@ def test_bench_refuses_a_dollar_budget_on_a_model_without_a_price(chat_server: F
                 "--tasks", "game24", "--limit", "1", "--data-dir", str(DATA), "--out", str(tmp_path / "out"))
     assert_one_line_error(proc, "--budget-usd", "lane io", "no known price")
     assert chat_server.seen == []
+
+
+def test_a_stored_run_at_a_given_price_replays_within_its_dollar_budget_at_that_price(
+        chat_server: FakeOpenAIServer, tmp_path: Path) -> None:
+    import asyncio
+
+    from thoughtloom.api import areplay
+    from thoughtloom.store.sqlite import SQLiteStore
+
+    store = str(tmp_path / "runs.db")
+    result = solve(QUESTION, task="general", model=f"openai-compatible:{chat_server.url}@m#chat", controller=False,
+                   budget=BudgetLimits(cost_usd=1.0), pricing=Pricing(1000, 1000), store=store, concurrency=1,
+                   **SEARCH)
+    sent = len(chat_server.seen)
+    with SQLiteStore(store) as opened:
+        replayed, verdict = asyncio.run(areplay(opened, str(result.run_id)))
+    assert verdict.identical, str(verdict)
+    assert len(chat_server.seen) == sent
+    assert replayed.usage.cost_known
+    assert result.usage.cost_usd > 0
+    assert replayed.usage.cost_usd == pytest.approx(result.usage.cost_usd)
