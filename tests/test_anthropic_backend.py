@@ -202,3 +202,11 @@ def test_a_search_runs_on_an_anthropic_model(monkeypatch: pytest.MonkeyPatch) ->
     assert result.answer == "42"
     assert result.usage.calls == len(server.seen) > 2
     assert not result.usage.cost_known  # no price list for Anthropic models: unknown, not $0
+
+
+async def test_without_the_sdk_an_anthropic_model_says_how_to_install_it(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "anthropic", None)  # what `import anthropic` meets when it is not installed
+    backend = AnthropicBackend("claude-test", api_key="sk-ant-test", base_url="http://127.0.0.1:9")
+    with pytest.raises(ModelConfigError, match=r"pip install 'thoughtloom\[anthropic\]'"):
+        await backend.generate(ask())
