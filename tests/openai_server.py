@@ -15,11 +15,12 @@ from typing import Any
 
 @dataclass
 class Reply:
-    """A scripted HTTP answer: status, JSON body and an optional delay."""
+    """A scripted HTTP answer: status, JSON body, an optional delay and extra headers."""
 
     status: int = 200
     body: dict[str, Any] | None = None
     delay_s: float = 0.0
+    headers: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -146,7 +147,8 @@ def _handler(server: FakeOpenAIServer) -> type[BaseHTTPRequestHandler]:
                 server.in_flight += 1
                 server.peak_in_flight = max(server.peak_in_flight, server.in_flight)
             try:
-                if self.path not in ("/v1/chat/completions", "/v1/completions"):
+                # /v1/messages: Anthropic's Messages API, answered by a responder (tests/test_anthropic_backend.py).
+                if self.path not in ("/v1/chat/completions", "/v1/completions", "/v1/messages"):
                     reply = Reply(404, error_body(f"no route {self.path}"))
                 else:
                     reply = server.answer(Seen(self.path, body, {k.lower(): v for k, v in self.headers.items()}))
@@ -160,6 +162,8 @@ def _handler(server: FakeOpenAIServer) -> type[BaseHTTPRequestHandler]:
                 self.send_response(reply.status)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(data)))
+                for name, value in reply.headers.items():
+                    self.send_header(name, value)
                 self.end_headers()
                 self.wfile.write(data)
             except (BrokenPipeError, ConnectionResetError):

@@ -102,7 +102,7 @@ def test_surrounding_whitespace_is_ignored() -> None:
     ("spec", "why"),
     [
         ("gpt-4o", "unknown model"),
-        ("anthropic:claude", "unknown provider 'anthropic'"),
+        ("gemini:pro", "unknown provider 'gemini'"),
         ("openai:", "needs a model name"),
         ("ollama:", "needs a model name"),
         ("local:", "needs a model name or the path"),

@@ -16,7 +16,7 @@ from .control.feedback import FeedbackHandler
 from .control.profiles import DomainChecks, DomainProfile
 from .grounding.adjust import GroundingPolicy
 from .grounding.types import Grounder
-from .llm.budget import BudgetLimits
+from .llm.budget import BudgetLimits, Pricing
 from .llm.types import Backend
 from .run.execute import execute
 from .run.gateway import make_gateway
@@ -59,6 +59,8 @@ async def asolve(
     store: Any = None,
     run_id: str | None = None,
     role_models: Mapping[str, str] | None = None,
+    pricing: Pricing | None = None,
+    model_timeout_s: float | None = None,
     **overrides: Any,
 ) -> SearchResult:
     """Search for an answer (async); the same run `loom solve` makes with the same settings.
@@ -80,13 +82,15 @@ async def asolve(
     passed as `model` is not closed: the caller owns it. role_models: {"evaluator":
     "openai:gpt-4o-mini", ...} runs a role (generator, evaluator, synthesizer) on a model of its
     own, as `--evaluator-model` does; `result.usage.roles` then says what each model was charged.
+    pricing: the model's price (USD per million tokens) when it is not on the known price list, as
+    `--price-in/--price-out`; model_timeout_s: seconds one request to a remote model may take, as `--timeout`.
     """
     spec = resolve(
         problem, task=task, model=model, profile=profile, task_options=task_options, config=config,
         search=overrides, budget=budget,
         control=controller.settings if isinstance(controller, Controller) else controller, answers=answers,
         grounding=grounding_policy, checks=checks, knowledge=knowledge, grounders=grounders, store=store,
-        run_id=run_id, role_models=role_models,
+        run_id=run_id, role_models=role_models, pricing=pricing, model_timeout_s=model_timeout_s,
     )
     result = await execute(spec, sinks=sinks, handler=handler,
                            controller=controller if isinstance(controller, Controller) else None)

@@ -164,6 +164,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
             out = Path(args.out) if args.out else Path(DEFAULT_OUT_ROOT) / f"{_dir_name(protocol.tasks)}-{protocol.fingerprint()}"
         # The audit runs before any lane and before the model loads: an unfair protocol costs nothing.
         checks = audit(protocol)
+        _check_priced(protocol)
         from ..eval.report import left_out_lines
 
         for line in left_out_lines(protocol.not_applicable) if not args.shard else ():
@@ -217,6 +218,16 @@ def _dir_name(tasks: list[str]) -> str:
 
     names = [name.partition(":")[0] + "_" + Path(name.partition(":")[2]).stem if ":" in name else name for name in tasks]
     return re.sub(r"[^A-Za-z0-9_.+-]", "_", "+".join(names))
+
+
+def _check_priced(protocol: Any) -> None:
+    """A dollar budget binds only on a model with a price: refuse a lane that has one without."""
+    from ..run.spec import model_pricing
+
+    for plan in protocol.lanes:
+        if plan.budget_usd is not None and model_pricing(plan.model) is None:
+            raise BenchError(f"--budget-usd needs a price, and lane {plan.lane}'s model {plan.model} has no known "
+                             "price; budget in tokens (--budget-tokens) or calls (--budget-calls) instead")
 
 
 def _shard(text: str | None) -> tuple[int, int]:

@@ -94,6 +94,13 @@ def add_model_option(s: Any) -> None:
         "openai-compatible:URL@MODEL | ollama:MODEL (optional #chat or #completions); default: local, the default "
         "embedded model (env THOUGHTLOOM_MODEL)",
     )
+    s.add_argument("--price-in", type=nonnegative_float("--price-in"), metavar="USD",
+                   help="the model's price per million input tokens (with --price-out); needed for a cost and "
+                   "for --budget-usd when the model is not on the known price list")
+    s.add_argument("--price-out", type=nonnegative_float("--price-out"), metavar="USD",
+                   help="the model's price per million output tokens (with --price-in)")
+    s.add_argument("--timeout", type=positive_float("--timeout", 86_400), metavar="S",
+                   help="seconds one request to a remote model may take before it is retried (default 120)")
 
 
 def add_role_options(s: Any, roles: dict[str, str]) -> None:
@@ -113,7 +120,7 @@ def add_run_limits(s: Any) -> None:
     s.add_argument("--budget-tokens", type=positive_int("--budget-tokens"), default=DEFAULT_BUDGET_TOKENS,
                    help=f"hard limit on input+output tokens (default {DEFAULT_BUDGET_TOKENS:,})")
     s.add_argument("--budget-calls", type=positive_int("--budget-calls"), help="hard limit on model calls")
-    s.add_argument("--budget-usd", type=positive_float("--budget-usd"), help="hard limit in dollars (known prices only)")
+    s.add_argument("--budget-usd", type=positive_float("--budget-usd"), help="hard limit in dollars (the model needs a known price or --price-in/--price-out)")
     s.add_argument("--budget-seconds", type=positive_float("--budget-seconds", 1e9), help="hard wall-clock limit")
     s.add_argument("--seed", type=count("--seed"), help="seed for reproducible sampling (0 to 2**63-1)")
 
@@ -361,7 +368,10 @@ def format_text(result: Any) -> str:
                      f"{result.paths_found} root-to-leaf paths scored{listed}")
     u, st = result.usage, result.stats
     limit = f" of {u.token_limit:,}" if u.token_limit else ""
-    cost = f" · ${u.cost_usd:.4f}" if u.cost_usd else ""
+    if not u.cost_known:
+        cost = " · cost unknown (no price for this model: give --price-in/--price-out)"
+    else:
+        cost = f" · ${u.cost_usd:.4f}" if u.cost_usd else ""
     lines.append(
         f"stopped: {result.termination_reason} · nodes {st.nodes} (pruned {st.pruned}, rejected "
         f"{st.rejected}, repaired {st.repaired}, duplicates {st.duplicates}) · depth {st.max_depth} · "

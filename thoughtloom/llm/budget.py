@@ -25,9 +25,19 @@ class Pricing:
     input_per_mtok: float
     output_per_mtok: float
 
+    def __post_init__(self) -> None:
+        for name in ("input_per_mtok", "output_per_mtok"):
+            value = getattr(self, name)
+            if not (isinstance(value, int | float) and 0 <= value < float("inf")):
+                raise ValueError(f"price {name} must be a finite number >= 0 (USD per million tokens), got {value!r}")
+
     def cost(self, input_tokens: int, output_tokens: int) -> float:
         """Dollar cost of so many tokens."""
         return (input_tokens * self.input_per_mtok + output_tokens * self.output_per_mtok) / 1e6
+
+
+#: The price of a model that runs in-process: tokens cost no dollars.
+FREE = Pricing(0.0, 0.0)
 
 
 @dataclass(frozen=True, slots=True)

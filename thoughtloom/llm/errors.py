@@ -12,6 +12,11 @@ class ModelError(Exception):
 class TransientModelError(ModelError):
     """A model call failed in a way that may pass on retry (timeout, 429, 5xx)."""
 
+    def __init__(self, message: str, retry_after_s: float | None = None) -> None:
+        super().__init__(message)
+        #: How long the server asked us to wait (its Retry-After header), if it said; already capped.
+        self.retry_after_s = retry_after_s
+
 
 class ModelTimeout(TransientModelError):
     """A request got no answer in time; the server may have generated it all, so it is charged in full."""

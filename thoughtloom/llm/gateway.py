@@ -32,10 +32,13 @@ class RetryPolicy:
     base_delay_s: float = 0.5
     max_delay_s: float = 8.0
 
-    def delay(self, attempt: int, rng: random.Random) -> float:
-        """Seconds to wait before retry number `attempt` (1-based)."""
+    def delay(self, attempt: int, rng: random.Random, error: TransientModelError | None = None) -> float:
+        """Seconds to wait before retry number `attempt` (1-based); a server's Retry-After wins
+        when it asks for longer than the backoff (the backend has already capped it)."""
         d = min(self.max_delay_s, self.base_delay_s * 2 ** (attempt - 1))
-        return d * (0.5 + rng.random() / 2)
+        backoff = d * (0.5 + rng.random() / 2)
+        asked = error.retry_after_s if error is not None else None
+        return max(backoff, asked) if asked is not None else backoff
 
 
 @dataclass(slots=True)
@@ -156,6 +159,11 @@ class Gateway:
         self._rng = random.Random(rng_seed)
         self._eager_safe = bool(getattr(backend, "eager_safe", False))
         self._warned: set[str] = set()
+
+    @property
+    def cost_known(self) -> bool:
+        """Whether every model this gateway pays for has a price (else its dollar cost is unknown, not $0)."""
+        return self.pricing is not None and all(p is not None for p in self.route_pricing.values())
 
     def _price(self, route: str | None) -> Pricing | None:
         """The price of the model a request goes to: its role's own model, or the run's."""
@@ -330,7 +338,7 @@ class Gateway:
 
     async def _back_off(self, attempt: int, exc: TransientModelError) -> None:
         """Wait before retry number `attempt`, saying so in the log."""
-        delay = self.retry.delay(attempt, self._rng)
+        delay = self.retry.delay(attempt, self._rng, exc)
         logger.info("%s: transient error (attempt %d of %d): %s; retrying in %.2fs",
                        self.backend.name, attempt, self.retry.max_attempts, exc, delay)
         await asyncio.sleep(delay)

@@ -27,6 +27,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from .budget import FREE, Pricing
 from .chat_template import ChatTemplate
 from .errors import ModelConfigError, ModelError
 from .llama_engine import Engine, Job, one_line
@@ -130,6 +131,8 @@ class LocalLlamaBackend:
     # Calls in flight are decoded together by the engine's worker, one batch per step; a few
     # calls fill a batch (each brings n samples), more would only wait in its queue.
     max_concurrency: int = 8
+    #: An in-process model costs no dollars, so a dollar budget holds (and a cost is never unknown).
+    pricing: Pricing = FREE
     #: score_choices requests are answered from the model's next-token distribution.
     scores_choices: bool = True
     #: Samples keep to the request's choices (a grammar of them).

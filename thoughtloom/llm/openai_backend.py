@@ -15,13 +15,24 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 from .budget import Pricing
-from .errors import BatchRefused, ModelConfigError, ModelError, ModelTimeout, ModelUnreachable, TransientModelError
+from .errors import (
+    BatchRefused,
+    ModelConfigError,
+    ModelError,
+    ModelTimeout,
+    ModelUnreachable,
+    TransientModelError,
+)
+from .retry_after import retry_after_from_headers
 from .types import Completion, GenerateRequest, Prompt, Usage
 
 if TYPE_CHECKING:
     from openai import AsyncOpenAI
 
 Api = Literal["chat", "completions"]
+#: How a reply schema reaches the server: OpenAI's response_format (chat only; OpenAI, llama.cpp's
+#: server, Ollama), or vLLM's guided_json (both endpoints, so base models get it too).
+SchemaParam = Literal["response_format", "guided_json"]
 
 # Statuses worth retrying; the same set the SDK itself would retry (408 request timeout,
 # 409 lock timeout, 429 rate limit, 5xx).
@@ -73,6 +84,7 @@ class OpenAIBackend:
         *,
         key_env: str | None = None,
         batch: bool = True,
+        schema_param: SchemaParam = "response_format",
     ) -> None:
         if api not in ("chat", "completions"):
             raise ModelConfigError(f"unknown OpenAI API {api!r}; use 'chat' or 'completions'")
@@ -90,6 +102,7 @@ class OpenAIBackend:
         self.max_concurrency = max_concurrency
         self.pricing = pricing
         self.name = name or f"openai-compatible:{self.base_url}@{model}"
+        self.schema_param: SchemaParam = schema_param
         #: The environment variable the key came from, named when the server rejects it.
         self.key_env = key_env
         self._client: AsyncOpenAI | None = None
@@ -122,7 +135,8 @@ class OpenAIBackend:
         the list or answers it with the wrong number of choices: the caller sends single requests."""
         first = requests[0]
         uniform = all(
-            (r.n, r.max_tokens, r.temperature, r.stop) == (first.n, first.max_tokens, first.temperature, first.stop)
+            (r.n, r.max_tokens, r.temperature, r.stop, r.schema)
+            == (first.n, first.max_tokens, first.temperature, first.stop, first.schema)
             for r in requests
         )
         if not (self.supports_batch and uniform and len(requests) > 1):
@@ -162,6 +176,7 @@ class OpenAIBackend:
             params["stop"] = list(request.stop)
         if seed is not None:
             params["seed"] = seed
+        params.update(self._schema_params(request))
         async with sem:
             try:
                 response = await client.completions.create(prompt=prompts, **params)
@@ -236,11 +251,9 @@ class OpenAIBackend:
             params["stop"] = list(request.stop)
         if seed is not None:
             params["seed"] = seed
+        params.update(self._schema_params(request))
         if self.api == "chat":
             params[self._token_param] = request.max_tokens
-            if request.schema is not None:  # structured output: OpenAI, vLLM and llama.cpp's server honour it
-                params["response_format"] = {"type": "json_schema", "json_schema": {
-                    "name": "reply", "schema": json.loads(request.schema)}}
             messages = request.prompt.as_messages()
             response = await client.chat.completions.create(
                 messages=[{"role": m.role, "content": m.content} for m in messages],  # type: ignore[misc]
@@ -256,6 +269,17 @@ class OpenAIBackend:
             choices = _choices(response)
             texts = tuple((getattr(c, "text", None) or "") for c in choices)
         return _Sampled(texts, _usage(response, prompt_text, texts))
+
+    def _schema_params(self, request: GenerateRequest) -> dict[str, Any]:
+        """The request's reply schema in the form this server takes (none where it has no such form)."""
+        if request.schema is None:
+            return {}
+        schema = json.loads(request.schema)
+        if self.schema_param == "guided_json":
+            return {"extra_body": {"guided_json": schema}}
+        if self.api == "chat":  # structured output: OpenAI, vLLM, llama.cpp's server and Ollama honour it
+            return {"response_format": {"type": "json_schema", "json_schema": {"name": "reply", "schema": schema}}}
+        return {}  # OpenAI's completions endpoint has no structured output: the text is parsed
 
     # --- errors -------------------------------------------------------------------------
 
@@ -286,7 +310,10 @@ class OpenAIBackend:
                 # OpenAI signals an empty account with 429 too, but waiting will not refill it.
                 return ModelError(f"model endpoint {where} says the account has no quota left ({said}); add credit")
             if status in TRANSIENT_STATUSES or status >= 500:
-                return TransientModelError(f"model endpoint {where} failed ({said}); retrying may help")
+                wait = retry_after_from_headers(exc.response.headers)
+                asks = f"; the server asks to wait {wait:g}s" if wait is not None else ""
+                return TransientModelError(f"model endpoint {where} failed ({said}); retrying may help{asks}",
+                                           retry_after_s=wait)
             return ModelError(f"model endpoint {where} refused the request ({said}); check the request settings")
         return ModelError(f"model endpoint {where} failed: {type(exc).__name__}: {_one_line(exc)}")
 

@@ -8,14 +8,19 @@ Model specs:
                                              when its metadata names an instruct model with a
                                              chat template, else completion text (#chat or
                                              #completions at the end decides)
-    openai:MODEL                             api.openai.com; key from OPENAI_API_KEY
+    openai:MODEL                             api.openai.com, or OPENAI_BASE_URL when set;
+                                             key from OPENAI_API_KEY
     openai-compatible:BASE_URL@MODEL         any OpenAI-compatible server (vLLM, SGLang,
                                              llama.cpp server); key from THOUGHTLOOM_API_KEY,
                                              else OPENAI_API_KEY, else none
+    vllm:BASE_URL@MODEL                      a vLLM server: as openai-compatible, with reply
+                                             schemas sent as vLLM's guided_json on both endpoints
     ollama:MODEL                             Ollama at OLLAMA_HOST (default http://127.0.0.1:11434)
+    anthropic:MODEL                          Anthropic's Messages API (ANTHROPIC_BASE_URL when set);
+                                             key from ANTHROPIC_API_KEY; needs the anthropic extra
 
-    Remote specs take an optional suffix choosing the endpoint: #chat (the default) or
-    #completions (raw text completion, for base models), e.g.
+    OpenAI-style remote specs take an optional suffix choosing the endpoint: #chat (the default)
+    or #completions (raw text completion, for base models), e.g.
     openai-compatible:http://127.0.0.1:8000/v1@Qwen2.5-0.5B#completions
 
 BASE_URL must start with http:// or https:// and usually ends in /v1.
@@ -29,7 +34,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
-from .budget import Pricing
+from .anthropic_backend import AnthropicBackend
+from .budget import FREE, Pricing
 from .errors import ModelConfigError
 from .models import DEFAULT_EMBEDDED, EMBEDDED_MODELS, EmbeddedModel, find_model
 from .openai_backend import OpenAIBackend
@@ -40,6 +46,7 @@ if TYPE_CHECKING:
 
 DEFAULT_SPEC = "local"
 OPENAI_BASE_URL = "https://api.openai.com/v1"
+ANTHROPIC_BASE_URL = "https://api.anthropic.com"
 DEFAULT_OLLAMA_HOST = "http://127.0.0.1:11434"
 # Servers that need no key still want the Authorization header, and the SDK refuses an empty key.
 DUMMY_API_KEY = "none"
@@ -48,7 +55,7 @@ OLLAMA_API_KEY = "ollama"
 
 ACCEPTED_FORMS = (
     "local, local:NAME, local:/path/to/model.gguf, openai:MODEL, openai-compatible:BASE_URL@MODEL, "
-    "ollama:MODEL (remote forms may end in #chat or #completions)"
+    "vllm:BASE_URL@MODEL, ollama:MODEL, anthropic:MODEL (OpenAI-style forms may end in #chat or #completions)"
 )
 
 _GPT_4O_MINI = Pricing(0.15, 0.60)
@@ -76,7 +83,7 @@ KNOWN_PRICES: dict[str, Pricing] = {
 class ModelSpec:
     """A parsed model spec: which provider, which model, where, and through which endpoint."""
 
-    provider: str  # "local" | "openai" | "openai-compatible" | "ollama"
+    provider: str  # "local" | "openai" | "openai-compatible" | "vllm" | "ollama" | "anthropic"
     model: str  # local: a named embedded model or a GGUF path; remote: the model name
     base_url: str | None = None  # remote providers only
     api: str | None = None  # "chat" | "completions"; None for a local file that decides from its metadata
@@ -99,7 +106,11 @@ class ModelSpec:
             if embedded is not None:
                 return f"local:{embedded.name}"
             return f"local:{self.model}" if self.api is None else f"local:{self.model}#{self.api}"
-        if self.provider == "openai-compatible":
+        if self.provider == "vllm":
+            core = f"vllm:{self.base_url}@{self.model}"
+        elif self.provider == "openai-compatible" or (self.provider == "openai" and self.base_url != OPENAI_BASE_URL):
+            # Another server answers under OpenAI's model names (OPENAI_BASE_URL): its replies
+            # must not share a cache or a record with api.openai.com's.
             core = f"openai-compatible:{self.base_url}@{self.model}"
         else:
             core = f"{self.provider}:{self.model}"
@@ -162,20 +173,30 @@ def parse_model_spec(spec: str, env: Mapping[str, str] | None = None) -> ModelSp
         model, api = _split_api(spec, rest)
         if not model:
             raise _bad(spec, "openai: needs a model name, e.g. openai:gpt-4o-mini")
-        return ModelSpec("openai", model, OPENAI_BASE_URL, api)
-    if provider == "openai-compatible":
+        # The variable the OpenAI SDK and most tools honour: a proxy or gateway in front of OpenAI.
+        base_url = env.get("OPENAI_BASE_URL") or OPENAI_BASE_URL
+        return ModelSpec("openai", model, _check_base_url(spec, base_url), api)
+    if provider in ("openai-compatible", "vllm"):
         body, api = _split_api(spec, rest)
         # The last '@' separates the model, so a base URL may still carry user@host.
         base_url, at, model = body.rpartition("@")
         if not at or not base_url or not model:
-            raise _bad(spec, "openai-compatible: needs BASE_URL@MODEL, e.g. http://127.0.0.1:8000/v1@Qwen2.5-0.5B")
-        return ModelSpec("openai-compatible", model, _check_base_url(spec, base_url), api)
+            raise _bad(spec, f"{provider}: needs BASE_URL@MODEL, e.g. http://127.0.0.1:8000/v1@Qwen2.5-0.5B")
+        return ModelSpec(provider, model, _check_base_url(spec, base_url), api)
     if provider == "ollama":
         model, api = _split_api(spec, rest)
         if not model:
             raise _bad(spec, "ollama: needs a model name, e.g. ollama:llama3.2")
         base_url = _ollama_base_url(env.get("OLLAMA_HOST") or DEFAULT_OLLAMA_HOST)
         return ModelSpec("ollama", model, _check_base_url(spec, base_url), api)
+    if provider == "anthropic":
+        model, api = _split_api(spec, rest)
+        if not model:
+            raise _bad(spec, "anthropic: needs a model name, e.g. anthropic:claude-haiku-4-5")
+        if api != "chat":
+            raise _bad(spec, "anthropic: has only the chat (Messages) endpoint")
+        base_url = env.get("ANTHROPIC_BASE_URL") or ANTHROPIC_BASE_URL
+        return ModelSpec("anthropic", model, _check_base_url(spec, base_url), api)
     raise _bad(spec, f"unknown provider {provider!r}")
 
 
@@ -202,8 +223,12 @@ def _local_spec(spec: str, rest: str) -> ModelSpec:
 
 
 def known_pricing(spec: ModelSpec) -> Pricing | None:
-    """The list price of a known OpenAI model, or None (cost unknown) for anything else."""
-    if spec.provider != "openai":
+    """The price of a model: free for an embedded one, the list price of a known OpenAI model at
+    api.openai.com, or None (cost unknown) for anything else."""
+    if spec.is_local:
+        return FREE
+    if spec.provider != "openai" or spec.base_url != OPENAI_BASE_URL:
+        # Behind OPENAI_BASE_URL a proxy may bill differently or serve another model under the name.
         return None
     return KNOWN_PRICES.get(spec.model)
 
@@ -217,6 +242,11 @@ def _api_key(spec: ModelSpec, env: Mapping[str, str]) -> tuple[str, str | None]:
         return key, "OPENAI_API_KEY"
     if spec.provider == "ollama":
         return OLLAMA_API_KEY, None
+    if spec.provider == "anthropic":
+        key = env.get("ANTHROPIC_API_KEY")
+        if not key:
+            raise ModelConfigError("ANTHROPIC_API_KEY is not set; export it or choose another --model")
+        return key, "ANTHROPIC_API_KEY"
     for var in ("THOUGHTLOOM_API_KEY", "OPENAI_API_KEY"):
         if env.get(var):
             return env[var], var
@@ -228,11 +258,15 @@ def make_backend(
     env: Mapping[str, str] | None = None,
     *,
     pricing: Pricing | None = None,
+    timeout_s: float | None = None,
     progress: Callable[[str], None] | None = None,
 ) -> Backend:
     """Build the Backend a model spec names; raises ModelConfigError for bad specs or missing keys.
 
-    progress receives one-line messages about slow first-use steps (assembling the local model).
+    pricing: the model's price when the caller knows it (else the known price list's, if any);
+    timeout_s: how long one request to a remote model may take (None: the backend's default; an
+    embedded model has no request to time out). progress receives one-line messages about slow
+    first-use steps (assembling the local model).
     """
     env = os.environ if env is None else env
     parsed = parse_model_spec(spec, env)
@@ -240,6 +274,11 @@ def make_backend(
         return local_backend(parsed, progress=progress)
     assert parsed.api in ("chat", "completions")
     key, key_env = _api_key(parsed, env)
+    timeout = {"timeout_s": timeout_s} if timeout_s is not None else {}
+    if parsed.provider == "anthropic":
+        return AnthropicBackend(model=parsed.model, api_key=key, base_url=parsed.base_url,
+                                pricing=pricing if pricing is not None else known_pricing(parsed),
+                                name=parsed.identity, key_env=key_env, **timeout)
     return OpenAIBackend(
         model=parsed.model,
         base_url=parsed.base_url,
@@ -250,6 +289,8 @@ def make_backend(
         key_env=key_env,
         # Ollama's completions endpoint takes one prompt per request.
         batch=parsed.provider != "ollama",
+        schema_param="guided_json" if parsed.provider == "vllm" else "response_format",
+        **timeout,
     )
 
 

@@ -127,7 +127,8 @@ def live_backend(spec: RunSpec, progress: Callable[[str], None] | None = None) -
     from ..llm.registry import make_backend
 
     # A Backend object is the caller's: they close it.
-    main = SharedBackend(spec.model) if not isinstance(spec.model, str) else make_backend(spec.model, progress=progress)
+    main = SharedBackend(spec.model) if not isinstance(spec.model, str) else make_backend(
+        spec.model, pricing=spec.pricing, timeout_s=spec.model_timeout_s, progress=progress)
     if not spec.role_models:
         return main
     from ..llm.routing import RoutedBackend
@@ -141,7 +142,7 @@ def live_backend(spec: RunSpec, progress: Callable[[str], None] | None = None) -
             if model in built:
                 routes[role] = SharedBackend(built[model])
             else:
-                routes[role] = built[model] = make_backend(model, progress=progress)
+                routes[role] = built[model] = make_backend(model, timeout_s=spec.model_timeout_s, progress=progress)
     except BaseException:
         for backend in (main, *routes.values()):
             _close_soon(backend)
@@ -227,7 +228,8 @@ async def execute(
         assert backend is not None
         retry = None if session is None or session.retry_delays else replace(RetryPolicy(), base_delay_s=0.0,
                                                                                max_delay_s=0.0)
-        gateway = build_gateway(backend, spec.budget, concurrency=spec.config.concurrency, retry=retry)
+        gateway = build_gateway(backend, spec.budget, concurrency=spec.config.concurrency, retry=retry,
+                                pricing=spec.pricing)
     except BaseException:
         if session is not None:
             session.close()

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from ..grounding.sandbox import SandboxLimits
-from ..llm.budget import BudgetLimits
+from ..llm.budget import BudgetLimits, Pricing
 from ..tasks.registry import TaskOptions
 from ..tools.toolbox import ToolLimits
 from .spec import AutoAnswers, RunSpec, SpecError, implied_task, resolve
@@ -133,7 +133,18 @@ def spec_from_options(options: Mapping[str, Any]) -> RunSpec:
         read_roots=tuple(options.get("allow_read") or ()),
         research=_research(options, task_name),
         role_models={role: options[opt] for opt, role in ROLE_MODEL_OPTIONS.items() if options.get(opt)} or None,
+        pricing=_pricing(options), model_timeout_s=options.get("timeout"),
     )
+
+
+def _pricing(options: Mapping[str, Any]) -> Pricing | None:
+    """--price-in and --price-out as a Pricing (both or neither)."""
+    price_in, price_out = options.get("price_in"), options.get("price_out")
+    if price_in is None and price_out is None:
+        return None
+    if price_in is None or price_out is None:
+        raise SpecError("give both --price-in and --price-out (USD per million input and output tokens)")
+    return Pricing(price_in, price_out)
 
 
 def _research(options: Mapping[str, Any], task_name: str) -> dict[str, Any] | None:

@@ -21,6 +21,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
+from ..llm.budget import Pricing
 from ..llm.errors import ModelError
 from ..llm.types import Backend
 from ..search.config import TOOL_STRATEGIES
@@ -41,23 +42,13 @@ from ..store.runs import (
 from ..store.store import BlockStore
 from ..tools.base import ToolResult, ToolSpec
 from ..tools.toolbox import RecordedTool, Toolbox
-from .spec import RunSpec, SpecError
+from .spec import RunSpec, SpecError, model_pricing, role_pricing
 
 if TYPE_CHECKING:
     from ..search.config import SearchConfig
     from ..search.context import SearchContext
     from ..search.result import SearchResult
     from ..tasks.base import Task
-
-
-def _pricing(spec: str) -> Any:
-    """The price list entry for a model spec, without building the backend (no key needed)."""
-    from ..llm.registry import known_pricing, parse_model_spec
-
-    try:
-        return known_pricing(parse_model_spec(spec))
-    except ModelError:
-        return None  # a backend name recorded by the Python API: no known price
 
 
 def prompt_form(identity: str) -> str | None:
@@ -313,12 +304,15 @@ def _replay_backend(store: BlockStore, manifest: Manifest, head: dict[str, Any],
     calls, counts = load_calls(store, calls_cid), load_counts(store, head)
 
     roles = (manifest.spec or {}).get("role_models") or ()
+    # The prices the live run had: the user's own for its model (kept in its spec), else the list's.
+    given = (manifest.spec or {}).get("pricing")
+    pricing = Pricing(**given) if given else None
 
     def make(live: Backend | None) -> ReplayBackend:
         return ReplayBackend(
             calls, name=manifest.backend, max_concurrency=max(1, manifest.max_concurrency),
-            supports_batch=manifest.supports_batch, pricing=_pricing(manifest.model),
-            route_pricing={str(role): _pricing(str(model)) for role, model in roles}, counts=counts, live=live,
+            supports_batch=manifest.supports_batch, pricing=model_pricing(manifest.model, pricing),
+            route_pricing={str(role): role_pricing(manifest.model, pricing, str(model)) for role, model in roles}, counts=counts, live=live,
             form=prompt_form(manifest.backend), **kwargs,
         )
 

@@ -21,7 +21,7 @@ from ..control.profiles import DomainChecks, DomainProfile, get_profile
 from ..grounding.adjust import GroundingPolicy
 from ..grounding.sandbox import SandboxLimits
 from ..grounding.types import Grounder
-from ..llm.budget import BudgetLimits
+from ..llm.budget import BudgetLimits, Pricing
 from ..llm.types import Backend
 from ..search.config import (
     OPERATOR_ROLES,
@@ -110,6 +110,11 @@ class RunSpec:
     #: generator, evaluator and synthesizer (search.config.OPERATOR_ROLES), the research flow's
     #: brancher, evaluator and synthesizer; every other call goes to `model`.
     role_models: tuple[tuple[str, str], ...] = ()
+    #: The run's model's price as the user gave it (USD per million tokens); None: the known price
+    #: list's, if the model is on it. Roles on models of their own are priced from the list.
+    pricing: Pricing | None = None
+    #: Seconds one request to a remote model may take (None: the backend's default).
+    model_timeout_s: float | None = None
     #: Where the run is recorded (a SQLite path or a BlockStore); None: not stored.
     store: Any = None
     run_id: str | None = None
@@ -141,6 +146,8 @@ class RunSpec:
                 "read_roots": list(self.read_roots)} if self.tools else {}),
             **({"research": self.research.to_dict()} if self.research is not None else {}),
             **({"role_models": [list(r) for r in self.role_models]} if self.role_models else {}),
+            **({"pricing": asdict(self.pricing)} if self.pricing is not None else {}),
+            **({"model_timeout_s": self.model_timeout_s} if self.model_timeout_s is not None else {}),
         }
 
     @classmethod
@@ -172,6 +179,8 @@ class RunSpec:
                 mcp_config=data.get("mcp_config"), read_roots=tuple(data.get("read_roots") or ()),
                 research=ResearchConfig.from_dict(data["research"]) if data.get("research") else None,
                 role_models=tuple((str(r), str(m)) for r, m in data.get("role_models") or ()),
+                pricing=Pricing(**data["pricing"]) if data.get("pricing") else None,
+                model_timeout_s=data.get("model_timeout_s"),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise SpecError(f"not a run spec: {exc}") from None
@@ -249,6 +258,8 @@ def resolve(
     read_roots: Sequence[str | os.PathLike[str]] = (),
     research: ResearchConfig | Mapping[str, Any] | None = None,
     role_models: Mapping[str, str] | None = None,
+    pricing: Pricing | None = None,
+    model_timeout_s: float | None = None,
 ) -> RunSpec:
     """The one way to build a RunSpec: task defaults, then the profile, then the explicit settings.
 
@@ -321,6 +332,10 @@ def resolve(
     names = _tool_names(tools, config.strategy, knowledge, mcp_config, read_roots)
     research_config = _research(research, config.strategy)
     roles = _role_models(role_models, config.strategy)
+    if model_timeout_s is not None and not 0 < model_timeout_s < float("inf"):
+        raise SpecError(f"the model timeout must be a positive number of seconds; got {model_timeout_s}")
+    if budget is not None and budget.cost_usd is not None:
+        _check_priced(model, pricing, roles)
     return RunSpec(
         task=task_ref, problem=problem, model=pinned_model(model), task_options=options, config=config,
         budget=budget or BudgetLimits(), profile=prof.name, control=settings, answers=answers or AutoAnswers(),
@@ -330,7 +345,41 @@ def resolve(
         tool_limits=tool_limits or ToolLimits(),
         mcp_config=os.path.abspath(mcp_config) if mcp_config is not None else None,
         read_roots=tuple(os.path.abspath(r) for r in read_roots), research=research_config, role_models=roles,
+        pricing=pricing, model_timeout_s=model_timeout_s,
     )
+
+
+def model_pricing(model: str | Backend, given: Pricing | None = None) -> Pricing | None:
+    """A model's price: the one given, a Backend object's own, or the known price list's; None: unknown."""
+    if given is not None:
+        return given
+    if not isinstance(model, str):
+        return getattr(model, "pricing", None)
+    from ..llm.errors import ModelError
+    from ..llm.registry import known_pricing, parse_model_spec
+
+    try:
+        return known_pricing(parse_model_spec(model))
+    except ModelError:
+        return None  # a backend name recorded by the Python API: no known price
+
+
+def role_pricing(model: str | Backend, given: Pricing | None, role_model: str) -> Pricing | None:
+    """The price of a role's own model: the run's given price when it is the run's model, else the list's."""
+    return model_pricing(model, given) if role_model == pinned_model(model) else model_pricing(role_model)
+
+
+def _check_priced(model: str | Backend, pricing: Pricing | None, roles: Sequence[tuple[str, str]]) -> None:
+    """A dollar budget is only hard when every model it pays for has a price: refuse one that has none."""
+    unpriced = [] if model_pricing(model, pricing) is not None else [f"--model {_name(model)}"]
+    unpriced += [f"--{role}-model {m}" for role, m in roles if role_pricing(model, pricing, m) is None]
+    if unpriced:
+        raise SpecError(f"--budget-usd needs a price, and {', '.join(unpriced)} has no known price; give --price-in "
+                        "and --price-out (USD per million tokens, for --model) or budget in tokens (--budget-tokens)")
+
+
+def _name(model: str | Backend) -> str:
+    return model if isinstance(model, str) else model.name
 
 
 def _profile(profile: str | DomainProfile | None, control: Any) -> DomainProfile:

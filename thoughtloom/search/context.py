@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import zlib
 from collections import deque
@@ -135,7 +136,7 @@ class SearchContext:
         self.seen: dict[Hashable, int] = {}
         self.expanded: set[int] = set()
         self.counts = {"proposed": 0, "rejected": 0, "repaired": 0, "duplicates": 0, "pruned": 0, "expansions": 0, "reasks": 0,
-                       "grounded": 0, "verified": 0, "grounding_failed": 0, "grounder_errors": 0}
+                       "parse_failures": 0, "grounded": 0, "verified": 0, "grounding_failed": 0, "grounder_errors": 0}
         self.grounders = tuple(grounders)
         self.grounding_policy = grounding_policy or GroundingPolicy()
         #: What grounding found, by node.
@@ -290,7 +291,16 @@ class SearchContext:
                 self._model_failed(exc)
                 return None
         self._successful_calls += 1
+        self._count_parse_failures(request, completion.texts)
         return list(completion.texts), completion.usage.total
+
+    def _count_parse_failures(self, request: GenerateRequest, texts: Sequence[str]) -> None:
+        """Count the replies to a structured request that are not the JSON object it asked for: the
+        task read them with its text fallback, and how often that happens says whether the backend
+        enforces schemas (a reply constrained to choices is not JSON, and is not counted)."""
+        if request.schema is None or request.choices:
+            return
+        self.counts["parse_failures"] += sum(1 for text in texts if not _is_json_object(text))
 
     def _model_failed(self, exc: ModelError) -> None:
         if self._successful_calls == 0:
@@ -321,6 +331,8 @@ class SearchContext:
                 return [None] * len(queries)
             else:
                 self._successful_calls += len(completions)
+                for request, completion in zip(requests, completions):
+                    self._count_parse_failures(request, completion.texts)
                 return [(list(c.texts), c.usage.total) for c in completions]
         return await eager_gather(self.ask(q, n, purpose, k, role) for q, k in zip(queries, keys))
 
@@ -567,3 +579,11 @@ class SearchContext:
         node = self.graph.node(node_id)
         if node.status in (_S.READY, _S.PENDING, _S.IN_PROGRESS):
             self.graph.set_status(node_id, _S.CANCELLED)
+
+
+def _is_json_object(text: str) -> bool:
+    """Whether a reply is one JSON object (what a structured request asks for)."""
+    try:
+        return isinstance(json.loads(text), dict)
+    except ValueError:
+        return False

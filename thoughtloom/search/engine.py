@@ -183,7 +183,7 @@ async def search(
     cost_usd = budget.cost_usd - cost_before
     usage = SearchUsage(
         input_tokens=input_tokens, output_tokens=output_tokens, calls=calls, cost_usd=round(cost_usd, 6),
-        token_limit=budget.limits.tokens,
+        token_limit=budget.limits.tokens, cost_known=gateway.cost_known,
         roles=role_usage(input_tokens, output_tokens, calls, cost_usd, budget.routes, routes_before, ctx.routed_roles),
     )
     check_s = budget.limits.wall_s
@@ -200,6 +200,7 @@ async def search(
     stats = SearchStats(
         nodes=len(ctx.graph), pruned=counts["pruned"], rejected=counts["rejected"], repaired=counts["repaired"],
         duplicates=counts["duplicates"], expansions=counts["expansions"], reasks=counts["reasks"],
+        parse_failures=counts["parse_failures"],
         max_depth=ctx.deepest(),
         wall_s=round(time.monotonic() - started, 3),
         grounding=GroundingStats(counts["grounded"], counts["verified"], counts["grounding_failed"],

@@ -66,6 +66,9 @@ class SearchUsage:
     calls: int = 0
     cost_usd: float = 0.0
     token_limit: int | None = None
+    #: False when some model the search used has no known price: cost_usd is then a lower bound,
+    #: shown as unknown (None in to_dict), never as a silent $0.
+    cost_known: bool = True
     #: With roles on models of their own: what each role's model was charged, and MAIN_MODEL what the
     #: run's model was (every other call); they add up to the totals above. Empty otherwise.
     roles: tuple[RoleUsage, ...] = ()
@@ -82,7 +85,8 @@ class SearchUsage:
     def to_dict(self) -> dict[str, Any]:
         """Plain data for JSON output and stored runs (`roles` only when roles run on models of their own)."""
         out: dict[str, Any] = {"input_tokens": self.input_tokens, "output_tokens": self.output_tokens,
-                               "calls": self.calls, "cost_usd": self.cost_usd, "token_limit": self.token_limit}
+                               "calls": self.calls, "cost_usd": self.cost_usd if self.cost_known else None,
+                               "token_limit": self.token_limit}
         if self.roles:
             out["roles"] = {r.role: r.to_dict() for r in self.roles}
         return out
@@ -131,6 +135,9 @@ class SearchStats:
     expansions: int = 0
     #: Expansions asked again because every proposal was rejected.
     reasks: int = 0
+    #: Replies to a structured request (a JSON schema) that were not the JSON asked for, and were
+    #: read by the task's text parsing instead.
+    parse_failures: int = 0
     max_depth: int = 0
     wall_s: float = 0.0
     #: None when no grounder ran.
@@ -142,7 +149,7 @@ class SearchStats:
         """Plain data for JSON output: the grounding counts sit beside the others, as before wall_s."""
         out: dict[str, Any] = {k: getattr(self, k) for k in
                                ("nodes", "pruned", "rejected", "repaired", "duplicates", "expansions", "reasks",
-                                "max_depth")}
+                                "parse_failures", "max_depth")}
         if self.grounding is not None:
             out.update(asdict(self.grounding))
         out["wall_s"] = self.wall_s

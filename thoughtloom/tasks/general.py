@@ -6,6 +6,7 @@ Each prompt has a chat form for instruction-tuned models and a completion form f
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Sequence
 from typing import Any, ClassVar
@@ -43,6 +44,22 @@ _STEP_LABEL = re.compile(r"^(?:\**\s*step\s*\d+\s*[:.)]\**\s*)+", re.IGNORECASE)
 _FINAL = re.compile(r"final answer|the answer is|\\boxed\{", re.IGNORECASE)
 _FINAL_HINT = "If the reasoning so far already answers the problem, reply 'Final answer: ' and the answer."
 _CHOICE = re.compile(r"(?:choice|option|step)?\s*#?(\d+)", re.IGNORECASE)
+
+
+def vote_schema(candidates: int) -> str:
+    """The reply a vote asks for: {"choice": N}, N one of the candidates' numbers (1-based)."""
+    return json.dumps({"type": "object", "properties": {"choice": {"enum": list(range(1, candidates + 1))}},
+                       "required": ["choice"]}, separators=(",", ":"))
+
+
+def _json_choice(text: str) -> int | None:
+    """The choice in a {"choice": N} reply; None when the reply is not that JSON."""
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return None
+    choice = data.get("choice") if isinstance(data, dict) else None
+    return choice if isinstance(choice, int) and not isinstance(choice, bool) else None
 
 
 def score_from(text: str) -> float:
@@ -148,15 +165,20 @@ class GeneralTask(Task[str]):
             ),
             max_tokens=16,
             stop=("\n",),
+            # Where the backend enforces it the reply is {"choice": N}; elsewhere the text above.
+            schema=vote_schema(len(candidates)),
         )
 
     def parse_vote(self, problem: str, candidates: Sequence[str], texts: Sequence[str]) -> list[float]:
-        """Each candidate's share of the samples naming it."""
+        """Each candidate's share of the samples naming it: {"choice": N} as JSON, else "Choice N" in text."""
         votes = [0] * len(candidates)
         for text in texts:
-            m = _CHOICE.search(text)
-            if m and 1 <= int(m.group(1)) <= len(candidates):
-                votes[int(m.group(1)) - 1] += 1
+            choice = _json_choice(text)
+            if choice is None:
+                m = _CHOICE.search(text)
+                choice = int(m.group(1)) if m else None
+            if choice is not None and 1 <= choice <= len(candidates):
+                votes[choice - 1] += 1
         return [v / max(1, len(texts)) for v in votes]
 
     def aggregate(self, problem: str, paths: Sequence[Sequence[str]]) -> Query:

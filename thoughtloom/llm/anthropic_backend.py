@@ -1,0 +1,173 @@
+"""A Backend over Anthropic's Messages API (`anthropic:MODEL`), through the official `anthropic` SDK.
+
+The SDK is an optional extra (`pip install thoughtloom[anthropic]`) imported on first use, never
+at import time, like the OpenAI backend's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import TYPE_CHECKING, Any
+
+from .budget import Pricing
+from .errors import (
+    ModelConfigError,
+    ModelError,
+    ModelTimeout,
+    ModelUnreachable,
+    TransientModelError,
+)
+from .retry_after import retry_after_from_headers
+from .types import Completion, GenerateRequest, Prompt, Usage
+
+if TYPE_CHECKING:
+    from anthropic import AsyncAnthropic
+
+DEFAULT_BASE_URL = "https://api.anthropic.com"
+# Server error text quoted in our messages is cut to this many characters to keep them one line.
+MAX_QUOTE = 200
+# A dead host should fail fast even when generation may legitimately take minutes.
+MAX_CONNECT_TIMEOUT_S = 10.0
+# 408 request timeout, 409 conflict, 429 rate limit; 5xx (529: overloaded) are transient as well.
+TRANSIENT_STATUSES = frozenset({408, 409, 429})
+INSTALL_HINT = "pip install 'thoughtloom[anthropic]' (or pip install anthropic)"
+
+
+def _one_line(text: object) -> str:
+    flat = " ".join(str(text).split())
+    return flat if len(flat) <= MAX_QUOTE else flat[: MAX_QUOTE - 3] + "..."
+
+
+class AnthropicBackend:
+    """A Backend that calls Anthropic's Messages API: one request, one sample.
+
+    The Messages API has no `n`: each request answers one sample and the gateway asks again for
+    the rest, each request reserved, counted and slotted on its own. System messages go to the
+    API's `system` field; a reply schema is sent as structured output (`output_config.format`).
+    The SDK exposes no temperature or seed for Messages, so sampling is the model's own.
+    """
+
+    #: Which form of a Prompt this backend sends (see the Backend protocol).
+    prompt_form = "chat"
+    supports_batch = False
+
+    def __init__(
+        self,
+        model: str,
+        api_key: str,
+        base_url: str | None = None,
+        timeout_s: float = 120.0,
+        max_concurrency: int = 16,
+        pricing: Pricing | None = None,
+        name: str | None = None,
+        *,
+        key_env: str | None = "ANTHROPIC_API_KEY",
+    ) -> None:
+        if timeout_s <= 0:
+            raise ValueError(f"timeout_s must be positive, got {timeout_s}")
+        if max_concurrency < 1:
+            raise ValueError(f"max_concurrency must be >= 1, got {max_concurrency}")
+        self.model = model
+        self.api_key = api_key
+        self.base_url = (base_url or DEFAULT_BASE_URL).rstrip("/")
+        self.timeout_s = timeout_s
+        self.max_concurrency = max_concurrency
+        self.pricing = pricing
+        self.name = name or f"anthropic:{model}"
+        #: The environment variable the key came from, named when the server rejects it.
+        self.key_env = key_env
+        self._client: AsyncAnthropic | None = None
+        self._sem: asyncio.Semaphore | None = None
+
+    async def generate(self, request: GenerateRequest) -> Completion:
+        """One Messages request for one sample (the gateway asks again for the rest of request.n)."""
+        client, sem = self._ensure_client()
+        params = self._params(request)
+        import anthropic
+
+        async with sem:
+            try:
+                response = await client.messages.create(**params)
+            except anthropic.AnthropicError as exc:
+                raise self._map_error(exc) from exc
+            except ValueError as exc:
+                raise ModelError(
+                    f"model endpoint {self.base_url} sent a response that is not valid JSON ({_one_line(exc)}); "
+                    "check that the base URL is Anthropic's API (without /v1)"
+                ) from exc
+        text = "".join(getattr(block, "text", "") or "" for block in (getattr(response, "content", None) or ())
+                       if getattr(block, "type", None) == "text")
+        usage = getattr(response, "usage", None)
+        input_tokens = getattr(usage, "input_tokens", None)
+        output_tokens = getattr(usage, "output_tokens", None)
+        if not isinstance(input_tokens, int) or not isinstance(output_tokens, int):
+            raise ModelError(f"model endpoint {self.base_url} reported no token usage; check that it is Anthropic's API")
+        return Completion((text,), Usage(input_tokens, output_tokens), self.name)
+
+    def _params(self, request: GenerateRequest) -> dict[str, Any]:
+        messages = request.prompt.as_messages()
+        system = "\n\n".join(m.content for m in messages if m.role == "system")
+        turns = [{"role": m.role, "content": m.content} for m in messages if m.role != "system"]
+        params: dict[str, Any] = {"model": self.model, "max_tokens": request.max_tokens, "messages": turns}
+        if system:
+            params["system"] = system
+        # As with OpenAI's chat: completion-form stop strings would cut a chat reply short.
+        if request.stop and request.form == "chat":
+            params["stop_sequences"] = list(request.stop)
+        if request.schema is not None:
+            params["output_config"] = {"format": {"type": "json_schema", "schema": json.loads(request.schema)}}
+        return params
+
+    def count_tokens(self, prompt: Prompt) -> int | None:
+        """None: the remote model's tokenizer is not available locally."""
+        return None
+
+    async def aclose(self) -> None:
+        """Close the HTTP client if one was created."""
+        client, self._client, self._sem = self._client, None, None
+        if client is not None:
+            await client.close()
+
+    def _ensure_client(self) -> tuple[AsyncAnthropic, asyncio.Semaphore]:
+        if self._client is None or self._sem is None:
+            try:
+                import anthropic  # deferred: see the module docstring
+            except ImportError:
+                raise ModelConfigError(f"anthropic:{self.model} needs the anthropic SDK: {INSTALL_HINT}") from None
+            self._client = anthropic.AsyncAnthropic(
+                api_key=self.api_key,
+                base_url=self.base_url,
+                # Retries belong to the gateway, which charges each attempt to the budget.
+                max_retries=0,
+                timeout=anthropic.Timeout(self.timeout_s, connect=min(self.timeout_s, MAX_CONNECT_TIMEOUT_S)),
+            )
+            self._sem = asyncio.Semaphore(self.max_concurrency)
+        return self._client, self._sem
+
+    def _map_error(self, exc: Exception) -> ModelError:
+        """Translate an SDK exception into a one-line thoughtloom error saying what to do."""
+        import anthropic
+
+        where = f"{self.base_url} (model {self.model})"
+        if isinstance(exc, anthropic.APITimeoutError):
+            return ModelTimeout(f"model endpoint {where} did not answer within {self.timeout_s:g}s; "
+                                "retrying, or raise --timeout if the model is slow")
+        if isinstance(exc, anthropic.APIConnectionError):
+            return ModelUnreachable(f"cannot reach model endpoint {self.base_url}: {_one_line(exc.__cause__ or exc)}; "
+                                    "check the URL (ANTHROPIC_BASE_URL) and the network")
+        if isinstance(exc, anthropic.APIStatusError):
+            status = exc.status_code
+            said = f"HTTP {status}: {_one_line(getattr(exc, 'api_message', None) or exc.message)}"
+            if status in (401, 403):
+                hint = f"set {self.key_env} to a valid key" if self.key_env else "check the API key"
+                return ModelConfigError(f"model endpoint {where} rejected the API key ({said}); {hint}")
+            if status == 404:
+                return ModelConfigError(f"model endpoint {where} answered 404 ({said}); check the model name")
+            if status in TRANSIENT_STATUSES or status >= 500:
+                wait = retry_after_from_headers(exc.response.headers)
+                asks = f"; the server asks to wait {wait:g}s" if wait is not None else ""
+                return TransientModelError(f"model endpoint {where} failed ({said}); retrying may help{asks}",
+                                           retry_after_s=wait)
+            return ModelError(f"model endpoint {where} refused the request ({said}); check the request settings")
+        return ModelError(f"model endpoint {where} failed: {_one_line(exc)}")
