@@ -6,11 +6,7 @@ import io
 
 import pytest
 
-from thoughtloom.control.feedback import (
-    AutomaticHandler,
-    CallbackHandler,
-    InteractiveHandler,
-)
+from thoughtloom.control.feedback import AutomaticHandler, CallbackHandler
 from thoughtloom.control.types import (
     AnticipatedFailure,
     BudgetRequest,
@@ -23,6 +19,7 @@ from thoughtloom.control.types import (
     FailureMode,
     SearchState,
 )
+from thoughtloom.views.ask import InteractiveHandler
 
 SITUATION = BudgetSituation(900, 100, 1000, 0.62, 0.7, 0.95, 3000, None, 0.4)
 REQUEST = BudgetRequest(3000, "because", SITUATION)
@@ -70,6 +67,15 @@ async def test_interactive_handler_asks_to_accept_a_compromise() -> None:
     out = io.StringIO()
     assert await InteractiveHandler(stdin=io.StringIO("yes\n"), stderr=out).propose_compromise(COMPROMISE)
     assert "Accept this compromise? [y/N]" in out.getvalue()
+
+
+async def test_interactive_handler_shows_model_text_in_a_question_escaped() -> None:
+    out = io.StringIO()
+    hostile = Compromise(3, "plan\x1b]0;pwned\x07\u202e", ("plan",), 0.6, 0.1, ("below target",))
+    await InteractiveHandler(stdin=io.StringIO("\n"), stderr=out).propose_compromise(hostile)
+    shown = out.getvalue().removeprefix("\r\x1b[K")  # the handler's own line clear
+    assert "\x1b" not in shown and "\u202e" not in shown and "\x07" not in shown
+    assert "plan\\x1b]0;pwned\\x07\\u202e" in shown
 
 
 async def test_interactive_handler_can_backtrack_on_depth_feedback() -> None:

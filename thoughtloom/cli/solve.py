@@ -201,7 +201,7 @@ def cmd_solve(args: argparse.Namespace, stored: Any = None, *, sinks: Sequence[A
     import asyncio
     from dataclasses import replace
 
-    from ..control.feedback import InteractiveHandler
+    from ..views.ask import InteractiveHandler
     from ..run.execute import execute
     from ..run.options import spec_from_options
     from ..views.mermaid import to_mermaid

@@ -1,7 +1,7 @@
 """Self-aware search control: depth policy, budget negotiation, compromises, failure anticipation."""
 
 from .controller import ControlSettings, Controller
-from .feedback import AutomaticHandler, CallbackHandler, FeedbackHandler, InteractiveHandler
+from .feedback import AutomaticHandler, CallbackHandler, FeedbackHandler
 from .profiles import PROFILES, DomainChecks, DomainProfile, get_profile
 
 __all__ = [
@@ -13,6 +13,5 @@ __all__ = [
     "DomainChecks",
     "DomainProfile",
     "FeedbackHandler",
-    "InteractiveHandler",
     "get_profile",
 ]
