@@ -111,7 +111,7 @@ async def test_reproduce_reports_a_test_that_already_passes(tmp_path: Path) -> N
 def test_missing_pytest_is_a_setup_error(repo: Path) -> None:
     if _imports_pytest("/usr/bin/python3"):
         pytest.skip("the system python has pytest")
-    with pytest.raises(GroundingSetupError, match="pytest is not importable"):
+    with pytest.raises(GroundingSetupError, match=r"pytest is not importable .* \(--test-command CMD; test_command=\[...\] in Python\)"):
         DebuggingGrounder(repo, FAILING, Sandbox(python="/usr/bin/python3"))
 
 

@@ -434,9 +434,7 @@ def _require_pytest(python: str) -> None:
     same = os.path.realpath(python) == os.path.realpath(sys.executable) and python == sys.executable
     if same:
         if importlib.util.find_spec("pytest") is None:
-            raise GroundingSetupError(
-                f"pytest is not importable by {python}: install it (pip install 'thoughtloom[debug]') or pass test_command="
-            )
+            raise GroundingSetupError(_no_pytest(python))
         return
     try:
         ok = (
@@ -446,9 +444,12 @@ def _require_pytest(python: str) -> None:
     except (OSError, subprocess.TimeoutExpired):
         ok = False
     if not ok:
-        raise GroundingSetupError(
-            f"pytest is not importable by {python}: install it (pip install 'thoughtloom[debug]') or pass test_command="
-        )
+        raise GroundingSetupError(_no_pytest(python))
+
+
+def _no_pytest(python: str) -> str:
+    return (f"pytest is not importable by {python}: install it (pip install 'thoughtloom[debug]') or give another "
+            "way to run a test (--test-command CMD; test_command=[...] in Python)")
 
 
 def _output(result: SandboxResult) -> str:
