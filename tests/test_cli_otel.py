@@ -6,6 +6,7 @@ receiver on 127.0.0.1; the model is the local fake OpenAI server.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -131,11 +132,10 @@ def test_bench_sampling_lanes_write_their_spans_to_the_trace_file(server: FakeOp
         assert any(s.get("parentSpanId") == run["spanId"] and s["name"] == "text_completion m" for s in spans)
 
 
-def test_a_trace_file_that_cannot_be_written_is_a_one_line_error(tmp_path: Path,
-                                                                  capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["tasks", "--trace", str(tmp_path / "missing" / "spans.jsonl")]) == 2
-    err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "--trace: cannot write" in err and "Traceback" not in err
+def test_a_trace_file_that_cannot_be_written_is_a_one_line_error(tmp_path: Path) -> None:
+    done = loom("tasks", "--trace", str(tmp_path / "missing" / "spans.jsonl"), tmp=tmp_path)
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr.count("\n") == 1 and "--trace: cannot write" in done.stderr
 
 
 # --- the OTEL_* variables ------------------------------------------------------------------------
@@ -194,15 +194,51 @@ def test_an_unknown_traces_exporter_is_a_one_line_cli_error(monkeypatch: pytest.
     assert err.count("\n") == 1 and "OTEL_TRACES_EXPORTER" in err and "Traceback" not in err
 
 
-def test_otlp_over_grpc_without_its_package_names_the_package(monkeypatch: pytest.MonkeyPatch,
-                                                               capsys: pytest.CaptureFixture[str]) -> None:
-    try:
-        import opentelemetry.exporter.otlp.proto.grpc  # noqa: F401
+def test_otlp_over_grpc_without_its_package_names_the_package(tmp_path: Path) -> None:
+    if importlib.util.find_spec("opentelemetry.exporter.otlp.proto.grpc") is not None:
         pytest.skip("the grpc exporter is installed here")
-    except ImportError:
-        pass
-    monkeypatch.setenv("OTEL_TRACES_EXPORTER", "otlp")
-    monkeypatch.setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc")
-    assert main(["tasks"]) == 2
-    err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "pip install opentelemetry-exporter-otlp-proto-grpc" in err
+    done = loom("tasks", env={"OTEL_TRACES_EXPORTER": "otlp", "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc"}, tmp=tmp_path)
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr.count("\n") == 1 and "pip install opentelemetry-exporter-otlp-proto-grpc" in done.stderr
+
+
+APP_WITH_ITS_OWN_PROVIDER = """
+import sys
+from opentelemetry import trace
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from thoughtloom.cli.main import main
+
+spans = InMemorySpanExporter()
+provider = TracerProvider()
+provider.add_span_processor(SimpleSpanProcessor(spans))
+trace.set_tracer_provider(provider)
+code = main(sys.argv[1:])
+print("exit", code, "spans", sorted({s.name for s in spans.get_finished_spans()}))
+"""
+
+
+def run_inside_app(*args: str, env: dict[str, str], tmp: Path) -> subprocess.CompletedProcess[str]:
+    """`loom` called in a process whose application already set a TracerProvider (as opentelemetry-instrument does)."""
+    base = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+    base.update(PYTHONPATH=str(ROOT), THOUGHTLOOM_STORE=str(tmp / "runs.db"), **env)
+    return subprocess.run([sys.executable, "-c", APP_WITH_ITS_OWN_PROVIDER, *args], env=base, capture_output=True,
+                          text=True, timeout=120, check=False, cwd=tmp)
+
+
+def test_with_a_provider_already_set_the_otel_variables_leave_it_in_charge(server: FakeOpenAIServer,
+                                                                          tmp_path: Path) -> None:
+    done = run_inside_app("solve", "--task", "game24", "4 9 10 13", "--model",
+                          f"openai-compatible:{server.url}@m#completions", "--budget-tokens", "3000", "--quiet",
+                          env={"OTEL_TRACES_EXPORTER": "console"}, tmp=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "exit 0 spans ['invoke_agent thoughtloom bfs', 'text_completion m']" in done.stdout
+    assert "invoke_agent" not in done.stderr  # no second, console exporter of loom's own
+
+
+def test_with_a_provider_already_set_trace_file_is_a_one_line_error(tmp_path: Path) -> None:
+    done = run_inside_app("tasks", "--trace", str(tmp_path / "spans.jsonl"), env={}, tmp=tmp_path)
+    assert "exit 2" in done.stdout
+    assert done.stderr.count("\n") == 1 and "already has an OpenTelemetry TracerProvider" in done.stderr
+    assert not (tmp_path / "spans.jsonl").exists()

@@ -383,7 +383,7 @@ def test_in_chromium_clicking_a_fold_badge_unfolds_that_branch_and_folds_it_agai
     before = drawn(browser)
     badge = browser.find_element(By.ID, f"fold-{best[0]}")
     assert badge.text == "+11"  # the root's 7 pruned thoughts, and the 4 below the explored one
-    browser.execute_script("arguments[0].dispatchEvent(new MouseEvent('click', {bubbles: true}))", badge)
+    badge.click()
     after = drawn(browser)
     assert len(after - before) == 11 and explored in after and set(salvaged) <= after
     browser.find_element(By.ID, f"node-{salvaged[0]}").click()
@@ -391,7 +391,7 @@ def test_in_chromium_clicking_a_fold_badge_unfolds_that_branch_and_folds_it_agai
     assert browser.find_elements(By.TAG_NAME, "img") == []
     again = browser.find_element(By.ID, f"fold-{best[0]}")
     assert again.text == "−"
-    browser.execute_script("arguments[0].dispatchEvent(new MouseEvent('click', {bubbles: true}))", again)
+    again.click()
     assert drawn(browser) == before
 
 
@@ -433,6 +433,6 @@ def test_in_chromium_the_timeline_plots_every_score_and_a_dot_opens_its_node(tmp
     assert len(dots) == 1214
     assert len(browser.find_elements(By.CSS_SELECTOR, "#score-dots .score-dot.pruned")) == 7 + 21 + 63 + 189 + 567
     dot = browser.find_element(By.CSS_SELECTOR, f'#score-dots [data-node="{explored}"]')
-    browser.execute_script("arguments[0].dispatchEvent(new MouseEvent('click', {bubbles: true}))", dot)
+    dot.click()
     assert explored in drawn(browser)
     assert browser.find_element(By.ID, "panel-hint").text == f"Node #{explored}"

@@ -79,10 +79,12 @@ def exported_spans(trace_file: str | None) -> Iterator[None]:
     except ImportError:
         asked = "--trace" if trace_file is not None else f"{EXPORTERS_ENV}/OTEL_EXPORTER_OTLP_ENDPOINT"
         raise UsageError(f"{asked} needs OpenTelemetry: {INSTALL_HINT}") from None
-    if trace_file is None and not isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider):
-        # Already configured, e.g. by `opentelemetry-instrument loom ...` from these same variables.
-        yield
-        return
+    if not isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider):
+        if trace_file is None:  # already configured, e.g. by `opentelemetry-instrument loom ...` from these variables
+            yield
+            return
+        # OTel lets a process set its provider once: loom run inside an application that set its own.
+        raise UsageError("--trace: this process already has an OpenTelemetry TracerProvider; its spans go there")
     exporters = [_exporter(name, env) for name in names]
     if trace_file is not None:
         try:
@@ -92,11 +94,6 @@ def exported_spans(trace_file: str | None) -> Iterator[None]:
         except ImportError:
             raise UsageError(f"--trace writes OTLP JSON with the OTLP exporter's encoder: {INSTALL_HINT}") from None
         exporters.append(OtlpJsonLinesExporter(_open(trace_file)))
-    if not isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider):
-        for exporter in exporters:
-            exporter.shutdown()
-        # OTel lets a process set its provider once: loom run inside an application that set its own.
-        raise UsageError("--trace: this process already has an OpenTelemetry TracerProvider; its spans go there")
     # Resource.create reads OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES; a name given there wins.
     named = env.get("OTEL_SERVICE_NAME") or "service.name=" in env.get("OTEL_RESOURCE_ATTRIBUTES", "")
     provider = TracerProvider(resource=Resource.create({} if named else {"service.name": "thoughtloom"}))
