@@ -329,7 +329,8 @@ def test_data_list_marks_the_standard_test_splits(cache: Path, capsys: pytest.Ca
     out = capsys.readouterr().out
     lines = {line.split()[0]: line.split() for line in out.splitlines() if line.strip()}
     assert lines["game24_test"][1] == "test" and lines["gsm8k_test"][1] == "test" and lines["game24"][1] == "dev"
-    assert "never tune prompts on them" in out
+    assert lines["sorting32"][1] == "all" and lines["gsm8k"][1] == "train"
+    assert "test is for a final evaluation, never for tuning prompts" in out
 
 
 def test_data_list_says_mbpp_and_hotpotqa_come_only_from_a_mirror_or_a_download(

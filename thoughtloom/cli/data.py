@@ -68,8 +68,9 @@ def _list(data_dir: Any) -> int:
         print(f"{name:<21}{src.split:<7}{state:<13}{src.licence:<14}{src.origin}{mirror}")
     bundled = [n for n, spec in DATASETS.items() if spec.path is None]
     for name in bundled:
-        print(f"{name:<21}{'test':<7}{'bundled':<13}{'MIT':<14}{DATASETS[name].note}")
-    print("test splits are for a final evaluation: never tune prompts on them")
+        print(f"{name:<21}{'all':<7}{'bundled':<13}{'MIT':<14}{DATASETS[name].note}")
+    print("split: develop on dev and train; test is for a final evaluation, never for tuning prompts; "
+          "all: published without splits")
     print(f"data directory: {data_dir} ('{fetch_command('NAME')}' downloads into it)")
     return 0
 

@@ -111,13 +111,14 @@ class DataSource:
     files: tuple[DataFile, ...]
     origin: str
     licence: str
-    #: Which standard split the set is: "test" sets are for final evaluation, never for tuning prompts.
+    #: Which standard split the set is: "dev" or "train" (develop on these), "test" (for a final
+    #: evaluation, never for tuning prompts), "all" (a set published without splits).
     split: str = "dev"
 
 
 def _got(name: str, folder: str, file: str, sha256: str) -> DataSource:
     return DataSource(name, (DataFile(f"got/{folder}/{file}", sha256, f"{_GOT}/examples/{folder}/{file}"),),
-                      "Graph-of-Thoughts (spcl/graph-of-thoughts)", "BSD-style")
+                      "Graph-of-Thoughts (spcl/graph-of-thoughts)", "BSD-style", "all")
 
 
 SOURCES: dict[str, DataSource] = {
