@@ -30,6 +30,7 @@ from thoughtloom.eval.sources import (
     FetchError,
     fetch,
     game24_dev,
+    game24_test,
 )
 from thoughtloom.tasks.base import ProblemError
 from thoughtloom.tasks.got import find_got_file
@@ -103,7 +104,8 @@ def test_fetch_writes_the_set_into_the_xdg_cache_checked_against_its_pinned_sha2
 
 
 def test_every_pinned_checksum_is_that_of_the_public_file_in_shared_data(cache: Path, shared_mirror: str) -> None:
-    for name in SOURCES:
+    # ../shared/data withholds the standard test splits, so only the other sets can be compared.
+    for name in (n for n, src in SOURCES.items() if src.split != "test"):
         for path in fetch(name, base_url=shared_mirror):
             assert path.read_bytes() == (DATA / path.relative_to(cache)).read_bytes()
 
@@ -184,6 +186,70 @@ def test_an_upstream_original_whose_checksum_differs_is_refused(
             fetch("game24")
 
 
+def test_the_game24_test_split_holds_exactly_the_papers_ranks_901_to_1000() -> None:
+    rows = list(csv.reader(io.StringIO(game24_test(upstream_24_csv()).decode())))
+    assert rows[0][:2] == ["Rank", "Puzzles"]
+    assert [int(r[0]) for r in rows[1:]] == list(range(901, 1001))
+
+
+def test_the_game24_dev_and_test_splits_partition_the_upstream_file() -> None:
+    original = upstream_24_csv()
+    dev = list(csv.reader(io.StringIO(game24_dev(original).decode())))[1:]
+    test = list(csv.reader(io.StringIO(game24_test(original).decode())))[1:]
+    upstream = list(csv.reader(io.StringIO(original.decode())))[1:]
+    assert sorted(dev + test, key=lambda r: int(r[0])) == upstream
+
+
+def test_an_upstream_fetch_of_game24_test_checks_the_original_then_writes_the_test_slice(
+        cache: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    original = upstream_24_csv()
+    (tmp_path / "up").mkdir()
+    (tmp_path / "up" / "24.csv").write_bytes(original)
+    pinned = SOURCES["game24_test"].files[0]
+    # The real test slice is withheld here, so the pins are those of the stand-in original and its split.
+    with mirror(tmp_path / "up") as url:
+        local = DataFile(pinned.path, hashlib.sha256(game24_test(original)).hexdigest(), f"{url}/24.csv",
+                         hashlib.sha256(original).hexdigest(), pinned.split)
+        monkeypatch.setitem(SOURCES, "game24_test", DataSource("game24_test", (local,), "test", "MIT", "test"))
+        assert main(["data", "fetch", "game24_test"]) == 0
+    assert (cache / "game24" / "24_test.csv").read_bytes() == game24_test(original)
+    assert [int(p.id) for p in load_dataset("game24_test").problems] == list(range(901, 1001))
+
+
+def test_game24_test_is_pinned_to_the_same_upstream_original_as_the_dev_split() -> None:
+    dev, test = SOURCES["game24"].files[0], SOURCES["game24_test"].files[0]
+    assert (test.upstream, test.upstream_sha256) == (dev.upstream, dev.upstream_sha256)
+    assert test.direct and test.sha256 != dev.sha256
+
+
+def test_the_upstream_24_csv_name_is_read_as_the_test_split_for_game24_test(tmp_path: Path) -> None:
+    (tmp_path / "game24").mkdir()
+    (tmp_path / "game24" / "24.csv").write_bytes(upstream_24_csv())
+    assert [int(p.id) for p in load_dataset("game24_test", tmp_path).problems] == list(range(901, 1001))
+
+
+def test_a_fetched_gsm8k_test_is_the_upstream_file_as_is_and_loads_its_final_numbers(
+        cache: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The real test split is withheld here: three train problems stand in, pinned for this test.
+    stand_in = b"".join((DATA / "gsm8k" / "train.jsonl").read_bytes().splitlines(keepends=True)[:3])
+    (tmp_path / "up").mkdir()
+    (tmp_path / "up" / "test.jsonl").write_bytes(stand_in)
+    pinned = SOURCES["gsm8k_test"].files[0]
+    assert pinned.split is None and pinned.upstream.endswith("/grade_school_math/data/test.jsonl")
+    with mirror(tmp_path / "up") as url:
+        local = DataFile(pinned.path, hashlib.sha256(stand_in).hexdigest(), f"{url}/test.jsonl")
+        monkeypatch.setitem(SOURCES, "gsm8k_test", DataSource("gsm8k_test", (local,), "test", "MIT", "test"))
+        fetch("gsm8k_test")
+    assert (cache / "gsm8k" / "test.jsonl").read_bytes() == stand_in
+    golds = [p.gold for p in load_dataset("gsm8k_test").problems]
+    assert golds == [json.loads(line)["answer"].rsplit("####", 1)[1].strip() for line in stand_in.splitlines()]
+
+
+def test_a_missing_test_split_names_the_command_that_fetches_it(cache: Path) -> None:
+    with pytest.raises(DataError, match=r"24_test.csv not found; run `loom data fetch game24_test`"):
+        load_dataset("game24_test")
+
+
 def test_the_upstream_game24_name_is_read_with_the_standard_split(tmp_path: Path) -> None:
     (tmp_path / "game24").mkdir()
     (tmp_path / "game24" / "24.csv").write_bytes(upstream_24_csv())
@@ -256,6 +322,24 @@ def test_data_list_says_which_sets_are_here(cache: Path, shared_mirror: str, cap
     assert main(["data", "list"]) == 0
     lines = {line.split()[0]: line for line in capsys.readouterr().out.splitlines() if line.strip()}
     assert "here" in lines["gsm8k"] and "not fetched" in lines["game24"] and "bundled" in lines["humaneval"]
+
+
+def test_data_list_marks_the_standard_test_splits(cache: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["data", "list"]) == 0
+    out = capsys.readouterr().out
+    lines = {line.split()[0]: line.split() for line in out.splitlines() if line.strip()}
+    assert lines["game24_test"][1] == "test" and lines["gsm8k_test"][1] == "test" and lines["game24"][1] == "dev"
+    assert lines["sorting32"][1] == "all" and lines["gsm8k"][1] == "train"
+    assert "test is for a final evaluation, never for tuning prompts" in out
+
+
+def test_data_list_says_mbpp_and_hotpotqa_come_only_from_a_mirror_or_a_download(
+        cache: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["data", "list"]) == 0
+    lines = {line.split()[0]: line for line in capsys.readouterr().out.splitlines() if line.strip()}
+    for name in ("mbpp", "hotpotqa"):
+        assert "checksum not pinned: mirror or --data-dir" in lines[name]
+    assert "not pinned" not in lines["game24_test"] and "not pinned" not in lines["gsm8k_test"]
 
 
 def test_an_unknown_set_is_a_one_line_error(cache: Path, capsys: pytest.CaptureFixture[str]) -> None:

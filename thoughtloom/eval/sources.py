@@ -2,7 +2,7 @@
 
 `loom data fetch NAME` downloads a set's upstream file, refuses it unless its checksum is the
 pinned one, applies the set's standard split (Game of 24: the ToT paper's test slice, ranks
-901-1000, is kept out of the dev file) and writes the result into the user's cache directory
+901-1000, is kept out of the dev file and is a set of its own, `game24_test`) and writes the result into the user's cache directory
 ($XDG_CACHE_HOME/thoughtloom/data), where `loom bench` finds it. A mirror holding the data
 directory's own layout (`--from URL` or $THOUGHTLOOM_DATA_URL) replaces the upstream hosts;
 its files are checked against the same pinned checksums, so a mirror cannot change the data.
@@ -47,11 +47,21 @@ class FetchError(ValueError):
 
 def game24_dev(original: bytes) -> bytes:
     """The ToT 24.csv without the paper's test slice (ranks 901-1000), written as csv writes it."""
+    return _game24_rows(original, lambda rank: rank not in GAME24_TEST_RANKS)
+
+
+def game24_test(original: bytes) -> bytes:
+    """The ToT paper's test slice of 24.csv (ranks 901-1000, its run.py indices 900-999), written as csv writes it."""
+    return _game24_rows(original, lambda rank: rank in GAME24_TEST_RANKS)
+
+
+def _game24_rows(original: bytes, keep: Callable[[int], bool]) -> bytes:
+    """The header and the rows of 24.csv whose rank `keep` accepts, in the original order."""
     rows = list(csv.reader(io.StringIO(original.decode("utf-8"))))
     out = io.StringIO()
     writer = csv.writer(out)
     writer.writerow(rows[0])
-    writer.writerows(r for r in rows[1:] if r and int(r[0]) not in GAME24_TEST_RANKS)
+    writer.writerows(r for r in rows[1:] if r and keep(int(r[0])))
     return out.getvalue().encode("utf-8")
 
 
@@ -101,11 +111,14 @@ class DataSource:
     files: tuple[DataFile, ...]
     origin: str
     licence: str
+    #: Which standard split the set is: "dev" or "train" (develop on these), "test" (for a final
+    #: evaluation, never for tuning prompts), "all" (a set published without splits).
+    split: str = "dev"
 
 
 def _got(name: str, folder: str, file: str, sha256: str) -> DataSource:
     return DataSource(name, (DataFile(f"got/{folder}/{file}", sha256, f"{_GOT}/examples/{folder}/{file}"),),
-                      "Graph-of-Thoughts (spcl/graph-of-thoughts)", "BSD-style")
+                      "Graph-of-Thoughts (spcl/graph-of-thoughts)", "BSD-style", "all")
 
 
 SOURCES: dict[str, DataSource] = {
@@ -115,11 +128,25 @@ SOURCES: dict[str, DataSource] = {
                   f"{_TOT}/src/tot/data/24/24.csv",
                   "b9f12b3e36d987a3c714c4cef17d89a137d7c59da26532fcfb93b4821d8111b5", game24_dev),),
         "Tree-of-Thoughts 24.csv (princeton-nlp/tree-of-thought-llm), ranks 901-1000 held out", "MIT"),
+    # Pinned from the upstream repository's git objects at _TOT's commit: the same 24.csv whose dev split
+    # reproduces the pinned dev file byte for byte.
+    "game24_test": DataSource(
+        "game24_test",
+        (DataFile("game24/24_test.csv", "33f0d0f6bcec4bedb4e4066bc04a7ad8bb554b37f67ef60a58cd3b109dc8914f",
+                  f"{_TOT}/src/tot/data/24/24.csv",
+                  "b9f12b3e36d987a3c714c4cef17d89a137d7c59da26532fcfb93b4821d8111b5", game24_test),),
+        "Tree-of-Thoughts 24.csv, the paper's test slice (ranks 901-1000)", "MIT", "test"),
     "gsm8k": DataSource(
         "gsm8k",
         (DataFile("gsm8k/train.jsonl", "17f347dc51477c50d4efb83959dbb7c56297aba886e5544ee2aaed3024813465",
                   f"{_GSM}/grade_school_math/data/train.jsonl"),),
-        "GSM8K train split (openai/grade-school-math)", "MIT"),
+        "GSM8K train split (openai/grade-school-math)", "MIT", "train"),
+    # The upstream test.jsonl at _GSM's commit (git blob e4c2ff4942b9a78bd74f04141224c11e28d12dc9).
+    "gsm8k_test": DataSource(
+        "gsm8k_test",
+        (DataFile("gsm8k/test.jsonl", "3730d312f6e3440559ace48831e51066acaca737f6eabec99bccb9e4b3c39d14",
+                  f"{_GSM}/grade_school_math/data/test.jsonl"),),
+        "GSM8K test split (openai/grade-school-math), 1319 problems", "MIT", "test"),
     "keyword_counting": _got("keyword_counting", "keyword_counting", "countries.csv",
                              "d1be929b6170f1e81edcdfbed4fc8e6879be0242494de0254a716e02a5361b85"),
     "sorting32": _got("sorting32", "sorting", "sorting_032.csv",
@@ -134,10 +161,11 @@ SOURCES: dict[str, DataSource] = {
                                "287c8d1e102a5a6b4737588b0913bea78b5fc680b86f230eaafc0c921b45a35e"),
     "set_intersection128": _got("set_intersection128", "set_intersection", "set_intersection_128.csv",
                                 "75d18abe106d303b56e09e56bc00c88040f3daf49541ca177117ab32b56b6076"),
-    # The two below are derived files whose upstream originals' checksums are not pinned (no copy of
-    # the originals was at hand to hash): they come from a mirror, checked against the derived
-    # file's checksum, or the user downloads the original, which eval.datasets reads under its
-    # upstream name and splits the same way.
+    # The two below are derived files whose upstream originals' checksums are not pinned: no copy of
+    # the originals' bytes could be proven (MBPP's repository is too large to mirror here, and
+    # HotpotQA's file lives on a plain web host, copied only by third parties). They come from a
+    # mirror, checked against the derived file's checksum, or the user downloads the original, which
+    # eval.datasets reads under its upstream name and splits the same way.
     "mbpp": DataSource(
         "mbpp",
         (DataFile("mbpp/sanitized-mbpp-nontest.json", "0f364884bc5aa912f8adf4e10da6c67b3dd6580ccc91e761ce015e9a0aae81f6",

@@ -110,9 +110,10 @@ def posed_problem(spec: RunSpec, free_text: bool, kb: KnowledgeBase | None) -> s
 def lane_gateway(backend: Backend, budget: BudgetLimits | None, slots: SharedSlots | None = None) -> Gateway:
     """A gateway for a method that prompts the model without a search (a benchmark's sampling lane).
 
-    Built like a search's: over a backend the caller owns, within the shared concurrency limit.
+    Built like a search's: over a backend the caller owns, a span per model call (otel extra), within
+    the shared concurrency limit.
     """
-    return build_gateway(_bottom(SharedBackend(backend), slots), budget)
+    return build_gateway(_bottom(traced(SharedBackend(backend)), slots), budget)
 
 
 def _bottom(backend: Backend, slots: SharedSlots | None) -> Backend:
