@@ -24,6 +24,7 @@ from thoughtloom.search.context import SearchContext
 from thoughtloom.store.sqlite import SQLiteStore
 from thoughtloom.tasks.agent import PlanStep, parse_plan, plan_query
 from thoughtloom.tasks.recursion import ChildSpec, Goal, RecursiveHooks
+from thoughtloom.tasks.research import branch_query, parse_proposals
 
 TEXT_PLAN = "1. Find flights\n2. Find a hotel\n3. [calc] Add up flights and hotel (after 1, 2)\n4. Check the total (after 3)"
 JSON_PLAN = json.dumps({"steps": [{"text": "Find flights"}, {"text": "Find a hotel"},
@@ -246,3 +247,43 @@ async def test_the_embedded_models_grammar_writes_an_agent_plan_that_parses_as_j
     steps = parse_plan(reply, ["calc"])
     assert 1 <= len(steps) <= 6
     assert all(s.text for s in steps)
+
+
+# --- research hypotheses -----------------------------------------------------------------------------
+
+JSON_HYPOTHESES = json.dumps({"hypotheses": [
+    {"answer": "Argus", "reason": "the shipwright of the legend", "confidence": 0.7},
+    {"answer": "Jason", "reason": "he led the crew"},
+    {"answer": "Athena", "reason": "she helped"},
+]})
+
+
+def test_a_research_branch_asks_for_at_most_n_hypotheses_by_json_schema() -> None:
+    schema = json.loads(branch_query("Who built the Argo?", 3).schema or "")
+    hypotheses = schema["properties"]["hypotheses"]
+    assert hypotheses["maxItems"] == 3
+    assert hypotheses["items"]["required"] == ["answer"]
+
+
+def test_json_hypotheses_are_read_as_their_numbered_lines_would_be() -> None:
+    text = "1. Argus - the shipwright of the legend (confidence 0.7)\n2. Jason - he led the crew\n3. Athena - she helped"
+    assert parse_proposals(JSON_HYPOTHESES, 5) == parse_proposals(text, 5)
+
+
+def test_json_hypotheses_keep_each_answer_once_and_at_most_n() -> None:
+    reply = json.dumps({"hypotheses": [{"answer": "Argus"}, {"answer": "the Argus"}, {"answer": "Jason"},
+                                       {"answer": "Athena"}]})
+    assert [p.answer for p in parse_proposals(reply, 2)] == ["Argus", "Jason"]
+
+
+def test_a_research_flow_grows_its_hypotheses_from_a_json_reply(tmp_path: Path) -> None:
+    from test_research_flow import run as run_research
+    from test_research_flow import world
+
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    (folder / "argo.md").write_text("# The Argo\nThe Argo was built by Argus, with the help of Athena.\n")
+    model = world(root=JSON_HYPOTHESES)
+    _, _, result = run_research(model=model, knowledge=str(folder), confidence_threshold=0.99)
+    assert {h.answer for h in result.tree.values() if h.depth == 1} == {"Argus", "Jason", "Athena"}
+    assert all(r.schema is not None for r in model.calls if r.purpose == "branch")
