@@ -23,6 +23,8 @@ from thoughtloom.llm.types import GenerateRequest
 from thoughtloom.search.context import SearchContext
 from thoughtloom.store.sqlite import SQLiteStore
 from thoughtloom.tasks.agent import PlanStep, parse_plan, plan_query
+from thoughtloom.tasks.cove import parse_questions
+from thoughtloom.tasks.cove import plan_query as cove_plan_query
 from thoughtloom.tasks.recursion import ChildSpec, Goal, RecursiveHooks
 from thoughtloom.tasks.research import branch_query, parse_proposals
 
@@ -287,3 +289,32 @@ def test_a_research_flow_grows_its_hypotheses_from_a_json_reply(tmp_path: Path) 
     _, _, result = run_research(model=model, knowledge=str(folder), confidence_threshold=0.99)
     assert {h.answer for h in result.tree.values() if h.depth == 1} == {"Argus", "Jason", "Athena"}
     assert all(r.schema is not None for r in model.calls if r.purpose == "branch")
+
+
+# --- Chain of Verification's plan of questions --------------------------------------------------------
+
+
+def test_a_cove_plan_asks_for_at_most_k_questions_by_json_schema() -> None:
+    schema = json.loads(cove_plan_query("Which river?", "The Danube.", 2).schema or "")
+    assert schema["properties"]["questions"]["maxItems"] == 2
+
+
+def test_json_questions_are_read_each_once_and_at_most_k() -> None:
+    reply = json.dumps({"questions": ["Where was Mozart born?", "where was mozart born?", "Which river?", "A third?"]})
+    assert parse_questions(reply, 2) == ["Where was Mozart born?", "Which river?"]
+
+
+def test_a_cove_run_verifies_the_questions_of_a_json_plan_with_no_parse_failure() -> None:
+    from test_cove import CHECKS, DRAFT, QUESTION, REVISION
+    from test_cove import cove as run_cove
+
+    model = ScriptedBackend()
+    model.on(f"Question: {QUESTION}\n", f"Answer: {DRAFT}")
+    model.on("Verification questions (", json.dumps({"questions": list(CHECKS)}))
+    for question, answer in CHECKS.items():
+        model.on(f"Question: {question}\n", f"Answer: {answer}")
+    model.on("Verifications:\n", f"Final answer: {REVISION}")
+    result = run_cove(model)
+    assert result.answer == REVISION
+    assert [r.schema is not None for r in model.calls if r.purpose == "plan"] == [True]
+    assert result.stats.parse_failures == 0
