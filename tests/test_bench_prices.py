@@ -98,3 +98,11 @@ def test_a_manifest_without_prices_keeps_its_fingerprint(server: FakeOpenAIServe
     assert Protocol.from_dict(old).fingerprint() == Protocol.from_dict(data).fingerprint()
     assert Protocol.from_dict({**data, "price_in": 1.0, "price_out": 1.0}).fingerprint() != \
         Protocol.from_dict(data).fingerprint()
+
+
+def test_a_protocol_built_in_python_with_one_price_only_is_refused() -> None:
+    from thoughtloom.eval.protocol import ProtocolError
+    from thoughtloom.eval.runner import BenchOptions, build_protocol
+
+    with pytest.raises(ProtocolError, match="price_out"):
+        build_protocol(BenchOptions(tasks=["game24"], lanes=["io"], price_in=1.0), datasets={})

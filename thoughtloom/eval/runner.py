@@ -69,6 +69,8 @@ class BenchOptions:
 
 def build_protocol(opts: BenchOptions, datasets: dict[str, Dataset] | None = None) -> Protocol:
     """A frozen protocol: load the data sets, choose the problems, plan every lane."""
+    if (opts.price_in is None) != (opts.price_out is None):
+        raise ProtocolError("give both price_in and price_out (USD per million input and output tokens), or neither")
     datasets = datasets if datasets is not None else {t: load_dataset(t, opts.data_dir) for t in opts.tasks}
     problems = {
         t: [p.id for p in datasets[t].select(opts.limit, opts.selection, opts.ids or None)] for t in opts.tasks
