@@ -147,8 +147,9 @@ def _handler(server: FakeOpenAIServer) -> type[BaseHTTPRequestHandler]:
                 server.in_flight += 1
                 server.peak_in_flight = max(server.peak_in_flight, server.in_flight)
             try:
-                # /v1/messages: Anthropic's Messages API, answered by a responder (tests/test_anthropic_backend.py).
-                if self.path not in ("/v1/chat/completions", "/v1/completions", "/v1/messages"):
+                # /v1/messages: Anthropic's Messages API, answered by a responder (tests/test_anthropic_backend.py);
+                # /api/generate: Ollama's native completion, likewise (tests/test_ollama_format.py).
+                if self.path not in ("/v1/chat/completions", "/v1/completions", "/v1/messages", "/api/generate"):
                     reply = Reply(404, error_body(f"no route {self.path}"))
                 else:
                     reply = server.answer(Seen(self.path, body, {k.lower(): v for k, v in self.headers.items()}))

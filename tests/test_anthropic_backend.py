@@ -114,7 +114,28 @@ async def test_a_reply_schema_is_sent_as_structured_output(
         messages: FakeOpenAIServer, backend: AnthropicBackend) -> None:
     schema = {"type": "object", "properties": {"score": {"type": "integer"}}, "required": ["score"]}
     await backend.generate(ask(schema=json.dumps(schema)))
-    assert messages.seen[0].body["output_config"] == {"format": {"type": "json_schema", "schema": schema}}
+    # Closed, as Anthropic's structured output requires of every object.
+    assert messages.seen[0].body["output_config"] == {"format": {"type": "json_schema", "schema": {
+        **schema, "additionalProperties": False}}}
+
+
+async def test_bounds_anthropic_refuses_are_not_sent_as_schema_keywords(
+        messages: FakeOpenAIServer, backend: AnthropicBackend) -> None:
+    from thoughtloom.tasks.recursion.hooks import plans_schema
+
+    await backend.generate(ask(schema=plans_schema(3)))
+    sent = json.dumps(messages.seen[0].body["output_config"]["format"]["schema"])
+    for refused in ('"minimum"', '"maximum"', '"minLength"', '"maxLength"', '"maxItems"'):
+        assert refused not in sent
+    assert '"additionalProperties": true' not in sent
+
+
+async def test_a_schema_with_a_map_goes_without_structured_output(
+        messages: FakeOpenAIServer, backend: AnthropicBackend) -> None:
+    from thoughtloom.tasks.recursion import ChildSpec
+
+    await backend.generate(ask(schema=ChildSpec("object[integer]").reply_schema()))
+    assert "output_config" not in messages.seen[0].body
 
 
 async def test_chat_form_stop_strings_are_sent_as_stop_sequences(

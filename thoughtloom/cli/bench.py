@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from ..eval.datasets import DATASETS, GAME24_SELECTIONS
+from .common import add_price_options
 
 DEFAULT_BENCH_TOKENS = 4000
 DEFAULT_OUT_ROOT = "loom-bench"
@@ -44,6 +45,7 @@ def add_bench_parser(sub: Any, positive_int: Any, positive_float: Any) -> None:
     b.add_argument("--budget-calls", type=positive_int("--budget-calls"), help="per-problem call limit")
     b.add_argument("--budget-usd", type=positive_float("--budget-usd"), help="per-problem dollar limit")
     b.add_argument("--budget-seconds", type=positive_float("--budget-seconds"), help="per-problem wall-clock limit")
+    add_price_options(b)
     b.add_argument("--temperature", type=float, help="sampling temperature of every lane (default 0.7)")
     b.add_argument("--seed", type=int, help="base seed; problem i gets seed+i in every lane (default 0)")
     b.add_argument("--param", action="append", default=[], metavar="LANE.KEY=VALUE",
@@ -114,9 +116,10 @@ def _options(args: argparse.Namespace) -> Any:
         "limit": args.limit, "selection": args.select, "ids": _split(args.ids) or None,
         "budget_tokens": args.budget_tokens, "budget_calls": args.budget_calls, "budget_usd": args.budget_usd,
         "budget_seconds": args.budget_seconds, "temperature": args.temperature, "seed": args.seed,
-        "data_dir": args.data_dir,
+        "data_dir": args.data_dir, "price_in": args.price_in, "price_out": args.price_out,
     }
     merged = {**base, **{k: v for k, v in flags.items() if v is not None}}
+    _check_prices(merged)
     merged.setdefault("tasks", ["game24"])
     merged.setdefault("lanes", ["io", "cot", "cot_sc", "tot"])
     merged.setdefault("model", os.environ.get("THOUGHTLOOM_MODEL", "local"))
@@ -138,6 +141,17 @@ def _options(args: argparse.Namespace) -> Any:
         return BenchOptions(lane_params=lane_params, lane_overrides=overrides, **merged)
     except TypeError as exc:
         raise BenchError(f"bad protocol: {exc}") from None
+
+
+def _check_prices(settings: dict[str, Any]) -> None:
+    """The price, from the flags or a protocol file, checked as loom solve checks it (both or neither)."""
+    from ..run.options import pricing_of
+    from ..run.spec import SpecError
+
+    try:
+        pricing_of(settings)
+    except SpecError as exc:
+        raise BenchError(str(exc)) from None
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
@@ -184,7 +198,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
         else:
             from ..llm.registry import make_backend
 
-            backend = make_backend(protocol.model, progress=say)
+            # The user's price makes a dollar budget bind and the report's cost known.
+            backend = make_backend(protocol.model, pricing=protocol.pricing, progress=say)
 
             async def go() -> Any:
                 try:
@@ -222,12 +237,11 @@ def _dir_name(tasks: list[str]) -> str:
 
 def _check_priced(protocol: Any) -> None:
     """A dollar budget binds only on a model with a price: refuse a lane that has one without."""
-    from ..run.spec import model_pricing
-
     for plan in protocol.lanes:
-        if plan.budget_usd is not None and model_pricing(plan.model) is None:
+        if plan.budget_usd is not None and protocol.lane_pricing(plan) is None:
             raise BenchError(f"--budget-usd needs a price, and lane {plan.lane}'s model {plan.model} has no known "
-                             "price; budget in tokens (--budget-tokens) or calls (--budget-calls) instead")
+                             "price; give --price-in and --price-out (USD per million tokens) or budget in tokens "
+                             "(--budget-tokens) or calls (--budget-calls) instead")
 
 
 def _shard(text: str | None) -> tuple[int, int]:
@@ -280,7 +294,8 @@ def _report(protocol: Any, out: Path, checks: list[str], *, plot: bool, say: Any
                if r.task in protocol.problems and r.problem_id in set(protocol.problems[r.task])]
     metrics = {t: dataset_spec(t).metric for t in protocol.tasks}
     planned = {t: len(v) for t, v in protocol.problems.items()}
-    summaries = summarize(records, metrics, [p.lane for p in protocol.lanes], planned, protocol.not_applicable)
+    summaries = summarize(records, metrics, [p.lane for p in protocol.lanes], planned, protocol.not_applicable,
+                          prices={p.lane: protocol.lane_pricing(p) for p in protocol.lanes})
     print(format_table(summaries, protocol.not_applicable))
     write_json(out / SUMMARY_JSON, protocol.to_dict(), summaries, checks, protocol.not_applicable)
     write_csv(out / SUMMARY_CSV, summaries)

@@ -67,6 +67,15 @@ def nonnegative_float(name: str, most: float = 1e12):
     return number(name, float, lambda v: 0 <= v <= most, f"at least 0, at most {most:g}")
 
 
+def add_price_options(s: Any) -> None:
+    """--price-in and --price-out, shared by loom solve (and the commands built on it) and loom bench."""
+    s.add_argument("--price-in", type=nonnegative_float("--price-in"), metavar="USD",
+                   help="the model's price per million input tokens (with --price-out); needed for a cost and "
+                   "for --budget-usd when the model is not on the known price list")
+    s.add_argument("--price-out", type=nonnegative_float("--price-out"), metavar="USD",
+                   help="the model's price per million output tokens (with --price-in)")
+
+
 def unit_float(name: str):
     """A number from 0 to 1."""
     return number(name, float, lambda v: 0.0 <= v <= 1.0, "between 0 and 1")

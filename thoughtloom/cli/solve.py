@@ -13,6 +13,7 @@ from .common import (
     MAX_FANOUT,
     MERMAID_FULL_HELP,
     UsageError,
+    add_price_options,
     count,
     nonnegative_float,
     number,
@@ -94,11 +95,7 @@ def add_model_option(s: Any) -> None:
         "openai-compatible:URL@MODEL | ollama:MODEL (optional #chat or #completions); default: local, the default "
         "embedded model (env THOUGHTLOOM_MODEL)",
     )
-    s.add_argument("--price-in", type=nonnegative_float("--price-in"), metavar="USD",
-                   help="the model's price per million input tokens (with --price-out); needed for a cost and "
-                   "for --budget-usd when the model is not on the known price list")
-    s.add_argument("--price-out", type=nonnegative_float("--price-out"), metavar="USD",
-                   help="the model's price per million output tokens (with --price-in)")
+    add_price_options(s)
     s.add_argument("--timeout", type=positive_float("--timeout", 86_400), metavar="S",
                    help="seconds one request to a remote model may take before it is retried (default 120)")
 

@@ -19,6 +19,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..llm.budget import Pricing
+
 #: What every lane must share unless the protocol declares the difference.
 PARITY_FIELDS = ("model", "temperature", "budget_tokens", "budget_calls", "budget_usd", "budget_seconds",
                  "seed", "problems")
@@ -69,6 +71,10 @@ class Protocol:
     code_version: str = ""
     #: data set -> lane -> why that lane cannot run on it (e.g. tot on sorting: no step prompts)
     not_applicable: dict[str, dict[str, str]] = field(default_factory=dict)
+    #: The user's price of `model` in USD per million input / output tokens (--price-in/--price-out):
+    #: what a dollar budget and the report's cost are counted at (None: the known price list's, if any).
+    price_in: float | None = None
+    price_out: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """The manifest: plain data, stable key order."""
@@ -112,7 +118,24 @@ class Protocol:
         data.pop("data_dir", None)  # the same files may be mounted elsewhere on resume
         if not data.get("not_applicable"):
             data.pop("not_applicable", None)  # manifests from before the field existed match
+        for key in ("price_in", "price_out"):
+            if data.get(key) is None:
+                data.pop(key, None)  # likewise for runs without a price of the user's
         return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
+
+    @property
+    def pricing(self) -> Pricing | None:
+        """The user's price of the protocol's model (None when not given)."""
+        if self.price_in is None or self.price_out is None:
+            return None
+        return Pricing(self.price_in, self.price_out)
+
+    def lane_pricing(self, lane: LanePlan) -> Pricing | None:
+        """What a lane's tokens cost: the user's price for the protocol's model, else its model's known
+        price; None when unknown (never $0)."""
+        from ..run.spec import model_pricing
+
+        return model_pricing(lane.model, self.pricing if lane.model == self.model else None)
 
     def plan(self, lane: str) -> LanePlan:
         """The plan of one lane."""
@@ -236,6 +259,11 @@ def _lane_params(value: Any) -> str | None:
     return None if ok else 'an object of lane -> {parameter: value}, e.g. {"cot_sc": {"k": 5}}'
 
 
+def _price(value: Any) -> str | None:
+    ok = value is None or (isinstance(value, (int, float)) and not isinstance(value, bool) and 0 <= value <= 1e12)
+    return None if ok else "a price in USD per million tokens, at least 0 (or null)"
+
+
 def _data_dir(value: Any) -> str | None:
     return None if value is None or (isinstance(value, str) and value) else "a directory path (or null)"
 
@@ -246,6 +274,7 @@ FIELD_CHECKS: dict[str, Callable[[Any], str | None]] = {
     "limit": _positive_int, "budget_tokens": _positive_int, "budget_calls": _positive_int,
     "budget_usd": _positive_number, "budget_seconds": _positive_number, "temperature": _temperature,
     "seed": _seed, "data_dir": _data_dir, "lane_params": _lane_params, "problems": _names,
+    "price_in": _price, "price_out": _price,
 }
 #: Settings one lane of a protocol file may set apart from the others (the audit then needs them declared).
 LANE_FIELDS = ("model", "temperature", "budget_tokens", "budget_calls", "budget_usd", "budget_seconds", "seed",

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import csv
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from statistics import fmean
 
+from ..llm.budget import Pricing
 from .stats import mean_ci, median, median_ci, wilson
 from .store import Record
 
@@ -54,12 +55,20 @@ class LaneSummary:
     citing: int | None = None
     mean_support_precision: float | None = None
     mean_support_precision_ci: tuple[float, float] | None = None
+    #: dollars spent, in all and per problem, at the lane's price (the user's or the known list's);
+    #: None when the lane's model has no known price: unknown, never $0
+    cost_usd: float | None = None
+    mean_cost_usd: float | None = None
 
 
 def summarize(records: Iterable[Record], metrics: dict[str, str], lanes: Sequence[str],
-              planned: dict[str, int], skip: dict[str, dict[str, str]] | None = None) -> list[LaneSummary]:
-    """Per (data set, lane) summaries, in the protocol's order; lanes in `skip` (not applicable) left out."""
+              planned: dict[str, int], skip: dict[str, dict[str, str]] | None = None,
+              prices: Mapping[str, Pricing | None] | None = None) -> list[LaneSummary]:
+    """Per (data set, lane) summaries, in the protocol's order; lanes in `skip` (not applicable) left out.
+
+    prices: lane -> what its tokens cost (None or missing: unknown, and so is the lane's cost)."""
     skip = skip or {}
+    prices = prices or {}
     by: dict[tuple[str, str], list[Record]] = {}
     for r in records:
         by.setdefault((r.task, r.lane), []).append(r)
@@ -79,6 +88,8 @@ def summarize(records: Iterable[Record], metrics: dict[str, str], lanes: Sequenc
             cites = any(r.cited is not None for r in rs)
             # Only answers that cite a sentence have a precision; the others are counted apart, not as 0.
             precisions = [r.support_precision for r in rs if r.support_precision is not None]
+            price = prices.get(lane)
+            cost = None if price is None else sum(price.cost(r.input_tokens, r.output_tokens) for r in rs)
             out.append(LaneSummary(
                 task=task, lane=lane, metric=metric, n=n, planned=planned.get(task, n), solved=solved,
                 rate=solved / n if n else 0.0, rate_ci=wilson(solved, n),
@@ -95,6 +106,7 @@ def summarize(records: Iterable[Record], metrics: dict[str, str], lanes: Sequenc
                 citing=len(precisions) if cites else None,
                 mean_support_precision=fmean(precisions) if precisions else None,
                 mean_support_precision_ci=mean_ci(precisions),
+                cost_usd=cost, mean_cost_usd=None if cost is None or not rs else cost / len(rs),
             ))
     return out
 
@@ -119,7 +131,8 @@ def format_table(summaries: Sequence[LaneSummary], skip: dict[str, dict[str, str
         cites = any(s.citing is not None for s in rows)  # a column only where a lane cites sentences
         if cites:
             head.append("support precision [95% CI] (answers citing)")
-        head += ["mean tokens", "mean calls", *(["mean tool calls"] if tools else []), "wall s (mean)"]
+        head += ["mean tokens", "mean calls", *(["mean tool calls"] if tools else []), "wall s (mean)",
+                 "cost USD (mean)"]
         lines = [f"### {task}", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
         for s in rows:
             n = f"{s.n}" if s.n == s.planned else f"{s.n}/{s.planned}"
@@ -140,6 +153,7 @@ def format_table(summaries: Sequence[LaneSummary], skip: dict[str, dict[str, str
             if tools:
                 cells.append("-" if s.mean_tool_calls is None else f"{s.mean_tool_calls:.1f}")
             cells.append(f"{s.wall_s:,.0f} ({s.mean_wall_s:.1f})")
+            cells.append(_cost_cell(s))
             lines.append("| " + " | ".join([s.lane, n, *cells]) + " |")
         for s in rows:
             if s.lane_errors:
@@ -149,6 +163,13 @@ def format_table(summaries: Sequence[LaneSummary], skip: dict[str, dict[str, str
             lines.append(f"\nnot run on {task}: {lane} ({why})")
         blocks.append("\n".join(lines))
     return "\n\n".join(blocks)
+
+
+def _cost_cell(s: LaneSummary) -> str:
+    """Dollars in all and per problem, e.g. '$0.0123 ($0.0031)'; 'unknown' without a price."""
+    if s.cost_usd is None or s.mean_cost_usd is None:
+        return "unknown"
+    return f"${s.cost_usd:.4g} (${s.mean_cost_usd:.4g})"
 
 
 def _f1_cell(s: LaneSummary) -> str:
@@ -184,7 +205,8 @@ def write_csv(path: Path, summaries: Sequence[LaneSummary]) -> None:
     fields = ["task", "lane", "metric", "n", "planned", "solved", "rate", "rate_ci_low", "rate_ci_high", "any_of_k",
               "median_errors", "median_errors_ci_low", "median_errors_ci_high", "mean_f1", "mean_f1_ci_low",
               "mean_f1_ci_high", "mean_tokens", "mean_calls", "wall_s", "mean_wall_s", "lane_errors", "mean_tool_calls",
-              "citing", "mean_support_precision", "mean_support_precision_ci_low", "mean_support_precision_ci_high"]
+              "citing", "mean_support_precision", "mean_support_precision_ci_low", "mean_support_precision_ci_high",
+              "cost_usd", "mean_cost_usd"]
     with path.open("w", newline="", encoding="utf-8") as fh:
         w = csv.writer(fh)
         w.writerow(fields)
@@ -198,11 +220,17 @@ def write_csv(path: Path, summaries: Sequence[LaneSummary]) -> None:
                         "" if ci[1] is None else ci[1], _num(s.mean_f1), _num(f1_ci[0]), _num(f1_ci[1]),
                         f"{s.mean_tokens:.1f}", f"{s.mean_calls:.2f}", f"{s.wall_s:.1f}", f"{s.mean_wall_s:.2f}",
                         s.lane_errors, _num(s.mean_tool_calls), "" if s.citing is None else s.citing,
-                        _num(s.mean_support_precision), _num(sp_ci[0]), _num(sp_ci[1])])
+                        _num(s.mean_support_precision), _num(sp_ci[0]), _num(sp_ci[1]),
+                        _usd(s.cost_usd), _usd(s.mean_cost_usd)])
 
 
 def _num(x: float | None) -> str:
     return "" if x is None else f"{x:.4f}"
+
+
+def _usd(x: float | None) -> str:
+    # Dollars need more places than rates: a small model's problem can cost well under $0.0001.
+    return "" if x is None else f"{x:.8f}"
 
 
 def write_plot(path: Path, summaries: Sequence[LaneSummary], title: str = "") -> str | None:

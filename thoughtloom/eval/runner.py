@@ -62,10 +62,15 @@ class BenchOptions:
     #: lane -> settings that differ from the shared ones (only to build unfair protocols on purpose)
     lane_overrides: dict[str, dict[str, Any]] = field(default_factory=dict)
     declared_differences: Sequence[str] = ()
+    #: the user's price of `model`, USD per million input / output tokens (both or neither)
+    price_in: float | None = None
+    price_out: float | None = None
 
 
 def build_protocol(opts: BenchOptions, datasets: dict[str, Dataset] | None = None) -> Protocol:
     """A frozen protocol: load the data sets, choose the problems, plan every lane."""
+    if (opts.price_in is None) != (opts.price_out is None):
+        raise ProtocolError("give both price_in and price_out (USD per million input and output tokens), or neither")
     datasets = datasets if datasets is not None else {t: load_dataset(t, opts.data_dir) for t in opts.tasks}
     problems = {
         t: [p.id for p in datasets[t].select(opts.limit, opts.selection, opts.ids or None)] for t in opts.tasks
@@ -107,7 +112,7 @@ def build_protocol(opts: BenchOptions, datasets: dict[str, Dataset] | None = Non
         budget_tokens=opts.budget_tokens, budget_calls=opts.budget_calls, budget_usd=opts.budget_usd,
         budget_seconds=opts.budget_seconds, seed=opts.seed, selection=opts.selection, data_dir=opts.data_dir,
         declared_differences=list(opts.declared_differences), code_version=code_version(),
-        not_applicable=not_applicable,
+        not_applicable=not_applicable, price_in=opts.price_in, price_out=opts.price_out,
     )
 
 
@@ -382,5 +387,6 @@ async def compare_strategies(
                       for r in sorted((r for r in records if r.lane == lane), key=lambda r: order.get(r.problem_id, 0))]
                for lane in ran}
     summaries = summarize(records, {dataset.name: dataset.spec.metric}, list(lanes),
-                          {dataset.name: len(protocol.problems[dataset.name])}, protocol.not_applicable)
+                          {dataset.name: len(protocol.problems[dataset.name])}, protocol.not_applicable,
+                          prices={p.lane: protocol.lane_pricing(p) for p in protocol.lanes})
     return Comparison(results, {s.lane: s for s in summaries}, records, protocol)

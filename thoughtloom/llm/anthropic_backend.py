@@ -115,8 +115,9 @@ class AnthropicBackend:
         # As with OpenAI's chat: completion-form stop strings would cut a chat reply short.
         if request.stop and request.form == "chat":
             params["stop_sequences"] = list(request.stop)
-        if request.schema is not None:
-            params["output_config"] = {"format": {"type": "json_schema", "schema": json.loads(request.schema)}}
+        schema = _structured_schema(request.schema) if request.schema is not None else None
+        if schema is not None:
+            params["output_config"] = {"format": {"type": "json_schema", "schema": schema}}
         return params
 
     def count_tokens(self, prompt: Prompt) -> int | None:
@@ -171,3 +172,27 @@ class AnthropicBackend:
                                            retry_after_s=wait)
             return ModelError(f"model endpoint {where} refused the request ({said}); check the request settings")
         return ModelError(f"model endpoint {where} failed: {_one_line(exc)}")
+
+
+def _structured_schema(text: str) -> dict[str, Any] | None:
+    """A reply schema in the subset Anthropic's structured output takes, or None where it has no form for it.
+
+    The API refuses (HTTP 400) bounds such as minimum, maxLength and maxItems and objects not closed
+    by additionalProperties false; its SDK's transform_schema closes every object and moves those bounds
+    into descriptions (the task's parser still checks them). A map (an object whose keys are free, as a
+    contract's object[integer] value) cannot be closed: such a request goes without a schema, and its
+    free-text reply is read by the task's fallback.
+    """
+    from anthropic import transform_schema
+
+    schema = json.loads(text)
+    return None if _has_map(schema) else transform_schema(schema)
+
+
+def _has_map(schema: Any) -> bool:
+    """Whether a JSON Schema holds an object whose additionalProperties is a schema of its own."""
+    if isinstance(schema, dict):
+        return isinstance(schema.get("additionalProperties"), dict) or any(_has_map(v) for v in schema.values())
+    if isinstance(schema, list):
+        return any(_has_map(v) for v in schema)
+    return False

@@ -31,8 +31,10 @@ if TYPE_CHECKING:
 
 Api = Literal["chat", "completions"]
 #: How a reply schema reaches the server: OpenAI's response_format (chat only; OpenAI, llama.cpp's
-#: server, Ollama), or vLLM's guided_json (both endpoints, so base models get it too).
-SchemaParam = Literal["response_format", "guided_json"]
+#: server), vLLM's guided_json (both endpoints, so base models get it too), or Ollama's: response_format
+#: on chat (Ollama turns its json_schema.schema into its own `format`) and, as Ollama's /v1/completions
+#: has no field for a schema, a completion with a schema goes to its native /api/generate as `format`.
+SchemaParam = Literal["response_format", "guided_json", "ollama"]
 
 # Statuses worth retrying; the same set the SDK itself would retry (408 request timeout,
 # 409 lock timeout, 429 rate limit, 5xx).
@@ -262,6 +264,8 @@ class OpenAIBackend:
             choices = _choices(response)
             texts = tuple((getattr(getattr(c, "message", None), "content", None) or "") for c in choices)
             prompt_text = "".join(m.content for m in messages)
+        elif request.schema is not None and self.schema_param == "ollama":
+            return await self._ollama_generate(client, request, seed)
         else:
             params["max_tokens"] = request.max_tokens
             prompt_text = request.prompt.as_text()
@@ -269,6 +273,29 @@ class OpenAIBackend:
             choices = _choices(response)
             texts = tuple((getattr(c, "text", None) or "") for c in choices)
         return _Sampled(texts, _usage(response, prompt_text, texts))
+
+    async def _ollama_generate(self, client: AsyncOpenAI, request: GenerateRequest, seed: int | None) -> _Sampled:
+        """A completion with a reply schema through Ollama's native /api/generate, whose `format` takes
+        the schema; the prompt and settings as Ollama's /v1/completions would pass them on. One sample:
+        like /v1, it has no n, and the gateway asks again for the rest."""
+        options: dict[str, Any] = {"num_predict": request.max_tokens, "temperature": request.temperature}
+        if request.stop:
+            options["stop"] = list(request.stop)
+        if seed is not None:
+            options["seed"] = seed
+        prompt_text = request.prompt.as_text()
+        assert request.schema is not None
+        body = {"model": self.model, "prompt": prompt_text, "stream": False,
+                "format": json.loads(request.schema), "options": options}
+        data = await client.post(f"{self.base_url.removesuffix('/v1')}/api/generate", cast_to=object, body=body)
+        text = data.get("response") if isinstance(data, dict) else None
+        if not isinstance(text, str):
+            raise ModelError(f"Ollama at {self.base_url.removesuffix('/v1')} answered /api/generate without a "
+                             f"response text ({_one_line(data)}); check that it is Ollama 0.5 or later")
+        prompt_tokens, output_tokens = data.get("prompt_eval_count"), data.get("eval_count")
+        return _Sampled((text,), Usage(
+            prompt_tokens if isinstance(prompt_tokens, int) else _estimate_tokens(prompt_text),
+            output_tokens if isinstance(output_tokens, int) else _estimate_tokens(text)))
 
     def _schema_params(self, request: GenerateRequest) -> dict[str, Any]:
         """The request's reply schema in the form this server takes (none where it has no such form)."""

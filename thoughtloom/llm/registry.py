@@ -16,6 +16,9 @@ Model specs:
     vllm:BASE_URL@MODEL                      a vLLM server: as openai-compatible, with reply
                                              schemas sent as vLLM's guided_json on both endpoints
     ollama:MODEL                             Ollama at OLLAMA_HOST (default http://127.0.0.1:11434)
+                                             reply schemas as response_format on chat (Ollama's
+                                             `format`); with #completions, as `format` on its
+                                             native /api/generate
     anthropic:MODEL                          Anthropic's Messages API (ANTHROPIC_BASE_URL when set);
                                              key from ANTHROPIC_API_KEY; needs the anthropic extra
 
@@ -289,7 +292,7 @@ def make_backend(
         key_env=key_env,
         # Ollama's completions endpoint takes one prompt per request.
         batch=parsed.provider != "ollama",
-        schema_param="guided_json" if parsed.provider == "vllm" else "response_format",
+        schema_param={"vllm": "guided_json", "ollama": "ollama"}.get(parsed.provider, "response_format"),
         **timeout,
     )
 

@@ -133,12 +133,12 @@ def spec_from_options(options: Mapping[str, Any]) -> RunSpec:
         read_roots=tuple(options.get("allow_read") or ()),
         research=_research(options, task_name),
         role_models={role: options[opt] for opt, role in ROLE_MODEL_OPTIONS.items() if options.get(opt)} or None,
-        pricing=_pricing(options), model_timeout_s=options.get("timeout"),
+        pricing=pricing_of(options), model_timeout_s=options.get("timeout"),
     )
 
 
-def _pricing(options: Mapping[str, Any]) -> Pricing | None:
-    """--price-in and --price-out as a Pricing (both or neither)."""
+def pricing_of(options: Mapping[str, Any]) -> Pricing | None:
+    """--price-in and --price-out as a Pricing (both or neither; loom solve's and loom bench's)."""
     price_in, price_out = options.get("price_in"), options.get("price_out")
     if price_in is None and price_out is None:
         return None

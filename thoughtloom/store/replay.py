@@ -173,11 +173,18 @@ class ReplayBackend(BackendWrapper):
                 return
 
     def _take(self, request: GenerateRequest) -> RecordedCall | None:
-        queue = self._queues.get(request_key(request.prompt, request.n, request.max_tokens, request.temperature,
-                                             request.stop, request.seed, self.form, request.schema,
-                                             request.route, request.form, request.choices,
-                                             request.score_choices))
+        queue = self._queues.get(self._key(request, request.schema))
+        if not queue and request.schema is not None:
+            # A run stored before this reply was asked for by schema (votes, plans, contracts, verdicts and
+            # values asked for JSON later): the same request without one is what it recorded, and its
+            # answer (free text, read by the task's text fallback) is what it got.
+            queue = self._queues.get(self._key(request, None))
         return queue.popleft() if queue else None
+
+    def _key(self, request: GenerateRequest, schema: str | None) -> tuple[Any, ...]:
+        return request_key(request.prompt, request.n, request.max_tokens, request.temperature, request.stop,
+                           request.seed, self.form, schema, request.route, request.form, request.choices,
+                           request.score_choices)
 
     async def _turn(self, call: RecordedCall, size: int) -> None:
         """Wait until this recorded exchange is the next to answer, then advance past it."""

@@ -16,9 +16,14 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from .base import ProblemError, Query, Task, few_shot_query, one_line
+from .query import json_object, schema_text
 
 #: Most steps one plan may have: a longer plan is cut (and the cut said on the plan node).
 MAX_PLAN_STEPS = 8
+#: Most steps and characters per step a plan's reply schema allows: the prompt asks for 3 to 6 short
+#: lines, and where the schema is enforced a bounded plan always closes within the query's max_tokens.
+SCHEMA_PLAN_STEPS = 6
+SCHEMA_STEP_CHARS = 80
 #: Sampling temperature of a tool call: arguments are copied from results, not invented (and a small
 #: model sampled hot runs on inside an expression until max_tokens).
 TOOL_TEMPERATURE = 0.2
@@ -111,18 +116,38 @@ _AFTER = re.compile(r"\(\s*after\s+((?:step\s*)?\d+(?:\s*(?:,|and|&)\s*(?:step\s
 _TOOL_TAG = re.compile(r"^\[\s*([A-Za-z][\w.:-]*)\s*\]\s*")
 
 
+def plan_schema(tools: Sequence[str]) -> str:
+    """The reply a plan query asks for: {"steps": [{"text", "after", "tool"}]}, steps numbered by position,
+    "after" naming earlier steps' numbers, "tool" one of the granted tools."""
+    step: dict[str, Any] = {
+        "text": {"type": "string", "minLength": 1, "maxLength": SCHEMA_STEP_CHARS},
+        "after": {"type": "array", "maxItems": SCHEMA_PLAN_STEPS - 1, "items": {"type": "integer", "minimum": 1}},
+    }
+    if tools:
+        step["tool"] = {"enum": sorted(tools)}
+    return schema_text({"type": "object", "properties": {"steps": {
+        "type": "array", "minItems": 1, "maxItems": SCHEMA_PLAN_STEPS,
+        "items": {"type": "object", "properties": step, "required": ["text"]}}}, "required": ["steps"]})
+
+
 def plan_query(task: str, tools: Sequence[str]) -> Query:
-    """Ask for a numbered plan whose steps name their dependencies and tools."""
+    """Ask for a numbered plan whose steps name their dependencies and tools (as JSON where the backend
+    enforces the schema; numbered lines elsewhere)."""
     tool_line = ", ".join(tools) if tools else "none"
-    return few_shot_query(_PLAN_SYSTEM, [_PLAN_EXAMPLE], f"Task: {task}\nTools: {tool_line}", max_tokens=220)
+    return few_shot_query(_PLAN_SYSTEM, [_PLAN_EXAMPLE], f"Task: {task}\nTools: {tool_line}", max_tokens=220,
+                          schema=plan_schema(tools))
 
 
 def parse_plan(text: str, tools: Sequence[str] = ()) -> list[PlanStep]:
-    """Numbered lines as plan steps; dependencies on missing or later steps are dropped, tools kept only if granted.
+    """Plan steps from a {"steps": [...]} reply, else from numbered lines; dependencies on missing or later
+    steps are dropped, tools kept only if granted.
 
     A dependency can only point back (to an earlier number), so a plan read here cannot hold a
     cycle; `check_plan` refuses explicit plans that would make one.
     """
+    data = json_object(text)
+    if data is not None and isinstance(data.get("steps"), list):
+        return _json_plan(data["steps"], tools)
     steps: list[PlanStep] = []
     seen: set[int] = set()
     for line in text.splitlines():
@@ -146,6 +171,27 @@ def parse_plan(text: str, tools: Sequence[str] = ()) -> list[PlanStep]:
         if not body:
             continue
         steps.append(PlanStep(number, body, after, tool))
+        seen.add(number)
+        if len(steps) >= MAX_PLAN_STEPS:
+            break
+    return steps
+
+
+def _json_plan(items: Sequence[Any], tools: Sequence[str]) -> list[PlanStep]:
+    """Plan steps from a structured reply's items, numbered by position (an item without text is skipped,
+    keeping the numbers the others' "after" lists refer to)."""
+    steps: list[PlanStep] = []
+    seen: set[int] = set()
+    for number, item in enumerate(items, 1):
+        body = item.get("text") if isinstance(item, dict) else None
+        if not isinstance(body, str) or not body.strip():
+            continue
+        after_raw = item.get("after")
+        after = tuple(sorted({a for a in after_raw if isinstance(a, int) and not isinstance(a, bool)} & seen)
+                      if isinstance(after_raw, list) else ())
+        tool = item.get("tool")
+        tool = tool.lower() if isinstance(tool, str) and tool.lower() in tools else None
+        steps.append(PlanStep(number, " ".join(body.split()), after, tool))
         seen.add(number)
         if len(steps) >= MAX_PLAN_STEPS:
             break

@@ -14,6 +14,7 @@ import re
 from collections.abc import Sequence
 
 from .base import Query, few_shot_query, one_line
+from .query import json_object, schema_text
 
 DRAFT_TOKENS = 320
 #: Tokens per planned question (one short line each).
@@ -22,6 +23,8 @@ ANSWER_TOKENS = 128
 REVISE_TOKENS = 320
 #: Characters of the draft and of each verification answer shown in later prompts.
 SHOWN_CHARS = 1200
+#: Longest question the plan's reply schema allows: where it is enforced, k of them fit the plan's max_tokens.
+SCHEMA_QUESTION_CHARS = 150
 
 _DRAFT_SYSTEM = "Answer the question. Give the answer and the facts it rests on, briefly."
 _DRAFT_EXAMPLE = (
@@ -65,11 +68,19 @@ def draft_query(problem: str) -> Query:
                           stop=("\n\n", "\nQuestion:"))
 
 
+def questions_schema(k: int) -> str:
+    """The reply a plan query asks for: {"questions": [...]}, 1 to k questions."""
+    return schema_text({"type": "object", "properties": {"questions": {
+        "type": "array", "minItems": 1, "maxItems": max(1, k),
+        "items": {"type": "string", "minLength": 1, "maxLength": SCHEMA_QUESTION_CHARS}}}, "required": ["questions"]})
+
+
 def plan_query(problem: str, draft: str, k: int) -> Query:
-    """At most k verification questions about the facts and steps the draft rests on."""
+    """At most k verification questions about the facts and steps the draft rests on (as JSON where the
+    backend enforces the schema, numbered lines elsewhere)."""
     user = f"Question: {problem}\nDraft answer: {one_line(draft, SHOWN_CHARS)}\nVerification questions ({k}):"
     return few_shot_query(_PLAN_SYSTEM, [_PLAN_EXAMPLE], user, QUESTION_TOKENS * k + 16,
-                          stop=("\n\n", "\nQuestion:"))
+                          stop=("\n\n", "\nQuestion:"), schema=questions_schema(k))
 
 
 def answer_query(question: str) -> Query:
@@ -86,11 +97,17 @@ def revise_query(problem: str, draft: str, checks: Sequence[tuple[str, str]]) ->
 
 
 def parse_questions(text: str, k: int) -> list[str]:
-    """The planned questions: numbered or bulleted lines (else lines ending in '?'), each once, at most k."""
-    lines = [line for line in text.splitlines() if line.strip()]
-    items = [m.group(1) for m in map(_ITEM.match, lines) if m is not None]
-    if not items:
-        items = [line.strip() for line in lines if line.strip().endswith("?")]
+    """The planned questions: a {"questions": [...]} reply's, else numbered or bulleted lines (else lines
+    ending in '?'), each once, at most k."""
+    data = json_object(text)
+    listed = data.get("questions") if data is not None else None
+    if isinstance(listed, list):
+        items = [" ".join(q.split()) for q in listed if isinstance(q, str)]
+    else:
+        lines = [line for line in text.splitlines() if line.strip()]
+        items = [m.group(1) for m in map(_ITEM.match, lines) if m is not None]
+        if not items:
+            items = [line.strip() for line in lines if line.strip().endswith("?")]
     out: list[str] = []
     for item in items:
         question = item.strip().strip("*").strip()

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
+from typing import Any
 
 from ..llm.types import Prompt
 
@@ -35,3 +37,17 @@ class Verdict:
     def repaired(self) -> bool:
         """True when the validator changed the thought."""
         return self.ok and self.note is not None
+
+
+def schema_text(schema: dict[str, Any]) -> str:
+    """A JSON Schema as a Query carries it: sorted and compact, so a stored request's key is the same text each time."""
+    return json.dumps(schema, sort_keys=True, separators=(",", ":"))
+
+
+def json_object(text: str) -> dict[str, Any] | None:
+    """A reply that is one JSON object (what a structured request asks for), or None."""
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None

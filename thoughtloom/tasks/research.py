@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from .base import ProblemError, Query, Task, few_shot_query, one_line
+from .query import json_object, schema_text
 
 #: Characters of a passage or an evidence line shown in a prompt.
 PASSAGE_CHARS = 600
@@ -92,6 +93,23 @@ _STATED = re.compile(r"\(?\s*confidence\s*[:=]?\s*([01](?:\.\d+)?)\s*\)?\s*\.?\s
 _SPLIT = re.compile(r"\s+[-–—]\s+|:\s+")
 
 
+#: Longest answer and reason a hypothesis's reply schema allows: bounded so that where the schema is
+#: enforced n hypotheses fit the query's max_tokens (40 per hypothesis) and the JSON closes.
+SCHEMA_ANSWER_CHARS = 40
+SCHEMA_REASON_CHARS = 50
+
+
+def hypotheses_schema(n: int) -> str:
+    """The reply a branch query asks for: {"hypotheses": [{"answer", "reason", "confidence"}]}, 1 to n of them."""
+    item = {"type": "object", "properties": {
+        "answer": {"type": "string", "minLength": 1, "maxLength": SCHEMA_ANSWER_CHARS},
+        "reason": {"type": "string", "maxLength": SCHEMA_REASON_CHARS},
+        "confidence": {"type": "number", "minimum": 0, "maximum": 1},
+    }, "required": ["answer"]}
+    return schema_text({"type": "object", "properties": {"hypotheses": {
+        "type": "array", "minItems": 1, "maxItems": max(1, n), "items": item}}, "required": ["hypotheses"]})
+
+
 def branch_query(question: str, n: int, *, passages: Sequence[tuple[str, str]] = (), hypothesis: str | None = None,
                  evidence: Sequence[str] = ()) -> Query:
     """Ask for n hypotheses: answers to the question (from passages), or alternatives to a hypothesis given its evidence."""
@@ -106,7 +124,7 @@ def branch_query(question: str, n: int, *, passages: Sequence[tuple[str, str]] =
     else:
         parts.append(f"Hypotheses ({n}):")
     return few_shot_query(_BRANCH_SYSTEM, [_BRANCH_EXAMPLE], "\n".join(parts), max_tokens=40 * n + 20,
-                          temperature=BRANCH_TEMPERATURE)
+                          temperature=BRANCH_TEMPERATURE, schema=hypotheses_schema(n))
 
 
 def proposal_of(line: str) -> Proposal | None:
@@ -123,15 +141,34 @@ def proposal_of(line: str) -> Proposal | None:
     return Proposal(body, head if head and len(head.split()) <= 8 else None, confidence)
 
 
+def _json_proposal(item: object) -> Proposal | None:
+    """One hypothesis of a structured reply, stated as a numbered line would state it ("answer - reason")."""
+    if not isinstance(item, dict) or not isinstance(item.get("answer"), str):
+        return None
+    answer = " ".join(item["answer"].split()).strip(" .\"'")
+    if not answer:
+        return None
+    reason = " ".join(str(item.get("reason") or "").split())
+    stated = item.get("confidence")
+    confidence = (min(1.0, max(0.0, float(stated)))
+                  if isinstance(stated, (int, float)) and not isinstance(stated, bool) else None)
+    return Proposal(f"{answer} - {reason}" if reason else answer, answer if len(answer.split()) <= 8 else None,
+                    confidence)
+
+
 def parse_proposals(text: str, n: int) -> list[Proposal]:
-    """Numbered lines as proposals (at most n; a repeated answer is kept once)."""
+    """Proposals from a {"hypotheses": [...]} reply, else from numbered lines (at most n; a repeated answer
+    is kept once)."""
+    data = json_object(text)
+    items = data.get("hypotheses") if data is not None else None
+    if isinstance(items, list):
+        candidates = [_json_proposal(item) for item in items]
+    else:
+        lines = (_PROPOSAL.match(line.strip().strip("*")) for line in text.splitlines())
+        candidates = [proposal_of(m.group(2)) for m in lines if m is not None]
     out: list[Proposal] = []
     seen: set[str] = set()
-    for line in text.splitlines():
-        m = _PROPOSAL.match(line.strip().strip("*"))
-        if m is None:
-            continue
-        proposal = proposal_of(m.group(2))
+    for proposal in candidates:
         key = answer_key(proposal.answer or proposal.content) if proposal is not None else ""
         if proposal is None or not key or key in seen:
             continue

@@ -7,10 +7,15 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..query import json_object, schema_text
+
 #: Output types a child spec may require; each has an exact check and a parser from model text.
 SPEC_TYPES: tuple[str, ...] = ("text", "integer", "number", "boolean", "list[integer]", "list[text]", "object[integer]")
 #: Most retries / replans / backtracks one contract may ask for: so a failing plan cannot multiply its cost.
 MAX_POLICY_COUNT = 5
+#: Longest instruction (or goal) a reply schema lets a model write: where the schema is enforced, a
+#: model that never closes its string is cut off by the grammar, not by max_tokens mid-JSON.
+MAX_SCHEMA_TEXT = 300
 
 
 class ContractError(ValueError):
@@ -65,6 +70,24 @@ class ChildSpec:
             return None
         return f"unknown type {t!r}"
 
+    def value_schema(self) -> dict[str, Any]:
+        """The JSON Schema of a value of this type (a list or object of a fixed size keeps to it)."""
+        t = self.type
+        if t in ("integer", "number", "boolean"):
+            return {"type": t}
+        if t.startswith("list["):
+            schema: dict[str, Any] = {"type": "array", "items": {"type": "integer" if t == "list[integer]" else "string"}}
+            if self.length is not None:
+                schema.update(minItems=self.length, maxItems=self.length)
+            return schema
+        if t == "object[integer]":
+            return {"type": "object", "additionalProperties": {"type": "integer"}}
+        return {"type": "string", "minLength": 1}
+
+    def reply_schema(self) -> str:
+        """The reply a solve or combine query asks for: {"value": V}, V of this type (JSON, sorted keys)."""
+        return schema_text({"type": "object", "properties": {"value": self.value_schema()}, "required": ["value"]})
+
     def _bounds(self, v: float) -> str | None:
         if self.minimum is not None and v < self.minimum:
             return f"{v} is below the minimum {self.minimum:g}"
@@ -73,9 +96,14 @@ class ChildSpec:
         return None
 
     def parse(self, text: str) -> Any:
-        """The typed value in a model reply, or None when there is none of this type."""
+        """The typed value in a model reply, or None when there is none of this type.
+
+        A {"value": V} reply (what `reply_schema` asks for) gives V; anything else is read as text."""
         t = self.type
         text = text.strip()
+        structured = json_object(text)
+        if structured is not None and "value" in structured:
+            return structured["value"]
         if t == "text":
             return text or None
         if t == "boolean":
@@ -149,6 +177,23 @@ class Contract:
             "verify_instruction": self.verify_instruction,
             "failure_policy": self.failure_policy.to_dict(),
         }
+
+
+def contract_schema() -> dict[str, Any]:
+    """The JSON Schema of a contract as a model writes it: child types by name, both instructions, a policy."""
+    count = {"type": "integer", "minimum": 0, "maximum": MAX_POLICY_COUNT}
+    text = {"type": "string", "minLength": 1, "maxLength": MAX_SCHEMA_TEXT}
+    return {
+        "type": "object",
+        "properties": {
+            "child_specs": {"type": "array", "minItems": 1, "items": {"enum": list(SPEC_TYPES)}},
+            "combine_instruction": text,
+            "verify_instruction": text,
+            "failure_policy": {"type": "object", "properties": {k: count for k in ("retry", "replan", "backtrack")},
+                               "required": ["retry", "replan", "backtrack"]},
+        },
+        "required": ["child_specs", "combine_instruction", "verify_instruction", "failure_policy"],
+    }
 
 
 def check_contract(contract: Contract | None, n_children: int) -> None:

@@ -17,8 +17,16 @@ from typing import Any
 
 from ..similarity import is_paraphrase, normalize_words
 from ...llm.types import Message, Prompt
-from ..query import Query
-from .contract import ChildSpec, Contract, ContractError, FailurePolicy, parse_contract
+from ..query import Query, json_object, schema_text
+from .contract import (
+    MAX_SCHEMA_TEXT,
+    ChildSpec,
+    Contract,
+    ContractError,
+    FailurePolicy,
+    contract_schema,
+    parse_contract,
+)
 
 MODES: tuple[str, ...] = ("decompose", "solve", "chain")
 
@@ -73,6 +81,35 @@ class Verification:
         if self.errors is not None:
             out["errors"] = self.errors
         return out
+
+
+def plans_schema(k: int) -> str:
+    """The reply a propose query asks for: {"plans": [...]}, 1 to k plans, each a direct solve or a
+    decomposition with its children and contract (JSON, sorted keys: part of a stored request's key)."""
+    text = {"type": "string", "minLength": 1, "maxLength": MAX_SCHEMA_TEXT}
+    confidence = {"type": "number", "minimum": 0, "maximum": 1}
+    solve = {"type": "object", "properties": {"mode": {"const": "solve"}, "confidence": confidence},
+             "required": ["mode"]}
+    split = {
+        "type": "object",
+        "properties": {
+            "mode": {"enum": [m for m in MODES if m != "solve"]},
+            "confidence": confidence,
+            "children": {"type": "array", "minItems": 1, "items": {
+                "type": "object", "properties": {"goal": text, "context": {"type": "string", "maxLength": MAX_SCHEMA_TEXT}},
+                "required": ["goal"]}},
+            "contract": contract_schema(),
+        },
+        "required": ["mode", "confidence", "children", "contract"],
+    }
+    plans = {"type": "array", "minItems": 1, "maxItems": max(1, k), "items": {"anyOf": [solve, split]}}
+    return schema_text({"type": "object", "properties": {"plans": plans}, "required": ["plans"]})
+
+
+#: The reply a verify query asks for (JSON, sorted keys).
+VERIFICATION_SCHEMA = schema_text(
+    {"type": "object", "properties": {"verdict": {"enum": ["PASS", "FAIL"]},
+                                      "reason": {"type": "string", "maxLength": 160}}, "required": ["verdict"]})
 
 
 def _normal(text: str) -> str:
@@ -149,10 +186,11 @@ class RecursiveHooks:
             "\"backtrack\": 1}}}. chain children run in order, each seeing the previous result.\n"
             f"Goal: {goal.text}\n{context}{retry}Plans (JSON):"
         )
+        # The prompt already asks for this JSON; where the backend enforces the schema it is all it can write.
         return Query(Prompt(text=text, messages=(
             Message("system", "You plan how to solve problems by decomposing them. Reply with JSON only."),
             Message("user", text),
-        )), max_tokens=600)
+        )), max_tokens=600, schema=plans_schema(k))
 
     def parse_plans(self, goal: Goal, text: str) -> list[Plan]:
         """The plans in a propose reply; malformed decompositions come back with `invalid` set."""
@@ -202,7 +240,8 @@ class RecursiveHooks:
         context = "".join(f"Context: {c}\n" for c in goal.context)
         retry = f"A previous answer was rejected: {feedback}\n" if feedback else ""
         text = f"Solve the goal. Answer with a {spec.type} only.\nGoal: {goal.text}\n{context}{retry}Answer:"
-        return Query(Prompt(text=text, messages=(Message("user", text),)), max_tokens=300)
+        # Where the schema is enforced the reply is {"value": V} of the contract's type; elsewhere free text.
+        return Query(Prompt(text=text, messages=(Message("user", text),)), max_tokens=300, schema=spec.reply_schema())
 
     def parse_result(self, goal: Goal, text: str) -> Any:
         """The typed value in a solve or combine reply (None when there is none)."""
@@ -226,7 +265,8 @@ class RecursiveHooks:
             f"Instruction: {plan.contract.combine_instruction}\nSub-results:\n{parts}{retry}"
             f"Combined result ({self.spec(goal).type}):"
         )
-        return Query(Prompt(text=text, messages=(Message("user", text),)), max_tokens=400)
+        return Query(Prompt(text=text, messages=(Message("user", text),)), max_tokens=400,
+                     schema=self.spec(goal).reply_schema())
 
     def verify(self, goal: Goal, value: Any) -> Verification | None:
         """Programmatic verification of a goal's result; None when the task has none."""
@@ -238,10 +278,18 @@ class RecursiveHooks:
             f"Verify the result of the goal.\nGoal: {goal.text}\nCheck: {instruction}\n"
             f"Result: {self.render(goal, value)}\nReply PASS, or FAIL and the reason.\nVerdict:"
         )
-        return Query(Prompt(text=text, messages=(Message("user", text),)), max_tokens=60, temperature=0.0)
+        return Query(Prompt(text=text, messages=(Message("user", text),)), max_tokens=60, temperature=0.0,
+                     schema=VERIFICATION_SCHEMA)
 
     def parse_verification(self, text: str) -> Verification:
-        """PASS / FAIL from a verify reply (anything else counts as a failure the model could not state)."""
+        """PASS / FAIL from a verify reply: {"verdict": ..., "reason": ...} as JSON, else the words in text
+        (anything else counts as a failure the model could not state)."""
+        data = json_object(text)
+        if data is not None and data.get("verdict") in ("PASS", "FAIL"):
+            passed = data["verdict"] == "PASS"
+            reason = str(data.get("reason") or "").strip()[:160]
+            return Verification(passed, 0.8 if passed else 0.0,
+                                (f"model: {data['verdict']}" + (f": {reason}" if reason else ""),))
         m = re.search(r"\b(PASS|FAIL)\b", text, re.I)
         if m is None:
             return Verification(False, 0.0, (f"no verdict in {text.strip()[:80]!r}",))
