@@ -215,8 +215,10 @@ def test_inconsistent_thresholds_exit_2() -> None:
 
 def test_ctrl_c_prints_what_was_found_and_exits_130(server: FakeOpenAIServer) -> None:
     def slow(seen: Seen) -> Reply:
+        # The first replies come quickly (something is found); later ones not before the Ctrl-C, however
+        # slow the machine, so the search cannot finish first.
         reply = game24_server_reply(seen)
-        return Reply(reply.status, reply.body, delay_s=0.3)
+        return Reply(reply.status, reply.body, delay_s=0.3 if len(server.seen) <= 2 else 60)
 
     server.responder = slow
     proc = subprocess.Popen(
@@ -225,7 +227,7 @@ def test_ctrl_c_prints_what_was_found_and_exits_130(server: FakeOpenAIServer) ->
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=Path(__file__).parents[1],
     )
     deadline = time.monotonic() + 30
-    while len(server.seen) < 2 and time.monotonic() < deadline:  # the search is under way
+    while len(server.seen) < 3 and time.monotonic() < deadline:  # the first replies are in
         time.sleep(0.05)
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=60)
