@@ -219,7 +219,7 @@ def test_an_upstream_fetch_of_game24_test_checks_the_original_then_writes_the_te
 def test_game24_test_is_pinned_to_the_same_upstream_original_as_the_dev_split() -> None:
     dev, test = SOURCES["game24"].files[0], SOURCES["game24_test"].files[0]
     assert (test.upstream, test.upstream_sha256) == (dev.upstream, dev.upstream_sha256)
-    assert test.direct and test.sha256 != dev.sha256
+    assert test.original_pinned and test.sha256 != dev.sha256
 
 
 def test_the_upstream_24_csv_name_is_read_as_the_test_split_for_game24_test(tmp_path: Path) -> None:
@@ -279,6 +279,68 @@ def test_the_upstream_hotpotqa_file_is_read_as_its_first_50_questions(tmp_path: 
     assert len(load_dataset("hotpotqa", tmp_path).problems) == 50
 
 
+def official_hotpotqa(questions: int = 100) -> bytes:
+    """The official dev (distractor) file's layout rebuilt from the dev file, with stand-ins after the first 50."""
+    hf = json.loads((DATA / "hotpotqa" / "hotpot_dev_distractor_first50.json").read_text())
+    rows = [{"_id": str(i), "question": r["question"], "answer": r["answer"], "type": r["type"], "level": r["level"],
+             "supporting_facts": [list(p) for p in zip(r["supporting_facts"]["title"], r["supporting_facts"]["sent_id"])],
+             "context": [list(p) for p in zip(r["context"]["title"], r["context"]["sentences"])]}
+            for i, r in enumerate((hf * 2)[:questions])]
+    return json.dumps(rows).encode()
+
+
+def pretty_sanitized_mbpp() -> bytes:
+    """sanitized-mbpp.json as a copy might hold it: the dev rows plus a test-split row, pretty-printed."""
+    rows = json.loads((DATA / "mbpp" / "sanitized-mbpp-nontest.json").read_text())
+    return json.dumps([{**rows[0], "task_id": 11}, *rows], indent=4).encode()
+
+
+@contextmanager
+def upstream(name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, original: bytes) -> Iterator[None]:
+    """The set's upstream original served from 127.0.0.1 under its upstream file name, with today's pins."""
+    pinned = SOURCES[name].files[0]
+    (tmp_path / "up").mkdir(exist_ok=True)
+    (tmp_path / "up" / pinned.upstream.rsplit("/", 1)[1]).write_bytes(original)
+    with mirror(tmp_path / "up") as url:
+        local = DataFile(pinned.path, pinned.sha256, f"{url}/{pinned.upstream.rsplit('/', 1)[1]}",
+                         pinned.upstream_sha256, pinned.split)
+        monkeypatch.setitem(SOURCES, name, DataSource(name, (local,), "test", "test"))
+        yield
+
+
+@pytest.mark.parametrize(("name", "original"), [("mbpp", pretty_sanitized_mbpp), ("hotpotqa", official_hotpotqa)])
+def test_a_set_whose_original_is_unpinned_is_fetched_from_upstream_and_its_split_checked(
+        name: str, original: object, cache: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    assert not SOURCES[name].files[0].original_pinned
+    with upstream(name, tmp_path, monkeypatch, original()):  # type: ignore[operator]
+        assert main(["data", "fetch", name]) == 0
+    written = cache / SOURCES[name].files[0].path
+    assert written.read_bytes() == (DATA / SOURCES[name].files[0].path).read_bytes()
+
+
+def test_an_unpinned_original_with_other_content_is_refused_after_its_split(
+        cache: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    changed = official_hotpotqa().replace(b'"answer": "yes"', b'"answer": "no"', 1)
+    with upstream("hotpotqa", tmp_path, monkeypatch, changed):
+        assert main(["data", "fetch", "hotpotqa"]) == 2
+    err = capsys.readouterr().err
+    assert "refused hotpotqa/hotpot_dev_distractor_first50.json (split of http://127.0.0.1:" in err
+    assert err.count("\n") == 1 and not (cache / "hotpotqa").exists()
+
+
+def test_an_original_the_split_cannot_read_is_a_one_line_error(
+        cache: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    with upstream("mbpp", tmp_path, monkeypatch, b"<html>moved</html>"):
+        assert main(["data", "fetch", "mbpp"]) == 2
+    err = capsys.readouterr().err
+    assert "cannot split http://127.0.0.1:" in err and "not the layout this version reads" in err
+    assert err.count("\n") == 1
+
+
+def test_the_mbpp_original_is_read_at_a_pinned_commit() -> None:
+    assert "/google-research/google-research/30adf0ec5f35f9609c2f1d896005e184195d9146/" in SOURCES["mbpp"].files[0].upstream
+
+
 # --- "not found" says how to get it ---------------------------------------------------------------
 
 
@@ -295,12 +357,9 @@ def test_bench_without_the_data_names_the_fetch_command_in_one_line(
     assert code == 2 and err.count("\n") == 1 and "`loom data fetch game24`" in err
 
 
-def test_a_set_whose_original_is_not_pinned_says_where_to_download_it(
-        cache: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    with pytest.raises(DataError, match=r"`loom data fetch mbpp --from MIRROR_URL`, or download https://"):
+def test_a_missing_mbpp_names_the_command_that_fetches_it(cache: Path) -> None:
+    with pytest.raises(DataError, match=r"not found; run `loom data fetch mbpp`"):
         load_dataset("mbpp")
-    assert main(["data", "fetch", "mbpp"]) == 2
-    assert "not pinned" in capsys.readouterr().err
 
 
 def test_data_path_of_a_missing_set_names_the_fetch_command(cache: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -333,13 +392,13 @@ def test_data_list_marks_the_standard_test_splits(cache: Path, capsys: pytest.Ca
     assert "test is for a final evaluation, never for tuning prompts" in out
 
 
-def test_data_list_says_mbpp_and_hotpotqa_come_only_from_a_mirror_or_a_download(
+def test_data_list_says_which_sets_are_checked_after_their_split_only(
         cache: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["data", "list"]) == 0
     lines = {line.split()[0]: line for line in capsys.readouterr().out.splitlines() if line.strip()}
     for name in ("mbpp", "hotpotqa"):
-        assert "checksum not pinned: mirror or --data-dir" in lines[name]
-    assert "not pinned" not in lines["game24_test"] and "not pinned" not in lines["gsm8k_test"]
+        assert "original unpinned: its split is checked" in lines[name]
+    assert "unpinned" not in lines["game24_test"] and "unpinned" not in lines["gsm8k_test"]
 
 
 def test_an_unknown_set_is_a_one_line_error(cache: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -431,7 +490,7 @@ def test_a_missing_keyword_counting_file_names_its_fetch_command(cache: Path) ->
 def test_solve_finds_a_fetched_mbpp_file_in_the_cache(cache: Path, shared_mirror: str,
                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("THOUGHTLOOM_MBPP", raising=False)
-    with pytest.raises(ProblemError, match=r"`loom data fetch mbpp --from MIRROR_URL`"):
+    with pytest.raises(ProblemError, match=r"run `loom data fetch mbpp` or pass --data"):
         find_mbpp()
     fetch("mbpp", base_url=shared_mirror)
     assert find_mbpp() == cache / "mbpp" / "sanitized-mbpp-nontest.json"

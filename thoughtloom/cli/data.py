@@ -64,8 +64,8 @@ def _list(data_dir: Any) -> int:
     print(f"{'data set':<21}{'split':<7}{'state':<13}{'licence':<14}source")
     for name, src in SOURCES.items():
         state = "here" if is_present(src, data_dir) else "not fetched"
-        mirror = "" if all(f.direct for f in src.files) else " [original's checksum not pinned: mirror or --data-dir]"
-        print(f"{name:<21}{src.split:<7}{state:<13}{src.licence:<14}{src.origin}{mirror}")
+        checked = "" if all(f.original_pinned for f in src.files) else " [original unpinned: its split is checked]"
+        print(f"{name:<21}{src.split:<7}{state:<13}{src.licence:<14}{src.origin}{checked}")
     bundled = [n for n, spec in DATASETS.items() if spec.path is None]
     for name in bundled:
         print(f"{name:<21}{'all':<7}{'bundled':<13}{'MIT':<14}{DATASETS[name].note}")

@@ -74,8 +74,8 @@ def find_mbpp(path: str | Path | None = None) -> Path:
             return c
     if path:
         raise ProblemError(f"MBPP data not found at {path}; pass --data PATH/TO/{MBPP_FILE}")
-    raise ProblemError(f"MBPP data not found at ${MBPP_ENV} or {candidates[-1]}; run `loom data fetch mbpp --from "
-                       f"MIRROR_URL` (see `loom data list`) or pass --data PATH/TO/{MBPP_FILE}")
+    raise ProblemError(f"MBPP data not found at ${MBPP_ENV} or {candidates[-1]}; run `loom data fetch mbpp` "
+                       f"or pass --data PATH/TO/{MBPP_FILE}")
 
 
 def load_mbpp(path: str | Path | None = None) -> dict[str, BenchmarkItem]:
