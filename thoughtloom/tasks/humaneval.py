@@ -89,7 +89,7 @@ def load_mbpp(path: str | Path | None = None) -> dict[str, BenchmarkItem]:
     items = {}
     for row in rows:
         tests = list(row["test_list"])
-        match = re.search(r"^def\s+(\w+)\s*\(", row.get("code", ""), re.M)
+        match = re.search(r"^def\s+(\w+)\s*\(", row.get("code", ""), re.MULTILINE)
         entry = match.group(1) if match else None
         imports = "\n".join(row.get("test_imports") or [])
         visible = "\n".join(filter(None, [imports, tests[0]])) if tests else ""
