@@ -215,10 +215,10 @@ def test_inconsistent_thresholds_exit_2() -> None:
 
 def test_ctrl_c_prints_what_was_found_and_exits_130(server: FakeOpenAIServer) -> None:
     def slow(seen: Seen) -> Reply:
-        # The first replies come quickly (something is found); later ones not before the Ctrl-C, however
-        # slow the machine, so the search cannot finish first.
+        # The first replies come quickly (something is found); later ones slowly, so a loaded machine
+        # cannot finish the search before the Ctrl-C.
         reply = game24_server_reply(seen)
-        return Reply(reply.status, reply.body, delay_s=0.3 if len(server.seen) <= 2 else 60)
+        return Reply(reply.status, reply.body, delay_s=0.3 if len(server.seen) <= 2 else 3)
 
     server.responder = slow
     proc = subprocess.Popen(
