@@ -157,7 +157,6 @@ class Gateway:
         self.listener = listener
         self.records: list[CallRecord] = []
         self._rng = random.Random(rng_seed)
-        self._eager_safe = bool(getattr(backend, "eager_safe", False))
         self._warned: set[str] = set()
 
     @property
@@ -368,9 +367,9 @@ class Gateway:
             usage: Usage | None = None
             try:
                 if self.budget.limits.wall_s is None:
-                    completion = await self._own_task(self.backend.generate(request))
+                    completion = await _cancellable(self.backend.generate(request))
                 else:
-                    completion = await self._timed(self._own_task(self.backend.generate(request)))
+                    completion = await self._timed(self.backend.generate(request))
                 usage = completion.usage
                 if not (0 <= usage.input_tokens <= reserve_tokens - out_tokens and 0 <= usage.output_tokens <= out_tokens):
                     usage = self._checked(request, usage, reserve_tokens - out_tokens, completion.texts)
@@ -459,7 +458,7 @@ class Gateway:
                 record.attempts += 1
             usages: list[Usage | None] = [None] * len(requests)
             try:
-                completions = await self._timed(self._own_task(backend.generate_batch(requests)))
+                completions = await self._timed(_cancellable(backend.generate_batch(requests)))
                 if len(completions) != len(requests):
                     raise ModelError(f"{backend.name} answered {len(completions)} of {len(requests)} batched requests")
                 usages = self.charge_batch(requests, completions, bounds)
@@ -556,17 +555,6 @@ class Gateway:
         except TimeoutError:
             raise _CutOff("wall_s", "wall-clock budget ran out during a call") from None
 
-    def _own_task(self, call: Coroutine[Any, Any, T]) -> Awaitable[T]:
-        """The backend call, in a task of its own unless the backend is eager-safe.
-
-        The search runs operators eagerly (search/eager.py): a coroutine may start in its
-        caller's task and finish in another. Backends built on per-task state (httpx's anyio
-        cancel scopes, TaskGroups) must start and end in one task; a task costs nothing beside
-        a network call. Backends that declare `eager_safe = True` (in-process fakes, replays)
-        are awaited directly.
-        """
-        return call if self._eager_safe else _in_own_task(call)
-
     def _reserve(self, request: GenerateRequest, reserve_tokens: int) -> tuple[Reservation, int]:
         out_tokens = request.n * request.max_tokens
         pricing = self._price(request.route)
@@ -578,20 +566,26 @@ class Gateway:
         await self.backend.aclose()
 
 
-async def _in_own_task(call: Coroutine[Any, Any, T]) -> T:
-    """Await `call` in a task of its own; a cancel of the caller always reaches the caller.
+async def _cancellable(call: Coroutine[Any, Any, T]) -> T:
+    """Await a backend call in the caller's task; a cancel of the caller always reaches the caller.
 
-    Awaiting the task directly would hand the cancel to the task alone, and a client that turns
-    it into an error of its own (or a result) would leave the caller running: Ctrl-C would not
-    stop the search. Here the caller is cancelled as asked, and the call with it.
+    The call runs start to end in the task that makes it (search/eager.py never moves a
+    coroutine between tasks), so a client that keeps per-task state (httpx's anyio cancel
+    scopes) needs no task of its own, and a call that answers without waiting costs no task
+    and no pass through the event loop. A client may turn a cancel into an error of its own (or
+    a result): the caller would then go on running, and Ctrl-C would not stop the search. So a
+    cancel requested while the call ran is raised here whatever the client made of it.
     """
-    task = asyncio.ensure_future(call)
+    task = asyncio.current_task()
+    cancels = task.cancelling() if task is not None else 0
     try:
-        await asyncio.wait((task,))
+        result = await call
     except asyncio.CancelledError:
-        task.cancel()
-        await asyncio.wait((task,))  # let the client close what it opened
-        if not task.cancelled():
-            task.exception()  # retrieved: an error it ended with instead is not "never retrieved"
         raise
-    return task.result()
+    except BaseException as exc:
+        if task is not None and task.cancelling() > cancels:
+            raise asyncio.CancelledError() from exc
+        raise
+    if task is not None and task.cancelling() > cancels:
+        raise asyncio.CancelledError()
+    return result

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 import zlib
@@ -380,8 +379,8 @@ class SearchContext:
             return None
         async with self._grounding_slots:
             try:
-                # In a task of its own: a grounder may keep per-task state (see search/eager.py).
-                result = await asyncio.ensure_future(grounder.ground(thought))
+                # In the caller's task, start to end: search/eager.py never moves a coroutine between tasks.
+                result = await grounder.ground(thought)
             except Exception as exc:
                 # A grounder that breaks must cost one thought its check, not the whole search.
                 self.counts["grounder_errors"] += 1
