@@ -6,13 +6,14 @@ import asyncio
 import logging
 import random
 import time
-from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
 from .budget import Budget, BudgetLimits, Pricing, Reservation
 from .cache import ResponseCache, sample_key
 from .errors import BatchRefused, BudgetExceeded, ModelError, ModelTimeout, TransientModelError
+from .inline import call_inline, cancellable
 from .slots import Slots
 from .types import NO_USAGE, Backend, Completion, GenerateRequest, Message, Prompt, Usage
 
@@ -263,8 +264,21 @@ class Gateway:
     async def generate(self, request: GenerateRequest) -> Completion:
         """Answer a request within the budget; raises BudgetExceeded instead of overspending."""
         call = self._open(request)
+        sub = call.sub
         try:
-            completion = None if call.sub is None else await self._call_within_budget(call.sub, call.record)
+            if sub is None:
+                completion = None
+            else:
+                # The call as requests on the wire: each one reserved, slotted and counted on its own.
+                try:
+                    completion = await self._send(sub, call.record)
+                except TransientModelError as exc:
+                    if self.retry.max_attempts <= 1:
+                        raise
+                    await self._back_off(1, exc)
+                    completion = await self._retried(sub, call.record, tried=1)
+                if len(completion.texts) < sub.n:
+                    completion = await self._rest_of_samples(sub, call.record, completion)
         except BaseException as exc:
             self._fail(call, exc)
             raise
@@ -322,19 +336,6 @@ class Gateway:
             request = replace(request, max_tokens=per_sample)
         return request, input_bound + request.n * request.max_tokens
 
-    async def _call_within_budget(self, request: GenerateRequest, record: CallRecord) -> Completion:
-        """The call as requests on the wire: each one reserved, slotted and counted on its own."""
-        try:
-            completion = await self._send(request, record)
-        except TransientModelError as exc:
-            if self.retry.max_attempts <= 1:
-                raise
-            await self._back_off(1, exc)
-            completion = await self._retried(request, record, tried=1)
-        if len(completion.texts) < request.n:
-            completion = await self._rest_of_samples(request, record, completion)
-        return completion
-
     async def _back_off(self, attempt: int, exc: TransientModelError) -> None:
         """Wait before retry number `attempt`, saying so in the log."""
         delay = self.retry.delay(attempt, self._rng, exc)
@@ -367,7 +368,14 @@ class Gateway:
             usage: Usage | None = None
             try:
                 if self.budget.limits.wall_s is None:
-                    completion = await _cancellable(self.backend.generate(request))
+                    # In this task, with no wait at all when the backend answers at once (llm/inline.py).
+                    call = self.backend.generate(request)
+                    try:
+                        yielded = call.send(None)
+                    except StopIteration as stop:
+                        completion = stop.value
+                    else:
+                        completion = await cancellable(call, yielded)
                 else:
                     completion = await self._timed(self.backend.generate(request))
                 usage = completion.usage
@@ -458,7 +466,7 @@ class Gateway:
                 record.attempts += 1
             usages: list[Usage | None] = [None] * len(requests)
             try:
-                completions = await self._timed(_cancellable(backend.generate_batch(requests)))
+                completions = await self._timed(call_inline(backend.generate_batch(requests)))
                 if len(completions) != len(requests):
                     raise ModelError(f"{backend.name} answered {len(completions)} of {len(requests)} batched requests")
                 usages = self.charge_batch(requests, completions, bounds)
@@ -564,28 +572,3 @@ class Gateway:
     async def aclose(self) -> None:
         """Close the backend."""
         await self.backend.aclose()
-
-
-async def _cancellable(call: Coroutine[Any, Any, T]) -> T:
-    """Await a backend call in the caller's task; a cancel of the caller always reaches the caller.
-
-    The call runs start to end in the task that makes it (search/eager.py never moves a
-    coroutine between tasks), so a client that keeps per-task state (httpx's anyio cancel
-    scopes) needs no task of its own, and a call that answers without waiting costs no task
-    and no pass through the event loop. A client may turn a cancel into an error of its own (or
-    a result): the caller would then go on running, and Ctrl-C would not stop the search. So a
-    cancel requested while the call ran is raised here whatever the client made of it.
-    """
-    task = asyncio.current_task()
-    cancels = task.cancelling() if task is not None else 0
-    try:
-        result = await call
-    except asyncio.CancelledError:
-        raise
-    except BaseException as exc:
-        if task is not None and task.cancelling() > cancels:
-            raise asyncio.CancelledError() from exc
-        raise
-    if task is not None and task.cancelling() > cancels:
-        raise asyncio.CancelledError()
-    return result

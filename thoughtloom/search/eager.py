@@ -20,22 +20,12 @@ model or the response cache a whole level of the search runs without a pause, an
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Coroutine, Generator, Iterable
+from collections.abc import Coroutine, Iterable
 from typing import Any, TypeVar
 
+from ..llm.inline import Relay
+
 T = TypeVar("T")
-
-
-class _Relay:
-    """An awaitable that passes one yielded item up to the running task, unchanged."""
-
-    __slots__ = ("item",)
-
-    def __init__(self, item: Any) -> None:
-        self.item = item
-
-    def __await__(self) -> Generator[Any, Any, Any]:
-        return (yield self.item)
 
 
 async def eager_gather(coros: Iterable[Coroutine[Any, Any, T]]) -> list[T]:
@@ -95,7 +85,7 @@ async def _drive(coro: Coroutine[Any, Any, T], yielded: Any, tasks: list[asyncio
     try:
         while True:
             try:
-                await _Relay(yielded)
+                await Relay(yielded)
             except BaseException as exc:  # a cancellation (or error) the task throws in goes to the coroutine
                 try:
                     yielded = coro.throw(exc)
