@@ -227,8 +227,12 @@ class Gateway:
             # Samples cut short by a budget-shrunk max_tokens must not answer the full request later.
             if cache is not None and call.keys and record.max_tokens == call.request.max_tokens:
                 keys = call.keys
-                for i, text in zip(call.missing, completion.texts):
-                    cache.put(keys[i], text)
+                if len(keys) == 1:  # the common case, without the loop
+                    if completion.texts:
+                        cache.put(keys[0], completion.texts[0])
+                else:
+                    for i, text in zip(call.missing, completion.texts):
+                        cache.put(keys[i], text)
             if len(call.missing) == record.n and len(completion.texts) == record.n:
                 got = completion.texts
                 record.texts = got if type(got) is tuple else tuple(got)
@@ -240,7 +244,7 @@ class Gateway:
                 record.texts = tuple(t for t in texts if t is not None)
         else:
             record.texts = tuple(t or "" for t in texts)
-        record.usage = usage
+        record.input_tokens, record.output_tokens = usage.input_tokens, usage.output_tokens
         if self.pricing is not None or self.route_pricing:
             record.cost_usd = self._cost(usage, call.request.route)
         record.duration_s = time.perf_counter() - call.t0
@@ -248,7 +252,8 @@ class Gateway:
             logger.debug("%s call to %s: %d samples, %d+%d tokens, %d from the cache, %.3fs", record.purpose or "model",
                          self.backend.name, len(record.texts), usage.input_tokens, usage.output_tokens,
                          record.cached, record.duration_s)
-        self._notify(record)
+        if self.listener is not None:
+            self.listener(record)
         return completion if whole else Completion(record.texts, usage, record.model)  # type: ignore[return-value]
 
     def _fail(self, call: _Open, exc: BaseException) -> None:
@@ -324,7 +329,7 @@ class Gateway:
     def _fit_request(self, request: GenerateRequest) -> tuple[GenerateRequest, int]:
         """Shrink max_tokens to what the budget still allows; return the request and its reservation."""
         input_bound = self._input_bound(request)
-        left = self.budget.tokens_left()
+        left = None if self.budget.limits.tokens is None else self.budget.tokens_left()
         if left is not None and input_bound + request.n * request.max_tokens > left:
             per_sample = (left - input_bound) // request.n
             if per_sample < min(MIN_USEFUL_TOKENS, request.max_tokens):
@@ -387,7 +392,8 @@ class Gateway:
                 usage = self._unanswered(exc, Usage(reserve_tokens - out_tokens, out_tokens))
                 raise
             finally:
-                self.budget.settle(reservation, usage, self._cost(usage, request.route) if usage is not None else 0.0)
+                priced = usage is not None and (self.pricing is not None or self.route_pricing)
+                self.budget.settle(reservation, usage, self._cost(usage, request.route) if priced else 0.0)  # type: ignore[arg-type]
         finally:
             self._sem.release()
 
@@ -565,7 +571,7 @@ class Gateway:
 
     def _reserve(self, request: GenerateRequest, reserve_tokens: int) -> tuple[Reservation, int]:
         out_tokens = request.n * request.max_tokens
-        pricing = self._price(request.route)
+        pricing = self.pricing if request.route is None else self._price(request.route)
         reserve_cost = pricing.cost(reserve_tokens - out_tokens, out_tokens) if pricing else 0.0
         return self.budget.reserve(reserve_tokens, reserve_cost, request.route), out_tokens
 
