@@ -242,7 +242,9 @@ class SearchContext:
         return self.gateway.scores_choices
 
     def _request(self, query: Query, n: int, purpose: str, key: object, role: str | None) -> GenerateRequest:
-        score = bool(query.choices) and self.gateway.scores_choices
+        choices = query.choices
+        # The backend's capabilities are read only for a query with choices: this runs once per call.
+        score = bool(choices) and self.gateway.scores_choices
         return GenerateRequest(
             prompt=query.prompt,
             n=1 if score else n,
@@ -255,7 +257,7 @@ class SearchContext:
             # Only a role with a model of its own is routed: the requests (and so the cache and replay
             # keys) of a run without role models stay what they were.
             route=role if role is not None and role in self.routed_roles else None,
-            choices=query.choices if score or self.gateway.follows_choices else (),
+            choices=choices if choices and (score or self.gateway.follows_choices) else (),
             score_choices=score,
         )
 
@@ -290,7 +292,8 @@ class SearchContext:
                 self._model_failed(exc)
                 return None
         self._successful_calls += 1
-        self._count_parse_failures(request, completion.texts)
+        if request.schema is not None:
+            self._count_parse_failures(request, completion.texts)
         return list(completion.texts), completion.usage.total
 
     def _count_parse_failures(self, request: GenerateRequest, texts: Sequence[str]) -> None:
