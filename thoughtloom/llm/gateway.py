@@ -365,14 +365,22 @@ class Gateway:
         if not self._sem.try_acquire():
             await self._sem.acquire()
         try:
-            request, reserve_tokens = self._fit_request(request)
-            if request.max_tokens < record.max_tokens:
-                record.max_tokens = request.max_tokens
-            record.attempts += 1
-            reservation, out_tokens = self._reserve(request, reserve_tokens)
+            limits = self.budget.limits
+            if limits.tokens is None and request.route is None and self.pricing is None:
+                # Nothing to shrink and nothing to price (the common local case): the helpers' work inline.
+                out_tokens = request.n * request.max_tokens
+                reserve_tokens = self._input_bound(request) + out_tokens
+                record.attempts += 1
+                reservation = self.budget.reserve(reserve_tokens)
+            else:
+                request, reserve_tokens = self._fit_request(request)
+                if request.max_tokens < record.max_tokens:
+                    record.max_tokens = request.max_tokens
+                record.attempts += 1
+                reservation, out_tokens = self._reserve(request, reserve_tokens)
             usage: Usage | None = None
             try:
-                if self.budget.limits.wall_s is None:
+                if limits.wall_s is None:
                     # In this task, with no wait at all when the backend answers at once (llm/inline.py).
                     call = self.backend.generate(request)
                     try:
