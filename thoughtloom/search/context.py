@@ -354,7 +354,7 @@ class SearchContext:
                 if budget.wall_left() is None:
                     result = await self._run_grounder(node_id)
                 else:
-                    # The grounding runs in a task of its own (see search/eager.py), cancelled at the deadline.
+                    # The grounding runs in a task of its own (Budget.within_wall), cancelled at the deadline.
                     result = await budget.within_wall(self._run_grounder(node_id))
             except TimeoutError:
                 self.stop("budget_wall_s")
