@@ -65,7 +65,6 @@ class SyntheticBackend:
 
     name = "fake:synthetic-lean"
     max_concurrency = 1_000_000
-    eager_safe = True
 
     def __init__(self, k: int, batch: bool = False) -> None:
         self.supports_batch = batch

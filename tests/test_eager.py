@@ -126,6 +126,58 @@ def test_cancelling_the_caller_cancels_the_waiting_coroutines() -> None:
     assert sorted(cancelled) == [0, 1]
 
 
+def test_a_coroutine_that_waits_ends_in_the_task_it_started_in() -> None:
+    async def stays(i: int) -> bool:
+        started_in = asyncio.current_task()
+        await asyncio.sleep(0.001 * (3 - i))
+        return asyncio.current_task() is started_in
+
+    async def main() -> list[bool]:
+        return await eager_gather([stays(i) for i in range(3)])
+
+    assert asyncio.run(main()) == [True, True, True]
+
+
+def test_only_the_coroutines_after_the_first_that_waits_get_a_task() -> None:
+    async def main() -> int:
+        before = len(asyncio.all_tasks())
+        seen: list[int] = []
+
+        async def count(wait: bool) -> None:
+            if wait:
+                await asyncio.sleep(0.001)
+            seen.append(len(asyncio.all_tasks()))
+
+        await eager_gather([count(False), count(True), count(False), count(False)])
+        return max(seen) - before
+
+    assert asyncio.run(main()) == 2
+
+
+def test_an_error_in_a_task_interrupts_the_coroutine_the_caller_drives() -> None:
+    finished: list[str] = []
+
+    async def slow() -> None:
+        try:
+            await asyncio.sleep(10)
+        finally:
+            finished.append("slow")
+
+    async def fails_later() -> None:
+        await asyncio.sleep(0.01)
+        raise RuntimeError("late")
+
+    async def main() -> int:
+        with pytest.raises(RuntimeError, match="late"):
+            await eager_gather([slow(), fails_later()])
+        task = asyncio.current_task()
+        assert task is not None
+        return task.cancelling()  # the interrupt was taken back: the caller is not being cancelled
+
+    assert asyncio.run(asyncio.wait_for(main(), 5)) == 0
+    assert finished == ["slow"]
+
+
 class _TaskBoundBackend:
     """A backend that, like httpx under anyio, must finish in the task it started in."""
 
@@ -145,7 +197,7 @@ class _TaskBoundBackend:
         return None
 
 
-def test_a_backend_without_eager_safe_runs_each_call_start_to_finish_in_one_task() -> None:
+def test_each_backend_call_runs_start_to_finish_in_one_task() -> None:
     gateway = Gateway(_TaskBoundBackend(), BudgetLimits(), concurrency=4)
 
     async def main() -> list[Completion]:

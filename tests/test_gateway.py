@@ -19,7 +19,7 @@ from thoughtloom.llm.gateway import (
     RetryPolicy,
     prompt_token_bound,
 )
-from thoughtloom.llm.types import GenerateRequest, Message, Prompt, Usage
+from thoughtloom.llm.types import Completion, GenerateRequest, Message, Prompt, Usage
 
 FAST = RetryPolicy(base_delay_s=0.001, max_delay_s=0.001)
 PROMPT3 = "one two three"  # the fake counts 3 prompt tokens (words)
@@ -666,7 +666,6 @@ async def test_a_cancelled_call_cancels_its_caller_even_when_the_client_turns_th
             raise AssertionError("not reached")
 
     backend = Converting(default="x")
-    backend.eager_safe = False
     gateway = Gateway(backend)
     call = asyncio.ensure_future(gateway.generate(GenerateRequest(Prompt(text="hi"))))
     await asyncio.sleep(0.05)
@@ -674,3 +673,56 @@ async def test_a_cancelled_call_cancels_its_caller_even_when_the_client_turns_th
     with pytest.raises(asyncio.CancelledError):
         await call
     assert len(backend.calls) == 1  # not retried as a transient error
+
+
+async def test_a_cancelled_call_cancels_its_caller_even_when_the_client_turns_the_cancel_into_a_result() -> None:
+    class Swallowing(ScriptedBackend):
+        """A client that answers a cancelled request anyway."""
+
+        async def generate(self, request: GenerateRequest):  # type: ignore[no-untyped-def]
+            self.calls.append(request)
+            try:
+                await asyncio.sleep(10)
+            except asyncio.CancelledError:
+                pass
+            return Completion(("late",), Usage(1, 1), self.name)
+
+    backend = Swallowing(default="x")
+    gateway = Gateway(backend)
+    call = asyncio.ensure_future(gateway.generate(GenerateRequest(Prompt(text="hi"), max_tokens=4)))
+    await asyncio.sleep(0.05)
+    call.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await call
+    assert gateway.records[0].error is not None and gateway.records[0].error.startswith("CancelledError")
+    assert gateway.budget.calls == 1 and gateway.budget.in_flight == 0  # the request went out: it counts
+
+
+class _AnswersAtOnce:
+    """A network-style backend (no eager_safe, nothing declared) that happens to answer without waiting."""
+
+    name = "fake:at-once"
+    max_concurrency = 8
+
+    def __init__(self) -> None:
+        self.tasks_seen: list[int] = []
+
+    async def generate(self, request: GenerateRequest) -> Completion:
+        self.tasks_seen.append(len(asyncio.all_tasks()))
+        return Completion(("ok",), Usage(1, 1), self.name)
+
+    def count_tokens(self, prompt: Prompt) -> int | None:
+        return 1
+
+    async def aclose(self) -> None:
+        return None
+
+
+async def test_a_call_the_backend_answers_without_waiting_makes_no_task() -> None:
+    backend = _AnswersAtOnce()
+    gateway = Gateway(backend, cache=MemoryCache())
+    before = len(asyncio.all_tasks())
+    completion = await gateway.generate(GenerateRequest(Prompt(text="hi"), max_tokens=4))
+    assert completion.texts == ("ok",)
+    assert backend.tasks_seen == [before]
+    assert (gateway.budget.calls, len(gateway.records)) == (1, 1)

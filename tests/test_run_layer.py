@@ -89,12 +89,12 @@ def test_a_spec_survives_its_stored_form() -> None:
 
 def test_a_wrapper_forwards_every_attribute_it_does_not_override() -> None:
     inner = ScriptedBackend()
-    inner.eager_safe = True  # type: ignore[attr-defined]
+    inner.follows_choices = True
     inner.pricing = "price list"  # type: ignore[attr-defined]
     inner.something_new = 42  # type: ignore[attr-defined]
     for wrapper in (BackendWrapper(inner), LimitedBackend(inner, SharedSlots(2))):
         assert wrapper.name == inner.name
-        assert wrapper.eager_safe is True
+        assert wrapper.follows_choices is True
         assert wrapper.pricing == "price list"
         assert wrapper.something_new == 42
     assert LimitedBackend(inner, SharedSlots(1)).max_concurrency == 1  # what the limit changes, it overrides

@@ -201,7 +201,7 @@ class Budget:
             raise BudgetExceeded("wall_s", f"wall-clock budget of {lim.wall_s:g}s is used up")
         if lim.calls is not None and self.calls + self.in_flight >= lim.calls:
             raise BudgetExceeded("calls", f"call budget of {lim.calls} is used up")
-        left = self.tokens_left()
+        left = None if lim.tokens is None else self.tokens_left()
         if left is not None and tokens > left:
             raise BudgetExceeded(
                 "tokens",
@@ -224,7 +224,8 @@ class Budget:
         self.reserved_cost -= reservation.cost_usd
         self.in_flight -= 1
         if usage is not None:
-            self.spent = self.spent + usage
+            spent = self.spent  # built directly: once per request, the operator's call is what it costs
+            self.spent = Usage(spent.input_tokens + usage.input_tokens, spent.output_tokens + usage.output_tokens)
             self.calls += 1
             self.cost_usd += cost_usd
             route = reservation.route

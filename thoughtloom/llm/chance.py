@@ -33,8 +33,6 @@ class ChanceBackend:
     max_concurrency: int = 1_000_000
     scores_choices: bool = True
     follows_choices: bool = True
-    #: No per-task state: safe to run eagerly (see Gateway._own_task).
-    eager_safe: bool = True
 
     def __init__(self, counter: Any = None, *, name: str = "random", seed: int = 0) -> None:
         self.counter = counter

@@ -53,8 +53,6 @@ class ScriptedBackend:
     scores_choices: bool = False
     #: Be sent the choices of sampled requests (the rules or responder then keep to them).
     follows_choices: bool = False
-    #: Only asyncio.sleep inside: safe to run eagerly (see Gateway._own_task).
-    eager_safe: bool = True
     calls: list[GenerateRequest] = field(default_factory=list)
     batch_sizes: list[int] = field(default_factory=list)
     in_flight: int = 0

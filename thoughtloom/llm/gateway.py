@@ -6,13 +6,14 @@ import asyncio
 import logging
 import random
 import time
-from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
 from .budget import Budget, BudgetLimits, Pricing, Reservation
 from .cache import ResponseCache, sample_key
 from .errors import BatchRefused, BudgetExceeded, ModelError, ModelTimeout, TransientModelError
+from .inline import call_inline, cancellable
 from .slots import Slots
 from .types import NO_USAGE, Backend, Completion, GenerateRequest, Message, Prompt, Usage
 
@@ -157,7 +158,6 @@ class Gateway:
         self.listener = listener
         self.records: list[CallRecord] = []
         self._rng = random.Random(rng_seed)
-        self._eager_safe = bool(getattr(backend, "eager_safe", False))
         self._warned: set[str] = set()
 
     @property
@@ -227,8 +227,12 @@ class Gateway:
             # Samples cut short by a budget-shrunk max_tokens must not answer the full request later.
             if cache is not None and call.keys and record.max_tokens == call.request.max_tokens:
                 keys = call.keys
-                for i, text in zip(call.missing, completion.texts):
-                    cache.put(keys[i], text)
+                if len(keys) == 1:  # the common case, without the loop
+                    if completion.texts:
+                        cache.put(keys[0], completion.texts[0])
+                else:
+                    for i, text in zip(call.missing, completion.texts):
+                        cache.put(keys[i], text)
             if len(call.missing) == record.n and len(completion.texts) == record.n:
                 got = completion.texts
                 record.texts = got if type(got) is tuple else tuple(got)
@@ -240,7 +244,7 @@ class Gateway:
                 record.texts = tuple(t for t in texts if t is not None)
         else:
             record.texts = tuple(t or "" for t in texts)
-        record.usage = usage
+        record.input_tokens, record.output_tokens = usage.input_tokens, usage.output_tokens
         if self.pricing is not None or self.route_pricing:
             record.cost_usd = self._cost(usage, call.request.route)
         record.duration_s = time.perf_counter() - call.t0
@@ -248,7 +252,8 @@ class Gateway:
             logger.debug("%s call to %s: %d samples, %d+%d tokens, %d from the cache, %.3fs", record.purpose or "model",
                          self.backend.name, len(record.texts), usage.input_tokens, usage.output_tokens,
                          record.cached, record.duration_s)
-        self._notify(record)
+        if self.listener is not None:
+            self.listener(record)
         return completion if whole else Completion(record.texts, usage, record.model)  # type: ignore[return-value]
 
     def _fail(self, call: _Open, exc: BaseException) -> None:
@@ -264,8 +269,21 @@ class Gateway:
     async def generate(self, request: GenerateRequest) -> Completion:
         """Answer a request within the budget; raises BudgetExceeded instead of overspending."""
         call = self._open(request)
+        sub = call.sub
         try:
-            completion = None if call.sub is None else await self._call_within_budget(call.sub, call.record)
+            if sub is None:
+                completion = None
+            else:
+                # The call as requests on the wire: each one reserved, slotted and counted on its own.
+                try:
+                    completion = await self._send(sub, call.record)
+                except TransientModelError as exc:
+                    if self.retry.max_attempts <= 1:
+                        raise
+                    await self._back_off(1, exc)
+                    completion = await self._retried(sub, call.record, tried=1)
+                if len(completion.texts) < sub.n:
+                    completion = await self._rest_of_samples(sub, call.record, completion)
         except BaseException as exc:
             self._fail(call, exc)
             raise
@@ -311,7 +329,7 @@ class Gateway:
     def _fit_request(self, request: GenerateRequest) -> tuple[GenerateRequest, int]:
         """Shrink max_tokens to what the budget still allows; return the request and its reservation."""
         input_bound = self._input_bound(request)
-        left = self.budget.tokens_left()
+        left = None if self.budget.limits.tokens is None else self.budget.tokens_left()
         if left is not None and input_bound + request.n * request.max_tokens > left:
             per_sample = (left - input_bound) // request.n
             if per_sample < min(MIN_USEFUL_TOKENS, request.max_tokens):
@@ -322,19 +340,6 @@ class Gateway:
                 )
             request = replace(request, max_tokens=per_sample)
         return request, input_bound + request.n * request.max_tokens
-
-    async def _call_within_budget(self, request: GenerateRequest, record: CallRecord) -> Completion:
-        """The call as requests on the wire: each one reserved, slotted and counted on its own."""
-        try:
-            completion = await self._send(request, record)
-        except TransientModelError as exc:
-            if self.retry.max_attempts <= 1:
-                raise
-            await self._back_off(1, exc)
-            completion = await self._retried(request, record, tried=1)
-        if len(completion.texts) < request.n:
-            completion = await self._rest_of_samples(request, record, completion)
-        return completion
 
     async def _back_off(self, attempt: int, exc: TransientModelError) -> None:
         """Wait before retry number `attempt`, saying so in the log."""
@@ -360,17 +365,32 @@ class Gateway:
         if not self._sem.try_acquire():
             await self._sem.acquire()
         try:
-            request, reserve_tokens = self._fit_request(request)
-            if request.max_tokens < record.max_tokens:
-                record.max_tokens = request.max_tokens
-            record.attempts += 1
-            reservation, out_tokens = self._reserve(request, reserve_tokens)
+            limits = self.budget.limits
+            if limits.tokens is None and request.route is None and self.pricing is None:
+                # Nothing to shrink and nothing to price (the common local case): the helpers' work inline.
+                out_tokens = request.n * request.max_tokens
+                reserve_tokens = self._input_bound(request) + out_tokens
+                record.attempts += 1
+                reservation = self.budget.reserve(reserve_tokens)
+            else:
+                request, reserve_tokens = self._fit_request(request)
+                if request.max_tokens < record.max_tokens:
+                    record.max_tokens = request.max_tokens
+                record.attempts += 1
+                reservation, out_tokens = self._reserve(request, reserve_tokens)
             usage: Usage | None = None
             try:
-                if self.budget.limits.wall_s is None:
-                    completion = await self._own_task(self.backend.generate(request))
+                if limits.wall_s is None:
+                    # In this task, with no wait at all when the backend answers at once (llm/inline.py).
+                    call = self.backend.generate(request)
+                    try:
+                        yielded = call.send(None)
+                    except StopIteration as stop:
+                        completion = stop.value
+                    else:
+                        completion = await cancellable(call, yielded)
                 else:
-                    completion = await self._timed(self._own_task(self.backend.generate(request)))
+                    completion = await self._timed(self.backend.generate(request))
                 usage = completion.usage
                 if not (0 <= usage.input_tokens <= reserve_tokens - out_tokens and 0 <= usage.output_tokens <= out_tokens):
                     usage = self._checked(request, usage, reserve_tokens - out_tokens, completion.texts)
@@ -380,7 +400,8 @@ class Gateway:
                 usage = self._unanswered(exc, Usage(reserve_tokens - out_tokens, out_tokens))
                 raise
             finally:
-                self.budget.settle(reservation, usage, self._cost(usage, request.route) if usage is not None else 0.0)
+                priced = usage is not None and (self.pricing is not None or self.route_pricing)
+                self.budget.settle(reservation, usage, self._cost(usage, request.route) if priced else 0.0)  # type: ignore[arg-type]
         finally:
             self._sem.release()
 
@@ -459,7 +480,7 @@ class Gateway:
                 record.attempts += 1
             usages: list[Usage | None] = [None] * len(requests)
             try:
-                completions = await self._timed(self._own_task(backend.generate_batch(requests)))
+                completions = await self._timed(call_inline(backend.generate_batch(requests)))
                 if len(completions) != len(requests):
                     raise ModelError(f"{backend.name} answered {len(completions)} of {len(requests)} batched requests")
                 usages = self.charge_batch(requests, completions, bounds)
@@ -556,42 +577,12 @@ class Gateway:
         except TimeoutError:
             raise _CutOff("wall_s", "wall-clock budget ran out during a call") from None
 
-    def _own_task(self, call: Coroutine[Any, Any, T]) -> Awaitable[T]:
-        """The backend call, in a task of its own unless the backend is eager-safe.
-
-        The search runs operators eagerly (search/eager.py): a coroutine may start in its
-        caller's task and finish in another. Backends built on per-task state (httpx's anyio
-        cancel scopes, TaskGroups) must start and end in one task; a task costs nothing beside
-        a network call. Backends that declare `eager_safe = True` (in-process fakes, replays)
-        are awaited directly.
-        """
-        return call if self._eager_safe else _in_own_task(call)
-
     def _reserve(self, request: GenerateRequest, reserve_tokens: int) -> tuple[Reservation, int]:
         out_tokens = request.n * request.max_tokens
-        pricing = self._price(request.route)
+        pricing = self.pricing if request.route is None else self._price(request.route)
         reserve_cost = pricing.cost(reserve_tokens - out_tokens, out_tokens) if pricing else 0.0
         return self.budget.reserve(reserve_tokens, reserve_cost, request.route), out_tokens
 
     async def aclose(self) -> None:
         """Close the backend."""
         await self.backend.aclose()
-
-
-async def _in_own_task(call: Coroutine[Any, Any, T]) -> T:
-    """Await `call` in a task of its own; a cancel of the caller always reaches the caller.
-
-    Awaiting the task directly would hand the cancel to the task alone, and a client that turns
-    it into an error of its own (or a result) would leave the caller running: Ctrl-C would not
-    stop the search. Here the caller is cancelled as asked, and the call with it.
-    """
-    task = asyncio.ensure_future(call)
-    try:
-        await asyncio.wait((task,))
-    except asyncio.CancelledError:
-        task.cancel()
-        await asyncio.wait((task,))  # let the client close what it opened
-        if not task.cancelled():
-            task.exception()  # retrieved: an error it ended with instead is not "never retrieved"
-        raise
-    return task.result()

@@ -23,8 +23,6 @@ class RoutedBackend(BackendWrapper):
     def __init__(self, inner: Backend, routes: Mapping[str, Backend]) -> None:
         super().__init__(inner)
         self.routes = dict(routes)
-        # Safe to run eagerly only if every model it may call is.
-        self.eager_safe = all(getattr(b, "eager_safe", False) for b in (inner, *self.routes.values()))
         # A distribution can be asked for only if every model can give one.
         self.scores_choices = all(getattr(b, "scores_choices", False) for b in (inner, *self.routes.values()))
         self.follows_choices = all(getattr(b, "follows_choices", False) for b in (inner, *self.routes.values()))

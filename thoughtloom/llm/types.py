@@ -197,9 +197,6 @@ class Backend(Protocol):
     # the model's own distribution (see GenerateRequest.score_choices).
     # Optional: `follows_choices = True` when its samples keep to GenerateRequest.choices
     # (a grammar); a backend without it is sent no choices, which it would ignore.
-    # Optional: `eager_safe = True` when generate() keeps no per-task state (no anyio cancel
-    # scope, no TaskGroup) and so may start in one asyncio task and finish in another; the
-    # gateway then calls it without giving it a task of its own (see llm/gateway.py _own_task).
 
     async def generate(self, request: GenerateRequest) -> Completion:
         """Return up to request.n samples and the real token usage, as one request to the model

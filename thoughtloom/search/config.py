@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, fields
 from typing import Any, Literal
 
 StrategyName = Literal["bfs", "tree_of_thoughts", "breadth_first", "dfs", "best_first", "mcts", "got", "recursive",
@@ -108,4 +108,6 @@ class SearchConfig:
 
     def to_dict(self) -> dict[str, Any]:
         """Plain-data form for JSON and manifests."""
-        return asdict(self)
+        # Every field is a plain value (str, number, bool, None), so a shallow copy is what
+        # dataclasses.asdict returns, at a tenth of its cost (it runs once per search).
+        return {f.name: getattr(self, f.name) for f in fields(self)}

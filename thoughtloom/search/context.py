@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 import zlib
@@ -243,7 +242,9 @@ class SearchContext:
         return self.gateway.scores_choices
 
     def _request(self, query: Query, n: int, purpose: str, key: object, role: str | None) -> GenerateRequest:
-        score = bool(query.choices) and self.gateway.scores_choices
+        choices = query.choices
+        # The backend's capabilities are read only for a query with choices: this runs once per call.
+        score = bool(choices) and self.gateway.scores_choices
         return GenerateRequest(
             prompt=query.prompt,
             n=1 if score else n,
@@ -256,7 +257,7 @@ class SearchContext:
             # Only a role with a model of its own is routed: the requests (and so the cache and replay
             # keys) of a run without role models stay what they were.
             route=role if role is not None and role in self.routed_roles else None,
-            choices=query.choices if score or self.gateway.follows_choices else (),
+            choices=choices if choices and (score or self.gateway.follows_choices) else (),
             score_choices=score,
         )
 
@@ -291,7 +292,8 @@ class SearchContext:
                 self._model_failed(exc)
                 return None
         self._successful_calls += 1
-        self._count_parse_failures(request, completion.texts)
+        if request.schema is not None:
+            self._count_parse_failures(request, completion.texts)
         return list(completion.texts), completion.usage.total
 
     def _count_parse_failures(self, request: GenerateRequest, texts: Sequence[str]) -> None:
@@ -352,7 +354,7 @@ class SearchContext:
                 if budget.wall_left() is None:
                     result = await self._run_grounder(node_id)
                 else:
-                    # The grounding runs in a task of its own (see search/eager.py), cancelled at the deadline.
+                    # The grounding runs in a task of its own (Budget.within_wall), cancelled at the deadline.
                     result = await budget.within_wall(self._run_grounder(node_id))
             except TimeoutError:
                 self.stop("budget_wall_s")
@@ -380,8 +382,8 @@ class SearchContext:
             return None
         async with self._grounding_slots:
             try:
-                # In a task of its own: a grounder may keep per-task state (see search/eager.py).
-                result = await asyncio.ensure_future(grounder.ground(thought))
+                # In the caller's task, start to end: search/eager.py never moves a coroutine between tasks.
+                result = await grounder.ground(thought)
             except Exception as exc:
                 # A grounder that breaks must cost one thought its check, not the whole search.
                 self.counts["grounder_errors"] += 1

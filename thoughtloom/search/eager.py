@@ -1,16 +1,16 @@
-"""eager_gather: asyncio.gather that makes a task only for the coroutines that really wait.
+"""eager_gather: asyncio.gather that makes a task only for the coroutines that must overlap.
 
 A search gathers thousands of small coroutines (one per expansion, one per value call). Against
-a fast model (a response-cache hit, an in-process fake) most of them finish without ever
-waiting, and wrapping each in an asyncio Task costs more than the work itself. Like Python 3.12's
-eager task factory, but local to the call: each coroutine runs at once, in order, up to its first
-real wait; only then is the rest of it handed to a task. Coroutines start in the same order as
-with gather, so results and the order of model calls do not change.
+a fast model (a response-cache hit, a backend that answers without waiting) most of them finish
+without ever waiting, and wrapping each in an asyncio Task costs more than the work itself. So
+each coroutine runs at once, in order, in the caller's task. The first one that waits stays in
+the caller's task, which drives it to its end; every coroutine after it starts in a task of its
+own, so that they overlap. Coroutines start in the same order as with gather, so results and the
+order of model calls do not change.
 
-The one rule: a coroutine may start in its caller's task and finish in a new one, so code that
-keeps per-task state across a wait (anyio cancel scopes inside httpx, TaskGroups) must run in a
-task of its own. The gateway does that for backends not marked `eager_safe`, and the search for
-grounders.
+No coroutine ever moves from one task to another: code that keeps per-task state across a wait
+(anyio cancel scopes inside httpx, TaskGroups, asyncio.timeout) runs start to end in the task
+it started in, so model clients need no task of their own.
 
 What it costs: coroutines that never wait never yield to the event loop. Against an in-process
 model or the response cache a whole level of the search runs without a pause, and a cancellation
@@ -20,39 +20,12 @@ model or the response cache a whole level of the search runs without a pause, an
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Coroutine, Generator, Iterable
+from collections.abc import Coroutine, Iterable
 from typing import Any, TypeVar
 
+from ..llm.inline import Relay
+
 T = TypeVar("T")
-
-
-class _Relay:
-    """An awaitable that passes one yielded item up to the running task, unchanged."""
-
-    __slots__ = ("item",)
-
-    def __init__(self, item: Any) -> None:
-        self.item = item
-
-    def __await__(self) -> Generator[Any, Any, Any]:
-        return (yield self.item)
-
-
-async def _resume(coro: Coroutine[Any, Any, T], yielded: Any) -> T:
-    """Drive a coroutine that already ran up to its first wait, as the task driving us would."""
-    while True:
-        try:
-            await _Relay(yielded)
-        except BaseException as exc:  # a cancellation (or error) the task throws in goes to the coroutine
-            try:
-                yielded = coro.throw(exc)
-            except StopIteration as stop:
-                return stop.value  # type: ignore[no-any-return]
-            continue
-        try:
-            yielded = coro.send(None)
-        except StopIteration as stop:
-            return stop.value  # type: ignore[no-any-return]
 
 
 async def eager_gather(coros: Iterable[Coroutine[Any, Any, T]]) -> list[T]:
@@ -61,7 +34,6 @@ async def eager_gather(coros: Iterable[Coroutine[Any, Any, T]]) -> list[T]:
     The first exception is raised once the others have been cancelled (or never started).
     """
     results: list[Any] = []
-    waiting: list[tuple[int, Coroutine[Any, Any, T], asyncio.Future[T]]] = []
     todo = iter(coros)
     for coro in todo:
         try:
@@ -72,30 +44,87 @@ async def eager_gather(coros: Iterable[Coroutine[Any, Any, T]]) -> list[T]:
         except BaseException:
             for rest in todo:
                 rest.close()
-            await _cancel_all(waiting)
             raise
-        waiting.append((len(results), coro, asyncio.ensure_future(_resume(coro, yielded))))
+        index = len(results)
         results.append(None)
-    if waiting:
-        try:
-            done = await asyncio.gather(*(f for _, _, f in waiting))
-        except BaseException:
-            await _cancel_all(waiting)
-            raise
-        for (index, _, _), value in zip(waiting, done):
-            results[index] = value
+        # The ones after the first that waits overlap with it: each in a task of its own.
+        tasks = [asyncio.ensure_future(rest) for rest in todo]
+        results[index] = await _drive(coro, yielded, tasks)
+        if tasks:
+            try:
+                results += await asyncio.gather(*tasks)
+            except BaseException:
+                await _cancel_all(tasks)
+                raise
+        return results
     return results
 
 
-async def _cancel_all(waiting: list[tuple[int, Coroutine[Any, Any, Any], asyncio.Future[Any]]]) -> None:
-    """Cancel the coroutines still waiting and let them clean up."""
-    live = [f for _, _, f in waiting if not f.done()]
-    for f in live:
-        f.cancel()
+async def _drive(coro: Coroutine[Any, Any, T], yielded: Any, tasks: list[asyncio.Future[Any]]) -> T:
+    """Drive a coroutine that waits, in this task, to its end, as the task itself would.
+
+    A task of `tasks` that fails meanwhile interrupts it (with a cancel of this task, taken back
+    once the coroutine has ended), as gather would cancel it; a cancel of this task cancels the
+    tasks too.
+    """
+    caller = asyncio.current_task()
+    cancels = caller.cancelling() if caller is not None else 0
+    failed: list[BaseException] = []
+    driving = True
+
+    def interrupt(task: asyncio.Future[Any]) -> None:
+        if not driving or failed or caller is None:
+            return
+        error = asyncio.CancelledError() if task.cancelled() else task.exception()
+        if error is not None:
+            failed.append(error)
+            caller.cancel()
+
+    for task in tasks:
+        task.add_done_callback(interrupt)
+    try:
+        while True:
+            try:
+                await Relay(yielded)
+            except BaseException as exc:  # a cancellation (or error) the task throws in goes to the coroutine
+                try:
+                    yielded = coro.throw(exc)
+                except StopIteration as stop:
+                    value: T = stop.value
+                    break
+                continue
+            try:
+                yielded = coro.send(None)
+            except StopIteration as stop:
+                value = stop.value
+                break
+    except BaseException:
+        driving = False
+        await _cancel_all(tasks)
+        if failed and caller is not None:
+            caller.uncancel()  # our own interrupt, not the caller's cancellation
+            if caller.cancelling() <= cancels:
+                raise failed[0] from None
+        raise
+    driving = False
+    if failed and caller is not None:  # it ended (or swallowed the interrupt) as a task failed
+        caller.uncancel()
+        await _cancel_all(tasks)
+        raise failed[0]
+    if caller is not None and caller.cancelling() > cancels:
+        # The caller was cancelled while the coroutine ran, and the coroutine swallowed it.
+        await _cancel_all(tasks)
+        raise asyncio.CancelledError()
+    return value
+
+
+async def _cancel_all(tasks: list[asyncio.Future[Any]]) -> None:
+    """Cancel the tasks still running and let them clean up."""
+    live = [t for t in tasks if not t.done()]
+    for t in live:
+        t.cancel()
     if live:
         await asyncio.gather(*live, return_exceptions=True)
-    for _, coro, _ in waiting:
-        # A task cancelled before its first step never resumed its coroutine, which already
-        # ran up to a wait: close it so that its cleanup (finally blocks) runs now.
-        if coro.cr_frame is not None:
-            coro.close()
+    for t in tasks:
+        if t.done() and not t.cancelled():
+            t.exception()  # retrieved: an error it ended with is not "never retrieved"
