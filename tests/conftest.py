@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
@@ -9,6 +10,13 @@ import pytest
 from openai_server import FakeOpenAIServer, serve
 
 from thoughtloom.llm.openai_backend import OpenAIBackend
+
+
+# A suite started in the background by a non-interactive shell (`pytest &`, CI runners) inherits
+# SIGINT ignored, and every `loom` subprocess would inherit that: the Ctrl-C tests would then watch
+# a process that cannot be interrupted. A handler (unlike "ignored") is reset to the default on exec.
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.fixture(autouse=True)

@@ -134,7 +134,7 @@ def test_the_hotpotqa_corpus_is_exactly_the_questions_ten_paragraphs_and_is_remo
 
 
 def test_data_sets_without_chosen_tools_refuse_the_agent_lane_in_one_line() -> None:
-    with pytest.raises(LaneError, match=r"^lane agent has no tools chosen for game24; it runs on gsm8k, hotpotqa$"):
+    with pytest.raises(LaneError, match=r"^lane agent has no tools chosen for game24; it runs on gsm8k, gsm8k_test, hotpotqa$"):
         check_lane("agent", Dataset(DATASETS["game24"], [], ""))
     check_lane("agent", Dataset(DATASETS["gsm8k"], [], ""))
     check_lane("agent", Dataset(DATASETS["hotpotqa"], [], ""))
