@@ -1,0 +1,299 @@
+"""`loom bench --executor ray`: each (problem, lane) unit runs on a Ray worker; the driver alone writes.
+
+The caller audits the protocol and prepares the run directory before this starts. The driver lists
+the units not yet in results.jsonl and hands them to worker actors; a worker builds its backend
+once and runs a unit with `runner.run_one`, as a local run does (search lanes through the run
+layer). Each finished unit comes back to the driver, which appends its record to the run
+directory, so a killed driver resumes like a local run: written units are skipped, units in
+flight run again.
+
+Model limit: a model the whole cluster shares (a remote server) is guarded by one `LimitKeeper`
+actor that every worker asks before each call; the embedded model is loaded once per node (one
+worker per node) and limited there, as a local run limits it.
+
+A unit whose worker dies (a killed process, a lost node) runs again, at most `retries` times,
+and its record says how many re-runs it took; after that it is recorded as `lane_crashed` and
+the sweep goes on. Search lanes recording runs (`--store`) record them in memory on the worker;
+their blocks and refs come back with the record and the driver puts them in its store, so the
+runs replay like local ones.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from types import TracebackType
+from typing import Any
+
+from ..llm.limits import SharedSlots
+from ..llm.slots import Slots
+from ..store.blocks import CID
+from ..store.memory import MemoryStore
+from .datasets import Dataset, Problem
+from .lanes import LaneOutcome, LaneSpend, LaneStop
+from .protocol import LanePlan, Protocol, audit
+from .runner import RunStats, progress_line, record_of, run_one, work_items
+from .store import Record, ResultsStore
+
+RAY_MISSING = "--executor ray needs Ray, which is not installed: pip install 'thoughtloom[ray]'"
+#: Re-runs of a unit whose worker died, before it is recorded as lane_crashed.
+DEFAULT_RETRIES = 2
+
+
+class ExecutorError(ValueError):
+    """Ray is missing or unreachable (one line, exit 2)."""
+
+
+def import_ray() -> Any:
+    """The ray module, or ExecutorError with the install line (ray is an optional extra)."""
+    try:
+        import ray
+    except ImportError:
+        raise ExecutorError(RAY_MISSING) from None
+    return ray
+
+
+@dataclass(frozen=True, slots=True)
+class RaySettings:
+    """Where and how wide a sweep runs on Ray."""
+
+    #: a running cluster ("HOST:PORT", "auto"); None: the cluster RAY_ADDRESS names, else a local one
+    address: str | None = None
+    #: worker actors; None: one per CPU of the cluster (the embedded model: always one per node)
+    workers: int | None = None
+    #: units in flight on each worker
+    jobs: int = 1
+    #: model calls in flight at once over the whole cluster (None: the backend's own limit)
+    model_concurrency: int | None = None
+    retries: int = DEFAULT_RETRIES
+
+
+class LimitKeeper:
+    """The body of the cluster-wide model limit actor: FIFO slots, each held by a unit's token."""
+
+    def __init__(self, limit: int | None) -> None:
+        self._limit = limit
+        self._slots: Slots | None = None
+        self._held: dict[str, int] = {}
+        #: Tokens of units that ended: a slot granted to one later goes straight back.
+        self._closed: set[str] = set()
+
+    async def acquire(self, token: str, default: int) -> None:
+        """Wait for a slot for the unit `token` (the first caller's `default` sizes an unset limit)."""
+        if self._slots is None:
+            self._slots = Slots(self._limit or max(1, default))
+        await self._slots.acquire()
+        if token in self._closed:
+            self._slots.release()
+            return
+        self._held[token] = self._held.get(token, 0) + 1
+
+    async def release(self, token: str) -> None:
+        """Give back one slot the unit holds."""
+        if self._slots is not None and self._held.get(token, 0) > 0:
+            self._held[token] -= 1
+            self._slots.release()
+
+    async def close(self, token: str) -> int:
+        """The unit ended (done or its worker died): free every slot it still holds; how many."""
+        self._closed.add(token)
+        count = self._held.pop(token, 0)
+        for _ in range(count):
+            assert self._slots is not None
+            self._slots.release()
+        return count
+
+
+class ClusterSlots:
+    """A ModelLimit held through the LimitKeeper actor: one slot per model call of one unit."""
+
+    def __init__(self, keeper: Any, limit: int, token: str) -> None:
+        self.limit = limit
+        self._keeper = keeper
+        self._token = token
+
+    async def __aenter__(self) -> None:
+        await self._keeper.acquire.remote(self._token, self.limit)
+
+    async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                        tb: TracebackType | None) -> None:
+        await self._keeper.release.remote(self._token)
+
+
+@dataclass(frozen=True, slots=True)
+class UnitOutput:
+    """What a worker sends back for one unit: its record, and the blocks and refs of its stored run."""
+
+    record: Record
+    blocks: list[tuple[CID, bytes]]
+    refs: dict[str, CID]
+
+
+class UnitWorker:
+    """The body of a worker actor: one backend for its lifetime, one unit per `run` call."""
+
+    def __init__(self, model: str, keeper: Any, model_concurrency: int | None) -> None:
+        self._model = model
+        self._keeper = keeper
+        self._model_concurrency = model_concurrency
+        self._backend: Any = None
+        self._local_slots: SharedSlots | None = None
+        self._lock = asyncio.Lock()
+
+    async def _ready(self) -> Any:
+        async with self._lock:  # several units start at once: the model loads once
+            if self._backend is None:
+                from ..llm.registry import make_backend
+
+                self._backend = make_backend(self._model)
+                if self._keeper is None:  # the embedded model: this node's copy is limited here
+                    self._local_slots = SharedSlots(self._model_concurrency or self._backend.max_concurrency)
+        return self._backend
+
+    async def pid(self) -> int:
+        """This worker's process id."""
+        return os.getpid()
+
+    async def run(self, protocol: Protocol, dataset: Dataset, problem: Problem, index: int, plan: LanePlan,
+                  token: str, stored: bool) -> UnitOutput:
+        """Run one unit as a local run does; its stored run (if any) comes back as blocks."""
+        backend = await self._ready()
+        slots = self._local_slots if self._keeper is None else ClusterSlots(
+            self._keeper, self._model_concurrency or backend.max_concurrency, token)
+        store = MemoryStore() if stored else None
+        record, _ = await run_one(dataset, problem, index, plan, backend, protocol, slots, store)
+        if store is None:
+            return UnitOutput(record, [], {})
+        return UnitOutput(record, list(store.blocks.items()), store.refs())
+
+
+def is_embedded(model: str) -> bool:
+    """Whether the protocol's model is loaded in-process (one copy per node) rather than served."""
+    from ..llm.registry import parse_model_spec
+
+    return parse_model_spec(model).is_local
+
+
+def connect(ray: Any, address: str | None) -> bool:
+    """Join the cluster at `address` (or start a local one); True when this call started Ray."""
+    if ray.is_initialized():
+        return False
+    try:
+        if address:
+            ray.init(address=address, include_dashboard=False, log_to_driver=False)
+        else:
+            ray.init(include_dashboard=False, log_to_driver=False)
+    except (ConnectionError, RuntimeError, ValueError) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ExecutorError(f"cannot reach the Ray cluster at {address or 'RAY_ADDRESS or a new local one'}: "
+                            f"{first}") from None
+    return True
+
+
+def ray_workers(ray: Any, protocol: Protocol, settings: RaySettings) -> tuple[list[Any], Any]:
+    """The worker actors and the limit actor (None for the embedded model, limited per node)."""
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    # A dead worker is restarted by Ray; the unit it held is re-run by the driver, not by Ray.
+    worker_cls = ray.remote(max_restarts=-1, max_task_retries=0)(UnitWorker)
+    if is_embedded(protocol.model):
+        nodes = [n["NodeID"] for n in ray.nodes() if n.get("Alive")]
+        return [worker_cls.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False))
+                .remote(protocol.model, None, settings.model_concurrency) for node in nodes], None
+    keeper = ray.remote(num_cpus=0)(LimitKeeper).remote(settings.model_concurrency)
+    count = settings.workers or max(1, int(ray.cluster_resources().get("CPU", 1)))
+    return [worker_cls.remote(protocol.model, keeper, settings.model_concurrency) for _ in range(count)], keeper
+
+
+async def run_protocol_on_ray(
+    protocol: Protocol,
+    store: ResultsStore,
+    datasets: dict[str, Dataset],
+    settings: RaySettings,
+    *,
+    run_store: Any = None,
+    progress: Callable[[str], None] | None = None,
+) -> RunStats:
+    """Run every unfinished unit of an audited protocol on Ray; records stream into `store`.
+
+    run_store: a BlockStore or SQLite path the search lanes' runs are shipped into (None: not stored).
+    """
+    ray = import_ray()
+    from ..run.session import open_block_store
+
+    audit(protocol)  # cheap, and before any worker starts: an unfair protocol costs nothing
+    done = store.load()
+    stats = RunStats()
+    queue: deque[tuple[Dataset, Problem, int, LanePlan]] = deque()
+    for dataset, problem, index in work_items(protocol, datasets):
+        for plan in protocol.lanes:
+            if not protocol.runs(dataset.name, plan.lane):
+                continue
+            if (dataset.name, plan.lane, problem.id) in done:
+                stats.skipped += 1
+            else:
+                queue.append((dataset, problem, index, plan))
+    total = stats.skipped + len(queue)
+    if not queue:
+        return stats
+    started_ray = connect(ray, settings.address)
+    blocks, _, owns_blocks = open_block_store(run_store) if run_store is not None else (None, None, False)
+    workers: list[Any] = []
+    keeper: Any = None
+    try:
+        workers, keeper = ray_workers(ray, protocol, settings)
+        refs = {name: ray.put(d) for name, d in datasets.items()}
+        reruns: dict[tuple[str, str, str], int] = {}
+        started = time.monotonic()
+
+        async def finish(output: UnitOutput) -> None:
+            if blocks is not None and output.blocks:
+                blocks.put_many(output.blocks)
+                for name, cid in output.refs.items():
+                    blocks.set_ref(name, cid)
+            store.append(output.record)  # after its run's blocks: a written record's run is always there
+            stats.records.append(output.record)
+            stats.done += 1
+            if progress:
+                progress(progress_line(output.record, stats, total, time.monotonic() - started))
+
+        async def feed(worker: Any) -> None:
+            while queue:
+                dataset, problem, index, plan = queue.popleft()
+                key = (dataset.name, plan.lane, problem.id)
+                tries = reruns.get(key, 0)
+                token = f"{'/'.join(key)}#{tries}"
+                try:
+                    output: UnitOutput = await worker.run.remote(
+                        protocol, refs[dataset.name], problem, index, plan, token, blocks is not None)
+                except (ray.exceptions.RayActorError, ray.exceptions.WorkerCrashedError,
+                        ray.exceptions.NodeDiedError) as exc:
+                    if tries < settings.retries:
+                        reruns[key] = tries + 1
+                        queue.append((dataset, problem, index, plan))
+                        if progress:
+                            progress(f"{dataset.name} #{problem.id} {plan.lane}: its worker died; running it again")
+                        continue
+                    why = f"the Ray worker died {tries + 1} times running it ({type(exc).__name__})"
+                    crashed = LaneOutcome(None, stop_reason=LaneStop.CRASHED, error=why)
+                    output = UnitOutput(await record_of(dataset, problem, index, plan, protocol, crashed,
+                                                        LaneSpend(), 0.0), [], {})
+                finally:
+                    if keeper is not None:
+                        keeper.close.remote(token)  # slots a dead worker held go back
+                await finish(UnitOutput(replace(output.record, retries=tries), output.blocks, output.refs))
+
+        await asyncio.gather(*(feed(w) for w in workers for _ in range(max(1, settings.jobs))))
+    finally:
+        for actor in [*workers, *([keeper] if keeper is not None else [])]:
+            ray.kill(actor)
+        if owns_blocks and blocks is not None:
+            blocks.close()
+        if started_ray:
+            ray.shutdown()
+    return stats
+
