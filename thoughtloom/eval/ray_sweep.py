@@ -40,6 +40,7 @@ from .runner import RunStats, progress_line, record_of, run_one, work_items
 from .store import Record, ResultsStore
 
 RAY_MISSING = "--executor ray needs Ray, which is not installed: pip install 'thoughtloom[ray]'"
+LOCAL_OBJECT_STORE_BYTES = 200 * 1024 * 1024
 #: Re-runs of a unit whose worker died, before it is recorded as lane_crashed.
 DEFAULT_RETRIES = 2
 
@@ -154,10 +155,6 @@ class UnitWorker:
                     self._local_slots = SharedSlots(self._model_concurrency or self._backend.max_concurrency)
         return self._backend
 
-    async def pid(self) -> int:
-        """This worker's process id."""
-        return os.getpid()
-
     async def run(self, protocol: Protocol, dataset: Dataset, problem: Problem, index: int, plan: LanePlan,
                   token: str, stored: bool) -> UnitOutput:
         """Run one unit as a local run does; its stored run (if any) comes back as blocks."""
@@ -183,10 +180,11 @@ def connect(ray: Any, address: str | None) -> bool:
     if ray.is_initialized():
         return False
     try:
-        if address:
+        if address or os.environ.get("RAY_ADDRESS"):
             ray.init(address=address, include_dashboard=False, log_to_driver=False)
         else:
-            ray.init(include_dashboard=False, log_to_driver=False)
+            # A Ray of our own on this machine: its object store only carries data sets, records and blocks.
+            ray.init(include_dashboard=False, log_to_driver=False, object_store_memory=LOCAL_OBJECT_STORE_BYTES)
     except (ConnectionError, RuntimeError, ValueError) as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise ExecutorError(f"cannot reach the Ray cluster at {address or 'RAY_ADDRESS or a new local one'}: "
@@ -278,7 +276,8 @@ async def run_protocol_on_ray(
                         if progress:
                             progress(f"{dataset.name} #{problem.id} {plan.lane}: its worker died; running it again")
                         continue
-                    why = f"the Ray worker died {tries + 1} times running it ({type(exc).__name__})"
+                    cause = " ".join(str(exc).split())[:400]  # Ray's own account, on one line
+                    why = f"the Ray worker died {tries + 1} times running it ({type(exc).__name__}: {cause})"
                     crashed = LaneOutcome(None, stop_reason=LaneStop.CRASHED, error=why)
                     output = UnitOutput(await record_of(dataset, problem, index, plan, protocol, crashed,
                                                         LaneSpend(), 0.0), [], {})
