@@ -19,7 +19,7 @@ from importlib.util import find_spec
 from pathlib import Path
 
 import pytest
-from openai_server import FakeOpenAIServer
+from openai_server import FakeOpenAIServer, closed_port
 from test_bench_cli import DATA, bench_args, completions
 
 from thoughtloom.cli.main import main
@@ -80,6 +80,17 @@ def test_shard_is_refused_with_the_ray_executor(tmp_path: Path, capsys: pytest.C
     code = main(["bench", "--executor", "ray", "--shard", "0/2", "--tasks", "game24", "--out", str(tmp_path / "r")])
     err = capsys.readouterr().err.strip()
     assert code == 2 and err.count("\n") == 0 and "--shard" in err, err
+
+
+@needs_ray
+@needs_data
+def test_an_unreachable_ray_address_is_one_line_and_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    model = "openai-compatible:http://127.0.0.1:9@m#completions"
+    code = main(["bench", "--executor", "ray", "--ray-address", f"127.0.0.1:{closed_port()}", "--tasks", "game24",
+                 "--lanes", "io", "--limit", "1", "--data-dir", str(DATA), "--model", model, "--out",
+                 str(tmp_path / "r"), "--quiet"])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and err.count("\n") == 0 and "cannot reach the Ray cluster at 127.0.0.1:" in err, err
 
 
 def test_the_limit_keeper_frees_the_slots_of_a_unit_that_ended() -> None:

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import socket
 import time
 from collections import deque
 from collections.abc import Callable
@@ -41,6 +42,8 @@ from .store import Record, ResultsStore
 
 RAY_MISSING = "--executor ray needs Ray, which is not installed: pip install 'thoughtloom[ray]'"
 LOCAL_OBJECT_STORE_BYTES = 200 * 1024 * 1024
+#: How long a --ray-address may take to accept a connection.
+CONNECT_TIMEOUT_S = 5.0
 #: Re-runs of a unit whose worker died, before it is recorded as lane_crashed.
 DEFAULT_RETRIES = 2
 
@@ -179,6 +182,7 @@ def connect(ray: Any, address: str | None) -> bool:
     """Join the cluster at `address` (or start a local one); True when this call started Ray."""
     if ray.is_initialized():
         return False
+    _check_reachable(address)
     try:
         if address or os.environ.get("RAY_ADDRESS"):
             ray.init(address=address, include_dashboard=False, log_to_driver=False)
@@ -190,6 +194,18 @@ def connect(ray: Any, address: str | None) -> bool:
         raise ExecutorError(f"cannot reach the Ray cluster at {address or 'RAY_ADDRESS or a new local one'}: "
                             f"{first}") from None
     return True
+
+
+def _check_reachable(address: str | None) -> None:
+    """Refuse a HOST:PORT nothing listens on: ray.init would wait on it for many minutes."""
+    host, sep, port = (address or "").rpartition(":")
+    if not sep or not host or not port.isdigit() or "://" in address:  # "auto", ray://...: Ray's own lookup
+        return
+    try:
+        socket.create_connection((host, int(port)), timeout=CONNECT_TIMEOUT_S).close()
+    except OSError as exc:
+        raise ExecutorError(f"cannot reach the Ray cluster at {address}: {exc.strerror or exc}; "
+                            "start it with 'ray start --head' or give its GCS address (HOST:PORT)") from None
 
 
 def ray_workers(ray: Any, protocol: Protocol, settings: RaySettings) -> tuple[list[Any], Any]:
