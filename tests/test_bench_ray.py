@@ -255,3 +255,20 @@ def test_a_killed_ray_driver_resumes_without_redoing_written_units(ray_address: 
     assert sorted((r["lane"], r["problem_id"]) for r in rows) == sorted(
         (lane, str(i)) for lane in ("io", "cot") for i in range(1, 7))  # every unit exactly once
     assert "| io | 6 |" in done.stdout
+
+
+@needs_ray
+@needs_data
+@pytest.mark.local_model
+def test_the_embedded_model_runs_units_on_its_node_worker(ray_address: str, tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    code = main(bench_args_for("local:gemma-3-270m", out, "--lanes", "io", "--limit", "1", "--budget-tokens", "600",
+                               "--no-plot", "--executor", "ray", "--workers", "3"))
+    assert code == 0
+    (row,) = records(out)
+    assert row["stop_reason"] == "done" and 0 < row["tokens"] <= 600 and row["calls"] == 1
+
+
+def bench_args_for(model: str, out: Path, *extra: str) -> list[str]:
+    return ["bench", "--tasks", "game24", "--model", model, "--data-dir", str(DATA), "--out", str(out),
+            "--select", "first", "--quiet", *extra]
