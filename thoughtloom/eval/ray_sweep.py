@@ -215,7 +215,9 @@ def ray_workers(ray: Any, protocol: Protocol, settings: RaySettings) -> tuple[li
     # A dead worker is restarted by Ray; the unit it held is re-run by the driver, not by Ray.
     worker_cls = ray.remote(max_restarts=-1, max_task_retries=0)(UnitWorker)
     if is_embedded(protocol.model):
-        nodes = [n["NodeID"] for n in ray.nodes() if n.get("Alive")]
+        nodes = [n["NodeID"] for n in ray.nodes() if n.get("Alive") and n.get("Resources", {}).get("CPU", 0) > 0]
+        if not nodes:
+            raise ExecutorError("no node of the Ray cluster has a CPU to load the embedded model on")
         return [worker_cls.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False))
                 .remote(protocol.model, None, settings.model_concurrency) for node in nodes], None
     keeper = ray.remote(num_cpus=0)(LimitKeeper).remote(settings.model_concurrency)
@@ -262,6 +264,11 @@ async def run_protocol_on_ray(
         workers, keeper = ray_workers(ray, protocol, settings)
         refs = {name: ray.put(d) for name, d in datasets.items()}
         reruns: dict[tuple[str, str, str], int] = {}
+        # A worker lost under the unit: killed, out of memory, its node gone (a node-pinned worker then
+        # cannot be placed again). An exception the unit itself raised is not among them: it is a bug.
+        errors = ray.exceptions
+        lost = (errors.RayActorError, errors.WorkerCrashedError, errors.NodeDiedError, errors.OutOfMemoryError,
+                errors.ActorUnschedulableError)
         started = time.monotonic()
 
         async def finish(output: UnitOutput) -> None:
@@ -284,8 +291,7 @@ async def run_protocol_on_ray(
                 try:
                     output: UnitOutput = await worker.run.remote(
                         protocol, refs[dataset.name], problem, index, plan, token, blocks is not None)
-                except (ray.exceptions.RayActorError, ray.exceptions.WorkerCrashedError,
-                        ray.exceptions.NodeDiedError) as exc:
+                except lost as exc:
                     if tries < settings.retries:
                         reruns[key] = tries + 1
                         queue.append((dataset, problem, index, plan))
