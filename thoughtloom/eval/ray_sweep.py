@@ -1,6 +1,7 @@
 """`loom bench --executor ray`: each (problem, lane) unit runs on a Ray worker; the driver alone writes.
 
-The caller audits the protocol and prepares the run directory before this starts. The driver lists
+The caller prepares the run directory (manifest.json) and the protocol is audited on the driver
+before any worker starts. The driver lists
 the units not yet in results.jsonl and hands them to worker actors; a worker builds its backend
 once and runs a unit with `runner.run_one`, as a local run does (search lanes through the run
 layer). Each finished unit comes back to the driver, which appends its record to the run
