@@ -160,6 +160,20 @@ def test_a_ray_sweep_prints_the_same_table_as_a_local_run(ray_address: str, serv
 
 @needs_ray
 @needs_data
+@pytest.mark.skipif(bool(os.environ.get("ANTHROPIC_API_KEY")), reason="needs ANTHROPIC_API_KEY unset")
+def test_a_worker_that_cannot_build_its_model_stops_the_sweep_in_one_line_and_records_nothing(
+        ray_address: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "run"
+    code = main(bench_args_for("anthropic:claude-test", out, "--lanes", "io", "--limit", "2", "--no-plot",
+                               "--executor", "ray", "--workers", "2"))
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and err.count("\n") == 0, err
+    assert "a Ray worker could not start" in err and "ANTHROPIC_API_KEY is not set" in err
+    assert not (out / "results.jsonl").exists()  # no unit recorded as crashed: the same command resumes
+
+
+@needs_ray
+@needs_data
 def test_killing_a_ray_worker_mid_sweep_loses_no_unit(ray_address: str, server: FakeOpenAIServer,
                                                      tmp_path: Path) -> None:
     server.responder = completions({}, delay_s=0.3)

@@ -142,27 +142,20 @@ class UnitWorker:
     """The body of a worker actor: one backend for its lifetime, one unit per `run` call."""
 
     def __init__(self, model: str, keeper: Any, model_concurrency: int | None) -> None:
-        self._model = model
+        from ..llm.registry import make_backend
+
+        # Built at start, so a model this node cannot use (a key not set here) fails the worker's
+        # creation, which the driver reports in one line, instead of every unit.
+        self._backend = make_backend(model)
         self._keeper = keeper
         self._model_concurrency = model_concurrency
-        self._backend: Any = None
-        self._local_slots: SharedSlots | None = None
-        self._lock = asyncio.Lock()
-
-    async def _ready(self) -> Any:
-        async with self._lock:  # several units start at once: the model loads once
-            if self._backend is None:
-                from ..llm.registry import make_backend
-
-                self._backend = make_backend(self._model)
-                if self._keeper is None:  # the embedded model: this node's copy is limited here
-                    self._local_slots = SharedSlots(self._model_concurrency or self._backend.max_concurrency)
-        return self._backend
+        # The embedded model: this node's copy is limited here, as a local run limits it.
+        self._local_slots = SharedSlots(model_concurrency or self._backend.max_concurrency) if keeper is None else None
 
     async def run(self, protocol: Protocol, dataset: Dataset, problem: Problem, index: int, plan: LanePlan,
                   token: str, stored: bool) -> UnitOutput:
         """Run one unit as a local run does; its stored run (if any) comes back as blocks."""
-        backend = await self._ready()
+        backend = self._backend
         slots = self._local_slots if self._keeper is None else ClusterSlots(
             self._keeper, self._model_concurrency or backend.max_concurrency, token)
         store = MemoryStore() if stored else None
@@ -293,6 +286,8 @@ async def run_protocol_on_ray(
                     output: UnitOutput = await worker.run.remote(
                         protocol, refs[dataset.name], problem, index, plan, token, blocks is not None)
                 except lost as exc:
+                    if getattr(exc, "actor_init_failed", False):  # not a lost worker: one that cannot start
+                        raise ExecutorError(f"a Ray worker could not start: {_last_line(exc)}") from None
                     if tries < settings.retries:
                         reruns[key] = tries + 1
                         queue.append((dataset, problem, index, plan))
@@ -319,3 +314,10 @@ async def run_protocol_on_ray(
             ray.shutdown()
     return stats
 
+
+def _last_line(exc: BaseException) -> str:
+    """The exception line at the end of a Ray error (its traceback and colours dropped)."""
+    import re
+
+    lines = [line.strip() for line in re.sub(r"\x1b\[[0-9;]*m", "", str(exc)).splitlines() if line.strip()]
+    return lines[-1] if lines else type(exc).__name__
