@@ -50,15 +50,18 @@ def records(out: Path) -> list[dict]:
 
 def kill_a_worker_when_busy(server: FakeOpenAIServer, after_requests: int = 2) -> threading.Thread:
     """SIGKILL one Ray worker process of the sweep once the server has seen `after_requests` requests."""
-    import psutil
 
     def run() -> None:
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline and len(server.seen) < after_requests:
             time.sleep(0.01)
-        for proc in psutil.process_iter(["cmdline"]):
-            if " ".join(proc.info["cmdline"] or []).startswith("ray::UnitWorker"):
-                os.kill(proc.pid, signal.SIGKILL)
+        for proc in Path("/proc").iterdir():  # Ray names a worker's process after its actor class
+            try:
+                title = (proc / "cmdline").read_bytes()
+            except OSError:
+                continue
+            if proc.name.isdigit() and title.startswith(b"ray::UnitWorker"):
+                os.kill(int(proc.name), signal.SIGKILL)
                 return
 
     thread = threading.Thread(target=run, daemon=True)
