@@ -1,7 +1,8 @@
 """`loom bench --executor ray` on a real local Ray runtime against the scripted OpenAI-compatible server.
 
-One Ray runtime (two CPUs, no dashboard, on 127.0.0.1) serves every test of the module; sweeps
-are a handful of units so the module stays cheap.
+One Ray runtime (two CPUs, no dashboard, a small object store) serves every test of the module;
+sweeps are a handful of units so the module stays cheap. (Ray maps 127.0.0.1 to the node's own
+address on Linux, so the runtime listens there; the scripted server is on 127.0.0.1.)
 """
 
 from __future__ import annotations
@@ -36,8 +37,7 @@ def ray_address() -> Iterator[str]:
     """One local Ray runtime for the module's tests: 2 CPUs, small object store; its GCS address."""
     import ray
 
-    ray.init(num_cpus=2, include_dashboard=False, _node_ip_address="127.0.0.1", log_to_driver=False,
-             object_store_memory=100 * 1024 * 1024)
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, object_store_memory=100 * 1024 * 1024)
     try:
         yield ray.get_runtime_context().gcs_address
     finally:
