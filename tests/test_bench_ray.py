@@ -1,8 +1,9 @@
 """`loom bench --executor ray` on a real local Ray runtime against the scripted OpenAI-compatible server.
 
-One Ray runtime (two CPUs, no dashboard, a small object store) serves every test of the module;
-sweeps are a handful of units so the module stays cheap. (Ray maps 127.0.0.1 to the node's own
-address on Linux, so the runtime listens there; the scripted server is on 127.0.0.1.)
+One Ray cluster on this machine (a head node without CPUs and two nodes of one CPU each, no
+dashboard, small object stores) serves every test of the module; sweeps are a handful of units so the module stays
+cheap. (Ray maps 127.0.0.1 to the node's own address on Linux, so the cluster listens there; the
+scripted server is on 127.0.0.1.)
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import time
 from collections.abc import Iterator
 from importlib.util import find_spec
 from pathlib import Path
+from typing import Any
 
 import pytest
 from openai_server import FakeOpenAIServer, closed_port
@@ -29,23 +31,50 @@ from thoughtloom.eval.ray_sweep import LimitKeeper
 
 ROOT = Path(__file__).resolve().parents[1]
 needs_ray = pytest.mark.skipif(find_spec("ray") is None, reason="the 'ray' extra is not installed")
+SMALL_NODE = {"num_cpus": 1, "object_store_memory": 80 * 1024 * 1024}
 needs_data = pytest.mark.skipif(not (DATA / "game24" / "24_dev.csv").is_file(), reason=f"benchmark data not found at {DATA}")
 
 
 @pytest.fixture(scope="module")
-def ray_address() -> Iterator[str]:
-    """One local Ray runtime for the module's tests: 2 CPUs, small object store; its GCS address."""
+def cluster() -> Iterator[Any]:
+    """One Ray cluster for the module's tests: a head without CPUs and two nodes of 1 CPU, small object stores."""
     import ray
+    from ray.cluster_utils import Cluster
 
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, object_store_memory=100 * 1024 * 1024)
+    # No CPU on the head: the driver's node keeps the limit actor, and workers go to the two others.
+    made = Cluster(initialize_head=True, head_node_args={**SMALL_NODE, "num_cpus": 0, "include_dashboard": False})
     try:
-        yield ray.get_runtime_context().gcs_address
+        made.add_node(**SMALL_NODE)
+        made.add_node(**SMALL_NODE)
+        made.wait_for_nodes()
+        ray.init(address=made.address, log_to_driver=False)
+        yield made
     finally:
         ray.shutdown()
+        made.shutdown()
+
+
+@pytest.fixture
+def ray_address(cluster: Any) -> str:
+    """The test cluster's GCS address (what --ray-address takes)."""
+    return cluster.address
 
 
 def records(out: Path) -> list[dict]:
     return [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines() if line.endswith("}")]
+
+
+def worker_pids() -> list[int]:
+    """The sweep's Ray worker processes: Ray names a worker's process after its actor class."""
+    pids = []
+    for proc in Path("/proc").iterdir():
+        try:
+            title = (proc / "cmdline").read_bytes() if proc.name.isdigit() else b""
+        except OSError:
+            continue
+        if title.startswith(b"ray::UnitWorker"):
+            pids.append(int(proc.name))
+    return pids
 
 
 def kill_a_worker_when_busy(server: FakeOpenAIServer, after_requests: int = 2) -> threading.Thread:
@@ -55,14 +84,9 @@ def kill_a_worker_when_busy(server: FakeOpenAIServer, after_requests: int = 2) -
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline and len(server.seen) < after_requests:
             time.sleep(0.01)
-        for proc in Path("/proc").iterdir():  # Ray names a worker's process after its actor class
-            try:
-                title = (proc / "cmdline").read_bytes()
-            except OSError:
-                continue
-            if proc.name.isdigit() and title.startswith(b"ray::UnitWorker"):
-                os.kill(int(proc.name), signal.SIGKILL)
-                return
+        for pid in worker_pids():
+            os.kill(pid, signal.SIGKILL)
+            return
 
     thread = threading.Thread(target=run, daemon=True)
     thread.start()
@@ -135,8 +159,8 @@ def test_the_embedded_model_gets_one_worker_per_node_and_no_cluster_limit(ray_ad
                               {"general": given_problems("What is 2 + 2?", "general")})
     workers, keeper = ray_workers(ray, protocol, RaySettings(workers=4))
     try:
-        # One loaded copy per node (this runtime has one), whatever --workers says; it limits its own calls.
-        assert len(workers) == 1 and keeper is None
+        # One loaded copy per node with a CPU (the cluster has two), whatever --workers says; each limits its own calls.
+        assert len(workers) == 2 and keeper is None
     finally:
         for worker in workers:
             ray.kill(worker)
@@ -289,3 +313,37 @@ def test_the_embedded_model_runs_units_on_its_node_worker(ray_address: str, tmp_
 def bench_args_for(model: str, out: Path, *extra: str) -> list[str]:
     return ["bench", "--tasks", "game24", "--model", model, "--data-dir", str(DATA), "--out", str(out),
             "--select", "first", "--quiet", *extra]
+
+
+@needs_ray
+@needs_data
+def test_losing_a_node_mid_sweep_loses_no_unit(cluster: Any, server: FakeOpenAIServer, tmp_path: Path) -> None:
+    server.responder = completions({}, delay_s=0.3)
+    raylets = {node.all_processes["raylet"][0].process.pid: node for node in cluster.list_all_nodes() if not node.head}
+
+    def remove_a_busy_node() -> None:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and len(server.seen) < 2:
+            time.sleep(0.01)
+        for pid in worker_pids():  # a node whose worker has a unit in flight (its raylet started the worker)
+            parent = int((Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            if parent in raylets:
+                cluster.remove_node(raylets[parent])  # its raylet and workers killed, as a lost machine
+                return
+
+    remover = threading.Thread(target=remove_a_busy_node, daemon=True)
+    remover.start()
+    out = tmp_path / "run"
+    try:
+        code = main(bench_args(server, out, "--lanes", "io", "--limit", "6", "--budget-tokens", "1000", "--no-plot",
+                               "--executor", "ray", "--workers", "2"))
+        remover.join()
+    finally:
+        if len(cluster.list_all_nodes()) < 3:
+            cluster.add_node(**SMALL_NODE)  # for the tests after this one
+            cluster.wait_for_nodes()
+    assert code == 0
+    rows = records(out)
+    assert sorted(r["problem_id"] for r in rows) == ["1", "2", "3", "4", "5", "6"]
+    assert all(r["stop_reason"] == "done" for r in rows), [(r["stop_reason"], r["error"]) for r in rows]
+    assert sum(r["retries"] for r in rows) >= 1  # the node's worker had a unit in flight: it ran again elsewhere

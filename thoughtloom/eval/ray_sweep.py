@@ -214,9 +214,13 @@ def ray_workers(ray: Any, protocol: Protocol, settings: RaySettings) -> tuple[li
             raise ExecutorError("no node of the Ray cluster has a CPU to load the embedded model on")
         return [worker_cls.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False))
                 .remote(protocol.model, None, settings.model_concurrency) for node in nodes], None
-    keeper = ray.remote(num_cpus=0)(LimitKeeper).remote(settings.model_concurrency)
+    # The limit lives on the driver's node: it shares the driver's fate, not a worker node's.
+    here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
+    keeper = ray.remote(num_cpus=0)(LimitKeeper).options(scheduling_strategy=here).remote(settings.model_concurrency)
     count = settings.workers or max(1, int(ray.cluster_resources().get("CPU", 1)))
-    return [worker_cls.remote(protocol.model, keeper, settings.model_concurrency) for _ in range(count)], keeper
+    # Spread over the nodes: a sweep's workers should not pile onto the head node.
+    return [worker_cls.options(scheduling_strategy="SPREAD").remote(protocol.model, keeper, settings.model_concurrency)
+            for _ in range(count)], keeper
 
 
 async def run_protocol_on_ray(
