@@ -1,9 +1,9 @@
 """`loom bench --executor ray` on a real local Ray runtime against the scripted OpenAI-compatible server.
 
 One Ray cluster on this machine (a head node without CPUs and two nodes of one CPU each, no
-dashboard, small object stores) serves every test of the module; sweeps are a handful of units so the module stays
-cheap. (Ray maps 127.0.0.1 to the node's own address on Linux, so the cluster listens there; the
-scripted server is on 127.0.0.1.)
+dashboard, small object stores) serves every test of the module; sweeps are a handful of units so
+the module stays cheap. (Ray maps 127.0.0.1 to the node's own address on Linux, so the cluster
+listens there; the scripted server is on 127.0.0.1.)
 """
 
 from __future__ import annotations
