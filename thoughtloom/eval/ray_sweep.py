@@ -174,9 +174,9 @@ def is_embedded(model: str) -> bool:
 
 def connect(ray: Any, address: str | None) -> bool:
     """Join the cluster at `address` (or start a local one); True when this call started Ray."""
+    _check_reachable(address)
     if ray.is_initialized():
         return False
-    _check_reachable(address)
     try:
         if address or os.environ.get("RAY_ADDRESS"):
             ray.init(address=address, include_dashboard=False, log_to_driver=False)
