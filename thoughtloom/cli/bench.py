@@ -57,10 +57,16 @@ def add_bench_parser(sub: Any, positive_int: Any, positive_float: Any) -> None:
                    "the same command resumes the same run)")
     b.add_argument("--resume", metavar="DIR", help="continue the run in DIR exactly as its manifest says")
     b.add_argument("--jobs", type=positive_int("--jobs"), default=1, help="problems in flight at once (default 1)")
-    b.add_argument("--workers", type=positive_int("--workers"), default=1,
-                   help="processes sharing the run (default 1); the model limit below holds across them")
+    b.add_argument("--workers", type=positive_int("--workers"),
+                   help="processes sharing the run (default 1; with --executor ray: Ray workers, default one per "
+                        "CPU of the cluster); the model limit below holds across them")
     b.add_argument("--model-concurrency", type=positive_int("--model-concurrency"),
                    help="model calls in flight at once, over all problems and workers (default: the backend's)")
+    b.add_argument("--executor", choices=("local", "ray"), default="local",
+                   help="where units run: local processes (default) or Ray workers, each (problem, lane) a unit; "
+                        "the driver alone writes --out (needs the 'ray' extra)")
+    b.add_argument("--ray-address", metavar="ADDR",
+                   help="the Ray cluster to join (HOST:PORT or auto; default: RAY_ADDRESS, else a new local one)")
     b.add_argument("--shard", help=argparse.SUPPRESS)
     b.add_argument("--store", metavar="PATH",
                    help="record every search lane's run in this store, for 'loom show' and 'loom replay' (default: not stored)")
@@ -159,6 +165,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     from ..eval.datasets import DataError, load_dataset
     from ..eval.lanes import LaneError
     from ..eval.protocol import AuditError, Protocol, ProtocolError, audit
+    from ..eval.ray_sweep import ExecutorError
     from ..eval.runner import build_protocol, prepare_run_dir, run_protocol
     from ..eval.store import MANIFEST_FILE, ResultsStore
     from ..llm.errors import ModelError
@@ -167,6 +174,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
     try:
         if args.temperature is not None and not 0.0 <= args.temperature <= 2.0:
             raise BenchError(f"--temperature must be in [0, 2]; got {args.temperature}")
+        if args.executor == "ray":
+            _check_ray_flags(args)
         if args.resume:
             manifest = Path(args.resume) / MANIFEST_FILE
             if not manifest.is_file():
@@ -193,7 +202,10 @@ def cmd_bench(args: argparse.Namespace) -> int:
         say(f"run directory {out} · {sum(len(v) for v in protocol.problems.values())} problems x "
             f"{len(protocol.lanes)} lanes · budget {protocol.budget_tokens or '-'} tokens per problem")
         store = ResultsStore(out)
-        if args.workers > 1 and shard == (0, 1):
+        if args.executor == "ray":
+            stats = _run_on_ray(args, protocol, store, datasets, say)
+            say(f"ran {stats.done}, skipped {stats.skipped} already finished")
+        elif (args.workers or 1) > 1 and shard == (0, 1):
             _spawn_workers(args, out)
         else:
             from ..llm.registry import make_backend
@@ -206,7 +218,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
                     return await run_protocol(
                         protocol, backend, store, datasets=datasets, jobs=args.jobs,
                         model_concurrency=args.model_concurrency,
-                        slots_dir=out / ".slots" if (args.workers > 1 or shard != (0, 1)) else None,
+                        slots_dir=out / ".slots" if ((args.workers or 1) > 1 or shard != (0, 1)) else None,
                         shard=shard, progress=say, run_store=args.store,
                     )
                 finally:
@@ -218,13 +230,34 @@ def cmd_bench(args: argparse.Namespace) -> int:
             say(f"ran {stats.done}, skipped {stats.skipped} already finished")
             if shard != (0, 1):
                 return 0
-    except (BenchError, DataError, LaneError, ProtocolError, AuditError) as exc:
+    except (BenchError, DataError, LaneError, ProtocolError, AuditError, ExecutorError) as exc:
         print(f"loom: error: {exc}", file=sys.stderr)
         return 2
     except ModelError as exc:
         print(f"loom: error: {exc}", file=sys.stderr)
         return 2
     return _report(protocol, out, checks, plot=not args.no_plot, say=say)
+
+
+def _check_ray_flags(args: argparse.Namespace) -> None:
+    """Refuse flags of the local executor, and a missing Ray, before anything runs."""
+    from ..eval.ray_sweep import import_ray
+
+    if args.shard:
+        raise BenchError("--shard is for local workers; --executor ray shares the units out itself")
+    import_ray()
+
+
+def _run_on_ray(args: argparse.Namespace, protocol: Any, store: Any, datasets: Any, say: Any) -> Any:
+    """The protocol's unfinished units on Ray workers; this process alone writes the run directory."""
+    import asyncio
+
+    from ..eval.ray_sweep import RaySettings, run_protocol_on_ray
+
+    settings = RaySettings(address=args.ray_address, workers=args.workers, jobs=args.jobs,
+                           model_concurrency=args.model_concurrency)
+    return asyncio.run(run_protocol_on_ray(protocol, store, datasets, settings, run_store=args.store,
+                                           progress=say))
 
 
 def _dir_name(tasks: list[str]) -> str:

@@ -28,7 +28,7 @@ from typing import Any
 from ..llm.budget import BudgetLimits
 from ..llm.errors import BudgetExceeded, ModelConfigError, ModelError
 from ..llm.gateway import Gateway
-from ..llm.limits import SharedSlots
+from ..llm.limits import ModelLimit
 from ..llm.tracing import span
 from ..llm.types import Backend, GenerateRequest, Message, Prompt
 from ..search.result import SearchResult
@@ -277,7 +277,7 @@ async def run_lane(
     params: dict[str, Any],
     temperature: float,
     seed: int | None,
-    slots: SharedSlots | None = None,
+    slots: ModelLimit | None = None,
     store: Any = None,
 ) -> tuple[LaneOutcome, LaneSpend]:
     """Run one lane on one problem under a fresh budget over `backend`; never raises for model trouble.
@@ -494,7 +494,7 @@ _SAMPLERS = {"io": _io, "cot": _cot, "cot_sc": _cot_sc, "best_of_n": _best_of_n,
 
 
 async def _search(lane: str, dataset: Dataset, problem: Problem, backend: Backend, limits: BudgetLimits,
-                  params: dict[str, Any], temperature: float, seed: int | None, slots: SharedSlots | None,
+                  params: dict[str, Any], temperature: float, seed: int | None, slots: ModelLimit | None,
                   store: Any, on_gateway: Any) -> LaneOutcome:
     from ..run.execute import execute
     from ..tasks.base import ProblemError, UnsupportedOperation

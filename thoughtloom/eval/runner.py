@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from ..llm.budget import BudgetLimits
-from ..llm.limits import SharedSlots
+from ..llm.limits import ModelLimit, SharedSlots
 from ..llm.types import Backend
 from ..search.result import SearchResult
 from .citations import support_precision
@@ -30,6 +30,7 @@ from .lanes import (
     LANE_DEFAULTS,
     LaneError,
     LaneOutcome,
+    LaneSpend,
     check_lane,
     check_params,
     run_lane,
@@ -148,7 +149,7 @@ def limits_of(plan: LanePlan) -> BudgetLimits:
 
 
 async def run_one(dataset: Dataset, problem: Problem, index: int, plan: LanePlan, backend: Backend,
-                  protocol: Protocol, slots: SharedSlots | None = None,
+                  protocol: Protocol, slots: ModelLimit | None = None,
                   store: Any = None) -> tuple[Record, LaneOutcome]:
     """One lane on one problem under a fresh budget (the lane's) over the shared backend; scored exactly.
 
@@ -158,6 +159,13 @@ async def run_one(dataset: Dataset, problem: Problem, index: int, plan: LanePlan
     outcome, spend = await run_lane(plan.lane, dataset, problem, backend, limits_of(plan), params=plan.params,
                                     temperature=plan.temperature, seed=seed, slots=slots, store=store)
     wall = time.monotonic() - started
+    return await record_of(dataset, problem, index, plan, protocol, outcome, spend, wall), outcome
+
+
+async def record_of(dataset: Dataset, problem: Problem, index: int, plan: LanePlan, protocol: Protocol,
+                    outcome: LaneOutcome, spend: LaneSpend, wall: float) -> Record:
+    """The scored record of a lane's outcome on one problem."""
+    seed = protocol.seed_for(plan, index)
     score = await dataset.score(problem, outcome.answer)
     any_correct = None
     if outcome.candidates:
@@ -167,7 +175,7 @@ async def run_one(dataset: Dataset, problem: Problem, index: int, plan: LanePlan
                 any_correct = True
                 break
     precision = None if outcome.cited is None else support_precision(outcome.cited, problem.supporting_facts)
-    record = Record(
+    return Record(
         task=dataset.name, lane=plan.lane, problem_id=problem.id, index=index, seed=seed, answer=outcome.answer,
         solved=score.solved, errors=score.errors, any_correct=any_correct, candidates=len(outcome.candidates),
         tokens=spend.input_tokens + spend.output_tokens, input_tokens=spend.input_tokens,
@@ -178,7 +186,6 @@ async def run_one(dataset: Dataset, problem: Problem, index: int, plan: LanePlan
         cited=None if outcome.cited is None else [list(fact) for fact in outcome.cited],
         support_precision=precision,
     )
-    return record, outcome
 
 
 @dataclass(frozen=True, slots=True)
@@ -238,14 +245,7 @@ async def run_protocol(
     done = store.load() if store is not None else {}
     slots = SharedSlots(model_concurrency or backend.max_concurrency, slots_dir)
     stats = RunStats()
-    work: list[tuple[Dataset, Problem, int]] = []
-    for t in protocol.tasks:
-        by_id = {p.id: p for p in datasets[t].problems}
-        for index, pid in enumerate(protocol.problems[t]):
-            if pid not in by_id:
-                raise ProtocolError(f"data set {t} has no problem {pid!r} (the data files changed since the manifest)")
-            if index % shard[1] == shard[0]:
-                work.append((datasets[t], by_id[pid], index))
+    work = work_items(protocol, datasets, shard)
     total = sum(sum(protocol.runs(d.name, p.lane) for p in protocol.lanes) for d, _, _ in work)
     gate = asyncio.Semaphore(max(1, jobs))
     started = time.monotonic()
@@ -267,21 +267,39 @@ async def run_protocol(
                     stats.results.append(LaneResult(rec, outcome))
                 stats.done += 1
                 if progress:
-                    mark = "solved" if rec.solved else "failed"
-                    err = f", errors {rec.errors:g}" if rec.errors is not None else ""
-                    err += f", F1 {rec.f1:.2f}" if rec.f1 is not None else ""
-                    tools = f" · {rec.tool_calls} tool calls" if rec.tool_calls is not None else ""
-                    if rec.cited is not None:
-                        tools += f" · {len(rec.cited)} sentences cited" + (
-                            f", support precision {rec.support_precision:.2f}" if rec.support_precision is not None
-                            else "")
-                    left = total - stats.done - stats.skipped
-                    eta = f" · ETA {eta_text(time.monotonic() - started, stats.done, left)}" if left else ""
-                    progress(f"[{stats.done + stats.skipped}/{total}] {dataset.name} #{problem.id} {plan.lane}: {mark}"
-                             f"{err} · {rec.tokens:,} tokens · {rec.calls} calls{tools} · {rec.wall_s:.1f}s{eta}")
+                    progress(progress_line(rec, stats, total, time.monotonic() - started))
 
     await asyncio.gather(*(one_problem(d, p, i) for d, p, i in work))
     return stats
+
+
+def work_items(protocol: Protocol, datasets: dict[str, Dataset],
+               shard: tuple[int, int] = (0, 1)) -> list[tuple[Dataset, Problem, int]]:
+    """The protocol's problems as (data set, problem, index), problem-major, the shard's share only."""
+    work: list[tuple[Dataset, Problem, int]] = []
+    for t in protocol.tasks:
+        by_id = {p.id: p for p in datasets[t].problems}
+        for index, pid in enumerate(protocol.problems[t]):
+            if pid not in by_id:
+                raise ProtocolError(f"data set {t} has no problem {pid!r} (the data files changed since the manifest)")
+            if index % shard[1] == shard[0]:
+                work.append((datasets[t], by_id[pid], index))
+    return work
+
+
+def progress_line(rec: Record, stats: RunStats, total: int, elapsed_s: float) -> str:
+    """The one progress line of a finished unit: its mark, spend, and the run's count and ETA."""
+    mark = "solved" if rec.solved else "failed"
+    err = f", errors {rec.errors:g}" if rec.errors is not None else ""
+    err += f", F1 {rec.f1:.2f}" if rec.f1 is not None else ""
+    tools = f" · {rec.tool_calls} tool calls" if rec.tool_calls is not None else ""
+    if rec.cited is not None:
+        tools += f" · {len(rec.cited)} sentences cited" + (
+            f", support precision {rec.support_precision:.2f}" if rec.support_precision is not None else "")
+    left = total - stats.done - stats.skipped
+    eta = f" · ETA {eta_text(elapsed_s, stats.done, left)}" if left else ""
+    return (f"[{stats.done + stats.skipped}/{total}] {rec.task} #{rec.problem_id} {rec.lane}: {mark}"
+            f"{err} · {rec.tokens:,} tokens · {rec.calls} calls{tools} · {rec.wall_s:.1f}s{eta}")
 
 
 def eta_text(elapsed_s: float, done: int, left: int) -> str:

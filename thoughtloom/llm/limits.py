@@ -12,10 +12,22 @@ import asyncio
 import fcntl
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from types import TracebackType
+from typing import Any, Protocol
 
 from .types import Backend, Completion, GenerateRequest
 from .wrapper import BackendWrapper
+
+
+class ModelLimit(Protocol):
+    """A model-concurrency limit: entered around each model call; `limit` calls at most are inside at once."""
+
+    limit: int
+
+    async def __aenter__(self) -> None: ...
+
+    async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                        tb: TracebackType | None) -> None: ...
 
 
 class SharedSlots:
@@ -54,9 +66,9 @@ class SharedSlots:
 
 
 class LimitedBackend(BackendWrapper):
-    """A backend whose calls each wait for a SharedSlots slot."""
+    """A backend whose calls each wait for a slot of a shared ModelLimit."""
 
-    def __init__(self, inner: Backend, slots: SharedSlots) -> None:
+    def __init__(self, inner: Backend, slots: ModelLimit) -> None:
         super().__init__(inner)
         self.slots = slots
         #: Calls (a batch counts once) that went through this wrapper.

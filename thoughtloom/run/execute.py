@@ -26,7 +26,7 @@ from ..grounding.knowledge import KnowledgeBase
 from ..grounding.types import Grounder
 from ..llm.budget import BudgetLimits
 from ..llm.gateway import Gateway, RetryPolicy
-from ..llm.limits import LimitedBackend, SharedSlots
+from ..llm.limits import LimitedBackend, ModelLimit
 from ..llm.tracing import search_attributes, span, traced
 from ..llm.types import Backend
 from ..llm.wrapper import SharedBackend
@@ -107,7 +107,7 @@ def posed_problem(spec: RunSpec, free_text: bool, kb: KnowledgeBase | None) -> s
     return with_sources(spec.problem, kb)
 
 
-def lane_gateway(backend: Backend, budget: BudgetLimits | None, slots: SharedSlots | None = None) -> Gateway:
+def lane_gateway(backend: Backend, budget: BudgetLimits | None, slots: ModelLimit | None = None) -> Gateway:
     """A gateway for a method that prompts the model without a search (a benchmark's sampling lane).
 
     Built like a search's: over a backend the caller owns, a span per model call (otel extra), within
@@ -116,7 +116,7 @@ def lane_gateway(backend: Backend, budget: BudgetLimits | None, slots: SharedSlo
     return build_gateway(_bottom(traced(SharedBackend(backend)), slots), budget)
 
 
-def _bottom(backend: Backend, slots: SharedSlots | None) -> Backend:
+def _bottom(backend: Backend, slots: ModelLimit | None) -> Backend:
     return LimitedBackend(backend, slots) if slots is not None else backend
 
 
@@ -192,7 +192,7 @@ async def execute(
     handler: FeedbackHandler | None = None,
     controller: SearchController | None = None,
     session: RunSession | None = None,
-    slots: SharedSlots | None = None,
+    slots: ModelLimit | None = None,
     progress: Callable[[str], None] | None = None,
     on_stored: Callable[[str], None] | None = None,
     on_gateway: Callable[[Gateway], None] | None = None,
