@@ -229,8 +229,12 @@ async def value_many(ctx: SearchContext, node_ids: Sequence[int], *, rescore: bo
         # Each score lands as soon as its call returns: a goal found first stops the calls not yet made.
         got = await ctx.ask(query, n, "evaluate", key, EVALUATOR)
         score = _take_value(ctx, node_id, steps, query, got, rescore)
-        if score is not None:
+        if score is None:
+            return
+        if ctx.grounders:
             await settle_scores(ctx, [(node_id, score)])
+        else:  # settle_scores without its coroutine: this runs once per valued thought
+            ctx.set_scores(((node_id, score),))
 
     if len(asking) == 1:
         await one(asking[0], paths[0], queries[0], keys[0])
