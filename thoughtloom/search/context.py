@@ -123,6 +123,10 @@ class SearchContext:
         self._qualities = overrides(task, "quality")
         self._goals = overrides(task, "is_goal")
         self._terminals = overrides(task, "is_terminal")
+        #: The task computes some values exactly (else every thought is valued by the model).
+        self.task_values_exactly = overrides(task, "exact_value")
+        #: The task's evaluator explains itself (else a value reply is parse_value's number alone).
+        self.task_explains = overrides(task, "parse_evaluation")
         self.gateway = gateway
         self.config = config
         self.bus = bus or EventBus()
