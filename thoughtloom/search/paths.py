@@ -41,12 +41,12 @@ def scored_paths(ctx: SearchContext, limit: int | None = None) -> tuple[list[Sco
     # instead of a copy of every node's children (this runs once per search, over every thought).
     parent_ids = graph.parent_ids
     inner = {p for i in scored for p in parent_ids(i)}
-    path_score = ctx.path_score
-    totals = {i: path_score(i) for i in scored if i not in inner}
-    # Unscored paths (a strategy that scores no paths) last.
-    leaves = sorted(totals, key=lambda i: (totals[i] is None, -(totals[i] or 0.0), i))
+    total = ctx.path_score
+    leaves = [i for i in scored if i not in inner]
+    # Unscored paths (a strategy that scores no paths) last; each leaf's total looked up once.
+    leaves.sort(key=lambda i: ((t := total(i)) is None, -(t or 0.0), i))
     kept = leaves[: MAX_PATHS if limit is None else limit]
     node, path_to_root = graph.node, graph.path_to_root
-    paths = [ScoredPath(tuple(path_to_root(i)), totals[i], node(i).status.value) for i in kept]
+    paths = [ScoredPath(tuple(path_to_root(i)), total(i), node(i).status.value) for i in kept]
     return paths, len(leaves)
 
