@@ -453,6 +453,16 @@ def test_parents_and_children_return_copies(diamond: ThoughtGraph) -> None:
     assert (diamond.parents(3), diamond.children(0)) == ([1, 2], [1, 2])
 
 
+def test_parent_ids_are_the_stored_parents_first_parent_first(diamond: ThoughtGraph) -> None:
+    diamond.add_edge(2, 4)
+    assert [diamond.parent_ids(n) for n in range(5)] == [(), (0,), (0,), (1, 2), (3, 2)]
+
+
+def test_parent_ids_of_an_unknown_node_raise(diamond: ThoughtGraph) -> None:
+    with pytest.raises(UnknownNode):
+        diamond.parent_ids(99)
+
+
 def test_roots_are_the_nodes_without_parents(diamond: ThoughtGraph) -> None:
     diamond.add_node("second root")
     assert diamond.roots() == [0, 5]

@@ -77,6 +77,14 @@ async def test_all_paths_keeps_the_best_of_a_large_search_and_says_how_many_ther
     assert len(result.to_dict()["all_paths"]) == MAX_PATHS
 
 
+async def test_each_listed_path_follows_first_parents_from_the_root_to_its_leaf() -> None:
+    wide = ScriptedBackend(responder=lambda request, index: (
+        str(index % 10) if request.prompt.as_text().endswith("0 to 10:") else f"step {index}"))
+    result = await asolve(QUESTION, model=wide, max_depth=3, breadth=3, beam=3, value_samples=1, controller=False)
+    assert [list(p.nodes) for p in result.all_paths] == [result.graph.path_to_root(p.nodes[-1]) for p in result.all_paths]
+    assert len({p.nodes for p in result.all_paths}) == len(result.all_paths) == result.paths_found
+
+
 #: The scripted model behind a completions endpoint.
 server_reply = completions_of(reply)
 

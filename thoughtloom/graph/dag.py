@@ -218,6 +218,13 @@ class ThoughtGraph:
         self.node(node_id)
         return list(self._parents[node_id])
 
+    def parent_ids(self, node_id: int) -> tuple[int, ...]:
+        """Ids of the node's parents as stored, first (primary) parent first: a tuple, so no copy is made."""
+        try:
+            return self._parents[node_id]
+        except KeyError:
+            raise UnknownNode(node_id) from None
+
     def primary_parent(self, node_id: int) -> int | None:
         """The first parent (the one paths follow), or None for a root."""
         try:

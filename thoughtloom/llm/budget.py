@@ -101,7 +101,9 @@ class Budget:
         self.limits = limits or BudgetLimits()
         self._clock = clock
         self.started_at = clock()
-        self.spent = Usage()
+        # What is spent, as two counts: settle adds to them once per request without building a Usage.
+        self._spent_in = 0
+        self._spent_out = 0
         self.calls = 0
         self.cost_usd = 0.0
         self.reserved_tokens = 0
@@ -117,6 +119,11 @@ class Budget:
         self._pauses = 0
 
     # --- views --------------------------------------------------------------------------
+
+    @property
+    def spent(self) -> Usage:
+        """Tokens the settled requests used, in and out."""
+        return Usage(self._spent_in, self._spent_out)
 
     @property
     def elapsed_s(self) -> float:
@@ -168,7 +175,7 @@ class Budget:
         """Tokens neither spent nor reserved; None when unlimited."""
         if self.limits.tokens is None:
             return None
-        return self.limits.tokens - self.spent.total - self.reserved_tokens - self.held_tokens
+        return self.limits.tokens - self._spent_in - self._spent_out - self.reserved_tokens - self.held_tokens
 
     def wall_left(self) -> float | None:
         """Seconds left before the wall-clock limit; None when unlimited."""
@@ -179,7 +186,7 @@ class Budget:
     def exhausted(self) -> str | None:
         """The name of a limit already reached, or None."""
         lim = self.limits
-        if lim.tokens is not None and self.spent.total >= lim.tokens:
+        if lim.tokens is not None and self._spent_in + self._spent_out >= lim.tokens:
             return "tokens"
         if lim.calls is not None and self.calls >= lim.calls:
             return "calls"
@@ -224,8 +231,8 @@ class Budget:
         self.reserved_cost -= reservation.cost_usd
         self.in_flight -= 1
         if usage is not None:
-            spent = self.spent  # built directly: once per request, the operator's call is what it costs
-            self.spent = Usage(spent.input_tokens + usage.input_tokens, spent.output_tokens + usage.output_tokens)
+            self._spent_in += usage.input_tokens
+            self._spent_out += usage.output_tokens
             self.calls += 1
             self.cost_usd += cost_usd
             route = reservation.route

@@ -123,6 +123,10 @@ class SearchContext:
         self._qualities = overrides(task, "quality")
         self._goals = overrides(task, "is_goal")
         self._terminals = overrides(task, "is_terminal")
+        #: The task computes some values exactly (else every thought is valued by the model).
+        self.task_values_exactly = overrides(task, "exact_value")
+        #: The task's evaluator explains itself (else a value reply is parse_value's number alone).
+        self.task_explains = overrides(task, "parse_evaluation")
         self.gateway = gateway
         self.config = config
         self.bus = bus or EventBus()
@@ -251,7 +255,7 @@ class SearchContext:
             max_tokens=1 if score else query.max_tokens,
             temperature=self.temperature if query.temperature is None else query.temperature,
             stop=query.stop,
-            seed=self._seed(purpose, key),
+            seed=None if self.config.seed is None else self._seed(purpose, key),  # no call per request when unseeded
             purpose=purpose,
             schema=query.schema,
             # Only a role with a model of its own is routed: the requests (and so the cache and replay
@@ -268,7 +272,7 @@ class SearchContext:
         role: who asks (generator, evaluator, synthesizer, brancher); a role with a model of its
         own (`routed_roles`) has the call answered by that model.
         """
-        if self.stopped:
+        if self.stop_reason is not None:  # self.stopped, without the property call (once per model call)
             return None
         request = self._request(query, n, purpose, key, role)
         while True:
@@ -294,7 +298,8 @@ class SearchContext:
         self._successful_calls += 1
         if request.schema is not None:
             self._count_parse_failures(request, completion.texts)
-        return list(completion.texts), completion.usage.total
+        usage = completion.usage
+        return list(completion.texts), usage.input_tokens + usage.output_tokens
 
     def _count_parse_failures(self, request: GenerateRequest, texts: Sequence[str]) -> None:
         """Count the replies to a structured request that are not the JSON object it asked for: the

@@ -201,22 +201,27 @@ async def value_many(ctx: SearchContext, node_ids: Sequence[int], *, rescore: bo
     """Score several thoughts with their value prompts in one batch (or concurrently)."""
     task, problem = ctx.task, ctx.problem
     asking: list[int] = []
+    paths: list[tuple[str, ...]] = []
     exact_scores: list[tuple[int, float]] = []
-    steps_of, exact_value = ctx.steps, task.exact_value
+    steps_of, set_status = ctx.steps, ctx.graph.set_status
+    # A task without exact values is not asked for one per thought.
+    exact_value = task.exact_value if ctx.task_values_exactly else None
     for node_id in node_ids:
-        exact = exact_value(problem, steps_of(node_id))
-        if exact is not None:
-            exact_scores.append((node_id, exact))
-            continue
+        steps = steps_of(node_id)
+        if exact_value is not None:
+            exact = exact_value(problem, steps)
+            if exact is not None:
+                exact_scores.append((node_id, exact))
+                continue
         if not rescore:
-            ctx.graph.set_status(node_id, _S.IN_PROGRESS)
+            set_status(node_id, _S.IN_PROGRESS)
         asking.append(node_id)
+        paths.append(steps)
     if exact_scores:
         await settle_scores(ctx, exact_scores)
     if not asking:
         return
     n = ctx.value_samples
-    paths = [ctx.steps(node_id) for node_id in asking]
     queries = [task.value(problem, steps) for steps in paths]
     keys = [(steps, n) if rescore else steps for steps in paths]
     if len(asking) > 1 and ctx.gateway.batches:
@@ -229,8 +234,12 @@ async def value_many(ctx: SearchContext, node_ids: Sequence[int], *, rescore: bo
         # Each score lands as soon as its call returns: a goal found first stops the calls not yet made.
         got = await ctx.ask(query, n, "evaluate", key, EVALUATOR)
         score = _take_value(ctx, node_id, steps, query, got, rescore)
-        if score is not None:
+        if score is None:
+            return
+        if ctx.grounders:
             await settle_scores(ctx, [(node_id, score)])
+        else:  # settle_scores without its coroutine: this runs once per valued thought
+            ctx.set_scores(((node_id, score),))
 
     if len(asking) == 1:
         await one(asking[0], paths[0], queries[0], keys[0])
@@ -260,6 +269,9 @@ def _take_value(
         # How much the samples disagree tells the controller whether the evaluator is reliable.
         singles = [task.parse_evaluation(problem, steps, [t]).score for t in texts]
         ctx.value_spreads.append(max(singles) - min(singles))
+    if not ctx.task_explains:
+        # The base parse_evaluation is parse_value's number alone: no Evaluation object per thought.
+        return task.parse_value(problem, steps, texts)
     evaluation = task.parse_evaluation(problem, steps, texts)
     if evaluation.explained:
         # Kept on the node (and so in a stored run): why the evaluator scored it so, and whether

@@ -37,10 +37,16 @@ def scored_paths(ctx: SearchContext, limit: int | None = None) -> tuple[list[Sco
     """
     graph = ctx.graph
     scored = {n.id for n in graph if n.score is not None and n.kind not in (NodeKind.INPUT, NodeKind.SOLUTION)}
-    leaves = [i for i in scored if not any(c in scored for c in graph.children(i))]
+    # A scored node whose parent is scored makes that parent no leaf: one pass over the parents
+    # instead of a copy of every node's children (this runs once per search, over every thought).
+    parent_ids = graph.parent_ids
+    inner = {p for i in scored for p in parent_ids(i)}
     total = ctx.path_score
-    # Unscored paths (a strategy that scores no paths) last.
-    leaves.sort(key=lambda i: (total(i) is None, -(total(i) or 0.0), i))
+    leaves = [i for i in scored if i not in inner]
+    # Unscored paths (a strategy that scores no paths) last; each leaf's total looked up once.
+    leaves.sort(key=lambda i: ((t := total(i)) is None, -(t or 0.0), i))
     kept = leaves[: MAX_PATHS if limit is None else limit]
-    paths = [ScoredPath(tuple(graph.path_to_root(i)), total(i), graph.node(i).status.value) for i in kept]
+    node, path_to_root = graph.node, graph.path_to_root
+    paths = [ScoredPath(tuple(path_to_root(i)), total(i), node(i).status.value) for i in kept]
     return paths, len(leaves)
+
