@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable, Coroutine
+from typing import Any
 
 import pytest
 
@@ -63,14 +65,21 @@ def test_coroutines_start_in_argument_order() -> None:
     assert started == [0, 1, 2, 3, 4]
 
 
-def test_an_error_cancels_the_waiting_coroutines_and_closes_the_unstarted_ones() -> None:
-    finished: list[str] = []
+def _slow(finished: list[str]) -> Callable[[], Coroutine[Any, Any, None]]:
+    """A coroutine function that waits 10 s and notes "slow" in `finished` however it ends."""
 
     async def slow() -> None:
         try:
             await asyncio.sleep(10)
         finally:
             finished.append("slow")
+
+    return slow
+
+
+def test_an_error_cancels_the_waiting_coroutines_and_closes_the_unstarted_ones() -> None:
+    finished: list[str] = []
+    slow = _slow(finished)
 
     async def boom() -> None:
         raise ValueError("boom")
@@ -156,12 +165,7 @@ def test_only_the_coroutines_after_the_first_that_waits_get_a_task() -> None:
 
 def test_an_error_in_a_task_interrupts_the_coroutine_the_caller_drives() -> None:
     finished: list[str] = []
-
-    async def slow() -> None:
-        try:
-            await asyncio.sleep(10)
-        finally:
-            finished.append("slow")
+    slow = _slow(finished)
 
     async def fails_later() -> None:
         await asyncio.sleep(0.01)
