@@ -142,7 +142,11 @@ def _handler(server: FakeOpenAIServer) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         def do_POST(self) -> None:
             length = int(self.headers.get("Content-Length") or 0)
-            body = json.loads(self.rfile.read(length) or b"{}")
+            raw = self.rfile.read(length)
+            if len(raw) < length:  # the client went away mid-request (a cancelled call): nothing arrived to answer
+                self.close_connection = True
+                return
+            body = json.loads(raw or b"{}")
             with server.lock:
                 server.in_flight += 1
                 server.peak_in_flight = max(server.peak_in_flight, server.in_flight)
