@@ -11,32 +11,15 @@ import json
 from typing import TYPE_CHECKING, Any
 
 from .budget import Pricing
-from .errors import (
-    ModelConfigError,
-    ModelError,
-    ModelTimeout,
-    ModelUnreachable,
-    TransientModelError,
-)
-from .retry_after import retry_after_from_headers
+from .errors import ModelConfigError, ModelError, ModelTimeout, ModelUnreachable
+from .http_errors import MAX_CONNECT_TIMEOUT_S, one_line, status_error
 from .types import Completion, GenerateRequest, Prompt, Usage
 
 if TYPE_CHECKING:
     from anthropic import AsyncAnthropic
 
 DEFAULT_BASE_URL = "https://api.anthropic.com"
-# Server error text quoted in our messages is cut to this many characters to keep them one line.
-MAX_QUOTE = 200
-# A dead host should fail fast even when generation may legitimately take minutes.
-MAX_CONNECT_TIMEOUT_S = 10.0
-# 408 request timeout, 409 conflict, 429 rate limit; 5xx (529: overloaded) are transient as well.
-TRANSIENT_STATUSES = frozenset({408, 409, 429})
 INSTALL_HINT = "pip install 'thoughtloom[anthropic]' (or pip install anthropic)"
-
-
-def _one_line(text: object) -> str:
-    flat = " ".join(str(text).split())
-    return flat if len(flat) <= MAX_QUOTE else flat[: MAX_QUOTE - 3] + "..."
 
 
 class AnthropicBackend:
@@ -93,7 +76,7 @@ class AnthropicBackend:
                 raise self._map_error(exc) from exc
             except ValueError as exc:
                 raise ModelError(
-                    f"model endpoint {self.base_url} sent a response that is not valid JSON ({_one_line(exc)}); "
+                    f"model endpoint {self.base_url} sent a response that is not valid JSON ({one_line(exc)}); "
                     "check that the base URL is Anthropic's API (without /v1)"
                 ) from exc
         text = "".join(getattr(block, "text", "") or "" for block in (getattr(response, "content", None) or ())
@@ -155,23 +138,13 @@ class AnthropicBackend:
             return ModelTimeout(f"model endpoint {where} did not answer within {self.timeout_s:g}s; "
                                 "retrying, or raise --timeout if the model is slow")
         if isinstance(exc, anthropic.APIConnectionError):
-            return ModelUnreachable(f"cannot reach model endpoint {self.base_url}: {_one_line(exc.__cause__ or exc)}; "
+            return ModelUnreachable(f"cannot reach model endpoint {self.base_url}: {one_line(exc.__cause__ or exc)}; "
                                     "check the URL (ANTHROPIC_BASE_URL) and the network")
         if isinstance(exc, anthropic.APIStatusError):
-            status = exc.status_code
-            said = f"HTTP {status}: {_one_line(getattr(exc, 'api_message', None) or exc.message)}"
-            if status in (401, 403):
-                hint = f"set {self.key_env} to a valid key" if self.key_env else "check the API key"
-                return ModelConfigError(f"model endpoint {where} rejected the API key ({said}); {hint}")
-            if status == 404:
-                return ModelConfigError(f"model endpoint {where} answered 404 ({said}); check the model name")
-            if status in TRANSIENT_STATUSES or status >= 500:
-                wait = retry_after_from_headers(exc.response.headers)
-                asks = f"; the server asks to wait {wait:g}s" if wait is not None else ""
-                return TransientModelError(f"model endpoint {where} failed ({said}); retrying may help{asks}",
-                                           retry_after_s=wait)
-            return ModelError(f"model endpoint {where} refused the request ({said}); check the request settings")
-        return ModelError(f"model endpoint {where} failed: {_one_line(exc)}")
+            said = f"HTTP {exc.status_code}: {one_line(getattr(exc, 'api_message', None) or exc.message)}"
+            return status_error(where, exc.status_code, said, exc.response.headers, self.key_env,
+                                "check the model name")
+        return ModelError(f"model endpoint {where} failed: {one_line(exc)}")
 
 
 def _structured_schema(text: str) -> dict[str, Any] | None:

@@ -23,7 +23,7 @@ from .errors import (
     ModelUnreachable,
     TransientModelError,
 )
-from .retry_after import retry_after_from_headers
+from .http_errors import MAX_CONNECT_TIMEOUT_S, one_line, status_error
 from .types import Completion, GenerateRequest, Prompt, Usage
 
 if TYPE_CHECKING:
@@ -36,13 +36,6 @@ Api = Literal["chat", "completions"]
 #: has no field for a schema, a completion with a schema goes to its native /api/generate as `format`.
 SchemaParam = Literal["response_format", "guided_json", "ollama"]
 
-# Statuses worth retrying; the same set the SDK itself would retry (408 request timeout,
-# 409 lock timeout, 429 rate limit, 5xx).
-TRANSIENT_STATUSES = frozenset({408, 409, 429})
-# Server error text quoted in our messages is cut to this many characters to keep them one line.
-MAX_QUOTE = 200
-# A dead host should fail fast even when generation may legitimately take minutes.
-MAX_CONNECT_TIMEOUT_S = 10.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,12 +44,6 @@ class _Sampled:
 
     texts: tuple[str, ...]
     usage: Usage
-
-
-def _one_line(text: object) -> str:
-    """Server text squeezed onto one short line, for quoting inside an error message."""
-    flat = " ".join(str(text).split())
-    return flat if len(flat) <= MAX_QUOTE else flat[: MAX_QUOTE - 3] + "..."
 
 
 def _estimate_tokens(text: str) -> int:
@@ -186,7 +173,7 @@ class OpenAIBackend:
                 raise self._map_error(exc) from exc
             except ValueError as exc:
                 raise ModelError(
-                    f"model endpoint {self.base_url} sent a response that is not valid JSON ({_one_line(exc)}); "
+                    f"model endpoint {self.base_url} sent a response that is not valid JSON ({one_line(exc)}); "
                     "check that the base URL is an OpenAI-compatible API (usually .../v1)"
                 ) from exc
         choices = _choices(response)
@@ -241,7 +228,7 @@ class OpenAIBackend:
                 # The SDK lets JSON decoding errors through: the URL answers, but not as OpenAI's API.
                 raise ModelError(
                     f"model endpoint {self.base_url} sent a response that is not valid JSON "
-                    f"({_one_line(exc)}); check that the base URL is an OpenAI-compatible API (usually .../v1)"
+                    f"({one_line(exc)}); check that the base URL is an OpenAI-compatible API (usually .../v1)"
                 ) from exc
 
     async def _post(self, client: AsyncOpenAI, request: GenerateRequest, n: int, seed: int | None) -> _Sampled:
@@ -291,7 +278,7 @@ class OpenAIBackend:
         text = data.get("response") if isinstance(data, dict) else None
         if not isinstance(text, str):
             raise ModelError(f"Ollama at {self.base_url.removesuffix('/v1')} answered /api/generate without a "
-                             f"response text ({_one_line(data)}); check that it is Ollama 0.5 or later")
+                             f"response text ({one_line(data)}); check that it is Ollama 0.5 or later")
         prompt_tokens, output_tokens = data.get("prompt_eval_count"), data.get("eval_count")
         return _Sampled((text,), Usage(
             prompt_tokens if isinstance(prompt_tokens, int) else _estimate_tokens(prompt_text),
@@ -324,25 +311,14 @@ class OpenAIBackend:
             return ModelUnreachable(f"cannot reach model endpoint {self.base_url}: {_connection_reason(exc)}")
         if isinstance(exc, openai.APIStatusError):
             status = exc.status_code
-            said = f"HTTP {status}: {_one_line(exc.message)}"
-            if status in (401, 403):
-                key_hint = f"set {self.key_env} to a valid key" if self.key_env else "check the API key"
-                return ModelConfigError(f"model endpoint {where} rejected the API key ({said}); {key_hint}")
-            if status == 404:
-                return ModelConfigError(
-                    f"model endpoint {where} answered 404 ({said}); check the model name, that the base "
-                    f"URL ends in /v1, and that the server offers the {self.api} API (#chat or #completions)"
-                )
+            said = f"HTTP {status}: {one_line(exc.message)}"
             if status == 429 and exc.code == "insufficient_quota":
                 # OpenAI signals an empty account with 429 too, but waiting will not refill it.
                 return ModelError(f"model endpoint {where} says the account has no quota left ({said}); add credit")
-            if status in TRANSIENT_STATUSES or status >= 500:
-                wait = retry_after_from_headers(exc.response.headers)
-                asks = f"; the server asks to wait {wait:g}s" if wait is not None else ""
-                return TransientModelError(f"model endpoint {where} failed ({said}); retrying may help{asks}",
-                                           retry_after_s=wait)
-            return ModelError(f"model endpoint {where} refused the request ({said}); check the request settings")
-        return ModelError(f"model endpoint {where} failed: {type(exc).__name__}: {_one_line(exc)}")
+            return status_error(where, status, said, exc.response.headers, self.key_env,
+                                "check the model name, that the base URL ends in /v1, and that the server "
+                                f"offers the {self.api} API (#chat or #completions)")
+        return ModelError(f"model endpoint {where} failed: {type(exc).__name__}: {one_line(exc)}")
 
 
 def _choices(response: Any) -> list[Any]:
@@ -350,7 +326,7 @@ def _choices(response: Any) -> list[Any]:
     choices = getattr(response, "choices", None)
     if not isinstance(choices, list):
         raise ModelError(
-            f"the model server sent a response without a choices list ({_one_line(response)}); "
+            f"the model server sent a response without a choices list ({one_line(response)}); "
             "check that the base URL is an OpenAI-compatible API (usually .../v1)"
         )
     ordered = sorted(enumerate(choices), key=lambda pair: (_index(pair[1], pair[0]), pair[0]))
@@ -410,5 +386,5 @@ def _connection_reason(exc: BaseException) -> str:
             return "host name not found; check the URL"
         cause = cause.__cause__ or cause.__context__
     detail = exc.__cause__ or exc.__context__
-    reason = _one_line(detail) if detail is not None else _one_line(exc)
+    reason = one_line(detail) if detail is not None else one_line(exc)
     return f"connection failed ({reason}); check the URL and that the server is running"
