@@ -23,7 +23,7 @@ import asyncio
 from collections.abc import Coroutine, Iterable
 from typing import Any, TypeVar
 
-from ..llm.inline import Relay
+from ..llm.inline import drive
 
 T = TypeVar("T")
 
@@ -83,21 +83,7 @@ async def _drive(coro: Coroutine[Any, Any, T], yielded: Any, tasks: list[asyncio
     for task in tasks:
         task.add_done_callback(interrupt)
     try:
-        while True:
-            try:
-                await Relay(yielded)
-            except BaseException as exc:  # a cancellation (or error) the task throws in goes to the coroutine
-                try:
-                    yielded = coro.throw(exc)
-                except StopIteration as stop:
-                    value: T = stop.value
-                    break
-                continue
-            try:
-                yielded = coro.send(None)
-            except StopIteration as stop:
-                value = stop.value
-                break
+        value = await drive(coro, yielded)
     except BaseException:
         driving = False
         await _cancel_all(tasks)
