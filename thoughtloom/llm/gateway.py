@@ -13,7 +13,7 @@ from typing import Any, TypeVar
 from .budget import Budget, BudgetLimits, Pricing, Reservation
 from .cache import ResponseCache, sample_key
 from .errors import BatchRefused, BudgetExceeded, ModelError, ModelTimeout, TransientModelError
-from .inline import call_inline, cancellable
+from .inline import call_inline
 from .slots import Slots
 from .types import NO_USAGE, Backend, Completion, GenerateRequest, Message, Prompt, Usage
 
@@ -382,13 +382,7 @@ class Gateway:
             try:
                 if limits.wall_s is None:
                     # In this task, with no wait at all when the backend answers at once (llm/inline.py).
-                    call = self.backend.generate(request)
-                    try:
-                        yielded = call.send(None)
-                    except StopIteration as stop:
-                        completion = stop.value
-                    else:
-                        completion = await cancellable(call, yielded)
+                    completion = await call_inline(self.backend.generate(request))
                 else:
                     completion = await self._timed(self.backend.generate(request))
                 usage = completion.usage
