@@ -63,6 +63,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
         asyncio.run(_serve(server, backend.name))
     except (KeyboardInterrupt, asyncio.CancelledError):
         pass  # Ctrl-C or SIGTERM: the way to stop a server, not an error
+    finally:
+        backend.stop()  # the engine's thread must not be decoding while the process exits
     return 0
 
 

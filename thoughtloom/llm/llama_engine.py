@@ -255,6 +255,7 @@ class Engine:
         self._waiting: deque[Job] = deque()
         self._active: list[Job] = []
         self._worker: threading.Thread | None = None
+        self._stopping = False
 
     # --- tokens and metadata (the vocabulary only: safe from any thread) ------------------
 
@@ -340,12 +341,27 @@ class Engine:
             raise ModelError(f"a prompt of {len(job.prompt)} tokens and its reply need {need} KV cells; "
                              f"the context holds {self.capacity}")
         with self._cv:
+            if self._stopping:
+                raise ModelError("the model's engine is stopped (the process is exiting)")
             self._incoming.append(job)
             if self._worker is None or not self._worker.is_alive():  # a forked child has no worker
                 self._worker = threading.Thread(target=self._serve, name="thoughtloom-llama", daemon=True)
                 self._worker.start()
             self._cv.notify()
         return job
+
+    def stop(self, timeout_s: float = 30.0) -> None:
+        """End the worker after the step it is in and wait for it: call before the process exits.
+
+        A daemon worker still inside llama_decode while the interpreter exits and frees the model
+        crashes the process (seen as SIGSEGV on `loom serve`'s Ctrl-C). Jobs not finished stay so.
+        """
+        with self._cv:
+            self._stopping = True
+            self._cv.notify()
+        worker = self._worker
+        if worker is not None and worker is not threading.current_thread():
+            worker.join(timeout_s)
 
     # --- the worker ---------------------------------------------------------------------------
 
@@ -359,8 +375,10 @@ class Engine:
                 except Exception as exc:  # noqa: BLE001 - the worker must outlive any one failure
                     self._reset(ModelError(f"compacting the cache failed: {one_line(exc)}"))
             with self._cv:
-                while not self._incoming and not self._waiting and not self._active:
+                while not self._incoming and not self._waiting and not self._active and not self._stopping:
                     self._cv.wait()
+                if self._stopping:
+                    return
                 self._waiting.extend(self._incoming)
                 self._incoming.clear()
             try:

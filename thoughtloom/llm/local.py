@@ -198,6 +198,11 @@ class LocalLlamaBackend:
         """"chat" or "text": which form of a Prompt this backend reads (see the Backend protocol)."""
         return "chat" if self.chat else "text"
 
+    def stop(self) -> None:
+        """Stop the model's engine (its worker thread) before the process exits; no call works after it."""
+        if self._engine_ is not None:
+            self._engine_.stop()
+
     def load(self) -> None:
         """Load the model now (otherwise it loads on the first call)."""
         self._engine()
