@@ -6,14 +6,14 @@ import asyncio
 import logging
 import random
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
 from .budget import Budget, BudgetLimits, Pricing, Reservation
 from .cache import ResponseCache, sample_key
 from .errors import BatchRefused, BudgetExceeded, ModelError, ModelTimeout, TransientModelError
-from .inline import call_inline
+from .inline import Later, call_inline, cancellable
 from .slots import Slots
 from .types import NO_USAGE, Backend, Completion, GenerateRequest, Message, Prompt, Usage
 
@@ -268,26 +268,51 @@ class Gateway:
 
     async def generate(self, request: GenerateRequest) -> Completion:
         """Answer a request within the budget; raises BudgetExceeded instead of overspending."""
+        out = self.start(request)
+        return await out if type(out) is Later else out  # type: ignore[return-value]
+
+    def start(self, request: GenerateRequest) -> Completion | Later[Completion]:
+        """`generate`, answered at once when the cache or the backend answers without waiting;
+        otherwise a Later that finishes the call (it holds a slot and a reservation: await it).
+
+        A search makes most of its calls this way: a call that needs no wait then costs no
+        coroutine of the gateway's own. Raises what generate raises when the call fails at once.
+        """
         call = self._open(request)
         sub = call.sub
+        if sub is None:
+            return self._close(call, None)
         try:
-            if sub is None:
-                completion = None
-            else:
-                # The call as requests on the wire: each one reserved, slotted and counted on its own.
-                try:
-                    completion = await self._send(sub, call.record)
-                except TransientModelError as exc:
-                    if self.retry.max_attempts <= 1:
-                        raise
-                    await self._back_off(1, exc)
-                    completion = await self._retried(sub, call.record, tried=1)
-                if len(completion.texts) < sub.n:
-                    completion = await self._rest_of_samples(sub, call.record, completion)
+            first = self._send_now(sub, call.record)
+        except TransientModelError as exc:
+            return Later(self._finish(call, exc))
         except BaseException as exc:
             self._fail(call, exc)
             raise
-        return self._close(call, completion)
+        if type(first) is Later or len(first.texts) < sub.n:  # type: ignore[union-attr]
+            return Later(self._finish(call, first))
+        return self._close(call, first)  # type: ignore[arg-type]
+
+    async def _finish(self, call: _Open, first: Completion | Later[Completion] | TransientModelError) -> Completion:
+        """The rest of a call `start` could not answer at once: its wait, its retries, its missing samples."""
+        sub, record = call.sub, call.record
+        assert sub is not None
+        try:
+            try:
+                if isinstance(first, TransientModelError):
+                    raise first
+                completion = await first if type(first) is Later else first
+            except TransientModelError as exc:
+                if self.retry.max_attempts <= 1:
+                    raise
+                await self._back_off(1, exc)
+                completion = await self._retried(sub, record, tried=1)
+            if len(completion.texts) < sub.n:  # type: ignore[union-attr]
+                completion = await self._rest_of_samples(sub, record, completion)  # type: ignore[arg-type]
+        except BaseException as exc:
+            self._fail(call, exc)
+            raise
+        return self._close(call, completion)  # type: ignore[arg-type]
 
     async def generate_batch(self, requests: Sequence[GenerateRequest]) -> list[Completion]:
         """Answer several requests with one backend call: all of them fit the budget, or none is made.
@@ -361,41 +386,84 @@ class Gateway:
                 await self._back_off(attempt, exc)
 
     async def _send(self, request: GenerateRequest, record: CallRecord) -> Completion:
-        """One request on the wire: a slot and a reservation before it is sent, settled by what it cost."""
-        if not self._sem.try_acquire():
-            await self._sem.acquire()
+        """One request on the wire (see _send_now), awaited to its answer."""
+        out = self._send_now(request, record)
+        return await out if type(out) is Later else out  # type: ignore[return-value]
+
+    def _send_now(self, request: GenerateRequest, record: CallRecord, slotted: bool = False) -> Completion | Later[Completion]:
+        """One request on the wire: a slot and a reservation before it is sent, settled by what it
+        cost; answered at once when the backend answers without waiting (llm/inline.py), else a
+        Later that waits for the answer in the caller's task."""
+        sem = self._sem
+        if not slotted and not sem.try_acquire():
+            return Later(self._send_when_free(request, record))
+        limits = self.budget.limits
         try:
-            limits = self.budget.limits
             if limits.tokens is None and request.route is None and self.pricing is None:
                 # Nothing to shrink and nothing to price (the common local case): the helpers' work inline.
-                out_tokens = request.n * request.max_tokens
-                reserve_tokens = self._input_bound(request) + out_tokens
+                out_bound = request.n * request.max_tokens
+                in_bound = self._input_bound(request)
                 record.attempts += 1
-                reservation = self.budget.reserve(reserve_tokens)
+                reservation = self.budget.reserve(in_bound + out_bound)
             else:
                 request, reserve_tokens = self._fit_request(request)
                 if request.max_tokens < record.max_tokens:
                     record.max_tokens = request.max_tokens
                 record.attempts += 1
-                reservation, out_tokens = self._reserve(request, reserve_tokens)
-            usage: Usage | None = None
-            try:
-                if limits.wall_s is None:
-                    # In this task, with no wait at all when the backend answers at once (llm/inline.py).
-                    completion = await call_inline(self.backend.generate(request))
-                else:
-                    completion = await self._timed(self.backend.generate(request))
-                usage = completion.usage
-                if not (0 <= usage.input_tokens <= reserve_tokens - out_tokens and 0 <= usage.output_tokens <= out_tokens):
-                    usage = self._checked(request, usage, reserve_tokens - out_tokens, completion.texts)
-                    completion = replace(completion, usage=usage)
-                return completion
-            except BaseException as exc:
-                usage = self._unanswered(exc, Usage(reserve_tokens - out_tokens, out_tokens))
-                raise
-            finally:
-                priced = usage is not None and (self.pricing is not None or self.route_pricing)
-                self.budget.settle(reservation, usage, self._cost(usage, request.route) if priced else 0.0)  # type: ignore[arg-type]
+                reservation, out_bound = self._reserve(request, reserve_tokens)
+                in_bound = reserve_tokens - out_bound
+        except BaseException:
+            sem.release()
+            raise
+        generating = self.backend.generate(request)
+        coro = generating if limits.wall_s is None else self._timed(generating)
+        try:
+            yielded = coro.send(None)
+        except StopIteration as stop:
+            return self._settle(request, reservation, in_bound, out_bound, stop.value)
+        except BaseException as exc:
+            self._settle_unanswered(request, reservation, in_bound, out_bound, exc)
+            raise
+        return Later(self._send_later(coro, yielded, request, reservation, in_bound, out_bound))
+
+    async def _send_when_free(self, request: GenerateRequest, record: CallRecord) -> Completion:
+        await self._sem.acquire()
+        out = self._send_now(request, record, slotted=True)
+        return await out if type(out) is Later else out  # type: ignore[return-value]
+
+    async def _send_later(self, coro: Coroutine[Any, Any, Completion], yielded: Any, request: GenerateRequest,
+                          reservation: Reservation, in_bound: int, out_bound: int) -> Completion:
+        """Wait, in this task, for a backend call that did not answer at once; then settle it."""
+        try:
+            completion = await cancellable(coro, yielded)
+        except BaseException as exc:
+            self._settle_unanswered(request, reservation, in_bound, out_bound, exc)
+            raise
+        return self._settle(request, reservation, in_bound, out_bound, completion)
+
+    def _settle(self, request: GenerateRequest, reservation: Reservation, in_bound: int, out_bound: int,
+                completion: Completion) -> Completion:
+        """Charge an answered request what it reported (made possible, see _checked) and free its slot."""
+        try:
+            usage = completion.usage
+            if not (0 <= usage.input_tokens <= in_bound and 0 <= usage.output_tokens <= out_bound):
+                usage = self._checked(request, usage, in_bound, completion.texts)
+                completion = replace(completion, usage=usage)
+        except BaseException as exc:  # not a Completion: the backend is broken, the request still went out
+            self._settle_unanswered(request, reservation, in_bound, out_bound, exc)
+            raise
+        priced = self.pricing is not None or self.route_pricing
+        self.budget.settle(reservation, usage, self._cost(usage, request.route) if priced else 0.0)
+        self._sem.release()
+        return completion
+
+    def _settle_unanswered(self, request: GenerateRequest, reservation: Reservation, in_bound: int, out_bound: int,
+                           exc: BaseException) -> None:
+        """Charge a request that got no answer (see _unanswered) and free its slot."""
+        try:
+            usage = self._unanswered(exc, Usage(in_bound, out_bound))
+            priced = usage is not None and (self.pricing is not None or self.route_pricing)
+            self.budget.settle(reservation, usage, self._cost(usage, request.route) if priced else 0.0)  # type: ignore[arg-type]
         finally:
             self._sem.release()
 

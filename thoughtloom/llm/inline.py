@@ -12,9 +12,26 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Coroutine, Generator
-from typing import Any, TypeVar
+from typing import Any, Generic, TypeVar
 
 T = TypeVar("T")
+
+
+class Later(Generic[T]):
+    """The part of a call that could not be done at once: await it (exactly once) for the result.
+
+    `Gateway.start` and `SearchContext.ask_now` answer a call at once when the model does, and
+    return a Later otherwise. Whatever the call holds (a concurrency slot, a budget reservation)
+    is given back when the Later is awaited to its end, so it must not be dropped.
+    """
+
+    __slots__ = ("coro",)
+
+    def __init__(self, coro: Coroutine[Any, Any, T]) -> None:
+        self.coro = coro
+
+    def __await__(self) -> Generator[Any, Any, T]:
+        return self.coro.__await__()
 
 
 class Relay:

@@ -15,8 +15,9 @@ from ..grounding.types import Grounder, GroundingResult, Thought
 from ..llm.budget import BudgetLimits
 from ..llm.errors import BatchRefused, BudgetExceeded, ModelError
 from ..llm.gateway import Gateway
+from ..llm.inline import Later
 from ..llm.slots import Slots
-from ..llm.types import GenerateRequest
+from ..llm.types import Completion, GenerateRequest
 from ..tasks.base import Query, Task
 from .config import SearchConfig
 from .eager import eager_gather
@@ -39,6 +40,9 @@ if TYPE_CHECKING:
     from ..tools.toolbox import Toolbox
 
 _S = NodeStatus
+
+#: What a model call gave the search: its texts and the tokens it cost.
+Answer = tuple[list[str], int]
 
 
 class SearchController(Protocol):
@@ -266,19 +270,45 @@ class SearchContext:
         )
 
     async def ask(self, query: Query, n: int, purpose: str, key: object,
-                  role: str | None = None) -> tuple[list[str], int] | None:
+                  role: str | None = None) -> Answer | None:
         """Make one model call; None when the budget or a model failure stopped the search.
 
         role: who asks (generator, evaluator, synthesizer, brancher); a role with a model of its
         own (`routed_roles`) has the call answered by that model.
         """
+        out = self.ask_now(query, n, purpose, key, role)
+        return await out if type(out) is Later else out  # type: ignore[return-value]
+
+    def ask_now(self, query: Query, n: int, purpose: str, key: object,
+                role: str | None = None) -> Answer | None | Later[Answer | None]:
+        """`ask`, answered at once when the model answers without waiting; otherwise a Later that
+        finishes the call (await it). The operators' hot loops call this: a call answered at once
+        then costs no coroutine."""
         if self.stop_reason is not None:  # self.stopped, without the property call (once per model call)
             return None
         request = self._request(query, n, purpose, key, role)
+        limits = self.gateway.budget.limits
+        if self._call_slots is not None:
+            return Later(self._ask_later(request, limits, None))
+        try:
+            out = self.gateway.start(request)
+        except (BudgetExceeded, ModelError) as exc:
+            return Later(self._ask_later(request, limits, exc))
+        if type(out) is Later:
+            return Later(self._ask_later(request, limits, out))
+        return self._answered(request, out)  # type: ignore[arg-type]
+
+    async def _ask_later(self, request: GenerateRequest, limits_before: BudgetLimits,
+                         first: Later[Completion] | BaseException | None) -> Answer | None:
+        """The rest of a call that waited or failed (first: how its first try went; None: not made
+        yet): a budget the controller raises makes the call again."""
         while True:
-            limits_before = self.gateway.budget.limits
             try:
-                if self._call_slots is None:
+                if isinstance(first, BaseException):
+                    raise first
+                if first is not None:
+                    completion = await first
+                elif self._call_slots is None:
                     completion = await self.gateway.generate(request)
                 else:
                     async with self._call_slots:
@@ -289,12 +319,17 @@ class SearchContext:
                     self.controller is not None and not self.stopped
                     and await self.controller.on_budget_exhausted(self, exc.limit, limits_before)
                 ):
+                    first, limits_before = None, self.gateway.budget.limits
                     continue  # the limit was raised: make the call after all
                 self.stop(StopReason.budget(exc.limit))
                 return None
             except ModelError as exc:
                 self._model_failed(exc)
                 return None
+        return self._answered(request, completion)
+
+    def _answered(self, request: GenerateRequest, completion: Completion) -> Answer:
+        """A successful call's texts and what it cost in tokens."""
         self._successful_calls += 1
         if request.schema is not None:
             self._count_parse_failures(request, completion.texts)
@@ -317,7 +352,7 @@ class SearchContext:
 
     async def ask_many(
         self, queries: Sequence[Query], n: int, purpose: str, keys: Sequence[object], role: str | None = None,
-    ) -> list[tuple[list[str], int] | None]:
+    ) -> list[Answer | None]:
         """Make several calls as one batched backend call (concurrent single calls if it cannot); role as in ask."""
         if self.stopped:
             return [None] * len(queries)

@@ -15,9 +15,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from ..graph import EdgeKind, NodeKind, NodeStatus
+from ..llm.inline import Later
 from ..llm.types import parse_choice_text
 from ..tasks.base import Query
-from .context import SearchContext
+from .context import Answer, SearchContext
 from .eager import eager_gather
 
 _S = NodeStatus
@@ -230,9 +231,10 @@ async def value_many(ctx: SearchContext, node_ids: Sequence[int], *, rescore: bo
         await settle_scores(ctx, [(node_id, s) for node_id, s in zip(asking, scores) if s is not None])
         return
 
-    async def one(node_id: int, steps: tuple[str, ...], query: Query, key: object) -> None:
+    async def one(node_id: int, steps: tuple[str, ...], query: Query, key: object,
+                  started: Later[Answer | None] | None = None) -> None:
         # Each score lands as soon as its call returns: a goal found first stops the calls not yet made.
-        got = await ctx.ask(query, n, "evaluate", key, EVALUATOR)
+        got = await (ctx.ask(query, n, "evaluate", key, EVALUATOR) if started is None else started)
         score = _take_value(ctx, node_id, steps, query, got, rescore)
         if score is None:
             return
@@ -241,14 +243,24 @@ async def value_many(ctx: SearchContext, node_ids: Sequence[int], *, rescore: bo
         else:  # settle_scores without its coroutine: this runs once per valued thought
             ctx.set_scores(((node_id, score),))
 
-    if len(asking) == 1:
-        await one(asking[0], paths[0], queries[0], keys[0])
-    else:
-        await eager_gather(one(*args) for args in zip(asking, paths, queries, keys))
+    items = list(zip(asking, paths, queries, keys))
+    if ctx.grounders:  # groundings overlap, each in its thought's own coroutine
+        await eager_gather(one(*item) for item in items)
+        return
+    # The hot loop of a search: a call answered at once is scored at once, with no coroutine
+    # of its own. The first call that waits, and every one after it, run concurrently.
+    for i, (node_id, steps, query, key) in enumerate(items):
+        got = ctx.ask_now(query, n, "evaluate", key, EVALUATOR)
+        if type(got) is Later:
+            await eager_gather([one(node_id, steps, query, key, got), *(one(*item) for item in items[i + 1:])])
+            return
+        score = _take_value(ctx, node_id, steps, query, got, rescore)  # type: ignore[arg-type]
+        if score is not None:
+            ctx.set_scores(((node_id, score),))
 
 
 def _take_value(
-    ctx: SearchContext, node_id: int, steps: tuple[str, ...], query: Query, got: tuple[list[str], int] | None,
+    ctx: SearchContext, node_id: int, steps: tuple[str, ...], query: Query, got: Answer | None,
     rescore: bool,
 ) -> float | None:
     """The score the value replies give (None when the call was not made)."""
