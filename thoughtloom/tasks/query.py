@@ -6,10 +6,10 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from ..llm.types import Prompt
+from ..llm.types import Prompt, value_type
 
 
-@dataclass(frozen=True, slots=True)
+@value_type
 class Query:
     """A prompt with the generation settings it needs."""
 
