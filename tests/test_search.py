@@ -621,3 +621,22 @@ async def test_a_cancelled_search_returns_what_it_found_as_interrupted() -> None
     calls_at_stop = len(fake.calls)
     await asyncio.sleep(0.1)
     assert len(fake.calls) == calls_at_stop  # nothing keeps calling the model after the stop
+
+
+async def test_a_query_reaches_the_model_with_each_of_its_settings_in_its_own_request_field() -> None:
+    from thoughtloom.llm.types import Prompt
+    from thoughtloom.search.context import SearchContext
+    from thoughtloom.tasks.base import Query
+
+    fake = ScriptedBackend(default="a", follows_choices=True)
+    task = get_task("game24")
+    ctx = SearchContext(task, task.parse_problem("4 5 6 10"), Gateway(fake), SearchConfig(strategy="bfs", seed=7),
+                        routed_roles=("evaluator",))
+    query = Query(Prompt(text="Q"), max_tokens=9, stop=("\n",), temperature=0.3, schema='{"type":"object"}',
+                  choices=("a", "b"))
+    await ctx.ask(query, 2, "evaluate", ("k",), "evaluator")
+    (sent,) = fake.calls
+    assert (sent.prompt, sent.n, sent.max_tokens, sent.temperature, sent.stop) == (Prompt(text="Q"), 2, 9, 0.3, ("\n",))
+    assert (sent.purpose, sent.schema, sent.route, sent.choices, sent.score_choices) == (
+        "evaluate", '{"type":"object"}', "evaluator", ("a", "b"), False)
+    assert sent.seed is not None and sent.logprobs is None and sent.form is None

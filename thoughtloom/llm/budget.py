@@ -220,7 +220,7 @@ class Budget:
         self.reserved_tokens += tokens
         self.reserved_cost += cost_usd
         self.in_flight += 1
-        return Reservation(tokens, cost_usd, route=route)
+        return Reservation(tokens, cost_usd, False, route)
 
     def settle(self, reservation: Reservation, usage: Usage | None, cost_usd: float = 0.0) -> None:
         """Replace a reservation by what the call really used (None: the call never ran)."""

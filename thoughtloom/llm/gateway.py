@@ -44,37 +44,76 @@ class RetryPolicy:
 
 @dataclass(slots=True)
 class CallRecord:
-    """One call as it happened: enough to replay it without the model.
+    """One call as it happened: the request it answered and what came of it, enough to replay it.
 
-    The prompt and the usage are kept as plain fields (text, messages, token counts) and
-    rebuilt on access: a long search holds one record per call, and one object per record
-    instead of three is what the garbage collector notices.
+    The record holds the request itself (a record is made on every call's path, a copy of the
+    request's fields would double that work); the request's settings read through it, with
+    max_tokens as sent (the budget may have shrunk it).
     """
 
     seq: int
-    purpose: str
+    request: GenerateRequest
     model: str
-    prompt_text: str | None
-    prompt_messages: tuple[Message, ...] | None
-    n: int
-    max_tokens: int
-    temperature: float
-    stop: tuple[str, ...]
-    seed: int | None
+    started_at: float = 0.0
     texts: tuple[str, ...] = ()
     input_tokens: int = 0
     output_tokens: int = 0
     cost_usd: float = 0.0
     cached: int = 0  # how many of the n samples came from the cache
-    started_at: float = 0.0
     duration_s: float = 0.0
     attempts: int = 0
     error: str | None = None
+    #: The max_tokens the request went out with when the budget shrank it (None: as asked).
+    shrunk_to: int | None = None
+
+    @property
+    def purpose(self) -> str:
+        """Which operator asked."""
+        return self.request.purpose
 
     @property
     def prompt(self) -> Prompt:
         """What was asked."""
-        return Prompt(self.prompt_text, self.prompt_messages)
+        return self.request.prompt
+
+    @property
+    def prompt_text(self) -> str | None:
+        """The prompt's completion text."""
+        return self.request.prompt.text
+
+    @property
+    def prompt_messages(self) -> tuple[Message, ...] | None:
+        """The prompt's chat messages."""
+        return self.request.prompt.messages
+
+    @property
+    def n(self) -> int:
+        """Samples asked for."""
+        return self.request.n
+
+    @property
+    def max_tokens(self) -> int:
+        """The most tokens per sample the request went out with."""
+        return self.request.max_tokens if self.shrunk_to is None else self.shrunk_to
+
+    @max_tokens.setter
+    def max_tokens(self, value: int) -> None:
+        self.shrunk_to = value
+
+    @property
+    def temperature(self) -> float:
+        """Sampling temperature."""
+        return self.request.temperature
+
+    @property
+    def stop(self) -> tuple[str, ...]:
+        """Stop strings."""
+        return self.request.stop
+
+    @property
+    def seed(self) -> int | None:
+        """The request's seed."""
+        return self.request.seed
 
     @property
     def usage(self) -> Usage:
@@ -193,11 +232,7 @@ class Gateway:
     def _open(self, request: GenerateRequest) -> _Open:
         """Record a call and look its samples up in the cache."""
         n = request.n
-        prompt = request.prompt
-        record = CallRecord(
-            len(self.records), request.purpose, self.backend.name, prompt.text, prompt.messages, n,
-            request.max_tokens, request.temperature, request.stop, request.seed, started_at=time.time(),
-        )
+        record = CallRecord(len(self.records), request, self.backend.name, time.time())
         self.records.append(record)
         # Token logprobs live only in a fresh answer: the cache keeps texts.
         cache = self.cache if request.logprobs is None else None
@@ -225,7 +260,7 @@ class Gateway:
             usage = completion.usage
             cache = self.cache
             # Samples cut short by a budget-shrunk max_tokens must not answer the full request later.
-            if cache is not None and call.keys and record.max_tokens == call.request.max_tokens:
+            if cache is not None and call.keys and record.shrunk_to is None:
                 keys = call.keys
                 if len(keys) == 1:  # the common case, without the loop
                     if completion.texts:
@@ -242,8 +277,8 @@ class Gateway:
                     texts[i] = text
                 # Samples the budget refused (a server ignoring n) are left out, not made up.
                 record.texts = tuple(t for t in texts if t is not None)
-        else:
-            record.texts = tuple(t or "" for t in texts)
+        else:  # the cache answered every sample
+            record.texts = tuple(texts)  # type: ignore[arg-type]
         record.input_tokens, record.output_tokens = usage.input_tokens, usage.output_tokens
         if self.pricing is not None or self.route_pricing:
             record.cost_usd = self._cost(usage, call.request.route)

@@ -253,20 +253,23 @@ class SearchContext:
         choices = query.choices
         # The backend's capabilities are read only for a query with choices: this runs once per call.
         score = bool(choices) and self.gateway.scores_choices
+        # Positional (keywords cost twice as much, once per call): prompt, n, max_tokens,
+        # temperature, stop, seed, purpose, schema, route, choices, score_choices (test_search.py checks each
+        # field arrives where it belongs).
         return GenerateRequest(
-            prompt=query.prompt,
-            n=1 if score else n,
-            max_tokens=1 if score else query.max_tokens,
-            temperature=self.temperature if query.temperature is None else query.temperature,
-            stop=query.stop,
-            seed=None if self.config.seed is None else self._seed(purpose, key),  # no call per request when unseeded
-            purpose=purpose,
-            schema=query.schema,
+            query.prompt,
+            1 if score else n,
+            1 if score else query.max_tokens,
+            self.temperature if query.temperature is None else query.temperature,
+            query.stop,
+            None if self.config.seed is None else self._seed(purpose, key),  # no call per request when unseeded
+            purpose,
+            query.schema,
             # Only a role with a model of its own is routed: the requests (and so the cache and replay
             # keys) of a run without role models stay what they were.
-            route=role if role is not None and role in self.routed_roles else None,
-            choices=choices if choices and (score or self.gateway.follows_choices) else (),
-            score_choices=score,
+            role if role is not None and role in self.routed_roles else None,
+            choices if choices and (score or self.gateway.follows_choices) else (),
+            score,
         )
 
     async def ask(self, query: Query, n: int, purpose: str, key: object,

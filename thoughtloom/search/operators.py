@@ -214,8 +214,6 @@ async def value_many(ctx: SearchContext, node_ids: Sequence[int], *, rescore: bo
             if exact is not None:
                 exact_scores.append((node_id, exact))
                 continue
-        if not rescore:
-            set_status(node_id, _S.IN_PROGRESS)
         asking.append(node_id)
         paths.append(steps)
     if exact_scores:
@@ -225,7 +223,15 @@ async def value_many(ctx: SearchContext, node_ids: Sequence[int], *, rescore: bo
     n = ctx.value_samples
     queries = [task.value(problem, steps) for steps in paths]
     keys = [(steps, n) if rescore else steps for steps in paths]
+
+    def under_way(ids: Sequence[int]) -> None:
+        # Marked only when a call waits: no other coroutine can see a thought whose call is answered at once.
+        if not rescore:
+            for node_id in ids:
+                set_status(node_id, _S.IN_PROGRESS)
+
     if len(asking) > 1 and ctx.gateway.batches:
+        under_way(asking)
         answers = await ctx.ask_many(queries, n, "evaluate", keys, EVALUATOR)
         scores = [_take_value(ctx, *args, rescore) for args in zip(asking, paths, queries, answers)]
         await settle_scores(ctx, [(node_id, s) for node_id, s in zip(asking, scores) if s is not None])
@@ -245,6 +251,7 @@ async def value_many(ctx: SearchContext, node_ids: Sequence[int], *, rescore: bo
 
     items = list(zip(asking, paths, queries, keys))
     if ctx.grounders:  # groundings overlap, each in its thought's own coroutine
+        under_way(asking)
         await eager_gather(one(*item) for item in items)
         return
     # The hot loop of a search: a call answered at once is scored at once, with no coroutine
@@ -252,6 +259,7 @@ async def value_many(ctx: SearchContext, node_ids: Sequence[int], *, rescore: bo
     for i, (node_id, steps, query, key) in enumerate(items):
         got = ctx.ask_now(query, n, "evaluate", key, EVALUATOR)
         if type(got) is Later:
+            under_way(asking[i:])
             await eager_gather([one(node_id, steps, query, key, got), *(one(*item) for item in items[i + 1:])])
             return
         score = _take_value(ctx, node_id, steps, query, got, rescore)  # type: ignore[arg-type]
