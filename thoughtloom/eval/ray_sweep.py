@@ -47,6 +47,8 @@ LOCAL_OBJECT_STORE_BYTES = 200 * 1024 * 1024
 CONNECT_TIMEOUT_S = 5.0
 #: Re-runs of a unit whose worker died, before it is recorded as lane_crashed.
 DEFAULT_RETRIES = 2
+#: How long a feeder waits for Ray to restart its dead worker before handing it the next unit.
+RESTART_WAIT_S = 60.0
 
 
 class ExecutorError(ValueError):
@@ -164,6 +166,10 @@ class UnitWorker:
             return UnitOutput(record, [], {})
         return UnitOutput(record, list(store.blocks.items()), store.refs())
 
+    def ping(self) -> bool:
+        """Answer once the worker is up (after Ray restarted it, say)."""
+        return True
+
 
 def is_embedded(model: str) -> bool:
     """Whether the protocol's model is loaded in-process (one copy per node) rather than served."""
@@ -280,6 +286,19 @@ async def run_protocol_on_ray(
             if progress:
                 progress(progress_line(output.record, stats, total, time.monotonic() - started))
 
+        async def restarted(worker: Any) -> None:
+            # Ray turns away calls to a worker it is still restarting: units fed to it meanwhile
+            # would fail without running and use up their retries (a loaded machine restarts slowly).
+            deadline = time.monotonic() + RESTART_WAIT_S
+            while (left := deadline - time.monotonic()) > 0:
+                try:
+                    await asyncio.wait_for(worker.ping.remote(), left)
+                    return
+                except (errors.ActorUnavailableError, TimeoutError):
+                    await asyncio.sleep(0.2)
+                except lost:
+                    return  # gone for good (no restarts left, its node lost): the next unit finds out
+
         async def feed(worker: Any) -> None:
             while queue:
                 dataset, problem, index, plan = queue.popleft()
@@ -297,6 +316,7 @@ async def run_protocol_on_ray(
                         queue.append((dataset, problem, index, plan))
                         if progress:
                             progress(f"{dataset.name} #{problem.id} {plan.lane}: its worker died; running it again")
+                        await restarted(worker)
                         continue
                     cause = " ".join(str(exc).split())[:400]  # Ray's own account, on one line
                     why = f"the Ray worker died {tries + 1} times running it ({type(exc).__name__}: {cause})"
