@@ -6,7 +6,7 @@ import json
 import logging
 import zlib
 from collections import deque
-from collections.abc import Collection, Hashable, Iterable, Sequence
+from collections.abc import Collection, Hashable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ..graph import EdgeKind, NodeKind, NodeStatus, ThoughtGraph
@@ -211,6 +211,11 @@ class SearchContext:
     def path_score(self, node_id: int) -> float | None:
         """The node's path score under the configured aggregation (None for the root)."""
         return self._path_score.get(node_id)
+
+    @property
+    def path_scores(self) -> Mapping[int, float | None]:
+        """Every scored node's path score, by node id (a live view: the search keeps adding to it)."""
+        return self._path_score
 
     def deepest(self) -> int:
         """The most steps any thought in the graph is from the root."""

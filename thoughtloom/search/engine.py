@@ -19,7 +19,7 @@ from .config import SearchConfig
 from .context import SearchContext, SearchController
 from .events import BudgetSpent, EventBus, EventSink, SearchStarted, SearchStopped
 from .operators import synthesize
-from .paths import scored_paths
+from .paths import ScoredPaths
 from .result import GroundingStats, PathStep, SearchResult, SearchStats, SearchUsage, role_usage
 from .strategies import STRATEGY_FUNCTIONS
 from .stop import StopReason
@@ -174,7 +174,6 @@ async def search(
                  Evaluation.from_dict(n.extra["evaluation"]) if "evaluation" in n.extra else None)
         for n in (ctx.graph.node(i) for i in path_ids)
     ]
-    all_paths, paths_found = scored_paths(ctx)
     spent = budget.spent
     input_tokens = spent.input_tokens - spent_before.input_tokens
     output_tokens = spent.output_tokens - spent_before.output_tokens
@@ -229,6 +228,6 @@ async def search(
         grounding={n: r for n, r in sorted(ctx.grounding.items())},
         research=ctx.research_result,
         best_path_total=ctx.path_score(path_ids[-1]),
-        all_paths=all_paths,
-        paths_found=paths_found,
+        # The path scores alone, not the context: a result outlives its search.
+        paths=ScoredPaths(ctx.graph, ctx.path_scores.get),
     )

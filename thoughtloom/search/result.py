@@ -11,7 +11,7 @@ from ..grounding.types import GroundingResult
 from ..llm.budget import Spend
 from ..llm.gateway import CallRecord
 from ..tasks.evaluation import Evaluation
-from .paths import ScoredPath
+from .paths import ScoredPath, ScoredPaths
 from .stop import StopReason
 
 
@@ -193,9 +193,18 @@ class SearchResult:
     research: Any = None
     #: The best path's total score under the configured aggregation (sum, product, min, mean).
     best_path_total: float | None = None
-    #: The best root-to-leaf paths by total (at most search.paths.MAX_PATHS), and how many there were.
-    all_paths: list[ScoredPath] = field(default_factory=list)
-    paths_found: int = 0
+    #: The scored root-to-leaf paths (see all_paths and paths_found), worked out when first read.
+    paths: ScoredPaths | None = field(default=None, repr=False)
+
+    @property
+    def all_paths(self) -> list[ScoredPath]:
+        """The best root-to-leaf paths by total (at most search.paths.MAX_PATHS)."""
+        return self.paths.best if self.paths is not None else []
+
+    @property
+    def paths_found(self) -> int:
+        """How many root-to-leaf paths the search scored."""
+        return self.paths.count if self.paths is not None else 0
 
     def to_dict(self) -> dict[str, Any]:
         """Plain data for JSON output."""
