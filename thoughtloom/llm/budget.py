@@ -203,6 +203,19 @@ class Budget:
 
         route: the role whose own model the call goes to; its charge is also counted under that role.
         """
+        self.claim(tokens, cost_usd)
+        return Reservation(tokens, cost_usd, False, route)
+
+    def settle(self, reservation: Reservation, usage: Usage | None, cost_usd: float = 0.0) -> None:
+        """Replace a reservation by what the call really used (None: the call never ran)."""
+        if reservation.settled:
+            return
+        reservation.settled = True
+        self.charge(reservation.tokens, reservation.cost_usd, reservation.route, usage, cost_usd)
+
+    def claim(self, tokens: int, cost_usd: float = 0.0) -> None:
+        """`reserve` without the Reservation: for a caller that settles the claim itself, exactly
+        once, with `charge` (the gateway's single calls: an object per call is their cost)."""
         lim = self.limits
         if lim.wall_s is not None and self.elapsed_s >= lim.wall_s:
             raise BudgetExceeded("wall_s", f"wall-clock budget of {lim.wall_s:g}s is used up")
@@ -220,22 +233,18 @@ class Budget:
         self.reserved_tokens += tokens
         self.reserved_cost += cost_usd
         self.in_flight += 1
-        return Reservation(tokens, cost_usd, False, route)
 
-    def settle(self, reservation: Reservation, usage: Usage | None, cost_usd: float = 0.0) -> None:
-        """Replace a reservation by what the call really used (None: the call never ran)."""
-        if reservation.settled:
-            return
-        reservation.settled = True
-        self.reserved_tokens -= reservation.tokens
-        self.reserved_cost -= reservation.cost_usd
+    def charge(self, tokens: int, reserved_cost: float, route: str | None, usage: Usage | None,
+               cost_usd: float = 0.0) -> None:
+        """Settle a claim of `tokens` and `reserved_cost` by what the call really used (None: it never ran)."""
+        self.reserved_tokens -= tokens
+        self.reserved_cost -= reserved_cost
         self.in_flight -= 1
         if usage is not None:
             self._spent_in += usage.input_tokens
             self._spent_out += usage.output_tokens
             self.calls += 1
             self.cost_usd += cost_usd
-            route = reservation.route
             if route is not None:  # unrouted calls are the totals less the routed ones: nothing to add per call
                 self.routes[route] = self.routes.get(route, _NOTHING).add(usage, cost_usd)
 

@@ -439,14 +439,17 @@ class Gateway:
                 out_bound = request.n * request.max_tokens
                 in_bound = self._input_bound(request)
                 record.attempts += 1
-                reservation = self.budget.reserve(in_bound + out_bound)
+                reserved_cost = 0.0
+                self.budget.claim(in_bound + out_bound)
             else:
                 request, reserve_tokens = self._fit_request(request)
                 if request.max_tokens < record.max_tokens:
                     record.max_tokens = request.max_tokens
                 record.attempts += 1
-                reservation, out_bound = self._reserve(request, reserve_tokens)
+                out_bound = request.n * request.max_tokens
                 in_bound = reserve_tokens - out_bound
+                reserved_cost = self._reserve_cost(request, reserve_tokens, out_bound)
+                self.budget.claim(reserve_tokens, reserved_cost)
         except BaseException:
             sem.release()
             raise
@@ -455,11 +458,11 @@ class Gateway:
         try:
             yielded = coro.send(None)
         except StopIteration as stop:
-            return self._settle(request, reservation, in_bound, out_bound, stop.value)
+            return self._settle(request, reserved_cost, in_bound, out_bound, stop.value)
         except BaseException as exc:
-            self._settle_unanswered(request, reservation, in_bound, out_bound, exc)
+            self._settle_unanswered(request, reserved_cost, in_bound, out_bound, exc)
             raise
-        return Later(self._send_later(coro, yielded, request, reservation, in_bound, out_bound))
+        return Later(self._send_later(coro, yielded, request, reserved_cost, in_bound, out_bound))
 
     async def _send_when_free(self, request: GenerateRequest, record: CallRecord) -> Completion:
         await self._sem.acquire()
@@ -467,16 +470,16 @@ class Gateway:
         return await out if type(out) is Later else out  # type: ignore[return-value]
 
     async def _send_later(self, coro: Coroutine[Any, Any, Completion], yielded: Any, request: GenerateRequest,
-                          reservation: Reservation, in_bound: int, out_bound: int) -> Completion:
+                          reserved_cost: float, in_bound: int, out_bound: int) -> Completion:
         """Wait, in this task, for a backend call that did not answer at once; then settle it."""
         try:
             completion = await cancellable(coro, yielded)
         except BaseException as exc:
-            self._settle_unanswered(request, reservation, in_bound, out_bound, exc)
+            self._settle_unanswered(request, reserved_cost, in_bound, out_bound, exc)
             raise
-        return self._settle(request, reservation, in_bound, out_bound, completion)
+        return self._settle(request, reserved_cost, in_bound, out_bound, completion)
 
-    def _settle(self, request: GenerateRequest, reservation: Reservation, in_bound: int, out_bound: int,
+    def _settle(self, request: GenerateRequest, reserved_cost: float, in_bound: int, out_bound: int,
                 completion: Completion) -> Completion:
         """Charge an answered request what it reported (made possible, see _checked) and free its slot."""
         try:
@@ -485,20 +488,22 @@ class Gateway:
                 usage = self._checked(request, usage, in_bound, completion.texts)
                 completion = replace(completion, usage=usage)
         except BaseException as exc:  # not a Completion: the backend is broken, the request still went out
-            self._settle_unanswered(request, reservation, in_bound, out_bound, exc)
+            self._settle_unanswered(request, reserved_cost, in_bound, out_bound, exc)
             raise
         priced = self.pricing is not None or self.route_pricing
-        self.budget.settle(reservation, usage, self._cost(usage, request.route) if priced else 0.0)
+        self.budget.charge(in_bound + out_bound, reserved_cost, request.route, usage,
+                           self._cost(usage, request.route) if priced else 0.0)
         self._sem.release()
         return completion
 
-    def _settle_unanswered(self, request: GenerateRequest, reservation: Reservation, in_bound: int, out_bound: int,
+    def _settle_unanswered(self, request: GenerateRequest, reserved_cost: float, in_bound: int, out_bound: int,
                            exc: BaseException) -> None:
         """Charge a request that got no answer (see _unanswered) and free its slot."""
         try:
             usage = self._unanswered(exc, Usage(in_bound, out_bound))
             priced = usage is not None and (self.pricing is not None or self.route_pricing)
-            self.budget.settle(reservation, usage, self._cost(usage, request.route) if priced else 0.0)  # type: ignore[arg-type]
+            self.budget.charge(in_bound + out_bound, reserved_cost, request.route, usage,
+                               self._cost(usage, request.route) if priced else 0.0)  # type: ignore[arg-type]
         finally:
             self._sem.release()
 
@@ -676,9 +681,13 @@ class Gateway:
 
     def _reserve(self, request: GenerateRequest, reserve_tokens: int) -> tuple[Reservation, int]:
         out_tokens = request.n * request.max_tokens
+        return self.budget.reserve(reserve_tokens, self._reserve_cost(request, reserve_tokens, out_tokens),
+                                   request.route), out_tokens
+
+    def _reserve_cost(self, request: GenerateRequest, reserve_tokens: int, out_tokens: int) -> float:
+        """The dollars to hold for a request of at most so many tokens (nothing for an unpriced model)."""
         pricing = self.pricing if request.route is None else self._price(request.route)
-        reserve_cost = pricing.cost(reserve_tokens - out_tokens, out_tokens) if pricing else 0.0
-        return self.budget.reserve(reserve_tokens, reserve_cost, request.route), out_tokens
+        return pricing.cost(reserve_tokens - out_tokens, out_tokens) if pricing else 0.0
 
     async def aclose(self) -> None:
         """Close the backend."""

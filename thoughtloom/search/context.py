@@ -6,7 +6,7 @@ import json
 import logging
 import zlib
 from collections import deque
-from collections.abc import Collection, Hashable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Hashable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ..graph import EdgeKind, NodeKind, NodeStatus, ThoughtGraph
@@ -540,6 +540,13 @@ class SearchContext:
 
     def set_scores(self, scores: Iterable[tuple[int, float]]) -> None:
         """set_score for several nodes in turn (siblings, usually), with lookups made once."""
+        score_one = self.scorer()
+        for node_id, score in scores:
+            score_one(node_id, score)
+
+    def scorer(self) -> Callable[[int, float], None]:
+        """set_score with the search's lookups made once: for a loop that scores thoughts one by one
+        without waiting in between (the attributes it holds do not change while nothing waits)."""
         # The hot path of every search (once per thought): lookups are hoisted, calls kept few.
         graph, root, steps_of, path_scores = self.graph, self.root, self._steps, self._path_score
         node_of, succeed, primary_parent = graph.node, graph.succeed, graph.primary_parent
@@ -547,7 +554,8 @@ class SearchContext:
         task, problem = self.task, self.problem
         qualities, best_by_depth, goal_ids, recent = self._quality, self._best_by_depth, self._goal_ids, self.recent
         sinks = self.bus.sinks
-        for node_id, score in scores:
+
+        def score_one(node_id: int, score: float) -> None:
             score = 0.0 if score != score else 1.0 if score > 1.0 else max(score, 0.0)  # NaN -> 0
             node = node_of(node_id)
             node.score = score
@@ -595,6 +603,8 @@ class SearchContext:
                 if best is None or key > best:
                     self._best_key = key
                     self.best_id = node_id
+
+        return score_one
 
     def quality(self, node_id: int) -> float:
         """The task's judgement of a scored thought as an answer (0 for unscored ones)."""

@@ -256,6 +256,7 @@ async def value_many(ctx: SearchContext, node_ids: Sequence[int], *, rescore: bo
         return
     # The hot loop of a search: a call answered at once is scored at once, with no coroutine
     # of its own. The first call that waits, and every one after it, run concurrently.
+    score_one = ctx.scorer()
     for i, (node_id, steps, query, key) in enumerate(items):
         got = ctx.ask_now(query, n, "evaluate", key, EVALUATOR)
         if type(got) is Later:
@@ -264,7 +265,7 @@ async def value_many(ctx: SearchContext, node_ids: Sequence[int], *, rescore: bo
             return
         score = _take_value(ctx, node_id, steps, query, got, rescore)  # type: ignore[arg-type]
         if score is not None:
-            ctx.set_scores(((node_id, score),))
+            score_one(node_id, score)
 
 
 def _take_value(
