@@ -13,7 +13,7 @@ from thoughtloom.llm.chance import ChanceBackend
 from thoughtloom.llm.errors import ModelError
 from thoughtloom.llm.fake import ScriptedBackend
 from thoughtloom.llm.gateway import Gateway
-from thoughtloom.llm.types import Completion, GenerateRequest, Prompt, Usage, choice_text, parse_choice_text
+from thoughtloom.llm.types import GenerateRequest, Prompt, Usage, choice_text, parse_choice_text
 from thoughtloom.search import SearchConfig, search
 from thoughtloom.tasks import get_task
 from thoughtloom.tasks.game24 import Game24, legal_steps

@@ -29,7 +29,6 @@ from thoughtloom.eval.runner import (
 from thoughtloom.eval.store import ResultsStore
 from thoughtloom.llm.budget import BudgetLimits
 from thoughtloom.llm.fake import ScriptedBackend
-from thoughtloom.llm.gateway import Gateway
 
 PUZZLES = ["1 1 4 6", "1 1 11 11", "1 1 3 8", "2 3 5 12"]
 

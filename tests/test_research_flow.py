@@ -17,7 +17,7 @@ from thoughtloom.run.gateway import build_gateway
 from thoughtloom.run.spec import SpecError
 from thoughtloom.search.config import SearchConfig
 from thoughtloom.search.context import SearchContext
-from thoughtloom.search.events import FlowTransitioned, InsightFound, NodePruned
+from thoughtloom.search.events import FlowTransitioned, NodePruned
 from thoughtloom.search.research import (
     DIRECTIONS,
     FlowMachine,

@@ -253,7 +253,7 @@ def test_a_run_killed_with_sigkill_resumes_to_completion_without_resending_recor
     # Only what had not been answered before the kill was asked again.
     assert answered and not answered & set(resumed_prompts)
     assert len(resumed_prompts) == CALLS - recorded
-    finished = assert_finished_as_if_never_interrupted(store, tmp_path)
+    assert_finished_as_if_never_interrupted(store, tmp_path)
     # Its history keeps the killed states: the heads chain back through the kill.
     assert loom("replay", run, "--store", str(store), "--quiet").returncode == 0
 

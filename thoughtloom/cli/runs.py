@@ -25,6 +25,7 @@ from .common import MERMAID_FULL_HELP, open_store
 # instant; the store, blocks and runs modules load inside the commands.
 if TYPE_CHECKING:
     from ..store.runs import StoredRun
+    from ..store.store import BlockStore
 
 
 def add_store_commands(sub: Any) -> None:

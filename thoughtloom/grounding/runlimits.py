@@ -19,7 +19,7 @@ import os
 import signal
 import time
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 CGROUP_PREFIX = "thoughtloom-"
 POLL_S = 0.05  # how often a run is checked against its limits

@@ -197,7 +197,7 @@ class Solver:
         return best
 
     async def _decompose(self, goal: Goal, plan: Plan, depth: int, ancestors: tuple[Goal, ...], node: int) -> Outcome:
-        ctx, hooks = self.ctx, self.hooks
+        hooks = self.hooks
         contract = plan.contract
         assert contract is not None  # _frontier cut plans without a well-formed contract
         dnode = self._add(node, plan.describe(), "decompose", NodeKind.DECOMPOSITION, EdgeKind.ELABORATION)
