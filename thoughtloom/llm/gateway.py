@@ -44,76 +44,37 @@ class RetryPolicy:
 
 @dataclass(slots=True)
 class CallRecord:
-    """One call as it happened: the request it answered and what came of it, enough to replay it.
+    """One call as it happened: enough to replay it without the model.
 
-    The record holds the request itself (a record is made on every call's path, a copy of the
-    request's fields would double that work); the request's settings read through it, with
-    max_tokens as sent (the budget may have shrunk it).
+    The prompt and the usage are kept as plain fields (text, messages, token counts) and
+    rebuilt on access: a long search holds one record per call, and one object per record
+    instead of three is what the garbage collector notices.
     """
 
     seq: int
-    request: GenerateRequest
+    purpose: str
     model: str
-    started_at: float = 0.0
+    prompt_text: str | None
+    prompt_messages: tuple[Message, ...] | None
+    n: int
+    max_tokens: int
+    temperature: float
+    stop: tuple[str, ...]
+    seed: int | None
     texts: tuple[str, ...] = ()
     input_tokens: int = 0
     output_tokens: int = 0
     cost_usd: float = 0.0
     cached: int = 0  # how many of the n samples came from the cache
+    started_at: float = 0.0
     duration_s: float = 0.0
     attempts: int = 0
     error: str | None = None
-    #: The max_tokens the request went out with when the budget shrank it (None: as asked).
-    shrunk_to: int | None = None
-
-    @property
-    def purpose(self) -> str:
-        """Which operator asked."""
-        return self.request.purpose
 
     @property
     def prompt(self) -> Prompt:
         """What was asked."""
-        return self.request.prompt
-
-    @property
-    def prompt_text(self) -> str | None:
-        """The prompt's completion text."""
-        return self.request.prompt.text
-
-    @property
-    def prompt_messages(self) -> tuple[Message, ...] | None:
-        """The prompt's chat messages."""
-        return self.request.prompt.messages
-
-    @property
-    def n(self) -> int:
-        """Samples asked for."""
-        return self.request.n
-
-    @property
-    def max_tokens(self) -> int:
-        """The most tokens per sample the request went out with."""
-        return self.request.max_tokens if self.shrunk_to is None else self.shrunk_to
-
-    @max_tokens.setter
-    def max_tokens(self, value: int) -> None:
-        self.shrunk_to = value
-
-    @property
-    def temperature(self) -> float:
-        """Sampling temperature."""
-        return self.request.temperature
-
-    @property
-    def stop(self) -> tuple[str, ...]:
-        """Stop strings."""
-        return self.request.stop
-
-    @property
-    def seed(self) -> int | None:
-        """The request's seed."""
-        return self.request.seed
+        return Prompt(self.prompt_text, self.prompt_messages)
 
     @property
     def usage(self) -> Usage:
@@ -232,7 +193,14 @@ class Gateway:
     def _open(self, request: GenerateRequest) -> _Open:
         """Record a call and look its samples up in the cache."""
         n = request.n
-        record = CallRecord(len(self.records), request, self.backend.name, time.time())
+        prompt = request.prompt
+        # Positional (this runs once per call). The record copies the request's fields rather than
+        # holding it: a record outlives its request, and holding it kept ~225 B more per thought
+        # (benchmarks/engine_overhead.py) to save 0.09 us.
+        record = CallRecord(
+            len(self.records), request.purpose, self.backend.name, prompt.text, prompt.messages, n,
+            request.max_tokens, request.temperature, request.stop, request.seed, (), 0, 0, 0.0, 0, time.time(),
+        )
         self.records.append(record)
         # Token logprobs live only in a fresh answer: the cache keeps texts.
         cache = self.cache if request.logprobs is None else None
@@ -260,7 +228,7 @@ class Gateway:
             usage = completion.usage
             cache = self.cache
             # Samples cut short by a budget-shrunk max_tokens must not answer the full request later.
-            if cache is not None and call.keys and record.shrunk_to is None:
+            if cache is not None and call.keys and record.max_tokens == call.request.max_tokens:
                 keys = call.keys
                 if len(keys) == 1:  # the common case, without the loop
                     if completion.texts:
