@@ -640,3 +640,16 @@ async def test_a_query_reaches_the_model_with_each_of_its_settings_in_its_own_re
     assert (sent.purpose, sent.schema, sent.route, sent.choices, sent.score_choices) == (
         "evaluate", '{"type":"object"}', "evaluator", ("a", "b"), False)
     assert sent.seed is not None and sent.logprobs is None and sent.form is None
+
+
+@pytest.mark.parametrize(("given", "kept"), [(float("nan"), 0.0), (1.7, 1.0), (-0.3, 0.0), (0.25, 0.25)])
+def test_a_score_outside_zero_to_one_is_clamped_and_nan_counts_as_zero(given: float, kept: float) -> None:
+    from thoughtloom.search.context import SearchContext
+
+    task = get_task("game24")
+    ctx = SearchContext(task, task.parse_problem("4 5 6 10"), Gateway(ScriptedBackend(default="a")),
+                        SearchConfig(strategy="bfs"))
+    node = ctx.add_thought([ctx.root], "4 + 5 = 9 (left: 6 9 10)", "generate")
+    assert node is not None
+    ctx.set_score(node, given)
+    assert ctx.graph.node(node).score == kept

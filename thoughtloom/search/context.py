@@ -556,7 +556,8 @@ class SearchContext:
         sinks = self.bus.sinks
 
         def score_one(node_id: int, score: float) -> None:
-            score = 0.0 if score != score else 1.0 if score > 1.0 else max(score, 0.0)  # NaN -> 0
+            if not 0.0 <= score <= 1.0:  # out of range: clamped; NaN -> 0
+                score = 1.0 if score > 1.0 else 0.0
             node = node_of(node_id)
             node.score = score
             if node.status is not _S.PRUNED:  # a re-score must not revive a thought pruned meanwhile
