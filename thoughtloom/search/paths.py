@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from ..graph import NodeKind, ThoughtGraph
@@ -34,7 +34,7 @@ class ScoredPaths:
     walks every scored thought: a tenth of a small search's time.
     """
 
-    __slots__ = ("_graph", "_total", "_limit", "_found")
+    __slots__ = ("_found", "_graph", "_limit", "_total")
 
     def __init__(self, graph: ThoughtGraph, total: Callable[[int], float | None], limit: int = MAX_PATHS) -> None:
         self._graph, self._total, self._limit = graph, total, limit
