@@ -726,3 +726,30 @@ async def test_a_call_the_backend_answers_without_waiting_makes_no_task() -> Non
     assert completion.texts == ("ok",)
     assert backend.tasks_seen == [before]
     assert (gateway.budget.calls, len(gateway.records)) == (1, 1)
+
+
+def test_start_answers_at_once_when_the_backend_does_not_wait() -> None:
+    gw = gateway(ScriptedBackend(default="yes"), BudgetLimits(calls=5))
+    out = gw.start(req())  # no event loop needed: nothing waits
+    assert isinstance(out, Completion) and out.texts == ("yes",)
+    assert (gw.budget.calls, gw.budget.in_flight, len(gw.records)) == (1, 0, 1)
+
+
+async def test_start_hands_back_a_later_that_holds_the_call_until_it_is_awaited() -> None:
+    from thoughtloom.llm.inline import Later
+
+    gw = gateway(ScriptedBackend(default="yes", latency_s=0.01), BudgetLimits(calls=5), concurrency=1)
+    out = gw.start(req())
+    assert isinstance(out, Later)
+    assert (gw.budget.in_flight, gw.budget.calls) == (1, 0)  # reserved and on the wire, not yet charged
+    completion = await out
+    assert completion.texts == ("yes",)
+    assert (gw.budget.in_flight, gw.budget.calls, gw.records[0].texts) == (0, 1, ("yes",))
+
+
+def test_start_raises_at_once_when_the_budget_refuses_the_call() -> None:
+    gw = gateway(ScriptedBackend(default="yes"), BudgetLimits(calls=1))
+    gw.start(req())
+    with pytest.raises(BudgetExceeded):
+        gw.start(req("another prompt"))
+    assert gw.records[-1].error is not None and gw.budget.in_flight == 0

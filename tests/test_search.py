@@ -653,3 +653,40 @@ def test_a_score_outside_zero_to_one_is_clamped_and_nan_counts_as_zero(given: fl
     assert node is not None
     ctx.set_score(node, given)
     assert ctx.graph.node(node).score == kept
+
+
+async def test_value_calls_answered_at_once_score_in_turn_and_from_the_first_that_waits_they_overlap() -> None:
+    from dataclasses import dataclass as _dataclass
+
+    from thoughtloom.llm.types import Completion, Prompt
+    from thoughtloom.search.context import SearchContext
+    from thoughtloom.search.operators import value_many
+    from thoughtloom.tasks.base import Query
+
+    class Plain(Task):
+        name = "plain"
+
+        def value(self, problem, steps):  # type: ignore[no-untyped-def]
+            return Query(Prompt(text=f"value {steps[-1]}"), max_tokens=4)
+
+        def parse_value(self, problem, steps, texts):  # type: ignore[no-untyped-def]
+            return float(texts[0])
+
+    events: list[tuple[str, str]] = []
+
+    @_dataclass
+    class WaitsOnT1(ScriptedBackend):
+        async def generate(self, request: GenerateRequest) -> Completion:
+            thought = request.prompt.text.split()[-1]
+            events.append(("start", thought))
+            if thought == "t1":
+                await asyncio.sleep(0.02)
+            events.append(("end", thought))
+            return await super().generate(request)
+
+    ctx = SearchContext(Plain(), "p", Gateway(WaitsOnT1(default="0.5")), SearchConfig(strategy="bfs"))
+    ids = [ctx.add_thought([ctx.root], f"t{i}", "generate") for i in range(4)]
+    await value_many(ctx, ids)  # type: ignore[arg-type]
+    assert all(ctx.graph.node(i).score == 0.5 for i in ids)  # type: ignore[arg-type]
+    assert events.index(("end", "t0")) < events.index(("start", "t1"))  # answered at once, before the next call
+    assert events.index(("start", "t3")) < events.index(("end", "t1"))  # the ones after the wait overlap it
