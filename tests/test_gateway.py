@@ -753,3 +753,15 @@ def test_start_raises_at_once_when_the_budget_refuses_the_call() -> None:
     with pytest.raises(BudgetExceeded):
         gw.start(req("another prompt"))
     assert gw.records[-1].error is not None and gw.budget.in_flight == 0
+
+
+async def test_a_backend_that_fails_before_its_first_await_gives_back_its_slot_and_reservation() -> None:
+    class Broken(ScriptedBackend):
+        def generate(self, request: GenerateRequest):  # type: ignore[override]  # not even a coroutine
+            raise RuntimeError("client not configured")
+
+    gw = gateway(Broken(default="x"), BudgetLimits(calls=3), concurrency=1)
+    for _ in range(2):  # the second call would wait forever for a slot the first kept
+        with pytest.raises(RuntimeError):
+            await asyncio.wait_for(gw.generate(req()), 1)
+    assert (gw.budget.in_flight, gw.budget.reserved_tokens, gw.budget.calls) == (0, 0, 2)

@@ -422,9 +422,9 @@ class Gateway:
         except BaseException:
             sem.release()
             raise
-        generating = self.backend.generate(request)
-        coro = generating if limits.wall_s is None else self._timed(generating)
         try:
+            generating = self.backend.generate(request)
+            coro = generating if limits.wall_s is None else self._timed(generating)
             yielded = coro.send(None)
         except StopIteration as stop:
             return self._settle(request, reserved_cost, in_bound, out_bound, stop.value)
