@@ -554,6 +554,8 @@ class SearchContext:
         task, problem = self.task, self.problem
         qualities, best_by_depth, goal_ids, recent = self._quality, self._best_by_depth, self._goal_ids, self.recent
         sinks = self.bus.sinks
+        by_quality, by_goal, grounded_goals = self._qualities, self._goals, self._grounded_goals
+        prune_threshold, stop_on_goal = self.config.prune_threshold, self.config.stop_on_goal
 
         def score_one(node_id: int, score: float) -> None:
             if not 0.0 <= score <= 1.0:  # out of range: clamped; NaN -> 0
@@ -573,7 +575,7 @@ class SearchContext:
             path_scores[node_id] = path
             if sinks:
                 self.bus.emit(NodeScored(node_id, score, path))
-            quality = task.quality(problem, steps, score) if self._qualities else score
+            quality = task.quality(problem, steps, score) if by_quality else score
             qualities[node_id] = quality
             if quality > best_by_depth.get(depth, -1.0):
                 best_by_depth[depth] = quality
@@ -585,7 +587,7 @@ class SearchContext:
             if not goal:  # a re-scored goal stays a goal, and goals are never pruned
                 goal_quality = self.goal_quality
                 if (
-                    (self._goals and task.is_goal(problem, steps)) or node_id in self._grounded_goals
+                    (by_goal and task.is_goal(problem, steps)) or node_id in grounded_goals
                     or (goal_quality is not None and quality >= goal_quality)
                 ):
                     goal = True
@@ -593,10 +595,10 @@ class SearchContext:
                     goal_ids.add(node_id)
                     if sinks:
                         self.bus.emit(GoalFound(node_id))
-                    if self.config.stop_on_goal:
+                    if stop_on_goal:
                         self.stop(StopReason.GOAL_REACHED)
-                elif score < self.config.prune_threshold:
-                    self.prune(node_id, f"score {score:.2f} below threshold {self.config.prune_threshold:.2f}")
+                elif score < prune_threshold:
+                    self.prune(node_id, f"score {score:.2f} below threshold {prune_threshold:.2f}")
             # The best thought so far: goals first, then scored above zero, deeper, better path, older.
             best = self._best_key
             if best is None or goal or not best[0]:  # a non-goal never beats a goal
