@@ -107,10 +107,11 @@ async def expand(ctx: SearchContext, node_id: int) -> list[int]:
         if got is None:
             return []
         added, rejected = _add_children(ctx, node_id, got)
-        for child, raw in added:
-            prior = got.prior(raw)
-            if prior is not None:
-                priors[child] = prior
+        if got.odds:  # only a scored choice among the task's steps gives priors
+            for child, raw in added:
+                prior = got.prior(raw)
+                if prior is not None:
+                    priors[child] = prior
         children += [child for child, _ in added]
         if children or not rejected or ctx.stopped:
             break
