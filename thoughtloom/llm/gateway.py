@@ -236,8 +236,7 @@ class Gateway:
                 else:
                     for i, text in zip(call.missing, completion.texts):
                         cache.put(keys[i], text)
-            n = call.request.n
-            if len(call.missing) == n and len(completion.texts) == n:
+            if len(call.missing) == record.n and len(completion.texts) == record.n:
                 got = completion.texts
                 record.texts = got if type(got) is tuple else tuple(got)
                 whole = got is record.texts and completion.model == record.model

@@ -295,15 +295,15 @@ class SearchContext:
         if self.stop_reason is not None:  # self.stopped, without the property call (once per model call)
             return None
         request = self._request(query, n, purpose, key, role)
-        limits = self.gateway.budget.limits
         if self._call_slots is not None:
-            return Later(self._ask_later(request, limits, None))
+            return Later(self._ask_later(request, self.gateway.budget.limits, None))
         try:
             out = self.gateway.start(request)
         except (BudgetExceeded, ModelError) as exc:
-            return Later(self._ask_later(request, limits, exc))
+            # start() never waits, so the limits are still the ones the call was made under.
+            return Later(self._ask_later(request, self.gateway.budget.limits, exc))
         if type(out) is Later:
-            return Later(self._ask_later(request, limits, out))
+            return Later(self._ask_later(request, self.gateway.budget.limits, out))
         return self._answered(request, out)  # type: ignore[arg-type]
 
     async def _ask_later(self, request: GenerateRequest, limits_before: BudgetLimits,
