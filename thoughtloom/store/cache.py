@@ -12,14 +12,13 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from collections.abc import Iterable, Sequence
-from types import TracebackType
-from typing import Any, Self
+from typing import Any
 
 from thoughtloom.store.blocks import CID, decode_block, decode_many, gc_paused
-from thoughtloom.store.store import BlockStore, get_many
+from thoughtloom.store.store import BlockStore, ClosesOnExit, get_many
 
 
-class CachedStore:
+class CachedStore(ClosesOnExit):
     """A BlockStore wrapper with an LRU of decoded objects and one of raw bytes."""
 
     def __init__(self, store: BlockStore, capacity: int = 100_000, *, max_bytes: int = 64 << 20,
@@ -175,13 +174,6 @@ class CachedStore:
         """Drop the cache and close the backing store."""
         self.clear()
         self.store.close()
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
-        self.close()
 
     def __repr__(self) -> str:
         return f"CachedStore({self.store!r}, capacity={self.capacity})"

@@ -22,8 +22,7 @@ import urllib.request
 import uuid
 from collections.abc import Iterable
 from pathlib import Path
-from types import TracebackType
-from typing import Any, Self
+from typing import Any
 
 from thoughtloom.store.blocks import (
     CID,
@@ -35,8 +34,8 @@ from thoughtloom.store.blocks import (
     normalize,
     verify,
 )
-from thoughtloom.store.refs import REFS_SCHEMA, RefTable
-from thoughtloom.store.store import StoreError
+from thoughtloom.store.refs import REFS_SCHEMA, RefTable, TableRefs
+from thoughtloom.store.store import ClosesOnExit, StoreError
 
 _CODEC_NAMES = {0x71: "dag-cbor", 0x55: "raw", 0x70: "dag-pb", 0x0129: "dag-json"}
 _NOT_FOUND = ("not found", "could not find", "ipld: could not find", "block not found")
@@ -62,8 +61,9 @@ class IPFSError(StoreError):
     """The IPFS node answered with an error (message from the node's JSON error body)."""
 
 
-class IPFSStore:
-    """A BlockStore backed by an IPFS node's HTTP RPC API."""
+class IPFSStore(TableRefs, ClosesOnExit):
+    """A BlockStore backed by an IPFS node's HTTP RPC API; refs live in a local SQLite file
+    (deleting one leaves the node's pins: unpin by hand if wanted)."""
 
     def __init__(self, api_url: str, refs_path: Path | None = None, timeout_s: float = 30, *,
                  pin_refs: bool = True, offline: bool = False) -> None:
@@ -206,19 +206,7 @@ class IPFSStore:
         cid = normalize(cid)
         if self.pin_refs:
             self.pin(cid)
-        self._ref_table.set(name, cid)
-
-    def get_ref(self, name: str) -> CID | None:
-        """The CID a ref points at, or None."""
-        return self._ref_table.get(name)
-
-    def refs(self, prefix: str = "") -> dict[str, CID]:
-        """All refs whose name starts with `prefix`, sorted by name."""
-        return self._ref_table.items(prefix)
-
-    def delete_ref(self, name: str) -> None:
-        """Remove a ref (no error if absent); the node keeps its pins (unpin by hand if wanted)."""
-        self._ref_table.delete(name)
+        super().set_ref(name, cid)
 
     # --- lifecycle --------------------------------------------------------------------------------
 
@@ -226,13 +214,6 @@ class IPFSStore:
         """Close the local refs file."""
         with self._lock:
             self._refs.close()
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
-        self.close()
 
     def __repr__(self) -> str:
         return f"IPFSStore({self.api_url!r})"

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from types import TracebackType
-from typing import Self
 
 from .blocks import CID, CorruptBlock, MissingBlock, verify
+from .store import ClosesOnExit
 
 
-class MemoryStore:
+class MemoryStore(ClosesOnExit):
     """Blocks and refs in dicts; verifies like the persistent stores (put refuses, get re-checks)."""
 
     def __init__(self) -> None:
@@ -59,13 +58,3 @@ class MemoryStore:
     def delete_ref(self, name: str) -> None:
         """Remove a ref (no error if absent)."""
         self._refs.pop(name, None)
-
-    def close(self) -> None:
-        """Nothing to release."""
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
-        self.close()

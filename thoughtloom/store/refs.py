@@ -68,3 +68,25 @@ class RefTable:
         """Remove a ref (no error if absent)."""
         with guarded(self._db, self._lock, self._path) as db:
             db.execute("DELETE FROM refs WHERE name = ?", (name,))
+
+
+class TableRefs:
+    """BlockStore's ref methods over a RefTable (`_ref_table`), for the stores that keep refs in SQLite."""
+
+    _ref_table: RefTable
+
+    def set_ref(self, name: str, cid: CID) -> None:
+        """Point the named ref at `cid`."""
+        self._ref_table.set(name, cid)
+
+    def get_ref(self, name: str) -> CID | None:
+        """The CID a ref points at, or None."""
+        return self._ref_table.get(name)
+
+    def refs(self, prefix: str = "") -> dict[str, CID]:
+        """All refs whose name starts with `prefix`, sorted by name."""
+        return self._ref_table.items(prefix)
+
+    def delete_ref(self, name: str) -> None:
+        """Remove a ref (no error if absent)."""
+        self._ref_table.delete(name)

@@ -17,8 +17,6 @@ import threading
 from collections.abc import Iterable, Iterator
 from contextlib import AbstractContextManager
 from pathlib import Path
-from types import TracebackType
-from typing import Self
 
 from thoughtloom.store.blocks import (
     CID,
@@ -28,8 +26,8 @@ from thoughtloom.store.blocks import (
     cid_str,
     verify,
 )
-from thoughtloom.store.refs import REFS_SCHEMA, RefTable, guarded
-from thoughtloom.store.store import StoreError
+from thoughtloom.store.refs import REFS_SCHEMA, RefTable, TableRefs, guarded
+from thoughtloom.store.store import ClosesOnExit, StoreError
 
 APPLICATION_ID = 0x746C6F6D  # "tlom": marks the file as a thoughtloom store
 SCHEMA_VERSION = 1
@@ -50,7 +48,7 @@ def default_store_path() -> Path:
     return Path.home() / ".thoughtloom" / "store.db"
 
 
-class SQLiteStore:
+class SQLiteStore(TableRefs, ClosesOnExit):
     """A BlockStore in one SQLite file."""
 
     def __init__(self, path: str | Path, *, readonly: bool = False, busy_timeout_s: float = 10.0) -> None:
@@ -74,7 +72,7 @@ class SQLiteStore:
                                            timeout=busy_timeout_s)
         except sqlite3.Error as e:
             raise StoreError(f"cannot open store {self.path}: {e}") from None
-        self._refs = RefTable(self._db, self._lock, self.path)
+        self._ref_table = RefTable(self._db, self._lock, self.path)
         try:
             with self._guard():
                 self._init_schema()
@@ -200,37 +198,12 @@ class SQLiteStore:
         with self._guard() as db:
             return int(db.execute("SELECT count(*) FROM blocks").fetchone()[0])
 
-    # --- refs -------------------------------------------------------------------------------------
-
-    def set_ref(self, name: str, cid: CID) -> None:
-        """Point the named ref at `cid`."""
-        self._refs.set(name, cid)
-
-    def get_ref(self, name: str) -> CID | None:
-        """The CID a ref points at, or None."""
-        return self._refs.get(name)
-
-    def refs(self, prefix: str = "") -> dict[str, CID]:
-        """All refs whose name starts with `prefix`, sorted by name."""
-        return self._refs.items(prefix)
-
-    def delete_ref(self, name: str) -> None:
-        """Remove a ref (no error if absent)."""
-        self._refs.delete(name)
-
     # --- lifecycle --------------------------------------------------------------------------------
 
     def close(self) -> None:
         """Close the connection (idempotent)."""
         with self._lock:
             self._db.close()
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
-        self.close()
 
     def __repr__(self) -> str:
         return f"SQLiteStore({str(self.path)!r})"

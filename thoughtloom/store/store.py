@@ -67,6 +67,20 @@ class BlockStore(Protocol):
                  tb: TracebackType | None) -> None: ...
 
 
+class ClosesOnExit:
+    """`with store:` closes the store when the block ends (for the classes that implement BlockStore)."""
+
+    def close(self) -> None:
+        """Release the store's resources."""
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()
+
+
 def put_obj(store: BlockStore, obj: Any) -> CID:
     """Encode `obj` as dag-cbor, store it, return its CID."""
     cid, data = encode(obj)
