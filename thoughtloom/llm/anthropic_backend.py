@@ -13,7 +13,8 @@ from typing import TYPE_CHECKING, Any
 from .budget import Pricing
 from .errors import ModelConfigError, ModelError, ModelTimeout, ModelUnreachable
 from .http_errors import MAX_CONNECT_TIMEOUT_S, one_line, status_error
-from .types import Completion, GenerateRequest, Prompt, Usage
+from .sdk_client import LazySdkClient
+from .types import Completion, GenerateRequest, Usage
 
 if TYPE_CHECKING:
     from anthropic import AsyncAnthropic
@@ -22,7 +23,7 @@ DEFAULT_BASE_URL = "https://api.anthropic.com"
 INSTALL_HINT = "pip install 'thoughtloom[anthropic]' (or pip install anthropic)"
 
 
-class AnthropicBackend:
+class AnthropicBackend(LazySdkClient):
     """A Backend that calls Anthropic's Messages API: one request, one sample.
 
     The Messages API has no `n`: each request answers one sample and the gateway asks again for
@@ -102,16 +103,6 @@ class AnthropicBackend:
         if schema is not None:
             params["output_config"] = {"format": {"type": "json_schema", "schema": schema}}
         return params
-
-    def count_tokens(self, prompt: Prompt) -> int | None:
-        """None: the remote model's tokenizer is not available locally."""
-        return None
-
-    async def aclose(self) -> None:
-        """Close the HTTP client if one was created."""
-        client, self._client, self._sem = self._client, None, None
-        if client is not None:
-            await client.close()
 
     def _ensure_client(self) -> tuple[AsyncAnthropic, asyncio.Semaphore]:
         if self._client is None or self._sem is None:

@@ -24,7 +24,8 @@ from .errors import (
     TransientModelError,
 )
 from .http_errors import MAX_CONNECT_TIMEOUT_S, one_line, status_error
-from .types import Completion, GenerateRequest, Prompt, Usage
+from .sdk_client import LazySdkClient
+from .types import Completion, GenerateRequest, Usage
 
 if TYPE_CHECKING:
     from openai import AsyncOpenAI
@@ -51,7 +52,7 @@ def _estimate_tokens(text: str) -> int:
     return len(text.encode()) // 4
 
 
-class OpenAIBackend:
+class OpenAIBackend(LazySdkClient):
     """A Backend that calls an OpenAI-compatible server's chat or completions endpoint.
 
     Every generate / generate_batch call is exactly one HTTP request, so the gateway's
@@ -179,16 +180,6 @@ class OpenAIBackend:
         choices = _choices(response)
         texts = tuple((getattr(c, "text", None) or "") for c in choices)
         return _Sampled(texts, _usage(response, "".join(prompts), texts))
-
-    def count_tokens(self, prompt: Prompt) -> int | None:
-        """None: a remote model's tokenizer is not available locally."""
-        return None
-
-    async def aclose(self) -> None:
-        """Close the HTTP client if one was created."""
-        client, self._client, self._sem = self._client, None, None
-        if client is not None:
-            await client.close()
 
     # --- calls --------------------------------------------------------------------------
 
