@@ -29,7 +29,7 @@ from pathlib import Path
 
 from thoughtloom.llm.registry import make_backend
 from thoughtloom.llm.types import GenerateRequest, parse_choice_text
-from thoughtloom.tasks.arith import OPS
+from thoughtloom.grounding.arith import OPS
 from thoughtloom.tasks.game24 import VERDICTS, Game24, legal_steps
 
 TASK = Game24()

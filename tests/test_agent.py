@@ -20,7 +20,7 @@ from thoughtloom.search.events import NodeProcessed
 from thoughtloom.search.stop import StopReason
 from thoughtloom.store.sqlite import SQLiteStore
 from thoughtloom.tasks.agent import AgentTask, PlanStep, ToolCallError, check_plan, parse_plan, parse_tool_call
-from thoughtloom.tasks.arith import evaluate, fmt
+from thoughtloom.grounding.arith import evaluate, fmt
 from thoughtloom.tools import Toolbox, ToolError, ToolSpec
 
 TRIP = "Plan a 3-day trip to Lisbon for two under 900 EUR; check the arithmetic"

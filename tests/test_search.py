@@ -30,7 +30,7 @@ from thoughtloom.search.events import (
     ThoughtRepaired,
 )
 from thoughtloom.tasks import get_task
-from thoughtloom.tasks.arith import fmt
+from thoughtloom.grounding.arith import fmt
 from thoughtloom.tasks.base import Task, Verdict
 
 # --- scripted models --------------------------------------------------------------------

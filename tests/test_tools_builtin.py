@@ -10,7 +10,7 @@ import pytest
 
 from thoughtloom.grounding.knowledge import KnowledgeBase
 from thoughtloom.grounding.sandbox import Sandbox, SandboxLimits
-from thoughtloom.tasks.arith import ExpressionError, evaluate
+from thoughtloom.grounding.arith import ExpressionError, evaluate
 from thoughtloom.tools import ToolConfigError, ToolError
 from thoughtloom.tools.builtin import MAX_LINE_CHARS, CalcTool, DocsTool, FilesTool, PythonTool
 

@@ -33,7 +33,7 @@ from ..llm.tracing import span
 from ..llm.types import Backend, GenerateRequest, Message, Prompt
 from ..search.result import SearchResult
 from ..search.stop import StopReason
-from ..tasks.arith import ExpressionError, evaluate, fmt
+from ..grounding.arith import ExpressionError, evaluate, fmt
 from .citations import Fact, cited_facts, corpus_file, sentence_files
 from .datasets import DATASETS, Dataset, Problem
 from .prompts import PROMPTS, answer_from, calculator_call, own_turn, stated_answer

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..llm.types import Message, Prompt
-from ..tasks.arith import ExpressionError, evaluate
+from ..grounding.arith import ExpressionError, evaluate
 from .scoring import after_marker, hotpot_span, parse_counts, parse_int_list, plain
 
 

@@ -15,7 +15,7 @@ from fractions import Fraction
 
 from ..graph import NodeKind
 from ..llm.types import Prompt, few_shot_messages
-from .arith import OPS, ExpressionError, evaluate, fmt, parse_number
+from ..grounding.arith import OPS, ExpressionError, evaluate, fmt, parse_number
 from .base import ProblemError, Query, Task, Verdict
 
 Numbers = tuple[Fraction, ...]

@@ -11,6 +11,8 @@ import re
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
+from ..grounding.equations import ArithmeticGrounder
+from ..grounding.types import Grounder
 from ..llm.types import Message, Prompt
 from .base import Query, Task
 from .evaluation import (
@@ -73,7 +75,8 @@ def _reasoning(steps: Sequence[str]) -> str:
 
 
 class GeneralTask(Task[str]):
-    """Any free-text question; no exact validator, so answers are not checked."""
+    """Any free-text question; no exact validator, so answers are not checked (the arithmetic a
+    thought writes out is: `grounding/equations.py`)."""
 
     name = "general"
     description = "any free-text question or problem"
@@ -81,6 +84,10 @@ class GeneralTask(Task[str]):
     # Seed 001's prune threshold: a thought its evaluator scores below 3 of 10 is not expanded.
     search_defaults: ClassVar[dict[str, Any]] = {"breadth": 3, "beam": 2, "max_depth": 3, "generation": "sample",
                                                   "prune_threshold": 0.3}
+
+    def grounders(self, problem: str) -> list[Grounder]:
+        """Every equation a thought writes out (`17 * 23 = 391`) computed exactly: a wrong one fails the thought."""
+        return [ArithmeticGrounder()]
 
     def propose(self, problem: str, steps: Sequence[str], k: int) -> Query:
         """List k distinct next steps."""

@@ -20,7 +20,7 @@ from typing import Any
 
 from thoughtloom.grounding.knowledge import KnowledgeBase
 from thoughtloom.grounding.sandbox import Sandbox, SandboxLimits, SandboxResult
-from thoughtloom.tasks.arith import ExpressionError, evaluate, fmt
+from thoughtloom.grounding.arith import ExpressionError, evaluate, fmt
 
 from .base import ToolConfigError, ToolError, ToolSpec
 

@@ -27,7 +27,7 @@ from ...tasks.agent import (
     synthesis_query,
     tool_query,
 )
-from ...tasks.arith import ExpressionError, evaluate, fmt
+from ...grounding.arith import ExpressionError, evaluate, fmt
 from ...tasks.recursion.contract import ChildSpec
 from ...tools.base import ToolResult
 from ...tools.builtin import plain_arithmetic
