@@ -52,6 +52,12 @@ def test_numbers_inside_longer_tokens_names_and_comparisons_are_not_claims(text:
     assert claims(text) == []
 
 
+@pytest.mark.parametrize("text", [r"\frac{1}{5} \times 600 = 150 + 120", "3 times 4 = 6 + 6", "then 2 + 2 = 4 times 3",
+                                  r"\(3 + 4 = 7\)"])
+def test_a_side_that_goes_on_in_words_or_latex_is_not_read_in_part(text: str) -> None:
+    assert claims(text) == []
+
+
 async def test_a_thought_with_a_wrong_equation_fails_and_says_what_the_right_value_is() -> None:
     result = await ArithmeticGrounder().ground(thought("17 * 23 = 391 and 391 + 5 = 451, so 451 pens"))
     assert (result.grounded, result.verified, result.passed, result.failed) == (True, False, 1, 1)

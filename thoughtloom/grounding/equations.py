@@ -5,7 +5,8 @@ arithmetic expression on both sides, at least one side with an operator (+ - * /
 allowed), is a claim; both sides are computed as exact fractions (`grounding/arith.py`). A side
 written as a decimal counts as the other side rounded to that many places (`10 / 3 = 3.33` is
 right); a whole number must be exact. Numbers with thousands separators, units or currency signs,
-and variables, are not read (the claim is skipped, not failed).
+variables, and sides that go on in words or LaTeX (`3 times 4 = 12`, `\\frac{1}{5} \\times 600 = 120`)
+are not read (the claim is skipped, not failed).
 
 No model is involved, so a wrong claim is certain: verified is False (confidence 1) when any claim
 is wrong. Right arithmetic proves the arithmetic, not the step (`2 + 2 = 4, so Paris`), so, as with
@@ -64,6 +65,8 @@ def equations(text: str) -> list[Equation]:
             end -= 1
         if _runs_on(text, start - 1, text[start:start + 1]) or _runs_on(text, end, text[end - 1:end]):
             continue  # part of a longer token: 1,000, $5, x2, 8%
+        if _continues(text[:start], before=True) or _continues(text[end:], before=False):
+            continue  # a side goes on in words or LaTeX (`\frac{1}{5} \times 600 = 120`): not all of it is here
         left, right = _balanced(text[start:at], leading=True), _balanced(text[at + 1:end], leading=False)
         if not left or not right or len(left) > MAX_SIDE_CHARS or len(right) > MAX_SIDE_CHARS:
             continue
@@ -86,6 +89,26 @@ def _runs_on(text: str, beside: int, edge: str) -> bool:
     if outside == ",":  # a thousands separator, not a comma between clauses
         return text[beside - 1:beside].isdigit() and text[beside + 1:beside + 2].isdigit()
     return outside.isalnum() or outside in "_$€£%'\""
+
+
+#: Words and LaTeX commands that carry a calculation on past what this module reads.
+_WORD_OPERATORS = frozenset({"times", "cdot", "div", "x", "of", "plus", "minus", "over", "by", "frac", "sqrt"})
+_LAST_WORD = re.compile(r"\\?([A-Za-z]+)\s*$")
+_FIRST_WORD = re.compile(r"\s*\\?([A-Za-z]+)")
+
+
+def _continues(beside: str, *, before: bool) -> bool:
+    """Whether the text beside a side carries its calculation on (an operator word, a LaTeX group)."""
+    if before:
+        stripped = beside.rstrip()
+        if stripped.endswith("}"):
+            return True
+        word = _LAST_WORD.search(stripped)
+    else:
+        if beside.lstrip().startswith(("\\", "{")):
+            return True
+        word = _FIRST_WORD.match(beside)
+    return word is not None and word.group(1).lower() in _WORD_OPERATORS
 
 
 def _balanced(side: str, *, leading: bool) -> str:
