@@ -25,6 +25,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
+from ..grounding.arith import ExpressionError, evaluate, fmt
 from ..llm.budget import BudgetLimits
 from ..llm.errors import BudgetExceeded, ModelConfigError, ModelError
 from ..llm.gateway import Gateway
@@ -33,7 +34,6 @@ from ..llm.tracing import span
 from ..llm.types import Backend, GenerateRequest, Message, Prompt
 from ..search.result import SearchResult
 from ..search.stop import StopReason
-from ..grounding.arith import ExpressionError, evaluate, fmt
 from .citations import Fact, cited_facts, corpus_file, sentence_files
 from .datasets import DATASETS, Dataset, Problem
 from .prompts import PROMPTS, answer_from, calculator_call, own_turn, stated_answer

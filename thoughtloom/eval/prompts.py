@@ -19,8 +19,8 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from ..llm.types import Message, Prompt
 from ..grounding.arith import ExpressionError, evaluate
+from ..llm.types import Message, Prompt
 from .scoring import after_marker, hotpot_span, parse_counts, parse_int_list, plain
 
 

@@ -14,8 +14,8 @@ from collections.abc import Hashable, Sequence
 from fractions import Fraction
 
 from ..graph import NodeKind
-from ..llm.types import Prompt, few_shot_messages
 from ..grounding.arith import OPS, ExpressionError, evaluate, fmt, parse_number
+from ..llm.types import Prompt, few_shot_messages
 from .base import ProblemError, Query, Task, Verdict
 
 Numbers = tuple[Fraction, ...]

@@ -18,9 +18,9 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
+from thoughtloom.grounding.arith import ExpressionError, evaluate, fmt
 from thoughtloom.grounding.knowledge import KnowledgeBase
 from thoughtloom.grounding.sandbox import Sandbox, SandboxLimits, SandboxResult
-from thoughtloom.grounding.arith import ExpressionError, evaluate, fmt
 
 from .base import ToolConfigError, ToolError, ToolSpec
 

@@ -8,6 +8,7 @@ from fractions import Fraction
 from typing import Any
 
 from ...graph import EdgeKind, Node, NodeKind
+from ...grounding.arith import ExpressionError, evaluate, fmt
 from ...grounding.code import extract_code
 from ...tasks.agent import (
     Context,
@@ -27,7 +28,6 @@ from ...tasks.agent import (
     synthesis_query,
     tool_query,
 )
-from ...grounding.arith import ExpressionError, evaluate, fmt
 from ...tasks.recursion.contract import ChildSpec
 from ...tools.base import ToolResult
 from ...tools.builtin import plain_arithmetic
