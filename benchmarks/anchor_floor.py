@@ -31,6 +31,8 @@ import statistics
 import sys
 import time
 from collections.abc import Callable
+from types import SimpleNamespace
+from typing import Any
 
 DEFAULT_ANCHORS = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "bench", "anchors")
 DEPTH, NODES = 3, 55  # depth 3: 5 + 25 + 25 scored children
@@ -162,36 +164,31 @@ def pieces() -> dict[str, float]:
 
     request = GenerateRequest(Prompt("Vr.1.2"), 1, 4, 0.0, (), None, "value", None, None, (), False)
     # Fresh structures for each repetition of one search's worth (55) of calls or thoughts, as in a search.
-    state: dict[str, object] = {}
+    now: Any = SimpleNamespace()
 
     def fresh() -> None:
-        graph = ThoughtGraph()
-        state.update(cache=MemoryCache(), records=[], budget=Budget(BudgetLimits()), graph=graph,
-                     root=graph.add_node(PROBLEM, NodeKind.INPUT).id)
-        graph.succeed(state["root"])  # type: ignore[arg-type]
+        now.cache, now.records, now.budget, now.graph = MemoryCache(), [], Budget(BudgetLimits()), ThoughtGraph()
+        now.root = now.graph.add_node(PROBLEM, NodeKind.INPUT).id
+        now.graph.succeed(now.root)
 
     def record() -> None:
-        records = state["records"]
-        records.append(CallRecord(len(records), "value", "m", "Vr.1.2", None, 1, 4, 0.0, (), None, (), 0, 0, 0.0,  # type: ignore[attr-defined, arg-type]
-                                  0, time.time()))
+        now.records.append(CallRecord(len(now.records), "value", "m", "Vr.1.2", None, 1, 4, 0.0, (), None, (), 0, 0,
+                                      0.0, 0, time.time()))
 
     def cached() -> None:
-        cache = state["cache"]
         key = sample_key("m", request, 0)
-        cache.get(key)  # type: ignore[attr-defined]
-        cache.put(key, "42")  # type: ignore[attr-defined]
+        now.cache.get(key)
+        now.cache.put(key, "42")
 
     def claimed() -> None:
-        budget = state["budget"]
-        budget.claim(10)  # type: ignore[attr-defined]
-        budget.charge(10, 0.0, None, None)  # type: ignore[attr-defined]
+        now.budget.claim(10)
+        now.budget.charge(10, 0.0, None, None)
 
     def node() -> None:
-        graph = state["graph"]
-        nid = graph.add_node("r.1", NodeKind.HYPOTHESIS, (state["root"],), EdgeKind.ELABORATION, None,  # type: ignore[attr-defined]
-                             "generate", 0, None, None).id
-        graph.node(nid).score = 0.5  # type: ignore[attr-defined]
-        graph.succeed(nid)  # type: ignore[attr-defined]
+        nid = now.graph.add_node("r.1", NodeKind.HYPOTHESIS, (now.root,), EdgeKind.ELABORATION, None, "generate", 0,
+                                 None, None).id
+        now.graph.node(nid).score = 0.5
+        now.graph.succeed(nid)
 
     out = {}
     for name, fn in (("call record", record), ("cache key, lookup, store", cached),
