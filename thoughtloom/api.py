@@ -61,6 +61,7 @@ async def asolve(
     role_models: Mapping[str, str] | None = None,
     pricing: Pricing | None = None,
     model_timeout_s: float | None = None,
+    threads: int | str | None = None,
     **overrides: Any,
 ) -> SearchResult:
     """Search for an answer (async); the same run `loom solve` makes with the same settings.
@@ -68,8 +69,9 @@ async def asolve(
     task: a task name (default: the profile's, else "general") or a Task object. profile: a
     domain profile (see `loom profiles`) by name or your own DomainProfile, applied exactly as
     `--profile` (default: the profile the controller settings came from, else "default"). config: a
-    whole SearchConfig instead of the task's and profile's settings; keyword `overrides` set single
-    SearchConfig fields on top. controller: True (the default) runs the self-aware controller with
+    SearchConfig whose given fields are laid over the task's and profile's search settings, as the
+    CLI's options are (`SearchConfig(breadth=3)` keeps Game of 24's prior evaluation); keyword
+    `overrides` set single SearchConfig fields on top. controller: True (the default) runs the self-aware controller with
     the profile's thresholds and depth limits, as the CLI does; False a plain search; or give
     ControlSettings (e.g. `ControlSettings.from_profile(...)`, whose profile then applies) or a
     Controller. handler answers its questions (default: the automatic policy of `answers`, an
@@ -84,6 +86,8 @@ async def asolve(
     own, as `--evaluator-model` does; `result.usage.roles` then says what each model was charged.
     pricing: the model's price (USD per million tokens) when it is not on the known price list, as
     `--price-in/--price-out`; model_timeout_s: seconds one request to a remote model may take, as `--timeout`.
+    threads: CPU threads an embedded model computes with, a number or "auto", as `--threads`
+    (default: $THOUGHTLOOM_THREADS, else auto: the usable cores less those other processes keep busy).
     """
     spec = resolve(
         problem, task=task, model=model, profile=profile, task_options=task_options, config=config,
@@ -93,7 +97,7 @@ async def asolve(
         run_id=run_id, role_models=role_models, pricing=pricing, model_timeout_s=model_timeout_s,
     )
     result = await execute(spec, sinks=sinks, handler=handler,
-                           controller=controller if isinstance(controller, Controller) else None)
+                           controller=controller if isinstance(controller, Controller) else None, threads=threads)
     if result.store_error is not None:  # the result is whole; the stored run is not
         warnings.warn(f"run {result.run_id or '(none)'} is not stored whole: {result.store_error}", RuntimeWarning,
                       stacklevel=2)
@@ -117,6 +121,7 @@ async def agent(
     handler: FeedbackHandler | None = None,
     store: Any = None,
     run_id: str | None = None,
+    threads: int | str | None = None,
     **overrides: Any,
 ) -> SearchResult:
     """Work an open task as a graph of typed steps with tools (async); the same run `loom agent` makes.
@@ -125,7 +130,7 @@ async def agent(
     knowledge and read_roots are what mcp, docs and files need. processors: a registry with your own
     processors (start from thoughtloom.search.agent.kinds.default_processors()). Keyword
     `overrides` set SearchConfig fields (beam = steps in progress at once, agent_order, on_failure,
-    max_nodes, seed, ...). The rest is as in asolve.
+    max_nodes, seed, ...). The rest (threads included) is as in asolve.
     """
     spec = resolve(
         task, task="agent", model=model, profile=profile, search={"strategy": "agent", **overrides}, budget=budget,
@@ -134,7 +139,7 @@ async def agent(
         read_roots=read_roots,
     )
     return await execute(spec, sinks=sinks, handler=handler, processors=processors,
-                         controller=controller if isinstance(controller, Controller) else None)
+                         controller=controller if isinstance(controller, Controller) else None, threads=threads)
 
 
 async def areplay(store: Any, run: str, *, task: Task[Any] | None = None, config: SearchConfig | None = None,
@@ -142,11 +147,13 @@ async def areplay(store: Any, run: str, *, task: Task[Any] | None = None, config
     """Replay a finished stored run with zero model calls; the verdict says whether the graph came out identical.
 
     The search is rebuilt from the run's stored spec; pass `task` (a custom Task object the run
-    used), `config` or `controller` to replay it with those instead (and see where it diverges).
+    used), `config` (its given fields laid over the stored settings, as in solve) or `controller`
+    to replay it with those instead (and see where it diverges).
     """
     spec, session = open_replay(store, run)
     if task is not None or config is not None:
-        spec = replace(spec, task=task if task is not None else spec.task, config=config or spec.config)
+        merged = spec.config if config is None else SearchConfig(**{**spec.config.to_dict(), **config.given_fields()})
+        spec = replace(spec, task=task if task is not None else spec.task, config=merged)
     result = await execute(spec, session=session, controller=controller)
     return result, session.verdict()
 
@@ -165,8 +172,10 @@ class ResearchStream:
     """
 
     def __init__(self, spec: RunSpec, *, roles: ResearchRoles, sinks: Sequence[EventSink] = (),
-                 handler: FeedbackHandler | None = None, controller: Controller | None = None) -> None:
+                 handler: FeedbackHandler | None = None, controller: Controller | None = None,
+                 threads: int | str | None = None) -> None:
         self.spec = spec
+        self._threads = threads
         self._roles = roles
         self._sinks = list(sinks)
         self._handler = handler
@@ -190,7 +199,7 @@ class ResearchStream:
     async def _run(self) -> SearchResult:
         try:
             self.search = await execute(self.spec, sinks=[*self._sinks, self._sink], handler=self._handler,
-                                        controller=self._controller, roles=self._roles)
+                                        controller=self._controller, roles=self._roles, threads=self._threads)
             return self.search
         finally:
             self._queue.put_nowait(_END)
@@ -245,6 +254,7 @@ def research(
     handler: FeedbackHandler | None = None,
     store: Any = None,
     run_id: str | None = None,
+    threads: int | str | None = None,
     **settings: Any,
 ) -> ResearchStream:
     """Research a question as a tree of hypotheses tested against `knowledge` (a folder of documents); the run `loom research` makes.
@@ -256,7 +266,7 @@ def research(
     brancher / evaluator / synthesizer: your own functions for those roles (see
     thoughtloom.search.research.roles); role_models: {"brancher": "openai:gpt-4o-mini", ...} runs a
     role's built-in prompts on another model. Settings are checked now: a bad one, or one of the
-    seed's anti-patterns not allowed explicitly, raises SpecError with one line.
+    seed's anti-patterns not allowed explicitly, raises SpecError with one line. threads: as in asolve.
     """
     research_settings = {k: v for k, v in settings.items() if k in _RESEARCH_FIELDS}
     search_settings = {k: v for k, v in settings.items() if k not in _RESEARCH_FIELDS}
@@ -271,7 +281,7 @@ def research(
     )
     roles = ResearchRoles(brancher=brancher, evaluator=evaluator, synthesizer=synthesizer)
     return ResearchStream(spec, roles=roles, sinks=sinks, handler=handler,
-                          controller=controller if isinstance(controller, Controller) else None)
+                          controller=controller if isinstance(controller, Controller) else None, threads=threads)
 
 
 def _blocking(coroutine_function: Callable[_P, Coroutine[Any, Any, _T]]) -> Callable[_P, _T]:

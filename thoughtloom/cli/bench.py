@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from ..eval.datasets import DATASETS, GAME24_SELECTIONS
-from .common import add_price_options
+from .common import add_price_options, add_threads_option
 
 DEFAULT_BENCH_TOKENS = 4000
 DEFAULT_OUT_ROOT = "loom-bench"
@@ -46,6 +46,7 @@ def add_bench_parser(sub: Any, positive_int: Any, positive_float: Any) -> None:
     b.add_argument("--budget-usd", type=positive_float("--budget-usd"), help="per-problem dollar limit")
     b.add_argument("--budget-seconds", type=positive_float("--budget-seconds"), help="per-problem wall-clock limit")
     add_price_options(b)
+    add_threads_option(b)
     b.add_argument("--temperature", type=float, help="sampling temperature of every lane (default 0.7)")
     b.add_argument("--seed", type=int, help="base seed; problem i gets seed+i in every lane (default 0)")
     b.add_argument("--param", action="append", default=[], metavar="LANE.KEY=VALUE",
@@ -169,11 +170,14 @@ def cmd_bench(args: argparse.Namespace) -> int:
     from ..eval.runner import build_protocol, prepare_run_dir, run_protocol
     from ..eval.store import MANIFEST_FILE, ResultsStore
     from ..llm.errors import ModelError
+    from ..views.words import counted
+    from .solve import resolved_threads
 
     say = (lambda msg: None) if args.quiet else (lambda msg: print(f"loom bench: {msg}", file=sys.stderr, flush=True))
     try:
         if args.temperature is not None and not 0.0 <= args.temperature <= 2.0:
             raise BenchError(f"--temperature must be in [0, 2]; got {args.temperature}")
+        threads = resolved_threads(args)
         if args.executor == "ray":
             _check_ray_flags(args)
         if args.resume:
@@ -196,11 +200,11 @@ def cmd_bench(args: argparse.Namespace) -> int:
         datasets = {t: load_dataset(t, protocol.data_dir) for t in protocol.tasks}
         protocol = prepare_run_dir(protocol, out, say)
         shard = _shard(args.shard)
-        say(f"parity audit passed: {len(protocol.lanes)} lanes share "
+        say(f"parity audit passed: {counted(len(protocol.lanes), 'lane')} share "
             f"{', '.join(c.split(':')[0] for c in checks if 'equal' in c)}"
             + (f"; declared to differ: {', '.join(protocol.declared_differences)}" if protocol.declared_differences else ""))
-        say(f"run directory {out} · {sum(len(v) for v in protocol.problems.values())} problems x "
-            f"{len(protocol.lanes)} lanes · budget {protocol.budget_tokens or '-'} tokens per problem")
+        say(f"run directory {out} · {counted(sum(len(v) for v in protocol.problems.values()), 'problem')} x "
+            f"{counted(len(protocol.lanes), 'lane')} · budget {protocol.budget_tokens or '-'} tokens per problem")
         store = ResultsStore(out)
         if args.executor == "ray":
             stats = _run_on_ray(args, protocol, store, datasets, say)
@@ -211,7 +215,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
             from ..llm.registry import make_backend
 
             # The user's price makes a dollar budget bind and the report's cost known.
-            backend = make_backend(protocol.model, pricing=protocol.pricing, progress=say)
+            backend = make_backend(protocol.model, pricing=protocol.pricing, threads=threads, progress=say)
 
             async def go() -> Any:
                 try:
@@ -296,6 +300,8 @@ def _spawn_workers(args: argparse.Namespace, out: Path) -> None:
         extra += ["--model-concurrency", str(args.model_concurrency)]
     if args.store:
         extra += ["--store", args.store]
+    if args.threads is not None:
+        extra += ["--threads", str(args.threads)]
     import subprocess
 
     procs = [

@@ -76,6 +76,25 @@ def add_price_options(s: Any) -> None:
                    help="the model's price per million output tokens (with --price-in)")
 
 
+def threads_arg(text: str) -> int | str:
+    """--threads: a whole number of threads, or auto (follow the load)."""
+    from ..llm.errors import ModelConfigError
+    from ..llm.threads import AUTO, parse_threads
+
+    try:
+        threads = parse_threads(text)
+    except ModelConfigError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return AUTO if threads is None else threads
+
+
+def add_threads_option(s: Any) -> None:
+    """--threads, on every command that can run an embedded model."""
+    s.add_argument("--threads", type=threads_arg, metavar="N|auto",
+                   help="CPU threads the embedded model computes with (default: $THOUGHTLOOM_THREADS, else auto: "
+                        "the usable cores less those other processes keep busy, re-checked as it runs)")
+
+
 def unit_float(name: str):
     """A number from 0 to 1."""
     return number(name, float, lambda v: 0.0 <= v <= 1.0, "between 0 and 1")

@@ -1,7 +1,7 @@
 """The `loom` commands over stored runs: runs, show, view, export, import, resume, replay.
 
 Every command takes `--store PATH` (default: $THOUGHTLOOM_STORE, else ~/.thoughtloom/store.db).
-Runs are named by id or by any unique prefix of it. Bad input (no such run, an ambiguous prefix, a
+Runs are named by id, by any unique prefix of it, or `last` (the newest). Bad input (no such run, an ambiguous prefix, a
 corrupt or missing block, an unreadable CAR or manifest) is one line on stderr and exit code 2:
 main() catches store_errors(). `loom resume` and `loom replay` rebuild the run's spec from its
 manifest (thoughtloom.run.session) and run it through `loom solve`'s own command with a session
@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .common import MERMAID_FULL_HELP, open_store
+from .common import MERMAID_FULL_HELP, add_threads_option, open_store
 
 # Only argparse work happens at import (build_parser imports this module): `loom --help` stays
 # instant; the store, blocks and runs modules load inside the commands.
@@ -40,7 +40,7 @@ def add_store_commands(sub: Any) -> None:
     store_option(p)
     p.add_argument("--json", action="store_true", help="one JSON object per run, one per line")
     p = sub.add_parser("show", help="print a stored run's tree", description="Print a stored run's reasoning tree.")
-    p.add_argument("run", metavar="RUN", help="run id or unique prefix")
+    p.add_argument("run", metavar="RUN", help="run id, unique prefix, or last (the newest run)")
     store_option(p)
     p.add_argument("--mermaid", metavar="FILE", help="write the graph as a Mermaid flowchart")
     p.add_argument("--mermaid-full", action="store_true", help=MERMAID_FULL_HELP)
@@ -49,12 +49,12 @@ def add_store_commands(sub: Any) -> None:
                        description="Write a stored run as one HTML file that needs no network: the graph by "
                                    "depth, details of a node on click, the budget and score timeline and the "
                                    "controller's decisions.")
-    p.add_argument("run", metavar="RUN", help="run id or unique prefix")
+    p.add_argument("run", metavar="RUN", help="run id, unique prefix, or last (the newest run)")
     store_option(p)
     p.add_argument("--out", metavar="FILE", help="where to write the page (default: RUN_ID.html here)")
     p = sub.add_parser("export", help="export a run as a CAR file or its manifest as JSON",
                        description="Export a run with every saved state (CARv1, for 'loom import' or 'ipfs dag import').")
-    p.add_argument("run", metavar="RUN", help="run id or unique prefix")
+    p.add_argument("run", metavar="RUN", help="run id, unique prefix, or last (the newest run)")
     store_option(p)
     p.add_argument("--car", metavar="FILE", help="write the run's whole DAG to this CARv1 file")
     p.add_argument("--manifest", metavar="FILE", help="write the run's manifest as JSON (for 'loom replay FILE')")
@@ -65,13 +65,16 @@ def add_store_commands(sub: Any) -> None:
                        ("replay", "re-run a run from its recorded calls and compare the graph")):
         p = sub.add_parser(name, help=text, description=text[0].upper() + text[1:] + ".")
         p.add_argument("run", metavar="RUN" if name == "resume" else "RUN|MANIFEST",
-                       help="run id or unique prefix" + (", or a manifest JSON file" if name == "replay" else ""))
+                       help="run id, unique prefix, or last (the newest run)"
+                            + (", or a manifest JSON file" if name == "replay" else ""))
         store_option(p)
         p.add_argument("--json", action="store_true", help="print the result as one JSON object")
         p.add_argument("--mermaid", metavar="FILE", help="write the reasoning graph as a Mermaid flowchart")
         p.add_argument("--mermaid-full", action="store_true", help=MERMAID_FULL_HELP)
         p.add_argument("--quiet", action="store_true", help="no live progress on stderr")
         add_events_option(p)
+        if name == "resume":  # a replay asks no model
+            add_threads_option(p)
 
 
 def store_errors() -> tuple[type[Exception], ...]:
@@ -112,7 +115,7 @@ class StoredRunJob:
 def _solve_args(args: argparse.Namespace) -> argparse.Namespace:
     """This command's output options in the form `loom solve` reads them."""
     return argparse.Namespace(json=args.json, mermaid=args.mermaid, mermaid_full=args.mermaid_full, quiet=args.quiet,
-                              store=args.store, no_store=True, interactive=False)
+                              store=args.store, no_store=True, interactive=False, threads=getattr(args, "threads", None))
 
 
 # --- commands -------------------------------------------------------------------------------------
@@ -208,6 +211,7 @@ def cmd_show(args: argparse.Namespace) -> int:
     """Print a stored run's tree (or JSON); --mermaid writes its picture."""
     from ..views.mermaid import to_mermaid
     from ..views.terminal import terminal_json, terminal_text
+    from ..views.words import counted
     from ..store.runs import RunError, load_graph, open_run
 
     store, _ = open_store(args.store)
@@ -238,8 +242,8 @@ def cmd_show(args: argparse.Namespace) -> int:
             answer = result.get("answer")
             lines.append(f"answer: {answer if answer is not None else '(none)'} · stopped: "
                          f"{result.get('termination_reason')}")
-        lines.append(f"graph {run.graph_cid} · {len(graph)} nodes · {run.head['usage']['calls']} calls · "
-                     f"{run.tokens:,} tokens")
+        lines.append(f"graph {run.graph_cid} · {counted(len(graph), 'node')} · "
+                     f"{counted(run.head['usage']['calls'], 'call')} · {counted(run.tokens, 'token')}")
         lines.extend(_tree_lines(graph, set(best)))
         for line in lines:
             print(terminal_text(line))  # the problem, the answer and every thought may be hostile text

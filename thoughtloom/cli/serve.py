@@ -10,7 +10,7 @@ import signal
 import sys
 from typing import TYPE_CHECKING, Any
 
-from .common import UsageError, number, positive_int
+from .common import UsageError, add_threads_option, number
 
 if TYPE_CHECKING:
     from ..llm.serve import OpenAIServer
@@ -29,8 +29,7 @@ def add_serve_parser(sub: Any) -> None:
                    help="address to listen on (default 127.0.0.1: this machine only; the API has no keys)")
     p.add_argument("--port", type=number("--port", int, lambda v: 0 <= v <= 65535, "from 0 to 65535"), default=8000,
                    help="port to listen on (default 8000; 0: any free port, which the printed URL names)")
-    p.add_argument("--threads", type=positive_int("--threads", 1024), metavar="N",
-                   help="CPU threads for the model (default: all cores)")
+    add_threads_option(p)
     p.add_argument("--ctx", type=number("--ctx", int, lambda v: 16 <= v <= 1 << 20, "from 16 to 1,048,576"),
                    metavar="N", help="context window in tokens, prompt plus reply (default: the model's)")
 
@@ -38,6 +37,7 @@ def add_serve_parser(sub: Any) -> None:
 def cmd_serve(args: argparse.Namespace) -> int:
     """Load the model, print the base URL, serve until Ctrl-C (or SIGTERM)."""
     from ..llm.registry import local_backend, parse_model_spec
+    from ..llm.threads import threads_setting
     from ..llm.serve import OpenAIServer
     from ..views.terminal import terminal_text
 
@@ -49,7 +49,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     def say(message: str) -> None:
         print(terminal_text(f"loom: {message}"), file=sys.stderr)
 
-    backend = local_backend(spec, n_ctx=args.ctx, n_threads=args.threads, progress=say)
+    backend = local_backend(spec, n_ctx=args.ctx, n_threads=threads_setting(args.threads, os.environ), progress=say)
     server = OpenAIServer(backend, args.host, args.port)
     try:
         server.bind()  # before loading: a busy port is reported at once, not after the model loads

@@ -14,6 +14,7 @@ from .common import (
     MERMAID_FULL_HELP,
     UsageError,
     add_price_options,
+    add_threads_option,
     count,
     nonnegative_float,
     number,
@@ -96,6 +97,7 @@ def add_model_option(s: Any) -> None:
         "embedded model (env THOUGHTLOOM_MODEL)",
     )
     add_price_options(s)
+    add_threads_option(s)
     s.add_argument("--timeout", type=positive_float("--timeout", 86_400), metavar="S",
                    help="seconds one request to a remote model may take before it is retried (default 120)")
 
@@ -216,6 +218,7 @@ def cmd_solve(args: argparse.Namespace, stored: Any = None, *, sinks: Sequence[A
         spec = stored.spec
     if args.mermaid is not None:
         check_writable(args.mermaid)
+    threads = resolved_threads(args)
     interactive = args.interactive if stored is None else False  # recorded answers come from the automatic policy
     if interactive is None:
         interactive = sys.stdin.isatty() and sys.stderr.isatty()
@@ -239,6 +242,7 @@ def cmd_solve(args: argparse.Namespace, stored: Any = None, *, sinks: Sequence[A
         result = asyncio.run(execute(
             spec, sinks=sinks, handler=InteractiveHandler() if interactive else None,
             session=stored.session if stored is not None else None, progress=progress,
+            threads=threads,
             on_stored=announce if store is not None else None,
         ))
     finally:
@@ -268,6 +272,14 @@ def cmd_solve(args: argparse.Namespace, stored: Any = None, *, sinks: Sequence[A
         print(terminal_text(f"loom: error: {store_failure(result)}"), file=sys.stderr)
         code = code or STORE_FAILED
     return code
+
+
+def resolved_threads(args: argparse.Namespace) -> int | str:
+    """--threads, else $THOUGHTLOOM_THREADS, else auto: checked now, so a bad value costs no stored run."""
+    from ..llm.threads import AUTO, threads_setting
+
+    threads = threads_setting(getattr(args, "threads", None), os.environ)
+    return AUTO if threads is None else threads
 
 
 #: Exit code of `loom solve` / `loom resume` when the answer was printed but the run could not be stored.
@@ -331,6 +343,7 @@ def check_text_options(args: argparse.Namespace) -> None:
 def format_text(result: Any) -> str:
     """A result as `loom solve` prints it: answer, best path, how it stopped, grounding, recursion, control."""
     from ..views.terminal import terminal_text
+    from ..views.words import counted
 
     lines = []
     if result.answer is not None:
@@ -340,6 +353,9 @@ def format_text(result: Any) -> str:
             lines.extend(f"  {line}" for line in result.answer.rstrip().splitlines())
         else:
             lines.append(f"answer: {result.answer}   [{verdict}]")
+        doubt = result.answer_doubt()
+        if doubt is not None:
+            lines.append(f"doubt: {doubt if len(doubt) <= 200 else doubt[:197] + '...'}")
     else:
         lines.append(f"no solution within budget (stopped: {result.termination_reason}); best partial path below")
     lines.append("best path:")
@@ -361,8 +377,11 @@ def format_text(result: Any) -> str:
         listed = f", the best {len(result.all_paths)} listed by --json" if result.paths_found > len(result.all_paths) \
             else ", listed by --json"
         aggregation = result.config["aggregation"]
-        lines.append(f"path score: {result.best_path_total:.2f} ({aggregation} of the steps' scores) · "
-                     f"{result.paths_found} root-to-leaf paths scored{listed}")
+        # The steps' scores say how good each step looked, not whether the path got anywhere.
+        caveat = ("; a partial path, not a solution" if result.answer is None
+                  else "; the answer they lead to was checked wrong" if result.solved is False else "")
+        lines.append(f"path score: {result.best_path_total:.2f} ({aggregation} of the steps' scores{caveat}) · "
+                     f"{counted(result.paths_found, 'root-to-leaf path')} scored{listed}")
     u, st = result.usage, result.stats
     limit = f" of {u.token_limit:,}" if u.token_limit else ""
     if not u.cost_known:
@@ -377,12 +396,14 @@ def format_text(result: Any) -> str:
     )
     if u.roles:
         lines.append("usage per role: " + " · ".join(
-            f"{r.role} {r.total_tokens:,} tokens, {r.calls} calls" + (f", ${r.cost_usd:.4f}" if r.cost_usd else "")
+            f"{r.role} {counted(r.total_tokens, 'token')}, {counted(r.calls, 'call')}"
+            + (f", ${r.cost_usd:.4f}" if r.cost_usd else "")
             for r in u.roles))
     if result.grounding and st.grounding is not None:
         g = st.grounding
         lines.append(
-            f"grounding: {len(result.grounding)} thoughts tested · {g.verified} verified · {g.grounding_failed} failed"
+            f"grounding: {counted(len(result.grounding), 'thought')} tested · {g.verified} verified · "
+            f"{g.grounding_failed} failed"
             + (f" · {g.grounder_errors} grounder errors" if g.grounder_errors else "")
         )
     recursion = result.recursion()
@@ -399,7 +420,7 @@ def format_text(result: Any) -> str:
     if trace is not None:
         a = trace["summary"]
         lines.append(
-            f"agent: {a['processed']} steps worked ({a['succeeded']} succeeded, {a['failed']} failed, "
+            f"agent: {counted(a['processed'], 'step')} worked ({a['succeeded']} succeeded, {a['failed']} failed, "
             f"{a['replanned']} replanned, {a['cancelled']} cancelled) · tool calls {a['tool_calls']} "
             f"({a['tool_failures']} failed, {a['malformed_tool_calls']} malformed replies) · order {a['order']}"
         )

@@ -23,6 +23,8 @@ from ..llm.budget import BudgetLimits
 from ..llm.limits import ModelLimit, SharedSlots
 from ..llm.types import Backend
 from ..search.result import SearchResult
+from ..tasks.answers import unlabelled
+from ..views.words import counted
 from .citations import support_precision
 from .datasets import Dataset, Problem, load_dataset
 from .lanes import (
@@ -167,6 +169,10 @@ async def record_of(dataset: Dataset, problem: Problem, index: int, plan: LanePl
     """The scored record of a lane's outcome on one problem."""
     seed = protocol.seed_for(plan, index)
     score = await dataset.score(problem, outcome.answer)
+    # The answer as a reader wants it: without the cue's "Answer:" label, where it scores the same.
+    answer = unlabelled(outcome.answer)
+    if answer != outcome.answer and await dataset.score(problem, answer) != score:
+        answer = outcome.answer
     any_correct = None
     if outcome.candidates:
         any_correct = False
@@ -176,7 +182,7 @@ async def record_of(dataset: Dataset, problem: Problem, index: int, plan: LanePl
                 break
     precision = None if outcome.cited is None else support_precision(outcome.cited, problem.supporting_facts)
     return Record(
-        task=dataset.name, lane=plan.lane, problem_id=problem.id, index=index, seed=seed, answer=outcome.answer,
+        task=dataset.name, lane=plan.lane, problem_id=problem.id, index=index, seed=seed, answer=answer,
         solved=score.solved, errors=score.errors, any_correct=any_correct, candidates=len(outcome.candidates),
         tokens=spend.input_tokens + spend.output_tokens, input_tokens=spend.input_tokens,
         output_tokens=spend.output_tokens, calls=spend.calls, wall_s=round(wall, 3),
@@ -292,14 +298,14 @@ def progress_line(rec: Record, stats: RunStats, total: int, elapsed_s: float) ->
     mark = "solved" if rec.solved else "failed"
     err = f", errors {rec.errors:g}" if rec.errors is not None else ""
     err += f", F1 {rec.f1:.2f}" if rec.f1 is not None else ""
-    tools = f" · {rec.tool_calls} tool calls" if rec.tool_calls is not None else ""
+    tools = f" · {counted(rec.tool_calls, 'tool call')}" if rec.tool_calls is not None else ""
     if rec.cited is not None:
-        tools += f" · {len(rec.cited)} sentences cited" + (
+        tools += f" · {counted(len(rec.cited), 'sentence')} cited" + (
             f", support precision {rec.support_precision:.2f}" if rec.support_precision is not None else "")
     left = total - stats.done - stats.skipped
     eta = f" · ETA {eta_text(elapsed_s, stats.done, left)}" if left else ""
     return (f"[{stats.done + stats.skipped}/{total}] {rec.task} #{rec.problem_id} {rec.lane}: {mark}"
-            f"{err} · {rec.tokens:,} tokens · {rec.calls} calls{tools} · {rec.wall_s:.1f}s{eta}")
+            f"{err} · {counted(rec.tokens, 'token')} · {counted(rec.calls, 'call')}{tools} · {rec.wall_s:.1f}s{eta}")
 
 
 def eta_text(elapsed_s: float, done: int, left: int) -> str:
@@ -356,6 +362,7 @@ async def compare_strategies(
     lane_params: dict[str, dict[str, Any]] | None = None,
     data_dir: str | None = None,
     out_dir: str | os.PathLike[str] | None = None,
+    threads: int | str | None = None,
 ) -> Comparison:
     """Compare lanes fairly: the same model, budget and problems; every lane's whole result is returned.
 
@@ -365,7 +372,8 @@ async def compare_strategies(
     io and cot ask the question with a few-shot example and the search lanes search it; answers
     are not checked (it has no checker), so its table shows no success rate. Lanes that do not
     apply are left out (`left_out`); none applying is a LaneError. With out_dir, results stream
-    there and a second call resumes (problems finished before keep only their record).
+    there and a second call resumes (problems finished before keep only their record). threads:
+    CPU threads of an embedded model named by `model`, as in solve().
     """
     from .datasets import DATASETS, given_problems
     from .report import summarize
@@ -389,7 +397,7 @@ async def compare_strategies(
     if isinstance(model, str):
         from ..llm.registry import make_backend
 
-        backend: Backend = make_backend(model)
+        backend: Backend = make_backend(model, threads=threads)
     else:
         backend = model
     try:

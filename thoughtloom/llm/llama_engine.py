@@ -46,6 +46,7 @@ from typing import Any
 
 from .chat_template import ChatTemplate, Piece
 from .errors import ModelConfigError, ModelError
+from .threads import ThreadPolicy
 from .types import TokenLogprob
 
 #: Rows (tokens) per llama_decode call: the running samples' next tokens, then prompt chunks.
@@ -110,6 +111,9 @@ class EngineStats:
     compactions: int = 0
     #: Times the cache was cleared after a failed decode.
     resets: int = 0
+    #: CPU threads llama.cpp computes with now, and how often the thread policy changed them.
+    threads: int = 0
+    thread_changes: int = 0
 
     def snapshot(self) -> dict[str, int | float]:
         """The counters as a plain dict."""
@@ -214,7 +218,7 @@ class Job:
 class Engine:
     """One llama.cpp model and context, served by a worker thread that decodes every job in flight together."""
 
-    def __init__(self, llama_cpp: Any, path: str, n_ctx: int, n_threads: int) -> None:
+    def __init__(self, llama_cpp: Any, path: str, n_ctx: int, threads: ThreadPolicy) -> None:
         # Read once, when ggml first multiplies: the tiled kernels' results depend on the batch
         # size (see the module docstring). setdefault: a user's own choice wins.
         os.environ.setdefault("GGML_CPU_TILED_MM", "0")
@@ -236,7 +240,8 @@ class Engine:
         params.swa_full = True  # Gemma 3's sliding-window layers must keep old cells for prefix reuse
         params.flash_attn_type = ll.LLAMA_FLASH_ATTN_TYPE_ENABLED
         params.type_k = params.type_v = ll.GGML_TYPE_Q8_0
-        params.n_threads = params.n_threads_batch = n_threads
+        self._threads = threads
+        params.n_threads = params.n_threads_batch = threads.threads(N_BATCH)
         self.ctx = ll.llama_init_from_model(self.model, params)
         if not self.ctx:
             raise ModelConfigError(f"llama.cpp could not create a {params.n_ctx}-token context for {path}")
@@ -244,7 +249,7 @@ class Engine:
         self.n_swa = ll.llama_model_n_swa(self.model)
         self.memory = ll.llama_get_memory(self.ctx)
         self.batch = ll.llama_batch_init(N_BATCH, 0, N_SEQ)
-        self.stats = EngineStats()
+        self.stats = EngineStats(threads=params.n_threads)
         self._seqs = [_Seq(i) for i in range(N_SEQ - len(_GRAVES))]
         # Cells taken: nothing frees one but a compaction (copies share theirs), so a count is enough.
         self._used = 0
@@ -363,6 +368,21 @@ class Engine:
         if worker is not None and worker is not threading.current_thread():
             worker.join(timeout_s)
 
+    def close(self) -> None:
+        """Stop the worker and free the context and the weights; no call works after it.
+
+        The engines a process caches live as long as it does; close one built on its own (a test,
+        a benchmark) so that its memory goes back. A worker that did not stop in time keeps them.
+        """
+        self.stop()
+        worker = self._worker
+        if (worker is not None and worker.is_alive()) or self.ctx is None:
+            return
+        self.ll.llama_batch_free(self.batch)
+        self.ll.llama_free(self.ctx)
+        self.ll.llama_model_free(self.model)
+        self.ctx = self.model = None
+
     # --- the worker ---------------------------------------------------------------------------
 
     def _serve(self) -> None:
@@ -461,6 +481,11 @@ class Engine:
 
     def _decode(self, jobs: int) -> None:
         stats = self.stats
+        threads = self._threads.threads(self.batch.n_tokens)
+        if threads != stats.threads:
+            self.ll.llama_set_n_threads(self.ctx, threads, threads)
+            stats.threads = threads
+            stats.thread_changes += 1
         t0 = time.perf_counter()
         rc = self.ll.llama_decode(self.ctx, self.batch)
         stats.decode_s += time.perf_counter() - t0

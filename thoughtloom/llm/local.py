@@ -39,6 +39,7 @@ from .models import (
     ensure_model,
     model_file,
 )
+from .threads import thread_policy
 from .types import Completion, GenerateRequest, Prompt, Usage, choice_text
 
 _INSTALL_HINT = (
@@ -75,7 +76,15 @@ def _install_log_callback(llama_cpp: Any) -> None:
     llama_cpp.llama_log_set(_log_callback, ctypes.c_void_p(0))
 
 
+#: How long llama.cpp's OpenMP threads spin at a barrier before they sleep (libgomp's own default,
+#: 300,000 turns, is milliseconds): with a busy neighbour, threads spinning for one that was
+#: descheduled made a completion 2.6x slower; this many turns cost nothing measurable when idle.
+OMP_SPIN = "10000"
+
+
 def _import_llama_cpp() -> Any:
+    # Read by libgomp once, when llama.cpp's CPU backend loads it: setdefault leaves a user's choice.
+    os.environ.setdefault("GOMP_SPINCOUNT", OMP_SPIN)
     try:
         import llama_cpp
     except ImportError as exc:
@@ -88,9 +97,9 @@ def _import_llama_cpp() -> Any:
 
 # Loading costs a second or two and hundreds of MB, and every backend instance (one per run, per
 # CLI command, per test) wants the same weights, so the process keeps one engine per
-# (path, n_ctx, n_threads). This is a resource cache, not shared program state: entries are never
+# (path, n_ctx, thread setting; None adapts to the load). This is a resource cache, not shared program state: entries are never
 # replaced, and the lock only stops two threads from loading the same file twice.
-_ENGINES: dict[tuple[str, int, int], Engine] = {}
+_ENGINES: dict[tuple[str, int, int | None], Engine] = {}
 _ENGINES_LOCK = threading.Lock()
 # Named model files verified in this process (by model and cache file): once per process is enough.
 _VERIFIED: set[tuple[str, str]] = set()
@@ -106,12 +115,12 @@ def embedded_model_path(model: EmbeddedModel, progress: Callable[[str], None] | 
         return key[1]
 
 
-def _engine(path: str, n_ctx: int, n_threads: int) -> Engine:
+def _engine(path: str, n_ctx: int, n_threads: int | None) -> Engine:
     key = (path, n_ctx, n_threads)
     with _ENGINES_LOCK:
         engine = _ENGINES.get(key)
         if engine is None:
-            engine = _ENGINES[key] = Engine(_import_llama_cpp(), path, n_ctx, n_threads)
+            engine = _ENGINES[key] = Engine(_import_llama_cpp(), path, n_ctx, thread_policy(n_threads))
         return engine
 
 
@@ -125,7 +134,8 @@ class LocalLlamaBackend:
 
     chat: prompt with the chat template (True), with completion text (False), or decide from the
     file (None: named models say; a file is chat when it has a chat template and its metadata
-    names an instruct model).
+    names an instruct model). n_threads: CPU threads llama.cpp computes with; None follows the
+    load (every usable core less those other processes keep busy; thoughtloom.llm.threads).
     """
 
     # Calls in flight are decoded together by the engine's worker, one batch per step; a few
@@ -160,7 +170,9 @@ class LocalLlamaBackend:
         self.model_path = model_path
         self.embedded = embedded
         self.n_ctx = n_ctx or (embedded.n_ctx if embedded is not None else 4096)
-        self.n_threads = n_threads or os.cpu_count() or 1
+        if n_threads is not None and n_threads < 1:
+            raise ValueError(f"n_threads must be >= 1, got {n_threads}")
+        self.n_threads = n_threads
         self.name = name or (f"local:{embedded.name}" if embedded is not None else f"local:{Path(model_path or '').stem}")
         self._chat = embedded.chat if chat is None and embedded is not None else chat
         self._progress = progress

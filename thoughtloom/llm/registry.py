@@ -42,6 +42,7 @@ from .budget import FREE, Pricing
 from .errors import ModelConfigError
 from .models import DEFAULT_EMBEDDED, EMBEDDED_MODELS, EmbeddedModel, find_model
 from .openai_backend import OpenAIBackend
+from .threads import threads_setting
 from .types import Backend
 
 if TYPE_CHECKING:
@@ -262,19 +263,22 @@ def make_backend(
     *,
     pricing: Pricing | None = None,
     timeout_s: float | None = None,
+    threads: int | str | None = None,
     progress: Callable[[str], None] | None = None,
 ) -> Backend:
     """Build the Backend a model spec names; raises ModelConfigError for bad specs or missing keys.
 
     pricing: the model's price when the caller knows it (else the known price list's, if any);
     timeout_s: how long one request to a remote model may take (None: the backend's default; an
-    embedded model has no request to time out). progress receives one-line messages about slow
-    first-use steps (assembling the local model).
+    embedded model has no request to time out). threads: CPU threads an embedded model computes
+    with, a number or "auto" (None: $THOUGHTLOOM_THREADS, else auto: following the load; a remote
+    model ignores it).
+    progress receives one-line messages about slow first-use steps (assembling the local model).
     """
     env = os.environ if env is None else env
     parsed = parse_model_spec(spec, env)
     if parsed.is_local:
-        return local_backend(parsed, progress=progress)
+        return local_backend(parsed, n_threads=threads_setting(threads, env), progress=progress)
     assert parsed.api in ("chat", "completions")
     key, key_env = _api_key(parsed, env)
     timeout = {"timeout_s": timeout_s} if timeout_s is not None else {}
@@ -304,7 +308,7 @@ def local_backend(
     n_threads: int | None = None,
     progress: Callable[[str], None] | None = None,
 ) -> LocalLlamaBackend:
-    """The in-process backend a local spec names (n_ctx, n_threads: None for the model's defaults)."""
+    """The in-process backend a local spec names (n_ctx: None for the model's window; n_threads: None follows the load)."""
     if not spec.is_local:
         raise ModelConfigError(f"{spec.identity} is not an embedded model (local, local:NAME or local:PATH)")
     # Deferred: llama.cpp bindings are an optional extra and slow to import.

@@ -120,16 +120,18 @@ def _bottom(backend: Backend, slots: ModelLimit | None) -> Backend:
     return LimitedBackend(backend, slots) if slots is not None else backend
 
 
-def live_backend(spec: RunSpec, progress: Callable[[str], None] | None = None) -> Backend:
+def live_backend(spec: RunSpec, progress: Callable[[str], None] | None = None,
+                 threads: int | str | None = None) -> Backend:
     """The model a spec names, built now (a missing key or a bad spec fails here); a Backend object as given.
 
-    With roles on models of their own, a RoutedBackend sends each role's calls to its model.
+    With roles on models of their own, a RoutedBackend sends each role's calls to its model. threads:
+    CPU threads of the embedded models built here (see make_backend).
     """
     from ..llm.registry import make_backend
 
     # A Backend object is the caller's: they close it.
     main = SharedBackend(spec.model) if not isinstance(spec.model, str) else make_backend(
-        spec.model, pricing=spec.pricing, timeout_s=spec.model_timeout_s, progress=progress)
+        spec.model, pricing=spec.pricing, timeout_s=spec.model_timeout_s, threads=threads, progress=progress)
     if not spec.role_models:
         return main
     from ..llm.routing import RoutedBackend
@@ -143,7 +145,8 @@ def live_backend(spec: RunSpec, progress: Callable[[str], None] | None = None) -
             if model in built:
                 routes[role] = SharedBackend(built[model])
             else:
-                routes[role] = built[model] = make_backend(model, timeout_s=spec.model_timeout_s, progress=progress)
+                routes[role] = built[model] = make_backend(model, timeout_s=spec.model_timeout_s, threads=threads,
+                                                           progress=progress)
     except BaseException:
         for backend in (main, *routes.values()):
             _close_soon(backend)
@@ -198,6 +201,7 @@ async def execute(
     on_gateway: Callable[[Gateway], None] | None = None,
     processors: ProcessorRegistry | None = None,
     roles: ResearchRoles | None = None,
+    threads: int | str | None = None,
 ) -> SearchResult:
     """Run the spec's search; the result carries the stored run's id and store when it was recorded.
 
@@ -209,6 +213,8 @@ async def execute(
     called with the run's gateway once it is built (a benchmark reads what the run spent from its budget).
     processors: the agent strategy's processors by kind (default: the built-in ones). roles: the
     research strategy's brancher, evaluator and synthesizer given as functions (default: the built-in ones).
+    threads: CPU threads of an embedded model this run loads, a number or "auto" (None:
+    $THOUGHTLOOM_THREADS, else auto); a runtime setting, not part of the stored run.
     """
     task = spec.task_object()
     kb = open_knowledge(spec)
@@ -223,7 +229,7 @@ async def execute(
         backend: Backend | None = None
         if session is None or session.needs_live_model:
             # Spans (with the otel extra) time the model itself: inside the shared concurrency limit.
-            backend = _bottom(traced(live_backend(spec, progress)), slots)
+            backend = _bottom(traced(live_backend(spec, progress, threads)), slots)
         if session is not None:
             backend = session.wrap(backend)
         assert backend is not None
