@@ -162,7 +162,7 @@ def test_a_changed_search_diverges_at_the_first_differing_node(tmp_path: Path) -
         stored = load_graph(store, open_run(store, "run1").graph_cid).graph
         # Pruning everything below 0.5 changes the status of the first weak thought.
         pruned_first = min(n.id for n in stored if n.score is not None and n.score < 0.5)
-        _, verdict = asyncio.run(areplay(store, "run1", config=replace(CONFIG, prune_threshold=0.5)))
+        _, verdict = asyncio.run(areplay(store, "run1", config=SearchConfig(prune_threshold=0.5)))
         assert not verdict.identical
         assert verdict.divergence is not None and verdict.divergence.node_id == pruned_first
         assert "pruned" in verdict.divergence.replayed

@@ -264,11 +264,12 @@ def resolve(
     """The one way to build a RunSpec: task defaults, then the profile, then the explicit settings.
 
     `profile`: a profile name, or a DomainProfile object (your own); None: the profile a given
-    ControlSettings came from (`ControlSettings.from_profile`), else "default". `config` replaces the
-    task's and profile's search settings as a whole; `search` sets single SearchConfig fields on top
-    (None values ignored). `control`: True for the profile's thresholds, a mapping of
-    ControlSettings fields to override some of them, a ControlSettings as is (its profile's search
-    and grounding settings apply, as with `profile=`), or False for a plain search.
+    ControlSettings came from (`ControlSettings.from_profile`), else "default". `config`: the fields a
+    SearchConfig was given are laid over the task's and profile's search settings (one made with
+    every field replaces them); `search` sets single SearchConfig fields on top (None values ignored).
+    `control`: True for the profile's thresholds, a mapping of ControlSettings fields to override some
+    of them, a ControlSettings as is (its profile's search and grounding settings apply, as with
+    `profile=`), or False for a plain search.
     `grounding`: a GroundingPolicy, or fields overriding the profile's. `checks`: a DomainChecks, or
     fields overriding the profile's (require_citations needs `knowledge` outside the agent and
     research strategies; run_regression_tests fills the debug task's TaskOptions.regression_tests
@@ -294,12 +295,11 @@ def resolve(
     task_obj = get_task(task_ref, options) if isinstance(task_ref, str) else task_ref
     explicit = {k: v for k, v in (search or {}).items() if v is not None}
     try:
-        if config is None:
-            defaults = {**task_obj.search_defaults, **prof.search}
-            if prof.hard_depth is not None:
-                defaults["max_depth"] = prof.hard_depth
-            config = SearchConfig(**defaults)
-        config = replace(config, **explicit)
+        defaults = {**task_obj.search_defaults, **prof.search}
+        if prof.hard_depth is not None:
+            defaults["max_depth"] = prof.hard_depth
+        given = config.given_fields() if config is not None else {}
+        config = SearchConfig(**{**defaults, **given, **explicit})
         settings: ControlSettings | None
         if control is False:
             settings = None

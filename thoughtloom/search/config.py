@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from typing import Any, Literal
 
 StrategyName = Literal["bfs", "tree_of_thoughts", "breadth_first", "dfs", "best_first", "mcts", "got", "recursive",
@@ -27,7 +27,13 @@ PRIORITIES: tuple[str, ...] = ("score", "promise")
 
 @dataclass(frozen=True, slots=True)
 class SearchConfig:
-    """How to search. Every field has a default that works for Game of 24 on the embedded model."""
+    """How to search. Every field has a default that works for Game of 24 on the embedded model.
+
+    A config remembers which fields it was given (`given`): a run lays exactly those over its
+    task's and profile's search defaults, so `SearchConfig(breadth=3)` for Game of 24 keeps the
+    task's `evaluation="prior"`. A config made with every field (a stored run's, or one copied by
+    `dataclasses.replace`, which passes them all) is used as it is.
+    """
 
     strategy: str = "bfs"
     #: Branching factor: thoughts generated per expansion.
@@ -77,6 +83,13 @@ class SearchConfig:
     stop_on_goal: bool = True
     temperature: float = 0.7
     seed: int | None = None
+    #: The fields given when this config was made (set by __new__, which sees the constructor's arguments).
+    given: frozenset[str] = field(init=False, repr=False, compare=False)
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> SearchConfig:  # noqa: D102 - see `given`
+        self = object.__new__(cls)
+        object.__setattr__(self, "given", frozenset(_FIELDS[: len(args)]) | frozenset(kwargs))
+        return self
 
     def __post_init__(self) -> None:
         def choice(name: str, options: tuple[str, ...]) -> None:
@@ -110,4 +123,12 @@ class SearchConfig:
         """Plain-data form for JSON and manifests."""
         # Every field is a plain value (str, number, bool, None), so a shallow copy is what
         # dataclasses.asdict returns, at a tenth of its cost (it runs once per search).
-        return {f.name: getattr(self, f.name) for f in fields(self)}
+        return {name: getattr(self, name) for name in _FIELDS}
+
+    def given_fields(self) -> dict[str, Any]:
+        """The fields this config was given, with their values (what a run lays over the task's defaults)."""
+        return {name: getattr(self, name) for name in _FIELDS if name in self.given}
+
+
+#: The settings' names, in order (`given` is bookkeeping, not a setting).
+_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(SearchConfig) if f.init)
