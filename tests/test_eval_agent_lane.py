@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from benchdata import data_dir, needs
 from openai_server import FakeOpenAIServer, Reply, Seen
 
 from thoughtloom.cli.main import main
@@ -24,9 +25,8 @@ from thoughtloom.llm.fake import ScriptedBackend
 # The module (thoughtloom.run re-exports its function under the same name).
 run_execute = importlib.import_module("thoughtloom.run.execute")
 ROOT = Path(__file__).resolve().parents[1]
-DATA = ROOT.parent / "shared" / "data"
-pytestmark = pytest.mark.skipif(not (DATA / "hotpotqa").is_dir() or not (DATA / "gsm8k").is_dir(),
-                                reason=f"benchmark data not found at {DATA}")
+DATA = data_dir("hotpotqa/hotpot_dev_distractor_first50.json", "gsm8k/train.jsonl")
+pytestmark = needs("hotpotqa/hotpot_dev_distractor_first50.json", "gsm8k/train.jsonl")
 
 
 def scripted() -> ScriptedBackend:
@@ -93,8 +93,8 @@ def test_the_agent_lane_scores_with_each_data_sets_rule_and_records_its_tool_cal
     assert (g0.tool_calls, g1.tool_calls) == (3, 1)
     assert all(r.tokens > 0 and r.calls >= 4 and r.stop_reason == "goal_reached" for r in (g0, g1))
     # HotpotQA: the span, scored by the official EM and F1 ("Yes, both ..." is the answer yes).
-    assert (h0.answer, h0.solved, h0.f1) == ("Answer: yes", True, 1.0)
-    assert h1.answer == "Answer: She served as Chief of Protocol." and not h1.solved
+    assert (h0.answer, h0.solved, h0.f1) == ("yes", True, 1.0)
+    assert h1.answer == "She served as Chief of Protocol." and not h1.solved
     assert h1.f1 == pytest.approx(2 / 3)
     assert (h0.tool_calls, h1.tool_calls) == (1, 1) and (h0.calls, h1.calls) == (1, 1)
     # Each run granted the data set's tools; HotpotQA's researched the question alone (question mode).
@@ -197,4 +197,4 @@ def test_loom_bench_runs_cot_and_agent_on_gsm8k_and_hotpotqa(server: FakeOpenAIS
     # GSM8K: the step's calc call (the synthesis writes out no calculation for the critique to check);
     # HotpotQA: one document search.
     assert records[("gsm8k", "agent")]["tool_calls"] == 1 and records[("hotpotqa", "agent")]["tool_calls"] == 1
-    assert records[("hotpotqa", "agent")]["answer"] == "Answer: yes"
+    assert records[("hotpotqa", "agent")]["answer"] == "yes"

@@ -27,7 +27,7 @@ async def test_io_and_cot_answer_a_free_text_question() -> None:
     model = paris()
     out = await compare_strategies(QUESTION, ["io", "cot"], model=model, budget_tokens=2000)
     assert list(out) == ["io", "cot"]
-    assert out["io"][0].answer == "Answer: Paris" and out["cot"][0].answer == "Answer: Paris"
+    assert out["io"][0].answer == "Paris" and out["cot"][0].answer == "Paris"
     assert out["cot"][0].outcome.replies == (" France's government sits in Paris.\nAnswer: Paris",)
     assert len(model.calls) == 2
 

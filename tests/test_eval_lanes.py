@@ -325,7 +325,7 @@ async def test_compare_strategies_on_one_problem_returns_each_lanes_result_and_i
     out = await compare_strategies("1 1 4 6", ["io", "cot", "cot_sc"], task="game24", model=fake, budget_tokens=2000)
     assert list(out) == ["io", "cot", "cot_sc"]
     (io,) = out["io"]
-    assert io.answer == "Answer: 1 * 1 * 4 * 6 = 24" and io.record.solved
+    assert io.answer == "1 * 1 * 4 * 6 = 24" and io.record.solved
     assert io.outcome.replies == ("Answer: 1 * 1 * 4 * 6 = 24",)
     assert out.summaries["io"].solved == 1 and out.summaries["cot_sc"].any_of_k == 1.0
     assert len(out.records) == 3 and "| cot_sc | 1 |" in out.table()

@@ -8,6 +8,7 @@ import re
 from pathlib import Path
 
 import pytest
+from benchdata import data_dir, needs
 
 from thoughtloom.cli.main import main
 from thoughtloom.eval.datasets import DATASETS, Dataset
@@ -19,8 +20,8 @@ from thoughtloom.llm.fake import ScriptedBackend
 from thoughtloom.llm.types import GenerateRequest
 
 ROOT = Path(__file__).resolve().parents[1]
-DATA = ROOT.parent / "shared" / "data"
-needs_data = pytest.mark.skipif(not (DATA / "hotpotqa").is_dir(), reason=f"benchmark data not found at {DATA}")
+DATA = data_dir("hotpotqa/hotpot_dev_distractor_first50.json")
+needs_data = needs("hotpotqa/hotpot_dev_distractor_first50.json")
 QUESTION = "Were Scott Derrickson and Ed Wood of the same nationality?"
 
 
@@ -51,7 +52,7 @@ def record() -> Record:
 
 @needs_data
 def test_the_research_lane_answer_is_scored_as_a_hotpotqa_span(record: Record) -> None:
-    assert (record.answer, record.solved, record.f1) == ("Answer: yes", True, 1.0)
+    assert (record.answer, record.solved, record.f1) == ("yes", True, 1.0)
     assert record.stop_reason == "confidence_reached" and record.error is None
     # The question's own search, then one per hypothesis (Yes, No); three model calls: two judges, one synthesis.
     assert (record.tool_calls, record.calls) == (3, 3)

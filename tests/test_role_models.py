@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from machine import scaled
 from openai_server import FakeOpenAIServer, Reply, Seen, serve
 from test_cli import assert_one_line_error, loom
 
@@ -282,7 +283,7 @@ def test_loom_solve_runs_each_role_on_its_model_and_prints_usage_per_role(
     text = loom(*args)
     assert text.returncode == 0, text.stderr
     assert re.search(r"usage per role: main [\d,]+ tokens, \d+ calls · evaluator [\d,]+ tokens, \d+ calls · "
-                     r"synthesizer [\d,]+ tokens, 1 calls", text.stdout), text.stdout
+                     r"synthesizer [\d,]+ tokens, 1 call", text.stdout), text.stdout
     assert kinds(servers["evaluator"]) == {"evaluate"} and kinds(servers["synthesizer"]) == {"synthesize"}
     assert kinds(servers["main"]) == {"generate"}
 
@@ -295,7 +296,7 @@ def test_the_embedded_model_generates_while_an_http_server_evaluates(servers: di
     evaluator = servers["evaluator"]
     proc = loom("solve", "--task", "general", "--model", "local", "--evaluator-model", spec(evaluator, "evaluator"),
                 "--breadth", "2", "--beam", "1", "--depth", "1", "--value-samples", "1", "--seed", "1",
-                "--budget-tokens", "4000", "--no-store", "--quiet", "--json", QUESTION, timeout=600)
+                "--budget-tokens", "4000", "--no-store", "--quiet", "--json", QUESTION, timeout=scaled(600))
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)
     roles = out["usage"]["roles"]

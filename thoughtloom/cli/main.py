@@ -104,8 +104,10 @@ def cmd_tasks(args: argparse.Namespace) -> int:
     from ..tasks.registry import all_tasks
     from ..views.terminal import terminal_text
 
-    for name, (description, _) in sorted(all_tasks().items()):
-        print(terminal_text(f"{name:<10} {description}"))  # an installed package's text is not ours to trust
+    tasks = sorted(all_tasks().items())
+    width = max((len(name) for name, _ in tasks), default=0)
+    for name, (description, _) in tasks:
+        print(terminal_text(f"{name:<{width}}  {description}"))  # an installed package's text is not ours to trust
     return 0
 
 

@@ -2,7 +2,7 @@
 
 The files are read where the user keeps them (`--data-dir`, $THOUGHTLOOM_DATA), else from the
 cache directory `loom data fetch` downloads into (eval/sources.py); nothing is copied into the project. Each data set names the task its
-search lanes run on, and scores answers with the exact rule of shared/data/README.md.
+search lanes run on, and scores answers with the set's published rule (eval/scoring.py).
 """
 
 from __future__ import annotations
@@ -297,7 +297,8 @@ def load_dataset(name: str, data_dir: str | os.PathLike[str] | None = None) -> D
         split = next(f.split for f in SOURCES[name].files if f.split is not None)
     if not path.is_file():
         hint = fetch_hint(name) if name in SOURCES else "put the file there"
-        raise DataError(f"data set {name}: {data_dir / spec.path} not found; {hint} (or pass --data-dir DIR)")
+        raise DataError(f"data set {name}: {data_dir / spec.path} not found; {hint} (or name the folder that holds it: "
+                        "--data-dir DIR, data_dir= in Python, or $THOUGHTLOOM_DATA)")
     try:
         raw = path.read_bytes()
         problems = _LOADERS[spec.prompts]((split(raw) if split else raw).decode("utf-8"))

@@ -1,4 +1,4 @@
-"""Exact scoring rules of the benchmark data sets (shared/data/README.md), one function per set."""
+"""Exact scoring rules of the benchmark data sets, as their papers' code scores them, one function per set."""
 
 from __future__ import annotations
 

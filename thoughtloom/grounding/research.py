@@ -415,7 +415,8 @@ class ResearchGrounder:
                 citations.setdefault((j.citation.path, j.citation.line_start, j.citation.line_end), j.citation)
         unverified = total - supported - contradicted
         lines = [
-            f"research: {total} claim{'s' if total != 1 else ''} checked against {documents} documents: "
+            f"research: {total} claim{'s' if total != 1 else ''} checked against {documents} "
+            f"document{'s' if documents != 1 else ''}: "
             + f"{supported} supported, {contradicted} contradicted, {unverified} unverified"
         ]
         lines += [f'{v.status.value}: "{v.claim}" - {v.reason}' for v in verdicts]

@@ -27,6 +27,7 @@ from .events import (
     GoalFound,
     NodeAdded,
     NodePruned,
+    NodeRevived,
     NodeScored,
     ThoughtGrounded,
     ThoughtRejected,
@@ -629,6 +630,8 @@ class SearchContext:
         if self.graph.node(node_id).status is _S.PRUNED:
             self.graph.set_status(node_id, _S.SUCCEEDED)
             self.counts["pruned"] -= 1
+            if self.bus:
+                self.bus.emit(NodeRevived(node_id))
 
     def prune(self, node_id: int, reason: str) -> None:
         """Cut a thought from the search."""

@@ -167,7 +167,8 @@ async def search(
     elif best is not None and not (interrupted and not task.programmatic_answer):
         answer, answer_node = await synthesize(ctx, best)
     if bus:
-        bus.emit(SearchStopped(reason, best, len(ctx.graph)))
+        bus.emit(SearchStopped(reason, best, len(ctx.graph), ctx.counts["pruned"], ctx.counts["rejected"],
+                               ctx.deepest()))
     path_ids = ctx.graph.path_to_root(answer_node if answer_node is not None else best) if best is not None else [ctx.root]
     best_path = [
         PathStep(n.id, n.kind.value, n.content, n.score,

@@ -84,6 +84,14 @@ class NodePruned(Event):
 
 
 @dataclass(slots=True)
+class NodeRevived(Event):
+    """A pruned thought was brought back into the search (the controller backtracked to it)."""
+
+    type: ClassVar[str] = "node_revived"
+    node_id: int
+
+
+@dataclass(slots=True)
 class Backtracked(Event):
     type: ClassVar[str] = "backtracked"
     from_id: int
@@ -173,10 +181,16 @@ class BudgetSpent(Event):
 
 @dataclass(slots=True)
 class SearchStopped(Event):
+    """The search ended; the counts are the result's (SearchStats), so a display can end on them."""
+
     type: ClassVar[str] = "search_stopped"
     reason: str
     best_node_id: int | None
     nodes: int
+    pruned: int = 0
+    rejected: int = 0
+    #: The most steps any thought is from the root (the answer written from a path adds no step).
+    depth: int = 0
 
 
 @dataclass(slots=True)

@@ -12,6 +12,10 @@ from ..llm.budget import Spend
 from ..llm.gateway import CallRecord
 from ..tasks.evaluation import Evaluation
 from .paths import ScoredPath, ScoredPaths
+
+#: An evaluator's score below this on the step an answer comes from is a doubt worth saying beside
+#: the answer (the default compromise threshold: lower is not even a compromise).
+DOUBT_BELOW = 0.5
 from .stop import StopReason
 
 
@@ -206,6 +210,22 @@ class SearchResult:
         """How many root-to-leaf paths the search scored."""
         return self.paths.count if self.paths is not None else 0
 
+    def answer_doubt(self) -> str | None:
+        """The evaluator's own doubt about an unchecked answer: its record on the answer's last evaluated
+        step scores it below DOUBT_BELOW or calls it not promising (the answer and the reasoning shown
+        beside it must not disagree silently); None when it has none or the answer was checked."""
+        if self.answer is None or self.solved is not None:
+            return None
+        step = next((s for s in reversed(self.best_path) if s.evaluation is not None), None)
+        if step is None or step.evaluation is None:
+            return None
+        record = step.evaluation
+        if record.is_promising is not False and record.score >= DOUBT_BELOW:
+            return None
+        verdict = f"scored step #{step.id} {record.score:.2f}" + (", not promising" if record.is_promising is False else "")
+        why = " ".join(record.reasoning.split())
+        return f"the evaluator {verdict}" + (f": {why}" if why else "")
+
     def to_dict(self) -> dict[str, Any]:
         """Plain data for JSON output."""
         return {
@@ -214,6 +234,7 @@ class SearchResult:
             "model": self.model,
             "answer": self.answer,
             "solved": self.solved,
+            **({"answer_doubt": doubt} if (doubt := self.answer_doubt()) is not None else {}),
             "score": self.score,
             "termination_reason": str(self.termination_reason),
             "error": self.error,

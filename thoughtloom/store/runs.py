@@ -128,9 +128,17 @@ def run_ids(store: BlockStore) -> list[str]:
     return sorted(name[len(RUN_PREFIX):-len("/head")] for name in store.refs(RUN_PREFIX) if name.endswith("/head"))
 
 
+#: The name of the newest run (no id can start with it: Crockford base32 has no "l").
+LAST = "last"
+
+
 def resolve_run(store: BlockStore, prefix: str) -> str:
-    """The one run id starting with `prefix` (RunError when none or several do)."""
+    """The one run id starting with `prefix`, or the newest for `last` (RunError when none or several do)."""
     ids = run_ids(store)
+    if prefix == LAST:
+        if not ids:
+            raise RunError("no run in the store yet (runs are stored by 'loom solve'; choose a store with --store)")
+        return ids[-1]
     if prefix in ids:
         return prefix
     matches = [i for i in ids if i.startswith(prefix)] if prefix else []

@@ -14,6 +14,7 @@ from typing import Any, ClassVar
 from ..grounding.equations import ArithmeticGrounder
 from ..grounding.types import Grounder
 from ..llm.types import Message, Prompt
+from .answers import unlabelled
 from .base import Query, Task
 from .evaluation import (
     EVALUATION_SCHEMA,
@@ -43,6 +44,8 @@ SYNTHESIZER_SYSTEM = (
 
 _NUMBERED = re.compile(r"^\s*(?:\d+[.):]|[-*•])\s*(.+)$")
 _STEP_LABEL = re.compile(r"^(?:\**\s*step\s*\d+\s*[:.)]\**\s*)+", re.IGNORECASE)
+# "Final answer: Final answer: X" (the model repeating the prompt's cue): one label is enough.
+_REPEATED_FINAL = re.compile(r"^(final answer:\s*)(?:'?final answer:\s*)+", re.IGNORECASE)
 _FINAL = re.compile(r"final answer|the answer is|\\boxed\{", re.IGNORECASE)
 _FINAL_HINT = "If the reasoning so far already answers the problem, reply 'Final answer: ' and the answer."
 _CHOICE = re.compile(r"(?:choice|option|step)?\s*#?(\d+)", re.IGNORECASE)
@@ -126,7 +129,7 @@ class GeneralTask(Task[str]):
 
     def parse_sample(self, problem: str, steps: Sequence[str], text: str) -> str | None:
         """The step, without a "Step N:" label the model wrote itself (the prompts number the steps)."""
-        text = _STEP_LABEL.sub("", text.strip()).strip()
+        text = _REPEATED_FINAL.sub(r"\1", _STEP_LABEL.sub("", text.strip()).strip())
         return text or None
 
     def is_terminal(self, problem: str, steps: Sequence[str]) -> bool:
@@ -221,3 +224,7 @@ class GeneralTask(Task[str]):
             max_tokens=300,
             stop=("\nProblem:", "\n\n\n"),
         )
+
+    def compose_answer(self, problem: str, steps: Sequence[str], reply: str | None) -> str | None:
+        """The synthesized answer, without the "Final answer:" label the prompt's cue invites."""
+        return unlabelled(super().compose_answer(problem, steps, reply))

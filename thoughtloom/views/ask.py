@@ -18,6 +18,7 @@ from ..control.types import (
     SearchState,
 )
 from .terminal import terminal_text
+from .words import counted
 
 
 @dataclass(slots=True)
@@ -59,7 +60,7 @@ class InteractiveHandler:
         """'Go N levels deeper? [y/N/b]' (b: backtrack to the best earlier depth)."""
         answer = await self._ask(
             [f"Depth {state.depth}: {decision.reason}. Suggestion: {decision.suggestion}."],
-            f"Go {self.depth_step} levels deeper? [y/N/b=backtrack] ",
+            f"Go {counted(self.depth_step, 'level')} deeper? [y/N/b=backtrack] ",
         )
         if answer in ("y", "yes"):
             return DepthAnswer(DepthAction.CONTINUE, self.depth_step)

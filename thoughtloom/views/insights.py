@@ -7,6 +7,7 @@ from typing import Any, TextIO
 
 from ..search.events import Event, InsightFound
 from .terminal import terminal_text
+from .words import counted
 
 #: Characters of an insight shown on its line.
 INSIGHT_CHARS = 160
@@ -51,7 +52,8 @@ def research_lines(research: Any) -> list[str]:
     s = research.statistics
     pruned = ", ".join(f"{k} {n}" for k, n in sorted(s.pruned_by.items()))
     lines.append(
-        f"research: {s.hypotheses_generated} hypotheses ({s.hypotheses_pruned} pruned" + (f": {pruned}" if pruned else "")
+        f"research: {counted(s.hypotheses_generated, 'hypothesis')} ({s.hypotheses_pruned} pruned"
+        + (f": {pruned}" if pruned else "")
         + f", {s.hypotheses_merged} merged) · explored {s.explorations} · depth {s.max_depth_reached} · branch factor "
         f"{s.branch_factor:.1f} · insights {s.insights_discovered} ({s.exploration_efficiency:.1f} per exploration) · "
         f"final confidence {s.final_confidence:.2f} · stopped by {research.stopped_by} · flow {research.state}"

@@ -20,6 +20,7 @@ from ..search.events import (
     NodeAdded,
     NodeProcessed,
     NodePruned,
+    NodeRevived,
     NodeScored,
     SearchStarted,
     SearchStopped,
@@ -94,6 +95,8 @@ class ProgressDisplay:
             self.best = event.score if self.best is None else max(self.best, event.score)
         elif isinstance(event, NodePruned):
             self.pruned += 1
+        elif isinstance(event, NodeRevived):
+            self.pruned -= 1
         elif isinstance(event, ThoughtRejected):
             self.rejected += 1
         elif isinstance(event, BudgetSpent):
@@ -114,6 +117,8 @@ class ProgressDisplay:
             self._line(f"goal reached at node {event.node_id}")
             return
         elif isinstance(event, SearchStopped):
+            # The last status line says what the result's summary says.
+            self.nodes, self.pruned, self.rejected, self.depth = event.nodes, event.pruned, event.rejected, event.depth
             self._draw(force=True)
             if self.tty:
                 self.stream.write("\n")
