@@ -7,6 +7,7 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
 import pytest
+from machine import scaled
 from openai_server import FakeOpenAIServer, serve
 
 from thoughtloom.llm.openai_backend import OpenAIBackend
@@ -17,6 +18,18 @@ from thoughtloom.llm.openai_backend import OpenAIBackend
 # a process that cannot be interrupted. A handler (unlike "ignored") is reset to the default on exec.
 if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+#: The hang guard of a test without a timeout of its own (pytest-timeout), for an idle machine.
+TEST_TIMEOUT_S = 600
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Every test's hang guard, scaled to how fast and how busy this machine is when the suite starts."""
+    guard = pytest.mark.timeout(scaled(TEST_TIMEOUT_S))
+    for item in items:
+        if item.get_closest_marker("timeout") is None:
+            item.add_marker(guard)
 
 
 @pytest.fixture(autouse=True)

@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from machine import scaled
 from openai_server import FakeOpenAIServer, serve
 from test_cli import LOOM, assert_one_line_error, loom
 
@@ -111,7 +112,7 @@ def test_bad_solve_option_is_one_line_exit_2_and_no_request(
     filled = [a.format(**places) for a in args if a != NO_PROBLEM]
     model = [] if "--model" in filled else ["--model", f"openai-compatible:{quiet_server.url}@m"]
     before = len(quiet_server.seen)
-    proc = loom("solve", "--quiet", *model, *filled, *problem, timeout=60)
+    proc = loom("solve", "--quiet", *model, *filled, *problem, timeout=scaled(60))
     assert_one_line_error(proc, fragment)
     assert len(quiet_server.seen) == before, "a model request was made before the option was checked"
 
@@ -142,6 +143,6 @@ def test_a_full_disk_behind_stdout_is_one_line_exit_2(quiet_server: FakeOpenAISe
     if command[0] == "solve":
         command = [*command[:-1], "--model", f"openai-compatible:{quiet_server.url}@m", command[-1]]
     with open("/dev/full", "w") as full:
-        proc = subprocess.run([*LOOM, *command], stdout=full, stderr=subprocess.PIPE, text=True, timeout=60,
+        proc = subprocess.run([*LOOM, *command], stdout=full, stderr=subprocess.PIPE, text=True, timeout=scaled(60),
                               cwd=Path(__file__).parents[1])
     assert_one_line_error(proc, "loom: error:", "No space left on device")

@@ -21,6 +21,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from benchdata import data_dir, needs
+from machine import scaled
 from openai_server import FakeOpenAIServer, serve
 from test_runs_cli import PROBLEM, model_of, responder
 
@@ -30,7 +32,7 @@ from thoughtloom.store.store import put_obj
 
 LOOM = [sys.executable, "-m", "thoughtloom"]
 ROOT = Path(__file__).parents[1]
-DATA = ROOT.parent / "shared" / "data"
+DATA = data_dir("game24/24_dev.csv")
 
 
 def loom(*args: str, timeout: float = 60, wrap: tuple[str, ...] = ()) -> subprocess.CompletedProcess[str]:
@@ -326,7 +328,7 @@ def test_solve_on_a_damaged_store_stops_before_any_model_call_or_prints_its_answ
 
 # --- loom bench: bad protocols and options, refused before any request ----------------------------
 
-needs_data = pytest.mark.skipif(not (DATA / "game24" / "24_dev.csv").is_file(), reason=f"no benchmark data at {DATA}")
+needs_data = needs("game24/24_dev.csv")
 
 
 @pytest.fixture(scope="module")
@@ -452,6 +454,6 @@ def test_bad_bench_input_is_one_line_before_any_request(case: str, tmp_path: Pat
             "--limit", "2", "--no-plot", "--quiet"]
     if "--out" not in extra and "--resume" not in extra:
         args += ["--out", str(tmp_path / "run")]
-    proc = loom(*args, *extra, timeout=60)
+    proc = loom(*args, *extra, timeout=scaled(60))
     assert_one_line_error(proc)
     assert bench_server.seen == []

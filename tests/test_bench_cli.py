@@ -12,14 +12,15 @@ import time
 from pathlib import Path
 
 import pytest
+from benchdata import data_dir, needs
+from machine import scaled
 from openai_server import FakeOpenAIServer, Reply, Seen
 
 from thoughtloom.cli.main import main
 
 ROOT = Path(__file__).resolve().parents[1]
-DATA = ROOT.parent / "shared" / "data"
-pytestmark = pytest.mark.skipif(not (DATA / "game24" / "24_dev.csv").is_file(),
-                                reason=f"benchmark data not found at {DATA}")
+DATA = data_dir("game24/24_dev.csv")
+pytestmark = needs("game24/24_dev.csv")
 
 
 def completions(answer_for: dict[str, str], delay_s: float = 0.0):
@@ -121,7 +122,7 @@ def test_a_killed_bench_resumes_without_redoing_finished_problems(server: FakeOp
     assert 4 <= len(finished) < 12, "the run finished before it could be killed"
     before = len(server.seen)
 
-    done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=120, check=False)
+    done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=scaled(120), check=False)
     assert done.returncode == 0, done.stderr
     assert len(server.seen) - before == 12 - len(finished)  # one call per unfinished (lane, problem) only
     keys = [tuple(json.loads(l)[k] for k in ("lane", "problem_id")) for l in results.read_text().splitlines()

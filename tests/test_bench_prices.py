@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
+from benchdata import needs
 from openai_server import FakeOpenAIServer
 from test_bench_cli import DATA, bench_args, completions
 from test_cli import assert_one_line_error, loom
@@ -13,8 +14,7 @@ from test_cli import assert_one_line_error, loom
 from thoughtloom.cli.main import main
 from thoughtloom.eval.protocol import Protocol
 
-pytestmark = pytest.mark.skipif(not (DATA / "game24" / "24_dev.csv").is_file(),
-                                reason=f"benchmark data not found at {DATA}")
+pytestmark = needs("game24/24_dev.csv")
 
 PRICE = ("--price-in", "1000", "--price-out", "2000")
 

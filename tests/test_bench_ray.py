@@ -22,6 +22,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from benchdata import needs
+from machine import scaled
 from openai_server import FakeOpenAIServer, closed_port
 from test_bench_cli import DATA, bench_args, completions
 
@@ -32,7 +34,7 @@ from thoughtloom.eval.ray_sweep import LimitKeeper
 ROOT = Path(__file__).resolve().parents[1]
 needs_ray = pytest.mark.skipif(find_spec("ray") is None, reason="the 'ray' extra is not installed")
 SMALL_NODE = {"num_cpus": 1, "object_store_memory": 80 * 1024 * 1024}
-needs_data = pytest.mark.skipif(not (DATA / "game24" / "24_dev.csv").is_file(), reason=f"benchmark data not found at {DATA}")
+needs_data = needs("game24/24_dev.csv")
 
 
 @pytest.fixture(scope="module")
@@ -295,7 +297,7 @@ def test_a_killed_ray_driver_resumes_without_redoing_written_units(ray_address: 
     written = records(out)
     assert 3 <= len(written) < 12, "the sweep finished before it could be killed"
 
-    done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=120, check=False)
+    done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=scaled(120), check=False)
     assert done.returncode == 0, done.stderr
     rows = records(out)
     assert rows[:len(written)] == written  # written units were kept, not re-run

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from machine import scaled
 from openai_server import FakeOpenAIServer
 from test_controller_scenarios import (
     STEADY,
@@ -164,7 +165,7 @@ def loom_json(server: FakeOpenAIServer, *extra: str) -> dict[str, Any]:
             "--model", f"openai-compatible:{server.url}@scripted#completions", "--breadth", "2", "--beam", "1",
             "--depth", "5", "--value-samples", "1", "--json", "--quiet", "--no-interactive", "--no-store",
             *extra, "sort a list"]
-    proc = subprocess.run(args, capture_output=True, text=True, stdin=subprocess.DEVNULL, cwd=REPO, timeout=60,
+    proc = subprocess.run(args, capture_output=True, text=True, stdin=subprocess.DEVNULL, cwd=REPO, timeout=scaled(60),
                           env={**os.environ, "PYTHONUNBUFFERED": "1"}, check=False)
     assert proc.returncode == 0, proc.stderr
     return json.loads(proc.stdout)

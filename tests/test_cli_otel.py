@@ -19,6 +19,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from benchdata import data_dir, needs
+from machine import scaled
 
 pytest.importorskip("opentelemetry.sdk.trace")
 pytest.importorskip("opentelemetry.exporter.otlp.proto.http.trace_exporter")
@@ -34,7 +36,7 @@ from thoughtloom.cli.main import main
 from thoughtloom.cli.otel import requested_exporters
 
 ROOT = Path(__file__).resolve().parents[1]
-DATA = ROOT.parent / "shared" / "data"
+DATA = data_dir("game24/24_dev.csv")
 
 
 def loom(*args: str, env: dict[str, str] | None = None, tmp: Path) -> subprocess.CompletedProcess[str]:
@@ -42,7 +44,7 @@ def loom(*args: str, env: dict[str, str] | None = None, tmp: Path) -> subprocess
     base = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
     base.update(PYTHONPATH=str(ROOT), THOUGHTLOOM_STORE=str(tmp / "runs.db"), **(env or {}))
     return subprocess.run([sys.executable, "-m", "thoughtloom", *args], env=base, capture_output=True, text=True,
-                          timeout=120, check=False, cwd=tmp)
+                          timeout=scaled(120), check=False, cwd=tmp)
 
 
 def solve(server: FakeOpenAIServer, tmp: Path, *extra: str, env: dict[str, str] | None = None
@@ -119,9 +121,8 @@ def test_a_trace_file_is_appended_to_run_after_run(server: FakeOpenAIServer, tmp
     assert len({s["traceId"] for s in spans if s["name"].startswith("invoke_agent")}) == 2
 
 
+@needs("game24/24_dev.csv")
 def test_bench_sampling_lanes_write_their_spans_to_the_trace_file(server: FakeOpenAIServer, tmp_path: Path) -> None:
-    if not (DATA / "game24" / "24_dev.csv").is_file():
-        pytest.skip(f"benchmark data not found at {DATA}")
     done = loom("bench", "--tasks", "game24", "--lanes", "io,cot", "--limit", "1", "--data-dir", str(DATA),
                 "--model", f"openai-compatible:{server.url}@m#completions", "--out", str(tmp_path / "bench"),
                 "--quiet", "--trace", str(tmp_path / "spans.jsonl"), tmp=tmp_path)
@@ -224,7 +225,7 @@ def run_inside_app(*args: str, env: dict[str, str], tmp: Path) -> subprocess.Com
     base = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
     base.update(PYTHONPATH=str(ROOT), THOUGHTLOOM_STORE=str(tmp / "runs.db"), **env)
     return subprocess.run([sys.executable, "-c", APP_WITH_ITS_OWN_PROVIDER, *args], env=base, capture_output=True,
-                          text=True, timeout=120, check=False, cwd=tmp)
+                          text=True, timeout=scaled(120), check=False, cwd=tmp)
 
 
 def test_with_a_provider_already_set_the_otel_variables_leave_it_in_charge(server: FakeOpenAIServer,

@@ -6,6 +6,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from benchdata import data_file, needs
 
 from thoughtloom.llm.fake import ScriptedBackend
 from thoughtloom.llm.gateway import Gateway
@@ -16,8 +17,8 @@ from thoughtloom.tasks.code import CodeProblem, docstring_tests, entry_point_of,
 from thoughtloom.tasks.humaneval import load_humaneval, load_mbpp
 from thoughtloom.tasks.registry import TaskOptions, get_task
 
-MBPP = Path(__file__).parents[2] / "shared" / "data" / "mbpp" / "sanitized-mbpp-nontest.json"
-needs_mbpp = pytest.mark.skipif(not MBPP.is_file(), reason=f"MBPP data not at {MBPP}")
+MBPP = data_file("mbpp/sanitized-mbpp-nontest.json")
+needs_mbpp = needs("mbpp/sanitized-mbpp-nontest.json")
 
 HE0_CORRECT = (
     "    for i, a in enumerate(numbers):\n        for j, b in enumerate(numbers):\n"

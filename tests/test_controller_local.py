@@ -18,6 +18,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from machine import scaled
 
 BUDGET = 1_500
 ALLOWANCE = 800
@@ -30,7 +31,7 @@ def test_embedded_model_run_asks_for_more_tokens_and_the_automatic_handler_grant
          "--model", "local:gemma-3-270m",
          "--seed", "1", "--evaluation", "value", "--budget-tokens", str(BUDGET), "--auto-approve-tokens", str(ALLOWANCE),
          "--acceptable", "0.14", "--compromise", "0"],
-        capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=600, check=False,
+        capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=scaled(600), check=False,
         env={**os.environ}, cwd=Path(__file__).parents[1],
     )
     assert proc.returncode == 0, proc.stderr
@@ -64,7 +65,7 @@ def test_embedded_model_run_goes_one_level_past_its_depth_when_the_automatic_ans
         [sys.executable, "-m", "thoughtloom", "solve", "--task", "game24", "4 9 10 13", "--json", "--quiet",
          "--no-store", "--model", "local:gemma-3-270m", "--seed", "1", "--depth", "2", "--budget-tokens", "6000",
          "--auto-deeper", "1"],
-        capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=600, check=False,
+        capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=scaled(600), check=False,
         env={**os.environ}, cwd=Path(__file__).parents[1],
     )
     assert proc.returncode == 0, proc.stderr

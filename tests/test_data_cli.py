@@ -1,23 +1,23 @@
 """`loom data` (list / fetch / path): downloads checked against pinned SHA-256, the standard splits, and
-"not found" errors that name the fetch command. The tests serve ../shared/data from a local HTTP mirror."""
+"not found" errors that name the fetch command. The tests serve a data folder (tests/benchdata.py finds one)
+from a local HTTP mirror."""
 
 from __future__ import annotations
 
 import csv
-import functools
 import hashlib
 import io
 import json
 import os
 import subprocess
 import sys
-import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
+from benchdata import data_dir, mirror, needs
+from machine import scaled
 from openai_server import FakeOpenAIServer, Reply, Seen
 
 from thoughtloom.cli.main import main
@@ -37,32 +37,17 @@ from thoughtloom.tasks.got import find_got_file
 from thoughtloom.tasks.humaneval import find_mbpp
 
 ROOT = Path(__file__).resolve().parents[1]
-DATA = ROOT.parent / "shared" / "data"
-pytestmark = pytest.mark.skipif(not (DATA / "game24" / "24_dev.csv").is_file(),
-                                reason=f"benchmark data not found at {DATA}")
+# Every file the data sets that are not test splits write: the mirror serves them all.
+_PUBLIC = tuple(f.path for s in SOURCES.values() if s.split != "test" for f in s.files)
+DATA = data_dir(*_PUBLIC)
+pytestmark = needs(*_PUBLIC)
 
 
-class _Quiet(SimpleHTTPRequestHandler):
-    def log_message(self, format: str, *args: object) -> None:
-        """Serve without writing a log line per request."""
-
-
-@contextmanager
-def mirror(folder: Path) -> Iterator[str]:
-    """Serve `folder` over HTTP on an ephemeral 127.0.0.1 port; its base URL."""
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(_Quiet, directory=str(folder)))
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{httpd.server_address[1]}"
-    finally:
-        httpd.shutdown()
-        httpd.server_close()
 
 
 @pytest.fixture
 def shared_mirror() -> Iterator[str]:
-    """../shared/data served as a mirror of the data directory's layout."""
+    """The data folder served as a mirror of the data directory's layout."""
     with mirror(DATA) as url:
         yield url
 
@@ -83,7 +68,7 @@ def sha256(path: Path) -> str:
 def upstream_24_csv() -> bytes:
     """A file in the upstream 24.csv layout (LF lines, no final newline): the dev rows plus ranks 901-1000.
 
-    The real test slice is withheld from ../shared/data, so these 100 rows are stand-ins."""
+    The real test slice is not in the development data folder, so these 100 rows are stand-ins."""
     rows = list(csv.reader(io.StringIO((DATA / "game24" / "24_dev.csv").read_text())))
     header, dev = rows[0], rows[1:]
     stand_ins = [[str(rank), "1 2 3 4", "1", "50.00%", "1", "1"] for rank in range(901, 1001)]
@@ -103,8 +88,8 @@ def test_fetch_writes_the_set_into_the_xdg_cache_checked_against_its_pinned_sha2
     assert "SHA-256 checked" in capsys.readouterr().out
 
 
-def test_every_pinned_checksum_is_that_of_the_public_file_in_shared_data(cache: Path, shared_mirror: str) -> None:
-    # ../shared/data withholds the standard test splits, so only the other sets can be compared.
+def test_every_pinned_checksum_is_that_of_the_public_file_in_the_data_folder(cache: Path, shared_mirror: str) -> None:
+    # The development data folder holds no standard test split, so only the other sets can be compared.
     for name in (n for n, src in SOURCES.items() if src.split != "test"):
         for path in fetch(name, base_url=shared_mirror):
             assert path.read_bytes() == (DATA / path.relative_to(cache)).read_bytes()
@@ -436,7 +421,7 @@ def test_from_a_clean_home_data_fetch_then_bench_game24_runs(tmp_path: Path, sha
 
     def loom(*args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run([sys.executable, "-m", "thoughtloom", *args], cwd=home, env=env, capture_output=True,
-                              text=True, timeout=120, check=False)
+                              text=True, timeout=scaled(120), check=False)
 
     fetched = loom("data", "fetch", "game24")
     assert fetched.returncode == 0, fetched.stderr

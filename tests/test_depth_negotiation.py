@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from machine import scaled
 from openai_server import FakeOpenAIServer
 from test_controller_scenarios import ScriptTask, by_depth, padded_child, run, scripted
 from test_interactive_cli import general_server_reply
@@ -146,7 +147,7 @@ def test_loom_solve_auto_deeper_raises_the_depth_limit(server: FakeOpenAIServer)
             "--model", f"openai-compatible:{server.url}@scripted#completions", "--breadth", "2", "--beam", "1",
             "--depth", "3", "--value-samples", "1", "--json", "--quiet", "--no-interactive", "--no-store",
             "--auto-deeper", "1", "sort a list"]
-    proc = subprocess.run(args, capture_output=True, text=True, stdin=subprocess.DEVNULL, cwd=REPO, timeout=60,
+    proc = subprocess.run(args, capture_output=True, text=True, stdin=subprocess.DEVNULL, cwd=REPO, timeout=scaled(60),
                           check=False)
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)

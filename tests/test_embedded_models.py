@@ -15,6 +15,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
+from machine import scaled
 
 from thoughtloom.llm import models
 from thoughtloom.llm.errors import ModelConfigError
@@ -252,7 +253,7 @@ def test_offline_mode_never_asks_the_hub(
 
 def loom(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "thoughtloom", *args], capture_output=True, text=True,
-                          env={**os.environ, **env}, timeout=300, check=False)
+                          env={**os.environ, **env}, timeout=scaled(300), check=False)
 
 
 def test_loom_models_lists_every_model_with_size_licence_form_and_state(env: dict[str, str]) -> None:

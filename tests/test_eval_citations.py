@@ -5,14 +5,15 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from benchdata import data_dir, needs
 
 from thoughtloom.eval.citations import cited_facts, sentence_files, support_precision
 from thoughtloom.eval.datasets import Problem, load_dataset
 from thoughtloom.grounding.knowledge import KnowledgeBase
 
 ROOT = Path(__file__).resolve().parents[1]
-DATA = ROOT.parent / "shared" / "data"
-needs_data = pytest.mark.skipif(not (DATA / "hotpotqa").is_dir(), reason=f"benchmark data not found at {DATA}")
+DATA = data_dir("hotpotqa/hotpot_dev_distractor_first50.json")
+needs_data = needs("hotpotqa/hotpot_dev_distractor_first50.json")
 
 
 def hotpotqa(index: int) -> Problem:

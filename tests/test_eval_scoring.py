@@ -1,4 +1,4 @@
-"""The benchmark scoring rules (shared/data/README.md) and the confidence intervals, as specifications."""
+"""The benchmark scoring rules and the confidence intervals, as specifications."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ from fractions import Fraction
 from pathlib import Path
 
 import pytest
+from benchdata import data_dir, needs
 
 from thoughtloom.eval.datasets import DATASETS, DataError, find_data_dir, load_dataset
 from thoughtloom.eval.scoring import (
@@ -24,8 +25,10 @@ from thoughtloom.eval.scoring import (
 )
 from thoughtloom.eval.stats import mean_ci, median, median_ci, wilson
 
-DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
-needs_data = pytest.mark.skipif(not (DATA / "game24").is_dir(), reason=f"benchmark data not found at {DATA}")
+_FILES = ("game24/24_dev.csv", "gsm8k/train.jsonl", "hotpotqa/hotpot_dev_distractor_first50.json",
+          "mbpp/sanitized-mbpp-nontest.json")
+DATA = data_dir(*_FILES)
+needs_data = needs(*_FILES)
 
 
 @pytest.mark.parametrize(

@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from machine import scaled
 
 ROOT = Path(__file__).parents[1]
 EXAMPLES = ROOT / "examples"
@@ -15,7 +16,7 @@ def run_example(name: str, *args: str) -> subprocess.CompletedProcess[str]:
     """Run one example script from a temporary working directory, importing this checkout's thoughtloom."""
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     return subprocess.run([sys.executable, str(EXAMPLES / name), *args], check=False, capture_output=True, text=True,
-                          timeout=300, env=env, cwd=EXAMPLES)
+                          timeout=scaled(300), env=env, cwd=EXAMPLES)
 
 
 def test_every_example_is_run_by_this_file() -> None:

@@ -47,6 +47,7 @@ from thoughtloom.llm.budget import BudgetLimits
 from thoughtloom.llm.gateway import Gateway
 from thoughtloom.run.spec import AutoAnswers
 from thoughtloom.search import SearchConfig, search
+from machine import scaled
 
 # Slow progress, 0.30 -> 0.33 -> 0.36 ...: at depth 2 of 4 the depth-exceeded detector sees the
 # limit coming long before acceptable (about 13 more levels needed at 0.03 a level).
@@ -177,7 +178,7 @@ def test_loom_solve_auto_abort_above_stops_on_a_failure_it_cannot_prevent(server
             "--depth", "3", "--hard-depth", "3", "--value-samples", "1", "--json", "--quiet", "--no-interactive",
             "--no-store", "--auto-abort-above", "0.8", "sort a list"]
     proc = subprocess.run(args, capture_output=True, text=True, stdin=subprocess.DEVNULL,
-                          cwd=Path(__file__).parents[1], timeout=60, check=False)
+                          cwd=Path(__file__).parents[1], timeout=scaled(60), check=False)
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)
     assert out["termination_reason"] == "anticipated_failure"

@@ -14,6 +14,7 @@ import json
 from pathlib import Path
 
 import pytest
+from benchdata import data_file
 from openai_server import FakeOpenAIServer
 from test_cli import loom
 from test_cli_grounding import model_spec
@@ -114,8 +115,7 @@ def leak_probe() -> str:
         from thoughtloom.tasks.humaneval import humaneval_path
 
         targets.append(str(humaneval_path()))
-    mbpp = ROOT.parent / "shared" / "data" / "mbpp" / "sanitized-mbpp-nontest.json"
-    targets.append(str(mbpp))
+    targets.append(str(data_file("mbpp/sanitized-mbpp-nontest.json")))
     return f"""
 import os
 FOUND = []

@@ -9,12 +9,13 @@ from fractions import Fraction
 from pathlib import Path
 
 import pytest
+from benchdata import data_file, needs
 
 from thoughtloom.tasks import ProblemError
 from thoughtloom.tasks.game24 import Game24, check_game24
 
 F = Fraction
-DEV_CSV = Path(__file__).parents[1].parent / "shared/data/game24/24_dev.csv"
+DEV_CSV = data_file("game24/24_dev.csv")
 
 
 @pytest.fixture
@@ -356,9 +357,8 @@ def _solutions(items: list[tuple[Fraction, str]]) -> Iterator[str]:
             yield from _solutions(rest + [option])
 
 
+@needs("game24/24_dev.csv")
 def test_checker_accepts_brute_force_solutions_of_the_first_50_dev_puzzles():
-    if not DEV_CSV.is_file():
-        pytest.skip(f"benchmark data not found at {DEV_CSV} (the shared data folder is not mounted)")
     with DEV_CSV.open(newline="") as f:
         puzzles = [row["Puzzles"] for row in itertools.islice(csv.DictReader(f), 50)]
     assert len(puzzles) == 50

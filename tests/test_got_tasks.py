@@ -12,6 +12,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from benchdata import data_dir, needs
+from machine import scaled
 
 from thoughtloom.cli.main import main
 from thoughtloom.graph import NodeKind, NodeStatus
@@ -27,8 +29,11 @@ from thoughtloom.tasks.registry import TaskOptions
 from thoughtloom.views.mermaid import to_mermaid
 
 ROOT = Path(__file__).resolve().parents[1]
-GOT = ROOT.parent / "shared" / "data" / "got"
-needs_data = pytest.mark.skipif(not GOT.is_dir(), reason="the GoT data is not at ../shared/data/got")
+_GOT_FILES = ("got/sorting/sorting_032.csv", "got/sorting/sorting_064.csv", "got/sorting/sorting_128.csv",
+              "got/set_intersection/set_intersection_032.csv", "got/set_intersection/set_intersection_064.csv",
+              "got/set_intersection/set_intersection_128.csv", "got/keyword_counting/countries.csv")
+GOT = data_dir(*_GOT_FILES) / "got"
+needs_data = needs(*_GOT_FILES)
 
 
 def last_list(request: GenerateRequest) -> list[int]:
@@ -57,7 +62,7 @@ def run(task_name: str, problem: str, backend: ScriptedBackend, **options) -> ob
     return asyncio.run(search(task, problem, Gateway(backend, BudgetLimits(tokens=100_000)), config))
 
 
-# --- exact scoring (../shared/data/README.md) ---------------------------------------------
+# --- exact scoring (the GoT paper's error counts) -----------------------------------------
 
 def test_sorting_errors_count_digit_differences_and_descents():
     assert sorting_errors([0, 1, 2], [2, 1, 0]) == 0
@@ -201,7 +206,7 @@ def test_sorting_32_runs_end_to_end_on_the_embedded_model_and_reports_its_error_
     proc = subprocess.run(
         [sys.executable, "-m", "thoughtloom", "solve", "--task", "sorting", "--size", "32", "--strategy", "recursive",
          "--json", "--quiet", "--budget-tokens", "12000"],
-        capture_output=True, text=True, timeout=300, cwd=ROOT,
+        capture_output=True, text=True, timeout=scaled(300), cwd=ROOT,
     )
     assert proc.returncode == 0, proc.stderr
     data = json.loads(proc.stdout)

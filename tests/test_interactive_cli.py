@@ -20,6 +20,7 @@ from typing import Any
 
 import pexpect
 import pytest
+from machine import scaled
 from openai_server import FakeOpenAIServer, Reply, Seen
 
 REPO = Path(__file__).parents[1]
@@ -70,7 +71,7 @@ def env() -> dict[str, str]:
 
 
 def spawn(args: list[str]) -> pexpect.spawn:
-    return pexpect.spawn(sys.executable, args, env=env(), cwd=str(REPO), encoding="utf-8", timeout=60,
+    return pexpect.spawn(sys.executable, args, env=env(), cwd=str(REPO), encoding="utf-8", timeout=scaled(60),
                          dimensions=(40, 250))
 
 
@@ -155,7 +156,7 @@ def test_answering_no_twice_stops_at_the_budget(model: str) -> None:
 
 def run_without_terminal(model: str, *extra: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, *solve_args(model, "--json", *extra)], capture_output=True, text=True,
-                          stdin=subprocess.DEVNULL, env=env(), cwd=REPO, timeout=60, check=False)
+                          stdin=subprocess.DEVNULL, env=env(), cwd=REPO, timeout=scaled(60), check=False)
 
 
 def test_without_a_terminal_nothing_is_asked_and_the_automatic_policy_answers(model: str) -> None:

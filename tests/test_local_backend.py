@@ -30,7 +30,7 @@ FEW_SHOT = Prompt(
 def backend() -> LocalLlamaBackend:
     # One thread: the results are the same, and a second thread only spin-waits when another
     # process holds a core (measured 10x slower on a busy 2-core CI machine).
-    b = LocalLlamaBackend(embedded=GEMMA_3_270M, n_ctx=512, n_threads=1)
+    b = LocalLlamaBackend(embedded=GEMMA_3_270M, n_ctx=512)
     b.load()
     return b
 

@@ -22,7 +22,7 @@ QUESTION = Prompt(
 def qwen() -> LocalLlamaBackend:
     if not parts_installed(QWEN_CODER_05B):
         pytest.skip("the qwen extra is not installed")
-    b = LocalLlamaBackend(embedded=QWEN_CODER_05B, n_ctx=1024, n_threads=1)
+    b = LocalLlamaBackend(embedded=QWEN_CODER_05B, n_ctx=1024)
     b.load()
     return b
 
@@ -55,14 +55,14 @@ async def test_an_end_of_turn_token_written_inside_a_message_is_plain_text(qwen:
 
 def test_a_gguf_file_is_prompted_in_the_form_its_metadata_names(qwen: LocalLlamaBackend) -> None:
     qwen_file = str(ensure_model(QWEN_CODER_05B))
-    assert LocalLlamaBackend(qwen_file, n_ctx=256, n_threads=1).chat is True
-    assert LocalLlamaBackend(qwen_file, chat=False, n_ctx=256, n_threads=1).chat is False
+    assert LocalLlamaBackend(qwen_file, n_ctx=256).chat is True
+    assert LocalLlamaBackend(qwen_file, chat=False, n_ctx=256).chat is False
     if parts_installed(GEMMA_3_270M):
-        assert LocalLlamaBackend(str(ensure_model(GEMMA_3_270M)), n_ctx=256, n_threads=1).chat is False
+        assert LocalLlamaBackend(str(ensure_model(GEMMA_3_270M)), n_ctx=256).chat is False
 
 
 async def test_an_instruct_model_used_as_a_base_model_honours_stop_strings(qwen: LocalLlamaBackend) -> None:
-    plain = LocalLlamaBackend(str(ensure_model(QWEN_CODER_05B)), chat=False, n_ctx=512, n_threads=1)
+    plain = LocalLlamaBackend(str(ensure_model(QWEN_CODER_05B)), chat=False, n_ctx=512)
     prompt = Prompt(text="Country: France\nCapital: Paris\n\nCountry: Japan\nCapital:")
     c = await plain.generate(GenerateRequest(prompt, max_tokens=20, temperature=0.0, stop=("\n",)))
     assert "Tokyo" in c.texts[0] and "\n" not in c.texts[0]

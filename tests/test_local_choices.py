@@ -20,7 +20,7 @@ CITIES = (" Rome", " Madrid", " Oslo")
 
 @pytest.fixture(scope="module")
 def backend() -> LocalLlamaBackend:
-    b = LocalLlamaBackend(embedded=GEMMA_3_270M, n_ctx=512, n_threads=1)
+    b = LocalLlamaBackend(embedded=GEMMA_3_270M, n_ctx=512)
     b.load()
     return b
 
@@ -62,7 +62,7 @@ async def test_token_logprobs_come_with_their_alternatives(backend: LocalLlamaBa
 
 
 async def test_a_game24_search_on_the_model_scores_legal_steps_and_rejects_none():
-    backend = LocalLlamaBackend(embedded=GEMMA_3_270M, n_ctx=2048, n_threads=1)
+    backend = LocalLlamaBackend(embedded=GEMMA_3_270M, n_ctx=2048)
     gateway = Gateway(backend, BudgetLimits(tokens=20_000))
     result = await search(get_task("game24"), "4 5 6 10", gateway,
                           SearchConfig(breadth=3, beam=1, max_depth=3, evaluation="prior"))

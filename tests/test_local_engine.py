@@ -36,7 +36,7 @@ def french(word: str) -> Prompt:
 def backend() -> LocalLlamaBackend:
     # The engine is shared with the other Gemma tests (same file, context and threads): its
     # cache holds their prompts too, so these tests measure differences of its counters.
-    b = LocalLlamaBackend(embedded=GEMMA_3_270M, n_ctx=512, n_threads=1)
+    b = LocalLlamaBackend(embedded=GEMMA_3_270M, n_ctx=512)
     b.load()
     return b
 
@@ -67,7 +67,7 @@ async def test_alternating_prompts_each_reuse_their_own_cached_prefix(backend: L
 async def test_a_seeded_request_gives_the_same_samples_cold_warm_and_after_the_cache_changed() -> None:
     # An engine of its own (another context size), so that the first call is really cold; its small
     # pool fills quickly, so the other prompts force a compaction that drops the first prompt's slot.
-    own = LocalLlamaBackend(embedded=GEMMA_3_270M, n_ctx=256, n_threads=1)
+    own = LocalLlamaBackend(embedded=GEMMA_3_270M, n_ctx=256)
     request = GenerateRequest(capital("Chile"), n=2, max_tokens=24, temperature=0.9, seed=11)
     cold = await own.generate(request)
     assert own.engine_stats()["prompt_reused"] == 0

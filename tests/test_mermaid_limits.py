@@ -15,6 +15,7 @@ from openai_server import FakeOpenAIServer, Reply, Seen
 from thoughtloom.graph import NodeStatus, ThoughtGraph
 from thoughtloom.tasks.game24 import legal_steps
 from thoughtloom.views.mermaid import MERMAID_MAX_EDGES, MERMAID_MAX_TEXT, to_mermaid
+from machine import scaled
 
 LONG = "a thought of the kind a model writes, long enough to fill its label to the brim " * 2
 
@@ -117,7 +118,7 @@ def every_step_reply(seen: Seen) -> Reply:
 def loom(*args: str) -> subprocess.CompletedProcess[str]:
     """Run loom as a user would."""
     return subprocess.run([sys.executable, "-m", "thoughtloom", *args], check=False, capture_output=True, text=True,
-                          timeout=300, env=dict(os.environ), cwd=Path(__file__).parents[1])
+                          timeout=scaled(300), env=dict(os.environ), cwd=Path(__file__).parents[1])
 
 
 def solve_with_mermaid(server: FakeOpenAIServer, target: Path, *extra: str, store: str | None = None) -> tuple[str, int]:
@@ -128,7 +129,7 @@ def solve_with_mermaid(server: FakeOpenAIServer, target: Path, *extra: str, stor
          f"openai-compatible:{server.url}@scripted#completions", "--strategy", "bfs", "--beam", "10", "--depth", "3",
          "--budget-tokens", "1000000", "--quiet", "--json", *(["--store", store] if store else ["--no-store"]), "--mermaid", str(target), *extra,
          "4 5 6 10"],
-        check=False, capture_output=True, text=True, timeout=300, env=dict(os.environ), cwd=Path(__file__).parents[1],
+        check=False, capture_output=True, text=True, timeout=scaled(300), env=dict(os.environ), cwd=Path(__file__).parents[1],
     )
     assert proc.returncode == 0, proc.stderr
     return target.read_text(encoding="utf-8"), json.loads(proc.stdout)["stats"]["nodes"]

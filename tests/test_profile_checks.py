@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from machine import scaled
 from openai_server import FakeOpenAIServer, Reply, Seen
 from test_cli import assert_one_line_error, loom
 from test_cli_grounding import model_spec
@@ -270,7 +271,7 @@ def test_the_research_profile_on_the_embedded_model_shows_the_research_grounder_
                                      "At higher altitudes water boils at a lower temperature.\n")
     (folder / "ice.md").write_text("# Ice\n\nIce melts at 0 degrees Celsius.\n")
     proc = loom("solve", "--profile", "research_synthesis", "--knowledge", str(folder), "--json", "--quiet",
-                "--seed", "1", "--budget-tokens", "6000", "--depth", "2", "--breadth", "2", QUESTION, timeout=900)
+                "--seed", "1", "--budget-tokens", "6000", "--depth", "2", "--breadth", "2", QUESTION, timeout=scaled(900))
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)
     assert out["model"].startswith("local:")

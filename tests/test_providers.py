@@ -12,6 +12,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from benchdata import data_dir, needs
+from machine import scaled
 from openai_server import FakeOpenAIServer, Reply, serve
 from test_cli import LOOM, assert_one_line_error, loom
 from test_role_models import QUESTION, SEARCH, reply
@@ -25,7 +27,7 @@ from thoughtloom.run.execute import live_backend
 from thoughtloom.run.options import spec_from_options
 from thoughtloom.run.spec import RunSpec, SpecError, resolve
 
-DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+DATA = data_dir("game24/24_dev.csv")
 
 
 @pytest.fixture
@@ -71,7 +73,7 @@ async def test_an_openai_model_is_asked_at_openai_base_url_with_the_openai_key(s
 def test_a_malformed_openai_base_url_is_a_one_line_error() -> None:
     env = {**os.environ, "OPENAI_API_KEY": "sk-x", "OPENAI_BASE_URL": "127.0.0.1:8000"}
     proc = subprocess.run([*LOOM, "solve", "--model", "openai:gpt-4o-mini", "hi"], capture_output=True, text=True,
-                          env=env, timeout=60, check=False)
+                          env=env, timeout=scaled(60), check=False)
     assert_one_line_error(proc, "must start with http:// or https://")
 
 
@@ -190,7 +192,7 @@ def test_a_stored_spec_keeps_the_given_price_and_timeout() -> None:
     assert again.model_timeout_s == 30.0
 
 
-@pytest.mark.skipif(not (DATA / "game24" / "24_dev.csv").is_file(), reason=f"no benchmark data at {DATA}")
+@needs("game24/24_dev.csv")
 def test_bench_refuses_a_dollar_budget_on_a_model_without_a_price(chat_server: FakeOpenAIServer, tmp_path: Any) -> None:
     proc = loom("bench", "--model", f"openai-compatible:{chat_server.url}@m", "--budget-usd", "1", "--lanes", "io",
                 "--tasks", "game24", "--limit", "1", "--data-dir", str(DATA), "--out", str(tmp_path / "out"))

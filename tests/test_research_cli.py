@@ -12,6 +12,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from benchdata import data_file, missing_reason
+from machine import scaled
 from openai_server import FakeOpenAIServer, Reply, Seen
 
 from thoughtloom.search.events import InsightFound
@@ -21,9 +23,10 @@ LOOM = [sys.executable, "-m", "thoughtloom"]
 QUESTION = "Who built the Argo?"
 
 
-def loom(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    """Run loom in a subprocess, as a user would."""
-    return subprocess.run([*LOOM, *args], capture_output=True, text=True, timeout=timeout, env=dict(os.environ),
+def loom(*args: str, timeout: float | None = None) -> subprocess.CompletedProcess[str]:
+    """Run loom in a subprocess, as a user would (timeout: default 120 s scaled to this machine)."""
+    return subprocess.run([*LOOM, *args], capture_output=True, text=True,
+                          timeout=scaled(120) if timeout is None else timeout, env=dict(os.environ),
                           cwd=Path(__file__).parents[1])
 
 
@@ -131,16 +134,16 @@ def test_model_text_in_an_insight_is_escaped_for_the_terminal() -> None:
 
 @pytest.mark.local_model
 def test_loom_research_streams_insights_and_a_cited_synthesis_on_the_embedded_model(tmp_path: Path) -> None:
-    data = Path(__file__).parents[2] / "shared" / "data" / "hotpotqa" / "hotpot_dev_distractor_first50.json"
+    data = data_file("hotpotqa/hotpot_dev_distractor_first50.json")
     if not data.exists():
-        pytest.skip("the HotpotQA file is not here (../shared/data)")
+        pytest.skip(missing_reason("hotpotqa/hotpot_dev_distractor_first50.json"))
     row: Any = json.loads(data.read_text())[0]
     folder = tmp_path / "paragraphs"
     folder.mkdir()
     for i, (title, sentences) in enumerate(zip(row["context"]["title"], row["context"]["sentences"]), 1):
         (folder / f"{i:02d}.md").write_text(f"# {title}\n{' '.join(s.strip() for s in sentences)}\n")
     proc = loom("research", row["question"], "--knowledge", str(folder), "--quiet", "--no-store", "--seed", "1",
-                timeout=900)
+                timeout=scaled(900))
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.startswith("[discovery]") and "[evidence]" in proc.stdout
     assert re.search(r"^synthesis \(.+\): ", proc.stdout, re.MULTILINE)

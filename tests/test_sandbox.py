@@ -12,6 +12,7 @@ import uuid
 from pathlib import Path
 
 import pytest
+from machine import scaled
 
 from thoughtloom.grounding.sandbox import Sandbox, SandboxLimits, check_syntax
 
@@ -224,7 +225,7 @@ def test_non_root_parent_uses_a_user_namespace(tmp_path: Path) -> None:
     repo = str(Path(__file__).resolve().parents[1])
     env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": repo, "HOME": str(tmp_path), "TMPDIR": "/tmp"}
     cmd = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "/usr/bin/python3", "-c", script]
-    proc = subprocess.run(cmd, check=False, capture_output=True, text=True, timeout=60, env=env, cwd="/tmp")
+    proc = subprocess.run(cmd, check=False, capture_output=True, text=True, timeout=scaled(60), env=env, cwd="/tmp")
     assert proc.returncode == 0, proc.stderr
     stdout, user_isolated, network_isolated, notes = json.loads(proc.stdout)
     assert stdout == "1\n"
@@ -250,7 +251,7 @@ async def test_an_interpreter_under_tmp_stays_usable_behind_the_private_tmp() ->
     # A checkout (and its .venv) under /tmp is common in CI; the private /tmp must not hide it.
     base = Path("/tmp") / f"thoughtloom-venv-{uuid.uuid4().hex[:8]}"
     try:
-        subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(base)], check=True, timeout=120)
+        subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(base)], check=True, timeout=scaled(120))
         box = Sandbox(SandboxLimits(timeout_s=10), python=str(base / "bin" / "python"))
         result = await box.run_python(
             f"import sys, pathlib\nprint(sys.prefix)\n"

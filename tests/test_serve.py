@@ -16,6 +16,7 @@ from pathlib import Path
 
 import openai
 import pytest
+from machine import scaled
 
 from thoughtloom.llm.budget import Budget, BudgetLimits
 from thoughtloom.llm.gateway import Gateway
@@ -69,7 +70,7 @@ def qwen() -> LocalLlamaBackend:
     if not parts_installed(QWEN_CODER_05B):
         pytest.skip("the qwen extra is not installed")
     # One thread: the same results, and no spin-waiting when another process holds a core.
-    backend = LocalLlamaBackend(embedded=QWEN_CODER_05B, n_ctx=1024, n_threads=1)
+    backend = LocalLlamaBackend(embedded=QWEN_CODER_05B, n_ctx=1024)
     backend.load()
     return backend
 
@@ -82,7 +83,7 @@ def url(qwen: LocalLlamaBackend) -> Iterator[str]:
 
 @pytest.fixture
 def client(url: str) -> Iterator[openai.OpenAI]:
-    with openai.OpenAI(base_url=url, api_key="x", max_retries=0, timeout=120) as c:
+    with openai.OpenAI(base_url=url, api_key="x", max_retries=0, timeout=scaled(120)) as c:
         yield c
 
 
@@ -253,7 +254,7 @@ def test_loom_solve_in_another_process_runs_on_the_served_model(url: str) -> Non
     proc = subprocess.run(
         [sys.executable, "-m", "thoughtloom", "solve", "--task", "game24", "--model", f"openai-compatible:{url}@{MODEL}",
          "--budget-calls", "1", "--json", "--quiet", "--no-store", "4 5 6 10"],
-        capture_output=True, text=True, timeout=300, check=False, cwd=Path(__file__).parents[1], env=os.environ.copy(),
+        capture_output=True, text=True, timeout=scaled(300), check=False, cwd=Path(__file__).parents[1], env=os.environ.copy(),
     )
     assert proc.returncode == 0, proc.stderr
     result = json.loads(proc.stdout)
@@ -265,7 +266,7 @@ def test_loom_solve_in_another_process_runs_on_the_served_model(url: str) -> Non
 def test_a_base_model_chat_continues_a_transcript_and_ends_at_the_next_turn() -> None:
     if not parts_installed(GEMMA_3_270M):
         pytest.skip("the gemma extra is not installed")
-    gemma = LocalLlamaBackend(embedded=GEMMA_3_270M, n_ctx=512, n_threads=1)
+    gemma = LocalLlamaBackend(embedded=GEMMA_3_270M, n_ctx=512)
     turns = [{"role": "system", "content": "You answer with the capital city."},
              {"role": "user", "content": "France?"}, {"role": "assistant", "content": "Paris"},
              {"role": "user", "content": "Japan?"}]

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from machine import scaled
 
 from thoughtloom.llm.models import QWEN_CODER_05B, parts_installed
 
@@ -91,13 +92,13 @@ def test_serving_a_busy_port_is_a_one_line_error_before_the_model_loads() -> Non
         taken.listen()
         port = taken.getsockname()[1]
         proc = subprocess.run([*LOOM, "serve", "--port", str(port), *SMALL], cwd=ROOT, capture_output=True,
-                              text=True, timeout=120, check=False)
+                              text=True, timeout=scaled(120), check=False)
     assert proc.returncode == 2 and proc.stdout == ""
     assert proc.stderr == f"loom: error: cannot listen on 127.0.0.1:{port}: Address already in use\n"
 
 
 def test_serving_a_remote_model_is_a_one_line_error() -> None:
     proc = subprocess.run([*LOOM, "serve", "--model", "openai:gpt-4o-mini"], cwd=ROOT, capture_output=True, text=True,
-                          timeout=60, check=False)
+                          timeout=scaled(60), check=False)
     assert proc.returncode == 2
     assert proc.stderr.count("\n") == 1 and "serves an embedded model" in proc.stderr

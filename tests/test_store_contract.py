@@ -50,7 +50,7 @@ class Backend:
             pytest.skip(reason)
 
 
-# What a js-ipfs node (0.66.1, HTTP RPC; the only real node installable here, see NOTES.md) cannot do
+# What a js-ipfs node (0.66.1, HTTP RPC: `npm install ipfs@0.66.1`, where Kubo cannot be installed) cannot do
 # that Kubo can. Tests skip exactly these operations against it and still run everything else.
 JS_IPFS_LIMITS = {
     "absent-lookup": "js-ipfs has no offline block lookup: block/stat and block/get of an absent block "
@@ -141,8 +141,8 @@ def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]
     else:
         url = request.getfixturevalue("real_node")
         if url is None:
-            pytest.skip("no real IPFS node: set THOUGHTLOOM_IPFS_API=http://127.0.0.1:5001 or put Kubo's "
-                        "`ipfs` on PATH (Kubo is not installable on this machine; see NOTES.md)")
+            pytest.skip("no real IPFS node: put Kubo's `ipfs` on PATH (the test starts a throwaway offline daemon), "
+                        "or set THOUGHTLOOM_IPFS_API to a running node's API, e.g. http://127.0.0.1:5001")
 
         def open_real() -> BlockStore:
             return IPFSStore(url, refs_path=tmp_path / "refs.db", timeout_s=10, offline=True)

@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
+from machine import scaled
 from openai_server import FakeOpenAIServer, Reply, Seen
 
 ROOT = Path(__file__).parents[1]
@@ -40,11 +41,11 @@ def site(tmp_path: Path) -> Path:
     return path
 
 
-def loom(site: Path, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    """Run loom with the fake distribution (and the example's module) importable."""
+def loom(site: Path, *args: str, timeout: float | None = None) -> subprocess.CompletedProcess[str]:
+    """Run loom with the fake distribution (and the example's module) importable (timeout: 120 s, scaled)."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), str(EXAMPLES), str(ROOT)])}
     return subprocess.run([sys.executable, "-m", "thoughtloom", *args], check=False, capture_output=True, text=True,
-                          timeout=timeout, env=env, cwd=site)
+                          timeout=scaled(120) if timeout is None else timeout, env=env, cwd=site)
 
 
 def reach_reply(seen: Seen) -> Reply:
@@ -111,7 +112,7 @@ def test_the_python_api_runs_an_installed_task_by_name(site: Path) -> None:
               "r = thoughtloom.solve('3 10', task='reach', model=custom_task.scripted_model(), controller=False); "
               "print(r.termination_reason, r.answer)")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), str(EXAMPLES), str(ROOT)])}
-    proc = subprocess.run([sys.executable, "-c", script], check=False, capture_output=True, text=True, timeout=120, env=env)
+    proc = subprocess.run([sys.executable, "-c", script], check=False, capture_output=True, text=True, timeout=scaled(120), env=env)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.startswith("goal_reached ")
 
@@ -122,7 +123,7 @@ def test_loom_bench_runs_an_installed_task_on_a_users_data_set(site: Path, serve
     out = tmp_path / "bench"
     proc = loom(site, "bench", "--tasks", f"reach:{EXAMPLES / 'reach_problems.jsonl'}", "--lanes", "tot,io",
                 "--model", f"openai-compatible:{server.url}@m#completions", "--budget-tokens", "20000",
-                "--out", str(out), "--no-plot", "--quiet", timeout=300)
+                "--out", str(out), "--no-plot", "--quiet", timeout=scaled(300))
     assert proc.returncode == 0, proc.stderr
     rows = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines() if line.strip()]
     assert sorted(r["problem_id"] for r in rows) == ["r1", "r2", "r3"]
@@ -169,7 +170,7 @@ def test_loom_resume_finishes_a_killed_run_of_an_installed_task(site: Path, serv
 @pytest.mark.local_model
 def test_an_installed_task_runs_on_the_embedded_base_model(site: Path) -> None:
     proc = loom(site, "solve", "--task", "reach", "--model", "local:gemma-3-270m", "--quiet", "--json", "--no-store",
-                "--budget-tokens", "3000", "3 10", timeout=900)
+                "--budget-tokens", "3000", "3 10", timeout=scaled(900))
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)
     assert out["usage"]["calls"] > 0

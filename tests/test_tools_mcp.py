@@ -22,6 +22,7 @@ from pathlib import Path
 
 import pytest
 import pytest_asyncio
+from machine import scaled
 
 pytest.importorskip("mcp", reason="the MCP SDK is the 'mcp' extra: pip install -e '.[mcp]'")
 
@@ -114,7 +115,7 @@ def fs_server(request: pytest.FixtureRequest) -> Path:
     if installed != FS_VERSION or not entry.exists():
         done = subprocess.run(
             [npm, "install", "--prefix", str(base), "--no-audit", "--no-fund", f"{FS_PACKAGE}@{FS_VERSION}"],
-            capture_output=True, text=True, timeout=600, check=False,
+            capture_output=True, text=True, timeout=scaled(600), check=False,
         )
         if done.returncode != 0 or not entry.exists():
             tail = (done.stderr.strip().splitlines() or ["no output"])[-1]

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from machine import scaled
 from test_controller_scenarios import ScriptTask, by_depth, padded_child, scripted
 from test_search_grounding import CONFIG, Guesses, WordGrounder, model
 
@@ -321,7 +322,7 @@ def test_in_chromium_a_node_shows_its_contract_and_tool_calls(tmp_path: Path, br
 def test_in_chromium_a_run_of_the_embedded_model_opens_and_shows_a_thought(tmp_path: Path, browser: Any) -> None:
     loom = [sys.executable, "-m", "thoughtloom"]
     proc = subprocess.run([*loom, "solve", "--task", "game24", "--quiet", "--seed", "1", "--budget-tokens", "1500",
-                           "4 5 6 10"], check=False, capture_output=True, text=True, timeout=900)
+                           "4 5 6 10"], check=False, capture_output=True, text=True, timeout=scaled(900))
     assert proc.returncode == 0, proc.stderr
     run_id = json.loads(subprocess.run([*loom, "runs", "--json"], capture_output=True, text=True,
                                        check=True).stdout.splitlines()[-1])["id"]

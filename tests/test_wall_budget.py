@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from machine import scaled
 from openai_server import FakeOpenAIServer, Reply, Seen
 from test_cli import loom
 from test_runs import CONFIG, game24_reply
@@ -83,7 +84,7 @@ def test_loom_solve_with_sleeping_programs_stops_at_the_wall_budget_and_kills_th
     proc = loom("solve", "--task", "code", "--tests", str(tests), "--model",
                 f"openai-compatible:{server.url}@scripted#completions", "--budget-seconds", "5",
                 "--sandbox-timeout", "60", "--json", "--no-store", "write a function add(a, b) that returns the sum",
-                env={"TMPDIR": str(sandboxes)}, timeout=120)
+                env={"TMPDIR": str(sandboxes)}, timeout=scaled(120))
     wall = time.monotonic() - started
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)

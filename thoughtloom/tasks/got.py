@@ -3,7 +3,7 @@
 Each is solved by the recursive strategy the paper's way: split the input into chunks, solve the
 chunks with the model, merge (programmatically by default, or by the model following the
 contract's combine_instruction), and score with the paper's exact error counts
-(../shared/data/README.md). Instances come from the problem text, from the GoT data files by id
+(eval/scoring.py). Instances come from the problem text, from the GoT data files by id
 (--data, else got/ in the benchmark data directory that `loom data fetch` fills), or are generated from --size.
 """
 
