@@ -8,6 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from machine import scaled
 from openai_server import FakeOpenAIServer, Reply, Seen
 from test_code_task import HE0_CORRECT
 from test_cli import assert_one_line_error, loom
@@ -98,17 +99,7 @@ def test_a_test_that_does_not_fail_exits_2_saying_there_is_nothing_to_debug(tmp_
     assert_one_line_error(proc, "passes on the unmodified repo")
 
 
-@pytest.mark.local_model
-def test_humaneval_end_to_end_on_the_embedded_model() -> None:
-    proc = loom("solve", "--task", "humaneval", "--problem", "HumanEval/0", "--json", "--quiet", "--seed", "1",
-                "--depth", "2", timeout=900)
-    assert proc.returncode == 0, proc.stderr
-    out = json.loads(proc.stdout)
-    assert out["model"].startswith("local:")
-    assert out["grounding"], "every sampled program is run against the docstring examples"
-    assert all(g["grounder"] == "code" and g["passed"] + g["failed"] == 2 for g in out["grounding"] if g["grounded"])
-    assert "def has_close_elements" in out["answer"]
-    assert isinstance(out["solved"], bool)  # pass@1 on the hidden tests, whatever the model wrote
+# HumanEval end to end on the embedded model is an example of the README's tour (tests/test_readme.py).
 
 
 # A program that, when loaded, forks ten children of 120 MB each and waits for them.
