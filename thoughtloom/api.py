@@ -71,8 +71,8 @@ async def asolve(
     `--profile` (default: the profile the controller settings came from, else "default"). config: a
     SearchConfig whose given fields are laid over the task's and profile's search settings, as the
     CLI's options are (`SearchConfig(breadth=3)` keeps Game of 24's prior evaluation); keyword
-    `overrides` set single SearchConfig fields on top. controller: True (the default) runs the self-aware controller with
-    the profile's thresholds and depth limits, as the CLI does; False a plain search; or give
+    `overrides` set single SearchConfig fields on top. controller: True (the default) runs the
+    self-aware controller with the profile's thresholds and depth limits, as the CLI does; False a plain search; or give
     ControlSettings (e.g. `ControlSettings.from_profile(...)`, whose profile then applies) or a
     Controller. handler answers its questions (default: the automatic policy of `answers`, an
     AutoAnswers: approve nothing, go no deeper, never abort, like the CLI's `--auto-*` defaults).
@@ -87,7 +87,7 @@ async def asolve(
     pricing: the model's price (USD per million tokens) when it is not on the known price list, as
     `--price-in/--price-out`; model_timeout_s: seconds one request to a remote model may take, as `--timeout`.
     threads: CPU threads an embedded model computes with, a number or "auto", as `--threads`
-    (default: $THOUGHTLOOM_THREADS, else auto: the usable cores less those other processes keep busy).
+    (default: $THOUGHTLOOM_THREADS, else auto: the count follows the machine's load; llm/threads.py).
     """
     spec = resolve(
         problem, task=task, model=model, profile=profile, task_options=task_options, config=config,

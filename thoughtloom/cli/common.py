@@ -92,7 +92,8 @@ def add_threads_option(s: Any) -> None:
     """--threads, on every command that can run an embedded model."""
     s.add_argument("--threads", type=threads_arg, metavar="N|auto",
                    help="CPU threads the embedded model computes with (default: $THOUGHTLOOM_THREADS, else auto: "
-                        "the usable cores less those other processes keep busy, re-checked as it runs)")
+                        "every core on an idle machine; beside busy processes, fewer threads for generating and "
+                        "more for reading prompts, the load re-read every second)")
 
 
 def unit_float(name: str):

@@ -1,9 +1,9 @@
 """The `loom` commands over stored runs: runs, show, view, export, import, resume, replay.
 
 Every command takes `--store PATH` (default: $THOUGHTLOOM_STORE, else ~/.thoughtloom/store.db).
-Runs are named by id, by any unique prefix of it, or `last` (the newest). Bad input (no such run, an ambiguous prefix, a
-corrupt or missing block, an unreadable CAR or manifest) is one line on stderr and exit code 2:
-main() catches store_errors(). `loom resume` and `loom replay` rebuild the run's spec from its
+Runs are named by id, by any unique prefix of it, or `last` (the newest). Bad input (no such run,
+an ambiguous prefix, a corrupt or missing block, an unreadable CAR or manifest) is one line on
+stderr and exit code 2: main() catches store_errors(). `loom resume` and `loom replay` rebuild the run's spec from its
 manifest (thoughtloom.run.session) and run it through `loom solve`'s own command with a session
 that serves the recorded calls.
 """

@@ -37,8 +37,8 @@ def add_serve_parser(sub: Any) -> None:
 def cmd_serve(args: argparse.Namespace) -> int:
     """Load the model, print the base URL, serve until Ctrl-C (or SIGTERM)."""
     from ..llm.registry import local_backend, parse_model_spec
-    from ..llm.threads import threads_setting
     from ..llm.serve import OpenAIServer
+    from ..llm.threads import threads_setting
     from ..views.terminal import terminal_text
 
     spec = parse_model_spec(args.model)

@@ -97,8 +97,9 @@ def _import_llama_cpp() -> Any:
 
 # Loading costs a second or two and hundreds of MB, and every backend instance (one per run, per
 # CLI command, per test) wants the same weights, so the process keeps one engine per
-# (path, n_ctx, thread setting; None adapts to the load). This is a resource cache, not shared program state: entries are never
-# replaced, and the lock only stops two threads from loading the same file twice.
+# (path, n_ctx, thread setting; None adapts to the load). This is a resource cache, not shared
+# program state: entries are never replaced, and the lock only stops two threads from loading the
+# same file twice.
 _ENGINES: dict[tuple[str, int, int | None], Engine] = {}
 _ENGINES_LOCK = threading.Lock()
 # Named model files verified in this process (by model and cache file): once per process is enough.
@@ -135,7 +136,7 @@ class LocalLlamaBackend:
     chat: prompt with the chat template (True), with completion text (False), or decide from the
     file (None: named models say; a file is chat when it has a chat template and its metadata
     names an instruct model). n_threads: CPU threads llama.cpp computes with; None follows the
-    load (every usable core less those other processes keep busy; thoughtloom.llm.threads).
+    machine's load, decode by decode (thoughtloom.llm.threads).
     """
 
     # Calls in flight are decoded together by the engine's worker, one batch per step; a few

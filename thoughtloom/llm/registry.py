@@ -272,8 +272,8 @@ def make_backend(
     timeout_s: how long one request to a remote model may take (None: the backend's default; an
     embedded model has no request to time out). threads: CPU threads an embedded model computes
     with, a number or "auto" (None: $THOUGHTLOOM_THREADS, else auto: following the load; a remote
-    model ignores it).
-    progress receives one-line messages about slow first-use steps (assembling the local model).
+    model ignores it). progress receives one-line messages about slow first-use steps (assembling
+    the local model).
     """
     env = os.environ if env is None else env
     parsed = parse_model_spec(spec, env)

@@ -88,7 +88,8 @@ class ReplayVerdict:
         if self.tools_replayed or self.tool_calls:
             calls += f", {self.tools_replayed} recorded tool calls served, {self.tool_calls} tool calls"
         if self.identical:
-            return f"replay of run {self.run_id}: identical graph {self.got} ({self.nodes} node{'s' * (self.nodes != 1)}; {calls})"
+            nodes = f"{self.nodes} node{'s' * (self.nodes != 1)}"
+            return f"replay of run {self.run_id}: identical graph {self.got} ({nodes}; {calls})"
         parts = [f"replay of run {self.run_id} DIVERGED: graph {self.got} instead of {self.expected}"]
         parts += [str(self.divergence)] if self.divergence is not None else []
         parts += [self.off_record] if self.off_record is not None else []

@@ -86,7 +86,8 @@ class SearchConfig:
     #: The fields given when this config was made (set by __new__, which sees the constructor's arguments).
     given: frozenset[str] = field(init=False, repr=False, compare=False)
 
-    def __new__(cls, *args: Any, **kwargs: Any) -> SearchConfig:  # noqa: D102 - see `given`
+    def __new__(cls, *args: Any, **kwargs: Any) -> SearchConfig:
+        """A new config that knows which fields its caller gave (the dataclass __init__ then sets them)."""
         self = object.__new__(cls)
         object.__setattr__(self, "given", frozenset(_FIELDS[: len(args)]) | frozenset(kwargs))
         return self

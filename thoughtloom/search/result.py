@@ -12,11 +12,11 @@ from ..llm.budget import Spend
 from ..llm.gateway import CallRecord
 from ..tasks.evaluation import Evaluation
 from .paths import ScoredPath, ScoredPaths
+from .stop import StopReason
 
 #: An evaluator's score below this on the step an answer comes from is a doubt worth saying beside
 #: the answer (the default compromise threshold: lower is not even a compromise).
 DOUBT_BELOW = 0.5
-from .stop import StopReason
 
 
 @dataclass(frozen=True, slots=True)
