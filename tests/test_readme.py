@@ -21,7 +21,7 @@ import pytest
 from benchdata import data_dir, mirror, missing_reason
 from docs_examples import Block, blocks, matches
 from machine import scaled
-
+from test_docs import check_command
 
 from thoughtloom.cli.main import build_parser
 
@@ -51,10 +51,7 @@ def test_the_loom_commands_of_a_block_not_run_still_parse(block: Block) -> None:
     for line in _command_lines(block):
         words = shlex.split(line, comments=True)
         if words[:1] == ["loom"]:
-            try:
-                parser.parse_args(words[1:])
-            except SystemExit as exc:
-                pytest.fail(f"{block.where}: `{line}` no longer parses (exit {exc.code})")
+            check_command(parser, words, block.where)
 
 
 def _command_lines(block: Block) -> list[str]:
