@@ -56,8 +56,9 @@ def fetch_names(*files: str) -> list[str]:
 def missing_reason(*files: str) -> str:
     """Why a test that needs `files` is skipped, and what to run to enable it."""
     names = fetch_names(*files)
-    fetch = f"run `loom data fetch {' '.join(names)}`, or " if names else ""
-    return f"benchmark data {', '.join(files)} not found: {fetch}set {DATA_ENV} to a folder holding it"
+    if not names:
+        return f"benchmark data {', '.join(files)} not found: set {DATA_ENV} to a folder holding it"
+    return f"benchmark data not found: run `loom data fetch {' '.join(names)}` (or set {DATA_ENV} to a folder holding it)"
 
 
 def needs(*files: str) -> pytest.MarkDecorator:
