@@ -163,7 +163,7 @@ async def test_prior_evaluation_takes_the_models_likeliest_steps_and_makes_no_va
     model = favourite_first({"4 * 6 = 24": 0.5, "10 - 5 = 5": 0.25})
     gateway = Gateway(model, BudgetLimits(tokens=100_000))
     result = await search(get_task("game24"), "4 5 6 10", gateway,
-                          SearchConfig(breadth=2, beam=1, max_depth=1, evaluation="prior"))
+                          SearchConfig(breadth=2, beam=1, max_depth=1, evaluation="prior", one_pass=True))
     scores = {n.content: n.score for n in result.graph if n.kind.value != "input"}
     assert scores == pytest.approx({"4 * 6 = 24 (left: 5 10 24)": 1.0, "10 - 5 = 5 (left: 4 5 6)": 0.5}, rel=1e-4)
     assert {r.purpose for r in model.calls} == {"generate"}
@@ -173,7 +173,7 @@ async def test_prior_evaluation_keeps_the_exact_value_of_a_finished_state():
     model = favourite_first({"1 * 1 = 1": 0.9, "1 * 4 = 4": 0.9, "6 - 4 = 2": 0.9, "4 * 6 = 24": 0.05})
     gateway = Gateway(model, BudgetLimits(tokens=100_000))
     result = await search(get_task("game24"), "1 1 4 6", gateway,
-                          SearchConfig(breadth=2, beam=1, max_depth=3, evaluation="prior"))
+                          SearchConfig(breadth=2, beam=1, max_depth=3, evaluation="prior", one_pass=True))
     scores = {n.content: n.score for n in result.graph}
     assert scores["4 * 6 = 24 (left: 24)"] == 1.0 and scores["6 - 4 = 2 (left: 2)"] == 0.0
     assert result.solved
@@ -187,7 +187,7 @@ async def test_value_evaluation_on_a_scoring_model_takes_the_expected_verdict():
 
     model = ScriptedBackend(responder=respond, scores_choices=True)
     result = await search(get_task("game24"), "4 5 6 10", Gateway(model, BudgetLimits(tokens=100_000)),
-                          SearchConfig(breadth=1, beam=1, max_depth=1, evaluation="value"))
+                          SearchConfig(breadth=1, beam=1, max_depth=1, evaluation="value", one_pass=True))
     (child,) = [n for n in result.graph if n.kind.value != "input"]
     assert child.score == pytest.approx(0.5 * 1.0 + 0.5 * 0.3)
 
@@ -210,7 +210,7 @@ def rejecting_first(bad_replies: int) -> ScriptedBackend:
 async def test_a_backend_that_cannot_keep_to_choices_is_sent_none():
     model = rejecting_first(0)
     await search(get_task("game24"), "4 5 6 10", Gateway(model, BudgetLimits(tokens=100_000)),
-                 SearchConfig(breadth=1, beam=1, max_depth=1))
+                 SearchConfig(breadth=1, beam=1, max_depth=1, one_pass=True))
     assert model.calls and all(r.choices == () for r in model.calls)
 
 
@@ -218,7 +218,7 @@ async def test_a_backend_whose_samples_keep_to_choices_is_sent_them():
     model = rejecting_first(0)
     model.follows_choices = True
     await search(get_task("game24"), "4 5 6 10", Gateway(model, BudgetLimits(tokens=100_000)),
-                 SearchConfig(breadth=1, beam=1, max_depth=1))
+                 SearchConfig(breadth=1, beam=1, max_depth=1, one_pass=True))
     propose = next(r for r in model.calls if r.purpose == "generate")
     assert propose.choices == legal_steps(Game24().parse_problem("4 5 6 10"))
 
@@ -226,7 +226,7 @@ async def test_a_backend_whose_samples_keep_to_choices_is_sent_them():
 async def test_an_expansion_whose_proposals_are_all_rejected_is_asked_again_hotter():
     model = rejecting_first(1)
     result = await search(get_task("game24"), "4 5 6 10", Gateway(model, BudgetLimits(tokens=100_000)),
-                          SearchConfig(breadth=1, beam=1, max_depth=1, temperature=0.5))
+                          SearchConfig(breadth=1, beam=1, max_depth=1, temperature=0.5, one_pass=True))
     asks = [r for r in model.calls if r.purpose == "generate"]
     assert [r.temperature for r in asks] == [0.5, pytest.approx(0.8)]
     assert result.stats.reasks == 1 and result.stats.rejected == 1 and result.score == 1.0
@@ -235,7 +235,7 @@ async def test_an_expansion_whose_proposals_are_all_rejected_is_asked_again_hott
 async def test_asking_again_stops_after_the_configured_reasks():
     model = rejecting_first(100)
     result = await search(get_task("game24"), "4 5 6 10", Gateway(model, BudgetLimits(tokens=100_000)),
-                          SearchConfig(breadth=1, beam=1, max_depth=1, reasks=3))
+                          SearchConfig(breadth=1, beam=1, max_depth=1, reasks=3, one_pass=True))
     assert len([r for r in model.calls if r.purpose == "generate"]) == 1 + 3
     assert result.stats.reasks == 3
 
@@ -243,7 +243,7 @@ async def test_asking_again_stops_after_the_configured_reasks():
 async def test_zero_reasks_gives_a_rejected_expansion_up_at_once():
     model = rejecting_first(100)
     result = await search(get_task("game24"), "4 5 6 10", Gateway(model, BudgetLimits(tokens=100_000)),
-                          SearchConfig(breadth=1, beam=1, max_depth=1, reasks=0))
+                          SearchConfig(breadth=1, beam=1, max_depth=1, reasks=0, one_pass=True))
     assert len([r for r in model.calls if r.purpose == "generate"]) == 1
     assert result.stats.reasks == 0 and result.answer is None
 
@@ -256,7 +256,7 @@ def test_reasks_below_zero_is_refused():
 async def test_no_reask_when_the_reply_held_no_step_at_all():
     model = ScriptedBackend(responder=lambda r, i: "sure" if r.purpose == "evaluate" else "")
     await search(get_task("game24"), "4 5 6 10", Gateway(model, BudgetLimits(tokens=100_000)),
-                 SearchConfig(breadth=1, beam=1, max_depth=1))
+                 SearchConfig(breadth=1, beam=1, max_depth=1, one_pass=True))
     assert len(model.calls) == 1
 
 
@@ -265,6 +265,6 @@ async def test_asking_again_stays_within_the_budget():
     budget = BudgetLimits(tokens=model.count_tokens(Game24().propose(Game24().parse_problem("4 5 6 10"), (), 1).prompt)
                           + 300)
     result = await search(get_task("game24"), "4 5 6 10", Gateway(model, budget),
-                          SearchConfig(breadth=1, beam=1, max_depth=1))
+                          SearchConfig(breadth=1, beam=1, max_depth=1, one_pass=True))
     assert result.usage.total_tokens <= budget.tokens
     assert result.termination_reason.startswith("budget")

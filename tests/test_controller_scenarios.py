@@ -144,8 +144,9 @@ async def run(
     tokens: int | None = None,
     **config: Any,
 ) -> Run:
+    # These specify the controller over one pass of the search; continuation is tests/test_continuation.py's.
     config = {"strategy": "bfs", "generation": "sample", "breadth": 2, "beam": 1, "max_depth": 6,
-              "value_samples": 1, **config}
+              "value_samples": 1, "one_pass": True, **config}
     gateway = Gateway(model, BudgetLimits(tokens=tokens))
     controller = Controller(settings or ControlSettings(), handler)
     events: list[Event] = []
@@ -414,7 +415,8 @@ async def test_paraphrased_loop_is_detected_and_the_restating_thoughts_are_prune
 
 async def test_without_a_controller_the_paraphrased_loop_takes_the_beam() -> None:
     gateway = Gateway(scripted(tree(LOOP_TREE), by_content(LOOP_VALUES)), BudgetLimits(tokens=100_000))
-    config = SearchConfig(strategy="bfs", generation="sample", breadth=2, beam=2, max_depth=3, value_samples=1)
+    config = SearchConfig(strategy="bfs", generation="sample", breadth=2, beam=2, max_depth=3, value_samples=1,
+                          one_pass=True)
     result = await search(ScriptTask(), "sort a list", gateway, config)
     expanded_at_2 = {n.content for n in result.graph if n.depth == 2 and result.graph.children(n.id)}
     assert expanded_at_2 == {SPLIT_AGAIN, PARTITION}  # the beam followed the restatements

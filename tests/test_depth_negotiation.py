@@ -93,7 +93,8 @@ async def test_no_question_when_every_answer_is_complete_at_the_limit() -> None:
 
     asked: list[DepthDecision] = []
     handler = CallbackHandler(on_depth=lambda decision, state: asked.append(decision) or DepthAnswer(DepthAction.STOP))
-    config = SearchConfig(strategy="bfs", generation="sample", breadth=2, beam=1, max_depth=3, value_samples=1)
+    config = SearchConfig(strategy="bfs", generation="sample", breadth=2, beam=1, max_depth=3, value_samples=1,
+                          one_pass=True)
     result = await search(ThreeSteps(), "sort a list", Gateway(scripted(padded_child, by_depth(GOAL_AT_4))), config,
                           controller=Controller(ControlSettings(), handler))
     assert asked == []
@@ -120,7 +121,7 @@ def test_the_default_profile_lets_the_controller_go_three_levels_past_the_tasks_
 
 def test_solve_goes_deeper_when_its_automatic_answers_approve() -> None:
     result = solve("sort a list", task=ScriptTask(), model=scripted(padded_child, by_depth(GOAL_AT_4)),
-                   generation="sample", breadth=2, beam=1, max_depth=3, value_samples=1,
+                   generation="sample", breadth=2, beam=1, max_depth=3, value_samples=1, one_pass=True,
                    answers=AutoAnswers(extra_depth=1))
     assert result.control is not None
     assert result.control["depth_limits"]["search_at_start"] == 3 and result.control["depth_limits"]["search"] == 4
@@ -130,7 +131,7 @@ def test_solve_goes_deeper_when_its_automatic_answers_approve() -> None:
 
 def test_solve_without_an_allowance_stops_at_the_tasks_depth() -> None:
     result = solve("sort a list", task=ScriptTask(), model=scripted(padded_child, by_depth(GOAL_AT_4)),
-                   generation="sample", breadth=2, beam=1, max_depth=3, value_samples=1)
+                   generation="sample", breadth=2, beam=1, max_depth=3, value_samples=1, one_pass=True)
     assert result.control is not None and result.control["depth_limits"]["hard"] == 6
     assert result.stats.max_depth == 3 and result.termination_reason == "max_depth"
 
@@ -145,7 +146,7 @@ def test_loom_solve_auto_deeper_raises_the_depth_limit(server: FakeOpenAIServer)
     server.responder = general_server_reply  # values 0.3, 0.45, 0.6 by depth, the goal at depth 4
     args = [sys.executable, "-m", "thoughtloom", "solve", "--task", "general",
             "--model", f"openai-compatible:{server.url}@scripted#completions", "--breadth", "2", "--beam", "1",
-            "--depth", "3", "--value-samples", "1", "--json", "--quiet", "--no-interactive", "--no-store",
+            "--one-pass", "--depth", "3", "--value-samples", "1", "--json", "--quiet", "--no-interactive", "--no-store",
             "--auto-deeper", "1", "sort a list"]
     proc = subprocess.run(args, capture_output=True, text=True, stdin=subprocess.DEVNULL, cwd=REPO, timeout=scaled(60),
                           check=False)

@@ -109,7 +109,7 @@ async def test_a_failure_the_handler_lets_pass_is_not_asked_about_again() -> Non
 def test_automatic_answers_abort_above_their_bar_through_solve() -> None:
     model = scripted(padded_child, by_depth(SLOW))
     common = {"task": ScriptTask(), "model": model, "generation": "sample", "breadth": 2, "beam": 1, "max_depth": 4,
-              "value_samples": 1, "controller": ControlSettings(depth_margin=0)}
+              "value_samples": 1, "controller": ControlSettings(depth_margin=0), "one_pass": True}
     aborted = solve("sort a list", answers=AutoAnswers(abort_above=0.8), **common)
     assert aborted.termination_reason == "anticipated_failure"
     kept_on = solve("sort a list", **common)  # by default the automatic answers never abort
@@ -140,7 +140,8 @@ async def test_a_foreseen_budget_exhaustion_asks_for_tokens_before_they_are_shor
     controller = Controller(ControlSettings(), CallbackHandler(on_budget=grant),
                             anticipator=FailureAnticipator(detectors=(BudgetRunningOut(),)))
     gateway = Gateway(scripted(padded_child, by_depth(STEADY)), BudgetLimits(tokens=gateway_tokens))
-    config = SearchConfig(strategy="bfs", generation="sample", breadth=2, beam=1, max_depth=6, value_samples=1)
+    config = SearchConfig(strategy="bfs", generation="sample", breadth=2, beam=1, max_depth=6, value_samples=1,
+                          one_pass=True)
     result = await search(ScriptTask(), "sort a list", gateway, config, controller=controller)
     assert result.control is not None
     [request] = requests
@@ -175,7 +176,7 @@ def test_loom_solve_auto_abort_above_stops_on_a_failure_it_cannot_prevent(server
     server.responder = general_server_reply  # 0.3, 0.45, 0.6 by depth: depth 3 ends below acceptable
     args = [sys.executable, "-m", "thoughtloom", "solve", "--task", "general",
             "--model", f"openai-compatible:{server.url}@scripted#completions", "--breadth", "2", "--beam", "1",
-            "--depth", "3", "--hard-depth", "3", "--value-samples", "1", "--json", "--quiet", "--no-interactive",
+            "--one-pass", "--depth", "3", "--hard-depth", "3", "--value-samples", "1", "--json", "--quiet", "--no-interactive",
             "--no-store", "--auto-abort-above", "0.8", "sort a list"]
     proc = subprocess.run(args, capture_output=True, text=True, stdin=subprocess.DEVNULL,
                           cwd=Path(__file__).parents[1], timeout=scaled(60), check=False)

@@ -65,6 +65,6 @@ async def test_a_game24_search_on_the_model_scores_legal_steps_and_rejects_none(
     backend = LocalLlamaBackend(embedded=GEMMA_3_270M, n_ctx=2048)
     gateway = Gateway(backend, BudgetLimits(tokens=20_000))
     result = await search(get_task("game24"), "4 5 6 10", gateway,
-                          SearchConfig(breadth=3, beam=1, max_depth=3, evaluation="prior"))
+                          SearchConfig(breadth=3, beam=1, max_depth=3, evaluation="prior", one_pass=True))
     assert result.stats.rejected == 0 and result.stats.max_depth == 3
     assert all(r.texts[0].startswith("{") for r in gateway.records)  # every call was a scoring call

@@ -176,7 +176,7 @@ def test_the_cli_says_the_cost_is_unknown_rather_than_nothing(chat_server: FakeO
 
 def test_the_cli_shows_the_cost_at_the_given_price(chat_server: FakeOpenAIServer) -> None:
     proc = loom("solve", "--task", "general", "--model", f"openai-compatible:{chat_server.url}@m",
-                "--breadth", "2", "--depth", "1", "--price-in", "1000", "--price-out", "1000",
+                "--breadth", "2", "--depth", "1", "--one-pass", "--price-in", "1000", "--price-out", "1000",
                 "--budget-usd", "5", QUESTION)
     assert proc.returncode == 0, proc.stderr
     assert "cost unknown" not in proc.stdout

@@ -36,7 +36,7 @@ def model() -> ScriptedBackend:
 
 
 # Two steps below the root, two below each (bfs keeps both), so four root-to-leaf paths.
-WIDE = {"max_depth": 2, "breadth": 2, "beam": 2, "value_samples": 1, "controller": False}
+WIDE = {"max_depth": 2, "breadth": 2, "beam": 2, "value_samples": 1, "controller": False, "one_pass": True}
 
 
 @pytest.mark.parametrize(("aggregation", "total"), [("sum", 0.8 + 0.9), ("product", 0.8 * 0.9), ("min", 0.8),

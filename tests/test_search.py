@@ -139,6 +139,8 @@ async def run(
 ) -> tuple[SearchResult, list[Event]]:
     events: list[Event] = []
     gateway = Gateway(model, limits or BudgetLimits(tokens=1_000_000), concurrency=gateway_concurrency)
+    # These specify a strategy's own pass; what follows it with budget left is tests/test_continuation.py's.
+    config.setdefault("one_pass", True)
     result = await search(get_task(task), problem, gateway, SearchConfig(**config), sinks=[events.append])
     return result, events
 

@@ -43,7 +43,7 @@ def expanded(model: ScriptedBackend) -> list[str]:
 
 
 # beam 1 would keep one first step: the seed's strategies must not cut to it.
-NARROW_BEAM = {"max_depth": 2, "breadth": 3, "beam": 1, "value_samples": 1, "controller": False}
+NARROW_BEAM = {"max_depth": 2, "breadth": 3, "beam": 1, "value_samples": 1, "controller": False, "one_pass": True}
 
 
 async def test_bfs_keeps_only_the_beam() -> None:
@@ -94,7 +94,8 @@ def test_game24_keeps_its_own_prune_threshold() -> None:
 
 async def test_by_default_a_general_thought_scored_below_three_in_ten_is_pruned() -> None:
     model = ScriptedBackend(responder=reply)
-    result = await asolve(QUESTION, model=model, max_depth=2, breadth=3, beam=3, value_samples=1, controller=False)
+    result = await asolve(QUESTION, model=model, max_depth=2, breadth=3, beam=3, value_samples=1, controller=False,
+                          one_pass=True)
     (a2,) = [n for n in result.graph if n.content == "a2"]
     assert a2.status.value == "pruned"
     assert "a2" not in expanded(model)
@@ -109,7 +110,7 @@ def test_loom_solve_takes_the_seed_strategy_names(server: FakeOpenAIServer, caps
                                                   strategy: str) -> None:
     server.responder = server_reply
     code = main(["solve", "--model", f"openai-compatible:{server.url}@m#completions", "--strategy", strategy,
-                 "--depth", "2", "--soft-depth", "3", "--breadth", "3", "--beam", "1", "--value-samples", "1", "--quiet", "--no-store",
+                 "--one-pass", "--depth", "2", "--soft-depth", "3", "--breadth", "3", "--beam", "1", "--value-samples", "1", "--quiet", "--no-store",
                  "--json", QUESTION])
     out = json.loads(capsys.readouterr().out)
     assert code == 0

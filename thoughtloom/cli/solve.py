@@ -53,6 +53,9 @@ def add_solve_parser(sub: Any) -> None:
     s.add_argument("--prune-threshold", type=unit_float("--prune-threshold"), help="prune thoughts scoring below this")
     s.add_argument("--aggregation", choices=("sum", "product", "min", "mean"), help="path score aggregation")
     s.add_argument("--iterations", type=positive_int("--iterations"), help="MCTS simulations")
+    s.add_argument("--one-pass", action="store_true", default=None,
+                   help="bfs, dfs, best_first: stop after the first pass, as the papers do (default: go on from "
+                        "the thoughts held back, then with more proposals, while budget is left)")
     add_role_options(s, {
         "generator": "writes the thoughts (generate, refine)",
         "evaluator": "scores the thoughts (value, vote)",

@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 from ..graph import NodeStatus
 from ..llm.budget import LIMIT_NAMES, BudgetLimits
 from ..search.config import DEPTH_STRATEGIES
+from ..search.continuation import held_back
 from ..search.events import ControlDecision
 from ..search.operators import value_many
 from ..search.stop import StopReason
@@ -595,6 +596,14 @@ class Controller:
             prevented, action = await self._prevent_depth_limit(ctx, failure, state)
         else:  # PROBLEM_INTRACTABLE
             compromise = self.negotiator.compromise(state)
+            waiting = len(held_back(ctx))
+            if compromise is not None and waiting:
+                # The search will try these before it ends: a compromise now would cut that short.
+                action = (f"no compromise offered: {waiting} thought{'s are' if waiting != 1 else ' is'} held back by "
+                          "the beam, still to be tried")
+                self.actions.append({"mode": mode.value, "action": action, "likelihood": failure.likelihood})
+                self.record(ctx, "failure", "act", action, mode=mode.value)
+                return True
             if compromise is not None and compromise.node_id != self._rejected_compromise:
                 action = "offered the best thought as a compromise"
                 self.actions.append({"mode": mode.value, "action": action, "likelihood": failure.likelihood})

@@ -26,6 +26,7 @@ SEARCH_OPTIONS = {
     "reasks": "reasks", "cove_questions": "cove_questions",
     "prune_threshold": "prune_threshold", "aggregation": "aggregation", "iterations": "mcts_iterations",
     "max_nodes": "max_nodes", "concurrency": "concurrency", "temperature": "temperature", "seed": "seed",
+    "one_pass": "one_pass",
     # loom agent's names for the scheduler's settings
     "parallel": "beam", "order": "agent_order", "on_failure": "on_failure",
 }

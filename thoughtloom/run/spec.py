@@ -161,13 +161,17 @@ class RunSpec:
                    for k, v in options.items() if k in _OPTION_FIELDS},
                 sandbox=SandboxLimits(**sandbox) if sandbox else None,
             )
+            config = dict(data.get("config") or {})
+            if "one_pass" not in config:
+                # Stored before a tree search went on past its first pass: it made one.
+                config["one_pass"] = True
             control = data.get("control")
             if control is not None and "depth_margin" not in control:
                 # Stored before the controller could raise the depth limit: it kept the search's limit.
                 control = {**control, "depth_margin": 0}
             return cls(
                 task=data["task"], problem=data["problem"], model=data.get("model", "local"),
-                task_options=task_options, config=SearchConfig(**_known(SearchConfig, data.get("config") or {})),
+                task_options=task_options, config=SearchConfig(**_known(SearchConfig, config)),
                 budget=BudgetLimits(**(data.get("budget") or {})), profile=data.get("profile") or "default",
                 control=ControlSettings(**_known(ControlSettings, control)) if control is not None else None,
                 answers=AutoAnswers(**(data.get("answers") or {})),

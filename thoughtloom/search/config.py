@@ -81,6 +81,9 @@ class SearchConfig:
     #: Groundings (sandbox runs, test suites) in flight at once; they compete for the CPU.
     grounding_concurrency: int = 2
     stop_on_goal: bool = True
+    #: bfs, tree_of_thoughts, breadth_first, dfs and best_first: stop after the first pass, as the
+    #: papers do, instead of going on while budget is left (search/continuation.py).
+    one_pass: bool = False
     temperature: float = 0.7
     seed: int | None = None
     #: The fields given when this config was made (set by __new__, which sees the constructor's arguments).

@@ -143,8 +143,11 @@ class SearchContext:
         self.best_id: int | None = None
         self.seen: dict[Hashable, int] = {}
         self.expanded: set[int] = set()
+        #: Why each pruned thought was cut (a later pass may bring back those the beam held back).
+        self.prune_reasons: dict[int, str] = {}
         self.counts = {"proposed": 0, "rejected": 0, "repaired": 0, "duplicates": 0, "pruned": 0, "expansions": 0, "reasks": 0,
-                       "parse_failures": 0, "grounded": 0, "verified": 0, "grounding_failed": 0, "grounder_errors": 0}
+                       "parse_failures": 0, "grounded": 0, "verified": 0, "grounding_failed": 0, "grounder_errors": 0,
+                       "continuations": 0}
         self.grounders = tuple(grounders)
         self.grounding_policy = grounding_policy or GroundingPolicy()
         #: What grounding found, by node.
@@ -203,6 +206,10 @@ class SearchContext:
         if self.stop_reason is None:
             self.stop_reason = reason
 
+    def resume(self) -> None:
+        """Take back a stop that ended one pass (search/continuation.py decides another may follow)."""
+        self.stop_reason = None
+
     # --- paths and scores ---------------------------------------------------------------
 
     def steps(self, node_id: int) -> tuple[str, ...]:
@@ -229,8 +236,12 @@ class SearchContext:
             node.status is _S.SUCCEEDED
             and node_id not in self.expanded
             and len(self._steps[node_id]) < self.max_depth
-            and not (self._terminals and self.task.is_terminal(self.problem, self._steps[node_id]))
+            and not self.terminal(node_id)
         )
+
+    def terminal(self, node_id: int) -> bool:
+        """True when the task says the node's path is complete (nothing may follow it)."""
+        return self._terminals and self.task.is_terminal(self.problem, self._steps[node_id])
 
     def held_by_depth(self, node_id: int) -> bool:
         """True when only the depth limit keeps the node from being expanded (a deeper limit would let it)."""
@@ -629,6 +640,7 @@ class SearchContext:
         """Bring a pruned thought back into the search (backtracking)."""
         if self.graph.node(node_id).status is _S.PRUNED:
             self.graph.set_status(node_id, _S.SUCCEEDED)
+            self.prune_reasons.pop(node_id, None)
             self.counts["pruned"] -= 1
             if self.bus:
                 self.bus.emit(NodeRevived(node_id))
@@ -636,6 +648,7 @@ class SearchContext:
     def prune(self, node_id: int, reason: str) -> None:
         """Cut a thought from the search."""
         self.graph.set_status(node_id, _S.PRUNED)
+        self.prune_reasons[node_id] = reason
         self.counts["pruned"] += 1
         if self.bus:
             self.bus.emit(NodePruned(node_id, reason))

@@ -200,6 +200,7 @@ async def search(
     stats = SearchStats(
         nodes=len(ctx.graph), pruned=counts["pruned"], rejected=counts["rejected"], repaired=counts["repaired"],
         duplicates=counts["duplicates"], expansions=counts["expansions"], reasks=counts["reasks"],
+        continuations=counts["continuations"],
         parse_failures=counts["parse_failures"],
         max_depth=ctx.deepest(),
         wall_s=round(time.monotonic() - started, 3),

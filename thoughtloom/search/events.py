@@ -92,6 +92,19 @@ class NodeRevived(Event):
 
 
 @dataclass(slots=True)
+class SearchContinued(Event):
+    """A pass ended short of the goal with budget left, and another starts (search/continuation.py)."""
+
+    type: ClassVar[str] = "search_continued"
+    #: How the last pass ended (max_depth, frontier_exhausted).
+    ended: str
+    #: Where the new pass starts from: thoughts the beam held back, more proposals for a thought, a restart.
+    how: str
+    frontier: tuple[int, ...]
+    depth: int
+
+
+@dataclass(slots=True)
 class Backtracked(Event):
     type: ClassVar[str] = "backtracked"
     from_id: int

@@ -37,15 +37,10 @@ async def generate(ctx: SearchContext, node_id: int, attempt: int = 0) -> Propos
     attempt: how many times this node's proposals were all rejected already (each re-ask
     samples hotter, with a seed of its own).
     """
-    cfg, task, problem = ctx.config, ctx.task, ctx.problem
+    task, problem = ctx.task, ctx.problem
     steps = ctx.steps(node_id)
-    grounded = ctx.grounding.get(node_id)
-    revision = (
-        task.revise(problem, steps, grounded.evidence)
-        if grounded is not None and grounded.verified is False else None
-    )
-    propose = cfg.generation == "propose"
-    query = revision or (task.propose(problem, steps, ctx.breadth) if propose else task.sample(problem, steps))
+    propose = ctx.config.generation == "propose"
+    query = _generation_query(ctx, node_id)
     if attempt:
         query = replace(query, temperature=min(MAX_REASK_TEMPERATURE, ctx.temperature + REASK_HEAT * attempt))
     key = steps if not attempt else (steps, "again", attempt)
@@ -70,6 +65,19 @@ async def generate(ctx: SearchContext, node_id: int, attempt: int = 0) -> Propos
     else:
         thoughts = [t for t in (task.parse_sample(problem, steps, x) for x in texts) if t]
     return Proposals(list(dict.fromkeys(thoughts)), cost)
+
+
+def _generation_query(ctx: SearchContext, node_id: int) -> Query:
+    """What a node's children are asked with: a revision when its grounding failed, else a propose or sample prompt."""
+    task, problem, steps = ctx.task, ctx.problem, ctx.steps(node_id)
+    grounded = ctx.grounding.get(node_id)
+    if grounded is not None and grounded.verified is False:
+        revision = task.revise(problem, steps, grounded.evidence)
+        if revision is not None:
+            return revision
+    if ctx.config.generation == "propose":
+        return task.propose(problem, steps, ctx.breadth)
+    return task.sample(problem, steps)
 
 
 @dataclass(slots=True)
@@ -120,10 +128,38 @@ async def expand(ctx: SearchContext, node_id: int) -> list[int]:
     return [c for c in children if node(c).status is _S.SUCCEEDED]
 
 
-def _add_children(ctx: SearchContext, node_id: int, proposals: Proposals) -> tuple[list[tuple[int, str]], int]:
+async def widen(ctx: SearchContext, node_id: int, times: int) -> list[int]:
+    """More children for a thought expanded already; its new scored children (none: it has no more).
+
+    Where the model ranked the task's valid steps, the next `breadth` of them (the same call, so
+    the cache answers it at no cost); otherwise new samples, hotter and with a seed of their own.
+    times: how many times this thought has been widened, this one included.
+    """
+    if ctx.stopped:
+        return []
+    ctx.counts["expansions"] += 1
+    query = _generation_query(ctx, node_id)
+    # Free-text steps: the first call's samples are the children made already; a re-ask's
+    # attempts are numbered up to `reasks`, so a widening's seed is one none of them had.
+    chooses = bool(query.choices) and ctx.scores_choices
+    got = await generate(ctx, node_id, 0 if chooses else ctx.config.reasks + times)
+    if got is None:
+        return []
+    added, _ = _add_children(ctx, node_id, got, skip_children=True)
+    priors = {child: prior for child, raw in added if (prior := got.prior(raw)) is not None}
+    children = [child for child, _ in added]
+    await evaluate(ctx, node_id, children, priors)
+    node = ctx.graph.node
+    return [c for c in children if node(c).status is _S.SUCCEEDED]
+
+
+def _add_children(ctx: SearchContext, node_id: int, proposals: Proposals,
+                  skip_children: bool = False) -> tuple[list[tuple[int, str]], int]:
     """Validate proposals in order and add the first `breadth` new ones.
 
     Returns each child with the proposal it came from, and how many proposals were rejected.
+    skip_children: proposals that are already children of the node are passed over silently (a
+    widening goes past them), not counted as duplicates.
     """
     thoughts, cost = proposals.thoughts, proposals.cost
     task, problem = ctx.task, ctx.problem
@@ -149,6 +185,9 @@ def _add_children(ctx: SearchContext, node_id: int, proposals: Proposals) -> tup
             thought, note = verdict.thought, verdict.note if verdict.repaired else None
         path = steps + (thought,)
         key = state_key(problem, path)
+        if skip_children and key in seen and node_id in ctx.graph.parents(seen[key]):
+            proposed -= 1
+            continue
         if key in seen and ctx.merge_duplicate(node_id, key):
             continue
         child = ctx.add_thought(parents, thought, "generate", cost_tokens=share, note=note, steps=path)

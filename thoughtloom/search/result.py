@@ -139,6 +139,8 @@ class SearchStats:
     expansions: int = 0
     #: Expansions asked again because every proposal was rejected.
     reasks: int = 0
+    #: Passes a tree search made after its first ended short of the goal (search/continuation.py).
+    continuations: int = 0
     #: Replies to a structured request (a JSON schema) that were not the JSON asked for, and were
     #: read by the task's text parsing instead.
     parse_failures: int = 0
@@ -153,7 +155,7 @@ class SearchStats:
         """Plain data for JSON output: the grounding counts sit beside the others, as before wall_s."""
         out: dict[str, Any] = {k: getattr(self, k) for k in
                                ("nodes", "pruned", "rejected", "repaired", "duplicates", "expansions", "reasks",
-                                "parse_failures", "max_depth")}
+                                "continuations", "parse_failures", "max_depth")}
         if self.grounding is not None:
             out.update(asdict(self.grounding))
         out["wall_s"] = self.wall_s

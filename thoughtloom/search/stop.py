@@ -15,6 +15,9 @@ class StopReason(StrEnum):
     INSIGHT_TARGET = "insight_target"
     MAX_DEPTH = "max_depth"
     FRONTIER_EXHAUSTED = "frontier_exhausted"
+    #: A tree search went on past its first pass (search/continuation.py) until no thought was left
+    #: that could give a new one.
+    SEARCH_EXHAUSTED = "search_exhausted"
     ITERATIONS = "iterations"
     MAX_NODES = "max_nodes"
     BUDGET_TOKENS = "budget_tokens"

@@ -22,6 +22,7 @@ from ..search.events import (
     NodePruned,
     NodeRevived,
     NodeScored,
+    SearchContinued,
     SearchStarted,
     SearchStopped,
     ThoughtGrounded,
@@ -115,6 +116,9 @@ class ProgressDisplay:
             return
         elif isinstance(event, GoalFound):
             self._line(f"goal reached at node {event.node_id}")
+            return
+        elif isinstance(event, SearchContinued):
+            self._line(f"continue ({event.ended}, budget left): {event.how}, {len(event.frontier)} at depth {event.depth}")
             return
         elif isinstance(event, SearchStopped):
             # The last status line says what the result's summary says.

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import heapq
+from collections.abc import Sequence
 
 from ..context import SearchContext
+from ..continuation import continued
 from ..operators import expand
 from ..stop import StopReason
 
@@ -18,7 +20,13 @@ def _priority(ctx: SearchContext, node_id: int) -> float:
 
 async def run_best_first(ctx: SearchContext) -> None:
     """Keep up to `beam` expansions in flight, each time taking the best open thought."""
-    heap: list[tuple[float, int]] = [(-1.0, ctx.root)]
+    await continued(ctx, _from)
+
+
+async def _from(ctx: SearchContext, start: Sequence[int]) -> None:
+    """One best-first pass from the start nodes until nothing open is left."""
+    heap: list[tuple[float, int]] = [(-1.0 if n == ctx.root else -_priority(ctx, n), n) for n in start]
+    heapq.heapify(heap)
     running: dict[asyncio.Task[list[int]], int] = {}
     try:
         while not ctx.stopped:

@@ -8,7 +8,10 @@ as they are scored.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from ..context import SearchContext
+from ..continuation import continued
 from .common import Keep, expand_all, keep_all, keep_beam, keep_promising, next_level
 
 
@@ -29,7 +32,10 @@ async def run_breadth_first(ctx: SearchContext) -> None:
 
 
 async def _by_level(ctx: SearchContext, keep: Keep) -> None:
-    frontier: list[int] | None = [ctx.root]
-    while frontier:
-        children = await expand_all(ctx, frontier)
-        frontier = await next_level(ctx, frontier, children, keep)
+    async def one_pass(ctx: SearchContext, start: Sequence[int]) -> None:
+        frontier: Sequence[int] | None = start
+        while frontier:
+            children = await expand_all(ctx, frontier)
+            frontier = await next_level(ctx, frontier, children, keep)
+
+    await continued(ctx, one_pass)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 
 from ..context import SearchContext
+from ..continuation import OUTSIDE_BEAM
 from ..eager import eager_gather
 from ..operators import expand
 from ..stop import StopReason
@@ -32,7 +33,7 @@ def keep_beam(ctx: SearchContext, candidates: Iterable[int]) -> list[int]:
     ranked = rank(ctx, (c for c in candidates if ctx.expandable(c)))
     beam = ctx.beam
     for dropped in ranked[beam:]:
-        ctx.prune(dropped, "outside the beam")
+        ctx.prune(dropped, OUTSIDE_BEAM)
     return ranked[:beam]
 
 

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from ...graph import NodeStatus
 from ..context import SearchContext
+from ..continuation import continued
 from ..events import Backtracked
 from ..operators import expand
 from .common import rank
@@ -12,7 +15,15 @@ from ..stop import StopReason
 
 async def run_dfs(ctx: SearchContext) -> None:
     """Follow the best child first; children below the threshold are pruned; backtrack when stuck."""
-    await _visit(ctx, ctx.root)
+    await continued(ctx, _from)
+
+
+async def _from(ctx: SearchContext, start: Sequence[int]) -> None:
+    """One depth-first pass from each start node in turn."""
+    for node_id in start:
+        await _visit(ctx, node_id)
+        if ctx.stopped:
+            return
     ctx.stop(StopReason.FRONTIER_EXHAUSTED)
 
 
