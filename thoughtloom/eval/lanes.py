@@ -14,6 +14,7 @@ report's separately named any@k metric; it never decides a lane's answer.
 
 from __future__ import annotations
 
+import asyncio
 import math
 import re
 import tempfile
@@ -47,7 +48,7 @@ from .scoring import (
     plain,
 )
 
-SAMPLING_LANES = ("io", "cot", "cot_sc", "best_of_n", "react")
+SAMPLING_LANES = ("io", "cot", "cot_sc", "best_of_n", "react", "pot")
 #: Search lanes and the engine strategy each runs (recursive: only when that strategy is registered).
 SEARCH_LANES = {"tot": "bfs", "dfs": "dfs", "mcts": "mcts", "got": "got", "recursive": "recursive", "random": "bfs",
                 "cove": "cove"}
@@ -69,6 +70,7 @@ LANE_DEFAULTS: dict[str, dict[str, Any]] = {
     "cot_sc": {"k": 5},
     "best_of_n": {"n": 5},
     "react": {"max_steps": 4},
+    "pot": {"k": 1},
 }
 #: A react turn (a thought and one action) is this many tokens at most; the loop stops past max_steps.
 #: Room for an instruct model's wordier thought; a base model stops at "\nResult:" long before.
@@ -169,6 +171,8 @@ def check_lane(lane: str, dataset: Dataset) -> None:
         return
     if lane == "react" and PROMPTS[family].react is None:
         raise LaneError(f"lane react needs a tool for {dataset.name}; it has none (react runs on game24 and gsm8k)")
+    if lane == "pot" and PROMPTS[family].pot is None:
+        raise LaneError(f"lane pot has no program prompt for {dataset.name} (it runs on gsm8k)")
 
 
 def check_params(lane: str, params: dict[str, Any]) -> None:
@@ -487,7 +491,25 @@ def _calculate(expression: str) -> str:
     return fmt(value)
 
 
-_SAMPLERS = {"io": _io, "cot": _cot, "cot_sc": _cot_sc, "best_of_n": _best_of_n, "react": _react}
+async def _pot(dataset: Dataset, problem: Problem, gateway: Gateway, params: dict[str, Any], temperature: float,
+               seed: int | None) -> LaneOutcome:
+    """Program of thought: k programs that compute the answer, each run in the sandbox for what it
+    prints; with k > 1 the printed answers are voted on (self-consistency over programs)."""
+    from ..grounding.programs import run_answer_program
+
+    fam = PROMPTS[dataset.spec.prompts]
+    assert fam.pot is not None
+    texts = await _ask(gateway, fam.prompt(fam.pot, problem.shown), n=int(params["k"]), max_tokens=fam.pot_tokens,
+                       stop=("```",), temperature=temperature, seed=seed, purpose="pot")
+    runs = await asyncio.gather(*(run_answer_program(t) for t in texts))
+    candidates: list[str | None] = [r.answer for r in runs]
+    errors = "; ".join(r.why_not for r in runs if r.why_not)
+    answer = majority(dataset, candidates) if len(candidates) > 1 else candidates[0]
+    return LaneOutcome(answer, candidates if len(candidates) > 1 else [], error=errors or None,
+                       replies=tuple(texts))
+
+
+_SAMPLERS = {"io": _io, "cot": _cot, "cot_sc": _cot_sc, "best_of_n": _best_of_n, "react": _react, "pot": _pot}
 
 
 # --- search lanes --------------------------------------------------------------------------
