@@ -305,3 +305,54 @@ def test_the_embedded_model_generates_while_an_http_server_evaluates(servers: di
     assert roles["main"]["calls"] >= 2 and roles["main"]["output_tokens"] > 0  # generate and the final answer
     for key in ("input_tokens", "output_tokens", "calls"):
         assert roles["main"][key] + roles["evaluator"][key] == out["usage"][key]
+
+
+# --- in loom bench ------------------------------------------------------------------------------------
+
+
+def bench_with_roles(servers: dict[str, FakeOpenAIServer], lanes: list[str], roles: dict[str, str]) -> Any:
+    from thoughtloom.eval.datasets import given_problems
+    from thoughtloom.eval.runner import BenchOptions, build_protocol, run_protocol
+    from thoughtloom.llm.registry import make_backend
+
+    dataset = given_problems(QUESTION, "general")
+    protocol = build_protocol(BenchOptions(tasks=[dataset.name], lanes=lanes, model=spec(servers["main"], "main"),
+                                           limit=1, budget_tokens=4000,
+                                           lane_params={"tot": {k: v for k, v in SEARCH.items() if k != "seed"}},
+                                           role_models=roles), {dataset.name: dataset})
+
+    async def go() -> Any:
+        backend = make_backend(protocol.model)
+        try:
+            return await run_protocol(protocol, backend, None, datasets={dataset.name: dataset}, keep_results=True)
+        finally:
+            await backend.aclose()
+
+    return protocol, asyncio.run(go())
+
+
+def test_a_bench_runs_its_search_lanes_roles_on_their_models_and_the_other_lanes_on_its_model(
+        servers: dict[str, FakeOpenAIServer]) -> None:
+    protocol, _ = bench_with_roles(servers, ["io", "tot"], {"evaluator": spec(servers["evaluator"], "evaluator")})
+    assert protocol.role_models == {"evaluator": spec(servers["evaluator"], "evaluator")}
+    assert kinds(servers["evaluator"]) == {"evaluate"}
+    markers = ("Give the single best next step", "Evaluate the last step", "Give the final answer")
+    search = [s for s in servers["main"].seen if any(m in s.body["messages"][-1]["content"] for m in markers)]
+    assert {what(s) for s in search} == {"generate", "synthesize"}  # the tot lane's evaluations went elsewhere
+    assert len(servers["main"].seen) > len(search)  # and the io lane asked the run's model
+
+
+def test_role_models_are_part_of_a_bench_protocol_and_its_fingerprint(servers: dict[str, FakeOpenAIServer]) -> None:
+    from thoughtloom.eval.protocol import Protocol
+
+    with_roles, _ = bench_with_roles(servers, ["tot"], {"evaluator": spec(servers["evaluator"], "evaluator")})
+    without, _ = bench_with_roles(servers, ["tot"], {})
+    assert with_roles.fingerprint() != without.fingerprint()
+    assert Protocol.from_dict(with_roles.to_dict()).role_models == with_roles.role_models
+    assert "role_models" not in {k for k, v in without.to_dict().items() if v}
+
+
+def test_loom_bench_refuses_a_role_model_that_does_not_parse_in_one_line(tmp_path: Path) -> None:
+    proc = loom("bench", "--tasks", "game24", "--lanes", "tot", "--evaluator-model", "nonsense",
+                "--data-dir", str(tmp_path), "--out", str(tmp_path / "out"))
+    assert_one_line_error(proc, "evaluator")

@@ -47,6 +47,13 @@ def add_bench_parser(sub: Any, positive_int: Any, positive_float: Any) -> None:
     b.add_argument("--budget-seconds", type=positive_float("--budget-seconds"), help="per-problem wall-clock limit")
     add_price_options(b)
     add_threads_option(b)
+    from .solve import add_role_options
+
+    add_role_options(b, {
+        "generator": "writes the search lanes' thoughts (tot, dfs, mcts, got; the other lanes run on --model)",
+        "evaluator": "scores the search lanes' thoughts",
+        "synthesizer": "writes the search lanes' final answers",
+    })
     b.add_argument("--temperature", type=float, help="sampling temperature of every lane (default 0.7)")
     b.add_argument("--seed", type=int, help="base seed; problem i gets seed+i in every lane (default 0)")
     b.add_argument("--param", action="append", default=[], metavar="LANE.KEY=VALUE",
@@ -124,9 +131,12 @@ def _options(args: argparse.Namespace) -> Any:
         "budget_tokens": args.budget_tokens, "budget_calls": args.budget_calls, "budget_usd": args.budget_usd,
         "budget_seconds": args.budget_seconds, "temperature": args.temperature, "seed": args.seed,
         "data_dir": args.data_dir, "price_in": args.price_in, "price_out": args.price_out,
+        "role_models": {role: model for role in ("generator", "evaluator", "synthesizer")
+                        if (model := getattr(args, f"{role}_model", None))} or None,
     }
     merged = {**base, **{k: v for k, v in flags.items() if v is not None}}
     _check_prices(merged)
+    _check_role_models(merged)
     merged.setdefault("tasks", ["game24"])
     merged.setdefault("lanes", ["io", "cot", "cot_sc", "tot"])
     merged.setdefault("model", os.environ.get("THOUGHTLOOM_MODEL", "local"))
@@ -148,6 +158,17 @@ def _options(args: argparse.Namespace) -> Any:
         return BenchOptions(lane_params=lane_params, lane_overrides=overrides, **merged)
     except TypeError as exc:
         raise BenchError(f"bad protocol: {exc}") from None
+
+
+def _check_role_models(settings: dict[str, Any]) -> None:
+    """The role models, from the flags or a protocol file, checked before any data is read."""
+    from ..eval.protocol import ProtocolError
+    from ..eval.runner import checked_role_models
+
+    try:
+        checked_role_models(settings.get("role_models") or {})
+    except ProtocolError as exc:
+        raise BenchError(str(exc)) from None
 
 
 def _check_prices(settings: dict[str, Any]) -> None:
@@ -205,6 +226,14 @@ def cmd_bench(args: argparse.Namespace) -> int:
             + (f"; declared to differ: {', '.join(protocol.declared_differences)}" if protocol.declared_differences else ""))
         say(f"run directory {out} · {counted(sum(len(v) for v in protocol.problems.values()), 'problem')} x "
             f"{counted(len(protocol.lanes), 'lane')} · budget {protocol.budget_tokens or '-'} tokens per problem")
+        if protocol.role_models:
+            from ..eval.lanes import ROLE_LANES
+
+            roles = ", ".join(f"{role} on {model}" for role, model in protocol.role_models.items())
+            with_roles = [p.lane for p in protocol.lanes if p.lane in ROLE_LANES]
+            # Not progress: said even with --quiet, as the table's lanes ran on different models.
+            print(f"loom bench: roles: {roles} in lanes {', '.join(with_roles) or '(none of these)'}; every other "
+                  f"call runs on {protocol.model}", file=sys.stderr, flush=True)
         store = ResultsStore(out)
         if args.executor == "ray":
             stats = _run_on_ray(args, protocol, store, datasets, say)

@@ -60,6 +60,10 @@ AGENT_LANE = "agent"
 #: The lane that runs the research strategy (Research Flow) on a question over the problem's own documents.
 RESEARCH_LANE = "research"
 ALL_LANES = (*SAMPLING_LANES, *SEARCH_LANES, AGENT_LANE, RESEARCH_LANE)
+#: Lanes whose search has the operators' roles (generator, evaluator, synthesizer), so a protocol's
+#: role models apply to them; every other lane runs on the protocol's model alone (the random
+#: control above all: it must not be given a model's judgement).
+ROLE_LANES = ("tot", "dfs", "mcts", "got")
 #: Prompt families whose problems bring their own documents, sentence by sentence (the research lane's corpus).
 RESEARCH_SETS: tuple[str, ...] = ("hotpotqa",)
 #: The agent lane's tools by prompt family: math word problems get the exact calculator and
@@ -184,7 +188,7 @@ def check_params(lane: str, params: dict[str, Any]) -> None:
         from ..search.config import SearchConfig as Config
     if engine:
         defaults = {f.name: f.default for f in fields(Config)
-                    if f.name not in ("strategy", "temperature", "seed")}  # shared by the protocol
+                    if f.init and f.name not in ("strategy", "temperature", "seed")}  # shared by the protocol
     else:
         defaults = LANE_DEFAULTS.get(lane, {})
     for name, value in params.items():
@@ -234,8 +238,9 @@ def _lists_choices(task_name: str) -> bool:
 
 def search_spec(lane: str, dataset: Dataset, problem: Problem, backend: Backend, limits: BudgetLimits,
                 params: dict[str, Any], temperature: float, seed: int | None, store: Any = None,
-                knowledge: str | None = None) -> Any:
-    """The RunSpec a search, agent or research lane runs: resolved like `loom solve` / `loom agent` / `loom research`, plus the lane's settings (knowledge: the corpus)."""
+                knowledge: str | None = None, role_models: dict[str, str] | None = None) -> Any:
+    """The RunSpec a search, agent or research lane runs: resolved like `loom solve` / `loom agent` / `loom research`,
+    plus the lane's settings (knowledge: the corpus; role_models: for the lanes with roles)."""
     from ..run.spec import SpecError, research_tools, resolve
     from ..tasks.registry import get_task
 
@@ -257,7 +262,8 @@ def search_spec(lane: str, dataset: Dataset, problem: Problem, backend: Backend,
 
             backend = ChanceBackend(backend, seed=seed or 0)
         return resolve(problem.text, task=task, model=backend, budget=limits, store=store,
-                       search={"strategy": SEARCH_LANES[lane], **search})
+                       search={"strategy": SEARCH_LANES[lane], **search},
+                       role_models=(role_models or None) if lane in ROLE_LANES else None)
     except SpecError as exc:
         raise LaneError(f"lane {lane}: {exc}") from None
 
@@ -283,10 +289,12 @@ async def run_lane(
     seed: int | None,
     slots: ModelLimit | None = None,
     store: Any = None,
+    role_models: dict[str, str] | None = None,
 ) -> tuple[LaneOutcome, LaneSpend]:
     """Run one lane on one problem under a fresh budget over `backend`; never raises for model trouble.
 
     slots: the model-concurrency limit all lanes share. store: search lanes record their runs there.
+    role_models: role -> model spec, for the lanes with roles (ROLE_LANES).
     """
     from ..run.execute import lane_gateway
 
@@ -294,7 +302,7 @@ async def run_lane(
     try:
         if lane in SEARCH_LANES or lane in (AGENT_LANE, RESEARCH_LANE):
             outcome = await _search(lane, dataset, problem, backend, limits, params, temperature, seed, slots,
-                                    store, gateways.append)
+                                    store, gateways.append, role_models)
         else:
             gateway = lane_gateway(backend, limits, slots)
             gateways.append(gateway)
@@ -517,7 +525,7 @@ _SAMPLERS = {"io": _io, "cot": _cot, "cot_sc": _cot_sc, "best_of_n": _best_of_n,
 
 async def _search(lane: str, dataset: Dataset, problem: Problem, backend: Backend, limits: BudgetLimits,
                   params: dict[str, Any], temperature: float, seed: int | None, slots: ModelLimit | None,
-                  store: Any, on_gateway: Any) -> LaneOutcome:
+                  store: Any, on_gateway: Any, role_models: dict[str, str] | None = None) -> LaneOutcome:
     from ..run.execute import execute
     from ..tasks.base import ProblemError, UnsupportedOperation
 
@@ -525,7 +533,8 @@ async def _search(lane: str, dataset: Dataset, problem: Problem, backend: Backen
         corpus = sentence_corpus(problem) if lane == RESEARCH_LANE else \
             problem_corpus(problem if lane == AGENT_LANE else None)
         with corpus as knowledge:
-            spec = search_spec(lane, dataset, problem, backend, limits, params, temperature, seed, store, knowledge)
+            spec = search_spec(lane, dataset, problem, backend, limits, params, temperature, seed, store, knowledge,
+                               role_models)
             result = await execute(spec, slots=slots, on_gateway=on_gateway)
     except ProblemError as exc:
         return LaneOutcome(None, stop_reason=LaneStop.PROBLEM_ERROR, error=str(exc))

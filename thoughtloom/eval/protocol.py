@@ -75,6 +75,9 @@ class Protocol:
     #: what a dollar budget and the report's cost are counted at (None: the known price list's, if any).
     price_in: float | None = None
     price_out: float | None = None
+    #: Roles of the search lanes that support them (ROLE_LANES) run on a model of their own:
+    #: {"evaluator": "local:qwen2.5-coder-1.5b", ...}; every other call goes to `model`.
+    role_models: dict[str, str] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         """The manifest: plain data, stable key order."""
@@ -121,6 +124,8 @@ class Protocol:
         for key in ("price_in", "price_out"):
             if data.get(key) is None:
                 data.pop(key, None)  # likewise for runs without a price of the user's
+        if not data.get("role_models"):
+            data.pop("role_models", None)  # and for runs with no role on a model of its own
         return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
 
     @property
@@ -264,6 +269,14 @@ def _price(value: Any) -> str | None:
     return None if ok else "a price in USD per million tokens, at least 0 (or null)"
 
 
+def _role_models(value: Any) -> str | None:
+    from ..search.config import OPERATOR_ROLES
+
+    ok = isinstance(value, dict) and all(r in OPERATOR_ROLES and isinstance(m, str) and m.strip()
+                                         for r, m in value.items())
+    return None if ok else f'an object of role -> model spec, the roles {", ".join(OPERATOR_ROLES)}'
+
+
 def _data_dir(value: Any) -> str | None:
     return None if value is None or (isinstance(value, str) and value) else "a directory path (or null)"
 
@@ -274,7 +287,7 @@ FIELD_CHECKS: dict[str, Callable[[Any], str | None]] = {
     "limit": _positive_int, "budget_tokens": _positive_int, "budget_calls": _positive_int,
     "budget_usd": _positive_number, "budget_seconds": _positive_number, "temperature": _temperature,
     "seed": _seed, "data_dir": _data_dir, "lane_params": _lane_params, "problems": _names,
-    "price_in": _price, "price_out": _price,
+    "price_in": _price, "price_out": _price, "role_models": _role_models,
 }
 #: Settings one lane of a protocol file may set apart from the others (the audit then needs them declared).
 LANE_FIELDS = ("model", "temperature", "budget_tokens", "budget_calls", "budget_usd", "budget_seconds", "seed",

@@ -68,6 +68,8 @@ class BenchOptions:
     #: the user's price of `model`, USD per million input / output tokens (both or neither)
     price_in: float | None = None
     price_out: float | None = None
+    #: role -> model spec for the search lanes that have roles (generator, evaluator, synthesizer)
+    role_models: dict[str, str] = field(default_factory=dict)
 
 
 def build_protocol(opts: BenchOptions, datasets: dict[str, Dataset] | None = None) -> Protocol:
@@ -116,7 +118,27 @@ def build_protocol(opts: BenchOptions, datasets: dict[str, Dataset] | None = Non
         budget_seconds=opts.budget_seconds, seed=opts.seed, selection=opts.selection, data_dir=opts.data_dir,
         declared_differences=list(opts.declared_differences), code_version=code_version(),
         not_applicable=not_applicable, price_in=opts.price_in, price_out=opts.price_out,
+        role_models=checked_role_models(opts.role_models),
     )
+
+
+def checked_role_models(role_models: dict[str, str]) -> dict[str, str]:
+    """Role models for a protocol: known roles, specs that parse, pinned as a run stores them."""
+    from ..llm.errors import ModelConfigError
+    from ..llm.registry import parse_model_spec
+    from ..run.spec import pinned_model
+    from ..search.config import OPERATOR_ROLES
+
+    out: dict[str, str] = {}
+    for role, model in sorted(role_models.items()):
+        if role not in OPERATOR_ROLES:
+            raise ProtocolError(f"no role {role!r} in the search lanes; their roles are {', '.join(OPERATOR_ROLES)}")
+        try:
+            parse_model_spec(model)
+        except ModelConfigError as exc:
+            raise ProtocolError(f"--{role}-model: {exc}") from None
+        out[role] = str(pinned_model(model))
+    return out
 
 
 def prepare_run_dir(protocol: Protocol, out_dir: Path, progress: Progress | None = None) -> Protocol:
@@ -159,6 +181,7 @@ async def run_one(dataset: Dataset, problem: Problem, index: int, plan: LanePlan
     seed = protocol.seed_for(plan, index)
     started = time.monotonic()
     outcome, spend = await run_lane(plan.lane, dataset, problem, backend, limits_of(plan), params=plan.params,
+                                    role_models=protocol.role_models,
                                     temperature=plan.temperature, seed=seed, slots=slots, store=store)
     wall = time.monotonic() - started
     return await record_of(dataset, problem, index, plan, protocol, outcome, spend, wall), outcome

@@ -195,7 +195,7 @@ _UNCHECKED = DomainChecks()
 
 
 def _known(cls: type, data: Mapping[str, Any]) -> dict[str, Any]:
-    names = {f.name for f in fields(cls)}
+    names = {f.name for f in fields(cls) if f.init}
     return {k: v for k, v in data.items() if k in names}
 
 
