@@ -140,7 +140,7 @@ def _doubting(request: GenerateRequest, index: int) -> str:
 
 
 async def test_an_answer_its_own_evaluator_scored_low_says_so_beside_it() -> None:
-    result = await asolve("Is 91 prime?", model=ScriptedBackend(responder=_doubting), controller=False,
+    result = await asolve("Is 91 prime?", task="general", model=ScriptedBackend(responder=_doubting), controller=False,
                           max_depth=1, breadth=1, value_samples=1)
     lines = format_text(result).splitlines()
     assert lines[0] == "answer: 91 is prime.   [unchecked]"
@@ -155,7 +155,7 @@ async def test_an_answer_its_evaluator_stands_behind_has_no_doubt() -> None:
 
 
 async def test_a_general_answer_and_its_steps_keep_no_repeated_label() -> None:
-    result = await asolve("Is 91 prime?", model=ScriptedBackend(responder=_doubting), controller=False,
+    result = await asolve("Is 91 prime?", task="general", model=ScriptedBackend(responder=_doubting), controller=False,
                           max_depth=1, breadth=1, value_samples=1)
     assert result.answer == "91 is prime."
     assert [s.content for s in result.best_path][1] == "Final answer: 91 is prime."

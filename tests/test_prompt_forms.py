@@ -78,7 +78,7 @@ async def test_game24_reaches_24_through_either_prompt_form(server: FakeOpenAISe
 @pytest.mark.parametrize("endpoint", ["chat", "completions"])
 async def test_the_general_task_answers_through_either_prompt_form(server: FakeOpenAIServer, endpoint: str) -> None:
     server.responder = general_reply
-    result = await asolve("Natalia sold 48 clips in April and half as many in May. How many in all?",
+    result = await asolve("Natalia sold 48 clips in April and half as many in May. How many in all?", task="general",
                           model=f"openai-compatible:{server.url}@m#{endpoint}", seed=1, controller=False)
     assert result.answer is not None and "72" in result.answer
     assert result.score == pytest.approx(0.8)

@@ -370,6 +370,9 @@ def format_text(result: Any) -> str:
         grounded = result.grounding.get(step.id)
         mark = "" if grounded is None else {True: "  ✓", False: "  ✗", None: "  ?"}[grounded.verified]
         lines.append(f"  {step.id:>4}  {step.kind:<12} {content}{score}{mark}")
+        tally = result.graph.node(step.id).extra.get("tally") if step.id in result.graph else None
+        if tally:
+            lines.append(f"{'':>20}vote: {tally[:140]}")
         if step.evaluation is not None and step.evaluation.reasoning:
             why = " ".join(step.evaluation.reasoning.split())
             lines.append(f"{'':>20}why: {why if len(why) <= 140 else why[:137] + '...'}")

@@ -8,10 +8,13 @@ prints nothing or runs out of time has no answer, and says why.
 
 from __future__ import annotations
 
+import asyncio
+import time
 from dataclasses import dataclass
 
 from .fences import fenced_blocks
 from .sandbox import Sandbox, SandboxLimits
+from .types import GroundingResult, Thought
 
 #: An answer program's limits: arithmetic, not a workload.
 PROGRAM_LIMITS = SandboxLimits(timeout_s=5.0, cpu_s=5, memory_mb=256, max_output_bytes=8192)
@@ -51,3 +54,82 @@ async def run_answer_program(reply: str, sandbox: Sandbox | None = None) -> Prog
     if not lines:
         return ProgramAnswer(None, program, "the program printed nothing")
     return ProgramAnswer(lines[-1], program)
+
+
+class ProgramRuns:
+    """Answer programs run once each: the same program text is not run again within one owner's life.
+
+    A math task's thoughts are programs that several steps need the answer of (the vote among
+    siblings, the grounder, the final answer); each is run once, at most `concurrency` at a
+    time (they compete for the CPU with the model), and kept, up to `keep` of them.
+    """
+
+    def __init__(self, sandbox: Sandbox | None = None, *, concurrency: int = 2, keep: int = 4096) -> None:
+        """sandbox: where programs run (None: PROGRAM_LIMITS, the standard library only)."""
+        self._sandbox = sandbox if sandbox is not None else Sandbox(PROGRAM_LIMITS, site_packages=False)
+        self._slots = asyncio.Semaphore(concurrency)
+        self._keep = keep
+        self._done: dict[str, ProgramAnswer] = {}
+        self._running: dict[str, asyncio.Future[ProgramAnswer]] = {}
+
+    async def run(self, program: str) -> ProgramAnswer:
+        """The program's answer, run now or earlier (a run under way is waited for, not repeated)."""
+        done = self._done.get(program)
+        if done is not None:
+            return done
+        running = self._running.get(program)
+        if running is not None:
+            try:
+                return await asyncio.shield(running)
+            except asyncio.CancelledError:
+                if not running.cancelled():
+                    raise  # this waiter was cancelled, not the run it waited for
+                return await self.run(program)  # the run's owner was cancelled: run it here
+        future: asyncio.Future[ProgramAnswer] = asyncio.get_running_loop().create_future()
+        self._running[program] = future
+        try:
+            async with self._slots:
+                result = await run_answer_program(program, self._sandbox)
+        except asyncio.CancelledError:
+            future.cancel()
+            raise
+        except Exception as exc:
+            future.set_exception(exc)
+            future.exception()  # retrieved here: a waiter may never come
+            raise
+        finally:
+            del self._running[program]
+        if len(self._done) >= self._keep:
+            self._done.pop(next(iter(self._done)))
+        self._done[program] = result
+        future.set_result(result)
+        return result
+
+    def known(self, program: str) -> ProgramAnswer | None:
+        """The answer of a program run already; None when it was not run (or was forgotten)."""
+        return self._done.get(program)
+
+
+class ProgramGrounder:
+    """Runs a thought that is an answer program: verified when it prints an answer, failed when it does not."""
+
+    def __init__(self, runs: ProgramRuns, *, name: str = "program") -> None:
+        """runs: the runner the thought's task shares, so that a program is run once."""
+        self.name = name
+        self._runs = runs
+
+    def can_ground(self, thought: Thought) -> bool:
+        """Every thought of a program-writing task is a program."""
+        return bool(thought.content.strip())
+
+    async def ground(self, thought: Thought) -> GroundingResult:
+        """Run the program in the sandbox and report what it printed, or why it printed nothing."""
+        started = time.perf_counter()
+        ran = await self._runs.run(thought.content)
+        elapsed_ms = int((time.perf_counter() - started) * 1000)
+        if ran.answer is None:
+            return GroundingResult(self.name, True, False, f"ran the program in the sandbox: {ran.why_not}",
+                                   confidence=1.0, elapsed_ms=elapsed_ms, cost=1, failed=1)
+        return GroundingResult(self.name, True, True, f"ran the program in the sandbox: it printed {ran.answer[:200]}",
+                               confidence=1.0, elapsed_ms=elapsed_ms, cost=1, passed=1,
+                               details={"printed": ran.answer[:200]})

@@ -32,6 +32,7 @@ from ..search.config import (
 from ..search.research.config import ROLES, ResearchConfig, ResearchConfigError
 from ..search.strategies.fit import unsupported_reason
 from ..tasks.base import Task
+from ..tasks.math import is_math_question
 from ..tasks.registry import TaskOptions, get_task
 from ..tools.toolbox import ToolLimits
 
@@ -216,7 +217,8 @@ def _plain(options: TaskOptions) -> dict[str, Any]:
 
 
 def implied_task(options: TaskOptions, problem: str, profile_task: str | None) -> str:
-    """The task when none is named: from the options given, a benchmark id's prefix, the profile, else general."""
+    """The task when none is named: from the options given, a benchmark id's prefix, the profile, a
+    question about numbers (math), else general."""
     if options.repo is not None or options.failing_test:
         return "debug"
     if options.tests is not None:
@@ -224,7 +226,9 @@ def implied_task(options: TaskOptions, problem: str, profile_task: str | None) -
     prefix = problem.split("/")[0].lower() if "/" in problem else ""
     if prefix in ("humaneval", "mbpp"):
         return prefix
-    return profile_task or "general"
+    if profile_task:
+        return profile_task
+    return "math" if is_math_question(problem) else "general"
 
 
 def pinned_model(model: str | Backend) -> str | Backend:

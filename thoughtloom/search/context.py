@@ -130,6 +130,7 @@ class SearchContext:
         self._terminals = overrides(task, "is_terminal")
         #: The task computes some values exactly (else every thought is valued by the model).
         self.task_values_exactly = overrides(task, "exact_value")
+        self.task_tallies = overrides(task, "tally")
         #: The task's evaluator explains itself (else a value reply is parse_value's number alone).
         self.task_explains = overrides(task, "parse_evaluation")
         self.gateway = gateway
@@ -635,6 +636,10 @@ class SearchContext:
         if self.controller is None or self.stopped:
             return None
         return await self.controller.checkpoint(self)
+
+    def prove_goals(self, node_ids: Iterable[int]) -> None:
+        """Thoughts the task proved solve the problem (an agreement it counted): goals once scored."""
+        self._grounded_goals.update(node_ids)
 
     def revive(self, node_id: int) -> None:
         """Bring a pruned thought back into the search (backtracking)."""

@@ -11,6 +11,7 @@ into one and synthesize writes the final answer (synthesizer).
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
@@ -18,6 +19,7 @@ from ..graph import EdgeKind, NodeKind, NodeStatus
 from ..llm.inline import Later
 from ..llm.types import parse_choice_text
 from ..tasks.base import Query
+from ..tasks.query import Sampled
 from .context import Answer, SearchContext
 from .eager import eager_gather
 
@@ -64,6 +66,9 @@ async def generate(ctx: SearchContext, node_id: int, attempt: int = 0) -> Propos
         thoughts = task.parse_proposals(problem, steps, texts[0])
     else:
         thoughts = [t for t in (task.parse_sample(problem, steps, x) for x in texts) if t]
+        if ctx.task_tallies and len(set(thoughts)) < len(thoughts):
+            # A task that counts agreeing samples counts a repeated one as often as it came.
+            return Proposals(list(dict.fromkeys(thoughts)), cost, times=Counter(thoughts))
     return Proposals(list(dict.fromkeys(thoughts)), cost)
 
 
@@ -87,6 +92,8 @@ class Proposals:
     thoughts: list[str]
     cost: int
     odds: dict[str, float] | None = None
+    #: How many samples gave each thought, where some came more than once and the task counts them.
+    times: Counter[str] | None = None
 
     def prior(self, thought: str) -> float | None:
         """The thought's probability relative to the model's favourite step (1 for that one); None without odds."""
@@ -114,7 +121,7 @@ async def expand(ctx: SearchContext, node_id: int) -> list[int]:
         got = await generate(ctx, node_id, attempt)
         if got is None:
             return []
-        added, rejected = _add_children(ctx, node_id, got)
+        added, rejected, _ = _add_children(ctx, node_id, got)
         if got.odds:  # only a scored choice among the task's steps gives priors
             for child, raw in added:
                 prior = got.prior(raw)
@@ -145,19 +152,25 @@ async def widen(ctx: SearchContext, node_id: int, times: int) -> list[int]:
     got = await generate(ctx, node_id, 0 if chooses else ctx.config.reasks + times)
     if got is None:
         return []
-    added, _ = _add_children(ctx, node_id, got, skip_children=True)
+    added, _, revoted = _add_children(ctx, node_id, got, skip_children=True)
     priors = {child: prior for child, raw in added if (prior := got.prior(raw)) is not None}
     children = [child for child, _ in added]
-    await evaluate(ctx, node_id, children, priors)
+    if revoted and not children:
+        # Only repeats: no new thought, but more votes for the ones they repeat (a task that tallies).
+        await _tally(ctx, node_id, [])
+        children = revoted
+    else:
+        await evaluate(ctx, node_id, children, priors)
     node = ctx.graph.node
     return [c for c in children if node(c).status is _S.SUCCEEDED]
 
 
 def _add_children(ctx: SearchContext, node_id: int, proposals: Proposals,
-                  skip_children: bool = False) -> tuple[list[tuple[int, str]], int]:
+                  skip_children: bool = False) -> tuple[list[tuple[int, str]], int, list[int]]:
     """Validate proposals in order and add the first `breadth` new ones.
 
-    Returns each child with the proposal it came from, and how many proposals were rejected.
+    Returns each child with the proposal it came from, how many proposals were rejected, and the
+    children already there that were sampled again (counted as votes where the task tallies them).
     skip_children: proposals that are already children of the node are passed over silently (a
     widening goes past them), not counted as duplicates.
     """
@@ -169,6 +182,7 @@ def _add_children(ctx: SearchContext, node_id: int, proposals: Proposals,
     share = cost // max(1, len(thoughts))
     parents = (node_id,)
     children: list[tuple[int, str]] = []
+    revoted: list[int] = []
     breadth = ctx.breadth
     proposed = rejected = 0
     for raw in thoughts:
@@ -185,18 +199,30 @@ def _add_children(ctx: SearchContext, node_id: int, proposals: Proposals,
             thought, note = verdict.thought, verdict.note if verdict.repaired else None
         path = steps + (thought,)
         key = state_key(problem, path)
+        times = proposals.times[raw] if proposals.times else 1
         if skip_children and key in seen and node_id in ctx.graph.parents(seen[key]):
             proposed -= 1
+            if ctx.task_tallies:  # sampled again: more votes for the sibling it repeats
+                _sampled(ctx, seen[key], times)
+                revoted.append(seen[key])
             continue
         if key in seen and ctx.merge_duplicate(node_id, key):
             continue
         child = ctx.add_thought(parents, thought, "generate", cost_tokens=share, note=note, steps=path)
         if child is None:
             break
+        if times > 1:
+            _sampled(ctx, child, times - 1)
         seen[key] = child
         children.append((child, raw))
     ctx.counts["proposed"] += proposed
-    return children, rejected
+    return children, rejected, list(dict.fromkeys(revoted))
+
+
+def _sampled(ctx: SearchContext, node_id: int, more: int) -> None:
+    """Count `more` samples beyond the first that gave this thought (node.extra["samples"])."""
+    extra = ctx.graph.node(node_id).extra
+    extra["samples"] = extra.get("samples", 1) + more
 
 
 async def evaluate(ctx: SearchContext, parent_id: int, node_ids: Sequence[int],
@@ -355,6 +381,8 @@ async def settle_scores(ctx: SearchContext, scores: Sequence[tuple[int, float]])
 
 async def _vote(ctx: SearchContext, parent_id: int, node_ids: Sequence[int]) -> None:
     task, problem = ctx.task, ctx.problem
+    if ctx.task_tallies and await _tally(ctx, parent_id, node_ids):
+        return
     if len(node_ids) == 1:
         await settle_scores(ctx, [(node_ids[0], 1.0)])  # a vote with one candidate needs no call
         return
@@ -373,6 +401,25 @@ async def _vote(ctx: SearchContext, parent_id: int, node_ids: Sequence[int]) -> 
     for n in node_ids:
         ctx.graph.node(n).cost_tokens += cost // len(node_ids)
     await settle_scores(ctx, list(zip(node_ids, shares)))
+
+
+async def _tally(ctx: SearchContext, parent_id: int, node_ids: Sequence[int]) -> bool:
+    """The task's own count of agreement among all the parent's children as the vote, the new
+    ones (node_ids) and the earlier ones re-scored with them; False when the task leaves it to the model."""
+    graph = ctx.graph
+    for n in node_ids:
+        graph.set_status(n, _S.IN_PROGRESS)
+    everyone = [c for c in graph.children(parent_id) if graph.node(c).status is not _S.FAILED]
+    thoughts = [Sampled(graph.node(c).content, graph.node(c).extra.get("samples", 1)) for c in everyone]
+    tally = await ctx.task.tally(ctx.problem, ctx.steps(parent_id), thoughts)
+    if tally is None:
+        return False
+    # An agreement the task counted is a goal as a passed test is: the score alone does not decide it.
+    ctx.prove_goals(everyone[i] for i in tally.agreed)
+    for node_id, note in zip(everyone, tally.notes):
+        graph.node(node_id).extra["tally"] = note
+    await settle_scores(ctx, list(zip(everyone, tally.shares)))
+    return True
 
 
 async def aggregate(ctx: SearchContext, node_ids: Sequence[int]) -> int | None:

@@ -215,9 +215,15 @@ class SearchResult:
     def answer_doubt(self) -> str | None:
         """The evaluator's own doubt about an unchecked answer: its record on the answer's last evaluated
         step scores it below DOUBT_BELOW or calls it not promising (the answer and the reasoning shown
-        beside it must not disagree silently); None when it has none or the answer was checked."""
+        beside it must not disagree silently), or a vote the task counted never reached its quorum;
+        None when there is no doubt or the answer was checked."""
         if self.answer is None or self.solved is not None:
             return None
+        tallied = next((n for n in (self.graph.node(s.id) for s in reversed(self.best_path) if s.id in self.graph)
+                        if "tally" in n.extra), None)
+        if tallied is not None:
+            # A counted vote: doubtful when it never reached the task's quorum (no goal).
+            return None if self.goal_node is not None else f"the samples did not agree enough: {tallied.extra['tally']}"
         step = next((s for s in reversed(self.best_path) if s.evaluation is not None), None)
         if step is None or step.evaluation is None:
             return None

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 from ..graph import NodeKind
 from ..llm.types import Prompt, few_shot_messages
 from .evaluation import Evaluation
-from .query import Query, Verdict
+from .query import Query, Sampled, Tally, Verdict
 
 if TYPE_CHECKING:
     from ..grounding.types import Grounder, GroundingResult
@@ -194,6 +194,12 @@ class Task(Generic[P]):
     def parse_vote(self, problem: P, candidates: Sequence[str], texts: Sequence[str]) -> list[float]:
         """Each candidate's share of the votes."""
         raise UnsupportedOperation(f"task {self.name} cannot parse votes")
+
+    async def tally(self, problem: P, steps: Sequence[str], thoughts: Sequence[Sampled]) -> Tally | None:
+        """A vote the task counts itself, with no model, over all the sibling thoughts (the answers
+        their programs agree on); None: the model votes.
+        """
+        return None
 
     # --- aggregate and refine -----------------------------------------------------------
 

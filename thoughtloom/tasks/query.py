@@ -51,3 +51,22 @@ def json_object(text: str) -> dict[str, Any] | None:
     except ValueError:
         return None
     return value if isinstance(value, dict) else None
+
+
+@dataclass(frozen=True, slots=True)
+class Tally:
+    """Sibling thoughts compared without a model: each one's share of the agreeing answers, and
+    which of them an agreement settles (goals)."""
+
+    shares: tuple[float, ...]  # one per thought tallied, in [0, 1]
+    agreed: frozenset[int] = frozenset()  # indexes of the thoughts whose answer enough samples reached
+    #: What the count says of each thought, for a person ("3 of 5 samples printed 20"); empty: nothing.
+    notes: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Sampled:
+    """A thought and how many of the samples drawn gave it (a vote counts each)."""
+
+    thought: str
+    times: int = 1

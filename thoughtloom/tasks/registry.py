@@ -15,6 +15,7 @@ from .agent import AgentTask
 from .base import Task
 from .game24 import Game24
 from .general import GeneralTask
+from .math import MathTask
 from .research import ResearchTask
 
 if TYPE_CHECKING:
@@ -122,6 +123,7 @@ def _got(name: str) -> Callable[[TaskOptions], Task[Any]]:
 TASKS: dict[str, tuple[str, Callable[[TaskOptions], Task[Any]]]] = {
     "game24": (Game24.description, _no_options(Game24)),
     "general": (GeneralTask.description, _no_options(GeneralTask)),
+    "math": (MathTask.description, _no_options(MathTask)),
     "agent": (AgentTask.description, _no_options(AgentTask)),
     "research": (ResearchTask.description, _no_options(ResearchTask)),
     "code": ("write a Python function (--tests FILE); programs are run against the tests in a sandbox", _code),

@@ -1,0 +1,180 @@
+"""Math questions: programs the model writes run in the sandbox, and their answers are voted on (tasks/math.py)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from thoughtloom import SearchConfig, asolve, solve
+from thoughtloom.llm.budget import BudgetLimits
+from thoughtloom.llm.fake import ScriptedBackend
+from thoughtloom.llm.types import GenerateRequest
+from thoughtloom.run.spec import implied_task
+from thoughtloom.tasks.math import MathTask, canonical, is_math_question
+from thoughtloom.tasks.registry import TaskOptions
+
+QUESTION = "Ann has 8 apples and buys 3 bags of 4 more. How many apples does she have?"
+
+
+def writes(*programs: str) -> ScriptedBackend:
+    """A model whose program samples are these, in turn (then the last one again)."""
+    queue: Iterator[str] = iter(programs)
+    last = [programs[-1]]
+
+    def respond(request: GenerateRequest, index: int) -> str:
+        program = next(queue, last[0])
+        last[0] = program
+        return f"```python\n{program}\n```"
+
+    return ScriptedBackend(responder=respond)
+
+
+async def run(model: ScriptedBackend, tokens: int = 20_000, **config: object):
+    return await asolve(QUESTION, task="math", model=model, budget=BudgetLimits(tokens=tokens), controller=False,
+                        seed=1, **config)
+
+
+# --- routing --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("question", ["What is 17 * 23 + 5?", "Is 91 prime?", QUESTION,
+                                      "A shirt costs $12 and a hat costs $8. What do 3 shirts and 2 hats cost?"])
+def test_a_question_about_numbers_goes_to_the_math_task(question: str) -> None:
+    assert implied_task(TaskOptions(), question, None) == "math"
+
+
+@pytest.mark.parametrize("question", ["What is the capital of France?", "Plan a 3-day trip to Rome under 900 EUR",
+                                      "Why is the sky blue?"])
+def test_other_questions_stay_with_the_general_task(question: str) -> None:
+    assert implied_task(TaskOptions(), question, None) == "general"
+
+
+def test_a_profiles_task_wins_over_the_math_routing() -> None:
+    assert implied_task(TaskOptions(), "What is 17 * 23 + 5?", "code") == "code"
+
+
+def test_is_math_question_needs_a_number() -> None:
+    assert not is_math_question("How many moons does Mars have?")
+
+
+# --- answers as compared --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("printed", "shown"), [("396", "396"), ("396.0", "396"), ("1,200.50", "1200.5"),
+                                                ("$18", "18"), ("45%", "45"), ("True", "yes"), ("False", "no"),
+                                                ("0.333333333", "0.333333"), ("Paris", "Paris")])
+def test_printed_answers_are_compared_in_one_form(printed: str, shown: str) -> None:
+    assert canonical(printed) == shown
+
+
+# --- the search -----------------------------------------------------------------------------
+
+
+async def test_the_answer_is_what_the_agreeing_programs_printed() -> None:
+    result = await run(writes("apples = 8 + 3 * 4\nprint(apples)", "print(8 + 3 * 4)", "print(20)",
+                              "print(8 + 3 + 4)", "print(21)"))
+    assert result.answer == "20"
+    assert result.termination_reason == "goal_reached"
+
+
+async def test_a_program_that_fails_in_the_sandbox_scores_nothing() -> None:
+    result = await run(writes("print(1 / 0)", "print(20)", "print(2 * 10)", "print(4 * 5)", "print(19)"))
+    failing = next(n for n in result.graph if n.content == "print(1 / 0)")
+    assert failing.score == 0.0
+    assert result.grounding[failing.id].verified is False
+    assert "ZeroDivisionError" in result.grounding[failing.id].evidence
+    assert result.answer == "20"
+
+
+async def test_a_program_that_is_not_python_is_rejected_before_it_runs() -> None:
+    result = await run(writes("print(20", "print(20)", "print(2 * 10)", "print(4 * 5)", "print(40 / 2)"))
+    assert result.stats.rejected == 1
+    (broken,) = [n for n in result.graph if n.content == "print(20"]
+    assert broken.status.value == "failed"
+    assert broken.id not in result.grounding
+
+
+async def test_the_same_program_sampled_five_times_is_five_votes() -> None:
+    result = await run(writes("print(8 + 3 * 4)"))
+    (program,) = [n for n in result.graph if n.kind.value == "code"]
+    assert program.extra["samples"] == 5
+    assert result.termination_reason == "goal_reached"
+    assert result.usage.calls == 1
+
+
+async def test_a_lone_program_never_reaches_the_goal_however_it_scores() -> None:
+    # One sample, one pass: a quorum of three agreeing samples cannot be met.
+    result = await run(writes("print(20)"), breadth=1, one_pass=True)
+    assert result.answer == "20"
+    assert result.termination_reason != "goal_reached"
+    assert result.goal_node is None
+
+
+async def test_disagreeing_programs_make_the_search_sample_again_until_a_quorum_agrees() -> None:
+    first_round = ("print(20)", "print(19)", "print(18)", "print(17)", "print(1 / 0)")
+    result = await run(writes(*first_round, "print(20)", "print(4 * 5)", "print(16)"))
+    assert result.stats.continuations >= 1
+    assert result.termination_reason == "goal_reached"
+    assert result.answer == "16"  # 16 was sampled again and again: 8 votes against 20's 3
+
+
+async def test_a_repeated_sample_adds_a_vote_to_the_program_it_repeats() -> None:
+    first_round = ("print(20)", "print(19)", "print(18)", "print(17)", "print(16)")
+    result = await run(writes(*first_round, "print(4 * 5)", "print(20)", "print(19)", "print(18)", "print(17)"))
+    (twenty,) = [n for n in result.graph if n.content == "print(20)"]
+    assert twenty.extra["samples"] == 2
+    assert result.answer == "20"  # 20 twice and 4 * 5 once: three votes, more than any other
+    assert result.termination_reason == "goal_reached"
+
+
+async def test_one_pass_keeps_the_plurality_of_one_round_without_a_goal() -> None:
+    result = await run(writes("print(20)", "print(19)", "print(20.0)", "print(17)", "print(16)"), one_pass=True)
+    assert result.answer == "20"
+    assert result.termination_reason == "max_depth"
+
+
+async def test_no_model_is_asked_to_grade_or_vote() -> None:
+    model = writes("print(20)")
+    await run(model)
+    assert {r.purpose for r in model.calls} == {"generate"}
+
+
+def test_a_quorum_below_one_is_refused() -> None:
+    with pytest.raises(ValueError, match="quorum must be at least 1"):
+        MathTask(quorum=0)
+
+
+def test_a_vote_the_model_would_cast_is_not_accepted_as_a_math_setting() -> None:
+    with pytest.raises(Exception, match="vote|value"):
+        solve(QUESTION, task="math", model=writes("print(20)"), config=SearchConfig(evaluation="value"),
+              controller=False)
+
+
+# --- the embedded model -----------------------------------------------------------------------
+
+
+@pytest.mark.local_model
+def test_the_embedded_model_says_91_is_not_prime() -> None:
+    result = solve("Is 91 prime?", seed=1)
+    assert result.task == "math"
+    assert result.answer == "no"
+    assert result.termination_reason == "goal_reached"
+
+
+async def test_each_program_says_how_many_samples_printed_its_answer() -> None:
+    result = await run(writes("print(20)", "print(4 * 5)", "print(19)", "print(40 / 2)", "print(1 / 0)"))
+    notes = {n.content: n.extra["tally"] for n in result.graph if "tally" in n.extra}
+    assert notes["print(20)"] == "3 of 5 samples printed 20"
+    assert notes["print(19)"] == "1 of 5 samples printed 19"
+    assert notes["print(1 / 0)"].startswith("no answer (the program failed")
+
+
+async def test_an_answer_no_quorum_agreed_on_carries_a_doubt() -> None:
+    result = await run(writes("print(20)", "print(19)", "print(20.0)", "print(17)", "print(16)"), one_pass=True)
+    assert result.answer_doubt() == "the samples did not agree enough: 2 of 5 samples printed 20"
+
+
+async def test_an_agreed_answer_carries_no_doubt() -> None:
+    result = await run(writes("print(20)"))
+    assert result.answer_doubt() is None

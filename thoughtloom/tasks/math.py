@@ -1,0 +1,183 @@
+"""Math questions answered by programs the model writes, run in the sandbox and voted on (program of thought).
+
+A small model that reasons in prose gets sums wrong and then grades its own wrong step 10/10.
+Here a thought is a short Python program that computes the answer and prints it (as PAL does);
+nothing the model says about its own program counts:
+
+- a program that does not parse is rejected; one that fails, prints nothing or runs out of time
+  in the sandbox fails its grounding (`grounding/programs.py`);
+- a program's score is its answer's share of all the programs sampled for the question (the
+  same program sampled twice counts twice): agreement between independent samples, the check
+  self-consistency makes, counted without a model;
+- the goal is reached only when at least `quorum` samples' programs printed the same answer and
+  no other answer has as many; a program alone, or a partial step, never reaches it. Until then
+  the search goes on sampling while budget is left (search/continuation.py);
+- the answer is what the winning program printed, never a model's paraphrase of it.
+"""
+
+from __future__ import annotations
+
+import ast
+import asyncio
+import math
+import re
+from collections import Counter
+from collections.abc import Sequence
+from typing import Any, ClassVar
+
+from ..graph import NodeKind
+from ..grounding.programs import ProgramAnswer, ProgramGrounder, ProgramRuns, program_text
+from ..grounding.types import Grounder
+from ..llm.types import Message, Prompt
+from .base import Query, Task
+from .query import Sampled, Tally, Verdict
+
+SYSTEM = (
+    "Write a short Python program that computes the answer to the question and prints only the answer. "
+    "Name the quantities in variables and let Python do every calculation. For a yes/no question print "
+    "yes or no. Reply with one ```python code block and nothing else."
+)
+#: Invented worked examples (none is from a benchmark): a sum, a word problem, a yes/no question.
+EXAMPLES: tuple[tuple[str, str], ...] = (
+    ("What is 12 * 7 - 9?", "print(12 * 7 - 9)"),
+    ("A baker makes 3 trays of 12 cookies and sells 20 of them. How many cookies are left?",
+     "cookies_made = 3 * 12\ncookies_sold = 20\nprint(cookies_made - cookies_sold)"),
+    ("Is 221 a prime number?",
+     "n = 221\nis_prime = n > 1 and all(n % d for d in range(2, int(n ** 0.5) + 1))\nprint('yes' if is_prime else 'no')"),
+)
+#: A program long enough for a word problem; the reply stops at its closing fence.
+PROGRAM_TOKENS = 320
+#: Samples that must print the same answer before it is taken as the goal.
+QUORUM = 3
+
+_NUMBER = re.compile(r"[-+]?(?:\d[\d,]*\.?\d*|\.\d+)(?:[eE][-+]?\d+)?")
+_ARITHMETIC = re.compile(r"\d\s*(?:[-+*/^×÷%]|\*\*)\s*\(?\s*\d")
+_MATH_WORDS = re.compile(
+    r"\b(?:how (?:many|much|long|far|old)|total|sum|product|difference|average|mean|percent(?:age)?|"
+    r"remainder|divisible|prime|factor(?:ial)?|square root|squared|cubed|times|twice|half|"
+    r"per|each|cost|costs|price|profit|ratio|fraction|multiply|divide|subtract|add)\b",
+    re.IGNORECASE,
+)
+
+
+def is_math_question(text: str) -> bool:
+    """True for a question that is about numbers: it holds a number and either arithmetic or a
+    quantity word ("how many", "total", "prime", "per" ...). What `loom solve` routes to this task."""
+    if not any(ch.isdigit() for ch in text):
+        return False
+    return bool(_ARITHMETIC.search(text) or _MATH_WORDS.search(text))
+
+
+def canonical(printed: str | None) -> str | None:
+    """An answer as compared and shown: numbers without thousands separators, units or needless
+    decimals ("1,200.50" -> "1200.5", "$18" -> "18", "396.0" -> "396"); True/False as yes/no."""
+    if printed is None:
+        return None
+    text = printed.strip().strip("'\"")
+    lowered = text.lower().rstrip(".")
+    if lowered in ("true", "yes"):
+        return "yes"
+    if lowered in ("false", "no"):
+        return "no"
+    numbers = _NUMBER.findall(text)
+    if len(numbers) == 1 and len(text) - len(numbers[0]) <= 4:  # "$18", "18 kg", "45%": the number is the answer
+        try:
+            value = float(numbers[0].replace(",", ""))
+        except ValueError:
+            return text or None
+        if not math.isfinite(value):
+            return text
+        if value == int(value) and abs(value) < 1e15:
+            return str(int(value))
+        return f"{value:.6g}" if abs(value) < 1e6 else repr(value)
+    return text or None
+
+
+class MathTask(Task[str]):
+    """A question about numbers, answered by sandboxed programs the model writes and by their agreement."""
+
+    name = "math"
+    description = "a question about numbers: programs the model writes run in the sandbox, their answers voted on"
+    programmatic_answer = True
+    # A step is a whole program: the recursive strategy's free-text sub-goals do not apply.
+    free_text_steps = False
+    # One level: a program is a whole answer. Five samples a round; the vote is counted, not asked.
+    search_defaults: ClassVar[dict[str, Any]] = {"breadth": 5, "beam": 5, "max_depth": 1, "generation": "sample",
+                                                  "evaluation": "vote", "reasks": 1}
+
+    def __init__(self, runs: ProgramRuns | None = None, *, quorum: int = QUORUM) -> None:
+        """runs: where the programs run (None: the sandbox with PROGRAM_LIMITS); quorum: samples that must agree."""
+        if quorum < 1:
+            raise ValueError(f"quorum must be at least 1; got {quorum}")
+        self.runs = runs if runs is not None else ProgramRuns()
+        self.quorum = quorum
+
+    def grounders(self, problem: str) -> list[Grounder]:
+        """Each program run in the sandbox: one that prints no answer fails."""
+        return [ProgramGrounder(self.runs)]
+
+    def natural_depth(self, problem: str) -> int | None:
+        """A program is the whole answer."""
+        return 1
+
+    def sample(self, problem: str, steps: Sequence[str]) -> Query:
+        """One program that prints the answer (few-shot: chat turns, or completion text opened at a fence)."""
+        shots = "".join(f"Question: {q}\n```python\n{program}\n```\n\n" for q, program in EXAMPLES)
+        text = f"{SYSTEM}\n\n{shots}Question: {problem}\n```python\n"
+        turns = [Message("system", SYSTEM)]
+        for question, program in EXAMPLES:
+            turns += [Message("user", f"Question: {question}"), Message("assistant", f"```python\n{program}\n```")]
+        turns.append(Message("user", f"Question: {problem}"))
+        # "\n```" ends the program in both forms: after the completion's opening fence, and at a
+        # chat reply's closing one (program_text reads a block whose closing fence was cut off).
+        return Query(Prompt(text=text, messages=tuple(turns)), max_tokens=PROGRAM_TOKENS, stop=("\n```",))
+
+    def parse_sample(self, problem: str, steps: Sequence[str], text: str) -> str | None:
+        """The program in the reply, without its fences."""
+        return program_text(text).strip("\n") or None
+
+    def validate(self, problem: str, steps: Sequence[str], thought: str) -> Verdict:
+        """Reject a program that is not Python (it would only fail in the sandbox)."""
+        try:
+            ast.parse(thought)
+        except (SyntaxError, ValueError) as exc:
+            line = getattr(exc, "lineno", None)
+            return Verdict(False, thought, f"not Python: {type(exc).__name__}" + (f" on line {line}" if line else ""))
+        return Verdict(True, thought)
+
+    def state_key(self, problem: str, steps: Sequence[str]) -> tuple[str, ...]:
+        """Programs are compared as written (case and indentation matter in Python)."""
+        return tuple(s.strip() for s in steps)
+
+    def is_terminal(self, problem: str, steps: Sequence[str]) -> bool:
+        """A program is a whole answer: nothing follows it."""
+        return bool(steps)
+
+    def thought_kind(self, problem: str, steps: Sequence[str]) -> NodeKind:
+        """Every thought is a program."""
+        return NodeKind.CODE
+
+    async def tally(self, problem: str, steps: Sequence[str], thoughts: Sequence[Sampled]) -> Tally:
+        """Run the programs; each scores its answer's share of all the samples, and the answer that
+        `quorum` samples printed, more than any other answer, is the goal."""
+        ran = await asyncio.gather(*(self.runs.run(t.thought) for t in thoughts))
+        answers = [canonical(r.answer) for r in ran]
+        votes: Counter[str] = Counter()
+        for thought, answer in zip(thoughts, answers):
+            if answer is not None:
+                votes[answer] += thought.times
+        total = sum(t.times for t in thoughts)
+        ranked = votes.most_common(2)
+        winner = ranked[0][0] if ranked and ranked[0][1] >= self.quorum and (
+            len(ranked) == 1 or ranked[0][1] > ranked[1][1]) else None
+        shares = tuple(votes[a] / max(1, total) if a is not None else 0.0 for a in answers)
+        notes = tuple(f"{votes[a]} of {total} samples printed {a[:60]}" if a is not None
+                      else f"no answer ({ran_.why_not[:80]}); {total} samples in all" for a, ran_ in zip(answers, ran))
+        return Tally(shares, frozenset(i for i, a in enumerate(answers) if a is not None and a == winner), notes)
+
+    def compose_answer(self, problem: str, steps: Sequence[str], reply: str | None) -> str | None:
+        """What the program printed (as `canonical` writes it); None when it printed nothing."""
+        if not steps:
+            return None
+        ran: ProgramAnswer | None = self.runs.known(steps[-1])
+        return canonical(ran.answer) if ran is not None else None
