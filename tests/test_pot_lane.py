@@ -68,5 +68,5 @@ async def test_pot_votes_over_k_programs_by_their_printed_value() -> None:
 
 
 def test_pot_runs_only_where_the_data_set_has_a_program_prompt() -> None:
-    with pytest.raises(LaneError, match="lane pot has no program prompt"):
+    with pytest.raises(LaneError, match="lane pot writes programs for math questions"):
         check_lane("pot", Dataset(DATASETS["game24"], [], "<test>"))

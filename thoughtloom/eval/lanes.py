@@ -175,8 +175,8 @@ def check_lane(lane: str, dataset: Dataset) -> None:
         return
     if lane == "react" and PROMPTS[family].react is None:
         raise LaneError(f"lane react needs a tool for {dataset.name}; it has none (react runs on game24 and gsm8k)")
-    if lane == "pot" and PROMPTS[family].pot is None:
-        raise LaneError(f"lane pot has no program prompt for {dataset.name} (it runs on gsm8k)")
+    if lane == "pot" and dataset.spec.task != "math":
+        raise LaneError(f"lane pot writes programs for math questions; {dataset.name} is not one (it runs on gsm8k)")
 
 
 def check_params(lane: str, params: dict[str, Any]) -> None:
@@ -222,11 +222,22 @@ def check_params(lane: str, params: dict[str, Any]) -> None:
 
 
 def _unfit(strategy: str, dataset: Dataset) -> str | None:
-    """Why the engine strategy cannot search this data set's task (the one its search lanes run), or None."""
+    """Why the engine strategy cannot search this data set (with the task its lane runs), or None."""
+    from ..search.strategies.fit import unsupported_reason
+
+    return unsupported_reason(strategy, lane_task(strategy, dataset))
+
+
+def lane_task(strategy: str, dataset: Dataset) -> Any:
+    """The task a search lane runs: the data set's, or its prose task where the strategy writes a
+    free-text answer that the data set's task cannot take (cove on GSM8K runs the general task)."""
     from ..search.strategies.fit import unsupported_reason
     from ..tasks.registry import get_task
 
-    return unsupported_reason(strategy, get_task(dataset.spec.task))
+    task = get_task(dataset.spec.task)
+    if dataset.spec.prose_task is not None and unsupported_reason(strategy, task) is not None:
+        return get_task(dataset.spec.prose_task)
+    return task
 
 
 def _lists_choices(task_name: str) -> bool:
@@ -242,7 +253,6 @@ def search_spec(lane: str, dataset: Dataset, problem: Problem, backend: Backend,
     """The RunSpec a search, agent or research lane runs: resolved like `loom solve` / `loom agent` / `loom research`,
     plus the lane's settings (knowledge: the corpus; role_models: for the lanes with roles)."""
     from ..run.spec import SpecError, research_tools, resolve
-    from ..tasks.registry import get_task
 
     search = {"temperature": temperature, "seed": seed, **params}
     try:
@@ -256,7 +266,7 @@ def search_spec(lane: str, dataset: Dataset, problem: Problem, backend: Backend,
             return resolve(agent_task(problem), task="agent", model=backend, budget=limits, store=store,
                            search={"strategy": "agent", **search}, tools=AGENT_TOOLS[dataset.spec.prompts],
                            knowledge=knowledge)
-        task = dataset.code_task() if dataset.spec.prompts == "code" else get_task(dataset.spec.task)
+        task = dataset.code_task() if dataset.spec.prompts == "code" else lane_task(SEARCH_LANES[lane], dataset)
         if lane == CHANCE_LANE:
             from ..llm.chance import ChanceBackend
 
@@ -502,13 +512,14 @@ def _calculate(expression: str) -> str:
 async def _pot(dataset: Dataset, problem: Problem, gateway: Gateway, params: dict[str, Any], temperature: float,
                seed: int | None) -> LaneOutcome:
     """Program of thought: k programs that compute the answer, each run in the sandbox for what it
-    prints; with k > 1 the printed answers are voted on (self-consistency over programs)."""
+    prints; with k > 1 the printed answers are voted on (self-consistency over programs). The
+    prompt is the math task's: this lane is what that task's search samples, without the search."""
     from ..grounding.programs import run_answer_program
+    from ..tasks.math import MathTask
 
-    fam = PROMPTS[dataset.spec.prompts]
-    assert fam.pot is not None
-    texts = await _ask(gateway, fam.prompt(fam.pot, problem.shown), n=int(params["k"]), max_tokens=fam.pot_tokens,
-                       stop=("```",), temperature=temperature, seed=seed, purpose="pot")
+    query = MathTask().sample(problem.shown, ())
+    texts = await _ask(gateway, query.prompt, n=int(params["k"]), max_tokens=query.max_tokens, stop=query.stop,
+                       temperature=temperature, seed=seed, purpose="pot")
     runs = await asyncio.gather(*(run_answer_program(t) for t in texts))
     candidates: list[str | None] = [r.answer for r in runs]
     errors = "; ".join(r.why_not for r in runs if r.why_not)

@@ -33,15 +33,13 @@ class Example:
     cot: str
     #: A Thought / Calculate / Result transcript; None: not one of the react examples.
     react: str | None = None
-    #: A program that prints the answer, and its closing fence; None: not one of the pot examples.
-    pot: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class Shots:
     """One lane's prompt layout; `text` and `messages` render the same examples in the two forms."""
 
-    reply: str  # which reply of an Example this lane shows: "io", "cot", "react" or "pot"
+    reply: str  # which reply of an Example this lane shows: "io", "cot" or "react"
     header: str  # completion text before the examples: the task statement ("" for none)
     ask: str  # how a problem is shown, e.g. "Input: {input}"
     cue: str  # what follows the problem and precedes the reply, e.g. "\nAnswer:"
@@ -105,9 +103,6 @@ class PromptFamily:
     cot_tokens: int
     #: The line that carries the answer in a cot reply ("Answer:", "Output:"); None: the whole reply.
     answer_marker: str | None
-    #: Program of thought: a program that computes the answer and prints it (None: the family has none).
-    pot: Shots | None = None
-    pot_tokens: int = 320
 
     def prompt(self, shots: Shots, problem: str) -> Prompt:
         """One lane's prompt for a problem (shown as the examples show theirs), in both forms."""
@@ -145,11 +140,9 @@ _GSM8K = (
     Example("A baker makes 3 trays of 12 cookies and sells 20 of them. How many cookies are left?", " 16",
             " The baker makes 3 * 12 = 36 cookies. After selling 20, 36 - 20 = 16 are left. The answer is 16.",
             " first count the cookies made.\nCalculate: 3 * 12\nResult: 36\nThought: then subtract the ones sold.\n"
-            "Calculate: 36 - 20\nResult: 16\nAnswer: 16",
-            "cookies_made = 3 * 12\ncookies_sold = 20\ncookies_left = cookies_made - cookies_sold\nprint(cookies_left)\n```"),
+            "Calculate: 36 - 20\nResult: 16\nAnswer: 16"),
     Example("Tom reads 15 pages a day for 4 days, then 10 pages on the fifth day. How many pages did he read?", " 70",
-            " In 4 days he reads 15 * 4 = 60 pages. With the fifth day, 60 + 10 = 70 pages. The answer is 70.",
-            pot="pages_first_days = 15 * 4\npages_fifth_day = 10\nprint(pages_first_days + pages_fifth_day)\n```"),
+            " In 4 days he reads 15 * 4 = 60 pages. With the fifth day, 60 + 10 = 70 pages. The answer is 70."),
 )
 
 _SORTING = (
@@ -211,12 +204,7 @@ PROMPTS: dict[str, PromptFamily] = {
         Shots("react", "", "Question: {input}", "\nThought:", "\n\n",
               "Solve the math word problem with the calculator. " + _REACT_TURNS
               + " When you know the answer, reply `Answer: N`."),
-        ("\nQuestion:", "\n\n"), ("\nQuestion:", "\n\n"), 64, 512, None,
-        pot=Shots("pot", "Write a Python program that solves the math word problem and prints the answer.\n",
-                  "Question: {input}", "\n```python\n", "\n\n",
-                  "Write a short Python program that computes the answer to the math word problem and prints only "
-                  "the final number. Name the quantities in variables; do no arithmetic in your head. Reply with one "
-                  "```python code block and nothing else.")),
+        ("\nQuestion:", "\n\n"), ("\nQuestion:", "\n\n"), 64, 512, None),
     "sorting": PromptFamily(
         "sorting", _SORTING,
         Shots("io", "Sort the list of numbers in ascending order.\n", "Input: {input}", "\nOutput:", "\n",
