@@ -80,6 +80,17 @@ async def test_best_of_n_picks_the_candidate_the_validator_accepts() -> None:
     assert out.answer == right
 
 
+@pytest.mark.parametrize("name", ["gsm8k", "hotpotqa"])
+def test_best_of_n_is_refused_where_no_check_can_fail_without_the_gold(name: str) -> None:
+    with pytest.raises(LaneError, match="only repeat cot_sc's vote"):
+        check_lane("best_of_n", Dataset(DATASETS[name], [], "<test>"))
+
+
+@pytest.mark.parametrize("name", ["game24", "mbpp", "sorting32"])
+def test_best_of_n_runs_where_a_check_can_fail(name: str) -> None:
+    check_lane("best_of_n", Dataset(DATASETS[name], [], "<test>"))
+
+
 async def test_react_acts_through_an_exact_calculator() -> None:
     fake = ScriptedBackend()
     fake.on("Input: 1 1 4 6\nThought:", " multiply all.\nCalculate: 1 * 1 * 4 * 6")

@@ -238,7 +238,7 @@ class Dataset:
         return Score(bool(await task.acheck_answer(parsed, answer)))
 
     async def validate(self, problem: Problem, answer: str | None) -> bool | None:
-        """A check that needs no gold (best_of_n's selector); None when the set has none."""
+        """A check that needs no gold (best_of_n's selector); None when the set has none (see VALIDATED_FAMILIES)."""
         if answer is None:
             return False
         kind = self.spec.prompts
@@ -274,6 +274,10 @@ class Dataset:
 
             self._code_task = HumanEvalTask() if self.name == "humaneval" else MBPPTask(data=self.source)
         return self._code_task
+
+
+#: Prompt families whose answers Dataset.validate can check without the gold (and so fail).
+VALIDATED_FAMILIES = frozenset({"game24", "sorting", "set_intersection", "keyword_counting", "code"})
 
 
 def load_dataset(name: str, data_dir: str | os.PathLike[str] | None = None) -> Dataset:

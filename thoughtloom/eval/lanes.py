@@ -36,7 +36,7 @@ from ..llm.types import Backend, GenerateRequest, Message, Prompt
 from ..search.result import SearchResult
 from ..search.stop import StopReason
 from .citations import Fact, cited_facts, corpus_file, sentence_files
-from .datasets import DATASETS, Dataset, Problem
+from .datasets import DATASETS, VALIDATED_FAMILIES, Dataset, Problem
 from .prompts import PROMPTS, answer_from, calculator_call, own_turn, stated_answer
 from .scoring import (
     after_marker,
@@ -175,6 +175,10 @@ def check_lane(lane: str, dataset: Dataset) -> None:
         return
     if lane == "react" and PROMPTS[family].react is None:
         raise LaneError(f"lane react needs a tool for {dataset.name}; it has none (react runs on game24 and gsm8k)")
+    if lane == "best_of_n" and family not in VALIDATED_FAMILIES:
+        # Without a check that can fail, picking "the first valid one" is cot_sc's vote under another name.
+        raise LaneError(f"lane best_of_n needs a check that can fail without the gold; {dataset.name} has none, "
+                        "so it would only repeat cot_sc's vote (run cot_sc)")
     if lane == "pot" and dataset.spec.task != "math":
         raise LaneError(f"lane pot writes programs for math questions; {dataset.name} is not one (it runs on gsm8k)")
 
@@ -454,7 +458,7 @@ async def _best_of_n(dataset: Dataset, problem: Problem, gateway: Gateway, param
                      temperature: float, seed: int | None) -> LaneOutcome:
     candidates, replies = await _cot_samples(dataset, problem, gateway, int(params["n"]), temperature, seed,
                                              "best_of_n")
-    # The task's validator picks (it never sees the gold); without a verdict, the majority does.
+    # The task's validator picks (it never sees the gold); when it accepts none, the majority does.
     for cand in candidates:
         if cand is not None and await dataset.validate(problem, cand):
             return LaneOutcome(cand, candidates, replies=replies)
