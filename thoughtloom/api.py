@@ -66,7 +66,8 @@ async def asolve(
 ) -> SearchResult:
     """Search for an answer (async); the same run `loom solve` makes with the same settings.
 
-    task: a task name (default: the profile's, else "general") or a Task object. profile: a
+    task: a task name (default: the profile's, else "math" for a question about numbers, else
+    "general") or a Task object. profile: a
     domain profile (see `loom profiles`) by name or your own DomainProfile, applied exactly as
     `--profile` (default: the profile the controller settings came from, else "default"). config: a
     SearchConfig whose given fields are laid over the task's and profile's search settings, as the

@@ -31,7 +31,7 @@ def add_solve_parser(sub: Any) -> None:
     s = sub.add_parser("solve", help="search for an answer to a problem", description="Search for an answer to PROBLEM.")
     s.add_argument("problem", metavar="PROBLEM", nargs="?",
                    help='the problem text, e.g. "4 5 6 10" for --task game24 (or --problem ID for a benchmark)')
-    s.add_argument("--task", help="task name (see 'loom tasks'); default: the profile's task, else general")
+    s.add_argument("--task", help="task name (see 'loom tasks'); default: the profile's task, else math for a question about numbers, else general")
     s.add_argument("--problem", dest="problem_id", metavar="ID", help="a benchmark problem by id, e.g. HumanEval/0")
     add_model_option(s)
     s.add_argument("--strategy", choices=("bfs", "tree_of_thoughts", "breadth_first", "dfs", "best_first", "mcts",
