@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
 
 import pytest
 
 from thoughtloom import SearchConfig, asolve, solve
+from thoughtloom.grounding.programs import ProgramRuns
+from thoughtloom.grounding.sandbox import SandboxResult
 from thoughtloom.llm.budget import BudgetLimits
 from thoughtloom.llm.fake import ScriptedBackend
 from thoughtloom.llm.types import GenerateRequest
@@ -178,3 +181,27 @@ async def test_an_answer_no_quorum_agreed_on_carries_a_doubt() -> None:
 async def test_an_agreed_answer_carries_no_doubt() -> None:
     result = await run(writes("print(20)"))
     assert result.answer_doubt() is None
+
+
+# --- programs are run once ------------------------------------------------------------------
+
+
+class CountingSandbox:
+    """A sandbox double that counts the programs it is asked to run (the real one is tested above)."""
+
+    def __init__(self) -> None:
+        self.ran: list[str] = []
+
+    async def run_python(self, program: str) -> SandboxResult:
+        self.ran.append(program)
+        await asyncio.sleep(0.01)
+        return SandboxResult(exit_code=0, signal=None, stdout="20\n", stderr="")
+
+
+async def test_a_program_asked_for_twice_at_once_runs_once() -> None:
+    box = CountingSandbox()
+    runs = ProgramRuns(box)  # type: ignore[arg-type]
+    first, second = await asyncio.gather(runs.run("print(20)"), runs.run("print(20)"))
+    assert first.answer == second.answer == "20"
+    assert box.ran == ["print(20)"]
+    assert runs.known("print(20)") == first
