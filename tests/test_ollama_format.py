@@ -110,7 +110,7 @@ def test_a_search_on_ollama_completions_reads_its_votes_from_the_native_json(
     server.responder = respond
     monkeypatch.setenv("OLLAMA_HOST", server.url.removesuffix("/v1"))
     result = solve("What is six times seven?", task="general", model="ollama:llama3.2#completions",
-                   controller=False, evaluation="vote", breadth=2, beam=1, max_depth=1, seed=1)
+                   controller=False, evaluation="vote", breadth=2, beam=1, max_depth=1, seed=1, one_pass=True)
     votes = [s for s in server.seen if s.path == "/api/generate"]
     assert votes and all("format" in s.body for s in votes)
     assert result.stats.parse_failures == 0

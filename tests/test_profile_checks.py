@@ -271,7 +271,7 @@ def test_the_research_profile_on_the_embedded_model_shows_the_research_grounder_
                                      "At higher altitudes water boils at a lower temperature.\n")
     (folder / "ice.md").write_text("# Ice\n\nIce melts at 0 degrees Celsius.\n")
     proc = loom("solve", "--profile", "research_synthesis", "--knowledge", str(folder), "--json", "--quiet",
-                "--seed", "1", "--budget-tokens", "6000", "--depth", "2", "--breadth", "2", QUESTION, timeout=scaled(900))
+                "--seed", "1", "--one-pass", "--budget-tokens", "6000", "--depth", "2", "--breadth", "2", QUESTION, timeout=scaled(900))
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)
     assert out["model"].startswith("local:")

@@ -16,7 +16,7 @@ from thoughtloom.tasks.evaluation import EVALUATION_SCHEMA
 from thoughtloom.tasks.general import GeneralTask, vote_schema
 
 QUESTION = "What is six times seven?"
-SMALL: dict[str, object] = {"breadth": 2, "beam": 1, "max_depth": 2, "seed": 1}
+SMALL: dict[str, object] = {"breadth": 2, "beam": 1, "max_depth": 2, "seed": 1, "one_pass": True}
 
 
 def scripted(value_reply: str, vote_reply: str = '{"choice": 1}') -> ScriptedBackend:
@@ -191,7 +191,7 @@ async def test_requests_with_different_schemas_are_not_batched(server: FakeOpenA
 def test_the_embedded_model_votes_in_json_through_its_grammar_with_no_parse_failures() -> None:
     from thoughtloom.llm.budget import BudgetLimits
 
-    result = solve(QUESTION, task="general", model="local:gemma-3-270m", controller=False, evaluation="vote",
+    result = solve(QUESTION, task="general", model="local:gemma-3-270m", controller=False, evaluation="vote", one_pass=True,
                    breadth=3, beam=1, max_depth=1, seed=2, temperature=1.0, budget=BudgetLimits(tokens=4_000))
     voted = [n for n in result.graph if n.depth == 1 and n.score is not None]
     assert len(voted) >= 2, result.termination_reason  # a vote was asked (one candidate needs none)
