@@ -13,7 +13,7 @@ from thoughtloom.eval.report import format_table, summarize
 from thoughtloom.eval.store import Record
 from thoughtloom.llm.fake import ScriptedBackend
 from thoughtloom.run.spec import SpecError
-from thoughtloom.search.strategies.fit import unsupported_reason
+from thoughtloom.search.strategies.fit import fitting, unsupported_reason
 from thoughtloom.tasks.registry import get_task
 
 
@@ -32,6 +32,17 @@ from thoughtloom.tasks.registry import get_task
 def test_a_strategy_the_task_lacks_a_prompt_for_is_named_with_the_reason(strategy: str, task: str,
                                                                           reason: str) -> None:
     assert unsupported_reason(strategy, get_task(task)) == reason
+
+
+@pytest.mark.parametrize(("task", "phrase"), [("game24", "bfs, dfs, best_first or mcts"),
+                                             ("general", "bfs, dfs, best_first, mcts or got")])
+def test_the_strategies_a_refusal_suggests_are_those_that_fit_the_task(task: str, phrase: str) -> None:
+    assert fitting(get_task(task)) == phrase
+
+
+def test_recursive_on_a_task_of_fixed_steps_suggests_only_strategies_that_fit() -> None:
+    with pytest.raises(SpecError, match=r"use bfs, dfs, best_first or mcts$"):
+        asyncio.run(asolve("What is 17 * 23 + 5?", model=ScriptedBackend(), strategy="recursive"))
 
 
 @pytest.mark.parametrize(("strategy", "task"), [("bfs", "game24"), ("got", "general"), ("recursive", "general"),

@@ -30,7 +30,7 @@ from ..search.config import (
     SearchConfig,
 )
 from ..search.research.config import ROLES, ResearchConfig, ResearchConfigError
-from ..search.strategies.fit import unsupported_reason
+from ..search.strategies.fit import fitting, unsupported_reason
 from ..tasks.base import Task
 from ..tasks.math import is_math_question
 from ..tasks.registry import TaskOptions, get_task
@@ -328,7 +328,7 @@ def resolve(
     parsed = task_obj.parse_problem(problem)  # fail fast, before any model loads
     if config.strategy == "recursive" and not task_obj.free_text_steps and task_obj.recursion(parsed) is None:
         raise SpecError(f"task {task_obj.name} has no decomposition for --strategy recursive (its steps have a fixed "
-                        "form); use bfs, dfs, best_first, mcts or got")
+                        f"form); use {fitting(task_obj)}")
     unfit = unsupported_reason(config.strategy, task_obj)
     if unfit is not None:
         raise SpecError(f"--strategy {config.strategy}: {unfit}")

@@ -41,3 +41,9 @@ def unsupported_reason(strategy: str, task: Task[Any]) -> str | None:
 def decomposes(task: Task[Any]) -> bool:
     """True when the recursive strategy applies: the task brings its own decomposition or takes free-text steps."""
     return task.free_text_steps or overrides(task, "recursion")
+
+
+def fitting(task: Task[Any]) -> str:
+    """The step-by-step strategies that can search `task`, as a phrase for an error ("bfs, dfs or mcts")."""
+    names = [s for s in ("bfs", "dfs", "best_first", "mcts", "got") if unsupported_reason(s, task) is None]
+    return ", ".join(names[:-1]) + f" or {names[-1]}" if len(names) > 1 else "".join(names)

@@ -8,6 +8,7 @@ from ..context import SearchContext
 from ...tasks.recursion.hooks import RecursiveHooks
 from ..recursive.solver import Solver
 from ...tasks.base import UnsupportedOperation
+from .fit import fitting
 
 
 async def run_recursive(ctx: SearchContext) -> None:
@@ -17,7 +18,7 @@ async def run_recursive(ctx: SearchContext) -> None:
         if not ctx.task.free_text_steps:
             raise UnsupportedOperation(
                 f"task {ctx.task.name} has no decomposition for --strategy recursive (its steps have a fixed "
-                "form); use bfs, dfs, best_first, mcts or got"
+                f"form); use {fitting(ctx.task)}"
             )
         hooks = RecursiveHooks(ctx.problem_text)
     solver = Solver(ctx, hooks)
