@@ -1,0 +1,63 @@
+"""Every lane of a `loom bench` run against one of them, problem by problem, from its results.jsonl.
+
+    loom bench --tasks gsm8k --lanes cot,cot_sc,pot,tot --limit 100 --budget-tokens 4000 --out runs/gsm8k
+    python benchmarks/paired_lanes.py runs/gsm8k tot
+
+Prints, per lane, solved / problems with a 95% Wilson interval, mean tokens, calls and seconds per
+problem; then for each other lane the paired difference (the reference lane minus it, in points,
+on the problems both ran) with a 95% bootstrap interval over problems (10,000 resamples, seed 0).
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+from thoughtloom.eval.stats import wilson
+
+RESAMPLES = 10_000
+
+
+def paired_interval(diffs: list[int], rng: random.Random) -> tuple[float, float]:
+    """The 2.5th and 97.5th percentiles of the mean difference over bootstrap resamples of the problems."""
+    n = len(diffs)
+    means = sorted(sum(rng.choice(diffs) for _ in range(n)) / n for _ in range(RESAMPLES))
+    return means[int(0.025 * RESAMPLES)], means[int(0.975 * RESAMPLES) - 1]
+
+
+def main(directory: str, reference: str) -> None:
+    """Print the lanes' table and the reference lane's paired differences."""
+    rows = [json.loads(line) for line in (Path(directory) / "results.jsonl").open() if line.strip()]
+    solved: dict[str, dict[str, bool]] = defaultdict(dict)
+    print("lane      solved            95% CI        mean tokens  mean calls  mean s")
+    by_lane: dict[str, list[dict]] = defaultdict(list)
+    for row in rows:
+        by_lane[row["lane"]].append(row)
+        solved[row["lane"]][row["problem_id"]] = bool(row["solved"])
+    for lane, runs in sorted(by_lane.items()):
+        n, k = len(runs), sum(bool(r["solved"]) for r in runs)
+        low, high = wilson(k, n)
+        print(f"{lane:<9} {k:>3}/{n:<3} = {k / n:>4.0%}  [{low:>4.0%}, {high:>4.0%}]  "
+              f"{sum(r['tokens'] for r in runs) / n:>11,.0f}  {sum(r['calls'] for r in runs) / n:>10.1f}  "
+              f"{sum(r['wall_s'] for r in runs) / n:>6.1f}")
+    if reference not in solved:
+        raise SystemExit(f"no lane {reference!r} in {directory}; lanes: {', '.join(sorted(solved))}")
+    rng = random.Random(0)
+    for lane in sorted(solved):
+        if lane == reference:
+            continue
+        both = sorted(set(solved[lane]) & set(solved[reference]))
+        diffs = [int(solved[reference][p]) - int(solved[lane][p]) for p in both]
+        low, high = paired_interval(diffs, rng)
+        mean = sum(diffs) / len(diffs)
+        print(f"{reference} - {lane}: {mean * 100:+.1f} points [{low * 100:+.1f}, {high * 100:+.1f}] on {len(both)} "
+              f"problems ({sum(d > 0 for d in diffs)} only {reference}, {sum(d < 0 for d in diffs)} only {lane})")
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 3:
+        raise SystemExit("usage: python benchmarks/paired_lanes.py BENCH_DIR REFERENCE_LANE")
+    main(sys.argv[1], sys.argv[2])
