@@ -205,3 +205,11 @@ async def test_a_program_asked_for_twice_at_once_runs_once() -> None:
     assert first.answer == second.answer == "20"
     assert box.ran == ["print(20)"]
     assert runs.known("print(20)") == first
+
+
+def test_one_task_object_serves_runs_in_two_event_loops() -> None:
+    task = MathTask()
+    for run in range(2):  # each solve() is an asyncio.run() of its own; new programs, so each runs
+        programs = [f"x = {run}\nprint({expression})" for expression in ("20", "4 * 5", "8 + 12", "40 / 2", "2 * 10")]
+        result = solve(QUESTION, task=task, model=writes(*programs), controller=False, seed=1)
+        assert result.answer == "20"

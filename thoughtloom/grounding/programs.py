@@ -67,7 +67,9 @@ class ProgramRuns:
     def __init__(self, sandbox: Sandbox | None = None, *, concurrency: int = 2, keep: int = 4096) -> None:
         """sandbox: where programs run (None: PROGRAM_LIMITS, the standard library only)."""
         self._sandbox = sandbox if sandbox is not None else Sandbox(PROGRAM_LIMITS, site_packages=False)
-        self._slots = asyncio.Semaphore(concurrency)
+        self._concurrency = concurrency
+        # One semaphore per event loop: a task object may serve several asyncio.run() calls in turn.
+        self._slots: tuple[asyncio.AbstractEventLoop, asyncio.Semaphore] | None = None
         self._keep = keep
         self._done: dict[str, ProgramAnswer] = {}
         self._running: dict[str, asyncio.Future[ProgramAnswer]] = {}
@@ -88,7 +90,7 @@ class ProgramRuns:
         future: asyncio.Future[ProgramAnswer] = asyncio.get_running_loop().create_future()
         self._running[program] = future
         try:
-            async with self._slots:
+            async with self._semaphore():
                 result = await run_answer_program(program, self._sandbox)
         except asyncio.CancelledError:
             future.cancel()
@@ -104,6 +106,12 @@ class ProgramRuns:
         self._done[program] = result
         future.set_result(result)
         return result
+
+    def _semaphore(self) -> asyncio.Semaphore:
+        loop = asyncio.get_running_loop()
+        if self._slots is None or self._slots[0] is not loop:
+            self._slots = (loop, asyncio.Semaphore(self._concurrency))
+        return self._slots[1]
 
     def known(self, program: str) -> ProgramAnswer | None:
         """The answer of a program run already; None when it was not run (or was forgotten)."""
