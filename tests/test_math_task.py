@@ -213,3 +213,13 @@ def test_one_task_object_serves_runs_in_two_event_loops() -> None:
         programs = [f"x = {run}\nprint({expression})" for expression in ("20", "4 * 5", "8 + 12", "40 / 2", "2 * 10")]
         result = solve(QUESTION, task=task, model=writes(*programs), controller=False, seed=1)
         assert result.answer == "20"
+
+
+async def test_a_question_about_numbers_compares_sampling_lanes_beside_the_math_search() -> None:
+    from thoughtloom.eval.runner import compare_strategies
+
+    model = ScriptedBackend(default="```python\nprint(396)\n```\nThe answer is 396.")
+    cmp = await compare_strategies("What is 17 * 23 + 5?", ["io", "cot", "pot", "tot", "cove"], model=model)
+    assert cmp.left_out == {}
+    assert cmp["tot"][0].answer == cmp["pot"][0].answer == "396"
+    assert "- (no checker)" in cmp.table()  # a question given as text has no gold to score against

@@ -148,6 +148,10 @@ def _user_problems(spec: DatasetSpec, path: Path) -> list[Problem]:
 
 #: A free-text question given as text (compare_strategies): the general task, the general io/cot prompts, no checker.
 GIVEN_QUESTION = DatasetSpec("general", "general", None, "unchecked", "general", "a question given as text")
+#: A question about numbers given as text: the math task, GSM8K's io/cot/pot prompts (a number for an
+#: answer), the general task for the strategies that write prose, no checker.
+GIVEN_MATH_QUESTION = DatasetSpec("math", "math", None, "unchecked", "gsm8k", "a question about numbers given as text",
+                                  prose_task="general")
 
 
 def given_problems(text: str, task: str | None = None) -> Dataset:
@@ -157,7 +161,8 @@ def given_problems(text: str, task: str | None = None) -> Dataset:
 
     name = task or implied_task(TaskOptions(), text, None)
     parsed = get_task(name).parse_problem(text)  # a malformed problem: ProblemError, before any model loads
-    spec = DATASETS.get(name) or (GIVEN_QUESTION if name == "general" else DatasetSpec(name, name, None, "rate", name))
+    given = {"general": GIVEN_QUESTION, "math": GIVEN_MATH_QUESTION}
+    spec = DATASETS.get(name) or given.get(name) or DatasetSpec(name, name, None, "rate", name)
     if name == "game24":
         # The scorer's gold is the numbers; the prompts show them as the data file does.
         return Dataset(spec, [Problem("given", text, " ".join(text.split()), [int(x) for x in parsed])], "<given>")
