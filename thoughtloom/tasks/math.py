@@ -172,7 +172,8 @@ class MathTask(Task[str]):
             len(ranked) == 1 or ranked[0][1] > ranked[1][1]) else None
         shares = tuple(votes[a] / max(1, total) if a is not None else 0.0 for a in answers)
         notes = tuple(f"{votes[a]} of {total} samples printed {a[:60]}" if a is not None
-                      else f"no answer ({ran_.why_not[:80]}); {total} samples in all" for a, ran_ in zip(answers, ran))
+                      else f"no answer ({result.why_not[:80]}); {total} samples in all"
+                      for a, result in zip(answers, ran))
         return Tally(shares, frozenset(i for i, a in enumerate(answers) if a is not None and a == winner), notes)
 
     def compose_answer(self, problem: str, steps: Sequence[str], reply: str | None) -> str | None:
