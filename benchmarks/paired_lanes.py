@@ -5,7 +5,9 @@
 
 Prints, per lane, solved / problems with a 95% Wilson interval, mean tokens, calls and seconds per
 problem; then for each other lane the paired difference (the reference lane minus it, in points,
-on the problems both ran) with a 95% bootstrap interval over problems (10,000 resamples, seed 0).
+on the problems both ran) with a 95% bootstrap interval over problems (10,000 resamples, seed 0);
+then each lane's solved fraction against the tokens it had spent when it solved (a problem counts
+at T tokens when its run solved it within T): the budget a lane needs for a given success rate.
 """
 
 from __future__ import annotations
@@ -55,6 +57,17 @@ def main(directory: str, reference: str) -> None:
         mean = sum(diffs) / len(diffs)
         print(f"{reference} - {lane}: {mean * 100:+.1f} points [{low * 100:+.1f}, {high * 100:+.1f}] on {len(both)} "
               f"problems ({sum(d > 0 for d in diffs)} only {reference}, {sum(d < 0 for d in diffs)} only {lane})")
+    curve(by_lane)
+
+
+def curve(by_lane: dict[str, list[dict]], steps: int = 8) -> None:
+    """Each lane's solved fraction within T tokens, for T up to the largest run's tokens."""
+    top = max(r["tokens"] for runs in by_lane.values() for r in runs)
+    marks = [round(top * (i + 1) / steps, -2) for i in range(steps)]
+    print("solved within T tokens: " + "  ".join(f"{m:>7,.0f}" for m in marks))
+    for lane, runs in sorted(by_lane.items()):
+        fractions = [sum(bool(r["solved"]) and r["tokens"] <= m for r in runs) / len(runs) for m in marks]
+        print(f"{lane:<23}" + "  ".join(f"{f:>7.0%}" for f in fractions))
 
 
 if __name__ == "__main__":
