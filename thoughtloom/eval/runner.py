@@ -123,22 +123,14 @@ def build_protocol(opts: BenchOptions, datasets: dict[str, Dataset] | None = Non
 
 
 def checked_role_models(role_models: dict[str, str]) -> dict[str, str]:
-    """Role models for a protocol: known roles, specs that parse, pinned as a run stores them."""
-    from ..llm.errors import ModelConfigError
-    from ..llm.registry import parse_model_spec
-    from ..run.spec import pinned_model
+    """Role models for a protocol: the search lanes' roles, specs that parse, pinned as a run stores them."""
+    from ..run.spec import SpecError, role_model_pairs
     from ..search.config import OPERATOR_ROLES
 
-    out: dict[str, str] = {}
-    for role, model in sorted(role_models.items()):
-        if role not in OPERATOR_ROLES:
-            raise ProtocolError(f"no role {role!r} in the search lanes; their roles are {', '.join(OPERATOR_ROLES)}")
-        try:
-            parse_model_spec(model)
-        except ModelConfigError as exc:
-            raise ProtocolError(f"--{role}-model: {exc}") from None
-        out[role] = str(pinned_model(model))
-    return out
+    try:
+        return dict(role_model_pairs(role_models, OPERATOR_ROLES, "the search lanes"))
+    except SpecError as exc:
+        raise ProtocolError(str(exc)) from None
 
 
 def prepare_run_dir(protocol: Protocol, out_dir: Path, progress: Progress | None = None) -> Protocol:

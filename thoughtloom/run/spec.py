@@ -30,7 +30,7 @@ from ..search.config import (
     SearchConfig,
 )
 from ..search.research.config import ROLES, ResearchConfig, ResearchConfigError
-from ..search.strategies.fit import fitting, unsupported_reason
+from ..search.strategies.fit import no_decomposition, unsupported_reason
 from ..tasks.base import Task
 from ..tasks.math import is_math_question
 from ..tasks.registry import TaskOptions, get_task
@@ -327,8 +327,7 @@ def resolve(
         raise SpecError(str(exc)) from None
     parsed = task_obj.parse_problem(problem)  # fail fast, before any model loads
     if config.strategy == "recursive" and not task_obj.free_text_steps and task_obj.recursion(parsed) is None:
-        raise SpecError(f"task {task_obj.name} has no decomposition for --strategy recursive (its steps have a fixed "
-                        f"form); use {fitting(task_obj)}")
+        raise SpecError(no_decomposition(task_obj))
     unfit = unsupported_reason(config.strategy, task_obj)
     if unfit is not None:
         raise SpecError(f"--strategy {config.strategy}: {unfit}")
@@ -439,18 +438,24 @@ def _role_models(role_models: Mapping[str, str] | None, strategy: str) -> tuple[
     """(role, model spec) pairs, checked: roles the strategy has, and specs that parse."""
     if not role_models:
         return ()
-    from ..llm.errors import ModelConfigError
-    from ..llm.registry import parse_model_spec
-
     roles = strategy_roles(strategy)
     if not roles:
         raise SpecError(f"--strategy {strategy} has no roles that run on a model of their own; a model per role is "
                         f"for {', '.join(OPERATOR_STRATEGIES)} ({', '.join(OPERATOR_ROLES)}) and research "
                         f"({', '.join(ROLES)})")
+    return role_model_pairs(role_models, roles, f"--strategy {strategy}")
+
+
+def role_model_pairs(role_models: Mapping[str, str], roles: Sequence[str], where: str) -> tuple[tuple[str, str], ...]:
+    """(role, model spec) pairs, sorted: each role one of `roles` (of `where`, for the error), each spec
+    one that parses, pinned as a run stores it; SpecError (one line) otherwise."""
+    from ..llm.errors import ModelConfigError
+    from ..llm.registry import parse_model_spec
+
     out = []
     for role, model in sorted(role_models.items()):
         if role not in roles:
-            raise SpecError(f"no role {role!r} in --strategy {strategy}; its roles are {', '.join(roles)}")
+            raise SpecError(f"no role {role!r} in {where}; its roles are {', '.join(roles)}")
         if not isinstance(model, str) or not model.strip():
             raise SpecError(f"--{role}-model: give a model spec (see --model)")
         try:

@@ -66,10 +66,10 @@ async def generate(ctx: SearchContext, node_id: int, attempt: int = 0) -> Propos
         thoughts = task.parse_proposals(problem, steps, texts[0])
     else:
         thoughts = [t for t in (task.parse_sample(problem, steps, x) for x in texts) if t]
-        if ctx.task_tallies and len(set(thoughts)) < len(thoughts):
-            # A task that counts agreeing samples counts a repeated one as often as it came.
-            return Proposals(list(dict.fromkeys(thoughts)), cost, times=Counter(thoughts))
-    return Proposals(list(dict.fromkeys(thoughts)), cost)
+    distinct = list(dict.fromkeys(thoughts))
+    # A task that counts agreeing samples counts a repeated one as often as it came.
+    repeats = not propose and ctx.task_tallies and len(distinct) < len(thoughts)
+    return Proposals(distinct, cost, times=Counter(thoughts) if repeats else None)
 
 
 def _generation_query(ctx: SearchContext, node_id: int) -> Query:

@@ -47,3 +47,9 @@ def fitting(task: Task[Any]) -> str:
     """The step-by-step strategies that can search `task`, as a phrase for an error ("bfs, dfs or mcts")."""
     names = [s for s in ("bfs", "dfs", "best_first", "mcts", "got") if unsupported_reason(s, task) is None]
     return ", ".join(names[:-1]) + f" or {names[-1]}" if len(names) > 1 else "".join(names)
+
+
+def no_decomposition(task: Task[Any]) -> str:
+    """The refusal of --strategy recursive for a task of fixed-form steps with no decomposition of its own."""
+    return (f"task {task.name} has no decomposition for --strategy recursive (its steps have a fixed form); "
+            f"use {fitting(task)}")

@@ -8,7 +8,7 @@ from ..context import SearchContext
 from ...tasks.recursion.hooks import RecursiveHooks
 from ..recursive.solver import Solver
 from ...tasks.base import UnsupportedOperation
-from .fit import fitting
+from .fit import no_decomposition
 
 
 async def run_recursive(ctx: SearchContext) -> None:
@@ -16,10 +16,7 @@ async def run_recursive(ctx: SearchContext) -> None:
     hooks = ctx.task.recursion(ctx.problem)
     if hooks is None:
         if not ctx.task.free_text_steps:
-            raise UnsupportedOperation(
-                f"task {ctx.task.name} has no decomposition for --strategy recursive (its steps have a fixed "
-                f"form); use {fitting(ctx.task)}"
-            )
+            raise UnsupportedOperation(no_decomposition(ctx.task))
         hooks = RecursiveHooks(ctx.problem_text)
     solver = Solver(ctx, hooks)
     root_goal = hooks.root_goal()
