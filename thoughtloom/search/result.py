@@ -222,8 +222,10 @@ class SearchResult:
         tallied = next((n for n in (self.graph.node(s.id) for s in reversed(self.best_path) if s.id in self.graph)
                         if "tally" in n.extra), None)
         if tallied is not None:
-            # A counted vote: doubtful when it never reached the task's quorum (no goal).
-            return None if self.goal_node is not None else f"the samples did not agree enough: {tallied.extra['tally']}"
+            # A counted vote: doubtful when it never reached the task's quorum (the search: no goal;
+            # the agent, whose vote is followed by its solution either way, says so on the vote).
+            agreed = tallied.extra.get("agreed", self.goal_node is not None)
+            return None if agreed else f"the samples did not agree enough: {tallied.extra['tally']}"
         step = next((s for s in reversed(self.best_path) if s.evaluation is not None), None)
         if step is None or step.evaluation is None:
             return None

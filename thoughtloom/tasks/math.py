@@ -93,6 +93,28 @@ def canonical(printed: str | None) -> str | None:
     return text or None
 
 
+def program_query(question: str) -> Query:
+    """Ask for one program that prints the question's answer (few-shot: chat turns, or completion
+    text opened at a fence); the math task's thoughts and the agent's computing steps."""
+    shots = "".join(f"Question: {q}\n```python\n{program}\n```\n\n" for q, program in EXAMPLES)
+    text = f"{SYSTEM}\n\n{shots}Question: {question}\n```python\n"
+    turns = [Message("system", SYSTEM)]
+    for q, program in EXAMPLES:
+        turns += [Message("user", f"Question: {q}"), Message("assistant", f"```python\n{program}\n```")]
+    turns.append(Message("user", f"Question: {question}"))
+    # "\n```" ends the program in both forms: after the completion's opening fence, and at a
+    # chat reply's closing one (program_text reads a block whose closing fence was cut off).
+    return Query(Prompt(text=text, messages=tuple(turns)), max_tokens=PROGRAM_TOKENS, stop=("\n```",))
+
+
+def elected(votes: Counter[str], quorum: int = QUORUM) -> str | None:
+    """The answer with at least `quorum` votes and more than any other; None when there is none."""
+    ranked = votes.most_common(2)
+    if ranked and ranked[0][1] >= quorum and (len(ranked) == 1 or ranked[0][1] > ranked[1][1]):
+        return ranked[0][0]
+    return None
+
+
 class MathTask(Task[str]):
     """A question about numbers, answered by sandboxed programs the model writes and by their agreement."""
 
@@ -121,16 +143,8 @@ class MathTask(Task[str]):
         return 1
 
     def sample(self, problem: str, steps: Sequence[str]) -> Query:
-        """One program that prints the answer (few-shot: chat turns, or completion text opened at a fence)."""
-        shots = "".join(f"Question: {q}\n```python\n{program}\n```\n\n" for q, program in EXAMPLES)
-        text = f"{SYSTEM}\n\n{shots}Question: {problem}\n```python\n"
-        turns = [Message("system", SYSTEM)]
-        for question, program in EXAMPLES:
-            turns += [Message("user", f"Question: {question}"), Message("assistant", f"```python\n{program}\n```")]
-        turns.append(Message("user", f"Question: {problem}"))
-        # "\n```" ends the program in both forms: after the completion's opening fence, and at a
-        # chat reply's closing one (program_text reads a block whose closing fence was cut off).
-        return Query(Prompt(text=text, messages=tuple(turns)), max_tokens=PROGRAM_TOKENS, stop=("\n```",))
+        """One program that prints the answer."""
+        return program_query(problem)
 
     def parse_sample(self, problem: str, steps: Sequence[str], text: str) -> str | None:
         """The program in the reply, without its fences."""
@@ -167,9 +181,7 @@ class MathTask(Task[str]):
             if answer is not None:
                 votes[answer] += thought.times
         total = sum(t.times for t in thoughts)
-        ranked = votes.most_common(2)
-        winner = ranked[0][0] if ranked and ranked[0][1] >= self.quorum and (
-            len(ranked) == 1 or ranked[0][1] > ranked[1][1]) else None
+        winner = elected(votes, self.quorum)
         shares = tuple(votes[a] / max(1, total) if a is not None else 0.0 for a in answers)
         notes = tuple(f"{votes[a]} of {total} samples printed {a[:60]}" if a is not None
                       else f"no answer ({result.why_not[:80]}); {total} samples in all"

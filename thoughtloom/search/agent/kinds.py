@@ -1,15 +1,19 @@
 """The built-in processors, one per node kind: input, plan, question, hypothesis, decomposition,
-evidence (a tool call), analysis, code, critique, synthesis and solution."""
+evidence (a tool call), analysis, code, critique, synthesis and solution; and, for a question about
+numbers, program (one computation by the python tool) and vote (the answer the computations agree on)."""
 
 from __future__ import annotations
 
 import re
+from collections import Counter
+from collections.abc import Sequence
 from fractions import Fraction
 from typing import Any
 
 from ...graph import EdgeKind, Node, NodeKind
 from ...grounding.arith import ExpressionError, evaluate, fmt
 from ...grounding.code import extract_code
+from ...grounding.programs import program_text
 from ...tasks.agent import (
     Context,
     PlanStep,
@@ -28,6 +32,7 @@ from ...tasks.agent import (
     synthesis_query,
     tool_query,
 )
+from ...tasks.math import canonical, elected, is_math_question, program_query
 from ...tasks.recursion.contract import ChildSpec
 from ...tools.base import ToolResult
 from ...tools.builtin import plain_arithmetic
@@ -46,6 +51,11 @@ from .processors import (
 CODE_TOOL = "python"
 DOCS_TOOL = "docs"
 CALC_TOOL = "calc"
+#: Kinds of a question about numbers: a program that computes its answer, and the vote on the answers.
+PROGRAM_KIND = "program"
+VOTE_KIND = "vote"
+#: Independent computations of a question about numbers (as many as the math task samples a round).
+COMPUTE_SAMPLES = 5
 
 
 def _no_model(purpose: str) -> ProcessorResult:
@@ -53,15 +63,19 @@ def _no_model(purpose: str) -> ProcessorResult:
 
 
 class InputProcessor:
-    """The task itself: a plan of steps, or, for a question with document search granted, one question."""
+    """The task itself: a plan of steps; for a question with document search granted, one question; for a
+    question about numbers with python or calc granted, independent computations and a vote on their results."""
 
     async def run(self, node: Node, env: AgentEnv) -> ProcessorResult:
-        """Ask for a plan (or pose the task as a question to research)."""
-        if env.task.rstrip().endswith("?") and DOCS_TOOL in env.tools:
+        """Ask for a plan (or pose the task as a question to research, or to compute)."""
+        question = env.task.rstrip().endswith("?")
+        if question and DOCS_TOOL in env.tools:
             return succeeded(env.task, result={"mode": "question"}, new_nodes=(
                 NewNode("question", env.task, (node.id,)),
                 NewNode("solution", "Final answer", ("@0",)),
             ))
+        if question and is_math_question(env.task) and (CODE_TOOL in env.tools or CALC_TOOL in env.tools):
+            return succeeded(env.task, result={"mode": "compute"}, new_nodes=compute_nodes(node.id, env.tools.names))
         got = await env.ask(plan_query(env.task, env.tools.names), "plan", node.id)
         if got is None:
             return _no_model("plan")
@@ -74,6 +88,24 @@ class InputProcessor:
         return succeeded(text, cost_tokens=tokens, result={"mode": "plan"}, new_nodes=(
             NewNode("plan", text, (node.id,), data={"steps": [s.to_dict() for s in steps]}),
         ))
+
+
+def compute_nodes(task_node: int, tools: Sequence[str]) -> tuple[NewNode, ...]:
+    """A question about numbers as COMPUTE_SAMPLES independent computations (programs run by the python
+    tool, else expressions for the calculator), the vote on what they printed, and the solution.
+
+    A small model that reasons in prose gets the sums wrong and its own check agrees with it: here
+    every number comes from a tool, and the answer from agreement between computations.
+    """
+    if CODE_TOOL in tools:
+        work = [NewNode(PROGRAM_KIND, "Compute the answer with a program", (task_node,), base=NodeKind.CODE,
+                        data={"sample": i + 1, "tool": CODE_TOOL}) for i in range(COMPUTE_SAMPLES)]
+    else:
+        work = [NewNode("evidence", "Compute the answer to the task as one arithmetic expression", (task_node,),
+                        data={"sample": i + 1, "tool": CALC_TOOL}) for i in range(COMPUTE_SAMPLES)]
+    vote = NewNode(VOTE_KIND, "Vote on the computed answers", tuple(f"@{i}" for i in range(COMPUTE_SAMPLES)),
+                   base=NodeKind.SYNTHESIS)
+    return (*work, vote, NewNode("solution", "Final answer", (f"@{COMPUTE_SAMPLES}",)))
 
 
 def step_kind(step: PlanStep) -> str:
@@ -277,6 +309,77 @@ class CodeProcessor:
         return failed(f"the program failed: {feedback}", cost_tokens=tokens, tool_calls=tuple(calls))
 
 
+class ProgramProcessor:
+    """One program that computes the task's answer, run by the python tool; its answer is the last line it printed."""
+
+    async def run(self, node: Node, env: AgentEnv) -> ProcessorResult:
+        """Ask for a program (the math task's prompt), run it in the sandbox, keep what it printed last."""
+        if CODE_TOOL not in env.tools:
+            return failed("the step needs the python tool, which was not granted (--tools python)")
+        got = await env.ask(program_query(env.task), "program", node.id)
+        if got is None:
+            return _no_model("program")
+        reply, tokens = got
+        code = program_text(reply)
+        if not code.strip():
+            env.counts["malformed_tool_calls"] += 1
+            return failed("the reply held no program", cost_tokens=tokens)
+        result = await env.call_tool(CODE_TOOL, {"code": code}, node.id)
+        if not result.ok:
+            return failed(f"the program failed: {result.error or result.status}", cost_tokens=tokens,
+                          tool_calls=(result.to_dict(),))
+        answer = canonical(_last_line(result.output))
+        if answer is None:
+            return failed("the program printed nothing", cost_tokens=tokens, tool_calls=(result.to_dict(),))
+        return succeeded(answer, cost_tokens=tokens, tool_calls=(result.to_dict(),),
+                         result={"code": code, "answer": answer})
+
+
+def _last_line(output: str) -> str | None:
+    """The last line a program printed (the python tool's notes on stderr and cut output left out)."""
+    printed = output.split("\n[stderr]\n", 1)[0].replace("[output cut by the sandbox]", "")
+    lines = [line.strip() for line in printed.splitlines() if line.strip()]
+    return lines[-1] if lines and not printed.startswith("(the program printed nothing") else None
+
+
+_CALC_VALUE = re.compile(r"=\s*(-?[\d/.]+)\s*(?:\((≈?)(-?[\d.]+)\))?\s*$")
+
+
+def computed_answer(node: Node) -> str | None:
+    """What a computation node computed: a program's printed answer, or the calculator's value (as a decimal
+    when it has one, "10/4 = 5/2 (2.5)" -> "2.5"); None when it computed nothing."""
+    if node.extra.get("status") != "succeeded":
+        return None
+    answer = (node.extra.get("result") or {}).get("answer")
+    if isinstance(answer, str):
+        return answer
+    m = _CALC_VALUE.search(str(node.extra.get("text") or "").split(";", 1)[0].strip())
+    if m is None:
+        return None
+    return canonical(m.group(3) or m.group(1))
+
+
+class VoteProcessor:
+    """The answer most computations gave (no model call): agreed when QUORUM of them gave it and more than any other."""
+
+    async def run(self, node: Node, env: AgentEnv) -> ProcessorResult:
+        """Count the computed answers; the most frequent (the earliest of a tie) is the answer, its share of the
+        answers given the score (a failed computation gives none; under "replan" its retry does)."""
+        graph = env.ctx.graph
+        answers = [computed_answer(graph.node(p)) for p in env.dependencies(node.id)]
+        votes: Counter[str] = Counter(a for a in answers if a is not None)
+        if not votes:
+            return failed(f"none of the {len(answers)} computations gave an answer")
+        top = max(votes.values())
+        answer = next(a for a in answers if a is not None and votes[a] == top)
+        agreed = elected(votes) == answer
+        given = sum(votes.values())
+        return succeeded(answer, score=top / given, agreed=agreed,
+                         tally=f"{top} of {len(answers)} computations gave {answer[:60]}"
+                               + ("" if given == len(answers) else f" ({len(answers) - given} gave none)"),
+                         result={"votes": dict(votes.most_common()), "computations": len(answers), "agreed": agreed})
+
+
 # A number, and up to two unit words after it ("2 buses", "24.00 EUR"), as people write sums.
 _QTY = r"-?\d[\d,]*(?:\.\d+)?(?:\s*[A-Za-z€$£]+){0,2}"
 _CLAIM = re.compile(rf"((?:{_QTY}\s*[-+*/×÷x]\s*)+{_QTY})\s*=\s*(-?\d[\d,]*(?:\.\d+)?)")
@@ -405,4 +508,6 @@ def default_processors() -> ProcessorRegistry:
         (NodeKind.SYNTHESIS.value, SynthesisProcessor()),
         (NodeKind.SOLUTION.value, SolutionProcessor()),
     ])
+    registry.register(PROGRAM_KIND, ProgramProcessor(), base=NodeKind.CODE)
+    registry.register(VOTE_KIND, VoteProcessor(), base=NodeKind.SYNTHESIS)
     return registry

@@ -51,7 +51,8 @@ class NewEdge:
 
 @dataclass(frozen=True, slots=True)
 class ProcessorResult:
-    """What working one node gave: status ("succeeded" | "failed"), result, error, cost, tool calls, graph changes.
+    """What working one node gave: status ("succeeded" | "failed"), result, error, cost, tool calls, graph changes,
+    and for a vote its account.
 
     result: the node's typed result as plain data (a plan's steps, a critique's verdict, a tool's
     output); `text` is what dependent nodes read of it.
@@ -66,6 +67,10 @@ class ProcessorResult:
     new_nodes: tuple[NewNode, ...] = ()
     new_edges: tuple[NewEdge, ...] = ()
     score: float | None = None
+    #: A counted vote's account ("3 of 5 computations gave 16"), shown as the node's vote line, and
+    #: whether the vote reached its quorum (an answer it did not reach carries a doubt).
+    tally: str | None = None
+    agreed: bool | None = None
 
     @property
     def ok(self) -> bool:

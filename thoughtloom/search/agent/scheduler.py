@@ -156,6 +156,10 @@ class Scheduler:
             extra["error"] = result.error
         if result.tool_calls:
             extra.setdefault("tool_calls", []).extend(dict(c) for c in result.tool_calls)
+        if result.tally is not None:
+            extra["tally"] = result.tally
+            if result.agreed is not None:
+                extra["agreed"] = result.agreed
         self.counts["processed"] += 1
         if result.ok:
             if node.status is not _S.SUCCEEDED:  # the task node starts succeeded (the engine's root)

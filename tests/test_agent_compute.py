@@ -1,0 +1,114 @@
+"""The agent on a question about numbers: every number from a tool, the answer from agreeing computations."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from thoughtloom.api import agent
+from thoughtloom.graph import NodeKind, NodeStatus
+from thoughtloom.llm.fake import ScriptedBackend
+
+QUESTION = "A baker makes 3 trays of 12 cookies and sells 20 of them. How many cookies are left?"
+RIGHT = "```python\nmade = 3 * 12\nsold = 20\nprint(made - sold)\n```"
+WRONG = "```python\nprint(3 * 12)\n```"
+
+
+def run(model: ScriptedBackend, tools: tuple[str, ...] = ("python",), task: str = QUESTION, **config: Any) -> Any:
+    return asyncio.run(agent(task, tools=list(tools), model=model, controller=False, seed=0, **config))
+
+
+def vote_of_node(result: Any) -> Any:
+    return result.graph.by_kind(NodeKind.SYNTHESIS)[0]
+
+
+def vote_of(result: Any) -> dict[str, Any]:
+    return vote_of_node(result).extra["result"]
+
+
+def test_a_question_about_numbers_is_computed_by_programs_the_python_tool_runs() -> None:
+    model = ScriptedBackend(default="ok").on(f"Question: {QUESTION}", RIGHT)
+    result = run(model)
+    programs = result.graph.by_kind(NodeKind.CODE)
+    assert len(programs) == 5
+    assert all(p.extra["tool_calls"][0]["tool"] == "python" and p.extra["text"] == "16" for p in programs)
+    assert result.answer == "16"
+
+
+def test_a_question_about_numbers_asks_for_no_plan_and_no_prose_step() -> None:
+    model = ScriptedBackend(default="ok").on(f"Question: {QUESTION}", RIGHT)
+    run(model)
+    assert {c.purpose for c in model.calls} == {"program"}
+
+
+def test_the_answer_is_the_one_most_programs_printed() -> None:
+    model = ScriptedBackend(default="ok").on(f"Question: {QUESTION}", WRONG, RIGHT, RIGHT, WRONG, RIGHT)
+    result = run(model)
+    assert result.answer == "16"
+    assert vote_of(result) == {"votes": {"16": 3, "36": 2}, "computations": 5, "agreed": True}
+
+
+def test_answers_that_no_quorum_agreed_on_are_marked_not_agreed() -> None:
+    programs = [f"```python\nprint({n})\n```" for n in (16, 36, 12, 36, 16)]
+    result = run(ScriptedBackend(default="ok").on(f"Question: {QUESTION}", *programs))
+    vote = vote_of(result)
+    assert vote["agreed"] is False and result.answer == "16"  # the earliest of the tied answers
+
+
+def test_an_answer_the_computations_did_not_agree_on_carries_a_doubt() -> None:
+    programs = [f"```python\nprint({n})\n```" for n in (16, 36, 12, 36, 16)]
+    result = run(ScriptedBackend(default="ok").on(f"Question: {QUESTION}", *programs))
+    assert result.answer_doubt() == "the samples did not agree enough: 2 of 5 computations gave 16"
+
+
+def test_an_answer_a_quorum_of_computations_gave_carries_no_doubt() -> None:
+    result = run(ScriptedBackend(default="ok").on(f"Question: {QUESTION}", WRONG, RIGHT, RIGHT, WRONG, RIGHT))
+    assert result.answer_doubt() is None
+    assert vote_of_node(result).extra["tally"] == "3 of 5 computations gave 16"
+
+
+def test_a_program_that_fails_in_the_sandbox_casts_no_vote() -> None:
+    broken = "```python\nprint(1 / 0)\n```"
+    model = ScriptedBackend(default="ok").on(f"Question: {QUESTION}", broken, broken, RIGHT, RIGHT, RIGHT)
+    result = run(model, on_failure="skip")
+    failed = [p for p in result.graph.by_kind(NodeKind.CODE) if p.status is NodeStatus.FAILED]
+    assert len(failed) == 2 and "ZeroDivisionError" in failed[0].extra["error"]
+    assert vote_of(result)["votes"] == {"16": 3} and result.answer == "16"
+
+
+def test_a_failed_program_is_written_again_under_the_default_replan_policy() -> None:
+    broken = "```python\nprint(1 / 0)\n```"
+    result = run(ScriptedBackend(default="ok").on(f"Question: {QUESTION}", broken, RIGHT))
+    programs = result.graph.by_kind(NodeKind.CODE)
+    assert len(programs) == 6 and programs[-1].extra["retry_of"] == programs[0].id
+    assert vote_of(result)["votes"] == {"16": 5}
+
+
+def test_with_only_the_calculator_a_question_about_numbers_is_computed_as_expressions() -> None:
+    model = ScriptedBackend(default="ok").on("Step: Compute the answer", 'calc: {"expression": "3 * 12 - 20"}')
+    result = run(model, tools=("calc",))
+    steps = result.graph.by_kind(NodeKind.EVIDENCE)
+    assert len(steps) == 5 and all(s.extra["tool_calls"][0]["tool"] == "calc" for s in steps)
+    assert result.answer == "16"
+
+
+def test_a_calculator_fraction_votes_as_its_decimal() -> None:
+    model = ScriptedBackend(default="ok").on("Step: Compute the answer", 'calc: {"expression": "10 / 4"}')
+    result = run(model, tools=("calc",), task="A rope of 10 m is cut into 4 equal parts. How long is each part?")
+    assert result.answer == "2.5"
+
+
+def test_a_task_that_is_not_a_question_is_planned_even_when_it_holds_numbers() -> None:
+    model = ScriptedBackend(default="ok").on("Tools: python", "1. Bake 3 trays of 12 cookies.\n2. Sell 20.")
+    result = run(model, task="Plan a bake sale: 3 trays of 12 cookies each, 20 sold in total.")
+    assert result.graph.by_kind(NodeKind.PLAN) and not result.graph.by_kind(NodeKind.CODE)
+
+
+@pytest.mark.local_model
+def test_the_embedded_agent_computes_a_word_problem_with_programs() -> None:
+    result = asyncio.run(agent(QUESTION, tools=["python"], model="local", controller=False, seed=0))
+    assert result.answer == "16"
+    assert all(p.extra["tool_calls"][0]["tool"] == "python" for p in result.graph.by_kind(NodeKind.CODE)
+               if p.extra.get("tool_calls"))
