@@ -220,3 +220,55 @@ def test_cove_runs_on_the_embedded_model_within_a_small_budget() -> None:
     assert result.answer and trace["draft"]
     assert result.usage.input_tokens + result.usage.output_tokens <= 3000
     assert [c.purpose for c in result.calls][:2] == ["draft", "plan"]
+
+
+# --- staying on the problem ---------------------------------------------------------------------
+
+
+def test_verification_questions_that_share_nothing_with_the_problem_are_dropped() -> None:
+    model = world()
+    model.on("Verification questions (", "1. What is the capital of Hungary?\n2. Where was Mozart born?")
+    result = cove(model)
+    asked = [call.prompt.as_text() for call in model.calls if call.purpose == "verify"]
+    assert len(asked) == 1 and "Where was Mozart born?" in asked[0]
+    assert result.cove()["off_topic"] == 1
+
+
+def test_when_every_planned_question_is_off_topic_the_draft_stands() -> None:
+    model = world()
+    model.on("Verification questions (", "1. What is the capital of Hungary?")
+    result = cove(model)
+    assert result.answer == DRAFT and "verify" not in purposes(model)
+
+
+def test_a_revision_that_goes_on_to_repeat_the_verifications_is_cut_before_them() -> None:
+    model = world()
+    model.on("Verifications:\n", f"Final answer: {REVISION}\nVerifications:\n1. Where was Mozart born? Salzburg.")
+    assert cove(model).answer == REVISION
+
+
+SUM = "Janet has 3 boxes of 12 pencils and gives away 7. How many pencils does she have left?"
+SUM_DRAFT = "3 x 12 = 36 pencils; 36 - 7 = 28. The answer is 28."
+
+
+def sums() -> ScriptedBackend:
+    model = ScriptedBackend(default="Answer: 29")
+    model.on(f"Question: {SUM}\n", f"Answer: {SUM_DRAFT}")
+    model.on("Verification questions (", "1. How many pencils are left from 36 after giving away 7?")
+    model.on("Verifications:\n", "Final answer: 36 - 7 = 29. The answer is 29.")
+    return model
+
+
+def test_a_question_about_numbers_is_verified_beside_the_problem_and_never_the_draft() -> None:
+    model = sums()
+    cove(model, SUM, task="general")
+    verify = next(call.prompt.as_text() for call in model.calls if call.purpose == "verify")
+    assert f"Facts: {SUM}" in verify and SUM_DRAFT not in verify
+
+
+def test_a_question_about_numbers_is_planned_from_an_arithmetic_example() -> None:
+    model = sums()
+    result = cove(model, SUM)  # a question about numbers asked with cove is worked by the general task
+    plan = next(call.prompt.as_text() for call in model.calls if call.purpose == "plan")
+    assert "How much do 4 pens cost at 3 dollars each?" in plan and "Rubik" not in plan
+    assert result.answer == "36 - 7 = 29. The answer is 29."

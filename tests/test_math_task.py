@@ -13,6 +13,7 @@ from thoughtloom.grounding.sandbox import SandboxResult
 from thoughtloom.llm.budget import BudgetLimits
 from thoughtloom.llm.fake import ScriptedBackend
 from thoughtloom.llm.types import GenerateRequest
+from thoughtloom.run.options import spec_from_options
 from thoughtloom.run.spec import implied_task
 from thoughtloom.tasks.base import UnsupportedOperation
 from thoughtloom.tasks.math import MathTask, canonical, is_math_question
@@ -52,6 +53,20 @@ def test_a_question_about_numbers_goes_to_the_math_task(question: str) -> None:
                                       "Why is the sky blue?"])
 def test_other_questions_stay_with_the_general_task(question: str) -> None:
     assert implied_task(TaskOptions(), question, None) == "general"
+
+
+@pytest.mark.parametrize("strategy", ["cove", "recursive"])
+def test_a_question_about_numbers_asked_with_a_prose_strategy_goes_to_the_general_task(strategy: str) -> None:
+    assert implied_task(TaskOptions(), "What is 17 * 23 + 5?", None, strategy) == "general"
+
+
+def test_loom_solve_with_cove_on_a_question_about_numbers_builds_a_general_run() -> None:
+    spec = spec_from_options({"problem": "What is 17 * 23 + 5?", "strategy": "cove"})
+    assert spec.task == "general" and spec.config.strategy == "cove"
+
+
+def test_a_question_about_numbers_with_a_strategy_math_can_search_stays_math() -> None:
+    assert implied_task(TaskOptions(), "What is 17 * 23 + 5?", None, "mcts") == "math"
 
 
 def test_a_profiles_task_wins_over_the_math_routing() -> None:

@@ -111,7 +111,8 @@ def spec_from_options(options: Mapping[str, Any]) -> RunSpec:
         repo=Path(options["repo"]) if options.get("repo") else None, failing_test=options.get("failing_test"),
     )
     task_name = given_task if given_task is not None else implied_task(
-        preliminary, options.get("problem_id") or options.get("problem") or "", profile.default_task)
+        preliminary, options.get("problem_id") or options.get("problem") or "", profile.default_task,
+        options.get("strategy"))
     budget = BudgetLimits(tokens=options.get("budget_tokens"), calls=options.get("budget_calls"),
                           cost_usd=options.get("budget_usd"), wall_s=options.get("budget_seconds"))
     accept = options.get("accept_compromise_above")

@@ -216,9 +216,10 @@ def _plain(options: TaskOptions) -> dict[str, Any]:
     return out
 
 
-def implied_task(options: TaskOptions, problem: str, profile_task: str | None) -> str:
+def implied_task(options: TaskOptions, problem: str, profile_task: str | None, strategy: str | None = None) -> str:
     """The task when none is named: from the options given, a benchmark id's prefix, the profile, a
-    question about numbers (math), else general."""
+    question about numbers (math, unless the strategy asked for cannot search it: cove and recursive
+    work in prose), else general."""
     if options.repo is not None or options.failing_test:
         return "debug"
     if options.tests is not None:
@@ -228,7 +229,9 @@ def implied_task(options: TaskOptions, problem: str, profile_task: str | None) -
         return prefix
     if profile_task:
         return profile_task
-    return "math" if is_math_question(problem) else "general"
+    if is_math_question(problem) and (strategy is None or unsupported_reason(strategy, get_task("math")) is None):
+        return "math"
+    return "general"
 
 
 def pinned_model(model: str | Backend) -> str | Backend:
@@ -295,7 +298,8 @@ def resolve(
             prof.checks, **{k: v for k, v in (checks or {}).items() if v is not None})
     except (TypeError, ValueError) as exc:
         raise SpecError(f"checks: {exc}") from None
-    task_ref: str | Task[Any] = task if task is not None else implied_task(options, problem, prof.default_task)
+    task_ref: str | Task[Any] = task if task is not None else implied_task(
+        options, problem, prof.default_task, (search or {}).get("strategy"))
     if task_ref == "debug" and options.regression_tests is None and domain.run_regression_tests is not None:
         options = replace(options, regression_tests=domain.run_regression_tests)
     if isinstance(task_ref, str) and not task_ref.strip():

@@ -4,22 +4,26 @@ The graph: the draft (HYPOTHESIS) below the problem, a QUESTION node per planned
 below the draft, each answer (EVIDENCE) below its question, and the revision (SOLUTION) with the
 draft and every answer as parents (AGGREGATION edges; it stands in for the draft, one level
 down). The verification answers are asked concurrently (one batch where the backend batches),
-each from its question alone. Every call goes through `ctx.ask`, so the budget, the cache, the
-record and replay apply as to any strategy. The best answer so far is always settled: the draft
+none shown the draft; planned questions that share nothing with the problem or the draft are
+dropped. Every call goes through `ctx.ask`, so the budget, the cache, the record and replay
+apply as to any strategy. The best answer so far is always settled: the draft
 until a revision replaces it, so a budget stop still answers. The root keeps what happened in
 `extra["cove"]`.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from ...graph import EdgeKind, NodeKind
 from ...tasks.cove import (
     answer_query,
     draft_query,
+    on_topic,
     parse_questions,
     parse_reply,
+    parse_revision,
     plan_query,
     revise_query,
 )
@@ -53,8 +57,11 @@ async def _verify(ctx: SearchContext, problem: str, draft: int, record: dict[str
     if got is None:
         return None
     texts, cost = got
-    questions = parse_questions(texts[0], ctx.config.cove_questions)
+    planned = parse_questions(texts[0], ctx.config.cove_questions)
+    # A question that shares nothing with the problem or the draft checks something else.
+    questions = [q for q in planned if on_topic(q, problem, draft_text)]
     record["questions"] = len(questions)
+    record["off_topic"] = len(planned) - len(questions)
     if not questions:
         return None
     asked: list[tuple[str, int]] = []
@@ -63,8 +70,8 @@ async def _verify(ctx: SearchContext, problem: str, draft: int, record: dict[str
                               cost_tokens=cost // len(questions))
         if nid is not None:
             asked.append((question, nid))
-    # Independent: each call holds its question alone, and none waits for another.
-    replies = await ctx.ask_many([answer_query(q) for q, _ in asked], 1, "verify", [q for q, _ in asked])
+    # Independent: no call holds the draft, and none waits for another.
+    replies = await ctx.ask_many([answer_query(q, problem) for q, _ in asked], 1, "verify", [q for q, _ in asked])
     checks: list[tuple[str, str]] = []
     answers: list[int] = []
     for (question, qnode), reply in zip(asked, replies):
@@ -81,17 +88,18 @@ async def _verify(ctx: SearchContext, problem: str, draft: int, record: dict[str
         return None
     key = (draft_text, tuple(checks))
     return await _step(ctx, [draft, *answers], revise_query(problem, draft_text, checks), "revise", key,
-                       NodeKind.SOLUTION, EdgeKind.AGGREGATION, replaces_last=True)
+                       NodeKind.SOLUTION, EdgeKind.AGGREGATION, replaces_last=True, parse=parse_revision)
 
 
 async def _step(ctx: SearchContext, parents: list[int], query: Any, purpose: str, key: object, kind: NodeKind,
-                edge: EdgeKind, *, replaces_last: bool = False) -> int | None:
-    """One call whose reply becomes a node below `parents`; None when no call or no reply."""
+                edge: EdgeKind, *, replaces_last: bool = False,
+                parse: Callable[[str], str | None] = parse_reply) -> int | None:
+    """One call whose reply, as `parse` reads it, becomes a node below `parents`; None when no call or no reply."""
     got = await ctx.ask(query, 1, purpose, key)
     if got is None:
         return None
     texts, cost = got
-    content = parse_reply(texts[0])
+    content = parse(texts[0])
     if content is None:
         return None
     return _add(ctx, parents, content, f"cove:{purpose}", kind, edge, cost, replaces_last=replaces_last)
