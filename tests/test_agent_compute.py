@@ -87,16 +87,22 @@ def test_a_failed_program_is_written_again_under_the_default_replan_policy() -> 
 
 
 def test_with_only_the_calculator_a_question_about_numbers_is_computed_as_expressions() -> None:
-    model = ScriptedBackend(default="ok").on("Step: Compute the answer", 'calc: {"expression": "3 * 12 - 20"}')
+    model = ScriptedBackend(default="ok").on(f"Question: {QUESTION}", "3 * 12 - 20")
     result = run(model, tools=("calc",))
     steps = result.graph.by_kind(NodeKind.EVIDENCE)
-    assert len(steps) == 5 and all(s.extra["tool_calls"][0]["tool"] == "calc" for s in steps)
+    assert len(steps) == 5 and all(s.extra["tool_calls"][0]["args"] == {"expression": "3 * 12 - 20"} for s in steps)
     assert result.answer == "16"
 
 
+def test_the_expression_prompt_lists_no_tool_description_to_copy_numbers_from() -> None:
+    model = ScriptedBackend(default="ok").on(f"Question: {QUESTION}", "3 * 12 - 20")
+    run(model, tools=("calc",))
+    assert all("2 * 150" not in c.prompt.as_text() for c in model.calls)
+
+
 def test_a_calculator_fraction_votes_as_its_decimal() -> None:
-    model = ScriptedBackend(default="ok").on("Step: Compute the answer", 'calc: {"expression": "10 / 4"}')
-    result = run(model, tools=("calc",), task="A rope of 10 m is cut into 4 equal parts. How long is each part?")
+    task = "A rope of 10 m is cut into 4 equal parts. How long is each part?"
+    result = run(ScriptedBackend(default="ok").on(f"Question: {task}", "10 / 4"), tools=("calc",), task=task)
     assert result.answer == "2.5"
 
 

@@ -253,11 +253,11 @@ def step_query(task: str, step: str, context: Context) -> Query:
 
 _TOOL_SYSTEM = (
     'You call one tool to do a step. Reply with one JSON object: {"tool": the tool\'s name, "args": its input}. '
-    "Use only numbers that the results give."
+    "Use only numbers that the task or the results give."
 )
 _TOOL_EXAMPLE = (
-    'Tools:\n- calc: exact arithmetic {"expression": string}\nEarlier results:\n- step 2: Sandwiches: 18 EUR\n'
-    "Apples: 3 EUR\nLemonade: 5 EUR\nStep: Add up the costs.",
+    'Task: Plan a weekend picnic for 4 people under 60 EUR.\nTools:\n- calc: exact arithmetic {"expression": string}\n'
+    "Earlier results:\n- step 2: Sandwiches: 18 EUR\nApples: 3 EUR\nLemonade: 5 EUR\nStep: Add up the costs.",
     '{"tool": "calc", "args": {"expression": "18 + 3 + 5"}}',
 )
 
@@ -287,7 +287,7 @@ def tool_query(task: str, step: str, context: Context, tools: Sequence[ToolDescr
     """Ask for a tool call as a JSON object, constrained to the tools' schemas where the backend can."""
     listing = "\n".join(_describe_tool(t) for t in tools)
     return few_shot_query(_TOOL_SYSTEM, [_TOOL_EXAMPLE],
-                  f"Tools:\n{listing}\nEarlier results:\n{context.render()}\nStep: {step}", max_tokens=160,
+                  f"Task: {task}\nTools:\n{listing}\nEarlier results:\n{context.render()}\nStep: {step}", max_tokens=160,
                   stop=("\n\n",), schema=tool_call_schema(tools), temperature=TOOL_TEMPERATURE)
 
 

@@ -29,7 +29,7 @@ from ..graph import NodeKind
 from ..grounding.programs import ProgramAnswer, ProgramGrounder, ProgramRuns, program_text
 from ..grounding.types import Grounder
 from ..llm.types import Message, Prompt
-from .base import Query, Task
+from .base import Query, Task, few_shot_query
 from .query import Sampled, Tally, Verdict
 
 SYSTEM = (
@@ -55,7 +55,8 @@ _ARITHMETIC = re.compile(r"\d\s*(?:[-+*/^×÷%]|\*\*)\s*\(?\s*\d")
 _MATH_WORDS = re.compile(
     r"\b(?:how (?:many|much|long|far|old)|total|sum|product|difference|average|mean|percent(?:age)?|"
     r"remainder|divisible|prime|factor(?:ial)?|square root|squared|cubed|times|twice|half|"
-    r"per|each|cost|costs|price|profit|ratio|fraction|multiply|divide|subtract|add)\b",
+    r"per|each|cost|costs|price|profit|spends?|spent|pays?|paid|earns?|earned|ratio|fraction|multiply|divide|"
+    r"subtract|add)\b",
     re.IGNORECASE,
 )
 
@@ -105,6 +106,25 @@ def program_query(question: str) -> Query:
     # "\n```" ends the program in both forms: after the completion's opening fence, and at a
     # chat reply's closing one (program_text reads a block whose closing fence was cut off).
     return Query(Prompt(text=text, messages=tuple(turns)), max_tokens=PROGRAM_TOKENS, stop=("\n```",))
+
+
+_EXPRESSION_SYSTEM = (
+    "Write one arithmetic expression that computes the answer to the question: numbers from the question, "
+    "+ - * / ** and parentheses. Reply with the expression only."
+)
+#: The programs' word problems again, as one expression each (invented, from no benchmark).
+EXPRESSION_EXAMPLES: tuple[tuple[str, str], ...] = (
+    ("Question: What is 12 * 7 - 9?", "12 * 7 - 9"),
+    ("Question: A baker makes 3 trays of 12 cookies and sells 20 of them. How many cookies are left?", "3 * 12 - 20"),
+    ("Question: Pens cost 3 dollars each. Tom buys 4 pens and pays with a 20 dollar bill. How much change does he "
+     "get?", "20 - 4 * 3"),
+)
+
+
+def expression_query(question: str) -> Query:
+    """Ask for one arithmetic expression that computes the answer (what a calculator can be given)."""
+    return few_shot_query(_EXPRESSION_SYSTEM, EXPRESSION_EXAMPLES, f"Question: {question}", max_tokens=80,
+                          stop=("\n",))
 
 
 def elected(votes: Counter[str], quorum: int = QUORUM) -> str | None:

@@ -1,6 +1,7 @@
 """The built-in processors, one per node kind: input, plan, question, hypothesis, decomposition,
 evidence (a tool call), analysis, code, critique, synthesis and solution; and, for a question about
-numbers, program (one computation by the python tool) and vote (the answer the computations agree on)."""
+numbers, program (one computation by the python tool), expression (one by the calculator) and vote
+(the answer the computations agree on)."""
 
 from __future__ import annotations
 
@@ -32,7 +33,7 @@ from ...tasks.agent import (
     synthesis_query,
     tool_query,
 )
-from ...tasks.math import canonical, elected, is_math_question, program_query
+from ...tasks.math import canonical, elected, expression_query, is_math_question, program_query
 from ...tasks.recursion.contract import ChildSpec
 from ...tools.base import ToolResult
 from ...tools.builtin import plain_arithmetic
@@ -51,8 +52,10 @@ from .processors import (
 CODE_TOOL = "python"
 DOCS_TOOL = "docs"
 CALC_TOOL = "calc"
-#: Kinds of a question about numbers: a program that computes its answer, and the vote on the answers.
+#: Kinds of a question about numbers: a program (or an expression for the calculator) that computes its
+#: answer, and the vote on the answers.
 PROGRAM_KIND = "program"
+EXPRESSION_KIND = "expression"
 VOTE_KIND = "vote"
 #: Independent computations of a question about numbers (as many as the math task samples a round).
 COMPUTE_SAMPLES = 5
@@ -101,8 +104,9 @@ def compute_nodes(task_node: int, tools: Sequence[str]) -> tuple[NewNode, ...]:
         work = [NewNode(PROGRAM_KIND, "Compute the answer with a program", (task_node,), base=NodeKind.CODE,
                         data={"sample": i + 1, "tool": CODE_TOOL}) for i in range(COMPUTE_SAMPLES)]
     else:
-        work = [NewNode("evidence", "Compute the answer to the task as one arithmetic expression", (task_node,),
-                        data={"sample": i + 1, "tool": CALC_TOOL}) for i in range(COMPUTE_SAMPLES)]
+        work = [NewNode(EXPRESSION_KIND, "Compute the answer with one arithmetic expression", (task_node,),
+                        base=NodeKind.EVIDENCE, data={"sample": i + 1, "tool": CALC_TOOL})
+                for i in range(COMPUTE_SAMPLES)]
     vote = NewNode(VOTE_KIND, "Vote on the computed answers", tuple(f"@{i}" for i in range(COMPUTE_SAMPLES)),
                    base=NodeKind.SYNTHESIS)
     return (*work, vote, NewNode("solution", "Final answer", (f"@{COMPUTE_SAMPLES}",)))
@@ -335,6 +339,25 @@ class ProgramProcessor:
                          result={"code": code, "answer": answer})
 
 
+class ExpressionProcessor:
+    """One arithmetic expression for the task's answer, computed by the calculator (the calc tool)."""
+
+    async def run(self, node: Node, env: AgentEnv) -> ProcessorResult:
+        """Ask for an expression (no tool description to copy numbers from), have calc compute it exactly."""
+        if CALC_TOOL not in env.tools:
+            return failed("the step needs the calc tool, which was not granted (--tools calc)")
+        got = await env.ask(expression_query(env.task), "expression", node.id)
+        if got is None:
+            return _no_model("expression")
+        reply, tokens = got
+        expression = reply.strip().strip("`").strip()
+        if not expression:
+            env.counts["malformed_tool_calls"] += 1
+            return failed("the reply held no expression", cost_tokens=tokens)
+        result = await env.call_tool(CALC_TOOL, {"expression": expression}, node.id)
+        return _tool_outcome(result, tokens)
+
+
 def _last_line(output: str) -> str | None:
     """The last line a program printed (the python tool's notes on stderr and cut output left out)."""
     printed = output.split("\n[stderr]\n", 1)[0].replace("[output cut by the sandbox]", "")
@@ -509,5 +532,6 @@ def default_processors() -> ProcessorRegistry:
         (NodeKind.SOLUTION.value, SolutionProcessor()),
     ])
     registry.register(PROGRAM_KIND, ProgramProcessor(), base=NodeKind.CODE)
+    registry.register(EXPRESSION_KIND, ExpressionProcessor(), base=NodeKind.EVIDENCE)
     registry.register(VOTE_KIND, VoteProcessor(), base=NodeKind.SYNTHESIS)
     return registry
