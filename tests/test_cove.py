@@ -272,3 +272,13 @@ def test_a_question_about_numbers_is_planned_from_an_arithmetic_example() -> Non
     plan = next(call.prompt.as_text() for call in model.calls if call.purpose == "plan")
     assert "How much do 4 pens cost at 3 dollars each?" in plan and "Rubik" not in plan
     assert result.answer == "36 - 7 = 29. The answer is 29."
+
+
+@pytest.mark.local_model
+def test_the_embedded_models_verifications_of_a_word_problem_stay_on_it_and_out_of_the_answer() -> None:
+    problem = ("Janet has 3 boxes of 12 pencils. She gives 7 pencils to her friend and buys 5 more. "
+               "How many pencils does she have now?")
+    result = asyncio.run(asolve(problem, model="local", strategy="cove", seed=0))
+    trace = result.to_dict()["cove"]
+    assert trace["checks"] and all("pencil" in c["question"].lower() for c in trace["checks"])
+    assert "Verification" not in result.answer and "Rubik" not in result.answer
