@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
@@ -33,6 +34,7 @@ from ...tasks.agent import (
     synthesis_query,
     tool_query,
 )
+from ...tasks.base import Query, one_line
 from ...tasks.math import canonical, elected, expression_query, is_math_question, program_query
 from ...tasks.recursion.contract import ChildSpec
 from ...tools.base import ToolResult
@@ -313,73 +315,79 @@ class CodeProcessor:
         return failed(f"the program failed: {feedback}", cost_tokens=tokens, tool_calls=tuple(calls))
 
 
-class ProgramProcessor:
-    """One program that computes the task's answer, run by the python tool; its answer is the last line it printed."""
+@dataclass(frozen=True, slots=True)
+class ComputeProcessor:
+    """One computation of the task's answer: the model writes what a tool runs (a program for python, an
+    expression for calc), the tool computes, and the node's answer is read from the tool's output only."""
+
+    tool: str
+    #: What the model writes ("program", "expression"): the call's purpose and the word in errors.
+    writes: str
+    query: Callable[[str], Query]
+    #: The tool's argument from the model's reply, and the answer from the tool's output (None: none).
+    argument: Callable[[str], dict[str, str]]
+    answer: Callable[[str], str | None]
 
     async def run(self, node: Node, env: AgentEnv) -> ProcessorResult:
-        """Ask for a program (the math task's prompt), run it in the sandbox, keep what it printed last."""
-        if CODE_TOOL not in env.tools:
-            return failed("the step needs the python tool, which was not granted (--tools python)")
-        got = await env.ask(program_query(env.task), "program", node.id)
+        """Ask for the program or expression, have the tool run it, keep the answer it computed."""
+        if self.tool not in env.tools:
+            return failed(f"the step needs the {self.tool} tool, which was not granted (--tools {self.tool})")
+        got = await env.ask(self.query(env.task), self.writes, node.id)
         if got is None:
-            return _no_model("program")
+            return _no_model(self.writes)
         reply, tokens = got
-        code = program_text(reply)
-        if not code.strip():
+        args = self.argument(reply)
+        if not any(v.strip() for v in args.values()):
             env.counts["malformed_tool_calls"] += 1
-            return failed("the reply held no program", cost_tokens=tokens)
-        result = await env.call_tool(CODE_TOOL, {"code": code}, node.id)
+            return failed(f"the reply held no {self.writes}", cost_tokens=tokens)
+        result = await env.call_tool(self.tool, args, node.id)
+        calls = (result.to_dict(),)
         if not result.ok:
-            return failed(f"the program failed: {result.error or result.status}", cost_tokens=tokens,
-                          tool_calls=(result.to_dict(),))
-        answer = canonical(_last_line(result.output))
+            return failed(f"the {self.writes} failed: {result.error or result.status}", cost_tokens=tokens,
+                          tool_calls=calls)
+        answer = self.answer(result.output)
         if answer is None:
-            return failed("the program printed nothing", cost_tokens=tokens, tool_calls=(result.to_dict(),))
-        return succeeded(answer, cost_tokens=tokens, tool_calls=(result.to_dict(),),
-                         result={"code": code, "answer": answer})
+            return failed(f"the {self.writes} gave no answer: {one_line(result.output, 120)}", cost_tokens=tokens,
+                          tool_calls=calls)
+        return succeeded(answer, cost_tokens=tokens, tool_calls=calls, result={**args, "answer": answer})
 
 
-class ExpressionProcessor:
-    """One arithmetic expression for the task's answer, computed by the calculator (the calc tool)."""
-
-    async def run(self, node: Node, env: AgentEnv) -> ProcessorResult:
-        """Ask for an expression (no tool description to copy numbers from), have calc compute it exactly."""
-        if CALC_TOOL not in env.tools:
-            return failed("the step needs the calc tool, which was not granted (--tools calc)")
-        got = await env.ask(expression_query(env.task), "expression", node.id)
-        if got is None:
-            return _no_model("expression")
-        reply, tokens = got
-        expression = reply.strip().strip("`").strip()
-        if not expression:
-            env.counts["malformed_tool_calls"] += 1
-            return failed("the reply held no expression", cost_tokens=tokens)
-        result = await env.call_tool(CALC_TOOL, {"expression": expression}, node.id)
-        return _tool_outcome(result, tokens)
-
-
-def _last_line(output: str) -> str | None:
-    """The last line a program printed (the python tool's notes on stderr and cut output left out)."""
+def printed_answer(output: str) -> str | None:
+    """A program's answer: the last line it printed (the python tool's notes on stderr and cut output left out)."""
     printed = output.split("\n[stderr]\n", 1)[0].replace("[output cut by the sandbox]", "")
+    if printed.startswith("(the program printed nothing"):
+        return None
     lines = [line.strip() for line in printed.splitlines() if line.strip()]
-    return lines[-1] if lines and not printed.startswith("(the program printed nothing") else None
+    return canonical(lines[-1]) if lines else None
 
 
 _CALC_VALUE = re.compile(r"=\s*(-?[\d/.]+)\s*(?:\((≈?)(-?[\d.]+)\))?\s*$")
 
 
+def calculated_answer(output: str) -> str | None:
+    """The calculator's value, as a decimal when it has one ("10/4 = 5/2 (2.5)" -> "2.5")."""
+    m = _CALC_VALUE.search(output.split(";", 1)[0].strip())
+    return None if m is None else canonical(m.group(3) or m.group(1))
+
+
+def program_processor() -> ComputeProcessor:
+    """A program for the answer (the math task's prompt), run by the python tool."""
+    return ComputeProcessor(CODE_TOOL, "program", program_query, lambda reply: {"code": program_text(reply)},
+                            printed_answer)
+
+
+def expression_processor() -> ComputeProcessor:
+    """An arithmetic expression for the answer (a prompt with no tool description to copy numbers from), run by calc."""
+    return ComputeProcessor(CALC_TOOL, "expression", expression_query,
+                            lambda reply: {"expression": reply.strip().strip("`").strip()}, calculated_answer)
+
+
 def computed_answer(node: Node) -> str | None:
-    """What a computation node computed: a program's printed answer, or the calculator's value (as a decimal
-    when it has one, "10/4 = 5/2 (2.5)" -> "2.5"); None when it computed nothing."""
+    """What a computation node computed; None when it failed or computed nothing."""
     if node.extra.get("status") != "succeeded":
         return None
     answer = (node.extra.get("result") or {}).get("answer")
-    if isinstance(answer, str):
-        return answer
-    m = _CALC_VALUE.search(str(node.extra.get("text") or "").split(";", 1)[0].strip())
-    if m is None:
-        return None
-    return canonical(m.group(3) or m.group(1))
+    return answer if isinstance(answer, str) else None
 
 
 class VoteProcessor:
@@ -531,7 +539,7 @@ def default_processors() -> ProcessorRegistry:
         (NodeKind.SYNTHESIS.value, SynthesisProcessor()),
         (NodeKind.SOLUTION.value, SolutionProcessor()),
     ])
-    registry.register(PROGRAM_KIND, ProgramProcessor(), base=NodeKind.CODE)
-    registry.register(EXPRESSION_KIND, ExpressionProcessor(), base=NodeKind.EVIDENCE)
+    registry.register(PROGRAM_KIND, program_processor(), base=NodeKind.CODE)
+    registry.register(EXPRESSION_KIND, expression_processor(), base=NodeKind.EVIDENCE)
     registry.register(VOTE_KIND, VoteProcessor(), base=NodeKind.SYNTHESIS)
     return registry
