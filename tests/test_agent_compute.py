@@ -51,14 +51,16 @@ def test_the_answer_is_the_one_most_programs_printed() -> None:
 
 
 def test_answers_that_no_quorum_agreed_on_are_marked_not_agreed() -> None:
-    programs = [f"```python\nprint({n})\n```" for n in (16, 36, 12, 36, 16)]
+    programs = [f"```python\nprint({e})\n```" for e in ("3 * 12 - 20", "3 * 12 + 20", "3 + 12 - 20", "3 * 12 + 20",
+                                                         "3 * 12 - 20")]
     result = run(ScriptedBackend(default="ok").on(f"Question: {QUESTION}", *programs))
     vote = vote_of(result)
     assert vote["agreed"] is False and result.answer == "16"  # the earliest of the tied answers
 
 
 def test_an_answer_the_computations_did_not_agree_on_carries_a_doubt() -> None:
-    programs = [f"```python\nprint({n})\n```" for n in (16, 36, 12, 36, 16)]
+    programs = [f"```python\nprint({e})\n```" for e in ("3 * 12 - 20", "3 * 12 + 20", "3 + 12 - 20", "3 * 12 + 20",
+                                                         "3 * 12 - 20")]
     result = run(ScriptedBackend(default="ok").on(f"Question: {QUESTION}", *programs))
     assert result.answer_doubt() == "the samples did not agree enough: 2 of 5 computations gave 16"
 
@@ -67,6 +69,13 @@ def test_an_answer_a_quorum_of_computations_gave_carries_no_doubt() -> None:
     result = run(ScriptedBackend(default="ok").on(f"Question: {QUESTION}", WRONG, RIGHT, RIGHT, WRONG, RIGHT))
     assert result.answer_doubt() is None
     assert vote_of_node(result).extra["tally"] == "3 of 5 computations gave 16"
+
+
+def test_a_program_that_leaves_out_numbers_of_the_question_counts_less() -> None:
+    guesses = ["```python\nprint(12)\n```"] * 3
+    result = run(ScriptedBackend(default="ok").on(f"Question: {QUESTION}", *guesses, RIGHT, RIGHT))
+    assert result.answer == "16"  # two programs that use 3, 12 and 20 against three that print a number
+    assert vote_of(result)["votes"] == {"12": 3, "16": 2}
 
 
 def test_a_program_that_fails_in_the_sandbox_casts_no_vote() -> None:

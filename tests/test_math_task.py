@@ -16,7 +16,7 @@ from thoughtloom.llm.types import GenerateRequest
 from thoughtloom.run.options import spec_from_options
 from thoughtloom.run.spec import implied_task
 from thoughtloom.tasks.base import UnsupportedOperation
-from thoughtloom.tasks.math import MathTask, canonical, is_math_question
+from thoughtloom.tasks.math import MIN_WEIGHT, MathTask, canonical, coverage, is_math_question, vote_weight
 from thoughtloom.tasks.registry import TaskOptions
 
 QUESTION = "Ann has 8 apples and buys 3 bags of 4 more. How many apples does she have?"
@@ -35,8 +35,12 @@ def writes(*programs: str) -> ScriptedBackend:
     return ScriptedBackend(responder=respond)
 
 
-async def run(model: ScriptedBackend, tokens: int = 20_000, **config: object):
-    return await asolve(QUESTION, task="math", model=model, budget=BudgetLimits(tokens=tokens), controller=False,
+#: QUESTION in words: it gives no number, so every program's vote counts in full (the weighting is tested apart).
+IN_WORDS = "Ann has eight apples and buys three bags of four more. How many apples does she have?"
+
+
+async def run(model: ScriptedBackend, tokens: int = 20_000, question: str = IN_WORDS, **config: object):
+    return await asolve(question, task="math", model=model, budget=BudgetLimits(tokens=tokens), controller=False,
                         seed=1, **config)
 
 
@@ -197,6 +201,42 @@ async def test_an_answer_no_quorum_agreed_on_carries_a_doubt() -> None:
 async def test_an_agreed_answer_carries_no_doubt() -> None:
     result = await run(writes("print(20)"))
     assert result.answer_doubt() is None
+
+
+# --- programs that leave out numbers of the question ------------------------------------------
+
+
+def test_coverage_is_the_share_of_the_questions_numbers_the_code_uses() -> None:
+    assert coverage(QUESTION, "print(8 + 3 * 4)") == 1.0
+    assert coverage(QUESTION, "# 8 apples and 3 bags of 4\nprint(3 * 4)") == pytest.approx(2 / 3)
+    assert coverage(QUESTION, "print(20)") == 0.0
+    assert coverage("What is the capital of France?", "print('Paris')") == 1.0
+
+
+def test_a_percentage_may_be_written_as_a_fraction() -> None:
+    assert coverage("A 40 dollar shirt is 25% off. What does it cost?", "print(40 * (1 - 0.25))") == 1.0
+
+
+def test_a_program_that_leaves_out_numbers_of_the_question_counts_less() -> None:
+    assert vote_weight(QUESTION, "print(8 + 3 * 4)") == 1.0
+    assert vote_weight(QUESTION, "print(3 * 4)") == pytest.approx(4 / 9)
+    assert vote_weight(QUESTION, "print(20)") == MIN_WEIGHT
+
+
+async def test_programs_that_answer_part_of_the_question_do_not_outvote_those_that_answer_it_all() -> None:
+    partial = ("print(3 * 4)", "bags = 3 * 4\nprint(bags)", "print(4 * 3)")
+    result = await run(writes(*partial, "print(8 + 3 * 4)", "apples = 8 + 4 * 3\nprint(apples)"), question=QUESTION,
+                       one_pass=True)
+    assert result.answer == "20"  # 2 votes in full against 3 x 4/9
+
+
+async def test_agreeing_programs_that_leave_out_numbers_do_not_reach_the_goal_alone() -> None:
+    result = await run(writes("print(3 * 4)", "bags = 3 * 4\nprint(bags)", "print(4 * 3)", "print(12)", "print(20)"),
+                       question=QUESTION, one_pass=True)
+    assert result.goal_node is None
+    notes = {n.content: n.extra["tally"] for n in result.graph if "tally" in n.extra}
+    assert notes["print(3 * 4)"] == ("4 of 5 samples printed 12 (votes 1.58: programs that leave out numbers of the "
+                                     "question count less)")
 
 
 # --- programs are run once ------------------------------------------------------------------

@@ -35,7 +35,7 @@ from ...tasks.agent import (
     tool_query,
 )
 from ...tasks.base import Query, one_line
-from ...tasks.math import canonical, elected, expression_query, is_math_question, program_query
+from ...tasks.math import Ballot, canonical, count_votes, expression_query, is_math_question, program_query
 from ...tasks.recursion.contract import ChildSpec
 from ...tools.base import ToolResult
 from ...tools.builtin import plain_arithmetic
@@ -382,33 +382,33 @@ def expression_processor() -> ComputeProcessor:
                             lambda reply: {"expression": reply.strip().strip("`").strip()}, calculated_answer)
 
 
-def computed_answer(node: Node) -> str | None:
-    """What a computation node computed; None when it failed or computed nothing."""
-    if node.extra.get("status") != "succeeded":
-        return None
-    answer = (node.extra.get("result") or {}).get("answer")
-    return answer if isinstance(answer, str) else None
-
-
 class VoteProcessor:
-    """The answer most computations gave (no model call): agreed when QUORUM of them gave it and more than any other."""
+    """The answer most computations gave (no model call), counted as the math task counts its programs (those that
+    leave out numbers of the question count less): agreed when it has a quorum of votes and more than any other."""
 
     async def run(self, node: Node, env: AgentEnv) -> ProcessorResult:
-        """Count the computed answers; the most frequent (the earliest of a tie) is the answer, its share of the
-        answers given the score (a failed computation gives none; under "replan" its retry does)."""
+        """Count the computed answers; the one with the most votes (the earliest of a tie) is the answer, its votes
+        per answer given the score (a failed computation gives none; under "replan" its retry does)."""
         graph = env.ctx.graph
-        answers = [computed_answer(graph.node(p)) for p in env.dependencies(node.id)]
-        votes: Counter[str] = Counter(a for a in answers if a is not None)
-        if not votes:
-            return failed(f"none of the {len(answers)} computations gave an answer")
-        top = max(votes.values())
-        answer = next(a for a in answers if a is not None and votes[a] == top)
-        agreed = elected(votes) == answer
-        given = sum(votes.values())
-        return succeeded(answer, score=top / given, agreed=agreed,
-                         tally=f"{top} of {len(answers)} computations gave {answer[:60]}"
-                               + ("" if given == len(answers) else f" ({len(answers) - given} gave none)"),
-                         result={"votes": dict(votes.most_common()), "computations": len(answers), "agreed": agreed})
+        ballots = [_ballot(graph.node(p)) for p in env.dependencies(node.id)]
+        count = count_votes(env.task, ballots)
+        answer = count.leader([b.answer for b in ballots])
+        if answer is None:
+            return failed(f"none of the {len(ballots)} computations gave an answer")
+        given = sum(count.counts.values())
+        tally = count.note(answer, "computations gave") + (
+            "" if given == len(ballots) else f"; {len(ballots) - given} gave none")
+        agreed = count.winner == answer
+        return succeeded(answer, score=count.votes[answer] / given, agreed=agreed, tally=tally, result={
+            "votes": dict(count.counts.most_common()), "computations": len(ballots), "agreed": agreed})
+
+
+def _ballot(node: Node) -> Ballot:
+    """A computation node as a ballot: its answer (None when it failed) and the code it ran."""
+    result = node.extra.get("result") or {}
+    code = result.get("code") or result.get("expression") or ""
+    answer = result.get("answer") if node.extra.get("status") == "succeeded" else None
+    return Ballot(answer if isinstance(answer, str) else None, str(code))
 
 
 # A number, and up to two unit words after it ("2 buses", "24.00 EUR"), as people write sums.
