@@ -171,6 +171,14 @@ def test_a_critique_that_finds_wrong_arithmetic_adds_a_contradiction_edge_and_th
     assert result.answer.endswith("(corrected).")
 
 
+def test_a_solution_whose_synthesis_failed_fails_rather_than_answer_with_the_steps_description() -> None:
+    model = trip_model(total="   ")
+    result = asyncio.run(run(model, on_failure="skip"))
+    solution = result.graph.by_kind(NodeKind.SOLUTION)[0]
+    assert solution.status is NodeStatus.FAILED and "synthesis it depends on failed" in solution.extra["error"]
+    assert result.answer != "Put the results together into one answer"
+
+
 def test_a_critique_refuting_in_words_labels_the_edge_with_its_confidence() -> None:
     result = asyncio.run(run(trip_model(verdict="VERDICT: wrong\nREASON: no food budget")))
     synthesis = result.graph.by_kind(NodeKind.SYNTHESIS)[0]

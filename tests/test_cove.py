@@ -18,7 +18,7 @@ from thoughtloom.llm.fake import ScriptedBackend
 from thoughtloom.run.spec import SpecError
 from thoughtloom.search.result import SearchResult
 from thoughtloom.store.sqlite import SQLiteStore
-from thoughtloom.tasks.cove import parse_questions, parse_reply
+from thoughtloom.tasks.cove import on_topic, parse_questions, parse_reply
 
 QUESTION = "Which river flows through the city where Mozart was born?"
 DRAFT = "Mozart was born in Vienna, and the Danube flows through Vienna."
@@ -232,6 +232,10 @@ def test_verification_questions_that_share_nothing_with_the_problem_are_dropped(
     asked = [call.prompt.as_text() for call in model.calls if call.purpose == "verify"]
     assert len(asked) == 1 and "Where was Mozart born?" in asked[0]
     assert result.cove()["off_topic"] == 1
+
+
+def test_a_possessive_names_the_same_thing_as_the_word() -> None:
+    assert on_topic("Which city is the seat of France's government?", "What is the capital of France?", "")
 
 
 def test_when_every_planned_question_is_off_topic_the_draft_stands() -> None:

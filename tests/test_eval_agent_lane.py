@@ -30,18 +30,10 @@ pytestmark = needs("hotpotqa/hotpot_dev_distractor_first50.json", "gsm8k/train.j
 
 
 def scripted() -> ScriptedBackend:
-    """GSM8K #0 (72) and #1 (10) worked with calc and python, #1 answered wrong; HotpotQA #0 right, #1 half right."""
+    """GSM8K #0 (72) and #1 (10) computed by programs the python tool runs, #1 wrong; HotpotQA #0 right, #1 half right."""
     model = ScriptedBackend(default="ok")
-    model.on("in April and May?\nTools:", "1. [calc] Clips sold in May: half of 48.\n2. [python] Add April and May. (after 1)\n"
-             "3. State the total. (after 2)")
-    model.on("Step: Clips sold in May", 'calc: {"expression": "48 / 2"}')
-    model.on("Step: Add April and May", "```python\nprint(48 + 24)\n```")
-    model.on("did she earn?\nTools:", "1. [calc] Pay for 50 minutes at $12 an hour.\n2. State the pay. (after 1)")
-    model.on("Step: Pay for 50 minutes", 'calc: {"expression": "12 * 50"}')
-    model.on("Final answer:", "Natalia sold 48 + 24 = 72 clips in all.\nAnswer: 72")
-    model.on("Task: Weng earns $12 an hour for babysitting. Yesterday, she just did 50 minutes of babysitting. "
-             "How much did she earn?\nResults", "Weng earned $600.")
-    model.on("VERDICT", "VERDICT: ok\nREASON: the numbers add up")
+    model.on("in April and May?\n", "```python\napril = 48\nprint(april + april / 2)\n```")
+    model.on("How much did she earn?\n", "```python\nprint(12 * 50)\n```")
     model.on("Answer in a few words (a name, a number, yes or no): Were Scott Derrickson", "Yes, both were American.\nScott Derrickson is an American "
              "director; Ed Wood was an American filmmaker.")
     model.on("Answer in a few words (a name, a number, yes or no): What government position", "She served as Chief of Protocol.")
@@ -86,12 +78,12 @@ def test_the_agent_lane_scores_with_each_data_sets_rule_and_records_its_tool_cal
     with watched(monkeypatch) as (corpora, results):
         protocol, records = run_agent_lane(scripted())
     g0, g1, h0, h1 = (records[k] for k in (("gsm8k", "0"), ("gsm8k", "1"), ("hotpotqa", "0"), ("hotpotqa", "1")))
-    # GSM8K: the final number of the agent's answer against the gold.
-    assert g0.solved and g0.answer.endswith("Answer: 72")
-    assert not g1.solved and g1.answer == "Weng earned $600."
-    # calc + python + the critique's exact check of "48 + 24 = 72" through calc; #1: one calc call.
-    assert (g0.tool_calls, g1.tool_calls) == (3, 1)
-    assert all(r.tokens > 0 and r.calls >= 4 and r.stop_reason == "goal_reached" for r in (g0, g1))
+    # GSM8K: the number the agent's programs agreed on against the gold.
+    assert g0.solved and g0.answer == "72"
+    assert not g1.solved and g1.answer == "600"
+    # A question about numbers: five programs, each run by the python tool.
+    assert (g0.tool_calls, g1.tool_calls) == (5, 5)
+    assert all(r.tokens > 0 and r.calls == 5 and r.stop_reason == "goal_reached" for r in (g0, g1))
     # HotpotQA: the span, scored by the official EM and F1 ("Yes, both ..." is the answer yes).
     assert (h0.answer, h0.solved, h0.f1) == ("yes", True, 1.0)
     assert h1.answer == "She served as Chief of Protocol." and not h1.solved
@@ -108,7 +100,7 @@ def test_the_agent_lane_scores_with_each_data_sets_rule_and_records_its_tool_cal
     table = format_table(summarize(records.values(), {"gsm8k": "rate", "hotpotqa": "f1"}, ["agent"],
                                    {"gsm8k": 2, "hotpotqa": 2}))
     assert "| mean tokens | mean calls | mean tool calls | wall s (mean) |" in table
-    assert "| 2.0 |" in table and "| 1.0 |" in table  # GSM8K (3 + 1) / 2 and HotpotQA (1 + 1) / 2
+    assert "| 5.0 |" in table and "| 1.0 |" in table  # GSM8K (5 + 5) / 2 and HotpotQA (1 + 1) / 2
 
 
 def test_the_hotpotqa_corpus_is_exactly_the_questions_ten_paragraphs_and_is_removed_after(
@@ -162,14 +154,8 @@ def agent_chat(seen: Seen) -> Reply:
     """A chat model for the agent's prompts (by their system message) and the cot prompts of both sets."""
     messages = seen.body["messages"]
     system, last = messages[0]["content"], messages[-1]["content"]
-    if "short plan" in system:
-        text = "1. [calc] Add April's 48 clips and half as many in May.\n2. State the total. (after 1)"
-    elif "call one tool" in system:
-        text = 'calc: {"expression": "48 + 48 / 2"}'
-    elif "final answer to a task" in system:
-        text = "Natalia sold 72 clips.\nAnswer: 72"
-    elif "check an answer" in system:
-        text = "VERDICT: ok\nREASON: right"
+    if "short Python program" in system:
+        text = "```python\napril = 48\nprint(april + april / 2)\n```"
     elif "Answer in a few words" in last:
         text = "Yes, both were American."
     elif "math word problem" in system:
@@ -194,7 +180,6 @@ def test_loom_bench_runs_cot_and_agent_on_gsm8k_and_hotpotqa(server: FakeOpenAIS
     assert "| cot | 1 | 1/1 = 100% [" in printed and "| agent | 1 | 1/1 = 100% [" in printed
     records = {(r["task"], r["lane"]): r for r in map(json.loads, (out / "results.jsonl").read_text().splitlines())}
     assert records[("gsm8k", "cot")]["tool_calls"] is None
-    # GSM8K: the step's calc call (the synthesis writes out no calculation for the critique to check);
-    # HotpotQA: one document search.
-    assert records[("gsm8k", "agent")]["tool_calls"] == 1 and records[("hotpotqa", "agent")]["tool_calls"] == 1
+    # GSM8K: five programs run by the python tool; HotpotQA: one document search.
+    assert records[("gsm8k", "agent")]["tool_calls"] == 5 and records[("hotpotqa", "agent")]["tool_calls"] == 1
     assert records[("hotpotqa", "agent")]["answer"] == "yes"

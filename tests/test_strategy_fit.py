@@ -42,7 +42,7 @@ def test_the_strategies_a_refusal_suggests_are_those_that_fit_the_task(task: str
 
 def test_recursive_on_a_task_of_fixed_steps_suggests_only_strategies_that_fit() -> None:
     with pytest.raises(SpecError, match=r"use bfs, dfs, best_first or mcts$"):
-        asyncio.run(asolve("What is 17 * 23 + 5?", model=ScriptedBackend(), strategy="recursive"))
+        asyncio.run(asolve("What is 17 * 23 + 5?", task="math", model=ScriptedBackend(), strategy="recursive"))
 
 
 @pytest.mark.parametrize(("strategy", "task"), [("bfs", "game24"), ("got", "general"), ("recursive", "general"),

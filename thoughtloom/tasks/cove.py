@@ -171,8 +171,10 @@ def parse_questions(text: str, k: int) -> list[str]:
 def on_topic(question: str, problem: str, draft: str) -> bool:
     """True when a verification question shares a word or number with the problem or its draft: one that
     shares none checks something else (a small model copies the worked example's questions)."""
-    asked = {stem(t) for t in query_terms(question)}
-    return bool(asked & {stem(t) for t in query_terms(f"{problem} {draft}")})
+    def terms(text: str) -> set[str]:
+        return {stem(t.removesuffix("'s")) for t in query_terms(text)}
+
+    return bool(terms(question) & terms(f"{problem} {draft}"))
 
 
 _ECHO = re.compile(r"^\s*(?:\*\*)?\s*(?:verifications?|verification questions|draft answer|question)\b", re.IGNORECASE)

@@ -506,6 +506,11 @@ class SolutionProcessor:
         critiques = [p for p in env.dependencies(node.id) if kind_of(graph.node(p)) == "critique"]
         if not answer_from:
             return failed("a solution needs an answer to depend on")
+        source = graph.node(answer_from[-1])
+        if source.extra.get("status") != "succeeded":
+            # Under "skip" and "replan" a failed node lets its dependents run: its content is a step's
+            # description ("Put the results together ..."), never an answer.
+            return failed(f"the {kind_of(source)} it depends on failed: {source.extra.get('error') or 'no result'}")
         answer = env.text(answer_from[-1])
         problems = [str(r) for c in critiques if (graph.node(c).extra.get("result") or {}).get("refutes")
                     for r in (graph.node(c).extra["result"].get("reasons") or ["refuted"])]
