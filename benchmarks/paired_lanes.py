@@ -1,7 +1,11 @@
-"""Every lane of a `loom bench` run against one of them, problem by problem, from its results.jsonl.
+"""Every lane of `loom bench` runs against one of them, problem by problem, from their results.jsonl.
 
     loom bench --tasks gsm8k --lanes cot,cot_sc,pot,tot --limit 100 --budget-tokens 4000 --out runs/gsm8k
     python benchmarks/paired_lanes.py runs/gsm8k tot
+    python benchmarks/paired_lanes.py runs/gsm8k runs/gsm8k-new "tot (gsm8k-new)"
+
+Several run directories (the same problems and seeds) are read together; a lane that two of them
+ran is named with its directory, "tot (gsm8k-new)".
 
 Prints, per lane, solved / problems with a 95% Wilson interval, mean tokens, calls and seconds per
 problem; then for each other lane the paired difference (the reference lane minus it, in points,
@@ -30,23 +34,35 @@ def paired_interval(diffs: list[int], rng: random.Random) -> tuple[float, float]
     return means[int(0.025 * RESAMPLES)], means[int(0.975 * RESAMPLES) - 1]
 
 
-def main(directory: str, reference: str) -> None:
-    """Print the lanes' table and the reference lane's paired differences."""
-    rows = [json.loads(line) for line in (Path(directory) / "results.jsonl").open() if line.strip()]
-    solved: dict[str, dict[str, bool]] = defaultdict(dict)
-    print("lane      solved            95% CI        mean tokens  mean calls  mean s")
+def read_runs(directories: list[str]) -> dict[str, list[dict]]:
+    """Each lane's rows over the run directories; a lane found in two of them is named with its directory."""
+    per_dir = {d: [json.loads(line) for line in (Path(d) / "results.jsonl").open() if line.strip()] for d in directories}
+    seen: dict[str, int] = defaultdict(int)
+    for rows in per_dir.values():
+        for lane in {r["lane"] for r in rows}:
+            seen[lane] += 1
     by_lane: dict[str, list[dict]] = defaultdict(list)
-    for row in rows:
-        by_lane[row["lane"]].append(row)
-        solved[row["lane"]][row["problem_id"]] = bool(row["solved"])
+    for directory, rows in per_dir.items():
+        for row in rows:
+            name = row["lane"] if seen[row["lane"]] == 1 else f"{row['lane']} ({Path(directory).name})"
+            by_lane[name].append(row)
+    return by_lane
+
+
+def main(directories: list[str], reference: str) -> None:
+    """Print the lanes' table and the reference lane's paired differences."""
+    by_lane = read_runs(directories)
+    solved = {lane: {r["problem_id"]: bool(r["solved"]) for r in runs} for lane, runs in by_lane.items()}
+    width = max(9, *(len(lane) for lane in by_lane))
+    print(f"{'lane':<{width}} solved            95% CI        mean tokens  mean calls  mean s")
     for lane, runs in sorted(by_lane.items()):
         n, k = len(runs), sum(bool(r["solved"]) for r in runs)
         low, high = wilson(k, n)
-        print(f"{lane:<9} {k:>3}/{n:<3} = {k / n:>4.0%}  [{low:>4.0%}, {high:>4.0%}]  "
+        print(f"{lane:<{width}} {k:>3}/{n:<3} = {k / n:>4.0%}  [{low:>4.0%}, {high:>4.0%}]  "
               f"{sum(r['tokens'] for r in runs) / n:>11,.0f}  {sum(r['calls'] for r in runs) / n:>10.1f}  "
               f"{sum(r['wall_s'] for r in runs) / n:>6.1f}")
     if reference not in solved:
-        raise SystemExit(f"no lane {reference!r} in {directory}; lanes: {', '.join(sorted(solved))}")
+        raise SystemExit(f"no lane {reference!r} in {', '.join(directories)}; lanes: {', '.join(sorted(solved))}")
     rng = random.Random(0)
     for lane in sorted(solved):
         if lane == reference:
@@ -71,6 +87,6 @@ def curve(by_lane: dict[str, list[dict]], steps: int = 8) -> None:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) != 3:
-        raise SystemExit("usage: python benchmarks/paired_lanes.py BENCH_DIR REFERENCE_LANE")
-    main(sys.argv[1], sys.argv[2])
+    if len(sys.argv) < 3:
+        raise SystemExit("usage: python benchmarks/paired_lanes.py BENCH_DIR [BENCH_DIR ...] REFERENCE_LANE")
+    main(sys.argv[1:-1], sys.argv[-1])
