@@ -6,7 +6,6 @@ numbers, program (one computation by the python tool), expression (one by the ca
 from __future__ import annotations
 
 import re
-from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
