@@ -7,9 +7,11 @@ from typing import Any
 
 import pytest
 
-from thoughtloom.api import agent
+from thoughtloom.api import agent, areplay
 from thoughtloom.graph import NodeKind, NodeStatus
+from thoughtloom.llm.budget import BudgetLimits
 from thoughtloom.llm.fake import ScriptedBackend
+from thoughtloom.store.sqlite import SQLiteStore
 
 QUESTION = "A baker makes 3 trays of 12 cookies and sells 20 of them. How many cookies are left?"
 RIGHT = "```python\nmade = 3 * 12\nsold = 20\nprint(made - sold)\n```"
@@ -127,3 +129,19 @@ def test_the_embedded_agent_computes_a_word_problem_with_programs() -> None:
     assert result.answer == "16"
     assert all(p.extra["tool_calls"][0]["tool"] == "python" for p in result.graph.by_kind(NodeKind.CODE)
                if p.extra.get("tool_calls"))
+
+
+def test_a_run_whose_failed_program_was_written_again_is_stored_and_replays(tmp_path: Any) -> None:
+    # The vote, added before the retry, gains the retry as a parent: the store must write the retry's
+    # thought before the vote's new version names it.
+    broken = "```python\nprint(1 / 0)\n```"
+    store = str(tmp_path / "runs.db")
+    model = ScriptedBackend(default="ok").on(f"Question: {QUESTION}", RIGHT, RIGHT, RIGHT, RIGHT, broken)
+    # The retry of the last program is refused by the budget: the run ends before a flush writes it.
+    result = asyncio.run(agent(QUESTION, tools=["python"], model=model, controller=False, seed=0, store=store,
+                               budget=BudgetLimits(calls=5)))
+    assert result.answer == "16" and result.graph_cid is not None
+    with SQLiteStore(store) as opened:
+        replayed, verdict = asyncio.run(areplay(opened, result.run_id))
+    assert verdict.identical, str(verdict)
+    assert str(replayed.graph_cid) == str(result.graph_cid)

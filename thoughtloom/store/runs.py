@@ -548,14 +548,17 @@ class RunRecorder:
             else:  # the nodes events named, and the new ones; in id order (parents first)
                 ids = sorted({*(i for i in self._dirty | merged if i < known), *range(known, len(graph))})
             self._dirty = set()
+            # Every new thought first: a node may have gained a newer one as a parent since it was
+            # written (an agent's retry that its dependents now wait for), and its version names it.
+            for nid in range(len(fps), len(graph)):
+                node = graph.node(nid)
+                self._thoughts.append(self._thought(graph, node, blocks))
+                self._created_at.append(node.created_at)
+                fps.append(None)
             for nid in ids:
                 node = graph.node(nid)
                 fp = (node.status, node.score, len(node.extra), node.cost_tokens)
-                if nid == len(fps):
-                    self._thoughts.append(self._thought(graph, node, blocks))
-                    self._created_at.append(node.created_at)
-                    fps.append(None)
-                elif fps[nid] == fp and nid not in merged:
+                if fps[nid] == fp and nid not in merged:
                     continue
                 fps[nid] = fp
                 version = self._version(graph, node, blocks)

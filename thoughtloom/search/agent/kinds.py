@@ -385,6 +385,9 @@ class VoteProcessor:
     """The answer most computations gave (no model call), counted as the math task counts its programs (those that
     leave out numbers of the question count less): agreed when it has a quorum of votes and more than any other."""
 
+    #: No model call: it counts what the computations gave even after the budget stopped the run.
+    after_stop = True
+
     async def run(self, node: Node, env: AgentEnv) -> ProcessorResult:
         """Count the computed answers; the one with the most votes (the earliest of a tie) is the answer, its votes
         per answer given the score (a failed computation gives none; under "replan" its retry does)."""
@@ -497,6 +500,9 @@ class SynthesisProcessor:
 
 class SolutionProcessor:
     """The final answer: the synthesis as it stands, or revised to fix what a critique refuted."""
+
+    #: After a stop it takes the answer as it stands (a revision's model call is refused, so none is made).
+    after_stop = True
 
     async def run(self, node: Node, env: AgentEnv) -> ProcessorResult:
         """Take the answer it depends on; revise it once when a critique it depends on refutes it."""

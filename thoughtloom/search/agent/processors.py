@@ -90,7 +90,11 @@ def failed(error: str, **kw: Any) -> ProcessorResult:
 
 @runtime_checkable
 class Processor(Protocol):
-    """Works one node of its kind."""
+    """Works one node of its kind.
+
+    A processor that calls no model (a vote) may set a class attribute `after_stop = True`: it still
+    runs after a budget or a cancel has stopped the run, so work already done becomes an answer.
+    """
 
     async def run(self, node: Node, env: AgentEnv) -> ProcessorResult:
         """Do the node's work; return what it gave (never raise for a model's or tool's failure)."""

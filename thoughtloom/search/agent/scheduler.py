@@ -98,10 +98,10 @@ class Scheduler:
             queue.append(root.id)
         try:
             while True:
-                if not ctx.stopped:
-                    for node in self.ready()[: max(0, self.parallel - len(queue))]:
-                        self._start(node)
-                        queue.append(node.id)
+                ready = self.ready() if not ctx.stopped else [n for n in self.ready() if self._after_stop(n)]
+                for node in ready[: max(0, self.parallel - len(queue))]:
+                    self._start(node)
+                    queue.append(node.id)
                 if not queue:
                     break
                 head = queue.pop(0)
@@ -113,13 +113,18 @@ class Scheduler:
                 result = task.result()
                 self._apply(head, result)
                 if ctx.stopped:
-                    continue  # apply what is already running; start nothing new
+                    continue  # apply what is already running; start only what needs no model
                 await ctx.checkpoint()
         finally:
             for task in self._running.values():
                 task.cancel()
             if self._running:
                 await asyncio.gather(*self._running.values(), return_exceptions=True)
+
+    def _after_stop(self, node: Node) -> bool:
+        """True for a node whose processor needs no model call (a vote): it still runs once the run has stopped,
+        so what the computations already gave still becomes an answer."""
+        return bool(getattr(self.registry.get(kind_of(node)), "after_stop", False))
 
     def _start(self, node: Node) -> None:
         graph = self.ctx.graph
