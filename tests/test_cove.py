@@ -17,6 +17,7 @@ from thoughtloom.llm.budget import BudgetLimits
 from thoughtloom.llm.fake import ScriptedBackend
 from thoughtloom.run.spec import SpecError
 from thoughtloom.search.result import SearchResult
+from thoughtloom.store.runs import load_graph, open_run
 from thoughtloom.store.sqlite import SQLiteStore
 from thoughtloom.tasks.cove import on_topic, parse_questions, parse_reply
 
@@ -286,3 +287,13 @@ def test_the_embedded_models_verifications_of_a_word_problem_stay_on_it_and_out_
     trace = result.to_dict()["cove"]
     assert trace["checks"] and all("pencil" in c["question"].lower() for c in trace["checks"])
     assert "Verification" not in result.answer and "Rubik" not in result.answer
+
+
+def test_a_stored_cove_run_keeps_its_trace_as_the_run_ended(tmp_path: Path) -> None:
+    # The trace is one dict on the root, filled in place as the run goes: the store must see its end.
+    store = str(tmp_path / "runs.db")
+    result = cove(world(), store=store)
+    with SQLiteStore(store) as opened:
+        stored = load_graph(opened, open_run(opened, result.run_id).graph_cid).graph
+    assert stored.node(0).extra["cove"] == result.graph.node(0).extra["cove"]
+    assert stored.node(0).extra["cove"]["revised"] is True

@@ -494,7 +494,8 @@ class RunRecorder:
         """
         blocks, self._pending = self._pending, []
         self.started = True
-        graph = self._graph(blocks, full=status != "running" or self.seq % FULL_SCAN_EVERY == 0)
+        graph = self._graph(blocks, full=status != "running" or self.seq % FULL_SCAN_EVERY == 0,
+                            final=status != "running")
         calls = _put({"type": "calls", **self._calls.encode(blocks)}, blocks)
         if result is not None:  # the finished run's manifest names its recorded calls
             self.manifest.calls = calls.cid
@@ -536,7 +537,9 @@ class RunRecorder:
         if self.started:
             self.flush()
 
-    def _graph(self, blocks: list[Block], full: bool) -> Link:
+    def _graph(self, blocks: list[Block], full: bool, final: bool = False) -> Link:
+        """The graph block: new thoughts, and a new version of each node that changed (every node when
+        `final`: a strategy may change a value inside extra in place, which the fingerprint cannot see)."""
         ctx = self._ctx
         if ctx is not None:
             graph = ctx.graph
@@ -558,7 +561,7 @@ class RunRecorder:
             for nid in ids:
                 node = graph.node(nid)
                 fp = (node.status, node.score, len(node.extra), node.cost_tokens)
-                if fps[nid] == fp and nid not in merged:
+                if fps[nid] == fp and nid not in merged and not final:
                     continue
                 fps[nid] = fp
                 version = self._version(graph, node, blocks)
