@@ -49,22 +49,37 @@ def test_the_answer_is_the_one_most_programs_printed() -> None:
     model = ScriptedBackend(default="ok").on(f"Question: {QUESTION}", WRONG, RIGHT, RIGHT, WRONG, RIGHT)
     result = run(model)
     assert result.answer == "16"
-    assert vote_of(result) == {"votes": {"16": 3, "36": 2}, "computations": 5, "agreed": True}
+    assert vote_of(result) == {"votes": {"16": 3, "36": 2}, "computations": 5, "agreed": True, "round": 1}
+
+
+#: Fifteen programs that use every number of the question and print fifteen different answers (16 to 30).
+SCATTERED = tuple(f"```python\nprint(3 * 12 - 20 + {k})\n```" for k in range(15))
+#: A first round where 16 has two votes of five, then programs that print 16 again.
+SPLIT = tuple(f"```python\nprint({e})\n```" for e in ("3 * 12 - 20", "3 * 12 + 20", "3 + 12 - 20", "3 * 12 + 20",
+                                                      "3 * 12 - 20"))
+
+
+def test_computations_that_do_not_agree_are_computed_again_and_the_new_vote_counts_them_all() -> None:
+    result = run(ScriptedBackend(default="ok").on(f"Question: {QUESTION}", *SPLIT))
+    votes = [n.extra["result"] for n in result.graph.by_kind(NodeKind.SYNTHESIS)]
+    assert [(v["round"], v["computations"], v["agreed"]) for v in votes] == [(1, 5, False), (2, 10, True)]
+    assert result.answer == "16" and result.answer_doubt() is None
+
+
+def test_no_more_than_three_rounds_are_computed() -> None:
+    result = run(ScriptedBackend(default="ok").on(f"Question: {QUESTION}", *SCATTERED))
+    assert len(result.graph.by_kind(NodeKind.CODE)) == 15 and len(result.graph.by_kind(NodeKind.SYNTHESIS)) == 3
 
 
 def test_answers_that_no_quorum_agreed_on_are_marked_not_agreed() -> None:
-    programs = [f"```python\nprint({e})\n```" for e in ("3 * 12 - 20", "3 * 12 + 20", "3 + 12 - 20", "3 * 12 + 20",
-                                                         "3 * 12 - 20")]
-    result = run(ScriptedBackend(default="ok").on(f"Question: {QUESTION}", *programs))
-    vote = vote_of(result)
-    assert vote["agreed"] is False and result.answer == "16"  # the earliest of the tied answers
+    result = run(ScriptedBackend(default="ok").on(f"Question: {QUESTION}", *SCATTERED))
+    last = result.graph.by_kind(NodeKind.SYNTHESIS)[-1].extra["result"]
+    assert last["agreed"] is False and result.answer == "16"  # the earliest of the tied answers
 
 
 def test_an_answer_the_computations_did_not_agree_on_carries_a_doubt() -> None:
-    programs = [f"```python\nprint({e})\n```" for e in ("3 * 12 - 20", "3 * 12 + 20", "3 + 12 - 20", "3 * 12 + 20",
-                                                         "3 * 12 - 20")]
-    result = run(ScriptedBackend(default="ok").on(f"Question: {QUESTION}", *programs))
-    assert result.answer_doubt() == "the samples did not agree enough: 2 of 5 computations gave 16"
+    result = run(ScriptedBackend(default="ok").on(f"Question: {QUESTION}", *SCATTERED))
+    assert result.answer_doubt() == "the samples did not agree enough: 1 of 15 computations gave 16"
 
 
 def test_an_answer_a_quorum_of_computations_gave_carries_no_doubt() -> None:

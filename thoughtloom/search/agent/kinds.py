@@ -58,8 +58,10 @@ CALC_TOOL = "calc"
 PROGRAM_KIND = "program"
 EXPRESSION_KIND = "expression"
 VOTE_KIND = "vote"
-#: Independent computations of a question about numbers (as many as the math task samples a round).
+#: Independent computations of a question about numbers a round (as many as the math task samples a round),
+#: and the most rounds while no answer has a quorum.
 COMPUTE_SAMPLES = 5
+COMPUTE_ROUNDS = 3
 
 
 def _no_model(purpose: str) -> ProcessorResult:
@@ -101,6 +103,12 @@ def compute_nodes(task_node: int, tools: Sequence[str]) -> tuple[NewNode, ...]:
     A small model that reasons in prose gets the sums wrong and its own check agrees with it: here
     every number comes from a tool, and the answer from agreement between computations.
     """
+    return (*compute_round(task_node, tools), NewNode("solution", "Final answer", (f"@{COMPUTE_SAMPLES}",)))
+
+
+def compute_round(task_node: int, tools: Sequence[str], earlier: tuple[int, ...] = (),
+                  number: int = 1) -> tuple[NewNode, ...]:
+    """One round: COMPUTE_SAMPLES computations and a vote over them and the `earlier` ones."""
     if CODE_TOOL in tools:
         work = [NewNode(PROGRAM_KIND, "Compute the answer with a program", (task_node,), base=NodeKind.CODE,
                         data={"sample": i + 1, "tool": CODE_TOOL}) for i in range(COMPUTE_SAMPLES)]
@@ -108,9 +116,9 @@ def compute_nodes(task_node: int, tools: Sequence[str]) -> tuple[NewNode, ...]:
         work = [NewNode(EXPRESSION_KIND, "Compute the answer with one arithmetic expression", (task_node,),
                         base=NodeKind.EVIDENCE, data={"sample": i + 1, "tool": CALC_TOOL})
                 for i in range(COMPUTE_SAMPLES)]
-    vote = NewNode(VOTE_KIND, "Vote on the computed answers", tuple(f"@{i}" for i in range(COMPUTE_SAMPLES)),
-                   base=NodeKind.SYNTHESIS)
-    return (*work, vote, NewNode("solution", "Final answer", (f"@{COMPUTE_SAMPLES}",)))
+    vote = NewNode(VOTE_KIND, "Vote on the computed answers", (*earlier, *(f"@{i}" for i in range(COMPUTE_SAMPLES))),
+                   base=NodeKind.SYNTHESIS, data={"round": number})
+    return (*work, vote)
 
 
 def step_kind(step: PlanStep) -> str:
@@ -383,7 +391,8 @@ def expression_processor() -> ComputeProcessor:
 
 class VoteProcessor:
     """The answer most computations gave (no model call), counted as the math task counts its programs (those that
-    leave out numbers of the question count less): agreed when it has a quorum of votes and more than any other."""
+    leave out numbers of the question count less): agreed when it has a quorum of votes and more than any other;
+    until then, up to COMPUTE_ROUNDS rounds of computations."""
 
     #: No model call: it counts what the computations gave even after the budget stopped the run.
     after_stop = True
@@ -401,8 +410,14 @@ class VoteProcessor:
         tally = count.note(answer, "computations gave") + (
             "" if given == len(ballots) else f"; {len(ballots) - given} gave none")
         agreed = count.winner == answer
-        return succeeded(answer, score=count.votes[answer] / given, agreed=agreed, tally=tally, result={
-            "votes": dict(count.counts.most_common()), "computations": len(ballots), "agreed": agreed})
+        number = int(node.extra.get("round", 1))
+        # No quorum yet: another round, whose vote counts these computations too (the solution waits
+        # for it); this vote's answer stands if the budget stops the run first.
+        again = () if agreed or number >= COMPUTE_ROUNDS or env.ctx.stopped else compute_round(
+            env.ctx.root, env.tools.names, tuple(env.dependencies(node.id)), number + 1)
+        return succeeded(answer, score=count.votes[answer] / given, agreed=agreed, tally=tally, new_nodes=again,
+                         result={"votes": dict(count.counts.most_common()), "computations": len(ballots),
+                                 "agreed": agreed, "round": number})
 
 
 def _ballot(node: Node) -> Ballot:
@@ -520,7 +535,10 @@ class SolutionProcessor:
         problems = [str(r) for c in critiques if (graph.node(c).extra.get("result") or {}).get("refutes")
                     for r in (graph.node(c).extra["result"].get("reasons") or ["refuted"])]
         if not problems:
-            return succeeded(answer, result={"revised": False})
+            # A vote's account travels with the answer it chose (the last round's vote, not the path's first).
+            tally = source.extra.get("tally")
+            return succeeded(answer, result={"revised": False}, tally=tally if isinstance(tally, str) else None,
+                             agreed=source.extra.get("agreed") if isinstance(tally, str) else None)
         got = await env.ask(revise_query(env.task, answer, problems), "revise", node.id)
         if got is None:
             return succeeded(answer, result={"revised": False, "note": "kept unrevised: no model reply"})

@@ -224,7 +224,8 @@ class Scheduler:
         inner = set(added)
         sinks = [n for n in added if not any(c in inner for c in graph.children(n))]
         for child in list(graph.children(node_id)):
-            if child in inner or graph.node(child).status is not _S.PENDING:
+            # Not started: pending, or ready (the graph marks a node ready once its parents succeeded).
+            if child in inner or child in self._running or graph.node(child).status not in (_S.PENDING, _S.READY):
                 continue
             if graph.edge(node_id, child).kind is not EdgeKind.DEPENDENCY:
                 continue
