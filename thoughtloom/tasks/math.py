@@ -8,9 +8,10 @@ nothing the model says about its own program counts:
   in the sandbox fails its grounding (`grounding/programs.py`);
 - a program's score is its answer's share of all the programs sampled for the question (the
   same program sampled twice counts twice): agreement between independent samples, the check
-  self-consistency makes, counted without a model;
-- the goal is reached only when at least `quorum` samples' programs printed the same answer and
-  no other answer has as many; a program alone, or a partial step, never reaches it. Until then
+  self-consistency makes, counted without a model; a program whose code leaves out numbers the
+  question gives counts less (`vote_weight`);
+- the goal is reached only when an answer has at least `quorum` votes and no other answer has
+  as many; a program alone, or a partial step, never reaches it. Until then
   the search goes on sampling while budget is left (search/continuation.py);
 - the answer is what the winning program printed, never a model's paraphrase of it.
 """
