@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from thoughtloom.api import agent, areplay
+from thoughtloom.cli.solve import format_text
 from thoughtloom.graph import NodeKind, NodeStatus
 from thoughtloom.llm.budget import BudgetLimits
 from thoughtloom.llm.fake import ScriptedBackend
@@ -160,3 +161,13 @@ def test_a_run_whose_failed_program_was_written_again_is_stored_and_replays(tmp_
         replayed, verdict = asyncio.run(areplay(opened, result.run_id))
     assert verdict.identical, str(verdict)
     assert str(replayed.graph_cid) == str(result.graph_cid)
+
+
+def test_the_printed_path_shows_a_votes_account_once() -> None:
+    result = run(ScriptedBackend(default="ok").on(f"Question: {QUESTION}", RIGHT))
+    assert format_text(result).count("vote: 5 of 5 computations gave 16") == 1
+
+
+def test_the_printed_answer_carries_the_account_of_the_last_rounds_vote() -> None:
+    text = format_text(run(ScriptedBackend(default="ok").on(f"Question: {QUESTION}", *SPLIT)))
+    assert "vote: 2 of 5 computations gave 16" in text and "vote: 7 of 10 computations gave 16" in text

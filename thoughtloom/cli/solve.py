@@ -362,6 +362,7 @@ def format_text(result: Any) -> str:
     else:
         lines.append(f"no solution within budget (stopped: {result.termination_reason}); best partial path below")
     lines.append("best path:")
+    shown_tally: object = None
     for step in result.best_path:
         score = "" if step.score is None else f"  [{step.score:.2f}]"
         content = " ".join(step.content.split())  # one line per step, however the model wrapped it
@@ -371,8 +372,9 @@ def format_text(result: Any) -> str:
         mark = "" if grounded is None else {True: "  ✓", False: "  ✗", None: "  ?"}[grounded.verified]
         lines.append(f"  {step.id:>4}  {step.kind:<12} {content}{score}{mark}")
         tally = result.graph.node(step.id).extra.get("tally") if step.id in result.graph else None
-        if tally:
+        if tally and tally != shown_tally:  # an answer carries the account of the vote it came from
             lines.append(f"{'':>20}vote: {tally[:140]}")
+            shown_tally = tally
         if step.evaluation is not None and step.evaluation.reasoning:
             why = " ".join(step.evaluation.reasoning.split())
             lines.append(f"{'':>20}why: {why if len(why) <= 140 else why[:137] + '...'}")
