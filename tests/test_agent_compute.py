@@ -12,7 +12,9 @@ from thoughtloom.cli.solve import format_text
 from thoughtloom.graph import NodeKind, NodeStatus
 from thoughtloom.llm.budget import BudgetLimits
 from thoughtloom.llm.fake import ScriptedBackend
+from thoughtloom.search.agent.kinds import printed_answer
 from thoughtloom.store.sqlite import SQLiteStore
+from thoughtloom.tools.builtin import CUT_NOTE, NOTHING_PRINTED, STDERR_NOTE
 
 QUESTION = "A baker makes 3 trays of 12 cookies and sells 20 of them. How many cookies are left?"
 RIGHT = "```python\nmade = 3 * 12\nsold = 20\nprint(made - sold)\n```"
@@ -171,3 +173,15 @@ def test_the_printed_path_shows_a_votes_account_once() -> None:
 def test_the_printed_answer_carries_the_account_of_the_last_rounds_vote() -> None:
     text = format_text(run(ScriptedBackend(default="ok").on(f"Question: {QUESTION}", *SPLIT)))
     assert "vote: 2 of 5 computations gave 16" in text and "vote: 7 of 10 computations gave 16" in text
+
+
+@pytest.mark.parametrize(("output", "answer"), [
+    ("16\n", "16"),
+    ("made 36\n16\n\n[stderr]\nDeprecationWarning: 17", "16"),
+    ("16\n17" + CUT_NOTE, "17"),
+    (NOTHING_PRINTED, None),
+    (STDERR_NOTE + "a warning", None),
+])
+def test_a_programs_answer_is_its_last_printed_line_without_the_python_tools_notes(output: str,
+                                                                                    answer: str | None) -> None:
+    assert printed_answer(output) == answer

@@ -50,10 +50,16 @@ async def run_answer_program(reply: str, sandbox: Sandbox | None = None) -> Prog
         detail = result.stopped_reason or f"exit code {result.exit_code}"
         last = result.stderr.strip().splitlines()[-1:] or [""]
         return ProgramAnswer(None, program, f"the program failed ({detail}): {last[0][:200]}".rstrip(": "))
-    lines = [line.strip() for line in result.stdout.splitlines() if line.strip()]
-    if not lines:
+    answer = last_line(result.stdout)
+    if answer is None:
         return ProgramAnswer(None, program, "the program printed nothing")
-    return ProgramAnswer(lines[-1], program)
+    return ProgramAnswer(answer, program)
+
+
+def last_line(stdout: str) -> str | None:
+    """A program's answer: the last non-empty line it printed, stripped; None when it printed nothing."""
+    lines = [line.strip() for line in stdout.splitlines() if line.strip()]
+    return lines[-1] if lines else None
 
 
 class ProgramRuns:

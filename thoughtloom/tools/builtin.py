@@ -148,6 +148,13 @@ def plain_arithmetic(text: str) -> tuple[str, str | None]:
 # ---------------------------------------------------------------------------- python
 
 
+#: What the python tool adds to a program's stdout: a note that the sandbox cut it, stderr's tail, or,
+#: for a program that printed nothing, a hint (program_stdout takes them off again).
+CUT_NOTE = "\n[output cut by the sandbox]"
+STDERR_NOTE = "\n[stderr]\n"
+NOTHING_PRINTED = "(the program printed nothing; print() the values you need)"
+
+
 class PythonTool:
     """Runs a Python snippet in the sandbox (no network) and answers with what it printed."""
 
@@ -184,12 +191,20 @@ class PythonTool:
             raise ToolError(python_failure(result))
         out = result.stdout
         if result.truncated:
-            out += "\n[output cut by the sandbox]"
+            out += CUT_NOTE
         err = result.stderr.strip()
         if err:
             tail = err[-STDERR_TAIL_CHARS:]
-            out += f"\n[stderr]\n{tail}"
-        return out if out.strip() else "(the program printed nothing; print() the values you need)"
+            out += f"{STDERR_NOTE}{tail}"
+        return out if out.strip() else NOTHING_PRINTED
+
+
+def program_stdout(output: str) -> str:
+    """What the program itself printed, from the python tool's answer (its notes on cut output,
+    stderr and an empty run left out)."""
+    if output == NOTHING_PRINTED:
+        return ""
+    return output.split(STDERR_NOTE, 1)[0].removesuffix(CUT_NOTE)
 
 
 def python_failure(result: SandboxResult) -> str:

@@ -14,7 +14,7 @@ from typing import Any
 from ...graph import EdgeKind, Node, NodeKind
 from ...grounding.arith import ExpressionError, evaluate, fmt
 from ...grounding.code import extract_code
-from ...grounding.programs import program_text
+from ...grounding.programs import last_line, program_text
 from ...tasks.agent import (
     Context,
     PlanStep,
@@ -37,7 +37,7 @@ from ...tasks.base import Query, one_line
 from ...tasks.math import Ballot, canonical, count_votes, expression_query, is_math_question, program_query
 from ...tasks.recursion.contract import ChildSpec
 from ...tools.base import ToolResult
-from ...tools.builtin import plain_arithmetic
+from ...tools.builtin import plain_arithmetic, program_stdout
 from .processors import (
     AgentEnv,
     NewEdge,
@@ -360,12 +360,8 @@ class ComputeProcessor:
 
 
 def printed_answer(output: str) -> str | None:
-    """A program's answer: the last line it printed (the python tool's notes on stderr and cut output left out)."""
-    printed = output.split("\n[stderr]\n", 1)[0].replace("[output cut by the sandbox]", "")
-    if printed.startswith("(the program printed nothing"):
-        return None
-    lines = [line.strip() for line in printed.splitlines() if line.strip()]
-    return canonical(lines[-1]) if lines else None
+    """A program's answer from the python tool's output: the last line the program printed, as the math task reads it."""
+    return canonical(last_line(program_stdout(output)))
 
 
 _CALC_VALUE = re.compile(r"=\s*(-?[\d/.]+)\s*(?:\((≈?)(-?[\d.]+)\))?\s*$")
