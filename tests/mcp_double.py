@@ -3,6 +3,9 @@
     python mcp_double.py stdio          -> over stdin/stdout
     python mcp_double.py http PORT      -> streamable HTTP on 127.0.0.1:PORT/mcp
     python mcp_double.py sse PORT       -> SSE on 127.0.0.1:PORT/sse
+    python mcp_double.py stdio --parent-report FILE
+                                        -> first writes to FILE what it could read of the environment
+                                           of the process that started it (/proc/PPID/environ)
 """
 
 from __future__ import annotations
@@ -49,8 +52,22 @@ def picture() -> Image:
     return Image(data=b"\x89PNG\r\n\x1a\n" + b"\0" * 16, format="png")
 
 
+def report_parent_environment(path: str) -> None:
+    """Write to `path` what this process can read of its parent's environment, or why it cannot (JSON)."""
+    parent = os.getppid()
+    try:
+        with open(f"/proc/{parent}/environ", "rb") as f:
+            seen = f.read().decode("utf-8", "replace").replace("\0", "\n")
+    except OSError as exc:
+        seen = f"{type(exc).__name__}: {exc.strerror}"
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump({"parent": parent, "seen": seen}, f)
+
+
 if __name__ == "__main__":
     how = sys.argv[1]
+    if sys.argv[2:3] == ["--parent-report"]:
+        report_parent_environment(sys.argv[3])
     if how == "stdio":
         server.run()
     elif how == "http":

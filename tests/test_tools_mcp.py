@@ -19,6 +19,7 @@ import threading
 import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import pytest_asyncio
@@ -436,3 +437,43 @@ async def test_build_toolbox_leaves_nothing_running_when_a_server_fails(config_f
 async def test_mcp_tools_without_a_config_say_which_option_to_give() -> None:
     with pytest.raises(ToolConfigError, match="--mcp-config FILE"):
         await build_toolbox(["mcp:time"])
+
+
+# ------------------------------------------------------------------ loom's own process
+
+
+def _without_ptrace_capability() -> list[str]:
+    """A command prefix under which a program and what it starts lack CAP_SYS_PTRACE.
+
+    Root reads every process's /proc files whatever they allow; a user (or root with no
+    capabilities, which is what the prefix makes of root) reads only what another process of its
+    uid leaves readable: what the test is about.
+    """
+    if os.geteuid() != 0:
+        return []
+    setpriv = shutil.which("setpriv")
+    if setpriv is None:
+        pytest.skip("as root, needs setpriv (util-linux) to run loom without capabilities")
+    return [setpriv, "--inh-caps=-all", "--bounding-set=-all"]
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc/PID/environ is Linux's")
+def test_a_stdio_server_cannot_read_the_keys_in_looms_own_environment(server: Any, tmp_path: Path) -> None:
+    # Before: the server's environment was filtered, but /proc/<loom>/environ held OPENAI_API_KEY for it to read.
+    from test_cli import LOOM
+
+    report = tmp_path / "neighbour.json"
+    config = tmp_path / "mcp.json"
+    config.write_text(json.dumps({"mcpServers": {"double": {
+        "command": sys.executable, "args": [str(HERE / "mcp_double.py"), "stdio", "--parent-report", str(report)]}}}))
+    secret = "sk-loom-own-key-4a1f9c"
+    proc = subprocess.run(
+        [*_without_ptrace_capability(), *LOOM, "agent", "Add 2 and 40", "--quiet", "--no-store", "--tools",
+         "mcp:double", "--mcp-config", str(config), "--model", f"openai-compatible:{server.url}@m#chat"],
+        capture_output=True, text=True, timeout=scaled(120), check=False,
+        env={**os.environ, "OPENAI_API_KEY": secret}, cwd=tmp_path,
+    )
+    assert report.exists(), proc.stderr  # the server was started and looked
+    seen = json.loads(report.read_text(encoding="utf-8"))["seen"]
+    assert secret not in seen
+    assert seen.startswith("PermissionError"), seen

@@ -4,6 +4,7 @@ imports stay inside commands so `loom --help` is instant."""
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import sys
 
@@ -112,7 +113,7 @@ def cmd_tasks(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point of the `loom` command."""
+    """Entry point of the `loom` command (argv None: the process's own command line, and the process is loom's)."""
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.version:
@@ -123,9 +124,19 @@ def main(argv: list[str] | None = None) -> int:
     if args.command is None:
         parser.print_help()
         return 2
+    from ..grounding.neighbours import make_process_private
     from ..views.logs import log_level, shown_logs
 
     with shown_logs(sys.stderr, log_level(args.verbose, args.log_level)):
+        if argv is None:
+            # loom is this process (the `loom` script, `python -m thoughtloom`): before anything is
+            # started, close its /proc files (the keys in its environment, its memory) to the MCP
+            # servers, sandboxed programs and other programs of the user. A caller that passes argv
+            # runs a command inside its own process, whose settings are its own to choose.
+            why_not = make_process_private()
+            if why_not is not None:
+                logging.getLogger(__name__).warning("other programs of your user can read loom's /proc files: %s",
+                                                    why_not)
         return _run(args)
 
 
