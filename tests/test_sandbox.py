@@ -222,16 +222,104 @@ def test_non_root_parent_uses_a_user_namespace(tmp_path: Path) -> None:
         "r = asyncio.run(Sandbox(SandboxLimits(timeout_s=5), python='/usr/bin/python3').run_python('print(1)'))\n"
         "print(json.dumps([r.stdout, r.user_isolated, r.network_isolated, r.isolation_notes]))\n"
     )
-    repo = str(Path(__file__).resolve().parents[1])
-    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": repo, "HOME": str(tmp_path), "TMPDIR": "/tmp"}
-    cmd = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "/usr/bin/python3", "-c", script]
-    proc = subprocess.run(cmd, check=False, capture_output=True, text=True, timeout=scaled(60), env=env, cwd="/tmp")
+    proc = _as_nobody(script, home=tmp_path)
     assert proc.returncode == 0, proc.stderr
     stdout, user_isolated, network_isolated, notes = json.loads(proc.stdout)
     assert stdout == "1\n"
     assert user_isolated is False
     assert any("no user isolation" in n for n in notes)
     assert isinstance(network_isolated, bool)  # True when user namespaces are allowed (they are here)
+
+
+# A program that looks for the secret argv[2] in the environment of every process it can see and
+# tries to read its starter's (argv[1]): it prints whose it read, whose held the secret, and how the
+# starter's went.
+_NEIGHBOURS = """
+import json, os, sys
+readable, holding = [], []
+for pid in filter(str.isdigit, os.listdir('/proc')):
+    try:
+        with open('/proc/%s/environ' % pid, 'rb') as f:
+            text = f.read()
+    except OSError:
+        continue
+    readable.append(int(pid))
+    if sys.argv[2].encode() in text:
+        holding.append(int(pid))
+try:
+    open('/proc/%s/environ' % sys.argv[1], 'rb').read()
+    starter = 'read'
+except OSError as exc:
+    starter = type(exc).__name__
+print(json.dumps({'readable': readable, 'holding': holding, 'starter': starter}))
+"""
+
+
+@pytest.mark.skipif(
+    not ROOT or shutil.which("setpriv") is None, reason="needs root and setpriv to start a non-root parent"
+)
+def test_a_program_without_namespaces_cannot_read_the_environment_of_the_process_that_runs_it(tmp_path: Path) -> None:
+    # Before: with no PID namespace (a kernel or container that refuses them), the program ran as the
+    # same user as loom and read loom's API keys in /proc/<loom>/environ.
+    secret = "sk-sandbox-neighbour-77e2"
+    script = (
+        "import asyncio, os, sys\n"
+        "from thoughtloom.grounding.sandbox import Sandbox, SandboxLimits\n"
+        "from thoughtloom.grounding.neighbours import make_process_private\n"
+        "assert make_process_private() is None\n"  # as loom's main does, first thing
+        "box = Sandbox(SandboxLimits(timeout_s=10), python='/usr/bin/python3', namespaces=False)\n"
+        f"r = asyncio.run(box.run_python(sys.argv[1], args=[str(os.getpid()), {secret!r}]))\n"
+        "print(r.stdout.strip() or r.stderr)\n"
+    )
+    proc = _as_nobody(script, _NEIGHBOURS, home=tmp_path, env={"OPENAI_API_KEY": secret})
+    assert proc.returncode == 0, proc.stderr
+    seen = json.loads(proc.stdout.splitlines()[-1])
+    assert seen["holding"] == []
+    assert seen["starter"] == "PermissionError"
+
+
+@pytest.mark.skipif(
+    not ROOT or shutil.which("setpriv") is None, reason="needs root and setpriv to start a non-root parent"
+)
+def test_a_run_without_namespaces_says_when_the_code_can_read_the_process_that_runs_it(tmp_path: Path) -> None:
+    # A program embedding the sandbox that has not made itself private is told, run by run.
+    script = (
+        "import asyncio, json\n"
+        "from thoughtloom.grounding.sandbox import Sandbox, SandboxLimits\n"
+        "box = Sandbox(SandboxLimits(timeout_s=10), python='/usr/bin/python3', namespaces=False)\n"
+        "print(json.dumps(asyncio.run(box.run_python('print(1)')).isolation_notes))\n"
+    )
+    proc = _as_nobody(script, home=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert any("this process is dumpable" in note for note in json.loads(proc.stdout)), proc.stdout
+
+
+@pytest.mark.skipif(
+    not ROOT or shutil.which("setpriv") is None, reason="needs root and setpriv to start a non-root parent"
+)
+def test_a_private_parent_still_gives_its_programs_every_namespace(tmp_path: Path) -> None:
+    # The flag is not inherited across exec: the bootstrap still maps its user namespace and mounts its /proc.
+    script = (
+        "import asyncio, json\n"
+        "from thoughtloom.grounding.sandbox import Sandbox, SandboxLimits\n"
+        "from thoughtloom.grounding.neighbours import make_process_private\n"
+        "assert make_process_private() is None\n"
+        "r = asyncio.run(Sandbox(SandboxLimits(timeout_s=10), python='/usr/bin/python3').run_python('print(1)'))\n"
+        "print(json.dumps([r.stdout, r.network_isolated, r.pid_isolated, r.tmp_isolated]))\n"
+    )
+    proc = _as_nobody(script, home=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout) == ["1\n", True, True, True]
+
+
+def _as_nobody(script: str, *args: str, home: Path,
+               env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """Run `script` with the system python as uid 65534 (an ordinary user starting the sandbox), this checkout first."""
+    repo = str(Path(__file__).resolve().parents[1])
+    base = {"PATH": "/usr/bin:/bin", "PYTHONPATH": repo, "HOME": str(home), "TMPDIR": "/tmp"}
+    cmd = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "/usr/bin/python3", "-c", script, *args]
+    return subprocess.run(cmd, check=False, capture_output=True, text=True, timeout=scaled(60),
+                          env={**base, **(env or {})}, cwd="/tmp")
 
 
 def _processes_with(token: str) -> list[int]:

@@ -1,7 +1,9 @@
 """Run untrusted (model-generated) code in a contained subprocess and report what happened.
 
 Each run gets a fresh working directory (removed afterwards), a minimal explicit environment
-(never the parent's), resource limits (CPU, address space, processes, file size, no core
+(never the parent's; where there is no PID namespace the code could read the parent's in /proc
+unless the parent made itself non-dumpable first, see neighbours.py, and each result's notes say
+so), resource limits (CPU, address space, processes, file size, no core
 dumps), a wall-clock timeout that kills everything the run started, and a cap on captured
 output. Where the kernel allows it the run also gets its own network namespace (no network;
 a private loopback only), mount namespace and PID namespace (it sees only its own processes, and
@@ -43,6 +45,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .neighbours import process_is_private
 from .runlimits import CgroupUnavailable, RunCgroup, RunWatch, sweep_stale_cgroups
 
 SANDBOX_UID = 65534  # "nobody" on Debian-like systems
@@ -586,6 +589,9 @@ class Sandbox:
             notes.append("no private /tmp: the code can write to the world-writable directories it can reach")
         if not got.get("pid"):
             notes.append("no PID namespace: a process that leaves the process group can outlive the run")
+            if not iso.user and not self._root and not process_is_private():
+                notes.append("no PID namespace and this process is dumpable: the code, run as the same user, can "
+                             "read its environment and memory in /proc (make_process_private() closes them)")
         if not got.get("fs"):
             notes.append("no private root: the code can read every host file its uid may read")
         if not got.get("disk"):
