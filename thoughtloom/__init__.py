@@ -40,6 +40,8 @@ _EXPORTS = {
     "Verdict": "thoughtloom.tasks.query",
     "ProblemError": "thoughtloom.tasks.base",
     "compare_strategies": "thoughtloom.eval.runner",
+    # An application that starts MCP servers or sandboxes calls it once (loom's own main does).
+    "make_process_private": "thoughtloom.grounding.neighbours",
 }
 
 __all__ = ["__version__", *_EXPORTS]
@@ -57,6 +59,7 @@ if TYPE_CHECKING:
     from .search.stop import StopReason
     from .eval.runner import compare_strategies
     from .graph.dag import ThoughtGraph
+    from .grounding.neighbours import make_process_private
     from .llm.budget import BudgetLimits
     from .llm.gateway import Gateway
     from .search.config import SearchConfig

@@ -14,8 +14,12 @@ of thoughtloom's own environment when the server is started.
 
 A stdio server does not inherit thoughtloom's environment: it gets the `env` its entry gives and,
 from the MCP SDK's short list of safe variables, HOME, LOGNAME, PATH, SHELL, TERM and USER. So a
-server sees none of the user's API keys unless its entry grants them (`"KEY": "${KEY}"`). Its
-stderr goes to a temporary file, not to the terminal; its last line explains a failed start.
+server's environment holds none of the user's API keys unless its entry grants them
+(`"KEY": "${KEY}"`). It runs as the user, though, and could read them in `/proc/<our pid>/environ`
+unless this process is non-dumpable: `loom`'s main makes it so
+(`grounding.neighbours.make_process_private`), and an application embedding thoughtloom calls that
+itself; starting a server does not change the process-wide flag. Its stderr goes to a temporary
+file, not to the terminal; its last line explains a failed start.
 
 The SDK's connection is a stack of anyio context managers that must be entered and exited in
 one task. An `MCPConnection` therefore runs one owning task per server that holds them open
