@@ -457,23 +457,59 @@ def _without_ptrace_capability() -> list[str]:
     return [setpriv, "--inh-caps=-all", "--bounding-set=-all"]
 
 
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc/PID/environ is Linux's")
-def test_a_stdio_server_cannot_read_the_keys_in_looms_own_environment(server: Any, tmp_path: Path) -> None:
-    # Before: the server's environment was filtered, but /proc/<loom>/environ held OPENAI_API_KEY for it to read.
+#: The key loom is started with, in its own environment only.
+LOOMS_KEY = "sk-loom-own-key-4a1f9c"
+
+
+def _adding_agent(seen: Any) -> Any:
+    """A chat model that plans one call of double.add, makes it, and answers (served over HTTP)."""
+    from openai_server import Reply
+
+    text = "\n".join(m["content"] for m in seen.body["messages"])
+    script = (("VERDICT", "VERDICT: ok\nREASON: fine"), ("Final answer:", "2 + 40 = 42"),
+              ("Step: Add", 'double.add: {"a": 2, "b": 40}'),
+              ("Tools:", "1. [double.add] Add 2 and 40.\n2. Say the sum. (after 1)"))
+    reply = next((answer for when, answer in script if when in text), "ok")
+    return Reply(200, {"id": "x", "object": "chat.completion", "created": 0, "model": "m",
+                       "choices": [{"index": 0, "message": {"role": "assistant", "content": reply},
+                                    "finish_reason": "stop"}],
+                       "usage": {"prompt_tokens": 100, "completion_tokens": 20, "total_tokens": 120}})
+
+
+@pytest.fixture(scope="module")
+def agent_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[subprocess.CompletedProcess[str], Path]:
+    """`loom agent --tools mcp:double` run once, the key in its environment; its output and the server's report."""
+    from openai_server import serve
     from test_cli import LOOM
 
-    report = tmp_path / "neighbour.json"
-    config = tmp_path / "mcp.json"
+    if not sys.platform.startswith("linux"):
+        pytest.skip("/proc/PID/environ is Linux's")
+    base = tmp_path_factory.mktemp("neighbours")
+    report, config = base / "neighbour.json", base / "mcp.json"
     config.write_text(json.dumps({"mcpServers": {"double": {
         "command": sys.executable, "args": [str(HERE / "mcp_double.py"), "stdio", "--parent-report", str(report)]}}}))
-    secret = "sk-loom-own-key-4a1f9c"
-    proc = subprocess.run(
-        [*_without_ptrace_capability(), *LOOM, "agent", "Add 2 and 40", "--quiet", "--no-store", "--tools",
-         "mcp:double", "--mcp-config", str(config), "--model", f"openai-compatible:{server.url}@m#chat"],
-        capture_output=True, text=True, timeout=scaled(120), check=False,
-        env={**os.environ, "OPENAI_API_KEY": secret}, cwd=tmp_path,
-    )
+    with serve() as server:
+        server.responder = _adding_agent
+        proc = subprocess.run(
+            [*_without_ptrace_capability(), *LOOM, "agent", "Add 2 and 40", "--quiet", "--no-store", "--json",
+             "--tools", "mcp:double", "--mcp-config", str(config), "--model", f"openai-compatible:{server.url}@m#chat"],
+            capture_output=True, text=True, timeout=scaled(120), check=False,
+            env={**os.environ, "OPENAI_API_KEY": LOOMS_KEY}, cwd=base,
+        )
+    return proc, report
+
+
+def test_a_stdio_server_cannot_read_the_keys_in_looms_own_environment(agent_run: Any) -> None:
+    # Before: the server's environment was filtered, but /proc/<loom>/environ held OPENAI_API_KEY for it to read.
+    proc, report = agent_run
     assert report.exists(), proc.stderr  # the server was started and looked
     seen = json.loads(report.read_text(encoding="utf-8"))["seen"]
-    assert secret not in seen
+    assert LOOMS_KEY not in seen
     assert seen.startswith("PermissionError"), seen
+
+
+def test_a_loom_closed_to_its_neighbours_still_calls_its_servers_tools(agent_run: Any) -> None:
+    proc, _ = agent_run
+    assert proc.returncode == 0, proc.stderr
+    calls = [c for node in json.loads(proc.stdout)["agent"]["nodes"] for c in node.get("tool_calls", [])]
+    assert [(c["tool"], c["status"], c["output"]) for c in calls] == [("double.add", "ok", "42")]
