@@ -16,6 +16,8 @@ before it starts MCP servers or sandboxes), never as a side effect of an import.
 What it costs: no core dump; a debugger or py-spy of the same user cannot attach (root's can); the
 process cannot open its own `/proc/self/environ` or `/proc/self/io` (os.environ and
 resource.getrusage still work, as do `/proc/self/status`, `/proc/self/fd` and `/proc/self/maps`).
+To debug loom as yourself, run a command through `thoughtloom.cli.main.main(argv)` in your own
+interpreter: given argv, main leaves the process as it found it.
 Elsewhere than on Linux it does nothing (there is no such flag): other processes of the user read
 of this one whatever that system lets them.
 """
