@@ -1,13 +1,13 @@
 """Run untrusted (model-generated) code in a contained subprocess and report what happened.
 
 Each run gets a fresh working directory (removed afterwards), a minimal explicit environment
-(never the parent's; where there is no PID namespace the code could read the parent's in /proc
-unless the parent made itself non-dumpable first, see neighbours.py, and each result's notes say
-so), resource limits (CPU, address space, processes, file size, no core
-dumps), a wall-clock timeout that kills everything the run started, and a cap on captured
-output. Where the kernel allows it the run also gets its own network namespace (no network;
-a private loopback only), mount namespace and PID namespace (it sees only its own processes, and
-when it ends every process it forked dies with it). In the mount namespace the run gets a new,
+(never the parent's; without a PID namespace the code, run as the parent's user, could read the
+parent's in /proc unless the parent made itself non-dumpable first, see neighbours.py: the run's
+notes say so), resource limits (CPU, address space, processes, file size, no core dumps), a
+wall-clock timeout that kills everything the run started, and a cap on captured output. Where
+the kernel allows it the run also gets its own network namespace (no network; a private loopback
+only), mount namespace and PID namespace (it sees only its own processes, and when it ends every
+process it forked dies with it). In the mount namespace the run gets a new,
 read-only root (an empty tmpfs) holding only what it needs: the system directories (/usr, /bin,
 /lib...), the interpreter's own directories, a few device nodes, a fresh /proc, minimal /etc
 files, private /tmp, /var/tmp, /dev/shm and /run/lock, and its workdir. Nothing else on the host
