@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from thoughtloom.llm.errors import ModelError
-from thoughtloom.llm.serve import MAX_BODY, MAX_HEAD, OpenAIServer, ServeAccess, ServeLimits
+from thoughtloom.llm.serve import MAX_BODY, MAX_HEAD, OpenAIServer, ServeAccess, ServeLimits, names_this_server
 from thoughtloom.llm.types import Completion, GenerateRequest, Prompt, Usage
 
 
@@ -318,6 +318,28 @@ async def test_a_request_without_a_host_is_a_400(server: OpenAIServer) -> None:
 async def test_the_loopback_names_with_the_port_are_accepted(server: OpenAIServer, name: str) -> None:
     status, body = parse(await exchange(server, get(server, "/v1/models", f"Host: {name}:{server.port}")))
     assert status == 200 and body["data"][0]["id"] == "local:scripted"
+
+
+@pytest.mark.parametrize(("host", "bound", "answered"), [
+    ("10.1.2.3:8000", "0.0.0.0", True),  # all interfaces: any address of this machine, as clients dial it
+    ("[fe80::1]:8000", "::", True),
+    ("localhost:8000", "0.0.0.0", True),
+    ("box.lan:8000", "0.0.0.0", False),  # a name: possibly a rebound one
+    ("box.lan:8000", "box.lan", True),  # the name the user bound to
+    ("10.1.2.3:8000", "box.lan", False),
+    ("127.0.0.2:8000", "127.0.0.1", True),
+    ("localhost", "127.0.0.1", False),  # no port: 80, which is not this server's
+    ("localhost:08000", "127.0.0.1", True),
+    ("localhost:8000:1", "127.0.0.1", False),
+    ("[::1:8000", "::1", False),
+])
+def test_the_host_names_a_server_answers_for(host: str, bound: str, answered: bool) -> None:
+    assert names_this_server(host, bound, 8000) is answered
+
+
+async def test_two_host_headers_are_a_400(server: OpenAIServer) -> None:
+    response = await exchange(server, get(server, "/v1/models", f"Host: {own_host(server)}", "Host: attacker.example"))
+    one_line_error(response, 400)
 
 
 async def test_a_cross_origin_post_is_refused_before_the_model_runs(server: OpenAIServer, model: ScriptedModel) -> None:
