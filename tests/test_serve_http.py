@@ -497,6 +497,12 @@ async def test_oversized_bodies_are_refused_with_413_before_they_are_sent(model:
         assert "1,000 bytes" in one_line_error(response, 413)["message"]
 
 
+async def test_a_chunked_body_is_refused_before_it_is_sent(server: OpenAIServer) -> None:
+    head = (f"POST /v1/completions HTTP/1.1\r\nHost: {own_host(server)}\r\nTransfer-Encoding: chunked\r\n"
+            "\r\n").encode()
+    assert one_line_error(await send_head_then_read(server, head), 411)["code"] == "bad_request"
+
+
 async def test_bodies_past_the_memory_budget_are_refused_with_503_before_they_are_sent(model: ScriptedModel) -> None:
     # Two requests of 600 bytes are held (the model is busy with them); a third would pass 1,500 bytes in memory.
     server = await start(model, limits=ServeLimits(max_body=1000, max_bodies=1500))
