@@ -10,6 +10,8 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -216,8 +218,8 @@ def test_a_client_that_hangs_up_does_not_wedge_the_server(client: openai.OpenAI,
     host, port = url.removeprefix("http://").removesuffix("/v1").split(":")
     body = json.dumps({"model": MODEL, "prompt": "Write a long story.", "n": 4, "max_tokens": 900}).encode()
     with socket.create_connection((host, int(port))) as sock:
-        sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                     b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
+        sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: %s:%s\r\nContent-Type: application/json\r\n"
+                     b"Content-Length: %d\r\n\r\n%s" % (host.encode(), port.encode(), len(body), body))
         time.sleep(0.5)  # generating now
     start = time.monotonic()
     r = client.completions.create(model=MODEL, prompt=CAPITALS, max_tokens=3, temperature=0, stop="\n")
@@ -236,6 +238,18 @@ def test_the_loop_answers_while_the_model_generates(client: openai.OpenAI) -> No
     assert time.monotonic() - start < 1.0
     slow.join(120)
     assert done and done[0]
+
+
+def test_a_lone_surrogate_escape_in_a_prompt_is_a_400_not_a_500(client: openai.OpenAI, url: str) -> None:
+    request = urllib.request.Request(f"{url}/completions", b'{"prompt": "Country: \\ud800", "max_tokens": 3}',
+                                     {"Content-Type": "application/json"})
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(request, timeout=scaled(60))
+    error = json.loads(refused.value.read())["error"]
+    assert refused.value.code == 400 and error["code"] == "invalid_json" and "\n" not in error["message"]
+    # The model is unharmed: the next request is answered.
+    r = client.completions.create(model=MODEL, prompt=CAPITALS, max_tokens=3, temperature=0, stop="\n")
+    assert r.choices[0].text.strip() == "Tokyo"
 
 
 async def test_thoughtloom_s_openai_backend_can_share_the_served_model(url: str) -> None:

@@ -8,12 +8,16 @@ import ipaddress
 import os
 import signal
 import sys
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from .common import UsageError, add_threads_option, number
+from .common import UsageError, add_threads_option, count, number, positive_int
 
 if TYPE_CHECKING:
-    from ..llm.serve import OpenAIServer
+    from ..llm.serve import OpenAIServer, ServeAccess
+
+#: Where the API key is read from when --api-key is not given (an option shows in the process list; this does not).
+KEY_VARIABLE = "THOUGHTLOOM_SERVE_KEY"
 
 
 def add_serve_parser(sub: Any) -> None:
@@ -22,13 +26,25 @@ def add_serve_parser(sub: Any) -> None:
         "serve", help="serve an embedded model over an OpenAI-compatible HTTP API",
         description="Load an embedded model once and answer OpenAI's /v1/models, /v1/completions and "
                     "/v1/chat/completions until Ctrl-C. Point any OpenAI client at the printed URL, or another "
-                    "loom at --model openai-compatible:URL@MODEL.")
+                    "loom at --model openai-compatible:URL@MODEL. Requests must name the server by its address "
+                    "(Host), and requests from web pages are refused unless --allow-origin names their origin.")
     p.add_argument("--model", default="local", metavar="SPEC",
                    help="the embedded model: local (the default one), local:NAME or local:/path/to/model.gguf")
     p.add_argument("--host", default="127.0.0.1",
-                   help="address to listen on (default 127.0.0.1: this machine only; the API has no keys)")
+                   help="address to listen on (default 127.0.0.1: this machine only; elsewhere, set an API key)")
     p.add_argument("--port", type=number("--port", int, lambda v: 0 <= v <= 65535, "from 0 to 65535"), default=8000,
                    help="port to listen on (default 8000; 0: any free port, which the printed URL names)")
+    p.add_argument("--api-key", metavar="KEY",
+                   help=f"require 'Authorization: Bearer KEY' on every request (default: ${KEY_VARIABLE}, else no "
+                        f"key); prefer ${KEY_VARIABLE}, which other users cannot see in the process list")
+    p.add_argument("--allow-origin", action="append", default=[], metavar="ORIGIN",
+                   help="let web pages from ORIGIN (scheme://host[:port], e.g. http://localhost:3000) call the API; "
+                        "repeatable (default: pages from every origin are refused)")
+    p.add_argument("--max-connections", type=positive_int("--max-connections", 100_000), default=64, metavar="N",
+                   help="connections open at once; more are answered 503 (default 64)")
+    p.add_argument("--max-queue", type=count("--max-queue", 100_000), default=32, metavar="N",
+                   help="requests waiting for the model beyond those it generates; more are answered 503 with "
+                        "Retry-After (default 32)")
     add_threads_option(p)
     p.add_argument("--ctx", type=number("--ctx", int, lambda v: 16 <= v <= 1 << 20, "from 16 to 1,048,576"),
                    metavar="N", help="context window in tokens, prompt plus reply (default: the model's)")
@@ -37,7 +53,7 @@ def add_serve_parser(sub: Any) -> None:
 def cmd_serve(args: argparse.Namespace) -> int:
     """Load the model, print the base URL, serve until Ctrl-C (or SIGTERM)."""
     from ..llm.registry import local_backend, parse_model_spec
-    from ..llm.serve import OpenAIServer
+    from ..llm.serve import OpenAIServer, ServeLimits
     from ..llm.threads import threads_setting
     from ..views.terminal import terminal_text
 
@@ -49,16 +65,20 @@ def cmd_serve(args: argparse.Namespace) -> int:
     def say(message: str) -> None:
         print(terminal_text(f"loom: {message}"), file=sys.stderr)
 
+    access = _access(args, os.environ)
     backend = local_backend(spec, n_ctx=args.ctx, n_threads=threads_setting(args.threads, os.environ), progress=say)
-    server = OpenAIServer(backend, args.host, args.port)
+    limits = ServeLimits(max_connections=args.max_connections, max_queue=args.max_queue)
+    server = OpenAIServer(backend, args.host, args.port, access=access, limits=limits)
     try:
         server.bind()  # before loading: a busy port is reported at once, not after the model loads
     except OSError as exc:  # a busy port, an address this machine does not have
         reason = os.strerror(exc.errno) if exc.errno and exc.errno > 0 else exc.strerror or str(exc)
         raise UsageError(f"cannot listen on {args.host}:{args.port}: {reason}") from None
     backend.load()  # before the URL is printed: a client that reads it finds the model ready
-    if not _loopback(args.host):
-        say(f"warning: the API has no keys; anyone who can reach {server.url} can use the model")
+    if access.api_key is not None:
+        say("requests need the API key (Authorization: Bearer KEY)")
+    elif not _loopback(args.host):
+        say(f"warning: no API key (--api-key or ${KEY_VARIABLE}); anyone who can reach {server.url} can use the model")
     try:
         asyncio.run(_serve(server, backend.name))
     except (KeyboardInterrupt, asyncio.CancelledError):
@@ -79,6 +99,25 @@ async def _serve(server: OpenAIServer, name: str) -> None:
         await server.serve_forever()
     finally:
         await server.aclose()
+
+
+def _access(args: argparse.Namespace, env: Mapping[str, str]) -> ServeAccess:
+    """Who may use the server: the key from --api-key or the environment, and the web origins allowed."""
+    from ..llm.serve import ServeAccess, web_origin
+
+    key = args.api_key if args.api_key is not None else env.get(KEY_VARIABLE) or None
+    if key is not None and not (key and key == key.strip() and key.isascii() and key.isprintable()):
+        source = "--api-key" if args.api_key is not None else f"${KEY_VARIABLE}"
+        # The key itself is never shown: it may be a real secret with a typo in it.
+        raise UsageError(f"{source}: the API key must be printable ASCII without spaces at its ends (clients send "
+                         "it in a header); choose another key")
+    origins = []
+    for origin in args.allow_origin:
+        try:
+            origins.append(web_origin(origin))
+        except ValueError as exc:
+            raise UsageError(f"--allow-origin: {exc}") from None
+    return ServeAccess(api_key=key, allow_origins=tuple(origins))
 
 
 def _loopback(host: str) -> bool:

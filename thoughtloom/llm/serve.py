@@ -13,11 +13,18 @@ handful of JSON routes, and non-streaming replies need no framework.
 What the server cannot honour it refuses with OpenAI's error shape and a 4xx status (streaming,
 tools, logit_bias, echo, ...); fields that only tune sampling (top_p, the penalties) or are
 bookkeeping (user, metadata) are ignored, as unknown fields are.
+
+A web page the user visits must not be able to use it: the Host header must name the address the
+server listens on (a DNS-rebound name is refused), a request from another origin is refused unless
+`ServeAccess` allows that origin, and an optional API key is checked. `ServeLimits` bounds what
+clients can make it hold: connections, requests waiting for the model, body bytes (each and all
+together), head size, and the time to read one request.
 """
 
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import json
 import logging
 import math
@@ -26,6 +33,7 @@ import socket
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from urllib.parse import urlsplit
 from http import HTTPStatus
 from typing import Any, Protocol, Self
 
@@ -45,12 +53,59 @@ MAX_PROMPTS = 64
 #: Largest request head and body read; past them the client gets 431 / 413 and the connection closes.
 MAX_HEAD = 64 * 1024
 MAX_BODY = 8 * 1024 * 1024
-#: A client that sends nothing for this long (idle keep-alive, or a request that never completes) is dropped.
+#: A request not read whole in this long (or an idle keep-alive connection) is dropped.
 READ_TIMEOUT_S = 60.0
+#: Deepest nesting of arrays and objects in a request body (OpenAI's requests need a handful; a JSON Schema more).
+MAX_JSON_DEPTH = 100
 #: Where a base model's reply to a transcript ends: where it starts the next turn.
 TRANSCRIPT_TURNS = ("\nUSER:", "\nASSISTANT:", "\nSYSTEM:")
 #: What a logprob that JSON cannot carry (-inf) is reported as.
 MIN_LOGPROB = -9999.0
+
+
+@dataclass(frozen=True, slots=True)
+class ServeLimits:
+    """What clients can make the server hold: past a limit a request is refused, never queued without end."""
+
+    #: Connections open at once; one more is answered 503 and closed.
+    max_connections: int = 64
+    #: Requests waiting for the model beyond those it is generating; one more is a 503.
+    max_queue: int = 32
+    #: Largest body one request may send (413, answered before the body is read).
+    max_body: int = MAX_BODY
+    #: Body bytes held at once over all connections; a request that would pass it is a 503 before its body is read.
+    max_bodies: int = 4 * MAX_BODY
+    #: Largest request head, and most header lines in it (431).
+    max_head: int = MAX_HEAD
+    max_headers: int = 100
+    #: Time to read one request, head and body (then 408), to wait for the next on a kept-alive connection,
+    #: and to hand a reply to a client that does not read it.
+    read_timeout_s: float = READ_TIMEOUT_S
+
+
+@dataclass(frozen=True, slots=True)
+class ServeAccess:
+    """Who may use the server beyond a client on this machine naming it by its address."""
+
+    #: When set, every request but a CORS preflight needs `Authorization: Bearer <api_key>`.
+    api_key: str | None = None
+    #: Web origins (scheme://host[:port]) whose pages may call the server; all others are refused.
+    allow_origins: tuple[str, ...] = ()
+
+
+def web_origin(url: str) -> str:
+    """A web origin as browsers send it (scheme://host[:port], no default port); ValueError when it is not one."""
+    try:
+        parts = urlsplit(url.strip())
+        port = parts.port
+    except ValueError:
+        raise ValueError(f"{url!r} is not a URL") from None
+    if parts.scheme not in ("http", "https") or not parts.hostname or parts.path not in ("", "/") \
+            or parts.query or parts.fragment or parts.username or parts.password:
+        raise ValueError(f"{url!r} is not a web origin; give scheme://host[:port], e.g. http://localhost:3000")
+    host = f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname
+    default = 80 if parts.scheme == "http" else 443
+    return f"{parts.scheme}://{host}" + (f":{port}" if port is not None and port != default else "")
 
 
 class ServedModel(Protocol):
@@ -293,7 +348,7 @@ def _refuse_unsupported(body: dict[str, Any], chat: bool) -> None:
 class OpenAIEndpoint:
     """OpenAI's API over one served model: routes, request checks, and replies in OpenAI's shapes."""
 
-    def __init__(self, model: ServedModel) -> None:
+    def __init__(self, model: ServedModel, max_queue: int = ServeLimits.max_queue) -> None:
         self.model = model
         #: The id clients name; the spec without "local:" is accepted too.
         self.model_id = model.name
@@ -302,6 +357,9 @@ class OpenAIEndpoint:
         # The server issues as many generate() calls at once as the backend says it can serve;
         # the rest wait here, where a client that goes away is dropped without touching the model.
         self._slots = asyncio.Semaphore(max(1, model.max_concurrency))
+        # Requests at the model (generating or waiting); past the bound a client is told to come back.
+        self._admitted = 0
+        self._most_admitted = max(1, model.max_concurrency) + max_queue
 
     async def handle(self, method: str, target: str, body: bytes) -> tuple[int, dict[str, Any]]:
         """Answer one HTTP request: (status, JSON body). Never raises but for cancellation."""
@@ -312,7 +370,7 @@ class OpenAIEndpoint:
         except ModelError as exc:
             return 500, ApiError(500, str(exc), kind="server_error", code="model_error").body()
         except Exception as exc:  # a bug must cost one request, not the server
-            log.exception("request %s %s failed", method, target)
+            log.exception("request %s %s failed", method, ascii(target))
             return 500, ApiError(500, f"internal error: {type(exc).__name__}: {exc}", kind="server_error").body()
 
     async def _route(self, method: str, path: str, body: bytes) -> dict[str, Any]:
@@ -329,10 +387,18 @@ class OpenAIEndpoint:
         if model_path:
             self._check_model(path.removeprefix("/v1/models/"))
             return self._model_card()
-        request = _json_object(body)
-        if path == "/v1/completions":
-            return await self.completions(request)
-        return await self.chat_completions(request)
+        if self._admitted >= self._most_admitted:
+            raise ApiError(503, f"the server is busy: {self._admitted} requests are at the model; retry shortly",
+                           kind="server_error", code="queue_full")
+        self._admitted += 1
+        try:
+            # In a thread: parsing and checking a body of megabytes takes a while, and the loop serves other clients.
+            request = await asyncio.to_thread(_json_object, body)
+            if path == "/v1/completions":
+                return await self.completions(request)
+            return await self.chat_completions(request)
+        finally:
+            self._admitted -= 1
 
     def _model_card(self) -> dict[str, Any]:
         return {"id": self.model_id, "object": "model", "created": self._created, "owned_by": "thoughtloom"}
@@ -453,7 +519,7 @@ def _usage(done: Sequence[Completion]) -> dict[str, int]:
 
 
 def _json_object(body: bytes) -> dict[str, Any]:
-    """A request body as a JSON object (NaN and Infinity are not JSON)."""
+    """A request body as a JSON object (NaN and Infinity are not JSON), nested at most MAX_JSON_DEPTH deep."""
     def no_constant(name: str) -> Any:
         raise ValueError(f"{name} is not valid JSON")
 
@@ -462,20 +528,66 @@ def _json_object(body: bytes) -> dict[str, Any]:
     except (ValueError, UnicodeDecodeError) as exc:
         raise ApiError(400, f"We could not parse the JSON body of your request ({exc}); send a JSON object",
                        code="invalid_json") from None
+    except RecursionError:
+        raise ApiError(400, f"the JSON body is nested too deeply; nest arrays and objects at most {MAX_JSON_DEPTH} "
+                            "deep", code="invalid_json") from None
     if not isinstance(value, dict):
         raise ApiError(400, "the request body must be a JSON object", code="invalid_json")
+    _check_json(value)
     return value
+
+
+def _check_json(value: dict[str, Any]) -> None:
+    """Refuse nesting past MAX_JSON_DEPTH and strings holding a lone surrogate (a \\ud800 escape), which is no text.
+
+    Both would fail later and far from here (recursion while walking the value; UTF-8 encoding while
+    tokenizing or replying); iteratively, so the check itself cannot recurse too deep.
+    """
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if depth > MAX_JSON_DEPTH:
+            raise ApiError(400, f"the JSON body is nested too deeply; nest arrays and objects at most {MAX_JSON_DEPTH} "
+                                "deep", code="invalid_json")
+        children = item.items() if isinstance(item, dict) else enumerate(item)
+        for key, child in children:
+            for text in (key, child):
+                if isinstance(text, str) and not text.isascii() and _has_lone_surrogate(text):
+                    raise ApiError(400, "the JSON body holds a lone surrogate escape (such as \\ud800), which is not "
+                                        "text; escape characters as UTF-16 pairs or send UTF-8", code="invalid_json")
+            if isinstance(child, dict | list) and child:
+                stack.append((child, depth + 1))
+
+
+def _has_lone_surrogate(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
 
 
 # --- HTTP -------------------------------------------------------------------------------------------
 
+#: How long a refused client's unread bytes are drained before its connection closes: closing with
+#: unread bytes resets the connection, and a reset can destroy the answer before the client reads it.
+LINGER_S = 1.0
+#: Headers a request may carry once: two of them could be read differently by us and by a proxy.
+_SINGLE_HEADERS = frozenset({"host", "content-length", "transfer-encoding", "origin", "authorization"})
+
 
 class _HttpError(Exception):
-    """A request the HTTP layer cannot read: answered with this status, then the connection closes."""
+    """A request the server will not read further: answered with this status, then the connection closes."""
 
-    def __init__(self, status: int, message: str) -> None:
+    def __init__(self, status: int, message: str, code: str, headers: Sequence[tuple[str, str]] = ()) -> None:
         super().__init__(message)
-        self.status = status
+        self.status, self.code, self.headers = status, code, tuple(headers)
+
+    def response(self) -> bytes:
+        """The error as a JSON reply that closes the connection."""
+        kind = "server_error" if self.status >= 500 else "invalid_request_error"
+        error = ApiError(self.status, str(self), code=self.code, kind=kind)
+        return _response(self.status, error.body(), False, self.headers)
 
 
 @dataclass(frozen=True, slots=True)
@@ -489,8 +601,9 @@ class _Request:
 class _Connection:
     """A client's byte stream with a buffer of our own, so bytes read while watching for a hang-up are kept."""
 
-    def __init__(self, reader: asyncio.StreamReader) -> None:
+    def __init__(self, reader: asyncio.StreamReader, max_head: int) -> None:
         self.reader = reader
+        self.max_head = max_head
         self.buffer = bytearray()
 
     async def _fill(self) -> bool:
@@ -501,14 +614,14 @@ class _Connection:
     async def head(self) -> bytes | None:
         """The next request's head (without the blank line), or None when the client closed between requests."""
         while (end := self.buffer.find(b"\r\n\r\n")) < 0:
-            if len(self.buffer) > MAX_HEAD:
-                raise _HttpError(431, "the request head is too large")
+            if len(self.buffer) > self.max_head:
+                raise _HttpError(431, f"the request head is larger than {self.max_head:,} bytes", "request_too_large")
             if not await self._fill():
                 if self.buffer:
-                    raise _HttpError(400, "the request ended inside its head")
+                    raise _HttpError(400, "the request ended inside its head", "bad_request")
                 return None
-        if end > MAX_HEAD:  # its end came in the same read as the bytes past the limit
-            raise _HttpError(431, "the request head is too large")
+        if end > self.max_head:  # its end came in the same read as the bytes past the limit
+            raise _HttpError(431, f"the request head is larger than {self.max_head:,} bytes", "request_too_large")
         head = bytes(self.buffer[:end])
         del self.buffer[: end + 4]
         return head
@@ -517,42 +630,127 @@ class _Connection:
         """Exactly `size` body bytes."""
         while len(self.buffer) < size:
             if not await self._fill():
-                raise _HttpError(400, "the request ended inside its body")
-        data = bytes(self.buffer[:size])
+                raise _HttpError(400, "the request ended inside its body", "bad_request")
+        with memoryview(self.buffer) as view:
+            data = bytes(view[:size])  # one copy, however large
         del self.buffer[:size]
         return data
 
-    async def hang_up(self) -> None:
-        """Return when the client closes the connection (or floods it), keeping what it sends meanwhile."""
-        while len(self.buffer) <= MAX_HEAD + MAX_BODY:
+    async def hang_up(self) -> bool:
+        """True when the client closes the connection; False when it has sent more than a request head meanwhile.
+
+        What it sends is kept for its next request, up to a head's size: past that it is left unread
+        (the client waits), and the connection is no longer watched.
+        """
+        while len(self.buffer) <= self.max_head:
             if not await self._fill():
-                return
+                return True
+        return False
+
+    async def discard(self) -> None:
+        """Read and drop what the client still sends, until it closes (the caller bounds the time)."""
+        self.buffer.clear()
+        while await self.reader.read(65536):
+            pass
 
 
-def _parse_head(head: bytes) -> _Request:
+def _parse_head(head: bytes, max_headers: int) -> _Request:
     lines = head.decode("latin-1").split("\r\n")
     parts = lines[0].split(" ")
     if len(parts) != 3 or not parts[1].startswith("/"):
-        raise _HttpError(400, "malformed request line")
+        raise _HttpError(400, "malformed request line", "bad_request")
     method, target, version = parts
     if version not in ("HTTP/1.1", "HTTP/1.0"):
-        raise _HttpError(505, f"{version} is not supported; use HTTP/1.1")
+        raise _HttpError(505, f"{_show(version)} is not supported; use HTTP/1.1", "bad_request")
+    if len(lines) - 1 > max_headers:
+        raise _HttpError(431, f"the request has {len(lines) - 1} header lines; at most {max_headers} are read",
+                         "request_too_large")
     headers: dict[str, str] = {}
     for line in lines[1:]:
         name, colon, value = line.partition(":")
         if not colon or not name or name != name.strip():
-            raise _HttpError(400, "malformed header line")
-        headers[name.lower()] = value.strip()
+            raise _HttpError(400, "malformed header line", "bad_request")
+        name = name.lower()
+        if name in _SINGLE_HEADERS and name in headers:
+            raise _HttpError(400, f"the request has more than one {name} header", "bad_request")
+        headers[name] = value.strip()
     connection = headers.get("connection", "").lower()
     keep_alive = connection != "close" if version == "HTTP/1.1" else connection == "keep-alive"
     return _Request(method, target, headers, keep_alive)
 
 
-def _response(status: int, payload: dict[str, Any], keep_alive: bool) -> bytes:
-    body = json.dumps(payload, ensure_ascii=False).encode("utf-8")
-    head = (f"HTTP/1.1 {status} {HTTPStatus(status).phrase}\r\nContent-Type: application/json\r\n"
-            f"Content-Length: {len(body)}\r\nConnection: {'keep-alive' if keep_alive else 'close'}\r\n\r\n")
-    return head.encode("latin-1") + body
+def _utf8(text: str) -> bytes:
+    """Text as UTF-8; a lone surrogate, which UTF-8 cannot carry, becomes U+FFFD rather than failing the reply."""
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace").encode("utf-8")
+
+
+def _response(status: int, payload: dict[str, Any] | None, keep_alive: bool,
+              headers: Sequence[tuple[str, str]] = ()) -> bytes:
+    """A reply's bytes: a JSON body (none for 204), and the headers its status needs."""
+    lines = [f"HTTP/1.1 {status} {HTTPStatus(status).phrase}"]
+    body = b""
+    if payload is not None:
+        body = _utf8(json.dumps(payload, ensure_ascii=False))
+        lines += ["Content-Type: application/json", f"Content-Length: {len(body)}"]
+    lines.append(f"Connection: {'keep-alive' if keep_alive else 'close'}")
+    if status == 503:
+        lines.append("Retry-After: 1")
+    if status == 401:
+        lines.append("WWW-Authenticate: Bearer")
+    lines += [f"{name}: {value}" for name, value in headers]
+    return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + body
+
+
+def _ip(name: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+    try:
+        return ipaddress.ip_address(name)
+    except ValueError:
+        return None
+
+
+def _host_and_port(value: str) -> tuple[str, int | None] | None:
+    """A Host header's name (lower case, an IPv6 address without brackets) and port; None when it is not host[:port]."""
+    value = value.lower()
+    if value.startswith("["):
+        name, bracket, rest = value[1:].partition("]")
+        if not bracket:
+            return None
+    else:
+        name, colon, port = value.partition(":")
+        rest = colon + port
+    if not rest:
+        return name, None
+    digits = rest[1:]
+    if not rest.startswith(":") or not (digits.isascii() and digits.isdigit()) or len(digits) > 5:
+        return None
+    return name, int(digits)
+
+
+def names_this_server(host_header: str, bound: str, port: int) -> bool:
+    """Whether a Host header names a server listening on `bound`:`port`.
+
+    Accepted: the bound name itself; for a loopback address, any loopback address and localhost; for
+    all interfaces (0.0.0.0, ::), any IP address and localhost. Never another name, which is what a
+    page that rebinds its own name to this machine sends. Without a port, the port must be 80.
+    """
+    parsed = _host_and_port(host_header)
+    if parsed is None:
+        return False
+    name, asked = parsed
+    if (80 if asked is None else asked) != port:
+        return False
+    bound = bound.lower().strip("[]")
+    if name == bound:
+        return True
+    address, bound_address = _ip(name), _ip(bound)
+    if bound == "localhost" or (bound_address is not None and bound_address.is_loopback):
+        return name == "localhost" or (address is not None and address.is_loopback)
+    if bound == "" or (bound_address is not None and bound_address.is_unspecified):
+        return name == "localhost" or address is not None
+    return False
 
 
 class OpenAIServer:
@@ -561,15 +759,24 @@ class OpenAIServer:
     Use as `async with OpenAIServer(model, host, port) as server:` then `await server.serve_forever()`.
     `bind()` takes the address beforehand (OSError for a busy port), so a caller can fail fast
     before loading the model; connections that arrive meanwhile wait in the listen queue.
+    Every request is checked before its body is read: its Host, its Origin, the API key (`access`),
+    and whether its body fits (`limits`); a refused request is answered in one JSON line and its
+    connection closed.
     """
 
-    def __init__(self, model: ServedModel, host: str = "127.0.0.1", port: int = 8000) -> None:
-        self.endpoint = OpenAIEndpoint(model)
+    def __init__(self, model: ServedModel, host: str = "127.0.0.1", port: int = 8000, *,
+                 access: ServeAccess = ServeAccess(), limits: ServeLimits = ServeLimits()) -> None:
+        self.endpoint = OpenAIEndpoint(model, limits.max_queue)
         self.host = host
         self.port = port
+        self.access = access
+        self.limits = limits
+        self._origins = frozenset(web_origin(o) for o in access.allow_origins)
         self._socket: socket.socket | None = None
         self._server: asyncio.Server | None = None
         self._connections: set[asyncio.Task[None]] = set()
+        self._open = 0  # connections being served (refused ones are not)
+        self._held = 0  # body bytes reserved by requests being read or answered
 
     @property
     def url(self) -> str:
@@ -617,28 +824,20 @@ class OpenAIServer:
         task = asyncio.current_task()
         assert task is not None
         self._connections.add(task)  # type: ignore[arg-type]
-        conn = _Connection(reader)
+        conn = _Connection(reader, self.limits.max_head)
         try:
-            while True:
+            if self._open >= self.limits.max_connections:
+                refused: _HttpError | None = _HttpError(
+                    503, f"the server has {self._open} connections open, its most; retry shortly",
+                    "too_many_connections")
+            else:
+                self._open += 1
                 try:
-                    async with asyncio.timeout(READ_TIMEOUT_S):
-                        head = await conn.head()
-                        if head is None:
-                            return
-                        request = _parse_head(head)
-                        body = await self._read_body(conn, request, writer)
-                except _HttpError as exc:
-                    code = "request_too_large" if exc.status in (413, 431) else "bad_request"
-                    writer.write(_response(exc.status, ApiError(exc.status, str(exc), code=code).body(), False))
-                    await writer.drain()
-                    return
-                answer = await self._answer(conn, request, body)
-                if answer is None:
-                    return  # the client went away; its generation was cancelled
-                writer.write(_response(*answer, request.keep_alive))
-                await writer.drain()
-                if not request.keep_alive:
-                    return
+                    refused = await self._serve_requests(conn, writer)
+                finally:
+                    self._open -= 1
+            if refused is not None:
+                await self._refuse(conn, writer, refused)  # its slot already given back
         except (ConnectionError, TimeoutError):
             return  # a client that stalls or resets costs only its own connection
         except asyncio.CancelledError:
@@ -649,19 +848,109 @@ class OpenAIServer:
             self._connections.discard(task)  # type: ignore[arg-type]
             writer.close()
 
-    async def _read_body(self, conn: _Connection, request: _Request, writer: asyncio.StreamWriter) -> bytes:
+    async def _serve_requests(self, conn: _Connection, writer: asyncio.StreamWriter) -> _HttpError | None:
+        """Answer the connection's requests one after another; the error to answer when one is refused."""
+        while True:
+            held = 0  # body bytes this request reserved: given back however it ends
+            try:
+                request: _Request | None = None
+                try:
+                    try:
+                        async with asyncio.timeout(self.limits.read_timeout_s):
+                            head = await conn.head()
+                            if head is None:
+                                return None
+                            request = _parse_head(head, self.limits.max_headers)
+                            cors, preflight = self._admit(request)
+                            size = self._body_size(request, cors)
+                            if self._held + size > self.limits.max_bodies:
+                                raise _HttpError(503, "the server holds as many request bodies as it may; retry "
+                                                      "shortly", "server_busy", cors)
+                            self._held += size
+                            held = size
+                            if size and request.headers.get("expect", "").lower() == "100-continue":
+                                writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+                                await writer.drain()
+                            body = await conn.body(size)
+                    except TimeoutError:
+                        if request is None and not conn.buffer:
+                            return None  # an idle kept-alive connection: closed without a word
+                        raise _HttpError(408, f"the request was not received within {self.limits.read_timeout_s:g} s",
+                                         "request_timeout") from None
+                except _HttpError as exc:
+                    return exc
+                answer = (204, None) if preflight else await self._answer(conn, request, body)
+                del body  # not held while the connection waits for its next request
+                if answer is None:
+                    return None  # the client went away; its generation was cancelled
+                writer.write(_response(*answer, request.keep_alive, cors + preflight))
+                async with asyncio.timeout(self.limits.read_timeout_s):  # a client that never reads its reply
+                    await writer.drain()
+            finally:
+                self._held -= held
+            if not request.keep_alive:
+                return None
+
+    def _admit(self, request: _Request) -> tuple[tuple[tuple[str, str], ...], tuple[tuple[str, str], ...]]:
+        """A request's CORS reply headers and, for a preflight, its answer's; raises _HttpError to refuse it.
+
+        Checked before the body is read, so what is refused costs no more than its head.
+        """
+        host = request.headers.get("host")
+        if host is None:
+            raise _HttpError(400, "the request has no Host header; HTTP/1.1 requires one", "bad_request")
+        if not names_this_server(host, self.host, self.port):
+            raise _HttpError(421, f"this server does not answer for Host {_show(host)}; address it as {self.url}",
+                             "invalid_host")
+        origin = request.headers.get("origin")
+        cors: tuple[tuple[str, str], ...] = ()
+        if origin is not None and origin.lower() != f"http://{host.lower()}":
+            if origin not in self._origins:
+                raise _HttpError(403, f"requests from the web origin {_show(origin)} are refused; to allow its pages, "
+                                      "start the server with --allow-origin ORIGIN", "origin_not_allowed")
+            cors = (("Access-Control-Allow-Origin", origin), ("Vary", "Origin"))
+        elif origin is None and request.headers.get("sec-fetch-site") in ("cross-site", "same-site"):
+            raise _HttpError(403, "requests from other web sites are refused", "origin_not_allowed")
+        if request.method == "OPTIONS" and cors and "access-control-request-method" in request.headers:
+            # A browser asks before a cross-origin request: it never sends the key with this question.
+            asked = request.headers.get("access-control-request-headers") or "authorization, content-type"
+            preflight = (("Access-Control-Allow-Methods", "GET, POST, OPTIONS"),
+                         ("Access-Control-Allow-Headers", asked), ("Access-Control-Max-Age", "600"))
+            if request.headers.get("access-control-request-private-network", "").lower() == "true":
+                preflight += (("Access-Control-Allow-Private-Network", "true"),)
+            return cors, preflight
+        if self.access.api_key is not None:
+            scheme, _, given = request.headers.get("authorization", "").partition(" ")
+            if scheme.lower() != "bearer" or not secrets.compare_digest(given.strip().encode("latin-1"),
+                                                                          self.access.api_key.encode("utf-8")):
+                raise _HttpError(401, "this server needs its API key: send the header Authorization: Bearer KEY with "
+                                      "the key it was started with", "invalid_api_key", cors)
+        return cors, ()
+
+    def _body_size(self, request: _Request, cors: tuple[tuple[str, str], ...]) -> int:
+        """The body's announced size, refused (before any of it is read) when it cannot be taken."""
         if "transfer-encoding" in request.headers:
-            raise _HttpError(411, "send the body with a Content-Length (chunked bodies are not supported)")
+            raise _HttpError(411, "send the body with a Content-Length (chunked bodies are not supported)",
+                             "bad_request", cors)
         length = request.headers.get("content-length", "0")
-        if not length.isdigit():
-            raise _HttpError(400, f"bad Content-Length {length!r}")
-        size = int(length)
-        if size > MAX_BODY:
-            raise _HttpError(413, f"the request body is larger than {MAX_BODY:,} bytes")
-        if size and request.headers.get("expect", "").lower() == "100-continue":
-            writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
-            await writer.drain()
-        return await conn.body(size)
+        if not (length.isascii() and length.isdigit()):
+            raise _HttpError(400, f"bad Content-Length {_show(length)}", "bad_request", cors)
+        if len(length) > 18 or int(length) > self.limits.max_body:
+            raise _HttpError(413, f"the request body is larger than {self.limits.max_body:,} bytes",
+                             "request_too_large", cors)
+        return int(length)
+
+    async def _refuse(self, conn: _Connection, writer: asyncio.StreamWriter, error: _HttpError) -> None:
+        """Answer with the error and end the connection, draining what the client still sends for a moment first."""
+        writer.write(error.response())
+        try:
+            async with asyncio.timeout(LINGER_S):
+                await writer.drain()
+                if writer.can_write_eof():
+                    writer.write_eof()
+                await conn.discard()
+        except TimeoutError:
+            pass
 
     async def _answer(self, conn: _Connection, request: _Request,
                       body: bytes) -> tuple[int, dict[str, Any]] | None:
@@ -670,6 +959,8 @@ class OpenAIServer:
         gone = asyncio.create_task(conn.hang_up())
         try:
             await asyncio.wait({work, gone}, return_when=asyncio.FIRST_COMPLETED)
+            if not work.done() and gone.exception() is None and not gone.result():
+                await asyncio.wait({work})  # it sent more than a head: no longer watched, its request still answered
         finally:
             for t in (work, gone):
                 t.cancel()  # no-op for the one that finished
