@@ -83,6 +83,7 @@ def _check_url(url: str) -> None:
 
 
 def _body(url: str, max_bytes: int, deadline: _Deadline, idle_s: float, pinned: bool) -> Iterator[bytes]:
+    """stream's work, once the URL is known to be one and the deadline is running."""
     limit = f"the pinned {max_bytes:,} bytes" if pinned else f"the {max_bytes:,}-byte cap on a file of no pinned size"
 
     def failed(what: str) -> DownloadError:
@@ -94,6 +95,11 @@ def _body(url: str, max_bytes: int, deadline: _Deadline, idle_s: float, pinned: 
     def broken(exc: BaseException) -> str:
         detail = str(exc).strip()[:200] or type(exc).__name__
         return f"the server's answer is not valid HTTP ({type(exc).__name__}: {detail})"
+
+    def lost(exc: BaseException) -> str:
+        if isinstance(exc, TimeoutError):
+            return f"the server sent nothing for {min(idle_s, deadline.seconds):g} s"
+        return str(getattr(exc, "strerror", None) or exc)
 
     opener = urllib.request.build_opener(_WatchedHTTP(deadline), _WatchedHTTPS(deadline))
     try:
@@ -107,11 +113,11 @@ def _body(url: str, max_bytes: int, deadline: _Deadline, idle_s: float, pinned: 
         reason = exc.reason
         if isinstance(reason, http.client.HTTPException):
             raise failed(broken(reason)) from None
-        raise failed(str(getattr(reason, "strerror", None) or reason)) from None
+        raise failed(lost(reason) if isinstance(reason, BaseException) else str(reason)) from None
     except http.client.HTTPException as exc:  # a broken status line or headers
         raise failed(broken(exc)) from None
     except (OSError, ValueError, OverflowError) as exc:  # a refused or reset connection; an unusable address
-        raise failed(str(getattr(exc, "strerror", None) or exc)) from None
+        raise failed(lost(exc)) from None
     with response:
         announced = response.length
         if announced is not None and announced > max_bytes:
@@ -130,7 +136,7 @@ def _body(url: str, max_bytes: int, deadline: _Deadline, idle_s: float, pinned: 
             except http.client.HTTPException as exc:
                 raise failed(broken(exc)) from None
             except (OSError, ValueError) as exc:  # the connection's failure (the caller's writes are not in here)
-                raise failed(str(getattr(exc, "strerror", None) or exc)) from None
+                raise failed(lost(exc)) from None
             if deadline.expired:
                 raise failed("")
             if not block:
