@@ -8,6 +8,8 @@ from typing import Any
 
 def add_data_parser(sub: Any) -> None:
     """Add `data list`, `data fetch NAME...` and `data path NAME` to loom's subparsers."""
+    from .common import positive_float
+
     p = sub.add_parser("data", help="benchmark data: list, fetch NAME (download, checksum-checked), path NAME",
                        description="The benchmark data sets `loom bench` reads. 'loom data fetch NAME' downloads "
                                    "the public original, refuses it unless its SHA-256 is the pinned one, applies "
@@ -18,6 +20,10 @@ def add_data_parser(sub: Any) -> None:
     p.add_argument("--from", dest="base_url", metavar="URL",
                    help="fetch: a mirror serving the data directory's layout instead of the upstream hosts "
                         "(default: $THOUGHTLOOM_DATA_URL); its files are checked against the same checksums")
+    p.add_argument("--deadline", type=positive_float("--deadline", 1e6), metavar="S",
+                   help="fetch: seconds each file's download may take (default: 60 plus its pinned size at "
+                        "256 KiB/s); a download never reads past the file's pinned size (128 MiB where "
+                        "none is pinned)")
     p.add_argument("--data-dir", metavar="DIR",
                    help="the data directory (default: $THOUGHTLOOM_DATA, else the cache directory)")
 
@@ -50,7 +56,7 @@ def cmd_data(args: argparse.Namespace) -> int:
         return _path(args.names[0], args.data_dir)
     try:
         for name in args.names:
-            for path in fetch(name, data_dir, args.base_url):
+            for path in fetch(name, data_dir, args.base_url, args.deadline):
                 print(f"{name}: {path} (SHA-256 checked)")
     except FetchError as exc:
         raise UsageError(str(exc)) from None

