@@ -113,6 +113,7 @@ def cmd_tasks(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the `loom` command."""
+    _escape_unwritable_output()
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.version:
@@ -185,6 +186,15 @@ def _run(args: argparse.Namespace) -> int:
         message = f"{exc.strerror or exc}" + (f": {exc.filename}" if exc.filename else "")
         print(f"loom: error: {terminal_text(message)}", file=sys.stderr)
         return 2
+
+
+def _escape_unwritable_output() -> None:
+    """Print what stdout's or stderr's encoding cannot hold (an ASCII locale, a lone surrogate) as
+    escapes: text from a model, a tool or a file never ends the command with a UnicodeEncodeError."""
+    for stream in (sys.stdout, sys.stderr):
+        reconfigure = getattr(stream, "reconfigure", None)
+        if reconfigure is not None:
+            reconfigure(errors="backslashreplace")
 
 
 def _stdout_to_devnull() -> None:
