@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from openai_server import FakeOpenAIServer, Reply, Seen, error_body, serve
 from test_anthropic_backend import message, root
-from test_agent import TRIP, trip_model
+from test_agent import TRIP, served, trip_model
 from test_cli import assert_one_line_error, loom
 
 from thoughtloom.llm.errors import ModelError
@@ -193,17 +193,7 @@ def test_a_server_error_with_lone_surrogates_is_one_line_exit_2(server: FakeOpen
 def test_an_agent_tool_call_escaping_a_lone_surrogate_does_not_crash_the_run(server: FakeOpenAIServer) -> None:
     script = trip_model()
     script.on("Step: Add up", '{"tool": "calc", "args": {"expression": "300 + 300 \\ud800"}}')
-
-    def reply(seen: Seen) -> Reply:
-        text = "\n".join(m["content"] for m in seen.body["messages"])
-        answer = next((rule.replies[0] for rule in reversed(script.rules) if rule.when in text), "ok")
-        return Reply(200, {
-            "id": "x", "object": "chat.completion", "created": 0, "model": "m",
-            "choices": [{"index": 0, "message": {"role": "assistant", "content": answer}, "finish_reason": "stop"}],
-            "usage": {"prompt_tokens": 100, "completion_tokens": 20, "total_tokens": 120},
-        })
-
-    server.responder = reply
+    server.responder = served(script)
     proc = loom("agent", TRIP, "--quiet", "--json", "--tools", "calc", "--model",
                 f"openai-compatible:{server.url}@scripted#chat")
     assert proc.returncode == 0, proc.stderr
