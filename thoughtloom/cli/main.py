@@ -113,9 +113,10 @@ def cmd_tasks(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the `loom` command."""
-    _escape_unwritable_output()
     parser = build_parser()
     args = parser.parse_args(argv)
+    if argv is None:  # loom is this process (not a caller's command run inside its own): its output is ours to set
+        _escape_unwritable_output()
     if args.version:
         from .. import __version__
 
