@@ -16,8 +16,6 @@ from typing import Any
 logger = logging.getLogger(__name__)
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
-#: A lone surrogate's replacement: U+FFFD, as a UTF-8 decoder writes for bytes it cannot read.
-REPLACEMENT = "\ufffd"
 
 
 def valid_text(text: str, source: str | None = None) -> str:

@@ -179,7 +179,7 @@ class Toolbox:
                 return ToolResult(name, args, "error", error=valid_text(f"{type(exc).__name__}: {exc}", f"tool {name}"),
                                   elapsed_s=round(time.monotonic() - started, 3))
         cap = self.limits.output_cap
-        # What a tool answers (a program's output, an MCP server's JSON) is kept on the run's graph: valid text only.
+        # A tool's answer is kept on the run's graph, stored and shown: valid text only (see llm/text.py).
         text = valid_text(output if isinstance(output, str) else str(output), f"tool {name}")
         return ToolResult(name, args, "ok", text[:cap], truncated=len(text) > cap,
                           elapsed_s=round(time.monotonic() - started, 3))
