@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
+from collections.abc import Callable
 from typing import Any
 
 import pytest
+from machine import scaled
 
 from thoughtloom.api import agent, areplay
 from thoughtloom.graph import EdgeKind, NodeKind, NodeStatus
@@ -406,17 +409,44 @@ def test_loom_agent_prints_the_answer_the_trace_and_a_mermaid_picture(server: An
     assert "evidence: Add up flights and hotel" in mermaid and "-->|dependency|" in mermaid
 
 
-def trip_reply(seen: Any) -> Any:
-    """The trip script of trip_model, served as chat replies by the OpenAI-compatible test server."""
+def served(model: ScriptedBackend) -> Callable[[Any], Any]:
+    """A script's rules (each rule's first reply), served as chat replies by the OpenAI-compatible test server."""
     from openai_server import Reply
 
-    text = "\n".join(m["content"] for m in seen.body["messages"])
-    reply = next((rule.replies[0] for rule in reversed(trip_model().rules) if rule.when in text), "ok")
-    return Reply(200, {
-        "id": "x", "object": "chat.completion", "created": 0, "model": "m",
-        "choices": [{"index": 0, "message": {"role": "assistant", "content": reply}, "finish_reason": "stop"}],
-        "usage": {"prompt_tokens": 100, "completion_tokens": 20, "total_tokens": 120},
-    })
+    def reply(seen: Any) -> Any:
+        text = "\n".join(m["content"] for m in seen.body["messages"])
+        answer = next((rule.replies[0] for rule in reversed(model.rules) if rule.when in text), "ok")
+        return Reply(200, {
+            "id": "x", "object": "chat.completion", "created": 0, "model": "m",
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": answer}, "finish_reason": "stop"}],
+            "usage": {"prompt_tokens": 100, "completion_tokens": 20, "total_tokens": 120},
+        })
+
+    return reply
+
+
+#: The trip script of trip_model, served by the OpenAI-compatible test server.
+trip_reply = served(trip_model())
+
+
+def test_a_huge_calculation_the_model_asks_for_ends_within_the_runs_budget(server: Any) -> None:
+    from test_cli import loom
+    from test_tools_builtin import SLOW_EXPRESSIONS
+
+    script = trip_model()
+    script.on("Step: Add up", "calc: " + json.dumps({"expression": SLOW_EXPRESSIONS[0]}))
+    server.responder = served(script)
+    started = time.monotonic()
+    proc = loom("agent", TRIP, "--quiet", "--no-store", "--json", "--tools", "calc", "--budget-seconds", "5",
+                "--tool-timeout", "3", "--model", f"openai-compatible:{server.url}@scripted#chat")
+    took = time.monotonic() - started
+    assert proc.returncode == 0, proc.stderr
+    assert took < scaled(30), took  # a hang guard: the calculation alone held the event loop for 15-118 s
+    out = json.loads(proc.stdout)
+    assert out["stats"]["wall_s"] <= 5 + 3, out["stats"]  # the budget, overrun by one tool call at most
+    assert "agent" in out, out["termination_reason"]
+    calls = [c for n in out["agent"]["nodes"] for c in n.get("tool_calls", [])]
+    assert any("too large to compute exactly" in (c.get("error") or "") for c in calls), calls
 
 
 def test_a_tool_call_request_carries_the_tools_schema_and_the_reply_is_read_from_json() -> None:

@@ -4,15 +4,18 @@ temporary folder, and file reading confined to its folders on a real file system
 from __future__ import annotations
 
 import os
+import time
+from decimal import Decimal
 from pathlib import Path
 
 import pytest
 
 from thoughtloom.grounding.knowledge import KnowledgeBase
 from thoughtloom.grounding.sandbox import Sandbox, SandboxLimits
-from thoughtloom.grounding.arith import ExpressionError, evaluate
+from thoughtloom.grounding.arith import ExpressionError, NumberTooLarge, evaluate
 from thoughtloom.tools import ToolConfigError, ToolError
 from thoughtloom.tools.builtin import MAX_LINE_CHARS, CalcTool, DocsTool, FilesTool, PythonTool
+from thoughtloom.tools.toolbox import ToolLimits, Toolbox
 
 # ---------------------------------------------------------------------------- calc
 
@@ -58,6 +61,69 @@ async def test_calc_refuses_a_power_too_large_to_compute() -> None:
 async def test_calc_division_by_zero_is_a_tool_error() -> None:
     with pytest.raises(ToolError, match="division by zero"):
         await calc("1/(3-3)")
+
+
+#: The bases of the slow expressions of issue 34, each power just inside the power limit.
+_PRIMES = [p for p in range(3, 1000) if all(p % d for d in range(2, int(p**0.5) + 1))]
+
+
+def _longest(terms: list[str], sep: str) -> str:
+    """As many terms as fit in the calculator's 999 characters."""
+    out = terms[0]
+    for term in terms[1:]:
+        if len(out + sep + term) > 999:
+            break
+        out += sep + term
+    return out
+
+
+#: Expressions of up to 999 characters that took 8-70 s on the event loop: a sum of fractions whose
+#: denominators multiply, a product of big powers, and a chain of big fractions.
+SLOW_EXPRESSIONS = [
+    _longest([f"1/{p}**{100_000 // p.bit_length()}" for p in _PRIMES], "+"),
+    _longest([f"{p}**{100_000 // p.bit_length()}" for p in _PRIMES], "*"),
+    _longest([f"({p}**{100_000 // p.bit_length()}+1)/({p + 2}**{50_000 // p.bit_length()}+1)" for p in _PRIMES], "*"),
+]
+
+
+@pytest.mark.parametrize("expression", SLOW_EXPRESSIONS, ids=["fraction_sum", "power_product", "fraction_chain"])
+async def test_calc_refuses_an_expression_whose_numbers_grow_too_large_in_one_line_at_once(expression: str) -> None:
+    started = time.monotonic()
+    with pytest.raises(ToolError, match="too large to compute exactly") as refused:
+        await calc(expression)
+    assert time.monotonic() - started < 10  # a hang guard: it took 8-70 s before each step was bounded
+    assert "\n" not in str(refused.value) and len(str(refused.value)) < 300
+
+
+async def test_calc_prints_a_power_longer_than_pythons_own_digit_limit() -> None:
+    answer = await calc("2**20000")
+    digits = answer.removeprefix("2**20000 = ")
+    assert len(digits) == 6021 and digits == str(Decimal(2**20000))
+
+
+async def test_calc_prints_a_fraction_of_long_numbers_with_its_decimal() -> None:
+    answer = await calc("1/3**10000")
+    assert answer.startswith("1/3**10000 = 1/1631350185342625874") and answer.endswith("E-4772)")
+
+
+#: One of the slowest expressions within the limits: 36 sums of ~30,000-bit fractions, ~0.5 s on an idle 2-core machine.
+HEAVY = "(3**20000+1)/(5**13800+1)" + "".join(f"{op}(7**11200+1)/(11**9000+1)" for op in "+-" * 18)
+
+
+async def test_a_calculation_longer_than_the_tool_timeout_is_cut_at_the_timeout() -> None:
+    box = Toolbox([CalcTool()], ToolLimits(timeout_s=0.05))
+    result = await box.call("calc", {"expression": HEAVY})
+    assert result.status == "timeout", result  # computed on the event loop, it could not be cut
+
+
+def test_arithmetic_refuses_a_step_beyond_the_bit_limit_before_computing_it() -> None:
+    with pytest.raises(NumberTooLarge):
+        evaluate(" * ".join(["9" * 1000] * 40))  # 40 numbers of 3,322 bits: 132,877 bits
+
+
+def test_arithmetic_stops_at_its_next_step_when_asked() -> None:
+    with pytest.raises(ExpressionError, match="stopped"):
+        evaluate("1 + 2 * 3", stop=lambda: True)
 
 
 def test_game24_arithmetic_still_refuses_powers() -> None:

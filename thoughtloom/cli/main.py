@@ -116,6 +116,8 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point of the `loom` command (argv None: the process's own command line, and the process is loom's)."""
     parser = build_parser()
     args = parser.parse_args(argv)
+    if argv is None:  # loom is this process (not a caller's command run inside its own): its output is ours to set
+        _escape_unwritable_output()
     if args.version:
         from .. import __version__
 
@@ -196,6 +198,15 @@ def _run(args: argparse.Namespace) -> int:
         message = f"{exc.strerror or exc}" + (f": {exc.filename}" if exc.filename else "")
         print(f"loom: error: {terminal_text(message)}", file=sys.stderr)
         return 2
+
+
+def _escape_unwritable_output() -> None:
+    """Print what stdout's or stderr's encoding cannot hold (an ASCII locale, a lone surrogate) as
+    escapes: text from a model, a tool or a file never ends the command with a UnicodeEncodeError."""
+    for stream in (sys.stdout, sys.stderr):
+        reconfigure = getattr(stream, "reconfigure", None)
+        if reconfigure is not None:
+            reconfigure(errors="backslashreplace")
 
 
 def _stdout_to_devnull() -> None:

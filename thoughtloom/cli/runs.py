@@ -223,7 +223,8 @@ def cmd_show(args: argparse.Namespace) -> int:
         goals = [result["goal_node"]] if result.get("goal_node") is not None else []
         if args.mermaid:
             try:
-                Path(args.mermaid).write_text(to_mermaid(graph, best, goals, full=args.mermaid_full), encoding="utf-8")
+                Path(args.mermaid).write_text(to_mermaid(graph, best, goals, full=args.mermaid_full), encoding="utf-8",
+                                              errors="backslashreplace")
             except OSError as exc:
                 raise RunError(f"cannot write --mermaid {args.mermaid}: {exc.strerror or exc}") from None
         if args.json:
@@ -270,7 +271,7 @@ def cmd_view(args: argparse.Namespace) -> int:
         page = to_html(picture, result.get("best_path") or [], goals)
     out = Path(args.out or f"{run.run_id}.html")
     try:
-        out.write_text(page, encoding="utf-8")
+        out.write_text(page, encoding="utf-8", errors="backslashreplace")
     except OSError as exc:
         raise RunError(f"cannot write {out}: {exc.strerror or exc}") from None
     from ..views.terminal import terminal_text

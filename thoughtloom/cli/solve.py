@@ -188,7 +188,8 @@ def open_events_file(path: str | None) -> Any:
     if os.path.isdir(path):
         raise UsageError(f"cannot write --events {path}: it is a directory; give a file name such as events.jsonl")
     try:
-        return open(path, "w", encoding="utf-8")
+        # A lone surrogate written as \udXXX is still a JSON string meaning the same text: never a failed write.
+        return open(path, "w", encoding="utf-8", errors="backslashreplace")
     except OSError as exc:
         raise UsageError(f"cannot write --events {path}: {exc.strerror or exc}") from None
 
@@ -263,7 +264,7 @@ def cmd_solve(args: argparse.Namespace, stored: Any = None, *, sinks: Sequence[A
         picture = to_mermaid(result.graph, path_ids, [result.goal_node] if result.goal_node is not None else [],
                              full=args.mermaid_full)
         try:
-            with open(args.mermaid, "w", encoding="utf-8") as fh:
+            with open(args.mermaid, "w", encoding="utf-8", errors="backslashreplace") as fh:
                 fh.write(picture)
         except OSError as exc:
             print(terminal_text(f"loom: error: cannot write --mermaid {args.mermaid}: {exc.strerror or exc}"),

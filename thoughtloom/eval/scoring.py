@@ -11,6 +11,8 @@ from dataclasses import dataclass
 from fractions import Fraction
 from itertools import pairwise
 
+from ..llm.text import loads_valid
+
 
 #: Errors charged for output that cannot be parsed, per the GoT benchmark's rules.
 SORTING_UNPARSABLE = 300
@@ -165,7 +167,7 @@ def parse_counts(text: str | None) -> dict[str, int] | None:
     if start < 0 or end < 0:
         return None
     try:
-        obj = json.loads(text[start:end + 1])
+        obj = loads_valid(text[start:end + 1])
     except ValueError:
         return None
     if not isinstance(obj, dict) or not all(isinstance(v, int) and not isinstance(v, bool) for v in obj.values()):

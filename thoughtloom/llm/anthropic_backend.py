@@ -80,8 +80,9 @@ class AnthropicBackend(LazySdkClient):
                     f"model endpoint {self.base_url} sent a response that is not valid JSON ({one_line(exc)}); "
                     "check that the base URL is Anthropic's API (without /v1)"
                 ) from exc
-        text = "".join(getattr(block, "text", "") or "" for block in (getattr(response, "content", None) or ())
-                       if getattr(block, "type", None) == "text")
+        text = self._reply_text("".join(getattr(block, "text", "") or ""
+                                        for block in (getattr(response, "content", None) or ())
+                                        if getattr(block, "type", None) == "text"))
         usage = getattr(response, "usage", None)
         input_tokens = getattr(usage, "input_tokens", None)
         output_tokens = getattr(usage, "output_tokens", None)

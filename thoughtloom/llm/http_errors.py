@@ -12,6 +12,7 @@ from collections.abc import Mapping
 
 from .errors import ModelConfigError, ModelError, TransientModelError
 from .retry_after import retry_after_from_headers
+from .text import valid_text
 
 # Statuses worth retrying; the same set the SDKs themselves would retry (408 request timeout,
 # 409 lock timeout, 429 rate limit, 5xx, Anthropic's 529 overloaded among them).
@@ -23,8 +24,8 @@ MAX_CONNECT_TIMEOUT_S = 10.0
 
 
 def one_line(text: object) -> str:
-    """Server text squeezed onto one short line, for quoting inside an error message."""
-    flat = " ".join(str(text).split())
+    """Server text squeezed onto one short valid line, for quoting inside an error message."""
+    flat = " ".join(valid_text(str(text)).split())
     return flat if len(flat) <= MAX_QUOTE else flat[: MAX_QUOTE - 3] + "..."
 
 

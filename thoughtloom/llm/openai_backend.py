@@ -178,7 +178,7 @@ class OpenAIBackend(LazySdkClient):
                     "check that the base URL is an OpenAI-compatible API (usually .../v1)"
                 ) from exc
         choices = _choices(response)
-        texts = tuple((getattr(c, "text", None) or "") for c in choices)
+        texts = tuple(self._reply_text(getattr(c, "text", None) or "") for c in choices)
         return _Sampled(texts, _usage(response, "".join(prompts), texts))
 
     # --- calls --------------------------------------------------------------------------
@@ -240,7 +240,8 @@ class OpenAIBackend(LazySdkClient):
                 **params,
             )
             choices = _choices(response)
-            texts = tuple((getattr(getattr(c, "message", None), "content", None) or "") for c in choices)
+            texts = tuple(self._reply_text(getattr(getattr(c, "message", None), "content", None) or "")
+                          for c in choices)
             prompt_text = "".join(m.content for m in messages)
         elif request.schema is not None and self.schema_param == "ollama":
             return await self._ollama_generate(client, request, seed)
@@ -249,7 +250,7 @@ class OpenAIBackend(LazySdkClient):
             prompt_text = request.prompt.as_text()
             response = await client.completions.create(prompt=prompt_text, **params)
             choices = _choices(response)
-            texts = tuple((getattr(c, "text", None) or "") for c in choices)
+            texts = tuple(self._reply_text(getattr(c, "text", None) or "") for c in choices)
         return _Sampled(texts, _usage(response, prompt_text, texts))
 
     async def _ollama_generate(self, client: AsyncOpenAI, request: GenerateRequest, seed: int | None) -> _Sampled:
@@ -270,6 +271,7 @@ class OpenAIBackend(LazySdkClient):
         if not isinstance(text, str):
             raise ModelError(f"Ollama at {self.base_url.removesuffix('/v1')} answered /api/generate without a "
                              f"response text ({one_line(data)}); check that it is Ollama 0.5 or later")
+        text = self._reply_text(text)
         prompt_tokens, output_tokens = data.get("prompt_eval_count"), data.get("eval_count")
         return _Sampled((text,), Usage(
             prompt_tokens if isinstance(prompt_tokens, int) else _estimate_tokens(prompt_text),

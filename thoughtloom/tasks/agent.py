@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from ..llm.text import valid_value
 from .base import ProblemError, Query, Task, few_shot_query, one_line
 from .query import json_object, schema_text
 
@@ -355,7 +356,7 @@ def _first_json(text: str) -> Any:
         value, _ = json.JSONDecoder().raw_decode(text)
     except ValueError:
         return None
-    return value
+    return valid_value(value, "a tool call in a model's reply")
 
 
 # --- synthesis, critique, revision ----------------------------------------------------------------

@@ -14,6 +14,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ..llm.text import loads_valid
+
 #: The reply an evaluator is asked for: reasoning first (so the score follows from it), a 0-10
 #: score and a verdict. The reasoning is one line of at most 300 characters, without quotes or
 #: backslashes: a grammar then cannot run it past the reply's token limit or across a stop string.
@@ -147,7 +149,7 @@ def _json_object(text: str) -> dict[str, Any] | None:
     if start < 0 or end < start:
         return None
     try:
-        data = json.loads(text[start:end + 1])
+        data = loads_valid(text[start:end + 1])
     except ValueError:
         return None
     return data if isinstance(data, dict) else None

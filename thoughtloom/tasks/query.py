@@ -6,6 +6,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from ..llm.text import loads_valid
 from ..llm.types import Prompt, value_type
 
 
@@ -47,7 +48,7 @@ def schema_text(schema: dict[str, Any]) -> str:
 def json_object(text: str) -> dict[str, Any] | None:
     """A reply that is one JSON object (what a structured request asks for), or None."""
     try:
-        value = json.loads(text)
+        value = loads_valid(text)
     except ValueError:
         return None
     return value if isinstance(value, dict) else None

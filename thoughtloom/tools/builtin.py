@@ -12,13 +12,14 @@ import asyncio
 import os
 import re
 import stat
-from collections.abc import Sequence
+import threading
+from collections.abc import Callable, Sequence
 from decimal import Decimal, Inexact, localcontext
 from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
-from thoughtloom.grounding.arith import ExpressionError, evaluate, fmt
+from thoughtloom.grounding.arith import ExpressionError, NumberTooLarge, evaluate, fmt
 from thoughtloom.grounding.knowledge import KnowledgeBase
 from thoughtloom.grounding.sandbox import Sandbox, SandboxLimits, SandboxResult
 
@@ -98,8 +99,20 @@ class CalcTool:
         2 * 150, and the stated 300 is checked against the exact value.
         """
         expression, stated = plain_arithmetic(str(args["expression"]))
+        stopped = threading.Event()
         try:
-            value, _ = evaluate(expression, powers=True)
+            # In a worker thread, so that the event loop (the tool timeout, the run's deadline, other
+            # calls) keeps running; every step is bounded (grounding.arith.MAX_BITS), and a cancelled
+            # call stops the worker at its next step.
+            return await asyncio.to_thread(self._answer, expression, stated, stopped.is_set)
+        finally:
+            stopped.set()
+
+    def _answer(self, expression: str, stated: str | None, stop: Callable[[], bool]) -> str:
+        try:
+            value, _ = evaluate(expression, powers=True, stop=stop)
+        except NumberTooLarge as exc:
+            raise ToolError(f"{exc}; split it into smaller steps") from None
         except ExpressionError as exc:
             raise ToolError(f"{exc}; write numbers, + - * / ** and parentheses only") from None
         except (ValueError, ZeroDivisionError):
@@ -112,7 +125,7 @@ class CalcTool:
             answer += f" ({approx})" if exact else f" (≈{approx})"
         if stated is not None:
             try:
-                said, _ = evaluate(stated)
+                said, _ = evaluate(stated, stop=stop)
             except (ExpressionError, ValueError, ZeroDivisionError, RecursionError):
                 return answer
             answer += f"; the stated {stated} is " + ("right" if said == value else "WRONG")

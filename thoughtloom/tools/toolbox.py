@@ -17,6 +17,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ..llm.text import valid_text
 from .base import Tool, ToolConfigError, ToolError, ToolResult, ToolSpec, canonical_args
 
 logger = logging.getLogger(__name__)
@@ -172,13 +173,14 @@ class Toolbox:
                 return ToolResult(name, args, "timeout", error=f"no answer within {self.limits.timeout_s:g} s",
                                   elapsed_s=round(time.monotonic() - started, 3))
             except ToolError as exc:
-                return ToolResult(name, args, "error", error=str(exc) or type(exc).__name__,
+                return ToolResult(name, args, "error", error=valid_text(str(exc) or type(exc).__name__, f"tool {name}"),
                                   elapsed_s=round(time.monotonic() - started, 3))
             except Exception as exc:  # noqa: BLE001 - a tool's bug is the tool's failure, not the run's
-                return ToolResult(name, args, "error", error=f"{type(exc).__name__}: {exc}",
+                return ToolResult(name, args, "error", error=valid_text(f"{type(exc).__name__}: {exc}", f"tool {name}"),
                                   elapsed_s=round(time.monotonic() - started, 3))
         cap = self.limits.output_cap
-        text = output if isinstance(output, str) else str(output)
+        # A tool's answer is kept on the run's graph, stored and shown: valid text only (see llm/text.py).
+        text = valid_text(output if isinstance(output, str) else str(output), f"tool {name}")
         return ToolResult(name, args, "ok", text[:cap], truncated=len(text) > cap,
                           elapsed_s=round(time.monotonic() - started, 3))
 

@@ -7,6 +7,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from ...llm.text import loads_valid
 from ..query import json_object, schema_text
 
 #: Output types a child spec may require; each has an exact check and a parser from model text.
@@ -119,7 +120,7 @@ class ChildSpec:
             if m is None:
                 return None
             try:
-                value = json.loads(m.group())
+                value = loads_valid(m.group())
             except json.JSONDecodeError:
                 # A base model often drops quotes or leaves a trailing comma: read the items one by one.
                 items = [x.strip().strip("'\"") for x in m.group()[1:-1].split(",") if x.strip()]
@@ -132,7 +133,7 @@ class ChildSpec:
             if m is None:
                 return None
             try:
-                value = json.loads(m.group())
+                value = loads_valid(m.group())
             except json.JSONDecodeError:
                 return None
             return value if isinstance(value, dict) else None
