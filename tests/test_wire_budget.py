@@ -136,13 +136,13 @@ async def test_each_retry_is_a_request_the_call_budget_counts(
 REPLY = "y" * 200  # 50 tokens at 4 bytes a token
 
 
-def reporting(server: FakeOpenAIServer, prompt_tokens: int, completion_tokens: int) -> None:
-    """Every request is answered with REPLY, and the given usage reported for it."""
+def reporting(server: FakeOpenAIServer, prompt_tokens: int, completion_tokens: int, text: str = REPLY) -> None:
+    """Every request is answered with `text`, and the given usage reported for it."""
 
     def reply(seen: Seen) -> Reply:
         return Reply(200, {
             "id": "x", "object": "text_completion", "created": 0, "model": "m",
-            "choices": [{"index": 0, "text": REPLY, "finish_reason": "stop"}],
+            "choices": [{"index": 0, "text": text, "finish_reason": "stop"}],
             "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
                       "total_tokens": prompt_tokens + completion_tokens},
         })
@@ -179,6 +179,16 @@ async def test_under_reported_usage_is_replaced_by_the_estimate_with_one_warning
     assert [r.usage for r in gateway.records] == [c.usage for c in completions]
     warnings = [r for r in caplog.records if "fewer than the texts must cost" in r.getMessage()]
     assert len(warnings) == 1
+
+
+async def test_a_reply_holding_a_lone_surrogate_is_estimated_without_error(
+    server: FakeOpenAIServer, backend_for: BackendFactory
+) -> None:
+    reporting(server, 0, 0, text="\ud800" * 100)  # 300 bytes as UTF-8 would write it
+    gateway = Gateway(backend_for(api="completions"))
+    completion = await gateway.generate(ask(n=1, max_tokens=128))
+    assert completion.texts == ("\ud800" * 100,)
+    assert (completion.usage.input_tokens, completion.usage.output_tokens) == (100, 75)
 
 
 @pytest.mark.parametrize(("prompt_tokens", "completion_tokens"), [(60, 20), (300, 64), (4, 2)],

@@ -29,14 +29,19 @@ BYTES_PER_TOKEN = 4
 MAX_TOKEN_BYTES = 128
 
 
+def utf8_size(text: str) -> int:
+    """A text's size in UTF-8 bytes; a lone surrogate (a server may send `\\ud800`) counts its 3 bytes, never raises."""
+    return len(text.encode("utf-8", "surrogatepass"))
+
+
 def estimate_tokens(text: str) -> int:
     """About how many tokens a text is, without its tokenizer (BYTES_PER_TOKEN bytes a token)."""
-    return len(text.encode()) // BYTES_PER_TOKEN
+    return utf8_size(text) // BYTES_PER_TOKEN
 
 
 def least_tokens(text: str) -> int:
     """The fewest tokens any tokenizer we meet makes of a text (MAX_TOKEN_BYTES bytes a token, rounded up)."""
-    return -(-len(text.encode()) // MAX_TOKEN_BYTES)
+    return -(-utf8_size(text) // MAX_TOKEN_BYTES)
 
 
 @dataclass(frozen=True, slots=True)

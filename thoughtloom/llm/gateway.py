@@ -10,7 +10,7 @@ from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
-from .budget import Budget, BudgetLimits, Pricing, Reservation, estimate_tokens, least_tokens
+from .budget import Budget, BudgetLimits, Pricing, Reservation, estimate_tokens, least_tokens, utf8_size
 from .cache import ResponseCache, sample_key
 from .errors import BatchRefused, BudgetExceeded, ModelError, ModelTimeout, TransientModelError
 from .inline import Later, call_inline, cancellable
@@ -127,7 +127,7 @@ def prompt_token_bound(prompt: Prompt, form: str | None = None) -> int:
     adds a few template tokens. form: "text" or "chat" (the backend's `prompt_form`); None when
     the backend does not say: the larger of the forms the prompt has.
     """
-    return max(len(text.encode()) + 8 * messages + 8 for text, messages in _sent_forms(prompt, form))
+    return max(utf8_size(text) + 8 * messages + 8 for text, messages in _sent_forms(prompt, form))
 
 
 class Gateway:
@@ -639,7 +639,7 @@ class Gateway:
             return usage
         if not possible:
             # No token is shorter than one byte: the texts' bytes bound what they cost.
-            out_bytes = min(out_bound, sum(len(t.encode()) for t in texts))
+            out_bytes = min(out_bound, sum(utf8_size(t) for t in texts))
             used_in = input_bound if not 0 <= used_in <= input_bound else used_in
             used_out = out_bytes if used_out < 0 else min(used_out, out_bound)
             self._warn(
