@@ -136,16 +136,17 @@ async def test_each_retry_is_a_request_the_call_budget_counts(
 REPLY = "y" * 200  # 50 tokens at 4 bytes a token
 
 
-def reporting(server: FakeOpenAIServer, prompt_tokens: int, completion_tokens: int, text: str = REPLY) -> None:
-    """Every request is answered with `text`, and the given usage reported for it."""
+def reporting(server: FakeOpenAIServer, prompt_tokens: int | None, completion_tokens: int = 0,
+              text: str = REPLY) -> None:
+    """Every request is answered with `text`, and the given usage reported for it (None: no usage)."""
 
     def reply(seen: Seen) -> Reply:
-        return Reply(200, {
-            "id": "x", "object": "text_completion", "created": 0, "model": "m",
-            "choices": [{"index": 0, "text": text, "finish_reason": "stop"}],
-            "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
-                      "total_tokens": prompt_tokens + completion_tokens},
-        })
+        body = {"id": "x", "object": "text_completion", "created": 0, "model": "m",
+                "choices": [{"index": 0, "text": text, "finish_reason": "stop"}]}
+        if prompt_tokens is not None:
+            body["usage"] = {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
+                             "total_tokens": prompt_tokens + completion_tokens}
+        return Reply(200, body)
 
     server.responder = reply
 
@@ -251,3 +252,14 @@ def test_solve_stops_at_its_token_budget_and_reports_tokens_when_the_server_unde
     assert 0.9 * sum(sent) <= charged <= 3_000
     assert sum(sent) <= 3_000
     assert proc.stderr.count("fewer than the texts must cost") == 1
+
+
+async def test_a_server_reporting_no_usage_is_estimated_without_a_warning(
+    server: FakeOpenAIServer, backend_for: BackendFactory, caplog: pytest.LogCaptureFixture
+) -> None:
+    reporting(server, None, text="ok")  # 2 bytes: less than the 4 of an estimated token, still one
+    gateway = Gateway(backend_for(api="completions"))
+    with caplog.at_level(logging.WARNING, logger="thoughtloom.llm.gateway"):
+        completion = await gateway.generate(ask(n=1))
+    assert (completion.usage.input_tokens, completion.usage.output_tokens) == (100, 1)
+    assert not caplog.records

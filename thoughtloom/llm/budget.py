@@ -34,14 +34,16 @@ def utf8_size(text: str) -> int:
     return len(text.encode("utf-8", "surrogatepass"))
 
 
-def estimate_tokens(text: str) -> int:
-    """About how many tokens a text is, without its tokenizer (BYTES_PER_TOKEN bytes a token)."""
-    return utf8_size(text) // BYTES_PER_TOKEN
-
-
 def least_tokens(text: str) -> int:
     """The fewest tokens any tokenizer we meet makes of a text (MAX_TOKEN_BYTES bytes a token, rounded up)."""
     return -(-utf8_size(text) // MAX_TOKEN_BYTES)
+
+
+def estimate_tokens(text: str) -> int:
+    """About how many tokens a text is, without its tokenizer (BYTES_PER_TOKEN bytes a token, never below
+    least_tokens: a text of 1-3 bytes is one token)."""
+    size = utf8_size(text)
+    return max(size // BYTES_PER_TOKEN, -(-size // MAX_TOKEN_BYTES))
 
 
 @dataclass(frozen=True, slots=True)

@@ -649,8 +649,8 @@ class Gateway:
                 f"charged {used_in} and {used_out} instead",
             )
         if under:
-            estimate_in = max(least_in, min(estimate_tokens(t) for t in sent))
-            estimate_out = sum(min(request.max_tokens, max(least_tokens(t), estimate_tokens(t))) for t in replies)
+            estimate_in = min(estimate_tokens(t) for t in sent)
+            estimate_out = sum(min(request.max_tokens, estimate_tokens(t)) for t in replies)
             used_in = max(used_in, min(input_bound, estimate_in))
             used_out = max(used_out, min(out_bound, estimate_out))
             self._warn(
