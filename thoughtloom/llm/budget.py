@@ -21,8 +21,8 @@ LIMIT_NAMES: tuple[str, ...] = ("tokens", "calls", "cost_usd", "wall_s")
 BYTES_PER_TOKEN = 4
 #: The most UTF-8 bytes one token holds in the tokenizers we meet. Measured from the vocabularies:
 #: Gemma 3 31 (a run of 31 tabs, ten-letter Bengali words), Qwen2.5 32 (runs of 32 `=` or spaces,
-#: "AutoresizingMaskIntoConstraints"); larger vocabularies (OpenAI's, Llama 3's) have longer runs of
-#: one character, and tokens of 96 bytes have been seen in GGUF vocabularies. So no honest count of
+#: "AutoresizingMaskIntoConstraints"); larger vocabularies (OpenAI's, Llama 3's) may hold longer runs
+#: of one character, and tokens of 96 bytes have been reported in GGUF vocabularies. So no honest count of
 #: a text is below its bytes / 128: a server reporting fewer tokens is under-reporting, whatever its
 #: tokenizer. The margin is wide on purpose (an honest server must never be overridden): ordinary
 #: text is ~4 bytes a token, so a server that reports exactly this floor still under-reports ~30x.
