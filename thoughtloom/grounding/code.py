@@ -175,6 +175,7 @@ class CodeGrounder:
         elif (first := run.first_failure()) is not None:
             lines.append(f"first failing test: {first.test.strip()[:300]}")
             lines.append(f"error: {first.error}")
+        lines.extend(run.notes)
         return GroundingResult(
             grounder=self.name,
             grounded=True,

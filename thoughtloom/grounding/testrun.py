@@ -5,7 +5,11 @@ tests from its stdin, then starts the candidate process (`_CANDIDATE`), a fresh 
 loads the code as a module named `candidate` (so an `if __name__ == "__main__":` block does not
 run). The runner executes each test itself, under a per-test time limit: a test such as
 `assert f(1) == 2`, or a HumanEval-style `def check(candidate): ...` plus `check(f)`, sees the
-candidate's names as proxies; a call goes to the candidate process and comes back as plain data
+candidate's names as proxies: only the names it is given (`names`), else every top-level name
+the code defines except dunders and the builtins' names, so a test's `abs`, `len` or `sorted`
+are always the runner's real builtins (a program defining `abs = lambda x: 0` cannot make
+`assert abs(f(x) - y) < 1e-6` pass). The runner filters the names itself: the list comes from
+the candidate process, which the code controls. A call goes to the candidate process and comes back as plain data
 (tagged JSON: numbers, strings, lists, tuples, dicts, sets, bytes), so the comparison happens in
 the runner on values the candidate cannot give methods to. Anything else (an object, a
 generator, a regex match) stays in the candidate process as a handle that can be called,
@@ -16,15 +20,16 @@ never holds that fd, the secret or the tests (not in argv, env, files, or memory
 the runner is not dumpable). The runner writes a test's verdict after running it; a test with no
 verdict failed, and exit status means nothing. A candidate that exits, crashes, hangs or kills the runner
 fails the tests that did not report. Limits: arguments must be plain data (a test cannot pass a
-lambda or its own object to the candidate), and a test cannot see the candidate mutate its
-arguments (each call gets copies).
+lambda or its own object to the candidate), a test cannot see the candidate mutate its
+arguments (each call gets copies), and a name a test takes from the candidate (other than a
+builtin's) is the candidate's to define.
 """
 
 from __future__ import annotations
 
 import json
 import secrets
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from .sandbox import Sandbox, SandboxLimits, SandboxResult, check_syntax
@@ -83,8 +88,13 @@ async def run_tests(
     limits: SandboxLimits | None = None,
     per_test_timeout_s: float | None = None,
     files: Mapping[str, str] | None = None,
+    names: Collection[str] | None = None,
 ) -> TestRun:
-    """Run `code` and then each test snippet in one sandboxed process; report each test."""
+    """Run `code` and then each test snippet in one sandboxed process; report each test.
+
+    `names`: the code's names the tests may use (e.g. only a HumanEval entry point); None: every
+    top-level name it defines except dunders and the builtins' names.
+    """
     tests = list(tests)
     limits = limits or sandbox.limits
     check = check_syntax(code, CANDIDATE_FILE)
@@ -100,7 +110,8 @@ async def run_tests(
     secret = secrets.token_hex(16)
     # The tests go through the runner's stdin with the secret: a file in the workdir would be
     # readable by the candidate (which could then answer from the expected values).
-    spec = {"secret": secret, "tests": tests, "per_test_s": per_test_s, "load_s": load_s}
+    spec = {"secret": secret, "tests": tests, "per_test_s": per_test_s, "load_s": load_s,
+            "names": None if names is None else sorted(names)}
     all_files: dict[str, str | bytes | None] = {**(files or {}), CANDIDATE_FILE: code, RUNNER_FILE: _RUNNER}
     result = await sandbox.run(
         [sandbox.python, "-I", RUNNER_FILE], files=all_files, stdin=json.dumps(spec), limits=limits
@@ -117,6 +128,7 @@ def _collect(tests: list[str], result: SandboxResult, secret: str) -> TestRun:
     """Read the secret-marked lines (the runner writes one after running each test); unreported tests fail."""
     loaded: bool | None = None
     load_error: str | None = None
+    hidden: list[str] = []
     verdicts: dict[int, TestOutcome] = {}
     prefix = secret + " "
     for line in result.stdout.splitlines():
@@ -130,6 +142,7 @@ def _collect(tests: list[str], result: SandboxResult, secret: str) -> TestRun:
         if kind == "load" and loaded is None:
             loaded = bool(msg.get("ok"))
             load_error = None if loaded else str(msg.get("error") or "the code failed to load")
+            hidden = [str(n) for n in msg.get("hidden") or []]
         elif (
             kind == "test" and isinstance(msg.get("i"), int) and 0 <= msg["i"] < len(tests) and msg["i"] not in verdicts
         ):
@@ -143,7 +156,8 @@ def _collect(tests: list[str], result: SandboxResult, secret: str) -> TestRun:
         return _all_failed(tests, load_error, result)
     outcomes = [verdicts.get(i) or TestOutcome(t, False, f"did not run: {ended}") for i, t in enumerate(tests)]
     passed = sum(o.passed for o in outcomes)
-    return TestRun(passed, len(tests) - passed, len(tests), outcomes, result)
+    notes = [f"the tests use the real builtins, not the program's {', '.join(hidden[:10])}"] if hidden else []
+    return TestRun(passed, len(tests) - passed, len(tests), outcomes, result, notes=notes)
 
 
 def _why_ended(result: SandboxResult) -> str:
@@ -160,7 +174,7 @@ def _why_ended(result: SandboxResult) -> str:
 # verdict fd; it is not dumpable, so the candidate (same uid, no capabilities) cannot read its
 # memory or open its fds through /proc.
 _RUNNER = r'''
-import ast, ctypes, json, linecache, os, signal, subprocess, sys, traceback, types
+import ast, builtins, ctypes, json, linecache, os, signal, subprocess, sys, traceback, types
 
 PR_SET_DUMPABLE = 4
 _guarded = ctypes.CDLL(None, use_errno=True).prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) == 0
@@ -172,6 +186,14 @@ _verdicts = os.dup(1)  # the verdict channel: never inherited (close_fds), never
 os.dup2(2, 1)  # whatever a test prints goes to stderr
 sys.stdout = sys.stderr
 MAX_REPLY = 16 << 20
+_BUILTIN_NAMES = frozenset(vars(builtins))  # taken before any test runs
+
+
+def exposed(name):
+    """Whether a test sees this name of the candidate's (the list comes from the candidate: filter it here)."""
+    if _spec["names"] is not None:
+        return name in _spec["names"]
+    return not (name.startswith("__") and name.endswith("__")) and name not in _BUILTIN_NAMES
 
 
 def report(kind, **data):
@@ -270,6 +292,7 @@ class Conn:
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, close_fds=True,
         )
         self.names = None
+        self.hidden = []
 
     def ask(self, msg):
         if self.proc.poll() is not None:
@@ -321,7 +344,7 @@ class Conn:
 
 def rebuild(err):
     kind, message, where = (list(err) + ["", "", ""])[:3]
-    cls = getattr(__builtins__, str(kind), None) if isinstance(__builtins__, types.ModuleType) else None
+    cls = getattr(builtins, str(kind), None)
     if isinstance(cls, type) and issubclass(cls, Exception) and not issubclass(cls, StopIteration):
         exc = cls(str(message)) if message else cls()
     else:
@@ -573,17 +596,20 @@ def start():
     except Exception as exc:
         conn.kill()
         return None, describe(exc)
-    conn.names = msg.get("names")
-    if not isinstance(conn.names, dict):
+    names = msg.get("names")
+    if not isinstance(names, dict):
         conn.kill()
         return None, "the candidate process wrote something that is not a reply"
+    conn.names = {k: v for k, v in names.items() if exposed(k)}
+    # Told back to the model: its `abs` or `len` is not what the tests call.
+    conn.hidden = sorted(k for k in names if k in _BUILTIN_NAMES and not k.startswith("__") and not exposed(k))
     return conn, None
 
 
 if not _guarded:
     sys.stderr.write("sandbox runner: could not make itself undumpable\n")
 conn, why = start()
-report("load", ok=conn is not None, error=why)
+report("load", ok=conn is not None, error=why, hidden=conn.hidden if conn is not None else [])
 for i, test in enumerate(_spec["tests"] if conn is not None else []):
     if not conn.alive():
         conn.kill()
@@ -593,7 +619,7 @@ for i, test in enumerate(_spec["tests"] if conn is not None else []):
             continue
     name = "<test %d>" % (i + 1)
     linecache.cache[name] = (len(test), None, test.splitlines(True), name)
-    namespace = {"__name__": "candidate", "__builtins__": __builtins__}
+    namespace = {"__name__": "candidate", "__builtins__": builtins}
     try:
         module = types.ModuleType("candidate")
         for key, value in conn.names.items():

@@ -17,6 +17,34 @@ T = TypeVar("T")
 #: The budget's limits by the names BudgetExceeded uses.
 LIMIT_NAMES: tuple[str, ...] = ("tokens", "calls", "cost_usd", "wall_s")
 
+#: UTF-8 bytes per token of ordinary text for the tokenizers we meet: the estimate where no count is known.
+BYTES_PER_TOKEN = 4
+#: The most UTF-8 bytes one token holds in the tokenizers we meet. Measured from the vocabularies:
+#: Gemma 3 31 (a run of 31 tabs, ten-letter Bengali words), Qwen2.5 32 (runs of 32 `=` or spaces,
+#: "AutoresizingMaskIntoConstraints"); larger vocabularies (OpenAI's, Llama 3's) may hold longer runs
+#: of one character, and tokens of 96 bytes have been reported in GGUF vocabularies. So no honest count of
+#: a text is below its bytes / 128: a server reporting fewer tokens is under-reporting, whatever its
+#: tokenizer. The margin is wide on purpose (an honest server must never be overridden): ordinary
+#: text is ~4 bytes a token, so a server that reports exactly this floor still under-reports ~30x.
+MAX_TOKEN_BYTES = 128
+
+
+def utf8_size(text: str) -> int:
+    """A text's size in UTF-8 bytes; a lone surrogate (a server may send `\\ud800`) counts its 3 bytes, never raises."""
+    return len(text.encode("utf-8", "surrogatepass"))
+
+
+def least_tokens(text: str) -> int:
+    """The fewest tokens any tokenizer we meet makes of a text (MAX_TOKEN_BYTES bytes a token, rounded up)."""
+    return -(-utf8_size(text) // MAX_TOKEN_BYTES)
+
+
+def estimate_tokens(text: str) -> int:
+    """About how many tokens a text is, without its tokenizer (BYTES_PER_TOKEN bytes a token, never below
+    least_tokens: a text of 1-3 bytes is one token)."""
+    size = utf8_size(text)
+    return max(size // BYTES_PER_TOKEN, -(-size // MAX_TOKEN_BYTES))
+
 
 @dataclass(frozen=True, slots=True)
 class Pricing:

@@ -18,13 +18,14 @@ import random
 from collections.abc import Sequence
 from typing import Any
 
+from .budget import estimate_tokens
 from .errors import ModelError
 from .types import Completion, GenerateRequest, Prompt, Usage, choice_text
 
 
 def _estimate(text: str) -> int:
-    # Without a tokenizer: about four bytes per token (never fewer than one token per text).
-    return max(1, len(text.encode()) // 4)
+    # Without a tokenizer: never fewer than one token per text.
+    return max(1, estimate_tokens(text))
 
 
 class ChanceBackend:

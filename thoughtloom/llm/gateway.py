@@ -10,7 +10,7 @@ from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
-from .budget import Budget, BudgetLimits, Pricing, Reservation
+from .budget import Budget, BudgetLimits, Pricing, Reservation, estimate_tokens, least_tokens, utf8_size
 from .cache import ResponseCache, sample_key
 from .errors import BatchRefused, BudgetExceeded, ModelError, ModelTimeout, TransientModelError
 from .inline import Later, call_inline, cancellable
@@ -108,6 +108,18 @@ def _clamp(value: int, bound: int) -> int:
     return value if 0 <= value <= bound else bound
 
 
+def _sent_forms(prompt: Prompt, form: str | None) -> list[tuple[str, int]]:
+    """The text a prompt goes out as and its number of chat messages, for each form it may go out in:
+    the backend's `prompt_form` ("text" or "chat"), else every form the prompt has."""
+    forms: list[tuple[str, int]] = []
+    if form == "text" or (form is None and prompt.text is not None):
+        forms.append((prompt.as_text(), 0))
+    if form == "chat" or (form is None and prompt.messages):
+        messages = prompt.as_messages()
+        forms.append(("".join(m.content for m in messages), len(messages)))
+    return forms or [("", 0)]
+
+
 def prompt_token_bound(prompt: Prompt, form: str | None = None) -> int:
     """An upper bound on a prompt's tokens without a tokenizer, for the form the backend sends.
 
@@ -115,17 +127,7 @@ def prompt_token_bound(prompt: Prompt, form: str | None = None) -> int:
     adds a few template tokens. form: "text" or "chat" (the backend's `prompt_form`); None when
     the backend does not say: the larger of the forms the prompt has.
     """
-    def text() -> int:
-        return len(prompt.as_text().encode()) + 8
-
-    def chat() -> int:
-        return sum(len(m.content.encode()) + 8 for m in prompt.as_messages()) + 8
-
-    if form == "text":
-        return text()
-    if form == "chat":
-        return chat()
-    return max(text() if prompt.text is not None else 0, chat() if prompt.messages else 0)
+    return max(utf8_size(text) + 8 * messages + 8 for text, messages in _sent_forms(prompt, form))
 
 
 class Gateway:
@@ -159,6 +161,9 @@ class Gateway:
         self.records: list[CallRecord] = []
         self._rng = random.Random(rng_seed)
         self._warned: set[str] = set()
+        # Set once a prompt had to be bounded by its bytes: the backend does not count its own tokens
+        # (a server), so what it reports is checked against what the texts must cost (see _checked).
+        self._uncounted = False
 
     @property
     def cost_known(self) -> bool:
@@ -348,6 +353,7 @@ class Gateway:
     def _input_bound(self, request: GenerateRequest) -> int:
         counted = self.backend.count_tokens(request.prompt)
         if counted is None:
+            self._uncounted = True
             counted = prompt_token_bound(request.prompt, getattr(self.backend, "prompt_form", None))
         if request.score_choices:
             # Scoring reads every choice after the prompt; no token is shorter than one byte.
@@ -451,9 +457,8 @@ class Gateway:
                 completion: Completion) -> Completion:
         """Charge an answered request what it reported (made possible, see _checked) and free its slot."""
         try:
-            usage = completion.usage
-            if not (0 <= usage.input_tokens <= in_bound and 0 <= usage.output_tokens <= out_bound):
-                usage = self._checked(request, usage, in_bound, completion.texts)
+            usage = self._checked(request, completion.usage, in_bound, completion.texts)
+            if usage is not completion.usage:
                 completion = replace(completion, usage=usage)
         except BaseException as exc:  # not a Completion: the backend is broken, the request still went out
             self._settle_unanswered(request, reserved_cost, in_bound, out_bound, exc)
@@ -576,10 +581,7 @@ class Gateway:
         """
         bound = self._input_bound(request)
         if isinstance(outcome, Completion):
-            usage = outcome.usage
-            if 0 <= usage.input_tokens <= bound and 0 <= usage.output_tokens <= request.n * request.max_tokens:
-                return usage
-            return self._checked(request, usage, bound, outcome.texts)
+            return self._checked(request, outcome.usage, bound, outcome.texts)
         return self._unanswered(outcome, Usage(bound, request.n * request.max_tokens))
 
     def charge_batch(
@@ -590,11 +592,7 @@ class Gateway:
         bounds = bounds if bounds is not None else [self._input_bound(r) for r in requests]
         worst = [Usage(b, r.n * r.max_tokens) for b, r in zip(bounds, requests)]
         if not isinstance(outcome, BaseException):
-            return [
-                c.usage if 0 <= c.usage.input_tokens <= w.input_tokens and 0 <= c.usage.output_tokens <= w.output_tokens
-                else self._checked(r, c.usage, w.input_tokens, c.texts)
-                for r, c, w in zip(requests, outcome, worst)
-            ]
+            return [self._checked(r, c.usage, w.input_tokens, c.texts) for r, c, w in zip(requests, outcome, worst)]
         if isinstance(outcome, BatchRefused) and outcome.usage is not None:
             # The server answered the list wrongly but billed it: the whole (checked) usage goes on
             # the first request, each request is still a call.
@@ -614,23 +612,54 @@ class Gateway:
         return NO_USAGE  # the server answered with an error: a call, but no tokens
 
     def _checked(self, request: GenerateRequest, usage: Usage, input_bound: int, texts: Sequence[str]) -> Usage:
-        """Usage a server reported, made possible: a count below zero or above the request's bound
-        (the prompt bound, n x max_tokens) is replaced, with a warning, by the local bound: the
-        ledger never decreases and never exceeds what was reserved."""
+        """What an answered request is charged: the usage its backend reported, made possible and believable.
+
+        A count below zero or above the request's bound (the prompt bound, n x max_tokens) is
+        replaced by the local bound: the ledger never decreases and never exceeds what was reserved.
+        A backend that does not count its own tokens (a server) must also report at least what the
+        prompt and the replies must cost (their bytes / MAX_TOKEN_BYTES, which no tokenizer we meet
+        undercuts): a report below that is not believed, and each of its counts becomes at least the
+        local estimate (BYTES_PER_TOKEN bytes a token), so a server reporting 0 or 1 token a reply
+        cannot make the budget soft. Honest counts below the estimate (a tokenizer that packs more
+        bytes a token) stay as reported. Each kind of correction is logged once, as a warning.
+        """
         out_bound = request.n * request.max_tokens
-        # No token is shorter than one byte: the texts' bytes bound what they cost.
-        out_estimate = min(out_bound, sum(len(t.encode()) for t in texts))
-        checked = Usage(
-            input_bound if not 0 <= usage.input_tokens <= input_bound else usage.input_tokens,
-            out_estimate if usage.output_tokens < 0 else min(usage.output_tokens, out_bound),
-        )
-        self._warn(
-            "usage",
-            f"{self.backend.name} reported impossible usage ({usage.input_tokens} prompt, {usage.output_tokens} "
-            f"completion tokens for a prompt of at most {input_bound} and {out_bound} completion tokens); "
-            f"charged {checked.input_tokens} and {checked.output_tokens} instead",
-        )
-        return checked
+        used_in, used_out = usage.input_tokens, usage.output_tokens
+        possible = 0 <= used_in <= input_bound and 0 <= used_out <= out_bound
+        if possible and not self._uncounted:
+            return usage  # an in-process model's count, from its own tokenizer
+        # Every form the prompt has (the smallest wins below): a request may pin a form other than the backend's.
+        sent = [text for text, _ in _sent_forms(request.prompt, None)]
+        least_in = min(least_tokens(t) for t in sent) if self._uncounted else 0
+        # A score_choices reply is the choices' odds, not generated text: it costs no output tokens.
+        replies = () if request.score_choices or not self._uncounted else texts
+        least_out = sum(min(request.max_tokens, least_tokens(t)) for t in replies)
+        under = 0 <= used_in < least_in or 0 <= used_out < least_out
+        if possible and not under:
+            return usage
+        if not possible:
+            # No token is shorter than one byte: the texts' bytes bound what they cost.
+            out_bytes = min(out_bound, sum(utf8_size(t) for t in texts))
+            used_in = input_bound if not 0 <= used_in <= input_bound else used_in
+            used_out = out_bytes if used_out < 0 else min(used_out, out_bound)
+            self._warn(
+                "usage",
+                f"{self.backend.name} reported impossible usage ({usage.input_tokens} prompt, {usage.output_tokens} "
+                f"completion tokens for a prompt of at most {input_bound} and {out_bound} completion tokens); "
+                f"charged {used_in} and {used_out} instead",
+            )
+        if under:
+            estimate_in = min(estimate_tokens(t) for t in sent)
+            estimate_out = sum(min(request.max_tokens, estimate_tokens(t)) for t in replies)
+            used_in = max(used_in, min(input_bound, estimate_in))
+            used_out = max(used_out, min(out_bound, estimate_out))
+            self._warn(
+                "under",
+                f"{self.backend.name} reported {usage.input_tokens} prompt and {usage.output_tokens} completion "
+                f"tokens, fewer than the texts must cost (at least {least_in} and {least_out}); charged the "
+                f"local estimate, {used_in} and {used_out}, against the budget instead",
+            )
+        return Usage(used_in, used_out)
 
     def _warn(self, kind: str, message: str) -> None:
         """Log a warning once per kind: a hostile server repeats itself on every call."""

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
-from .budget import Pricing
+from .budget import Pricing, estimate_tokens
 from .errors import (
     BatchRefused,
     ModelConfigError,
@@ -45,11 +45,6 @@ class _Sampled:
 
     texts: tuple[str, ...]
     usage: Usage
-
-
-def _estimate_tokens(text: str) -> int:
-    """A rough token count for servers that report no usage: about 4 UTF-8 bytes a token."""
-    return len(text.encode()) // 4
 
 
 class OpenAIBackend(LazySdkClient):
@@ -274,8 +269,8 @@ class OpenAIBackend(LazySdkClient):
         text = self._reply_text(text)
         prompt_tokens, output_tokens = data.get("prompt_eval_count"), data.get("eval_count")
         return _Sampled((text,), Usage(
-            prompt_tokens if isinstance(prompt_tokens, int) else _estimate_tokens(prompt_text),
-            output_tokens if isinstance(output_tokens, int) else _estimate_tokens(text)))
+            prompt_tokens if isinstance(prompt_tokens, int) else estimate_tokens(prompt_text),
+            output_tokens if isinstance(output_tokens, int) else estimate_tokens(text)))
 
     def _schema_params(self, request: GenerateRequest) -> dict[str, Any]:
         """The request's reply schema in the form this server takes (none where it has no such form)."""
@@ -337,9 +332,9 @@ def _usage(response: Any, prompt_text: str, texts: tuple[str, ...]) -> Usage:
     prompt_tokens = getattr(usage, "prompt_tokens", None)
     completion_tokens = getattr(usage, "completion_tokens", None)
     if not isinstance(prompt_tokens, int):
-        prompt_tokens = _estimate_tokens(prompt_text)
+        prompt_tokens = estimate_tokens(prompt_text)
     if not isinstance(completion_tokens, int):
-        completion_tokens = sum(_estimate_tokens(t) for t in texts)
+        completion_tokens = sum(estimate_tokens(t) for t in texts)
     return Usage(prompt_tokens, completion_tokens)
 
 

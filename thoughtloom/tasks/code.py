@@ -15,7 +15,7 @@ import ast
 import builtins
 import doctest
 import re
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
@@ -172,9 +172,12 @@ class CodeTask(Task[CodeProblem]):
         return await passes(self.sandbox(), answer, check)
 
 
-async def passes(sandbox: Sandbox, program: str, check: str) -> bool:
-    """True when the check code, run by the sandbox's test runner against the program, passes."""
-    run = await run_tests(sandbox, program, [check])
+async def passes(sandbox: Sandbox, program: str, check: str, *, names: Collection[str] | None = None) -> bool:
+    """True when the check code, run by the sandbox's test runner against the program, passes.
+
+    `names`: the program's names the check may use (None: all but the builtins', see run_tests).
+    """
+    run = await run_tests(sandbox, program, [check], names=names)
     return run.all_passed and run.passed == 1
 
 

@@ -7,6 +7,7 @@ tables and are run once, by `acheck_answer`, on the ONE program the search retur
 
 from __future__ import annotations
 
+import ast
 import importlib.util
 import json
 import os
@@ -31,6 +32,7 @@ class BenchmarkItem:
 
     problem: CodeProblem
     hidden_check: str  # test code the sandbox's runner runs against the program (see testrun)
+    names: tuple[str, ...] | None = None  # the program's names the check may use (None: all but builtins')
 
 
 def humaneval_path() -> Path:
@@ -56,8 +58,30 @@ def load_humaneval(path: str | Path | None = None) -> dict[str, BenchmarkItem]:
             id=row["task_id"], description=f"{row['task_id']}: complete `{entry}`", prompt=row["prompt"],
             entry_point=entry, visible_tests=docstring_tests(row["prompt"], entry),
         )
-        items[row["task_id"]] = BenchmarkItem(problem, f"{row['test']}\n\ncheck({entry})\n")
+        check = f"{prompt_support(row['prompt'], entry)}\n\n{row['test']}\n\ncheck({entry})\n"
+        items[row["task_id"]] = BenchmarkItem(problem, check, names=(entry,))
     return items
+
+
+def prompt_support(prompt: str, entry_point: str) -> str:
+    """The prompt's code other than the function to write: its imports and the helpers a test may call.
+
+    The hidden check runs these itself, so a test's `encode_cyclic` or `poly` (HumanEval/38, /32)
+    is the data set's own, never one the program redefined; the check then sees only the entry
+    point of the program, as `check(candidate)` in the original harness does.
+    """
+    try:
+        tree = ast.parse(prompt)
+    except SyntaxError:
+        return ""
+    lines = prompt.splitlines()
+    kept: list[str] = []
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == entry_point:
+            continue
+        first = min([node.lineno, *(d.lineno for d in getattr(node, "decorator_list", []))])
+        kept.append("\n".join(lines[first - 1 : node.end_lineno]))
+    return "\n\n".join(kept)
 
 
 def find_mbpp(path: str | Path | None = None) -> Path:
@@ -141,7 +165,8 @@ class BenchmarkCodeTask(CodeTask):
         """pass@1: the returned program against the hidden tests, run once in the sandbox."""
         if answer is None:
             return False
-        return await passes(self.sandbox(), answer, self.items()[problem.id].hidden_check)
+        item = self.items()[problem.id]
+        return await passes(self.sandbox(), answer, item.hidden_check, names=item.names)
 
     def describe(self, problem: CodeProblem) -> dict[str, Any]:
         """Id, entry point and the number of visible tests (never the hidden ones)."""
