@@ -75,6 +75,25 @@ def add_store_commands(sub: Any) -> None:
         add_events_option(p)
         if name == "resume":  # a replay asks no model
             add_threads_option(p)
+        add_grant_options(p, live=name == "resume")
+
+
+def add_grant_options(p: argparse.ArgumentParser, *, live: bool) -> None:
+    """What a stored run is granted again (run/grants.py): a stored run is untrusted, so its model endpoints,
+    files and tools are used only when named here, exactly as the run asks (the error says what it asks)."""
+    g = p.add_argument_group("grants (a stored run uses no endpoint, file or tool it names unless given again here)")
+    if live:  # a replay asks no model and runs no tool
+        g.add_argument("--model", metavar="SPEC", help="the run's model, when it is not a named embedded one")
+        for role in ("generator", "brancher", "evaluator", "synthesizer"):  # run/grants.py:ROLE_FLAGS
+            g.add_argument(f"--{role}-model", metavar="SPEC", help=f"the model the run's {role} runs on")
+        g.add_argument("--tools", metavar="LIST", help="the tools the run may call besides calc")
+        g.add_argument("--allow-read", metavar="DIR", action="append", help="a folder the files tool may read")
+        g.add_argument("--mcp-config", metavar="FILE", help="the MCP servers the run's mcp tools come from")
+    g.add_argument("--knowledge", metavar="DIR", help="the run's folder of documents")
+    g.add_argument("--knowledge-index", metavar="FILE", help="the run's search index file")
+    for flag, meta in (("tests", "FILE"), ("data", "PATH"), ("repo", "DIR")):
+        g.add_argument(f"--{flag}", metavar=meta, help=f"the run's --{flag}")
+    g.add_argument("--test-command", metavar="CMD", help="the debug run's test command")
 
 
 def store_errors() -> tuple[type[Exception], ...]:
@@ -123,6 +142,7 @@ def _solve_args(args: argparse.Namespace) -> argparse.Namespace:
 
 def cmd_resume(args: argparse.Namespace) -> int:
     """Continue a killed or interrupted run to completion, recorded calls served from the store."""
+    from ..run.grants import Grants
     from ..run.session import resume_session
     from ..store.runs import open_run
     from .solve import cmd_solve
@@ -130,7 +150,7 @@ def cmd_resume(args: argparse.Namespace) -> int:
     store, path = open_store(args.store)
     try:
         run = open_run(store, args.run)
-        spec, session = resume_session(store, str(path), run)
+        spec, session = resume_session(store, str(path), run, Grants.from_options(vars(args)), cli=True)
     except BaseException:
         store.close()
         raise
@@ -141,6 +161,7 @@ def cmd_resume(args: argparse.Namespace) -> int:
 
 def cmd_replay(args: argparse.Namespace) -> int:
     """Re-run a finished run with zero model calls; exit 1 when the graph differs."""
+    from ..run.grants import Grants
     from ..run.session import replay_session
     from ..store.manifest import Manifest, ManifestError
     from ..store.runs import RunError, open_run
@@ -158,7 +179,8 @@ def cmd_replay(args: argparse.Namespace) -> int:
             if run.status != "finished":
                 raise RunError(f"run {run.run_id} is not finished ({run.status}); 'loom resume {run.run_id}' first")
             manifest, head_cid = run.manifest, run.head_cid
-        spec, session = replay_session(store, str(path), manifest, head_cid)
+        spec, session = replay_session(store, str(path), manifest, head_cid, Grants.from_options(vars(args)),
+                                       cli=True)
     except BaseException:
         store.close()
         raise
