@@ -149,6 +149,37 @@ def test_resume_refuses_a_role_model_endpoint_a_received_manifest_names(
         assert attacker.seen and len(honest.seen) > before
 
 
+def _at_a_terminal(*args: str) -> Any:
+    """`loom ARGS` in a pseudo-terminal, as a person runs it."""
+    import pexpect
+
+    env = {**os.environ, "OPENAI_API_KEY": SECRET_KEY}
+    return pexpect.spawn(LOOM[0], [*LOOM[1:], *args], cwd=str(ROOT), env=env, encoding="utf-8", timeout=60)
+
+
+@pytest.mark.parametrize("answer", ["y", "n"])
+def test_resume_at_a_terminal_shows_what_the_run_asks_for_in_full_and_goes_on_only_on_yes(
+        answer: str, attacker: FakeOpenAIServer, tmp_path: Path) -> None:
+    with serve() as honest:
+        honest.responder = responder()
+        store, run = stored_run(tmp_path, "solve", "--task", "game24", "--model", model_of(honest), PROBLEM)
+    forge(store, run, with_model(model_of(attacker)))
+    child = _at_a_terminal("resume", run, "--store", str(store), "--quiet")
+    child.expect_exact("loom: this stored run asks for:")
+    child.expect_exact(f"model {model_of(attacker)}")
+    child.expect_exact("Grant all of these to it? [y/N] ")
+    assert attacker.seen == []  # nothing sent while the person reads
+    child.sendline(answer)
+    rest = child.read()
+    child.close()
+    if answer == "y":
+        assert child.exitstatus == 0, rest
+        assert "answer: (5 * 6) - (10 - 4) = 24" in rest and attacker.seen
+    else:
+        assert child.exitstatus == 2 and "this run asks for model" in rest
+        assert attacker.seen == []
+
+
 # --- folders, files and tools -----------------------------------------------------------------------
 
 

@@ -15,6 +15,7 @@ import os
 import stat
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -84,7 +85,7 @@ def add_grant_options(p: argparse.ArgumentParser, *, live: bool) -> None:
     g = p.add_argument_group("grants (a stored run uses no endpoint, file or tool it names unless given again here)")
     if live:  # a replay asks no model and runs no tool
         g.add_argument("--model", metavar="SPEC", help="the run's model, when it is not a named embedded one")
-        for role in ("generator", "brancher", "evaluator", "synthesizer"):  # run/grants.py:ROLE_FLAGS
+        for role in ("generator", "brancher", "evaluator", "synthesizer"):  # run/options.py:ROLE_MODEL_OPTIONS
             g.add_argument(f"--{role}-model", metavar="SPEC", help=f"the model the run's {role} runs on")
         g.add_argument("--tools", metavar="LIST", help="the tools the run may call besides calc")
         g.add_argument("--allow-read", metavar="DIR", action="append", help="a folder the files tool may read")
@@ -137,12 +138,31 @@ def _solve_args(args: argparse.Namespace) -> argparse.Namespace:
                               store=args.store, no_store=True, interactive=False, threads=getattr(args, "threads", None))
 
 
+def _granted(args: argparse.Namespace, start: Callable[[Any], tuple[Any, Any]]) -> tuple[Any, Any]:
+    """`start(grants)` with the command line's grants. When the run asks for more and a person is at the
+    terminal, what it asks for is shown in full and granted on a yes; otherwise the one-line GrantError."""
+    from ..run.grants import GrantError, Grants
+    from ..views.terminal import terminal_text
+
+    try:
+        return start(Grants.from_options(vars(args)))
+    except GrantError as exc:
+        if not exc.asked or not (sys.stdin.isatty() and sys.stderr.isatty()):
+            raise
+        # Every value came from the stored run: escaped, so a name cannot rewrite what the terminal shows.
+        shown = [terminal_text(f"  {n.what}   (as {n.flags()})") for n in exc.asked]
+        sys.stderr.write("\n".join(["loom: this stored run asks for:", *shown, "Grant all of these to it? [y/N] "]))
+        sys.stderr.flush()
+        if sys.stdin.readline().strip().lower() not in ("y", "yes"):
+            raise
+        return start(Grants.of(exc.asked))
+
+
 # --- commands -------------------------------------------------------------------------------------
 
 
 def cmd_resume(args: argparse.Namespace) -> int:
     """Continue a killed or interrupted run to completion, recorded calls served from the store."""
-    from ..run.grants import Grants
     from ..run.session import resume_session
     from ..store.runs import open_run
     from .solve import cmd_solve
@@ -150,7 +170,7 @@ def cmd_resume(args: argparse.Namespace) -> int:
     store, path = open_store(args.store)
     try:
         run = open_run(store, args.run)
-        spec, session = resume_session(store, str(path), run, Grants.from_options(vars(args)), cli=True)
+        spec, session = _granted(args, lambda grants: resume_session(store, str(path), run, grants, cli=True))
     except BaseException:
         store.close()
         raise
@@ -161,7 +181,6 @@ def cmd_resume(args: argparse.Namespace) -> int:
 
 def cmd_replay(args: argparse.Namespace) -> int:
     """Re-run a finished run with zero model calls; exit 1 when the graph differs."""
-    from ..run.grants import Grants
     from ..run.session import replay_session
     from ..store.manifest import Manifest, ManifestError
     from ..store.runs import RunError, open_run
@@ -179,8 +198,8 @@ def cmd_replay(args: argparse.Namespace) -> int:
             if run.status != "finished":
                 raise RunError(f"run {run.run_id} is not finished ({run.status}); 'loom resume {run.run_id}' first")
             manifest, head_cid = run.manifest, run.head_cid
-        spec, session = replay_session(store, str(path), manifest, head_cid, Grants.from_options(vars(args)),
-                                       cli=True)
+        spec, session = _granted(args, lambda grants: replay_session(store, str(path), manifest, head_cid, grants,
+                                                                     cli=True))
     except BaseException:
         store.close()
         raise

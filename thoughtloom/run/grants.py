@@ -16,24 +16,27 @@ from __future__ import annotations
 
 import os
 import shlex
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..search.config import OPERATOR_ROLES, TOOL_STRATEGIES
-from ..search.research.config import ROLES
+from ..search.config import TOOL_STRATEGIES
+from .options import ROLE_MODEL_OPTIONS, tool_names
 from .spec import RunSpec, SpecError
 
 #: Tools that need no grant of their own: exact arithmetic (no file, no network, no program), and the
 #: tools that reach only what is granted for them (docs: --knowledge, files: --allow-read). The others
 #: (python runs programs, mcp tools start servers) are named in --tools.
 FREE_TOOLS = frozenset({"calc", "docs", "files"})
-#: The roles whose model `--ROLE-model` names: the search operators' and the research flow's.
-ROLE_FLAGS = tuple(dict.fromkeys((*OPERATOR_ROLES, *ROLES)))
 
 
 class GrantError(SpecError):
     """A stored run asks for something the caller did not grant again (one line: what, and how to grant it)."""
+
+    def __init__(self, message: str, asked: tuple[Need, ...] = ()) -> None:
+        super().__init__(message)
+        #: Everything the run asks for (to show a person who may grant it all; see Grants.of).
+        self.asked = asked
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,15 +60,28 @@ class Grants:
     test_command: str | None = None
 
     @classmethod
+    def of(cls, asked: Sequence[Need]) -> Grants:
+        """Grants of exactly what a run asks for (once a person has seen it all and said yes)."""
+        values: dict[str, Any] = {}
+        for need in asked:
+            if need.field == "role_models":
+                values["role_models"] = (*values.get("role_models", ()), (need.flag[2:-len("-model")], need.values[0]))
+            elif need.field in ("read_roots", "tools"):
+                values[need.field] = need.values
+            elif need.field == "test_command":
+                values[need.field] = shlex.join(need.values)
+            else:
+                values[need.field] = need.values[0]
+        return cls(**values)
+
+    @classmethod
     def from_options(cls, options: Mapping[str, Any]) -> Grants:
         """The grants of `loom resume` / `loom replay`'s flags (names as the flags, dashes as underscores)."""
-        tools = options.get("tools") or ()
         return cls(
             model=options.get("model"),
-            role_models=tuple((role, options[f"{role}_model"]) for role in ROLE_FLAGS if options.get(f"{role}_model")),
+            role_models=tuple((role, options[opt]) for opt, role in ROLE_MODEL_OPTIONS.items() if options.get(opt)),
             knowledge=options.get("knowledge"), knowledge_index=options.get("knowledge_index"),
-            tools=tuple(n.strip() for part in ([tools] if isinstance(tools, str) else tools)
-                        for n in str(part).split(",") if n.strip()),
+            tools=tool_names(options.get("tools")),
             read_roots=tuple(options.get("allow_read") or ()), mcp_config=options.get("mcp_config"),
             tests=options.get("tests"), data=options.get("data"), repo=options.get("repo"),
             test_command=options.get("test_command"),
@@ -173,13 +189,13 @@ def check_grants(spec: RunSpec, grants: Grants, *, live: bool, cli: bool = False
         how = (" ".join(n.flags() for n in asked) if cli
                else f"grants=Grants({', '.join(n.keyword() for n in asked)})")
         raise GrantError(f"this run asks for {' and '.join(n.what for n in asked)}; a stored run gets none of them "
-                         f"unless you name them again, exactly: {how}")
+                         f"unless you name them again, exactly: {how}", tuple(asked))
     extra = _flag_names(given) if cli else ", ".join(sorted(given))
     raise GrantError(f"this run asks for no model endpoint, file or tool; leave out {extra}")
 
 
 def _given(grants: Grants) -> set[str]:
-    """The Grants fields that name something (the calculator, always free, does not count)."""
+    """The Grants fields that name something (tools that need no grant of their own do not count)."""
     out = {name for name in ("model", "knowledge", "knowledge_index", "mcp_config", "tests", "data", "repo",
                              "test_command") if getattr(grants, name) is not None}
     out |= {name for name in ("role_models", "read_roots") if getattr(grants, name)}

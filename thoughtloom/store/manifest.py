@@ -79,7 +79,7 @@ class Manifest:
         """Read the dag-cbor form back (unknown keys ignored, so newer manifests still load); ManifestError
         (one line) when it is not a manifest or a field has the wrong type (a received run is untrusted)."""
         if not isinstance(obj, dict):
-            raise ManifestError(f"not a run manifest: a {_kind(obj)}")
+            raise ManifestError(f"not a run manifest: {_kind(obj)}")
         names = {f.name for f in fields(cls)}
         data = {k: v for k, v in obj.items() if k in names}
         calls = data.get("calls")
@@ -91,7 +91,8 @@ class Manifest:
         for name, value in data.items():
             expected = _FIELD_TYPES.get(name)
             if expected is not None and not isinstance(value, expected):
-                raise ManifestError(f"not a run manifest: its {name} is a {_kind(value)}")
+                allowed = " or ".join(_kind(None) if t is _NONE else t.__name__ for t in expected)
+                raise ManifestError(f"not a run manifest: its {name} must be {allowed}, not {_kind(value)}")
         try:
             return cls(**data)
         except TypeError as exc:
