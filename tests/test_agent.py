@@ -475,6 +475,7 @@ def test_a_replanned_run_is_stored_and_replays_into_the_same_graph(tmp_path: Any
 
 def test_an_interrupted_agent_run_resumes_from_its_record_and_finishes(tmp_path: Any) -> None:
     from thoughtloom.run.execute import execute
+    from thoughtloom.run.grants import Grants
     from thoughtloom.run.session import resume_session
     from thoughtloom.store.runs import open_run, run_ids
 
@@ -491,7 +492,7 @@ def test_an_interrupted_agent_run_resumes_from_its_record_and_finishes(tmp_path:
     with SQLiteStore(store) as opened:
         run = open_run(opened, run_ids(opened)[0])
         assert run.status == "interrupted"
-        spec, session = resume_session(opened, store, run)
+        spec, session = resume_session(opened, store, run, Grants())  # its model is an object: nothing to grant
         from dataclasses import replace
 
         result = asyncio.run(execute(replace(spec, model=fresh), session=session))

@@ -20,7 +20,7 @@ from test_cli import assert_one_line_error, loom
 from test_cli_grounding import model_spec
 from test_debugging_grounder import CALC, FAILING, FIXED_CALC, TEST_CALC
 
-from thoughtloom.api import areplay, asolve
+from thoughtloom.api import Grants, areplay, asolve
 from thoughtloom.control.profiles import PROFILES
 from thoughtloom.grounding.types import GroundingResult, Thought
 from thoughtloom.llm.fake import ScriptedBackend
@@ -225,12 +225,13 @@ def test_the_research_profiles_cross_reference_threshold_refuses_a_partial_match
 
 def test_a_stored_research_profile_run_replays_into_the_same_graph_with_its_checks(tmp_path: Path) -> None:
     fake = ScriptedBackend(default=CITED_TRUE).on("scale of 0 to 10", "7").on("Final answer:", "100 degrees.")
-    store = str(tmp_path / "runs.db")
+    store, folder = str(tmp_path / "runs.db"), str(docs(tmp_path))
     result = asyncio.run(asolve(QUESTION, task="general", model=fake, profile="research_synthesis",
-                                knowledge=str(docs(tmp_path)), store=store, max_depth=1, breadth=1, controller=False))
+                                knowledge=folder, store=store, max_depth=1, breadth=1, controller=False))
     assert result.graph_cid is not None and result.grounding
     with SQLiteStore(store) as opened:
-        replayed, verdict = asyncio.run(areplay(opened, result.run_id))
+        # The folder is named again: a stored run reads no folder the caller did not grant.
+        replayed, verdict = asyncio.run(areplay(opened, result.run_id, grants=Grants(knowledge=folder)))
     assert verdict.identical, str(verdict)
     assert [r.to_dict()["details"]["citation_check"] for r in replayed.grounding.values()] == \
         [r.to_dict()["details"]["citation_check"] for r in result.grounding.values()]

@@ -230,7 +230,9 @@ def test_an_interrupted_run_with_role_models_resumes_on_the_same_models_without_
         # Seeds follow from each request's content: a recorded exchange's seed names it. (A request in
         # flight when the run was cancelled has no answer recorded, so it is asked again.)
         recorded = {c.seed for c in load_calls(opened, open_run(opened, str(first.run_id)).calls_cid)}
-    resumed = loom("resume", str(first.run_id), "--store", store, "--json", "--quiet")
+    resumed = loom("resume", str(first.run_id), "--store", store, "--json", "--quiet",
+                   "--model", spec(servers["main"], "main"),
+                   *(arg for r in ("generator", "evaluator") for arg in (f"--{r}-model", spec(servers[r], r))))
     assert resumed.returncode == 0, resumed.stderr
     out = json.loads(resumed.stdout)
     assert out["answer"] == "42" and set(out["usage"]["roles"]) == {"main", "generator", "evaluator"}

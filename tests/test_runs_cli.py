@@ -245,7 +245,8 @@ def test_a_run_killed_with_sigkill_resumes_to_completion_without_resending_recor
                         for c in load_calls(opened, open_run(opened, run).calls_cid)}
 
         server.responder = responder()
-        proc2 = loom("resume", run[:7], "--store", str(store), "--quiet")
+        # A stored run's model endpoint is used only when named again (tests/test_received_runs.py).
+        proc2 = loom("resume", run[:7], "--store", str(store), "--quiet", "--model", model_of(server))
         assert proc2.returncode == 0, proc2.stderr
         assert proc2.stdout.startswith("answer: (5 * 6) - (10 - 4) = 24   [checked: correct]")
         assert f"{recorded} recorded calls served from the store" in proc2.stderr
@@ -312,12 +313,13 @@ def test_a_full_disk_prints_the_answer_then_one_line_and_resume_finishes_the_run
             run = run_id_from(proc.stderr)
             errors = [line for line in proc.stderr.splitlines() if line.startswith("loom: error:")]
             assert len(errors) == 1 and len(proc.stderr.strip().splitlines()) == 2, proc.stderr
-            assert "disk is full" in errors[0] and f"loom resume {run}" in errors[0]
+            # ... and how to resume it: with the model named again, as a stored run needs.
+            assert "disk is full" in errors[0] and f"loom resume {run} --model '{model_of(server)}'" in errors[0]
             stopped = json.loads(loom("runs", "--store", str(store), "--json").stdout.splitlines()[0])
             assert stopped["status"] == "running" and 1 <= stopped["calls"] < CALLS
 
             filler.unlink()
-            resumed = loom("resume", run, "--store", str(store), "--quiet")
+            resumed = loom("resume", run, "--store", str(store), "--quiet", "--model", model_of(server))
             assert resumed.returncode == 0, resumed.stderr
             assert resumed.stdout.startswith("answer: (5 * 6) - (10 - 4) = 24   [checked: correct]")
         assert_finished_as_if_never_interrupted(store, tmp_path)

@@ -161,7 +161,8 @@ def test_loom_resume_finishes_a_killed_run_of_an_installed_task(site: Path, serv
     _, err = proc.communicate(timeout=30)
     run_id = re.search(r"run (\S+) stored", err).group(1)
     server.responder = reach_reply
-    resumed = loom(site, "resume", run_id, "--store", store, "--quiet", "--json")
+    resumed = loom(site, "resume", run_id, "--store", store, "--quiet", "--json", "--model",
+                   f"openai-compatible:{server.url}@m#completions")
     assert resumed.returncode == 0, resumed.stderr
     out = json.loads(resumed.stdout)
     assert out["termination_reason"] == "goal_reached" and out["answer"].endswith("= 10")

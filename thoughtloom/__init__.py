@@ -14,6 +14,7 @@ _EXPORTS = {
     "asolve": "thoughtloom.api",
     "make_gateway": "thoughtloom.api",
     "areplay": "thoughtloom.api",
+    "Grants": "thoughtloom.run.grants",
     "agent": "thoughtloom.api",
     "research": "thoughtloom.api",
     "ResearchStream": "thoughtloom.api",
@@ -55,6 +56,7 @@ if TYPE_CHECKING:
     from .tools.base import ToolSpec
     from .tools.toolbox import Toolbox
     from .run.execute import execute
+    from .run.grants import Grants
     from .run.spec import RunSpec, resolve
     from .search.stop import StopReason
     from .eval.runner import compare_strategies

@@ -20,6 +20,7 @@ from .llm.budget import BudgetLimits, Pricing
 from .llm.types import Backend
 from .run.execute import execute
 from .run.gateway import make_gateway
+from .run.grants import Grants
 from .run.session import ReplayVerdict, open_replay
 from .run.spec import AutoAnswers, RunSpec, research_tools, resolve
 from .search.agent.processors import ProcessorRegistry
@@ -33,7 +34,8 @@ from .tasks.base import Task
 from .tasks.registry import TaskOptions
 from .tools.toolbox import ToolLimits
 
-__all__ = ["ResearchStream", "agent", "areplay", "asolve", "make_gateway", "research", "research_tools", "solve"]
+__all__ = ["Grants", "ResearchStream", "agent", "areplay", "asolve", "make_gateway", "research", "research_tools",
+           "solve"]
 
 _P = ParamSpec("_P")
 _T = TypeVar("_T")
@@ -144,14 +146,17 @@ async def agent(
 
 
 async def areplay(store: Any, run: str, *, task: Task[Any] | None = None, config: SearchConfig | None = None,
-                  controller: Controller | None = None) -> tuple[SearchResult, ReplayVerdict]:
+                  controller: Controller | None = None,
+                  grants: Grants = Grants()) -> tuple[SearchResult, ReplayVerdict]:
     """Replay a finished stored run with zero model calls; the verdict says whether the graph came out identical.
 
     The search is rebuilt from the run's stored spec; pass `task` (a custom Task object the run
     used), `config` (its given fields laid over the stored settings, as in solve) or `controller`
-    to replay it with those instead (and see where it diverges).
+    to replay it with those instead (and see where it diverges). A stored run is untrusted input:
+    the files its task and grounding read (knowledge, tests, data, repo, test command) are used only
+    when `grants` names them again, e.g. `Grants(knowledge="docs")` (GrantError says what it asks for).
     """
-    spec, session = open_replay(store, run)
+    spec, session = open_replay(store, run, grants)
     if task is not None or config is not None:
         merged = spec.config if config is None else SearchConfig(**{**spec.config.to_dict(), **config.given_fields()})
         spec = replace(spec, task=task if task is not None else spec.task, config=merged)

@@ -15,6 +15,7 @@ import os
 import stat
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -75,6 +76,25 @@ def add_store_commands(sub: Any) -> None:
         add_events_option(p)
         if name == "resume":  # a replay asks no model
             add_threads_option(p)
+        add_grant_options(p, live=name == "resume")
+
+
+def add_grant_options(p: argparse.ArgumentParser, *, live: bool) -> None:
+    """What a stored run is granted again (run/grants.py): a stored run is untrusted, so its model endpoints,
+    files and tools are used only when named here, exactly as the run asks (the error says what it asks)."""
+    g = p.add_argument_group("grants (a stored run uses no endpoint, file or tool it names unless given again here)")
+    if live:  # a replay asks no model and runs no tool
+        g.add_argument("--model", metavar="SPEC", help="the run's model, when it is not a named embedded one")
+        for role in ("generator", "brancher", "evaluator", "synthesizer"):  # run/options.py:ROLE_MODEL_OPTIONS
+            g.add_argument(f"--{role}-model", metavar="SPEC", help=f"the model the run's {role} runs on")
+        g.add_argument("--tools", metavar="LIST", help="the tools the run may call besides calc")
+        g.add_argument("--allow-read", metavar="DIR", action="append", help="a folder the files tool may read")
+        g.add_argument("--mcp-config", metavar="FILE", help="the MCP servers the run's mcp tools come from")
+    g.add_argument("--knowledge", metavar="DIR", help="the run's folder of documents")
+    g.add_argument("--knowledge-index", metavar="FILE", help="the run's search index file")
+    for flag, meta in (("tests", "FILE"), ("data", "PATH"), ("repo", "DIR")):
+        g.add_argument(f"--{flag}", metavar=meta, help=f"the run's --{flag}")
+    g.add_argument("--test-command", metavar="CMD", help="the debug run's test command")
 
 
 def store_errors() -> tuple[type[Exception], ...]:
@@ -118,6 +138,26 @@ def _solve_args(args: argparse.Namespace) -> argparse.Namespace:
                               store=args.store, no_store=True, interactive=False, threads=getattr(args, "threads", None))
 
 
+def _granted(args: argparse.Namespace, start: Callable[[Any], tuple[Any, Any]]) -> tuple[Any, Any]:
+    """`start(grants)` with the command line's grants. When the run asks for more and a person is at the
+    terminal, what it asks for is shown in full and granted on a yes; otherwise the one-line GrantError."""
+    from ..run.grants import GrantError, Grants
+    from ..views.terminal import terminal_text
+
+    try:
+        return start(Grants.from_options(vars(args)))
+    except GrantError as exc:
+        if not exc.asked or not (sys.stdin.isatty() and sys.stderr.isatty()):
+            raise
+        # Every value came from the stored run: escaped, so a name cannot rewrite what the terminal shows.
+        shown = [terminal_text(f"  {n.what}   (as {n.flags()})") for n in exc.asked]
+        sys.stderr.write("\n".join(["loom: this stored run asks for:", *shown, "Grant all of these to it? [y/N] "]))
+        sys.stderr.flush()
+        if sys.stdin.readline().strip().lower() not in ("y", "yes"):
+            raise
+        return start(Grants.of(exc.asked))
+
+
 # --- commands -------------------------------------------------------------------------------------
 
 
@@ -130,7 +170,7 @@ def cmd_resume(args: argparse.Namespace) -> int:
     store, path = open_store(args.store)
     try:
         run = open_run(store, args.run)
-        spec, session = resume_session(store, str(path), run)
+        spec, session = _granted(args, lambda grants: resume_session(store, str(path), run, grants, cli=True))
     except BaseException:
         store.close()
         raise
@@ -158,7 +198,8 @@ def cmd_replay(args: argparse.Namespace) -> int:
             if run.status != "finished":
                 raise RunError(f"run {run.run_id} is not finished ({run.status}); 'loom resume {run.run_id}' first")
             manifest, head_cid = run.manifest, run.head_cid
-        spec, session = replay_session(store, str(path), manifest, head_cid)
+        spec, session = _granted(args, lambda grants: replay_session(store, str(path), manifest, head_cid, grants,
+                                                                     cli=True))
     except BaseException:
         store.close()
         raise

@@ -273,7 +273,9 @@ def cmd_solve(args: argparse.Namespace, stored: Any = None, *, sinks: Sequence[A
     if stored is not None:
         code = stored.report(code)
     if result.store_error is not None:  # after the answer: a full disk must not cost the result
-        print(terminal_text(f"loom: error: {store_failure(result)}"), file=sys.stderr)
+        from ..run.grants import grant_flags
+
+        print(terminal_text(f"loom: error: {store_failure(result, grant_flags(spec))}"), file=sys.stderr)
         code = code or STORE_FAILED
     return code
 
@@ -290,13 +292,15 @@ def resolved_threads(args: argparse.Namespace) -> int | str:
 STORE_FAILED = 3
 
 
-def store_failure(result: Any) -> str:
-    """Why the run is not stored whole, as one line that says what to do."""
+def store_failure(result: Any, grants: str = "") -> str:
+    """Why the run is not stored whole, as one line that says what to do (grants: the flags `loom resume`
+    needs to be given again, run/grants.py)."""
     where = f" in {result.store}" if result.store else ""
     if result.run_id is None:
         return f"could not store the run ({result.store_error}); the answer above is complete; nothing of the run was stored"
     return (f"could not store run {result.run_id}{where} ({result.store_error}); the answer above is complete; the "
-            f"store keeps the run up to its last stored call: free space, then 'loom resume {result.run_id}'")
+            f"store keeps the run up to its last stored call: free space, then: loom resume "
+            f"{' '.join([result.run_id, *([grants] if grants else [])])}")
 
 
 def _open_run_store(option: str | None) -> Any:

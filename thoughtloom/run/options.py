@@ -131,7 +131,7 @@ def spec_from_options(options: Mapping[str, Any]) -> RunSpec:
                             abort_above=options.get("auto_abort_above")),
         grounding={"fail_factor": options.get("grounding_penalty"), "boost": options.get("grounding_boost")},
         knowledge=options.get("knowledge"), knowledge_index=options.get("knowledge_index"),
-        tools=_names(options.get("tools")), tool_limits=_tool_limits(options), mcp_config=options.get("mcp_config"),
+        tools=tool_names(options.get("tools")), tool_limits=_tool_limits(options), mcp_config=options.get("mcp_config"),
         read_roots=tuple(options.get("allow_read") or ()),
         research=_research(options, task_name),
         role_models={role: options[opt] for opt, role in ROLE_MODEL_OPTIONS.items() if options.get(opt)} or None,
@@ -157,7 +157,7 @@ def _research(options: Mapping[str, Any], task_name: str) -> dict[str, Any] | No
     return None
 
 
-def _names(value: Any) -> tuple[str, ...]:
+def tool_names(value: Any) -> tuple[str, ...]:
     """--tools as given: "calc,python" (or a list of such)."""
     if not value:
         return ()

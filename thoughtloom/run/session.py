@@ -29,6 +29,7 @@ from ..store.blocks import CID
 from ..store.manifest import Manifest, code_version, plain_options, prompt_hashes
 from ..store.memory import MemoryStore
 from ..store.replay import Divergence, ReplayBackend, compare_graphs
+from ..store.runlock import RunHold, hold_run
 from ..store.runs import (
     RunError,
     RunRecorder,
@@ -42,6 +43,7 @@ from ..store.runs import (
 from ..store.store import BlockStore
 from ..tools.base import ToolResult, ToolSpec
 from ..tools.toolbox import RecordedTool, Toolbox
+from .grants import Grants, check_grants
 from .spec import RunSpec, SpecError, model_pricing, role_pricing
 
 if TYPE_CHECKING:
@@ -116,6 +118,8 @@ class RunSession:
     #: resume, replay of an agent run: the tools it was granted and the tool calls its graph records.
     recorded_tools: tuple[list[ToolSpec], list[ToolResult]] | None = None
     tools: Toolbox | None = None
+    #: resume, record in a store file: the run held against other processes until the session closes.
+    hold: RunHold | None = None
     _verdict: ReplayVerdict | None = None
 
     @property
@@ -234,9 +238,13 @@ class RunSession:
             self.close()
 
     def close(self) -> None:
-        """Close the store if this session opened it."""
-        if self.owns_store:
-            self.store.close()
+        """Give the run up, and close the store if this session opened it."""
+        try:
+            if self.hold is not None:
+                self.hold.release()
+        finally:
+            if self.owns_store:
+                self.store.close()
 
 
 def open_block_store(store: Any) -> tuple[BlockStore, str | None, bool]:
@@ -261,8 +269,15 @@ def record_session(spec: RunSpec, task: Task[Any], *, on_start: Callable[[str], 
         seed=spec.config.seed, version=version, commit=commit, prompt_hashes=prompt_hashes(task),
         spec=spec.to_dict(),
     )
+    try:
+        # Held while it runs, so `loom resume` of it from another process refuses instead of spending twice.
+        hold = hold_run(store, manifest.run_id)
+    except BaseException:
+        if owns:
+            store.close()
+        raise
     recorder = RunRecorder(store, manifest, on_start=on_start)
-    return RunSession("record", store, path, recorder, manifest, owns_store=owns)
+    return RunSession("record", store, path, recorder, manifest, owns_store=owns, hold=hold)
 
 
 def recorded_tools(store: BlockStore, graph_cid: CID) -> tuple[list[ToolSpec], list[ToolResult]]:
@@ -279,10 +294,19 @@ def recorded_tools(store: BlockStore, graph_cid: CID) -> tuple[list[ToolSpec], l
     return specs, calls
 
 
-def spec_of(manifest: Manifest) -> RunSpec:
-    """The spec a stored run was made with (runs stored with `loom solve`'s options before specs: rebuilt from them)."""
+def spec_of(manifest: Manifest, grants: Grants, *, live: bool, cli: bool = False) -> RunSpec:
+    """The spec a stored run was made with (runs stored with `loom solve`'s options before specs: rebuilt from them),
+    once `grants` names again every endpoint, file and tool it asks for (GrantError, one line, otherwise).
+
+    The stored run is untrusted input (it may come from anyone's CAR): this is the one place resume and
+    replay build a run from it. live: resume (a model is asked, tools run), else replay. cli: a refusal
+    names the command line's flags (else the Python API's Grants fields).
+    """
     if manifest.spec is not None:
-        spec = RunSpec.from_dict(manifest.spec)
+        try:
+            spec = RunSpec.from_dict(manifest.spec)
+        except SpecError as exc:
+            raise SpecError(f"run {manifest.run_id}: {exc}") from None
     elif manifest.cli is not None:
         from .options import spec_from_options
 
@@ -296,6 +320,7 @@ def spec_of(manifest: Manifest) -> RunSpec:
     if spec.model == "local" and manifest.backend.startswith("local:"):
         # Stored before `local` was pinned to a named model: the backend it recorded says which one.
         spec = replace(spec, model=manifest.backend)
+    check_grants(spec, grants, live=live, cli=cli)
     return spec
 
 
@@ -320,24 +345,48 @@ def _replay_backend(store: BlockStore, manifest: Manifest, head: dict[str, Any],
     return make
 
 
-def resume_session(store: BlockStore, store_path: str | None, run: StoredRun) -> tuple[RunSpec, RunSession]:
-    """Continue a killed or interrupted run: its spec, and a session serving its recorded exchanges first."""
+def resume_session(store: BlockStore, store_path: str | None, run: StoredRun, grants: Grants, *,
+                   cli: bool = False) -> tuple[RunSpec, RunSession]:
+    """Continue a killed or interrupted run: its spec, and a session serving its recorded exchanges first.
+
+    grants: what the caller names again of what the run asks for (see spec_of; GrantError otherwise).
+    The run is held (store.runlock) until the session closes: a second resume of it refuses (RunBusy).
+    """
+    _resumable(run)
+    spec = spec_of(run.manifest, grants, live=True, cli=cli)
+    hold = hold_run(store, run.run_id)
+    try:
+        # Read again under the hold: another process may have resumed it since it was opened.
+        held = open_run(store, run.run_id)
+        if held.head_cid != run.head_cid:
+            _resumable(held)
+            spec = spec_of(held.manifest, grants, live=True, cli=cli)
+        make = _replay_backend(store, held.manifest, held.head, held.calls_cid)
+        recorder = RunRecorder(store, held.manifest, prev=held.head_cid, seq=int(held.head["seq"]) + 1, started=True)
+        tools = recorded_tools(store, held.graph_cid) if spec.config.strategy in TOOL_STRATEGIES else None
+    except BaseException:
+        if hold is not None:
+            hold.release()
+        raise
+    return spec, RunSession("resume", store, store_path, recorder, held.manifest, make_replay=make,
+                            recorded_tools=tools, hold=hold)
+
+
+def _resumable(run: StoredRun) -> None:
     if run.status == "finished":
         reason = (run.result or {}).get("termination_reason", "?")
         raise RunError(f"run {run.run_id} is finished (stopped: {reason}); nothing to resume")
-    spec = spec_of(run.manifest)
-    make = _replay_backend(store, run.manifest, run.head, run.calls_cid)
-    recorder = RunRecorder(store, run.manifest, prev=run.head_cid, seq=int(run.head["seq"]) + 1, started=True)
-    tools = recorded_tools(store, run.graph_cid) if spec.config.strategy in TOOL_STRATEGIES else None
-    return spec, RunSession("resume", store, store_path, recorder, run.manifest, make_replay=make,
-                            recorded_tools=tools)
 
 
-def replay_session(store: BlockStore, store_path: str | None, manifest: Manifest,
-                   head_cid: CID) -> tuple[RunSpec, RunSession]:
-    """Re-run a finished run from its recorded exchanges only, to compare the graph it builds."""
+def replay_session(store: BlockStore, store_path: str | None, manifest: Manifest, head_cid: CID, grants: Grants, *,
+                   cli: bool = False) -> tuple[RunSpec, RunSession]:
+    """Re-run a finished run from its recorded exchanges only, to compare the graph it builds.
+
+    grants: the files the run's task and grounding read, named again (see spec_of; GrantError otherwise).
+    """
     from ..store.car import walk
 
+    spec = spec_of(manifest, grants, live=False, cli=cli)
     head = load_head(store, head_cid)
     calls_cid = manifest.calls or head["calls"].cid
     expected = manifest.graph or head["graph"].cid
@@ -348,7 +397,6 @@ def replay_session(store: BlockStore, store_path: str | None, manifest: Manifest
     reason = (head.get("result") or {}).get("termination_reason")
     make = _replay_backend(store, manifest, head, calls_cid,
                            after_recording="wall_s" if reason == "budget_wall_s" else None)
-    spec = spec_of(manifest)
     # The wall clock's stop is replayed from the record, not measured again.
     spec = replace(spec, budget=replace(spec.budget, wall_s=None), store=None, run_id=manifest.run_id)
     recorder = RunRecorder(MemoryStore(), replace(manifest), started=True)
@@ -357,12 +405,12 @@ def replay_session(store: BlockStore, store_path: str | None, manifest: Manifest
                             expected_graph=expected, source_store=store, recorded_tools=tools)
 
 
-def open_replay(store: BlockStore, run: str) -> tuple[RunSpec, RunSession]:
-    """A finished run by id or prefix, ready to replay."""
+def open_replay(store: BlockStore, run: str, grants: Grants) -> tuple[RunSpec, RunSession]:
+    """A finished run by id or prefix, ready to replay (grants: as replay_session's)."""
     stored = open_run(store, run)
     if stored.status != "finished":
         raise RunError(f"run {stored.run_id} is not finished ({stored.status}); 'loom resume {stored.run_id}' first")
-    return replay_session(store, None, stored.manifest, stored.head_cid)
+    return replay_session(store, None, stored.manifest, stored.head_cid, grants)
 
 
 __all__ = ["ReplayVerdict", "RunSession", "SpecError", "open_block_store", "open_replay", "record_session",

@@ -153,7 +153,9 @@ class RunSpec:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> RunSpec:
-        """Rebuild a spec from `to_dict`'s form (unknown keys of newer versions are ignored)."""
+        """Rebuild a spec from `to_dict`'s form (unknown keys of newer versions are ignored); SpecError (one
+        line) for a form that is not one, a field of the wrong type included (a received run is untrusted)."""
+        _check_stored_types(data)
         try:
             options = dict(data.get("task_options") or {})
             sandbox = options.pop("sandbox", None)
@@ -187,8 +189,52 @@ class RunSpec:
                 pricing=Pricing(**data["pricing"]) if data.get("pricing") else None,
                 model_timeout_s=data.get("model_timeout_s"),
             )
-        except (KeyError, TypeError, ValueError) as exc:
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise SpecError(f"not a run spec: {exc}") from None
+
+
+_NONE = type(None)
+#: The stored form's fields and the types they must have (the rest are checked by the dataclasses they build).
+_STORED_TYPES: dict[str, tuple[type, ...]] = {
+    "task": (str,), "problem": (str,), "model": (str,), "profile": (str, _NONE), "task_options": (dict, _NONE),
+    "config": (dict, _NONE), "budget": (dict, _NONE), "control": (dict, _NONE), "answers": (dict, _NONE),
+    "grounding": (dict, _NONE), "checks": (dict, _NONE), "knowledge": (str, _NONE), "knowledge_index": (str, _NONE),
+    "tools": (list, _NONE), "tool_limits": (dict, _NONE), "mcp_config": (str, _NONE), "read_roots": (list, _NONE),
+    "research": (dict, _NONE), "role_models": (list, _NONE), "pricing": (dict, _NONE),
+    "model_timeout_s": (int, float, _NONE),
+}
+#: Task options kept as paths or text, and the test command's words.
+_OPTION_TYPES: dict[str, tuple[type, ...]] = {
+    "tests": (str,), "data": (str,), "repo": (str,), "failing_test": (str,), "test_command": (list,),
+    "size": (int,), "sandbox": (dict, _NONE), "regression_tests": (bool, _NONE),
+}
+
+
+def _check_stored_types(data: Any) -> None:
+    """SpecError unless the stored form's fields have their types (a string is not a list of folders)."""
+    def kind(value: Any) -> str:
+        return "null" if value is None else type(value).__name__
+
+    if not isinstance(data, Mapping):
+        raise SpecError(f"not a run spec: a {kind(data)}")
+    checks = [(name, data[name], types) for name, types in _STORED_TYPES.items() if name in data]
+    options = data.get("task_options") or {}
+    if isinstance(options, Mapping):
+        checks += [(f"task_options.{name}", options[name], types) for name, types in _OPTION_TYPES.items()
+                   if name in options]
+        checks += [("task_options.test_command[]", w, (str,)) for w in options.get("test_command") or ()
+                   if isinstance(options.get("test_command"), list)]
+    for name in ("tools", "read_roots"):
+        if isinstance(data.get(name), list):
+            checks += [(f"{name}[]", item, (str,)) for item in data[name]]
+    if isinstance(data.get("role_models"), list):
+        for pair in data["role_models"]:
+            if not (isinstance(pair, list) and len(pair) == 2 and all(isinstance(p, str) for p in pair)):
+                raise SpecError(f"not a run spec: role_models must hold [role, model] pairs, not {kind(pair)}")
+    for name, value, types in checks:
+        if not isinstance(value, types) or (isinstance(value, bool) and bool not in types):
+            allowed = " or ".join("null" if t is _NONE else t.__name__ for t in types)
+            raise SpecError(f"not a run spec: {name} must be {allowed}, not {kind(value)}")
 
 
 _OPTION_FIELDS = {f.name for f in fields(TaskOptions)} - {"sandbox"}

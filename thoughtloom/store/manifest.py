@@ -75,13 +75,28 @@ class Manifest:
         return obj
 
     @classmethod
-    def from_obj(cls, obj: dict[str, Any]) -> Manifest:
-        """Read the dag-cbor form back (unknown keys ignored, so newer manifests still load)."""
+    def from_obj(cls, obj: Any) -> Manifest:
+        """Read the dag-cbor form back (unknown keys ignored, so newer manifests still load); ManifestError
+        (one line) when it is not a manifest or a field has the wrong type (a received run is untrusted)."""
+        if not isinstance(obj, dict):
+            raise ManifestError(f"not a run manifest: {_kind(obj)}")
         names = {f.name for f in fields(cls)}
         data = {k: v for k, v in obj.items() if k in names}
         calls = data.get("calls")
         data["calls"] = str(calls) if calls is not None else None
-        return cls(**data)
+        return cls._checked(data)
+
+    @classmethod
+    def _checked(cls, data: dict[str, Any]) -> Manifest:
+        for name, value in data.items():
+            expected = _FIELD_TYPES.get(name)
+            if expected is not None and not isinstance(value, expected):
+                allowed = " or ".join(_kind(None) if t is _NONE else t.__name__ for t in expected)
+                raise ManifestError(f"not a run manifest: its {name} must be {allowed}, not {_kind(value)}")
+        try:
+            return cls(**data)
+        except TypeError as exc:
+            raise ManifestError(f"not a complete run manifest: {exc}") from None
 
     def to_json(self) -> str:
         """The JSON file form."""
@@ -100,9 +115,24 @@ class Manifest:
             raise ManifestError(f"{path} is not a run manifest (no \"format\": \"{MANIFEST_FORMAT}\")")
         names = {f.name for f in fields(cls)}
         try:
-            return cls(**{k: v for k, v in data.items() if k in names})
-        except TypeError as exc:
-            raise ManifestError(f"{path} is not a complete run manifest: {exc}") from None
+            return cls._checked({k: v for k, v in data.items() if k in names})
+        except ManifestError as exc:
+            raise ManifestError(f"{path}: {exc}") from None
+
+
+_NONE = type(None)
+#: Each field's types in the stored forms (JSON and dag-cbor).
+_FIELD_TYPES: dict[str, tuple[type, ...]] = {
+    "run_id": (str,), "model": (str,), "backend": (str,), "max_concurrency": (int,), "supports_batch": (bool,),
+    "task": (str,), "problem": (str,), "config": (dict,), "budget": (dict,), "task_options": (dict,),
+    "profile": (str, _NONE), "seed": (int, _NONE), "version": (str,), "commit": (str, _NONE),
+    "prompt_hashes": (dict,), "created_at": (int, float), "spec": (dict, _NONE), "cli": (dict, _NONE),
+    "calls": (str, _NONE), "head": (str, _NONE), "graph": (str, _NONE),
+}
+
+
+def _kind(value: Any) -> str:
+    return "null" if value is None else type(value).__name__
 
 
 def code_version() -> tuple[str, str | None]:

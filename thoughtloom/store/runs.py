@@ -79,7 +79,7 @@ from ..llm.wrapper import BackendWrapper
 from ..search.events import DuplicateMerged, Event, NodeAdded
 from ..search.stop import StopReason
 from .blocks import CID, Link, encode, link, raw
-from .manifest import Manifest
+from .manifest import Manifest, ManifestError
 from .store import BlockStore, get_obj
 
 if TYPE_CHECKING:
@@ -759,7 +759,14 @@ def open_run(store: BlockStore, prefix: str) -> StoredRun:
     head_cid = store.get_ref(head_ref(run_id))
     assert head_cid is not None
     head = load_head(store, head_cid)
-    return StoredRun(run_id, head_cid, head, Manifest.from_obj(get_obj(store, head["manifest"].cid)))
+    ref = head.get("manifest")
+    if not isinstance(ref, Link):
+        raise RunError(f"run {run_id}: its head {head_cid} links no manifest")
+    try:
+        manifest = Manifest.from_obj(get_obj(store, ref.cid))
+    except ManifestError as exc:
+        raise RunError(f"run {run_id}: {exc}") from None
+    return StoredRun(run_id, head_cid, head, manifest)
 
 
 def history(store: BlockStore, head_cid: CID) -> Iterator[tuple[CID, dict[str, Any]]]:
