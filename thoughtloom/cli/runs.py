@@ -124,13 +124,14 @@ def _solve_args(args: argparse.Namespace) -> argparse.Namespace:
 def cmd_resume(args: argparse.Namespace) -> int:
     """Continue a killed or interrupted run to completion, recorded calls served from the store."""
     from ..run.session import resume_session
-    from ..store.runs import open_run
+    from ..store.runs import open_run, reading
     from .solve import cmd_solve
 
     store, path = open_store(args.store)
     try:
         run = open_run(store, args.run)
-        spec, session = resume_session(store, str(path), run)
+        with reading(run.run_id):  # its record is read here, before anything runs
+            spec, session = resume_session(store, str(path), run)
     except BaseException:
         store.close()
         raise
@@ -143,7 +144,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
     """Re-run a finished run with zero model calls; exit 1 when the graph differs."""
     from ..run.session import replay_session
     from ..store.manifest import Manifest, ManifestError
-    from ..store.runs import RunError, open_run
+    from ..store.runs import RunError, open_run, reading
     from .solve import cmd_solve
 
     store, path = open_store(args.store)
@@ -152,13 +153,14 @@ def cmd_replay(args: argparse.Namespace) -> int:
             manifest = Manifest.load_json(args.run)
             if not manifest.head or not manifest.graph:
                 raise ManifestError(f"{args.run} names no head and graph to reproduce (write it with 'loom export RUN --manifest FILE')")
-            head_cid = manifest.head
+            head_cid, run_id = manifest.head, manifest.run_id
         else:
             run = open_run(store, args.run)
             if run.status != "finished":
                 raise RunError(f"run {run.run_id} is not finished ({run.status}); 'loom resume {run.run_id}' first")
-            manifest, head_cid = run.manifest, run.head_cid
-        spec, session = replay_session(store, str(path), manifest, head_cid)
+            manifest, head_cid, run_id = run.manifest, run.head_cid, run.run_id
+        with reading(run_id):  # its record is read and checked here, before anything runs
+            spec, session = replay_session(store, str(path), manifest, head_cid)
     except BaseException:
         store.close()
         raise
@@ -179,8 +181,7 @@ def _row(run: StoredRun) -> dict[str, Any]:
 def cmd_runs(args: argparse.Namespace) -> int:
     """List stored runs: id, status, when, task, tokens, answer (or problem while unfinished)."""
     from ..views.terminal import terminal_json, terminal_text
-    from ..store.blocks import CorruptBlock, MissingBlock
-    from ..store.runs import RunError, open_run, run_ids
+    from ..store.runs import CorruptRun, open_run, run_ids
 
     store, _ = open_store(args.store)
     with store:
@@ -190,8 +191,8 @@ def cmd_runs(args: argparse.Namespace) -> int:
         for run_id in ids:
             try:
                 row = _row(open_run(store, run_id))
-            except (CorruptBlock, MissingBlock, RunError) as exc:
-                row = {"id": run_id, "status": "damaged", "error": str(exc)}
+            except CorruptRun as exc:  # listed as damaged; the other runs are listed as ever
+                row = {"id": run_id, "status": "damaged", "error": exc.detail}
             if args.json:
                 print(terminal_json(row))
                 continue
@@ -217,7 +218,7 @@ def cmd_show(args: argparse.Namespace) -> int:
     store, _ = open_store(args.store)
     with store:
         run = open_run(store, args.run)
-        stored = load_graph(store, run.graph_cid, run.head["timings"].cid)
+        stored = load_graph(store, run.graph_cid, run.head["timings"].cid, run.run_id)
         graph, result = stored.graph, run.result or {}
         best = result.get("best_path") or []
         goals = [result["goal_node"]] if result.get("goal_node") is not None else []
@@ -258,10 +259,10 @@ def cmd_view(args: argparse.Namespace) -> int:
     store, _ = open_store(args.store)
     with store:
         run = open_run(store, args.run)
-        stored = load_graph(store, run.graph_cid, run.head["timings"].cid)
+        stored = load_graph(store, run.graph_cid, run.head["timings"].cid, run.run_id)
         result = run.result or {}
         calls = [CallPoint(c.purpose, c.usage.input_tokens, c.usage.output_tokens, c.error)
-                 for c in load_calls(store, run.calls_cid)]
+                 for c in load_calls(store, run.calls_cid, run.run_id)]
         m = run.manifest
         limit = (m.budget or {}).get("tokens")
         picture = RunPicture(run.run_id, run.status, m.task, m.model, m.problem, stored.graph, result, calls,
@@ -304,7 +305,7 @@ def _tree_lines(graph: Any, best: set[int]) -> list[str]:
 def cmd_export(args: argparse.Namespace) -> int:
     """Write a run's whole DAG (every head, every node version) as CARv1, and/or its manifest."""
     from ..store.car import export_car
-    from ..store.runs import RunError, open_run
+    from ..store.runs import RunError, open_run, reading
 
     if not args.car and not args.manifest:
         raise RunError("say what to export: --car FILE and/or --manifest FILE")
@@ -313,7 +314,8 @@ def cmd_export(args: argparse.Namespace) -> int:
         run = open_run(store, args.run)
         if args.car:
             try:
-                count = export_car(store, [run.head_cid], args.car)
+                with reading(run.run_id):  # every block of the run is read, and may be missing
+                    count = export_car(store, [run.head_cid], args.car)
             except OSError as exc:
                 raise RunError(f"cannot write {args.car}: {exc.strerror or exc}") from None
             print(f"exported run {run.run_id}: {count} blocks (root {run.head_cid}) to {args.car}")

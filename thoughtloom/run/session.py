@@ -336,15 +336,14 @@ def resume_session(store: BlockStore, store_path: str | None, run: StoredRun) ->
 def replay_session(store: BlockStore, store_path: str | None, manifest: Manifest,
                    head_cid: CID) -> tuple[RunSpec, RunSession]:
     """Re-run a finished run from its recorded exchanges only, to compare the graph it builds."""
-    from ..store.car import walk
+    from ..store.runs import load_graph
 
     head = load_head(store, head_cid)
     calls_cid = manifest.calls or head["calls"].cid
     expected = manifest.graph or head["graph"].cid
-    # Every block of the graph to reproduce is read (so verified) before anything runs: a replay
-    # that came out "identical" to a damaged record would vouch for blocks nobody checked.
-    for _ in walk(store, [expected]):
-        pass
+    # Every block of the graph to reproduce is read (so verified) and checked before anything runs:
+    # a replay that came out "identical" to a damaged record would vouch for blocks nobody checked.
+    load_graph(store, expected)
     reason = (head.get("result") or {}).get("termination_reason")
     make = _replay_backend(store, manifest, head, calls_cid,
                            after_recording="wall_s" if reason == "budget_wall_s" else None)

@@ -24,9 +24,11 @@ import os
 import subprocess
 import sys
 import time
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import MISSING, asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
+
+from .shapes import BOOL, COUNT, MAP, TEXT, TIME, WHOLE, BadShape, Shape, checked, optional
 
 MANIFEST_FORMAT = "thoughtloom-run-manifest/1"
 
@@ -75,10 +77,13 @@ class Manifest:
         return obj
 
     @classmethod
-    def from_obj(cls, obj: dict[str, Any]) -> Manifest:
-        """Read the dag-cbor form back (unknown keys ignored, so newer manifests still load)."""
-        names = {f.name for f in fields(cls)}
-        data = {k: v for k, v in obj.items() if k in names}
+    def from_obj(cls, obj: Any, what: str = "manifest") -> Manifest:
+        """Read the dag-cbor form back (unknown keys ignored, so newer manifests still load; BadShape
+        names a field that is missing or of the wrong type)."""
+        from .shapes import LINK
+
+        data = _fields(checked(obj, what, {**FIELDS, "calls": optional(LINK)}, kind="manifest",
+                               optional_fields=OPTIONAL))
         calls = data.get("calls")
         data["calls"] = str(calls) if calls is not None else None
         return cls(**data)
@@ -98,11 +103,27 @@ class Manifest:
             raise ManifestError(f"{path} is not a run manifest (not JSON: {exc})") from None
         if not isinstance(data, dict) or data.get("format") != MANIFEST_FORMAT:
             raise ManifestError(f"{path} is not a run manifest (no \"format\": \"{MANIFEST_FORMAT}\")")
-        names = {f.name for f in fields(cls)}
         try:
-            return cls(**{k: v for k, v in data.items() if k in names})
-        except TypeError as exc:
-            raise ManifestError(f"{path} is not a complete run manifest: {exc}") from None
+            return cls(**_fields(checked(data, str(path), FIELDS, optional_fields=OPTIONAL)))
+        except BadShape as exc:
+            raise ManifestError(f"{exc} (not a run manifest written by 'loom export')") from None
+
+
+#: The type of every manifest field (a string CID for calls, head and graph: the JSON file form).
+FIELDS: dict[str, Shape] = {
+    "run_id": TEXT, "model": TEXT, "backend": TEXT, "max_concurrency": COUNT, "supports_batch": BOOL, "task": TEXT,
+    "problem": TEXT, "config": MAP, "budget": MAP, "task_options": MAP, "profile": optional(TEXT),
+    "seed": optional(WHOLE), "version": TEXT, "commit": optional(TEXT), "prompt_hashes": MAP, "created_at": TIME,
+    "spec": optional(MAP), "cli": optional(MAP), "calls": optional(TEXT), "head": optional(TEXT),
+    "graph": optional(TEXT),
+}
+#: The fields a manifest may lack (they have defaults; older runs did not store them all).
+OPTIONAL = frozenset(f.name for f in fields(Manifest) if f.default is not MISSING or f.default_factory is not MISSING)
+
+
+def _fields(data: dict[str, Any]) -> dict[str, Any]:
+    """The manifest's own fields of checked data (unknown keys left out)."""
+    return {k: v for k, v in data.items() if k in FIELDS}
 
 
 def code_version() -> tuple[str, str | None]:
