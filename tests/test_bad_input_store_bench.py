@@ -607,6 +607,8 @@ HUGE = 2**64 - 1  # the largest integer DAG-CBOR holds
 CRAFTED_CASES: dict[str, Callable[[SQLiteStore, dict[str, Any]], None]] = {
     "unchanged": _head(lambda s, h: None),
     "ref that is not a CID": _ref_to("not-a-cid"),
+    "ref that is a CID cut short": _ref_to("bafy"),
+    "ref that is a CID of a hash loom does not know": _ref_to("b" + "a" * 58),
     "ref to a missing block": _ref_to(encode({"type": "head", "never": "stored"}), stored=False),
     "ref to a raw block": _ref_to(raw(b"just bytes")),
     "ref to a list": _ref_to(encode([1, 2, 3])),
@@ -742,3 +744,30 @@ def test_runs_json_lists_every_run_as_json(case: str, run: dict[str, Any], craft
     assert proc.returncode == 0, proc.stderr
     rows = [json.loads(line) for line in proc.stdout.splitlines()]
     assert [r["id"] for r in rows] == [run["run"], CRAFTED]
+
+
+MANIFEST_CASES: dict[str, Any] = {
+    "task a number": {"task": 5},
+    "problem a list": {"problem": ["a"]},
+    "created_at a string": {"created_at": "yesterday"},
+    "spec a string": {"spec": "x"},
+    "head not a CID": {"head": "not-a-cid"},
+    "graph a CID cut short": {"graph": "bafy"},
+    "calls not a CID": {"calls": "bafy"},
+    "max_concurrency negative": {"max_concurrency": -1},
+    "run_id missing": {"run_id": None},
+}
+
+
+@pytest.mark.parametrize("case", list(MANIFEST_CASES))
+def test_replay_of_a_crafted_manifest_file_is_one_line_naming_it(case: str, run: dict[str, Any],
+                                                                 tmp_path: Path) -> None:
+    good = tmp_path / "good.json"
+    assert loom("export", run["run"], "--store", str(run["store"]), "--manifest", str(good)).returncode == 0
+    data = json.loads(good.read_text())
+    data.update(MANIFEST_CASES[case])
+    data = {k: v for k, v in data.items() if v is not None}
+    crafted_file = tmp_path / "crafted.json"
+    crafted_file.write_text(json.dumps(data))
+    assert_one_line_error(loom("replay", str(crafted_file), "--store", str(run["store"]), "--quiet"),
+                          str(crafted_file))

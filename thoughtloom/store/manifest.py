@@ -28,7 +28,7 @@ from dataclasses import MISSING, asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from .shapes import BOOL, COUNT, MAP, TEXT, TIME, WHOLE, BadShape, Shape, checked, optional
+from .shapes import BOOL, CID_TEXT, COUNT, MAP, TEXT, TIME, WHOLE, BadShape, Shape, checked, optional
 
 MANIFEST_FORMAT = "thoughtloom-run-manifest/1"
 
@@ -114,8 +114,8 @@ FIELDS: dict[str, Shape] = {
     "run_id": TEXT, "model": TEXT, "backend": TEXT, "max_concurrency": COUNT, "supports_batch": BOOL, "task": TEXT,
     "problem": TEXT, "config": MAP, "budget": MAP, "task_options": MAP, "profile": optional(TEXT),
     "seed": optional(WHOLE), "version": TEXT, "commit": optional(TEXT), "prompt_hashes": MAP, "created_at": TIME,
-    "spec": optional(MAP), "cli": optional(MAP), "calls": optional(TEXT), "head": optional(TEXT),
-    "graph": optional(TEXT),
+    "spec": optional(MAP), "cli": optional(MAP), "calls": optional(CID_TEXT), "head": optional(CID_TEXT),
+    "graph": optional(CID_TEXT),
 }
 #: The fields a manifest may lack (they have defaults; older runs did not store them all).
 OPTIONAL = frozenset(f.name for f in fields(Manifest) if f.default is not MISSING or f.default_factory is not MISSING)

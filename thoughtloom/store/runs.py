@@ -79,9 +79,9 @@ from ..llm.types import Backend, Completion, GenerateRequest, Message, Prompt, U
 from ..llm.wrapper import BackendWrapper
 from ..search.events import DuplicateMerged, Event, NodeAdded
 from ..search.stop import StopReason
-from .blocks import CID, RAW, CorruptBlock, Link, MissingBlock, codec_of, encode, link, normalize, raw
+from .blocks import CID, RAW, CorruptBlock, Link, MissingBlock, codec_of, encode, link, raw
 from .manifest import Manifest
-from .shapes import (ANY, BOOL, COUNT, LINK, MAP, NUMBER, TEXT, TEXT_OR_LINK, WHOLE, BadShape, Shape, checked, list_of,
+from .shapes import (ANY, BOOL, CID_TEXT, COUNT, LINK, MAP, NUMBER, TEXT, TEXT_OR_LINK, WHOLE, BadShape, Shape, checked, list_of,
                      one_of, optional, record)
 from .store import BlockStore, get_obj
 
@@ -138,6 +138,8 @@ def reading(run_id: str | None = None) -> Iterator[None]:
     except (MissingBlock, CorruptBlock) as exc:
         if run_id is None:
             raise
+        raise CorruptRun(str(exc), run_id) from None
+    except ValueError as exc:  # a CID or multihash that does not parse, met while following a link
         raise CorruptRun(str(exc), run_id) from None
 
 
@@ -860,10 +862,9 @@ def open_run(store: BlockStore, prefix: str) -> StoredRun:
     ref = store.get_ref(head_ref(run_id))
     assert ref is not None
     with reading(run_id):
-        try:
-            head_cid = normalize(ref)
-        except ValueError:
-            raise BadShape("its head ref is not a CID") from None
+        if not CID_TEXT.test(ref):
+            raise BadShape("its head ref is not a CID")
+        head_cid = ref
         head = _load_head(store, head_cid)
         if head["run"] != run_id:
             raise BadShape(f"its head {head_cid} belongs to another run")

@@ -15,7 +15,7 @@ from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from .blocks import Link
+from .blocks import Link, cid_bytes, cid_str
 
 #: The largest whole number a run stores (a signed 64-bit one: a count read back can still grow by one).
 MAX_WHOLE = 2**63 - 1
@@ -53,6 +53,14 @@ TEXT = Shape(lambda v: isinstance(v, str), "a string")
 BOOL = Shape(lambda v: isinstance(v, bool), "true or false")
 LINK = Shape(lambda v: isinstance(v, Link), "a link")
 MAP = Shape(lambda v: isinstance(v, dict), "a map")
+def _cid(value: Any) -> bool:
+    try:
+        return isinstance(value, str) and cid_str(cid_bytes(value)) == value
+    except ValueError:
+        return False
+
+
+CID_TEXT = Shape(_cid, "a CID (b...)")
 TEXT_OR_LINK = Shape(lambda v: isinstance(v, (str, Link)), "a string or a link")
 
 
