@@ -771,3 +771,43 @@ def test_replay_of_a_crafted_manifest_file_is_one_line_naming_it(case: str, run:
     crafted_file.write_text(json.dumps(data))
     assert_one_line_error(loom("replay", str(crafted_file), "--store", str(run["store"]), "--quiet"),
                           str(crafted_file))
+
+
+# --- a crafted agent run: the tools and tool calls resume and replay read off its nodes -------------
+
+
+@pytest.fixture(scope="module")
+def agent_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """One finished `loom agent` run (a tool call in it) in a store of its own."""
+    from test_agent import TRIP, trip_reply
+
+    store = tmp_path_factory.mktemp("agent") / "store.db"
+    with serve() as server:
+        server.responder = trip_reply
+        proc = loom("agent", TRIP, "--quiet", "--store", str(store), "--model",
+                    f"openai-compatible:{server.url}@scripted#chat")
+    assert proc.returncode == 0, proc.stderr
+    return {"store": store, "run": proc.stderr.split("run ", 1)[1].split()[0]}
+
+
+TOOL_CASES: dict[str, Callable[[dict[str, Any]], None]] = {
+    "tools a string": lambda extra: extra.update(tools="calc"),
+    "a tool without a name": lambda extra: extra.update(tools=[{"description": "x"}]),
+    "tool calls a number": lambda extra: extra.update(tool_calls=5),
+    "a tool call of numbers": lambda extra: extra.update(tool_calls=[{"tool": 1, "status": 2}]),
+    "a tool call without a status": lambda extra: extra.update(tool_calls=[{"tool": "calc"}]),
+}
+
+
+@pytest.mark.parametrize("case", list(TOOL_CASES))
+def test_replay_of_an_agent_run_with_crafted_tools_is_one_line_naming_it(case: str, agent_run: dict[str, Any],
+                                                                         tmp_path: Path) -> None:
+    from thoughtloom.store.runs import head_ref
+    from thoughtloom.store.store import get_obj
+
+    store = tmp_path / "store.db"
+    shutil.copy(agent_run["store"], store)
+    with SQLiteStore(store) as s:
+        head = dict(get_obj(s, s.get_ref(head_ref(agent_run["run"]))))
+        _version(0, lambda _, version: TOOL_CASES[case](version["extra"]))(s, head)
+    assert_one_line_error(loom("replay", CRAFTED, "--store", str(store), "--quiet"), CRAFTED)

@@ -39,6 +39,7 @@ from ..store.runs import (
     new_run_id,
     open_run,
 )
+from ..store.shapes import BOOL, MAP, NUMBER, TEXT, checked, list_of, optional, record
 from ..store.store import BlockStore
 from ..tools.base import ToolResult, ToolSpec
 from ..tools.toolbox import RecordedTool, Toolbox
@@ -265,17 +266,31 @@ def record_session(spec: RunSpec, task: Task[Any], *, on_start: Callable[[str], 
     return RunSession("record", store, path, recorder, manifest, owns_store=owns)
 
 
+#: A granted tool and a tool call as an agent run's nodes keep them (node.extra "tools", "tool_calls").
+TOOL_SPEC = {"name": TEXT, "description": optional(TEXT), "parameters": optional(MAP)}
+TOOL_CALL = {"tool": TEXT, "status": TEXT, "args": optional(MAP), "output": optional(TEXT), "error": optional(TEXT),
+             "truncated": optional(BOOL), "elapsed_s": optional(NUMBER)}
+TOOLS_OF_A_NODE = {"tools": optional(list_of(record(TOOL_SPEC))), "tool_calls": optional(list_of(record(TOOL_CALL)))}
+
+
 def recorded_tools(store: BlockStore, graph_cid: CID) -> tuple[list[ToolSpec], list[ToolResult]]:
-    """The tools an agent run was granted (kept on its task node) and its tool calls, in node order."""
-    from ..store.runs import load_graph
+    """The tools an agent run was granted (kept on its task node) and its tool calls, in node order
+    (CorruptRun when a node keeps them in another shape)."""
+    from ..store.runs import load_graph, reading
 
     graph = load_graph(store, graph_cid).graph
     specs: list[ToolSpec] = []
     calls: list[ToolResult] = []
-    for node in graph:
-        for s in node.extra.get("tools") or ():
-            specs.append(ToolSpec(str(s["name"]), str(s.get("description") or ""), dict(s.get("parameters") or {})))
-        calls += [ToolResult.from_dict(c) for c in node.extra.get("tool_calls") or ()]
+    with reading():
+        for node in graph:
+            extra = checked(node.extra, f"graph {graph_cid}: node {node.id}", TOOLS_OF_A_NODE,
+                            optional_fields=TOOLS_OF_A_NODE)
+            for s in extra.get("tools") or ():
+                checked(s, f"graph {graph_cid}: node {node.id}: a tool", {"name": TEXT})
+                specs.append(ToolSpec(s["name"], s.get("description") or "", dict(s.get("parameters") or {})))
+            for c in extra.get("tool_calls") or ():
+                calls.append(ToolResult.from_dict(checked(c, f"graph {graph_cid}: node {node.id}: a tool call",
+                                                          {"tool": TEXT, "status": TEXT})))
     return specs, calls
 
 
