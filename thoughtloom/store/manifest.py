@@ -28,7 +28,7 @@ from dataclasses import MISSING, asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from .shapes import BOOL, CID_TEXT, COUNT, MAP, TEXT, TIME, WHOLE, BadShape, Shape, checked, optional
+from .shapes import BOOL, CID_TEXT, COUNT, LINK, MAP, TEXT, TIME, WHOLE, BadShape, Shape, checked, optional
 
 MANIFEST_FORMAT = "thoughtloom-run-manifest/1"
 
@@ -80,8 +80,6 @@ class Manifest:
     def from_obj(cls, obj: Any, what: str = "manifest") -> Manifest:
         """Read the dag-cbor form back (unknown keys ignored, so newer manifests still load; BadShape
         names a field that is missing or of the wrong type)."""
-        from .shapes import LINK
-
         data = _fields(checked(obj, what, {**FIELDS, "calls": optional(LINK)}, kind="manifest",
                                optional_fields=OPTIONAL))
         calls = data.get("calls")

@@ -5,7 +5,7 @@ against its CID and still holds a string where a link belongs, a node status no 
 chunk that is a number. The readers (runs.py, manifest.py) check each field they use against a
 `Shape` before building anything from it, so the rest of the code meets only what a run stores;
 a field that does not fit is one `BadShape` naming the block and the field, which the readers
-turn into a `RunError` naming the run.
+turn into a `CorruptRun` (store/runs.py) naming the run.
 """
 
 from __future__ import annotations
@@ -53,6 +53,9 @@ TEXT = Shape(lambda v: isinstance(v, str), "a string")
 BOOL = Shape(lambda v: isinstance(v, bool), "true or false")
 LINK = Shape(lambda v: isinstance(v, Link), "a link")
 MAP = Shape(lambda v: isinstance(v, dict), "a map")
+TEXT_OR_LINK = Shape(lambda v: isinstance(v, (str, Link)), "a string or a link")
+
+
 def _cid(value: Any) -> bool:
     try:
         return isinstance(value, str) and cid_str(cid_bytes(value)) == value
@@ -60,8 +63,8 @@ def _cid(value: Any) -> bool:
         return False
 
 
+#: A CID written as text, in its canonical form (a manifest file's head, graph and calls; a ref).
 CID_TEXT = Shape(_cid, "a CID (b...)")
-TEXT_OR_LINK = Shape(lambda v: isinstance(v, (str, Link)), "a string or a link")
 
 
 def optional(shape: Shape) -> Shape:

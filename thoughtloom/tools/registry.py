@@ -14,6 +14,7 @@ from typing import Any
 
 from thoughtloom.grounding.sandbox import Sandbox
 
+from ..tasks.base import comma_list
 from .base import Tool, ToolConfigError
 from .builtin import CalcTool, DocsTool, FilesTool, PythonTool
 from .mcp import SERVER_NAME, connect_all, load_mcp_config
@@ -44,8 +45,6 @@ def check_tool_name(name: str) -> str:
 def parse_tool_names(text: str) -> list[str]:
     """'calc,python,mcp:time' as a list of names, each checked for form (servers are checked by build_toolbox);
     ToolConfigError for an empty, repeated or unknown name."""
-    from ..tasks.base import comma_list
-
     return [check_tool_name(n) for n in comma_list(text, "--tools", ToolConfigError)]
 
 
