@@ -811,3 +811,25 @@ def test_replay_of_an_agent_run_with_crafted_tools_is_one_line_naming_it(case: s
         head = dict(get_obj(s, s.get_ref(head_ref(agent_run["run"]))))
         _version(0, lambda _, version: TOOL_CASES[case](version["extra"]))(s, head)
     assert_one_line_error(loom("replay", CRAFTED, "--store", str(store), "--quiet"), CRAFTED)
+
+
+@pytest.mark.parametrize("case", ["ref that is not a CID", "ref to a missing block", "unknown run status",
+                                  "head without a status"])
+def test_importing_a_good_copy_replaces_a_run_that_cannot_be_read(case: str, run: dict[str, Any],
+                                                                  tmp_path: Path) -> None:
+    from thoughtloom.store.runs import head_ref
+
+    store = tmp_path / "store.db"
+    shutil.copy(run["store"], store)
+    with SQLiteStore(store) as s:
+        craft = CRAFTED_CASES[case]
+        from thoughtloom.store.store import get_obj
+
+        craft(s, dict(get_obj(s, s.get_ref(head_ref(run["run"])))))
+        s.set_ref(head_ref(run["run"]), s.get_ref(head_ref(CRAFTED)))  # the real run's ref now names the crafted head
+        s.delete_ref(head_ref(CRAFTED))
+    assert loom("show", run["run"], "--store", str(store)).returncode == 2
+    proc = loom("import", str(run["car"]), "--store", str(store))
+    assert "Traceback" not in proc.stderr, proc.stderr
+    assert proc.returncode == 0, proc.stderr
+    assert loom("show", run["run"], "--store", str(store)).returncode == 0

@@ -347,7 +347,7 @@ def cmd_import(args: argparse.Namespace) -> int:
     """Import the runs of a CAR file; every block of each run is verified against its CID."""
     from ..store.blocks import CorruptBlock, MissingBlock
     from ..store.car import import_blocks, read_car, walk
-    from ..store.runs import RunError, head_ref, load_head
+    from ..store.runs import CorruptRun, RunError, head_ref, load_head
 
     try:
         # O_NONBLOCK: a FIFO is refused below instead of blocking the open until a writer comes.
@@ -393,7 +393,11 @@ def cmd_import(args: argparse.Namespace) -> int:
         for root, head, count in found:
             run_id = str(head["run"])
             current = store.get_ref(head_ref(run_id))
-            if current is not None and current != root and int(load_head(store, current)["seq"]) > int(head["seq"]):
+            try:
+                newer = current is not None and current != root and load_head(store, current)["seq"] > head["seq"]
+            except (CorruptRun, MissingBlock, CorruptBlock):  # the stored state cannot be read: this verified one
+                newer = False  # replaces it (its blocks stay)
+            if newer:
                 # An older export must not roll a run back: its states are kept, the ref is not moved.
                 print(f"imported run {run_id}: {count} blocks, every CID verified; the store already had a "
                       f"newer state of it, which stays current")

@@ -115,8 +115,8 @@ class CorruptRun(RunError):
     """A stored run whose blocks are missing, damaged or not shaped as a run's (one line naming the run)."""
 
     def __init__(self, detail: str, run_id: str | None = None) -> None:
-        super().__init__(f"run {run_id} cannot be read (damaged, or not written by thoughtloom): {detail}"
-                         if run_id else detail)
+        super().__init__(f"run {run_id} cannot be read (damaged, or not written by thoughtloom): {detail}; "
+                         "'loom import' of a good copy replaces it" if run_id else detail)
         self.detail = detail
         self.run_id = run_id
 
