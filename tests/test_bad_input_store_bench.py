@@ -27,8 +27,9 @@ from openai_server import FakeOpenAIServer, serve
 from test_runs_cli import PROBLEM, model_of, responder
 
 from thoughtloom.store.blocks import _varint, encode, link, raw
+from thoughtloom.store.runs import head_ref
 from thoughtloom.store.sqlite import SQLiteStore
-from thoughtloom.store.store import put_obj
+from thoughtloom.store.store import get_obj, put_obj
 
 LOOM = [sys.executable, "-m", "thoughtloom"]
 ROOT = Path(__file__).parents[1]
@@ -469,7 +470,7 @@ def test_bad_bench_input_is_one_line_before_any_request(case: str, tmp_path: Pat
 # --- a crafted store: well-formed SQLite and verified blocks, shaped as no run is ----------------
 #
 # Each case copies the real run under a second id ("crafted") and changes one thing in it through the
-# store's own API (a block put whole, so every CID still verifies) or with sqlite3 (the ref table).
+# store's own API: a block put whole (so every CID still verifies), or a ref set to anything.
 # Every command that reads the crafted run says so in one line naming it, or still does its job;
 # `loom runs` marks it and lists the real run as before.
 
@@ -477,8 +478,6 @@ CRAFTED = "zzzzzzzzzz"  # sorts last, so `last` names it too
 
 
 def _put_head(s: SQLiteStore, head: dict[str, Any]) -> None:
-    from thoughtloom.store.runs import head_ref
-
     head["run"] = CRAFTED
     s.set_ref(head_ref(CRAFTED), put_obj(s, head))
 
@@ -493,8 +492,6 @@ def _head(change: Callable[[SQLiteStore, dict[str, Any]], Any]) -> Callable[[SQL
 
 def _block(field: str, change: Callable[[SQLiteStore, Any], Any]) -> Callable[[SQLiteStore, dict[str, Any]], None]:
     """A case that rewrites the block the head's `field` links (the change returns a new object, or edits it)."""
-    from thoughtloom.store.store import get_obj
-
     def craft(s: SQLiteStore, head: dict[str, Any]) -> None:
         obj = get_obj(s, head[field].cid)
         new = change(s, obj)
@@ -507,8 +504,6 @@ def _block(field: str, change: Callable[[SQLiteStore, Any], Any]) -> Callable[[S
 def _version(index: int, change: Callable[[SQLiteStore, dict[str, Any]], Any],
              thought: bool = False) -> Callable[[SQLiteStore, dict[str, Any]], None]:
     """A case that rewrites node `index`'s version block (or, with `thought`, its thought block)."""
-    from thoughtloom.store.store import get_obj
-
     def in_graph(s: SQLiteStore, graph: dict[str, Any]) -> None:
         chunk_link = graph["nodes"]["chunks"][0]
         chunk = get_obj(s, chunk_link.cid)
@@ -527,8 +522,6 @@ def _version(index: int, change: Callable[[SQLiteStore, dict[str, Any]], Any],
 
 def _call(change: Callable[[dict[str, Any]], Any]) -> Callable[[SQLiteStore, dict[str, Any]], None]:
     """A case that rewrites the first recorded call."""
-    from thoughtloom.store.store import get_obj
-
     def in_calls(s: SQLiteStore, calls: dict[str, Any]) -> None:
         chunk = get_obj(s, calls["chunks"][0].cid)
         call = get_obj(s, chunk["items"][0].cid)
@@ -550,8 +543,6 @@ def _set(**values: Any) -> Callable[..., None]:
 def _ref_to(block: tuple[str, bytes] | str, *, stored: bool = True) -> Callable[[SQLiteStore, dict[str, Any]], None]:
     """A case whose head ref names `block` (put in the store when `stored`), or a string that is no CID."""
     def craft(s: SQLiteStore, head: dict[str, Any]) -> None:
-        from thoughtloom.store.runs import head_ref
-
         if isinstance(block, str):
             s.set_ref(head_ref(CRAFTED), block)
             return
@@ -580,8 +571,6 @@ def _put_raw(s: SQLiteStore, data: bytes) -> str:
 
 
 def _root_merged_from_child(s: SQLiteStore, head: dict[str, Any]) -> None:
-    from thoughtloom.store.store import get_obj
-
     graph = get_obj(s, head["graph"].cid)
     chunk = get_obj(s, graph["nodes"]["chunks"][0].cid)
     child = get_obj(s, chunk["items"][1].cid)
@@ -695,9 +684,6 @@ CRAFTED_COMMANDS = ["show", "show --json", "view", "export --car", "export --man
 @pytest.fixture(scope="module")
 def crafted(run: dict[str, Any], tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """A copy of the real store per crafted case, the real run kept beside the crafted one."""
-    from thoughtloom.store.runs import head_ref
-    from thoughtloom.store.store import get_obj
-
     out = {}
     for name, craft in CRAFTED_CASES.items():
         path = tmp_path_factory.mktemp("crafted") / "store.db"
@@ -802,9 +788,6 @@ TOOL_CASES: dict[str, Callable[[dict[str, Any]], None]] = {
 @pytest.mark.parametrize("case", list(TOOL_CASES))
 def test_replay_of_an_agent_run_with_crafted_tools_is_one_line_naming_it(case: str, agent_run: dict[str, Any],
                                                                          tmp_path: Path) -> None:
-    from thoughtloom.store.runs import head_ref
-    from thoughtloom.store.store import get_obj
-
     store = tmp_path / "store.db"
     shutil.copy(agent_run["store"], store)
     with SQLiteStore(store) as s:
@@ -817,15 +800,10 @@ def test_replay_of_an_agent_run_with_crafted_tools_is_one_line_naming_it(case: s
                                   "head without a status"])
 def test_importing_a_good_copy_replaces_a_run_that_cannot_be_read(case: str, run: dict[str, Any],
                                                                   tmp_path: Path) -> None:
-    from thoughtloom.store.runs import head_ref
-
     store = tmp_path / "store.db"
     shutil.copy(run["store"], store)
     with SQLiteStore(store) as s:
-        craft = CRAFTED_CASES[case]
-        from thoughtloom.store.store import get_obj
-
-        craft(s, dict(get_obj(s, s.get_ref(head_ref(run["run"])))))
+        CRAFTED_CASES[case](s, dict(get_obj(s, s.get_ref(head_ref(run["run"])))))
         s.set_ref(head_ref(run["run"]), s.get_ref(head_ref(CRAFTED)))  # the real run's ref now names the crafted head
         s.delete_ref(head_ref(CRAFTED))
     assert loom("show", run["run"], "--store", str(store)).returncode == 2
