@@ -376,6 +376,10 @@ def test_the_built_in_python_tool_runs_a_code_step_in_the_sandbox() -> None:
 
 @pytest.mark.parametrize("args, fragment", [
     (["--tools", "calc,shell"], "shell"),
+    (["--tools", "calc,,python"], "empty name"),
+    (["--tools", "calc, "], "empty name"),
+    (["--tools", "calc,python,calc"], "names 'calc' twice"),
+    (["--tools", ","], "names nothing"),
     (["--tools", "docs"], "--knowledge"),
     (["--tools", "files"], "--allow-read"),
     (["--tools", "mcp:time"], "--mcp-config"),

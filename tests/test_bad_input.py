@@ -138,6 +138,21 @@ def test_mermaid_write_failing_after_the_search_still_prints_the_result(
     assert "best path:" in proc.stdout and "stopped:" in proc.stdout
 
 
+def test_events_write_failing_keeps_the_answer_and_the_run_in_one_line(quiet_server: FakeOpenAIServer,
+                                                                        tmp_path: Path) -> None:
+    store = tmp_path / "store.db"
+    proc = loom("solve", "--quiet", "--store", str(store), "--model", f"openai-compatible:{quiet_server.url}@m",
+                "--depth", "1", "--events", "/dev/full", "plan a picnic")
+    assert "Traceback" not in proc.stderr, proc.stderr
+    assert proc.returncode == 2, proc.stderr
+    errors = [line for line in proc.stderr.splitlines() if "error" in line]
+    assert errors == ["loom: error: cannot write --events /dev/full: No space left on device; the answer and the "
+                      "stored run are kept, the event stream is incomplete"], proc.stderr
+    assert "best path:" in proc.stdout and "stopped:" in proc.stdout
+    runs = loom("runs", "--store", str(store))
+    assert runs.returncode == 0 and " finished " in runs.stdout, runs.stdout + runs.stderr
+
+
 @pytest.mark.parametrize("command", [["tasks"], ["solve", "--no-store", "--quiet", "--json", "--depth", "1", "hi"]])
 def test_a_full_disk_behind_stdout_is_one_line_exit_2(quiet_server: FakeOpenAIServer, command: list[str]) -> None:
     if command[0] == "solve":

@@ -27,8 +27,9 @@ from openai_server import FakeOpenAIServer, serve
 from test_runs_cli import PROBLEM, model_of, responder
 
 from thoughtloom.store.blocks import _varint, encode, link, raw
+from thoughtloom.store.runs import head_ref
 from thoughtloom.store.sqlite import SQLiteStore
-from thoughtloom.store.store import put_obj
+from thoughtloom.store.store import get_obj, put_obj
 
 LOOM = [sys.executable, "-m", "thoughtloom"]
 ROOT = Path(__file__).parents[1]
@@ -429,6 +430,13 @@ BENCH_CASES: dict[str, Callable[[Path], list[str]]] = {
     "--tasks empty": lambda t: ["--tasks", ""],
     "--tasks unknown": lambda t: ["--tasks", "chess"],
     "--lanes empty": lambda t: ["--lanes", " , "],
+    "--lanes with an empty name": lambda t: ["--lanes", "io,,cot"],
+    "--lanes with a trailing comma": lambda t: ["--lanes", "io,"],
+    "--lanes with a lane twice": lambda t: ["--lanes", "io,cot,io"],
+    "--tasks with an empty name": lambda t: ["--tasks", "game24,"],
+    "--tasks with a task twice": lambda t: ["--tasks", "game24,game24"],
+    "--ids with an empty id": lambda t: ["--ids", "1,,2"],
+    "--protocol lanes with an empty name": _protocol_file('{"lanes": "io,,cot"}'),
     "--temperature nan": lambda t: ["--temperature", "nan"],
     "--resume a directory without a run": _resume_dir(None),
     "--resume a manifest that is not JSON": _resume_dir("{not json"),
@@ -457,3 +465,349 @@ def test_bad_bench_input_is_one_line_before_any_request(case: str, tmp_path: Pat
     proc = loom(*args, *extra, timeout=scaled(60))
     assert_one_line_error(proc)
     assert bench_server.seen == []
+
+
+# --- a crafted store: well-formed SQLite and verified blocks, shaped as no run is ----------------
+#
+# Each case copies the real run under a second id ("crafted") and changes one thing in it through the
+# store's own API: a block put whole (so every CID still verifies), or a ref set to anything.
+# Every command that reads the crafted run says so in one line naming it, or still does its job;
+# `loom runs` marks it and lists the real run as before.
+
+CRAFTED = "zzzzzzzzzz"  # sorts last, so `last` names it too
+
+
+def _put_head(s: SQLiteStore, head: dict[str, Any]) -> None:
+    head["run"] = CRAFTED
+    s.set_ref(head_ref(CRAFTED), put_obj(s, head))
+
+
+def _head(change: Callable[[SQLiteStore, dict[str, Any]], Any]) -> Callable[[SQLiteStore, dict[str, Any]], None]:
+    def craft(s: SQLiteStore, head: dict[str, Any]) -> None:
+        change(s, head)
+        _put_head(s, head)
+
+    return craft
+
+
+def _block(field: str, change: Callable[[SQLiteStore, Any], Any]) -> Callable[[SQLiteStore, dict[str, Any]], None]:
+    """A case that rewrites the block the head's `field` links (the change returns a new object, or edits it)."""
+    def craft(s: SQLiteStore, head: dict[str, Any]) -> None:
+        obj = get_obj(s, head[field].cid)
+        new = change(s, obj)
+        head[field] = link(put_obj(s, obj if new is None else new))
+        _put_head(s, head)
+
+    return craft
+
+
+def _version(index: int, change: Callable[[SQLiteStore, dict[str, Any]], Any],
+             thought: bool = False) -> Callable[[SQLiteStore, dict[str, Any]], None]:
+    """A case that rewrites node `index`'s version block (or, with `thought`, its thought block)."""
+    def in_graph(s: SQLiteStore, graph: dict[str, Any]) -> None:
+        chunk_link = graph["nodes"]["chunks"][0]
+        chunk = get_obj(s, chunk_link.cid)
+        version = get_obj(s, chunk["items"][index].cid)
+        if thought:
+            obj = get_obj(s, version["thought"].cid)
+            change(s, obj)
+            version["thought"] = link(put_obj(s, obj))
+        else:
+            change(s, version)
+        chunk["items"][index] = link(put_obj(s, version))
+        graph["nodes"]["chunks"][0] = link(put_obj(s, chunk))
+
+    return _block("graph", in_graph)
+
+
+def _call(change: Callable[[dict[str, Any]], Any]) -> Callable[[SQLiteStore, dict[str, Any]], None]:
+    """A case that rewrites the first recorded call."""
+    def in_calls(s: SQLiteStore, calls: dict[str, Any]) -> None:
+        chunk = get_obj(s, calls["chunks"][0].cid)
+        call = get_obj(s, chunk["items"][0].cid)
+        change(call)
+        chunk["items"][0] = link(put_obj(s, call))
+        calls["chunks"][0] = link(put_obj(s, chunk))
+
+    return _block("calls", in_calls)
+
+
+def _set(**values: Any) -> Callable[..., None]:
+    """An edit of a block's fields (the last argument), for the helpers above."""
+    def change(*args: Any) -> None:
+        args[-1].update(values)
+
+    return change
+
+
+def _ref_to(block: tuple[str, bytes] | str, *, stored: bool = True) -> Callable[[SQLiteStore, dict[str, Any]], None]:
+    """A case whose head ref names `block` (put in the store when `stored`), or a string that is no CID."""
+    def craft(s: SQLiteStore, head: dict[str, Any]) -> None:
+        if isinstance(block, str):
+            s.set_ref(head_ref(CRAFTED), block)
+            return
+        if stored:
+            s.put(*block)
+        s.set_ref(head_ref(CRAFTED), block[0])
+
+    return craft
+
+
+def _missing_block(s: SQLiteStore, head: dict[str, Any]) -> None:
+    missing, _ = encode({"type": "graph", "count": 0, "nodes": {"count": 0, "chunks": []}, "never": "stored"})
+    head["graph"] = link(missing)
+    _put_head(s, head)
+
+
+def _parent_missing(s: SQLiteStore, thought: dict[str, Any]) -> None:
+    nowhere, _ = encode({"type": "thought", "id": 99, "nowhere": True})
+    thought["parents"], thought["edges"] = [link(nowhere)], ["elaboration"]
+
+
+def _put_raw(s: SQLiteStore, data: bytes) -> str:
+    cid, body = raw(data)
+    s.put(cid, body)
+    return cid
+
+
+def _root_merged_from_child(s: SQLiteStore, head: dict[str, Any]) -> None:
+    graph = get_obj(s, head["graph"].cid)
+    chunk = get_obj(s, graph["nodes"]["chunks"][0].cid)
+    child = get_obj(s, chunk["items"][1].cid)
+    root = get_obj(s, chunk["items"][0].cid)
+    root["merged"] = [[child["thought"], "elaboration"]]
+    chunk["items"][0] = link(put_obj(s, root))
+    graph["nodes"]["chunks"][0] = link(put_obj(s, chunk))
+    head["graph"] = link(put_obj(s, graph))
+    _put_head(s, head)
+
+
+def _interrupted(craft: Callable[[SQLiteStore, dict[str, Any]], None]) -> Callable[[SQLiteStore, dict[str, Any]], None]:
+    """A case on an interrupted run (resume reads its recorded calls and token counts before anything runs)."""
+    def interrupted(s: SQLiteStore, head: dict[str, Any]) -> None:
+        head.update(status="interrupted", result=None)
+        craft(s, head)
+
+    return interrupted
+
+
+HUGE = 2**64 - 1  # the largest integer DAG-CBOR holds
+
+CRAFTED_CASES: dict[str, Callable[[SQLiteStore, dict[str, Any]], None]] = {
+    "unchanged": _head(lambda s, h: None),
+    "ref that is not a CID": _ref_to("not-a-cid"),
+    "ref that is a CID cut short": _ref_to("bafy"),
+    "ref that is a CID of a hash loom does not know": _ref_to("b" + "a" * 58),
+    "ref to a missing block": _ref_to(encode({"type": "head", "never": "stored"}), stored=False),
+    "ref to a raw block": _ref_to(raw(b"just bytes")),
+    "ref to a list": _ref_to(encode([1, 2, 3])),
+    "ref to a head of another run": _ref_to(encode({"type": "head", "run": "other"})),
+    "head without a status": _head(lambda s, h: h.pop("status")),
+    "unknown run status": _head(_set(status="exploded")),
+    "manifest null": _head(_set(manifest=None)),
+    "manifest a string": _head(_set(manifest="bafy")),
+    "graph null": _head(_set(graph=None)),
+    "calls an integer": _head(_set(calls=7)),
+    "timings missing": _head(lambda s, h: h.pop("timings")),
+    "usage a list": _head(_set(usage=[1, 2])),
+    "usage calls a string": _head(lambda s, h: h["usage"].update(calls="many")),
+    "huge usage": _head(lambda s, h: h["usage"].update(input_tokens=HUGE, output_tokens=HUGE, calls=HUGE)),
+    "nodes a string": _head(_set(nodes="three")),
+    "huge seq": _head(_set(seq=HUGE)),
+    "prev a number": _head(_set(prev=3)),
+    "result a list": _head(_set(result=[1, 2])),
+    "result a string": _head(_set(result="done")),
+    "answer a dict": _head(lambda s, h: h["result"].update(answer={"a": 1})),
+    "best path of strings": _head(lambda s, h: h["result"].update(best_path=["a", "b"])),
+    "best path to a node not in the graph": _head(lambda s, h: h["result"].update(best_path=[0, 999])),
+    "goal node a string": _head(lambda s, h: h["result"].update(goal_node="x")),
+    "goal node not in the graph": _head(lambda s, h: h["result"].update(goal_node=HUGE)),
+    "control a list": _head(lambda s, h: h["result"].update(control=[1])),
+    "decisions a string": _head(lambda s, h: h["result"].update(control={"decisions": "x"})),
+    "stopped a number": _head(lambda s, h: h["result"].update(termination_reason=5)),
+    "manifest fields missing": _block("manifest", lambda s, m: {"type": "manifest"}),
+    "manifest a list": _block("manifest", lambda s, m: [1, 2]),
+    "manifest task a number": _block("manifest", _set(task=5)),
+    "manifest problem a list": _block("manifest", _set(problem=["a"])),
+    "manifest model null": _block("manifest", _set(model=None)),
+    "manifest created_at a string": _block("manifest", _set(created_at="yesterday")),
+    "manifest created_at huge": _block("manifest", _set(created_at=HUGE)),
+    "manifest budget a list": _block("manifest", _set(budget=[1])),
+    "manifest spec a string": _block("manifest", _set(spec="x")),
+    "manifest calls not a link": _block("manifest", _set(calls="bafy")),
+    "manifest max_concurrency a string": _block("manifest", _set(max_concurrency="x")),
+    "graph chunk an integer": _block("graph", lambda s, g: g["nodes"].update(chunks=[5])),
+    "graph nodes null": _block("graph", _set(nodes=None)),
+    "graph a chunk block": _head(lambda s, h: h.update(graph=link(put_obj(s, {"type": "chunk", "items": []})))),
+    "graph chunk items a dict": _block("graph", lambda s, g: g["nodes"].update(
+        chunks=[link(put_obj(s, {"type": "chunk", "items": {"a": 1}}))])),
+    "graph version an integer": _block("graph", lambda s, g: g["nodes"].update(
+        chunks=[link(put_obj(s, {"type": "chunk", "items": [1, 2]}))])),
+    "link to a missing block": _missing_block,
+    "unknown node status": _version(0, _set(status="exploded")),
+    "node score a string": _version(1, _set(score="high")),
+    "node score huge": _version(1, _set(score=HUGE)),
+    "node extra a list": _version(0, _set(extra=[1])),
+    "node cost a float": _version(0, _set(cost_tokens=1.5)),
+    "node merged a string": _version(0, _set(merged="x")),
+    "node edges of the wrong shape": _version(1, _set(edges=[5])),
+    "thought null": _version(0, _set(thought=None)),
+    "unknown node kind": _version(0, _set(kind="spell"), thought=True),
+    "thought id a string": _version(0, _set(id="zero"), thought=True),
+    "thought id huge": _version(0, _set(id=HUGE), thought=True),
+    "thought depth negative": _version(0, _set(depth=-1), thought=True),
+    "thought content a number": _version(0, _set(content=5), thought=True),
+    "thought content a link to CBOR": _version(0, lambda s, t: t.update(content=link(put_obj(s, {"a": 1}))),
+                                               thought=True),
+    "thought content not UTF-8": _version(0, lambda s, t: t.update(content=link(_put_raw(s, b"\xff\xfe" * 600))),
+                                          thought=True),
+    "parent missing": _version(1, _parent_missing, thought=True),
+    "parents and edges differ": _version(1, lambda s, t: t.update(edges=[]), thought=True),
+    "unknown edge kind": _version(1, lambda s, t: t.update(edges=["hates"]), thought=True),
+    "cycle in parents": _root_merged_from_child,
+    "call usage a string": _call(_set(usage="lots")),
+    "call texts a number": _call(_set(texts=5)),
+    "call prompt null": _call(_set(prompt=None)),
+    "call error a string": _call(_set(error="bad")),
+    "call rank a string": _call(_set(rank="first")),
+    "counts chunk a string": _head(lambda s, h: h["counts"].update(chunks=["x"])),
+    "interrupted, a call of the wrong shape": _interrupted(_call(_set(usage="lots"))),
+    "interrupted, a token count of the wrong shape": _interrupted(_head(lambda s, h: h["counts"].update(
+        chunks=[link(put_obj(s, {"type": "chunk", "items": [["digest", "many"]]}))]))),
+    "timings created_at strings": _block("timings", lambda s, t: t.update(
+        created_at={"count": 1, "chunks": [link(put_obj(s, {"type": "chunk", "items": ["noon"]}))]})),
+}
+
+CRAFTED_COMMANDS = ["show", "show --json", "view", "export --car", "export --manifest", "resume", "replay"]
+
+
+@pytest.fixture(scope="module")
+def crafted(run: dict[str, Any], tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """A copy of the real store per crafted case, the real run kept beside the crafted one."""
+    out = {}
+    for name, craft in CRAFTED_CASES.items():
+        path = tmp_path_factory.mktemp("crafted") / "store.db"
+        shutil.copy(run["store"], path)
+        with SQLiteStore(path) as s:
+            craft(s, dict(get_obj(s, s.get_ref(head_ref(run["run"])))))
+        out[name] = path
+    return out
+
+
+def _one_line_or_done(proc: subprocess.CompletedProcess[str], *fragments: str) -> None:
+    """No traceback; either the job is done (exit 0, or 1 for a replay that differs) or one line naming `fragments`."""
+    assert "Traceback" not in proc.stderr, proc.stderr
+    if proc.returncode in (0, 1):
+        return
+    assert_one_line_error(proc, *fragments)
+
+
+@pytest.mark.parametrize("command", CRAFTED_COMMANDS)
+@pytest.mark.parametrize("case", list(CRAFTED_CASES))
+def test_a_crafted_run_is_refused_in_one_line_naming_it(case: str, command: str, run: dict[str, Any],
+                                                        crafted: dict[str, Path], tmp_path: Path) -> None:
+    args = _commands({**run, "run": CRAFTED}, tmp_path)[command]
+    proc = loom(*args, "--store", str(crafted[case]), timeout=scaled(60))
+    _one_line_or_done(proc, CRAFTED)
+
+
+@pytest.mark.parametrize("case", list(CRAFTED_CASES))
+def test_runs_lists_the_good_run_beside_a_crafted_one(case: str, run: dict[str, Any],
+                                                      crafted: dict[str, Path]) -> None:
+    proc = loom("runs", "--store", str(crafted[case]))
+    assert "Traceback" not in proc.stderr, proc.stderr
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert any(line.startswith(run["run"]) and "finished" in line for line in lines), proc.stdout
+    if case.startswith("ref") or case in ("unknown run status", "manifest null", "manifest fields missing"):
+        assert any(line.startswith(CRAFTED) and "damaged" in line for line in lines), proc.stdout
+
+
+@pytest.mark.parametrize("case", list(CRAFTED_CASES))
+def test_runs_json_lists_every_run_as_json(case: str, run: dict[str, Any], crafted: dict[str, Path]) -> None:
+    proc = loom("runs", "--json", "--store", str(crafted[case]))
+    assert "Traceback" not in proc.stderr, proc.stderr
+    assert proc.returncode == 0, proc.stderr
+    rows = [json.loads(line) for line in proc.stdout.splitlines()]
+    assert [r["id"] for r in rows] == [run["run"], CRAFTED]
+
+
+MANIFEST_CASES: dict[str, Any] = {
+    "task a number": {"task": 5},
+    "problem a list": {"problem": ["a"]},
+    "created_at a string": {"created_at": "yesterday"},
+    "spec a string": {"spec": "x"},
+    "head not a CID": {"head": "not-a-cid"},
+    "graph a CID cut short": {"graph": "bafy"},
+    "calls not a CID": {"calls": "bafy"},
+    "max_concurrency negative": {"max_concurrency": -1},
+    "run_id missing": {"run_id": None},
+}
+
+
+@pytest.mark.parametrize("case", list(MANIFEST_CASES))
+def test_replay_of_a_crafted_manifest_file_is_one_line_naming_it(case: str, run: dict[str, Any],
+                                                                 tmp_path: Path) -> None:
+    good = tmp_path / "good.json"
+    assert loom("export", run["run"], "--store", str(run["store"]), "--manifest", str(good)).returncode == 0
+    data = json.loads(good.read_text())
+    data.update(MANIFEST_CASES[case])
+    data = {k: v for k, v in data.items() if v is not None}
+    crafted_file = tmp_path / "crafted.json"
+    crafted_file.write_text(json.dumps(data))
+    assert_one_line_error(loom("replay", str(crafted_file), "--store", str(run["store"]), "--quiet"),
+                          str(crafted_file))
+
+
+# --- a crafted agent run: the tools and tool calls resume and replay read off its nodes -------------
+
+
+@pytest.fixture(scope="module")
+def agent_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """One finished `loom agent` run (a tool call in it) in a store of its own."""
+    from test_agent import TRIP, trip_reply
+
+    store = tmp_path_factory.mktemp("agent") / "store.db"
+    with serve() as server:
+        server.responder = trip_reply
+        proc = loom("agent", TRIP, "--quiet", "--store", str(store), "--model",
+                    f"openai-compatible:{server.url}@scripted#chat")
+    assert proc.returncode == 0, proc.stderr
+    return {"store": store, "run": proc.stderr.split("run ", 1)[1].split()[0]}
+
+
+TOOL_CASES: dict[str, Callable[[dict[str, Any]], None]] = {
+    "tools a string": lambda extra: extra.update(tools="calc"),
+    "a tool without a name": lambda extra: extra.update(tools=[{"description": "x"}]),
+    "tool calls a number": lambda extra: extra.update(tool_calls=5),
+    "a tool call of numbers": lambda extra: extra.update(tool_calls=[{"tool": 1, "status": 2}]),
+    "a tool call without a status": lambda extra: extra.update(tool_calls=[{"tool": "calc"}]),
+}
+
+
+@pytest.mark.parametrize("case", list(TOOL_CASES))
+def test_replay_of_an_agent_run_with_crafted_tools_is_one_line_naming_it(case: str, agent_run: dict[str, Any],
+                                                                         tmp_path: Path) -> None:
+    store = tmp_path / "store.db"
+    shutil.copy(agent_run["store"], store)
+    with SQLiteStore(store) as s:
+        head = dict(get_obj(s, s.get_ref(head_ref(agent_run["run"]))))
+        _version(0, lambda _, version: TOOL_CASES[case](version["extra"]))(s, head)
+    assert_one_line_error(loom("replay", CRAFTED, "--store", str(store), "--quiet"), CRAFTED)
+
+
+@pytest.mark.parametrize("case", ["ref that is not a CID", "ref to a missing block", "unknown run status",
+                                  "head without a status"])
+def test_importing_a_good_copy_replaces_a_run_that_cannot_be_read(case: str, run: dict[str, Any],
+                                                                  tmp_path: Path) -> None:
+    store = tmp_path / "store.db"
+    shutil.copy(run["store"], store)
+    with SQLiteStore(store) as s:
+        CRAFTED_CASES[case](s, dict(get_obj(s, s.get_ref(head_ref(run["run"])))))
+        s.set_ref(head_ref(run["run"]), s.get_ref(head_ref(CRAFTED)))  # the real run's ref now names the crafted head
+        s.delete_ref(head_ref(CRAFTED))
+    assert loom("show", run["run"], "--store", str(store)).returncode == 2
+    proc = loom("import", str(run["car"]), "--store", str(store))
+    assert "Traceback" not in proc.stderr, proc.stderr
+    assert proc.returncode == 0, proc.stderr
+    assert loom("show", run["run"], "--store", str(store)).returncode == 0

@@ -298,7 +298,12 @@ def test_resume_of_a_manifest_with_wrong_types_is_one_line(case: str, finished: 
         forge(store, run, BAD_SPECS[case])
     proc = loom("resume", run, "--store", str(store))
     assert "Traceback" not in proc.stderr
-    assert_one_line_error(proc, f"run {run}: ", "not a run " if case != "manifest null" else "links no manifest")
+    if case == "spec a list":
+        assert_one_line_error(proc, f"run {run} cannot be read", "'spec' is a list")
+    elif case == "manifest null":
+        assert_one_line_error(proc, f"run {run} cannot be read", "'manifest' is null")
+    else:
+        assert_one_line_error(proc, f"run {run}: not a run spec")
 
 
 # --- one resume at a time ---------------------------------------------------------------------------

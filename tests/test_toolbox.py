@@ -122,8 +122,13 @@ async def test_two_tools_with_one_name_are_a_config_error() -> None:
 # ------------------------------------------------------------------- names and registry
 
 
-def test_tool_names_parse_trimmed_and_without_repeats() -> None:
-    assert parse_tool_names(" calc, python,mcp:time,calc ") == ["calc", "python", "mcp:time"]
+def test_tool_names_parse_trimmed() -> None:
+    assert parse_tool_names(" calc, python,mcp:time ") == ["calc", "python", "mcp:time"]
+
+
+def test_a_repeated_tool_name_is_refused() -> None:
+    with pytest.raises(ToolConfigError, match="names 'calc' twice"):
+        parse_tool_names("calc,python,calc")
 
 
 def test_an_unknown_tool_name_lists_the_known_ones() -> None:
@@ -132,7 +137,7 @@ def test_an_unknown_tool_name_lists_the_known_ones() -> None:
 
 
 def test_an_empty_name_in_the_list_is_refused() -> None:
-    with pytest.raises(ToolConfigError, match="empty tool name"):
+    with pytest.raises(ToolConfigError, match="empty name"):
         parse_tool_names("calc,,python")
 
 

@@ -82,8 +82,11 @@ def add_bench_parser(sub: Any, positive_int: Any, positive_float: Any) -> None:
     b.add_argument("--quiet", action="store_true", help="no per-problem progress on stderr")
 
 
-def _split(text: str | None) -> list[str]:
-    return [x.strip() for x in (text or "").split(",") if x.strip()]
+def _split(text: str | None, option: str) -> list[str] | None:
+    """A comma-separated option's names (None when not given); BenchError for an empty or repeated name."""
+    from ..tasks.base import comma_list
+
+    return None if text is None else comma_list(text, option, BenchError)
 
 
 def _param_value(text: str) -> Any:
@@ -109,7 +112,7 @@ def _options(args: argparse.Namespace) -> Any:
         lane_params = {k: dict(v) for k, v in (data.get("lane_params") or {}).items()}
         lanes = []
         entries = data.get("lanes") or []
-        for entry in _split(entries) if isinstance(entries, str) else entries:
+        for entry in (_split(entries, "the protocol's lanes") or []) if isinstance(entries, str) else entries:
             if isinstance(entry, str):
                 lanes.append(entry)
                 continue
@@ -122,12 +125,9 @@ def _options(args: argparse.Namespace) -> Any:
                 overrides[name] = extra
         if lanes:
             base["lanes"] = lanes
-    for flag, given in (("--tasks", args.tasks), ("--lanes", args.lanes), ("--ids", args.ids)):
-        if given is not None and not _split(given):
-            raise BenchError(f"{flag} {given!r} names nothing; give comma-separated names")
     flags = {
-        "tasks": _split(args.tasks) or None, "lanes": _split(args.lanes) or None, "model": args.model,
-        "limit": args.limit, "selection": args.select, "ids": _split(args.ids) or None,
+        "tasks": _split(args.tasks, "--tasks"), "lanes": _split(args.lanes, "--lanes"), "model": args.model,
+        "limit": args.limit, "selection": args.select, "ids": _split(args.ids, "--ids"),
         "budget_tokens": args.budget_tokens, "budget_calls": args.budget_calls, "budget_usd": args.budget_usd,
         "budget_seconds": args.budget_seconds, "temperature": args.temperature, "seed": args.seed,
         "data_dir": args.data_dir, "price_in": args.price_in, "price_out": args.price_out,
@@ -144,7 +144,7 @@ def _options(args: argparse.Namespace) -> Any:
         merged["budget_tokens"] = DEFAULT_BENCH_TOKENS
     for key in ("tasks", "lanes", "ids", "declared_differences"):
         if isinstance(merged.get(key), str):
-            merged[key] = _split(merged[key])
+            merged[key] = _split(merged[key], f"the protocol's {key}")
     for key in ("tasks", "lanes"):
         if not merged[key]:
             raise BenchError(f"the protocol names no {key}")

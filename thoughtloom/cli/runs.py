@@ -192,7 +192,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
             manifest = Manifest.load_json(args.run)
             if not manifest.head or not manifest.graph:
                 raise ManifestError(f"{args.run} names no head and graph to reproduce (write it with 'loom export RUN --manifest FILE')")
-            head_cid = manifest.head
+            head_cid, run_id = manifest.head, manifest.run_id
         else:
             run = open_run(store, args.run)
             if run.status != "finished":
@@ -220,8 +220,7 @@ def _row(run: StoredRun) -> dict[str, Any]:
 def cmd_runs(args: argparse.Namespace) -> int:
     """List stored runs: id, status, when, task, tokens, answer (or problem while unfinished)."""
     from ..views.terminal import terminal_json, terminal_text
-    from ..store.blocks import CorruptBlock, MissingBlock
-    from ..store.runs import RunError, open_run, run_ids
+    from ..store.runs import CorruptRun, open_run, run_ids
 
     store, _ = open_store(args.store)
     with store:
@@ -231,8 +230,8 @@ def cmd_runs(args: argparse.Namespace) -> int:
         for run_id in ids:
             try:
                 row = _row(open_run(store, run_id))
-            except (CorruptBlock, MissingBlock, RunError) as exc:
-                row = {"id": run_id, "status": "damaged", "error": str(exc)}
+            except CorruptRun as exc:  # listed as damaged; the other runs are listed as ever
+                row = {"id": run_id, "status": "damaged", "error": exc.detail}
             if args.json:
                 print(terminal_json(row))
                 continue
@@ -258,7 +257,7 @@ def cmd_show(args: argparse.Namespace) -> int:
     store, _ = open_store(args.store)
     with store:
         run = open_run(store, args.run)
-        stored = load_graph(store, run.graph_cid, run.head["timings"].cid)
+        stored = load_graph(store, run.graph_cid, run.head["timings"].cid, run.run_id)
         graph, result = stored.graph, run.result or {}
         best = result.get("best_path") or []
         goals = [result["goal_node"]] if result.get("goal_node") is not None else []
@@ -300,10 +299,10 @@ def cmd_view(args: argparse.Namespace) -> int:
     store, _ = open_store(args.store)
     with store:
         run = open_run(store, args.run)
-        stored = load_graph(store, run.graph_cid, run.head["timings"].cid)
+        stored = load_graph(store, run.graph_cid, run.head["timings"].cid, run.run_id)
         result = run.result or {}
         calls = [CallPoint(c.purpose, c.usage.input_tokens, c.usage.output_tokens, c.error)
-                 for c in load_calls(store, run.calls_cid)]
+                 for c in load_calls(store, run.calls_cid, run.run_id)]
         m = run.manifest
         limit = (m.budget or {}).get("tokens")
         picture = RunPicture(run.run_id, run.status, m.task, m.model, m.problem, stored.graph, result, calls,
@@ -346,7 +345,7 @@ def _tree_lines(graph: Any, best: set[int]) -> list[str]:
 def cmd_export(args: argparse.Namespace) -> int:
     """Write a run's whole DAG (every head, every node version) as CARv1, and/or its manifest."""
     from ..store.car import export_car
-    from ..store.runs import RunError, open_run
+    from ..store.runs import RunError, open_run, reading
 
     if not args.car and not args.manifest:
         raise RunError("say what to export: --car FILE and/or --manifest FILE")
@@ -355,7 +354,8 @@ def cmd_export(args: argparse.Namespace) -> int:
         run = open_run(store, args.run)
         if args.car:
             try:
-                count = export_car(store, [run.head_cid], args.car)
+                with reading(run.run_id):  # every block of the run is read, and may be missing
+                    count = export_car(store, [run.head_cid], args.car)
             except OSError as exc:
                 raise RunError(f"cannot write {args.car}: {exc.strerror or exc}") from None
             print(f"exported run {run.run_id}: {count} blocks (root {run.head_cid}) to {args.car}")
@@ -387,7 +387,7 @@ def cmd_import(args: argparse.Namespace) -> int:
     """Import the runs of a CAR file; every block of each run is verified against its CID."""
     from ..store.blocks import CorruptBlock, MissingBlock
     from ..store.car import import_blocks, read_car, walk
-    from ..store.runs import RunError, head_ref, load_head
+    from ..store.runs import CorruptRun, RunError, head_ref, load_head
 
     try:
         # O_NONBLOCK: a FIFO is refused below instead of blocking the open until a writer comes.
@@ -433,7 +433,11 @@ def cmd_import(args: argparse.Namespace) -> int:
         for root, head, count in found:
             run_id = str(head["run"])
             current = store.get_ref(head_ref(run_id))
-            if current is not None and current != root and int(load_head(store, current)["seq"]) > int(head["seq"]):
+            try:
+                newer = current is not None and current != root and load_head(store, current)["seq"] > head["seq"]
+            except (CorruptRun, MissingBlock, CorruptBlock):  # the stored state cannot be read: this verified one
+                newer = False  # replaces it (its blocks stay)
+            if newer:
                 # An older export must not roll a run back: its states are kept, the ref is not moved.
                 print(f"imported run {run_id}: {count} blocks, every CID verified; the store already had a "
                       f"newer state of it, which stays current")

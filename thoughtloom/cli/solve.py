@@ -228,10 +228,12 @@ def cmd_solve(args: argparse.Namespace, stored: Any = None, *, sinks: Sequence[A
         interactive = sys.stdin.isatty() and sys.stderr.isatty()
     sinks = [*sinks, *([] if args.quiet else [ProgressDisplay()])]
     events_file = open_events_file(getattr(args, "events", None))
+    event_log = None
     if events_file is not None:
         from ..views.events_log import EventLog
 
-        sinks.append(EventLog(events_file))
+        event_log = EventLog(events_file)
+        sinks.append(event_log)
     progress = (lambda msg: print(terminal_text(f"loom: {msg}"), file=sys.stderr)) if not args.quiet else None
     store = None
     if stored is None and not args.no_store:
@@ -252,8 +254,8 @@ def cmd_solve(args: argparse.Namespace, stored: Any = None, *, sinks: Sequence[A
     finally:
         if store is not None:
             store.close()
-        if events_file is not None:
-            events_file.close()
+        if event_log is not None:
+            event_log.close()
     if args.json:
         print(terminal_json(json_view(result) if json_view is not None else result.to_dict(), indent=2))
     else:
@@ -270,6 +272,11 @@ def cmd_solve(args: argparse.Namespace, stored: Any = None, *, sinks: Sequence[A
             print(terminal_text(f"loom: error: cannot write --mermaid {args.mermaid}: {exc.strerror or exc}"),
                   file=sys.stderr)
             code = 2
+    if event_log is not None and event_log.error is not None:  # after the answer, which it must not cost
+        kept = "the answer and the stored run are kept" if result.run_id else "the answer is kept"
+        print(terminal_text(f"loom: error: cannot write --events {args.events}: {event_log.error}; {kept}, "
+                            "the event stream is incomplete"), file=sys.stderr)
+        code = code or 2
     if stored is not None:
         code = stored.report(code)
     if result.store_error is not None:  # after the answer: a full disk must not cost the result

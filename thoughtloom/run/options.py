@@ -158,11 +158,12 @@ def _research(options: Mapping[str, Any], task_name: str) -> dict[str, Any] | No
 
 
 def tool_names(value: Any) -> tuple[str, ...]:
-    """--tools as given: "calc,python" (or a list of such)."""
+    """--tools as given: "calc,python" (or a list of such), split but not checked: an empty or repeated
+    name is refused where the names are parsed (tools.registry.parse_tool_names)."""
     if not value:
         return ()
     parts = value if isinstance(value, (list, tuple)) else [value]
-    return tuple(n.strip() for part in parts for n in str(part).split(",") if n.strip())
+    return tuple(n.strip() for part in parts for n in str(part).split(","))
 
 
 def _tool_limits(options: Mapping[str, Any]) -> ToolLimits:

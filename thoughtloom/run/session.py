@@ -39,7 +39,9 @@ from ..store.runs import (
     load_head,
     new_run_id,
     open_run,
+    reading,
 )
+from ..store.shapes import BOOL, MAP, NUMBER, TEXT, checked, list_of, optional, record
 from ..store.store import BlockStore
 from ..tools.base import ToolResult, ToolSpec
 from ..tools.toolbox import RecordedTool, Toolbox
@@ -280,17 +282,31 @@ def record_session(spec: RunSpec, task: Task[Any], *, on_start: Callable[[str], 
     return RunSession("record", store, path, recorder, manifest, owns_store=owns, hold=hold)
 
 
+#: A granted tool and a tool call as an agent run's nodes keep them (node.extra "tools", "tool_calls").
+TOOL_SPEC = {"name": TEXT, "description": optional(TEXT), "parameters": optional(MAP)}
+TOOL_CALL = {"tool": TEXT, "status": TEXT, "args": optional(MAP), "output": optional(TEXT), "error": optional(TEXT),
+             "truncated": optional(BOOL), "elapsed_s": optional(NUMBER)}
+TOOLS_OF_A_NODE = {"tools": optional(list_of(record(TOOL_SPEC))), "tool_calls": optional(list_of(record(TOOL_CALL)))}
+
+
 def recorded_tools(store: BlockStore, graph_cid: CID) -> tuple[list[ToolSpec], list[ToolResult]]:
-    """The tools an agent run was granted (kept on its task node) and its tool calls, in node order."""
+    """The tools an agent run was granted (kept on its task node) and its tool calls, in node order
+    (CorruptRun when a node keeps them in another shape)."""
     from ..store.runs import load_graph
 
     graph = load_graph(store, graph_cid).graph
     specs: list[ToolSpec] = []
     calls: list[ToolResult] = []
-    for node in graph:
-        for s in node.extra.get("tools") or ():
-            specs.append(ToolSpec(str(s["name"]), str(s.get("description") or ""), dict(s.get("parameters") or {})))
-        calls += [ToolResult.from_dict(c) for c in node.extra.get("tool_calls") or ()]
+    with reading():
+        for node in graph:
+            extra = checked(node.extra, f"graph {graph_cid}: node {node.id}", TOOLS_OF_A_NODE,
+                            optional_fields=TOOLS_OF_A_NODE)
+            for s in extra.get("tools") or ():
+                checked(s, f"graph {graph_cid}: node {node.id}: a tool", {"name": TEXT})
+                specs.append(ToolSpec(s["name"], s.get("description") or "", dict(s.get("parameters") or {})))
+            for c in extra.get("tool_calls") or ():
+                calls.append(ToolResult.from_dict(checked(c, f"graph {graph_cid}: node {node.id}: a tool call",
+                                                          {"tool": TEXT, "status": TEXT})))
     return specs, calls
 
 
@@ -361,9 +377,11 @@ def resume_session(store: BlockStore, store_path: str | None, run: StoredRun, gr
         if held.head_cid != run.head_cid:
             _resumable(held)
             spec = spec_of(held.manifest, grants, live=True, cli=cli)
-        make = _replay_backend(store, held.manifest, held.head, held.calls_cid)
-        recorder = RunRecorder(store, held.manifest, prev=held.head_cid, seq=int(held.head["seq"]) + 1, started=True)
-        tools = recorded_tools(store, held.graph_cid) if spec.config.strategy in TOOL_STRATEGIES else None
+        with reading(run.run_id):  # its record, read here before anything runs, names the run when damaged
+            make = _replay_backend(store, held.manifest, held.head, held.calls_cid)
+            recorder = RunRecorder(store, held.manifest, prev=held.head_cid, seq=int(held.head["seq"]) + 1,
+                                   started=True)
+            tools = recorded_tools(store, held.graph_cid) if spec.config.strategy in TOOL_STRATEGIES else None
     except BaseException:
         if hold is not None:
             hold.release()
@@ -385,22 +403,25 @@ def replay_session(store: BlockStore, store_path: str | None, manifest: Manifest
     grants: the files the run's task and grounding read, named again (see spec_of; GrantError otherwise).
     """
     from ..store.car import walk
+    from ..store.runs import load_graph
 
     spec = spec_of(manifest, grants, live=False, cli=cli)
-    head = load_head(store, head_cid)
-    calls_cid = manifest.calls or head["calls"].cid
-    expected = manifest.graph or head["graph"].cid
-    # Every block of the graph to reproduce is read (so verified) before anything runs: a replay
-    # that came out "identical" to a damaged record would vouch for blocks nobody checked.
-    for _ in walk(store, [expected]):
-        pass
-    reason = (head.get("result") or {}).get("termination_reason")
-    make = _replay_backend(store, manifest, head, calls_cid,
-                           after_recording="wall_s" if reason == "budget_wall_s" else None)
     # The wall clock's stop is replayed from the record, not measured again.
     spec = replace(spec, budget=replace(spec.budget, wall_s=None), store=None, run_id=manifest.run_id)
+    with reading(manifest.run_id):  # its record, read and checked here before anything runs
+        head = load_head(store, head_cid)
+        calls_cid = manifest.calls or head["calls"].cid
+        expected = manifest.graph or head["graph"].cid
+        # Every block of the graph to reproduce is read (so verified) and checked before anything runs:
+        # a replay that came out "identical" to a damaged record would vouch for blocks nobody checked.
+        for _ in walk(store, [expected]):
+            pass
+        load_graph(store, expected)
+        reason = (head.get("result") or {}).get("termination_reason")
+        make = _replay_backend(store, manifest, head, calls_cid,
+                               after_recording="wall_s" if reason == "budget_wall_s" else None)
+        tools = recorded_tools(store, expected) if spec.config.strategy in TOOL_STRATEGIES else None
     recorder = RunRecorder(MemoryStore(), replace(manifest), started=True)
-    tools = recorded_tools(store, expected) if spec.config.strategy in TOOL_STRATEGIES else None
     return spec, RunSession("replay", store, store_path, recorder, manifest, make_replay=make,
                             expected_graph=expected, source_store=store, recorded_tools=tools)
 

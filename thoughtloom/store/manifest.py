@@ -24,9 +24,11 @@ import os
 import subprocess
 import sys
 import time
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import MISSING, asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
+
+from .shapes import BOOL, CID_TEXT, COUNT, LINK, MAP, TEXT, TIME, WHOLE, BadShape, Shape, checked, optional
 
 MANIFEST_FORMAT = "thoughtloom-run-manifest/1"
 
@@ -75,28 +77,14 @@ class Manifest:
         return obj
 
     @classmethod
-    def from_obj(cls, obj: Any) -> Manifest:
-        """Read the dag-cbor form back (unknown keys ignored, so newer manifests still load); ManifestError
-        (one line) when it is not a manifest or a field has the wrong type (a received run is untrusted)."""
-        if not isinstance(obj, dict):
-            raise ManifestError(f"not a run manifest: {_kind(obj)}")
-        names = {f.name for f in fields(cls)}
-        data = {k: v for k, v in obj.items() if k in names}
+    def from_obj(cls, obj: Any, what: str = "manifest") -> Manifest:
+        """Read the dag-cbor form back (unknown keys ignored, so newer manifests still load; BadShape
+        names a field that is missing or of the wrong type)."""
+        data = _fields(checked(obj, what, {**FIELDS, "calls": optional(LINK)}, kind="manifest",
+                               optional_fields=OPTIONAL))
         calls = data.get("calls")
         data["calls"] = str(calls) if calls is not None else None
-        return cls._checked(data)
-
-    @classmethod
-    def _checked(cls, data: dict[str, Any]) -> Manifest:
-        for name, value in data.items():
-            expected = _FIELD_TYPES.get(name)
-            if expected is not None and not isinstance(value, expected):
-                allowed = " or ".join(_kind(None) if t is _NONE else t.__name__ for t in expected)
-                raise ManifestError(f"not a run manifest: its {name} must be {allowed}, not {_kind(value)}")
-        try:
-            return cls(**data)
-        except TypeError as exc:
-            raise ManifestError(f"not a complete run manifest: {exc}") from None
+        return cls(**data)
 
     def to_json(self) -> str:
         """The JSON file form."""
@@ -113,26 +101,27 @@ class Manifest:
             raise ManifestError(f"{path} is not a run manifest (not JSON: {exc})") from None
         if not isinstance(data, dict) or data.get("format") != MANIFEST_FORMAT:
             raise ManifestError(f"{path} is not a run manifest (no \"format\": \"{MANIFEST_FORMAT}\")")
-        names = {f.name for f in fields(cls)}
         try:
-            return cls._checked({k: v for k, v in data.items() if k in names})
-        except ManifestError as exc:
-            raise ManifestError(f"{path}: {exc}") from None
+            return cls(**_fields(checked(data, str(path), FIELDS, optional_fields=OPTIONAL)))
+        except BadShape as exc:
+            raise ManifestError(f"{exc} (not a run manifest written by 'loom export')") from None
 
 
-_NONE = type(None)
-#: Each field's types in the stored forms (JSON and dag-cbor).
-_FIELD_TYPES: dict[str, tuple[type, ...]] = {
-    "run_id": (str,), "model": (str,), "backend": (str,), "max_concurrency": (int,), "supports_batch": (bool,),
-    "task": (str,), "problem": (str,), "config": (dict,), "budget": (dict,), "task_options": (dict,),
-    "profile": (str, _NONE), "seed": (int, _NONE), "version": (str,), "commit": (str, _NONE),
-    "prompt_hashes": (dict,), "created_at": (int, float), "spec": (dict, _NONE), "cli": (dict, _NONE),
-    "calls": (str, _NONE), "head": (str, _NONE), "graph": (str, _NONE),
+#: The type of every manifest field (a string CID for calls, head and graph: the JSON file form).
+FIELDS: dict[str, Shape] = {
+    "run_id": TEXT, "model": TEXT, "backend": TEXT, "max_concurrency": COUNT, "supports_batch": BOOL, "task": TEXT,
+    "problem": TEXT, "config": MAP, "budget": MAP, "task_options": MAP, "profile": optional(TEXT),
+    "seed": optional(WHOLE), "version": TEXT, "commit": optional(TEXT), "prompt_hashes": MAP, "created_at": TIME,
+    "spec": optional(MAP), "cli": optional(MAP), "calls": optional(CID_TEXT), "head": optional(CID_TEXT),
+    "graph": optional(CID_TEXT),
 }
+#: The fields a manifest may lack (they have defaults; older runs did not store them all).
+OPTIONAL = frozenset(f.name for f in fields(Manifest) if f.default is not MISSING or f.default_factory is not MISSING)
 
 
-def _kind(value: Any) -> str:
-    return "null" if value is None else type(value).__name__
+def _fields(data: dict[str, Any]) -> dict[str, Any]:
+    """The manifest's own fields of checked data (unknown keys left out)."""
+    return {k: v for k, v in data.items() if k in FIELDS}
 
 
 def code_version() -> tuple[str, str | None]:

@@ -69,17 +69,20 @@ import os
 import secrets
 import time
 from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ..graph import Edge, EdgeKind, NodeKind, NodeStatus, ThoughtGraph
+from ..graph import CycleError, Edge, EdgeKind, NodeKind, NodeStatus, ThoughtGraph
 from ..llm.errors import BatchRefused, BudgetExceeded, ModelError, ModelTimeout, TransientModelError
 from ..llm.types import Backend, Completion, GenerateRequest, Message, Prompt, Usage
 from ..llm.wrapper import BackendWrapper
 from ..search.events import DuplicateMerged, Event, NodeAdded
 from ..search.stop import StopReason
-from .blocks import CID, Link, encode, link, raw
-from .manifest import Manifest, ManifestError
+from .blocks import CID, RAW, CorruptBlock, Link, MissingBlock, codec_of, encode, link, raw
+from .manifest import Manifest
+from .shapes import (ANY, BOOL, CID_TEXT, COUNT, LINK, MAP, NUMBER, TEXT, TEXT_OR_LINK, WHOLE, BadShape, Shape,
+                     checked, list_of, one_of, optional, record)
 from .store import BlockStore, get_obj
 
 if TYPE_CHECKING:
@@ -106,6 +109,38 @@ Block = tuple[CID, bytes]
 
 class RunError(Exception):
     """A run that cannot be found, resolved or used as asked (one-line message)."""
+
+
+class CorruptRun(RunError):
+    """A stored run whose blocks are missing, damaged or not shaped as a run's (one line naming the run)."""
+
+    def __init__(self, detail: str, run_id: str | None = None) -> None:
+        super().__init__(f"run {run_id} cannot be read (damaged, or not written by thoughtloom): {detail}; "
+                         "'loom import' of a good copy replaces it" if run_id else detail)
+        self.detail = detail
+        self.run_id = run_id
+
+
+@contextmanager
+def reading(run_id: str | None = None) -> Iterator[None]:
+    """What is wrong with a run's blocks, raised as one CorruptRun naming the run (when known).
+
+    Without a run id a missing or corrupt block keeps its own type (MissingBlock, CorruptBlock).
+    """
+    try:
+        yield
+    except BadShape as exc:
+        raise CorruptRun(str(exc), run_id) from None
+    except CorruptRun as exc:
+        if run_id is None or exc.run_id is not None:
+            raise
+        raise CorruptRun(exc.detail, run_id) from None
+    except (MissingBlock, CorruptBlock) as exc:
+        if run_id is None:
+            raise
+        raise CorruptRun(str(exc), run_id) from None
+    except ValueError as exc:  # a CID or multihash that does not parse, met while following a link
+        raise CorruptRun(str(exc), run_id) from None
 
 
 # --- ids and refs ---------------------------------------------------------------------------------
@@ -168,9 +203,21 @@ def _text(value: str, blocks: list[Block]) -> str | Link:
 
 
 def read_text(store: BlockStore, value: str | Link | None) -> str | None:
-    """Inline text as is, linked text fetched (and verified) from its raw block."""
+    """Inline text as is, linked text fetched (and verified) from its raw block (CorruptRun if it is not UTF-8 text)."""
+    with reading():
+        return _read_text(store, value)
+
+
+def _read_text(store: BlockStore, value: str | Link | None) -> str | None:
     if isinstance(value, Link):
-        return bytes(store.get(value.cid)).decode()
+        if codec_of(value) != RAW:
+            raise BadShape(f"text {value.cid} is not a raw block")
+        try:
+            return bytes(store.get(value.cid)).decode()
+        except UnicodeDecodeError:
+            raise BadShape(f"text {value.cid} is not UTF-8") from None
+    if value is not None and not isinstance(value, str):
+        raise BadShape("a text field holds no text")
     return value
 
 
@@ -230,11 +277,23 @@ class _Chunks:
         return {"count": len(self.items), "chunks": list(self._links)}
 
 
-def read_chunks(store: BlockStore, obj: dict[str, Any]) -> list[Any]:
-    """The items of a chunked list (each chunk verified on read)."""
+#: A chunked list as a parent block holds it.
+CHUNKED = record({"count": COUNT, "chunks": list_of(LINK)})
+
+
+def read_chunks(store: BlockStore, obj: Any, item: Shape | None = None) -> list[Any]:
+    """The items of a chunked list (each chunk verified on read; each item of the shape `item`, when given)."""
+    with reading():
+        return _read_chunks(store, obj, item)
+
+
+def _read_chunks(store: BlockStore, obj: Any, item: Shape | None = None) -> list[Any]:
+    checked(obj, "a chunked list", {"chunks": list_of(LINK)})
     items: list[Any] = []
     for chunk in obj["chunks"]:
-        items.extend(get_obj(store, chunk.cid)["items"])
+        chunk_items = checked(get_obj(store, chunk.cid), f"chunk {chunk.cid}", {"items": list_of(item or ANY)},
+                              kind="chunk")["items"]
+        items.extend(chunk_items)
     return items
 
 
@@ -305,26 +364,44 @@ def _prompt_block(prompt: Prompt, blocks: list[Block]) -> Link:
     return _put({"type": "prompt", "text": text, "messages": messages}, blocks)
 
 
+PROMPT = {"text": optional(TEXT_OR_LINK), "messages": optional(list_of(list_of(TEXT_OR_LINK, 2)))}
+CALL = {
+    "rank": COUNT, "start": COUNT, "issued": COUNT, "purpose": TEXT, "model": TEXT, "prompt": LINK, "n": COUNT,
+    "max_tokens": COUNT, "temperature": NUMBER, "stop": list_of(TEXT), "seed": optional(WHOLE),
+    "texts": list_of(TEXT_OR_LINK), "usage": list_of(WHOLE, 2),
+    "error": optional(record({"kind": TEXT, "message": TEXT})), "batch": optional(COUNT), "schema": optional(TEXT),
+    "route": optional(TEXT), "form": optional(TEXT), "choices": optional(list_of(TEXT)), "scored": optional(BOOL),
+}
+#: Call fields a run may lack (stored before they existed, or left out when unset).
+CALL_OPTIONAL = ("error", "batch", "schema", "route", "form", "choices", "scored")
+
+
 def _read_prompt(store: BlockStore, cid: CID) -> Prompt:
-    obj = get_obj(store, cid)
+    obj = checked(get_obj(store, cid), f"prompt {cid}", PROMPT, kind="prompt", optional_fields=PROMPT)
     messages = obj.get("messages")
     return Prompt(
-        text=read_text(store, obj.get("text")),
-        messages=tuple(Message(role, read_text(store, content) or "") for role, content in messages) if messages else None,
+        text=_read_text(store, obj.get("text")),
+        messages=(tuple(Message(role, _read_text(store, content) or "") for role, content in messages)
+                  if messages else None),
     )
 
 
-def load_calls(store: BlockStore, calls_cid: CID) -> list[RecordedCall]:
-    """Every recorded exchange of a calls list, in completion (rank) order."""
+def load_calls(store: BlockStore, calls_cid: CID, run_id: str | None = None) -> list[RecordedCall]:
+    """Every recorded exchange of a calls list, in completion (rank) order (CorruptRun naming `run_id`)."""
+    with reading(run_id):
+        return _load_calls(store, calls_cid)
+
+
+def _load_calls(store: BlockStore, calls_cid: CID) -> list[RecordedCall]:
     out: list[RecordedCall] = []
-    for item in read_chunks(store, get_obj(store, calls_cid)):
-        c = get_obj(store, item.cid)
+    for item in _read_chunks(store, checked(get_obj(store, calls_cid), f"calls {calls_cid}", {}, kind="calls"), LINK):
+        c = checked(get_obj(store, item.cid), f"call {item.cid}", CALL, kind="call", optional_fields=CALL_OPTIONAL)
         error = c.get("error") or {}
         out.append(RecordedCall(
             rank=c["rank"], start=c["start"], issued=c["issued"], purpose=c["purpose"], model=c["model"],
             prompt=_read_prompt(store, c["prompt"].cid), n=c["n"], max_tokens=c["max_tokens"],
             temperature=c["temperature"], stop=tuple(c["stop"]), seed=c["seed"],
-            texts=tuple(read_text(store, t) or "" for t in c["texts"]), usage=Usage(*c["usage"]),
+            texts=tuple(_read_text(store, t) or "" for t in c["texts"]), usage=Usage(*c["usage"]),
             error_kind=error.get("kind"), error=error.get("message"), batch=c.get("batch"), schema=c.get("schema"),
             route=c.get("route"), pinned_form=c.get("form"), choices=tuple(c.get("choices") or ()),
             scored=bool(c.get("scored")),
@@ -745,28 +822,54 @@ class StoredRun:
         return int(u.get("input_tokens", 0)) + int(u.get("output_tokens", 0))
 
 
+#: The statuses a head can have.
+RUN_STATUSES = frozenset({"running", "finished", "interrupted"})
+HEAD = {
+    "run": TEXT, "seq": COUNT, "prev": optional(LINK), "status": one_of(RUN_STATUSES), "manifest": LINK,
+    "graph": LINK, "nodes": COUNT, "calls": LINK, "counts": CHUNKED, "timings": LINK, "result": optional(MAP),
+    "usage": MAP,
+}
+#: The head's usage: what the run was charged.
+USAGE = {"input_tokens": COUNT, "output_tokens": COUNT, "calls": COUNT}
+#: The result summary's fields the readers and views use (each may be absent).
+SUMMARY = {
+    "answer": optional(TEXT), "solved": optional(BOOL), "score": optional(NUMBER),
+    "termination_reason": optional(TEXT), "error": optional(TEXT), "model": optional(TEXT),
+    "best_path": list_of(COUNT), "goal_node": optional(COUNT), "best_node": optional(COUNT),
+    "answer_node": optional(COUNT), "usage": MAP, "stats": MAP,
+    "control": optional(record({"decisions": list_of(MAP)})),
+}
+
+
 def load_head(store: BlockStore, head_cid: CID) -> dict[str, Any]:
-    """A head block (RunError if the CID names something else)."""
-    head = get_obj(store, head_cid)
-    if not isinstance(head, dict) or head.get("type") != "head":
-        raise RunError(f"block {head_cid} is not a run head")
+    """A head block, every field the readers use checked (CorruptRun says which is wrong)."""
+    with reading():
+        return _load_head(store, head_cid)
+
+
+def _load_head(store: BlockStore, head_cid: CID) -> dict[str, Any]:
+    what = f"head {head_cid}"
+    head = checked(get_obj(store, head_cid), what, HEAD, kind="head", optional_fields=("prev", "result"))
+    checked(head["usage"], f"{what}: usage", USAGE)
+    if head.get("result") is not None:
+        checked(head["result"], f"{what}: result", SUMMARY, optional_fields=SUMMARY)
     return head
 
 
 def open_run(store: BlockStore, prefix: str) -> StoredRun:
-    """The run with this id (or unique id prefix), read from its newest head."""
+    """The run with this id (or unique id prefix), read from its newest head (CorruptRun naming it if it cannot be)."""
     run_id = resolve_run(store, prefix)
-    head_cid = store.get_ref(head_ref(run_id))
-    assert head_cid is not None
-    head = load_head(store, head_cid)
-    ref = head.get("manifest")
-    if not isinstance(ref, Link):
-        raise RunError(f"run {run_id}: its head {head_cid} links no manifest")
-    try:
-        manifest = Manifest.from_obj(get_obj(store, ref.cid))
-    except ManifestError as exc:
-        raise RunError(f"run {run_id}: {exc}") from None
-    return StoredRun(run_id, head_cid, head, manifest)
+    ref = store.get_ref(head_ref(run_id))
+    assert ref is not None
+    with reading(run_id):
+        if not CID_TEXT.test(ref):
+            raise BadShape("its head ref is not a CID")
+        head_cid = ref
+        head = _load_head(store, head_cid)
+        if head["run"] != run_id:
+            raise BadShape(f"its head {head_cid} belongs to another run")
+        return StoredRun(run_id, head_cid, head,
+                         Manifest.from_obj(get_obj(store, head["manifest"].cid), f"manifest {head['manifest'].cid}"))
 
 
 def history(store: BlockStore, head_cid: CID) -> Iterator[tuple[CID, dict[str, Any]]]:
@@ -779,9 +882,15 @@ def history(store: BlockStore, head_cid: CID) -> Iterator[tuple[CID, dict[str, A
         cid = prev.cid if prev is not None else None
 
 
+#: One recorded prompt token count: [prompt digest, tokens].
+COUNTED = Shape(lambda v: isinstance(v, list) and len(v) == 2 and TEXT.test(v[0]) and COUNT.test(v[1]),
+                "a [prompt digest, tokens] pair")
+
+
 def load_counts(store: BlockStore, head: dict[str, Any]) -> dict[str, int]:
-    """Recorded prompt token counts by prompt digest."""
-    return {digest: tokens for digest, tokens in read_chunks(store, head["counts"])}
+    """Recorded prompt token counts by prompt digest (a head from load_head)."""
+    with reading(head["run"]):
+        return {digest: tokens for digest, tokens in _read_chunks(store, head["counts"], COUNTED)}
 
 
 def _merged(thought: Link, edge: Edge) -> list[Any]:
@@ -797,28 +906,56 @@ class StoredGraph:
     versions: list[CID]
 
 
-def load_graph(store: BlockStore, graph_cid: CID, timings: CID | None = None) -> StoredGraph:
-    """Rebuild the ThoughtGraph a graph block describes (every block verified on read)."""
-    obj = get_obj(store, graph_cid)
-    if not isinstance(obj, dict) or obj.get("type") != "graph":
-        raise RunError(f"block {graph_cid} is not a graph")
-    versions = [v.cid for v in read_chunks(store, obj["nodes"])]
-    created = read_chunks(store, get_obj(store, timings)["created_at"]) if timings else []
+#: Node statuses, node kinds and edge kinds as stored.
+STATUSES = frozenset(s.value for s in NodeStatus)
+KINDS = frozenset(k.value for k in NodeKind)
+EDGE_KINDS = frozenset(k.value for k in EdgeKind)
+WEIGHT = optional(NUMBER)
+VERSION = {
+    "thought": LINK, "status": one_of(STATUSES), "score": optional(NUMBER), "cost_tokens": WHOLE, "extra": MAP,
+    "merged": list_of(Shape(lambda v: isinstance(v, list) and len(v) in (2, 3) and LINK.test(v[0])
+                            and one_of(EDGE_KINDS).test(v[1]) and (len(v) == 2 or WEIGHT.test(v[2])),
+                            "a [thought, edge kind, weight] list")),
+    "edges": list_of(Shape(lambda v: isinstance(v, list) and len(v) == 2 and one_of(EDGE_KINDS).test(v[0])
+                           and WEIGHT.test(v[1]), "an [edge kind, weight] pair")),
+}
+THOUGHT = {"id": COUNT, "kind": one_of(KINDS), "depth": COUNT, "creator": TEXT, "content": TEXT_OR_LINK,
+           "parents": list_of(LINK), "edges": list_of(one_of(EDGE_KINDS))}
+
+
+def load_graph(store: BlockStore, graph_cid: CID, timings: CID | None = None, run_id: str | None = None) -> StoredGraph:
+    """Rebuild the ThoughtGraph a graph block describes (every block verified and checked on read; CorruptRun
+    naming `run_id` when a block is missing or not shaped as a graph's)."""
+    with reading(run_id):
+        return _load_graph(store, graph_cid, timings)
+
+
+def _load_graph(store: BlockStore, graph_cid: CID, timings: CID | None) -> StoredGraph:
+    obj = checked(get_obj(store, graph_cid), f"graph {graph_cid}", {"nodes": CHUNKED}, kind="graph")
+    versions = [v.cid for v in _read_chunks(store, obj["nodes"], LINK)]
+    created: list[Any] = []
+    if timings:
+        times = checked(get_obj(store, timings), f"timings {timings}", {"created_at": CHUNKED}, kind="timings")
+        created = _read_chunks(store, times["created_at"], optional(NUMBER))
     graph = ThoughtGraph()
     ids: dict[CID, int] = {}
     links: list[tuple[int, list[tuple[CID, str, float | None]]]] = []
     for vcid in versions:
-        version = get_obj(store, vcid)
+        version = checked(get_obj(store, vcid), f"node {vcid}", VERSION, kind="node", optional_fields=("edges",))
         tcid = version["thought"].cid
-        thought = get_obj(store, tcid)
+        thought = checked(get_obj(store, tcid), f"thought {tcid}", THOUGHT, kind="thought")
         nid = thought["id"]
+        if nid != len(graph):
+            raise BadShape(f"graph {graph_cid}: node {nid} stored out of order")
+        if len(thought["parents"]) != len(thought["edges"]):
+            raise BadShape(f"thought {tcid}: its parents and their edge kinds differ in number")
+        if "edges" in version and len(version["edges"]) != len(thought["edges"]):
+            raise BadShape(f"node {vcid}: its edges and its thought's parents differ in number")
         node = graph.add_node(
-            read_text(store, thought["content"]) or "", NodeKind(thought["kind"]), score=version["score"],
-            created_at=created[nid] if nid < len(created) else 0.0, cost_tokens=version["cost_tokens"],
-            creator=thought["creator"], extra=dict(version["extra"]),
+            _read_text(store, thought["content"]) or "", NodeKind(thought["kind"]), score=version["score"],
+            created_at=created[nid] if nid < len(created) and created[nid] is not None else 0.0,
+            cost_tokens=version["cost_tokens"], creator=thought["creator"], extra=dict(version["extra"]),
         )
-        if node.id != nid:
-            raise RunError(f"graph {graph_cid}: node {nid} stored out of order")
         ids[tcid] = nid
         node.depth = thought["depth"]
         node.status = NodeStatus(version["status"])
@@ -832,6 +969,10 @@ def load_graph(store: BlockStore, graph_cid: CID, timings: CID | None = None) ->
     # step holding back a step that was waiting).
     for nid, edges in links:
         for parent, kind, weight in edges:
-            graph.add_edge(ids[parent], nid, EdgeKind(kind), weight)
+            if parent not in ids:
+                raise BadShape(f"graph {graph_cid}: node {nid} names a parent {parent} that is not in the graph")
+            try:
+                graph.add_edge(ids[parent], nid, EdgeKind(kind), weight)
+            except (CycleError, ValueError) as exc:  # a cycle, or the same parent twice
+                raise BadShape(f"graph {graph_cid}: {exc}") from None
     return StoredGraph(graph, versions)
-

@@ -37,6 +37,20 @@ def few_shot_query(system: str, examples: Sequence[tuple[str, str]], user: str, 
                  stop=stop, schema=schema, temperature=temperature)
 
 
+def comma_list(text: str, option: str, error: type[Exception] = ValueError) -> list[str]:
+    """The names of a comma-separated option ("calc,python"), trimmed; `error` (one line) for an empty or
+    repeated name."""
+    names = [part.strip() for part in text.split(",")]
+    if not any(names):
+        raise error(f"{option} {text!r} names nothing; give comma-separated names")
+    if not all(names):
+        raise error(f"{option} {text!r} holds an empty name; separate names with single commas")
+    repeated = next((n for i, n in enumerate(names) if n in names[:i]), None)
+    if repeated is not None:
+        raise error(f"{option} {text!r} names {repeated!r} twice; give each name once")
+    return names
+
+
 class ProblemError(ValueError):
     """The problem text is not a valid instance of the task; the message says how to fix it."""
 

@@ -14,6 +14,7 @@ from typing import Any
 
 from thoughtloom.grounding.sandbox import Sandbox
 
+from ..tasks.base import comma_list
 from .base import Tool, ToolConfigError
 from .builtin import CalcTool, DocsTool, FilesTool, PythonTool
 from .mcp import SERVER_NAME, connect_all, load_mcp_config
@@ -42,13 +43,9 @@ def check_tool_name(name: str) -> str:
 
 
 def parse_tool_names(text: str) -> list[str]:
-    """'calc,python,mcp:time' as a list of names, each checked for form, repeats dropped (servers are checked by build_toolbox)."""
-    names = [part.strip() for part in text.split(",")]
-    if not any(names):
-        raise ToolConfigError(f"no tool names given; write a comma-separated list such as calc,python (known: {_known()})")
-    if not all(names):
-        raise ToolConfigError(f"an empty tool name in {text!r}; separate names with single commas")
-    return list(dict.fromkeys(check_tool_name(n) for n in names))
+    """'calc,python,mcp:time' as a list of names, each checked for form (servers are checked by build_toolbox);
+    ToolConfigError for an empty, repeated or unknown name."""
+    return [check_tool_name(n) for n in comma_list(text, "--tools", ToolConfigError)]
 
 
 def check_grant(names: Sequence[str], *, knowledge: str | Path | None = None, read_roots: Sequence[str | Path] = (),
