@@ -377,6 +377,7 @@ def test_the_built_in_python_tool_runs_a_code_step_in_the_sandbox() -> None:
     (["--tools", "files"], "--allow-read"),
     (["--tools", "mcp:time"], "--mcp-config"),
     (["--tools", "mcp:time", "--mcp-config", "/nonexistent/mcp.json"], "/nonexistent/mcp.json"),
+    (["--tools", "mcp:time", "--mcp-config", "/dev/zero"], "/dev/zero is a device, not a regular file"),
     (["--on-failure", "retry"], "--on-failure"),
     (["--parallel", "0"], "--parallel"),
 ])
