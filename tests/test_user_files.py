@@ -86,3 +86,8 @@ def test_the_walk_refuses_names_that_are_not_utf8_and_skips_hidden_ones(tmp_path
     found = {e.rel: e.refused for e in walk_files(tmp_path, (".md",))}
     assert found == {"good.md": None, "\\xff.md": "its name is not UTF-8; rename it",
                      "\\xfe/": "its name is not UTF-8; rename it"}
+
+
+def test_a_head_read_takes_the_first_bytes_of_a_larger_file(tmp_path: Path) -> None:
+    (tmp_path / "long.py").write_bytes(b"a" * 100 + b"b" * 100)
+    assert read_regular(tmp_path / "long.py", max_bytes=100, head=True) == b"a" * 100

@@ -164,14 +164,15 @@ def _check_opened(fd: int, roots: Sequence[Path], name: str) -> None:
 
 
 def read_regular(path: str | os.PathLike[str], *, what: str = "", max_bytes: int = MAX_FILE_BYTES,
-                 inside: Sequence[Path] = (), gzipped: bool = False) -> bytes:
+                 inside: Sequence[Path] = (), gzipped: bool = False, head: bool = False) -> bytes:
     """The bytes of the regular file `path` (decompressed when `gzipped`), at most `max_bytes`; FileRefused
-    (one line) when it is not a regular file, is outside `inside`, is larger or cannot be read."""
+    (one line) when it is not a regular file, is outside `inside`, cannot be read or is larger (unless
+    `head`: then its first `max_bytes` are the answer)."""
     fd, st = open_regular(path, what=what, inside=inside)
     too_large = FileRefused(f"{_label(path, what)} is larger than {size_text(max_bytes)}; is it the right file?",
                             f"larger than {size_text(max_bytes)}")
     with os.fdopen(fd, "rb") as fh:
-        if not gzipped and st.st_size > max_bytes:
+        if not gzipped and not head and st.st_size > max_bytes:
             raise too_large
         try:
             # The cap bounds a decompressed stream too (a small .gz can hold gigabytes).
@@ -179,6 +180,8 @@ def read_regular(path: str | os.PathLike[str], *, what: str = "", max_bytes: int
         except (OSError, EOFError) as exc:  # gzip: BadGzipFile is an OSError, a cut file an EOFError
             raise _unreadable(path, what, exc) from None
     if len(data) > max_bytes:
+        if head:
+            return data[:max_bytes]
         raise too_large
     return data
 
@@ -204,13 +207,14 @@ class FolderEntry:
     refused: str | None = None
 
 
-def walk_files(folder: Path, suffixes: tuple[str, ...]) -> Iterator[FolderEntry]:
+def walk_files(folder: Path, suffixes: tuple[str, ...], skip: frozenset[str] = frozenset()) -> Iterator[FolderEntry]:
     """The files under `folder` whose names end with `suffixes`, in a stable order; hidden files and folders
-    are skipped, linked folders are not entered, and names that are not UTF-8 come back refused."""
+    and folders named in `skip` are left out, linked folders are not entered, and names that are not UTF-8
+    come back refused."""
     for root, dirs, files in os.walk(folder):
         base = Path(root).relative_to(folder)
         kept = []
-        for name in sorted(d for d in dirs if not d.startswith(".")):
+        for name in sorted(d for d in dirs if not d.startswith(".") and d not in skip):
             if encodes(name):
                 kept.append(name)
             else:
