@@ -91,3 +91,12 @@ def test_the_walk_refuses_names_that_are_not_utf8_and_skips_hidden_ones(tmp_path
 def test_a_head_read_takes_the_first_bytes_of_a_larger_file(tmp_path: Path) -> None:
     (tmp_path / "long.py").write_bytes(b"a" * 100 + b"b" * 100)
     assert read_regular(tmp_path / "long.py", max_bytes=100, head=True) == b"a" * 100
+
+
+@QUICK
+def test_a_users_data_set_that_is_a_fifo_is_a_one_line_data_error(tmp_path: Path) -> None:
+    from thoughtloom.eval.datasets import DataError, load_dataset
+
+    os.mkfifo(tmp_path / "problems.jsonl")
+    with pytest.raises(DataError, match=r"problems.jsonl is a pipe \(FIFO\), not a regular file"):
+        load_dataset(f"math:{tmp_path / 'problems.jsonl'}")
