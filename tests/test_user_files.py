@@ -100,3 +100,12 @@ def test_a_users_data_set_that_is_a_fifo_is_a_one_line_data_error(tmp_path: Path
     os.mkfifo(tmp_path / "problems.jsonl")
     with pytest.raises(DataError, match=r"problems.jsonl is a pipe \(FIFO\), not a regular file"):
         load_dataset(f"math:{tmp_path / 'problems.jsonl'}")
+
+
+@QUICK
+def test_a_manifest_named_by_the_user_that_is_a_fifo_is_refused(tmp_path: Path) -> None:
+    from thoughtloom.store.manifest import Manifest, ManifestError
+
+    os.mkfifo(tmp_path / "run.json")
+    with pytest.raises(ManifestError, match=r"cannot read manifest .*run.json: a pipe \(FIFO\), not a regular file"):
+        Manifest.load_json(tmp_path / "run.json")

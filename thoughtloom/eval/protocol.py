@@ -104,9 +104,9 @@ class Protocol:
     def load(cls, path: Path) -> Protocol:
         """The protocol a run directory's manifest file holds (ProtocolError if it cannot be read as one)."""
         try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except OSError as exc:
-            raise ProtocolError(f"cannot read {path}: {exc.strerror or exc}") from None
+            data = json.loads(read_utf8(path))
+        except FileRefused as exc:
+            raise ProtocolError(str(exc)) from None
         except ValueError as exc:
             raise ProtocolError(f"{path} is not a bench manifest: {exc}") from None
         if not isinstance(data, dict):
