@@ -355,15 +355,17 @@ class FilesTool:
         try:
             target = self.resolve(path)
             if stat.S_ISDIR(st.st_mode):
-                return self._list(target)
+                return self._list(target, fd)
             with os.fdopen(fd, "rb", closefd=False) as f:
                 return self._lines(f, target, start_line, max_lines)
         finally:
             os.close(fd)
 
-    def _list(self, target: Path) -> str:
+    def _list(self, target: Path, fd: int) -> str:
         try:
-            entries = sorted(os.scandir(target), key=lambda e: e.name)
+            # The open folder itself (scandir duplicates the descriptor): one swapped since it was opened is not listed.
+            with os.scandir(fd) as listing:
+                entries = sorted(listing, key=lambda e: e.name)
         except OSError as exc:
             raise ToolError(f"cannot list {self._shown(target)}: {exc.strerror or exc}") from None
         names = []
