@@ -310,7 +310,8 @@ def test_index_path_that_is_not_a_database_is_a_clear_error(docs: Path, tmp_path
         KnowledgeBase.open(docs, bogus)
 
 
-def test_an_index_file_holding_another_programs_documents_table_is_refused_untouched(docs: Path, tmp_path: Path) -> None:
+def test_an_index_file_holding_another_programs_documents_table_is_refused_untouched(
+        docs: Path, tmp_path: Path) -> None:
     theirs = tmp_path / "mine.db"
     with sqlite3.connect(theirs) as conn:
         conn.execute("CREATE TABLE documents (id INTEGER PRIMARY KEY, body TEXT)")

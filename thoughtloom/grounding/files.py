@@ -153,7 +153,8 @@ def open_regular(path: str | os.PathLike[str], *, what: str = "", inside: Sequen
 
 
 def _check_opened(fd: int, roots: Sequence[Path], name: str) -> None:
-    """Where the open file really is (Linux: /proc/self/fd): a folder swapped for a symlink after resolving is caught."""
+    """Where the open file really is (Linux: /proc/self/fd): a folder swapped for a symlink after resolving is
+    caught."""
     try:
         real = Path(os.readlink(f"/proc/self/fd/{fd}"))
     except OSError:

@@ -408,7 +408,8 @@ class FilesTool:
             if number == 0:
                 return f"{shown} is empty"
             if unread:
-                raise ToolError(f"{shown} is larger than {MAX_FILE_BYTES >> 20} MB; lines past line {number} are not read")
+                raise ToolError(
+                    f"{shown} is larger than {MAX_FILE_BYTES >> 20} MB; lines past line {number} are not read")
             raise ToolError(f"{shown} has {number} lines; start_line {start_line} is past the end")
         last = start_line + len(out) - 1
         tail = f"\n[more lines follow: start_line={last + 1}]" if more else ""
