@@ -153,8 +153,6 @@ def _decode(data: bytes) -> str:
     return data.decode("utf-8", errors="replace").removeprefix("\ufeff")
 
 
-
-
 class KnowledgeBase:
     """A folder of documents indexed for full-text search; see the module docstring."""
 
@@ -207,7 +205,8 @@ class KnowledgeBase:
                 try:
                     check_regular(self.index_path, what="index")
                 except FileRefused as exc:
-                    raise KnowledgeBaseError(f"{exc}; give a file name such as index.db") from None
+                    raise KnowledgeBaseError(
+                        f"index {shown(self.index_path)} is {exc.reason}; give a file name such as index.db") from None
             target = str(self.index_path)
         try:
             if self.index_path is not None:

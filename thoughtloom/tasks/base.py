@@ -43,7 +43,7 @@ class ProblemError(ValueError):
 
 
 def read_input_file(path: str | Path, what: str, *, gzipped: bool = False) -> str:
-    """A user's UTF-8 text file, only if it is a regular file of at most MAX_FILE_BYTES (grounding.files);
+    """A user's UTF-8 text file, only if it is a regular file of at most grounding.files.MAX_FILE_BYTES;
     ProblemError (one line) otherwise."""
     try:
         return read_utf8(path, what=what, gzipped=gzipped)
