@@ -359,6 +359,31 @@ def test_the_agent_calls_a_real_mcp_server_and_a_replay_does_not_start_it(tmp_pa
     assert verdict.identical and (verdict.model_calls, verdict.tool_calls, verdict.tools_replayed) == (0, 0, 1)
 
 
+def test_a_stored_agent_run_lists_a_folder_holding_a_name_that_is_not_utf8_and_finishes(tmp_path: Any) -> None:
+    import os
+
+    from thoughtloom.store.runs import open_run, run_ids
+
+    folder = tmp_path / "notes"
+    folder.mkdir()
+    (folder / "plan.txt").write_text("Lisbon in May\n")
+    with open(os.fsencode(folder) + b"/\xff.txt", "wb") as fh:
+        fh.write(b"a name from another encoding\n")
+    model = ScriptedBackend(default="ok")
+    model.on("Tools: files", "1. [files] List the notes folder.\n2. Say what is there. (after 1)")
+    model.on("Step: List the notes", 'files: {"path": "."}')
+    model.on("Final answer:", "Two notes.")
+    model.on("VERDICT", "VERDICT: ok\nREASON: fine")
+    store = str(tmp_path / "runs.db")
+    result = asyncio.run(agent("What notes are there?", tools=["files"], read_roots=[str(folder)], model=model,
+                               store=store, controller=False))
+    listing = by_content(result, "List the notes").extra["tool_calls"][0]
+    assert listing["status"] == "ok" and "\\xff.txt" in listing["output"] and "plan.txt" in listing["output"]
+    assert result.answer == "Two notes." and result.store_error is None
+    with SQLiteStore(store) as opened:
+        assert open_run(opened, run_ids(opened)[0]).status == "finished"
+
+
 def test_the_built_in_python_tool_runs_a_code_step_in_the_sandbox() -> None:
     model = ScriptedBackend(default="ok")
     model.on("Tools: python", "1. [python] Compute 2 to the power 20.\n2. Report it. (after 1)")
@@ -384,6 +409,7 @@ def test_the_built_in_python_tool_runs_a_code_step_in_the_sandbox() -> None:
     (["--tools", "files"], "--allow-read"),
     (["--tools", "mcp:time"], "--mcp-config"),
     (["--tools", "mcp:time", "--mcp-config", "/nonexistent/mcp.json"], "/nonexistent/mcp.json"),
+    (["--tools", "mcp:time", "--mcp-config", "/dev/zero"], "/dev/zero is a device, not a regular file"),
     (["--on-failure", "retry"], "--on-failure"),
     (["--parallel", "0"], "--parallel"),
 ])

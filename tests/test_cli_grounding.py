@@ -4,6 +4,7 @@ real sandboxes, a real repository with a failing test."""
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Callable
 from pathlib import Path
 
@@ -80,6 +81,13 @@ def test_an_unknown_humaneval_id_exits_2_with_one_line() -> None:
 
 def test_a_missing_tests_file_exits_2_with_one_line(tmp_path: Path) -> None:
     assert_one_line_error(loom("solve", "--tests", str(tmp_path / "nope.py"), "add"), "--tests", "no such file")
+
+
+@pytest.mark.timeout(scaled(60))
+def test_a_tests_file_that_is_a_fifo_exits_2_with_one_line(tmp_path: Path) -> None:
+    os.mkfifo(tmp_path / "tests.py")
+    proc = loom("solve", "--tests", str(tmp_path / "tests.py"), "add", timeout=scaled(30))
+    assert_one_line_error(proc, "the tests file", "is a pipe (FIFO), not a regular file")
 
 
 def test_an_option_the_task_does_not_take_exits_2(tmp_path: Path) -> None:

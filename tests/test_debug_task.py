@@ -85,3 +85,22 @@ async def test_a_test_that_passes_on_the_unmodified_repo_is_a_problem_error(repo
 def test_a_failing_test_outside_the_repo_is_a_problem_error(repo: Path) -> None:
     with pytest.raises(ProblemError, match="no file 'nope.py'"):
         DebugTask(repo=repo, failing_test="nope.py::test_x").parse_problem("")
+
+
+@pytest.mark.timeout(30)
+def test_the_sources_shown_to_the_model_are_regular_files_inside_the_repo(tmp_path: Path) -> None:
+    import os
+
+    from thoughtloom.tasks.debug import involved_sources
+
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    (repo / "calc.py").write_text(CALC)
+    (repo / "test_calc.py").write_text(TEST_CALC)
+    (tmp_path / "secret.py").write_text("TOKEN = 'swordfish'\n")
+    os.symlink(tmp_path / "secret.py", repo / "leak.py")
+    os.mkfifo(repo / "pipe.py")
+    with open(os.fsencode(repo) + b"/\xff.py", "wb") as fh:
+        fh.write(b"x = 1\n")
+    sources = involved_sources(repo, "test_calc.py::test_add", "leak.py pipe.py \\xff.py calc.py failed")
+    assert [name for name, _ in sources] == ["calc.py", "test_calc.py"]

@@ -8,8 +8,10 @@ import threading
 from pathlib import Path
 
 import pytest
+from machine import scaled
 
 from thoughtloom.grounding.knowledge import (
+    MAX_DOCUMENT_BYTES,
     WINDOW_LINES,
     KnowledgeBase,
     KnowledgeBaseError,
@@ -140,6 +142,92 @@ def test_undecodable_bytes_do_not_stop_indexing(tmp_path: Path) -> None:
         assert kb.search("Vienna")[0].path == "latin1.txt"
 
 
+# --- hostile folders -------------------------------------------------------------------------
+
+#: A hang guard: a folder's pipe or device must be skipped at once, a blocked open would wait forever.
+QUICK = pytest.mark.timeout(scaled(30))
+
+
+def kb_folder(tmp_path: Path) -> Path:
+    """A folder with one good document, and a secret file beside it (outside the folder)."""
+    folder = tmp_path / "docs"
+    write(folder, "ship.md", "The Argo was built by Argus.")
+    write(tmp_path, "secret.txt", "The launch password is swordfish.")
+    return folder
+
+
+@QUICK
+def test_a_fifo_in_the_folder_is_skipped_without_blocking(tmp_path: Path) -> None:
+    folder = kb_folder(tmp_path)
+    os.mkfifo(folder / "pipe.md")
+    with KnowledgeBase.open(folder) as kb:
+        assert kb.documents == 1 and kb.search("Argo")[0].path == "ship.md"
+        assert kb.stats.skipped == ("pipe.md: a pipe (FIFO), not a regular file",)
+
+
+def test_a_symlink_to_a_file_outside_the_folder_is_not_indexed(tmp_path: Path) -> None:
+    folder = kb_folder(tmp_path)
+    os.symlink(tmp_path / "secret.txt", folder / "leak.txt")
+    with KnowledgeBase.open(folder) as kb:
+        assert kb.search("launch password swordfish") == []
+        assert kb.stats.skipped[0].startswith("leak.txt: resolves to") and "outside the folder" in kb.stats.skipped[0]
+
+
+def test_a_symlink_that_stays_inside_the_folder_is_indexed(tmp_path: Path) -> None:
+    folder = kb_folder(tmp_path)
+    write(folder, "notes/real.txt", "Jason led the Argonauts.")
+    os.symlink(folder / "notes" / "real.txt", folder / "alias.txt")
+    with KnowledgeBase.open(folder) as kb:
+        assert {c.path for c in kb.search("Jason Argonauts", limit=5)} == {"alias.txt", "notes/real.txt"}
+
+
+@QUICK
+def test_a_symlink_to_dev_zero_is_skipped(tmp_path: Path) -> None:
+    folder = kb_folder(tmp_path)
+    os.symlink("/dev/zero", folder / "zero.txt")
+    with KnowledgeBase.open(folder) as kb:
+        assert kb.documents == 1 and kb.stats.skipped[0].startswith("zero.txt: ")
+
+
+@QUICK
+def test_a_document_larger_than_the_cap_is_skipped_unread(tmp_path: Path) -> None:
+    folder = kb_folder(tmp_path)
+    with (folder / "huge.txt").open("wb") as fh:
+        fh.write(b"one line that never ends ")
+        fh.truncate(300 * 1024 * 1024)  # sparse: nothing like 300 MB is written, and none of it may be read
+    with KnowledgeBase.open(folder) as kb:
+        assert kb.documents == 1
+        assert kb.stats.skipped == (f"huge.txt: larger than {MAX_DOCUMENT_BYTES >> 20} MB",)
+
+
+def test_documents_past_the_folders_total_cap_are_skipped_and_reported(tmp_path: Path) -> None:
+    for name in ("a.md", "b.md", "c.md"):
+        write(tmp_path, name, f"Document {name} " + "word " * 40)
+    with KnowledgeBase(tmp_path, max_total_bytes=500) as kb:
+        assert kb.documents == 2
+        assert kb.stats.skipped == ("c.md: past the folder's limit of 500 bytes of documents in all",)
+
+
+def test_a_file_name_that_is_not_utf8_is_skipped_and_the_rest_indexed(tmp_path: Path) -> None:
+    folder = kb_folder(tmp_path)
+    with open(os.fsencode(folder) + b"/\xff.txt", "wb") as fh:
+        fh.write(b"Argus also built a raft.")
+    with KnowledgeBase.open(folder) as kb:
+        assert [c.path for c in kb.search("Argus")] == ["ship.md"]
+        assert kb.stats.skipped == ("\\xff.txt: its name is not UTF-8; rename it",)
+
+
+def test_skipped_files_are_reported_once_in_one_warning(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    folder = kb_folder(tmp_path)
+    os.mkfifo(folder / "pipe.md")
+    os.symlink(tmp_path / "secret.txt", folder / "leak.txt")
+    with caplog.at_level("WARNING", logger="thoughtloom"), KnowledgeBase.open(folder):
+        pass
+    warned = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert len(warned) == 1 and "\n" not in warned[0]
+    assert warned[0].startswith("2 files in ") and "not indexed" in warned[0] and "leak.txt" in warned[0]
+
+
 # --- hostile queries --------------------------------------------------------------------------
 
 
@@ -220,6 +308,35 @@ def test_index_path_that_is_not_a_database_is_a_clear_error(docs: Path, tmp_path
     bogus.write_bytes(b"this is not sqlite at all, just some bytes" * 100)
     with pytest.raises(KnowledgeBaseError, match="not a usable index.*delete it or pass another index_path"):
         KnowledgeBase.open(docs, bogus)
+
+
+def test_an_index_file_holding_another_programs_documents_table_is_refused_untouched(
+        docs: Path, tmp_path: Path) -> None:
+    theirs = tmp_path / "mine.db"
+    with sqlite3.connect(theirs) as conn:
+        conn.execute("CREATE TABLE documents (id INTEGER PRIMARY KEY, body TEXT)")
+        conn.executemany("INSERT INTO documents (body) VALUES (?)", [(f"row {i}",) for i in range(100)])
+    conn.close()
+    with pytest.raises(KnowledgeBaseError, match="is not a thoughtloom knowledge index.*pass a new file") as info:
+        KnowledgeBase.open(docs, theirs)
+    assert "\n" not in str(info.value)
+    with sqlite3.connect(theirs) as conn:
+        assert conn.execute("SELECT count(*) FROM documents").fetchone()[0] == 100
+    conn.close()
+
+
+def test_an_empty_index_file_becomes_the_index(docs: Path, tmp_path: Path) -> None:
+    empty = tmp_path / "index.db"
+    empty.touch()
+    with KnowledgeBase.open(docs, empty) as kb:
+        assert kb.documents == 2
+
+
+@QUICK
+def test_an_index_path_that_is_a_fifo_is_refused(docs: Path, tmp_path: Path) -> None:
+    os.mkfifo(tmp_path / "index.db")
+    with pytest.raises(KnowledgeBaseError, match=r"index .*index.db is a pipe \(FIFO\), not a regular file"):
+        KnowledgeBase.open(docs, tmp_path / "index.db")
 
 
 # --- persistence and incremental re-indexing --------------------------------------------------

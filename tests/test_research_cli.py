@@ -102,6 +102,37 @@ def test_a_stored_research_run_replays_from_the_cli(docs: str, model: str, tmp_p
     assert "identical" in (replay.stdout + replay.stderr)
 
 
+@pytest.fixture
+def hostile_docs(docs: str, tmp_path: Path) -> str:
+    """The Argo documents beside a pipe, links to a secret outside the folder and to /dev/zero, a huge
+    sparse file and a name that is not UTF-8."""
+    folder = Path(docs)
+    (tmp_path / "secret.md").write_text("Argus was paid with the vault password swordfish.\n")
+    os.mkfifo(folder / "pipe.md")
+    os.symlink(tmp_path / "secret.md", folder / "leak.md")
+    os.symlink("/dev/zero", folder / "zero.md")
+    with (folder / "huge.txt").open("wb") as fh:
+        fh.write(b"Argus " * 100)
+        fh.truncate(300 * 1024 * 1024)  # sparse: no 300 MB written
+    with open(os.fsencode(folder) + b"/\xff.md", "wb") as fh:
+        fh.write(b"Argus built it.\n")
+    return docs
+
+
+@pytest.mark.timeout(scaled(180))
+@pytest.mark.parametrize("command", ["research", "solve"])
+def test_a_knowledge_folder_with_hostile_entries_still_answers_from_the_good_files(
+        hostile_docs: str, model: str, server: FakeOpenAIServer, command: str) -> None:
+    proc = loom(command, QUESTION, "--knowledge", hostile_docs, "--model", model, "--quiet", "--no-store",
+                timeout=scaled(120))
+    assert proc.returncode == 0, proc.stderr
+    assert "Traceback" not in proc.stderr and "answer" in proc.stdout
+    warned = [line for line in proc.stderr.splitlines() if "not indexed" in line]
+    assert len(warned) == 1 and all(n in warned[0] for n in ("pipe.md", "leak.md", "zero.md", "huge.txt", "\\xff.md"))
+    sent = json.dumps([seen.body for seen in server.seen])
+    assert server.seen and "swordfish" not in sent
+
+
 @pytest.mark.parametrize(("args", "said"), [
     (("--max-branches", "40"), "unbounded branching"),
     (("--pruning-threshold", "0"), "prunes nothing"),

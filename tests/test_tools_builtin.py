@@ -14,7 +14,7 @@ from thoughtloom.grounding.knowledge import KnowledgeBase
 from thoughtloom.grounding.sandbox import Sandbox, SandboxLimits
 from thoughtloom.grounding.arith import ExpressionError, NumberTooLarge, evaluate
 from thoughtloom.tools import ToolConfigError, ToolError
-from thoughtloom.tools.builtin import MAX_LINE_CHARS, CalcTool, DocsTool, FilesTool, PythonTool
+from thoughtloom.tools.builtin import MAX_LINE_CHARS, SNIFF_BYTES, CalcTool, DocsTool, FilesTool, PythonTool
 from thoughtloom.tools.toolbox import ToolLimits, Toolbox
 
 # ---------------------------------------------------------------------------- calc
@@ -266,6 +266,37 @@ async def test_files_cuts_a_very_long_line(tree: Path) -> None:
 async def test_files_lists_a_folder(tree: Path) -> None:
     out = await FilesTool([tree]).call({"path": "."})
     assert out.splitlines() == ["./ (6 entries)", "blob.bin", "escape.txt@", "inside.md@", "notes.txt", "parent@", "sub/"]
+
+
+@pytest.mark.timeout(20)
+async def test_files_refuses_a_fifo_without_blocking(tree: Path) -> None:
+    os.mkfifo(tree / "pipe.txt")
+    with pytest.raises(ToolError, match=r"pipe.txt is a pipe \(FIFO\), not a regular file"):
+        await FilesTool([tree]).call({"path": "pipe.txt"})
+
+
+async def test_files_lists_a_name_that_is_not_utf8_escaped(tree: Path) -> None:
+    with open(os.fsencode(tree) + b"/\xff.txt", "wb") as fh:
+        fh.write(b"text\n")
+    out = await FilesTool([tree]).call({"path": "."})
+    out.encode("utf-8")  # the reply is stored and sent to a model: it must be valid text
+    assert "\\xff.txt" in out.splitlines()
+
+
+async def test_files_reads_a_huge_one_line_file_in_bounded_memory(tree: Path) -> None:
+    import tracemalloc
+
+    with (tree / "huge.txt").open("wb") as fh:
+        fh.write(b"x" * (2 * SNIFF_BYTES))  # text first, so it is not taken for a binary file
+        fh.truncate(300 * 1024 * 1024)  # sparse: one 300 MB line
+    tracemalloc.start()
+    try:
+        out = await FilesTool([tree]).call({"path": "huge.txt"})
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert out.startswith("huge.txt lines 1-1:\n1\txxx") and "[line cut]" in out
+    assert peak < 8 * 1024 * 1024
 
 
 async def test_files_needs_an_existing_folder() -> None:

@@ -202,6 +202,22 @@ def test_a_missing_config_file_is_one_line_that_says_what_to_pass(tmp_path: Path
     assert "\n" not in str(err.value)
 
 
+@pytest.mark.timeout(scaled(20))
+@pytest.mark.parametrize("kind", ["fifo", "device", "huge"])
+def test_a_config_that_is_not_a_small_regular_file_is_refused_in_one_line(tmp_path: Path, kind: str) -> None:
+    path = tmp_path / "mcp.json"
+    if kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "device":
+        os.symlink("/dev/zero", path)
+    else:
+        with path.open("wb") as fh:
+            fh.truncate(300 * 1024 * 1024)  # sparse
+    with pytest.raises(ToolConfigError, match="not a regular file|larger than") as err:
+        load_mcp_config(path)
+    assert "\n" not in str(err.value) and "MCP config" in str(err.value)
+
+
 def test_a_config_that_is_not_json_names_the_line(tmp_path: Path) -> None:
     path = tmp_path / "mcp.json"
     path.write_text('{"mcpServers": {\n  "time": {"command": "x",}\n}}', encoding="utf-8")

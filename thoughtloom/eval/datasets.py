@@ -18,11 +18,14 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
+from ..grounding.files import FileRefused, read_regular, read_utf8
 from ..tasks.datadir import default_data_dir
 from . import scoring
 from .scoring import Score
 from .sources import SOURCES, UPSTREAM_NAMES, fetch_hint
 
+#: The most read of one data file (HotpotQA's full dev file, read by hand, is 46 MB).
+MAX_DATASET_BYTES = 128 * 1024 * 1024
 #: Which problems --limit takes from Game of 24's 1262 puzzles (ranked easiest first).
 GAME24_SELECTIONS = ("spread", "first", "hard")
 
@@ -124,7 +127,7 @@ def _user_problems(spec: DatasetSpec, path: Path) -> list[Problem]:
     except (UnknownTask, ValueError) as exc:
         raise DataError(f"data set {spec.name}: {exc}") from None
     out = []
-    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+    for number, line in enumerate(read_utf8(path, what="data set", max_bytes=MAX_DATASET_BYTES).splitlines(), 1):
         if not line.strip():
             continue
         where = f"{path} line {number}"
@@ -290,12 +293,12 @@ def load_dataset(name: str, data_dir: str | os.PathLike[str] | None = None) -> D
     spec = dataset_spec(name)
     if name not in DATASETS:
         path = Path(spec.path or "").expanduser()
-        if not path.is_file():
+        if not os.path.lexists(path):
             raise DataError(f"data set {name}: {path} not found")
         try:
             return Dataset(spec, _user_problems(spec, path), str(path))
-        except (OSError, UnicodeDecodeError) as exc:
-            raise DataError(f"cannot read {path}: {exc}") from None
+        except FileRefused as exc:
+            raise DataError(str(exc)) from None
     if spec.path is None:
         from ..tasks.humaneval import humaneval_path, load_humaneval
 
@@ -314,8 +317,10 @@ def load_dataset(name: str, data_dir: str | os.PathLike[str] | None = None) -> D
         raise DataError(f"data set {name}: {data_dir / spec.path} not found; {hint} (or name the folder that holds it: "
                         "--data-dir DIR, data_dir= in Python, or $THOUGHTLOOM_DATA)")
     try:
-        raw = path.read_bytes()
+        raw = read_regular(path, what="data set", max_bytes=MAX_DATASET_BYTES)
         problems = _LOADERS[spec.prompts]((split(raw) if split else raw).decode("utf-8"))
+    except FileRefused as exc:
+        raise DataError(str(exc)) from None
     except (OSError, ValueError, KeyError, TypeError, SyntaxError) as exc:
         raise DataError(f"cannot read {path}: {exc}") from None
     return Dataset(spec, problems, str(path))

@@ -11,14 +11,13 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import os
-import stat
 import subprocess
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..grounding.files import FileRefused, read_utf8
 from ..llm.budget import Pricing
 
 #: What every lane must share unless the protocol declares the difference.
@@ -105,9 +104,9 @@ class Protocol:
     def load(cls, path: Path) -> Protocol:
         """The protocol a run directory's manifest file holds (ProtocolError if it cannot be read as one)."""
         try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except OSError as exc:
-            raise ProtocolError(f"cannot read {path}: {exc.strerror or exc}") from None
+            data = json.loads(read_utf8(path))
+        except FileRefused as exc:
+            raise ProtocolError(str(exc)) from None
         except ValueError as exc:
             raise ProtocolError(f"{path} is not a bench manifest: {exc}") from None
         if not isinstance(data, dict):
@@ -206,13 +205,9 @@ def _show(value: Any) -> str:
 def load_protocol_file(path: str | Path) -> dict[str, Any]:
     """A protocol file (JSON): the manifest's fields, lanes as names or {lane, params, overrides}."""
     try:
-        mode = os.stat(path).st_mode
-        if not stat.S_ISREG(mode):  # a device or FIFO could be read forever
-            kind = "a directory" if stat.S_ISDIR(mode) else "not a regular file"
-            raise ProtocolError(f"cannot read --protocol {path}: it is {kind}; give a JSON file")
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise ProtocolError(f"cannot read --protocol {path}: {exc.strerror}") from None
+        data = json.loads(read_utf8(path, what="--protocol"))
+    except FileRefused as exc:
+        raise ProtocolError(str(exc)) from None
     except ValueError as exc:
         raise ProtocolError(f"--protocol {path} is not JSON: {exc}") from None
     if not isinstance(data, dict):

@@ -7,9 +7,17 @@ in an FTS5 table with the porter tokenizer, so "boils" finds "boiling". A passag
 WINDOW_LINES lines that overlap by one line, so a citation stays a few lines long. Every passage
 keeps its path (relative to the folder, with "/"), its first and last line (1-based) and its text.
 
+Only regular files inside the folder are read, by the rules of `grounding.files`: a pipe, a
+device or a socket is never opened, a symlink that leaves the folder is not followed, a linked
+folder is not entered, a name that is not UTF-8 is not used, a document larger than
+MAX_DOCUMENT_BYTES is not read, and once MAX_FOLDER_BYTES of documents are indexed the rest are
+not. Each file skipped so is named in `stats.skipped` and in one logged warning per refresh.
+
 The index lives in memory by default, or in the SQLite file `index_path` (never inside the
 user's folder unless they ask for it). A file index is reused: on open, only files whose size or
-modification time changed are read again, new files are added and deleted ones dropped.
+modification time changed are read again, new files are added and deleted ones dropped. An index
+file is marked as ours (SQLite's application_id); a file that holds other tables is refused,
+never emptied, so a mistyped path cannot destroy a user's database.
 
 `search(query)` never lets the query's text reach FTS5 syntax: it keeps the query's content words
 and numbers, quotes each one as a phrase and ORs them, and ranks by bm25. All SQLite work is
@@ -19,7 +27,7 @@ done under one lock, so a KnowledgeBase can be shared by threads (the grounder s
 
 from __future__ import annotations
 
-import os
+import logging
 import sqlite3
 import threading
 from collections.abc import Iterator
@@ -29,7 +37,10 @@ from types import TracebackType
 from typing import Self
 
 from thoughtloom.grounding.claims import query_terms
+from thoughtloom.grounding.files import FileRefused, check_regular, read_regular, shown, size_text, walk_files
 from thoughtloom.grounding.types import Citation
+
+logger = logging.getLogger(__name__)
 
 #: File name endings that are indexed.
 EXTENSIONS: tuple[str, ...] = (".md", ".markdown", ".txt", ".rst")
@@ -39,6 +50,14 @@ WINDOW_LINES = 5
 WINDOW_OVERLAP = 1
 #: At most this many terms go into one FTS5 query (a long claim does not need more).
 MAX_QUERY_TERMS = 32
+#: A document larger than this is not read (a log or a data dump, not a document to cite).
+MAX_DOCUMENT_BYTES = 4 * 1024 * 1024
+#: At most this many bytes of documents are indexed from one folder; the rest are skipped.
+MAX_FOLDER_BYTES = 64 * 1024 * 1024
+#: Skipped files named in the one warning a refresh logs (all of them are in `IndexStats.skipped`).
+WARN_NAMES = 5
+#: SQLite's application_id of an index file ("TLKB"): a file without it is not ours to rebuild.
+APPLICATION_ID = 0x544C4B42
 
 # Bump when the tables or the passage rules change: an index built by other rules is rebuilt.
 SCHEMA_VERSION = "1"
@@ -91,7 +110,7 @@ class IndexStats:
     indexed: tuple[str, ...]  # new or changed files that were read and indexed
     removed: tuple[str, ...]  # files that disappeared from the folder
     unchanged: int  # files whose size and mtime matched the index, not read
-    unreadable: tuple[str, ...]  # files that could not be read (permissions, vanished mid-walk)
+    skipped: tuple[str, ...]  # "path: why" of each file not read (not regular, outside, too large, unreadable)
     documents: int
     passages: int
 
@@ -129,34 +148,30 @@ def match_expression(query: str) -> str | None:
     return " OR ".join('"' + term.replace('"', '""') + '"' for term in terms)
 
 
-def _walk(folder: Path) -> Iterator[Path]:
-    """The indexable files under `folder`, hidden files and folders skipped, in a stable order."""
-    for root, dirs, files in os.walk(folder):
-        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
-        for name in sorted(files):
-            if not name.startswith(".") and name.lower().endswith(EXTENSIONS):
-                yield Path(root) / name
-
-
-def _read_text(path: Path) -> str:
+def _decode(data: bytes) -> str:
     # Documents are user files of unknown provenance: a stray byte must not hide the rest.
-    return path.read_bytes().decode("utf-8", errors="replace").removeprefix("\ufeff")
+    return data.decode("utf-8", errors="replace").removeprefix("\ufeff")
 
 
 class KnowledgeBase:
     """A folder of documents indexed for full-text search; see the module docstring."""
 
-    def __init__(self, folder: str | Path, index_path: str | Path | None = None) -> None:
-        """Index `folder` (incrementally when `index_path` holds an earlier index); see `open`."""
+    def __init__(self, folder: str | Path, index_path: str | Path | None = None, *,
+                 max_document_bytes: int = MAX_DOCUMENT_BYTES, max_total_bytes: int = MAX_FOLDER_BYTES) -> None:
+        """Index `folder` (incrementally when `index_path` holds an earlier index), reading at most
+        `max_document_bytes` of a document and `max_total_bytes` in all; see `open`."""
         self.folder = Path(folder).expanduser()
         self.index_path = Path(index_path).expanduser() if index_path is not None else None
+        self.max_document_bytes = max_document_bytes
+        self.max_total_bytes = max_total_bytes
         if not self.folder.exists():
             raise KnowledgeBaseError(
-                f"knowledge base folder {self.folder} does not exist; pass the folder of .md/.txt documents to check against"
+                f"knowledge base folder {shown(self.folder)} does not exist; "
+                "pass the folder of .md/.txt documents to check against"
             )
         if not self.folder.is_dir():
             raise KnowledgeBaseError(
-                f"{self.folder} is a file, not a folder; pass the folder that holds the documents"
+                f"{shown(self.folder)} is a file, not a folder; pass the folder that holds the documents"
             )
         self.folder = self.folder.resolve()
         self._lock = threading.Lock()
@@ -186,6 +201,12 @@ class KnowledgeBase:
         if self.index_path is not None:
             if self.index_path.is_dir():
                 raise KnowledgeBaseError(f"index {self.index_path} is a directory; give a file name such as index.db")
+            if self.index_path.exists():
+                try:
+                    check_regular(self.index_path, what="index")
+                except FileRefused as exc:
+                    raise KnowledgeBaseError(
+                        f"index {shown(self.index_path)} is {exc.reason}; give a file name such as index.db") from None
             target = str(self.index_path)
         try:
             if self.index_path is not None:
@@ -210,10 +231,30 @@ class KnowledgeBase:
             exists = conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'meta'").fetchone()
             if exists and dict(conn.execute("SELECT key, value FROM meta").fetchall()) == wanted:
                 return
+            self._check_ours(conn)
             for table in _TABLES:
                 conn.execute(f"DROP TABLE IF EXISTS {table}")
             conn.executescript(_SCHEMA)
             conn.executemany("INSERT INTO meta (key, value) VALUES (?, ?)", wanted.items())
+            conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+
+    def _check_ours(self, conn: sqlite3.Connection) -> None:
+        """Refuse to rebuild a file that is not an index of ours: an empty file, one marked with our
+        application_id, or one holding only our tables (an index written before the mark) is ours."""
+        if conn.execute("PRAGMA application_id").fetchone()[0] == APPLICATION_ID:
+            return
+        tables = {name for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        # FTS5 keeps its data in shadow tables named after the virtual table.
+        foreign = sorted(t for t in tables if t not in _TABLES and not t.startswith(("sqlite_", "passages_fts_")))
+        try:
+            legacy = "meta" in tables and {"schema", "folder"} <= {k for (k,) in conn.execute("SELECT key FROM meta")}
+        except sqlite3.DatabaseError:  # another program's table named meta, without our columns
+            legacy = False
+        if foreign or (tables and not legacy):
+            raise KnowledgeBaseError(
+                f"{shown(self.index_path or '')} is not a thoughtloom knowledge index (it holds the tables "
+                f"{', '.join(sorted(tables))}); pass a new file name for the index, this file is left as it is"
+            )
 
     def refresh(self) -> IndexStats:
         """Bring the index up to date with the folder: read new and changed files, drop deleted ones."""
@@ -224,30 +265,47 @@ class KnowledgeBase:
             }
             seen: set[str] = set()
             indexed: list[str] = []
-            unreadable: list[str] = []
+            skipped: list[str] = []
             unchanged = 0
-            for file in _walk(self.folder):
-                rel = file.relative_to(self.folder).as_posix()
+            total = 0
+            inside = (self.folder,)
+            for entry in walk_files(self.folder, EXTENSIONS):
+                rel = entry.rel
+                if entry.refused is not None:
+                    skipped.append(f"{rel}: {entry.refused}")
+                    continue
                 try:
-                    st = file.stat()
+                    _, st = check_regular(entry.path, inside=inside)
+                    if st.st_size > self.max_document_bytes:
+                        skipped.append(f"{rel}: larger than {size_text(self.max_document_bytes)}")
+                        continue
+                    if total + st.st_size > self.max_total_bytes:
+                        skipped.append(
+                            f"{rel}: past the folder's limit of {size_text(self.max_total_bytes)} of documents in all")
+                        continue
+                    total += st.st_size
                     signature = (st.st_mtime_ns, st.st_size)
                     if known.get(rel) == signature:
                         seen.add(rel)
                         unchanged += 1
                         continue
-                    text = _read_text(file)
-                except OSError:
-                    unreadable.append(rel)
+                    data = read_regular(entry.path, max_bytes=self.max_document_bytes, inside=inside)
+                except FileRefused as exc:
+                    skipped.append(f"{rel}: {exc.reason}")
                     continue
                 seen.add(rel)
-                self._replace(rel, signature, split_passages(text))
+                self._replace(rel, signature, split_passages(_decode(data)))
                 indexed.append(rel)
             removed = sorted(set(known) - seen)
             for rel in removed:
                 self._conn.execute("DELETE FROM passages WHERE path = ?", (rel,))
                 self._conn.execute("DELETE FROM documents WHERE path = ?", (rel,))
             documents, passages = self._counts()
-        return IndexStats(tuple(indexed), tuple(removed), unchanged, tuple(unreadable), documents, passages)
+        if skipped:
+            more = f"; {len(skipped) - WARN_NAMES} more" if len(skipped) > WARN_NAMES else ""
+            logger.warning("%d files in %s not indexed: %s%s", len(skipped), shown(self.folder),
+                           "; ".join(skipped[:WARN_NAMES]), more)
+        return IndexStats(tuple(indexed), tuple(removed), unchanged, tuple(skipped), documents, passages)
 
     def _replace(self, rel: str, signature: tuple[int, int], passages: list[Passage]) -> None:
         self._conn.execute("DELETE FROM passages WHERE path = ?", (rel,))

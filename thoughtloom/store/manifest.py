@@ -28,6 +28,7 @@ from dataclasses import MISSING, asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from ..grounding.files import FileRefused, read_utf8
 from .shapes import BOOL, CID_TEXT, COUNT, LINK, MAP, TEXT, TIME, WHOLE, BadShape, Shape, checked, optional
 
 MANIFEST_FORMAT = "thoughtloom-run-manifest/1"
@@ -94,9 +95,9 @@ class Manifest:
     def load_json(cls, path: str | os.PathLike[str]) -> Manifest:
         """Read a manifest file; ManifestError with one line when it is not one."""
         try:
-            data = json.loads(Path(path).read_text(encoding="utf-8"))
-        except OSError as exc:
-            raise ManifestError(f"cannot read manifest {path}: {exc.strerror or exc}") from None
+            data = json.loads(read_utf8(path))
+        except FileRefused as exc:
+            raise ManifestError(f"cannot read manifest {path}: {exc.reason}") from None
         except ValueError as exc:
             raise ManifestError(f"{path} is not a run manifest (not JSON: {exc})") from None
         if not isinstance(data, dict) or data.get("format") != MANIFEST_FORMAT:

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 
 from ..graph import NodeKind
+from ..grounding.files import FileRefused, read_utf8
 from ..llm.types import Prompt, few_shot_messages
 from .evaluation import Evaluation
 from .query import Query, Sampled, Tally, Verdict
@@ -55,25 +56,13 @@ class ProblemError(ValueError):
     """The problem text is not a valid instance of the task; the message says how to fix it."""
 
 
-#: The most a task reads of a user's file (tests, benchmark data): more is a wrong path, e.g. /dev/zero.
-MAX_INPUT_BYTES = 32 * 1024 * 1024
-
-
 def read_input_file(path: str | Path, what: str, *, gzipped: bool = False) -> str:
-    """A user's UTF-8 text file, read to at most MAX_INPUT_BYTES; ProblemError (one line) otherwise."""
-    import gzip
-
+    """A user's UTF-8 text file, only if it is a regular file of at most grounding.files.MAX_FILE_BYTES;
+    ProblemError (one line) otherwise."""
     try:
-        with (gzip.open if gzipped else open)(path, "rb") as fh:
-            data = fh.read(MAX_INPUT_BYTES + 1)
-    except (OSError, EOFError) as exc:  # gzip: BadGzipFile is an OSError, a cut file an EOFError
-        raise ProblemError(f"cannot read {what} {path}: {getattr(exc, 'strerror', None) or exc}") from None
-    if len(data) > MAX_INPUT_BYTES:
-        raise ProblemError(f"{what} {path} is larger than {MAX_INPUT_BYTES >> 20} MB; is it the right file?")
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise ProblemError(f"{what} {path} is not UTF-8 text (byte {exc.start} cannot be decoded)") from None
+        return read_utf8(path, what=what, gzipped=gzipped)
+    except FileRefused as exc:
+        raise ProblemError(str(exc)) from None
 
 
 class UnsupportedOperation(ValueError):

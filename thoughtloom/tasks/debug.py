@@ -19,6 +19,7 @@ from typing import Any, ClassVar
 
 from ..graph import NodeKind
 from ..grounding.debugging import DebuggingGrounder, GroundingSetupError
+from ..grounding.files import FileRefused, read_regular, walk_files
 from ..grounding.sandbox import Sandbox, SandboxLimits
 from ..grounding.types import Grounder, GroundingResult, Thought
 from ..llm.types import Message, Prompt
@@ -221,11 +222,10 @@ def first_line(text: str) -> str:
 
 def involved_sources(repo: Path, failing_test: str, failure: str) -> tuple[tuple[str, str], ...]:
     """The repository's Python files the failure mentions (the test file first), within MAX_SOURCE_CHARS."""
-    files = sorted(
-        p.relative_to(repo).as_posix()
-        for p in repo.rglob("*.py")
-        if not any(part in _SKIP_DIRS or part.startswith(".") for part in p.relative_to(repo).parts)
-    )
+    # Only regular files inside the repository, with names that are text (grounding.files): what is
+    # read here is sent to the model.
+    inside = (repo.resolve(),)
+    files = sorted(e.rel for e in walk_files(repo, (".py",), frozenset(_SKIP_DIRS)) if e.refused is None)
     test_file = failing_test.split("::")[0]
     mentioned = [f for f in files if f != test_file and (f in failure or Path(f).name in failure)]
     chosen = [*mentioned, test_file] if mentioned else [f for f in files if f != test_file][:3] + [test_file]
@@ -233,9 +233,11 @@ def involved_sources(repo: Path, failing_test: str, failure: str) -> tuple[tuple
     used = 0
     for path in chosen:
         try:
-            text = (repo / path).read_text(encoding="utf-8", errors="replace")
-        except OSError:
+            # Only the head that can be shown is read (4 bytes a character at most).
+            data = read_regular(repo / path, inside=inside, max_bytes=4 * MAX_SOURCE_CHARS, head=True)
+        except FileRefused:
             continue
+        text = data.decode("utf-8", errors="replace")
         if used + len(text) > MAX_SOURCE_CHARS and out:
             break
         out.append((path, text[:MAX_SOURCE_CHARS]))

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from thoughtloom.grounding.arith import ExpressionError, NumberTooLarge, evaluate, fmt
+from thoughtloom.grounding.files import MAX_FILE_BYTES, FileRefused, open_regular, resolve_inside, shown
 from thoughtloom.grounding.knowledge import KnowledgeBase
 from thoughtloom.grounding.sandbox import Sandbox, SandboxLimits, SandboxResult
 
@@ -285,6 +286,19 @@ class DocsTool:
 
 # ----------------------------------------------------------------------------- files
 
+#: Bytes of a line read at most (MAX_LINE_CHARS characters of up to 4 bytes each).
+MAX_LINE_BYTES = 4 * MAX_LINE_CHARS
+
+
+def _skip_line(f: Any) -> bool:
+    """Read past the rest of the current line, a block at a time, within MAX_FILE_BYTES; True if there was more."""
+    skipped = False
+    while f.tell() < MAX_FILE_BYTES and (block := f.readline(64 * 1024)):
+        skipped = True
+        if block.endswith(b"\n"):
+            break
+    return skipped
+
 
 class FilesTool:
     """Reads text files and lists folders, only inside the allowed folders (symlinks resolved)."""
@@ -333,76 +347,55 @@ class FilesTool:
 
     def resolve(self, path: str) -> Path:
         """The real path `path` names (symlinks and .. resolved), or ToolError when it is outside the roots."""
-        if "\0" in path:
-            raise ToolError("the path contains a NUL character")
-        given = Path(path).expanduser()
         try:
-            target = (given if given.is_absolute() else self.roots[0] / given).resolve()
-        except (OSError, RuntimeError) as exc:  # RuntimeError: a symlink loop (Python 3.11)
-            raise ToolError(f"cannot resolve {path}: {exc}") from None
-        if not self._allowed(target):
-            allowed = ", ".join(str(r) for r in self.roots)
-            raise ToolError(f"refused: {path} resolves to {target}, outside the allowed folders ({allowed})")
-        return target
-
-    def _allowed(self, target: Path) -> bool:
-        return any(target == root or target.is_relative_to(root) for root in self.roots)
+            return resolve_inside(path, self.roots)
+        except FileRefused as exc:
+            raise ToolError(str(exc)) from None
 
     def _shown(self, target: Path) -> str:
-        """A path as the model should write it back: relative to the first root when inside it."""
+        """A path as the model should write it back: relative to the first root when inside it (as valid text)."""
         root = self.roots[0]
         if target == root:
             return "."
-        return target.relative_to(root).as_posix() if target.is_relative_to(root) else str(target)
+        return shown(target.relative_to(root).as_posix() if target.is_relative_to(root) else target)
 
     def _read(self, path: str, start_line: int, max_lines: int) -> str:
-        target = self.resolve(path)
+        # grounding.files: only a folder or a regular file inside the roots is opened, never blocking.
         try:
-            # O_NOFOLLOW: the last component cannot have become a symlink since it was resolved.
-            fd = os.open(target, os.O_RDONLY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0))
-        except FileNotFoundError:
-            raise ToolError(f"no such file or folder: {path}") from None
-        except OSError as exc:
-            raise ToolError(f"cannot open {path}: {exc.strerror or exc}") from None
+            fd, st = open_regular(path, inside=self.roots, folders=True)
+        except FileRefused as exc:
+            raise ToolError(str(exc)) from None
         try:
-            self._check_opened(fd, path)
-            mode = os.fstat(fd).st_mode
-            if stat.S_ISDIR(mode):
-                return self._list(target)
-            if not stat.S_ISREG(mode):
-                raise ToolError(f"{path} is not a regular file (a device, pipe or socket); read a text file")
+            target = self.resolve(path)
+            if stat.S_ISDIR(st.st_mode):
+                return self._list(target, fd)
             with os.fdopen(fd, "rb", closefd=False) as f:
                 return self._lines(f, target, start_line, max_lines)
         finally:
             os.close(fd)
 
-    def _check_opened(self, fd: int, path: str) -> None:
-        """Where the open file really is (Linux: /proc/self/fd): a folder swapped for a symlink after resolve() is caught."""
+    def _list(self, target: Path, fd: int) -> str:
         try:
-            real = Path(os.readlink(f"/proc/self/fd/{fd}"))
-        except OSError:
-            return  # no /proc here: resolve() and O_NOFOLLOW are the check
-        if not self._allowed(real):
-            raise ToolError(f"refused: {path} is outside the allowed folders (it changed while being opened)")
-
-    def _list(self, target: Path) -> str:
-        try:
-            entries = sorted(os.scandir(target), key=lambda e: e.name)
+            # The open folder itself (scandir duplicates the descriptor): one swapped since it was opened is not listed.
+            with os.scandir(fd) as listing:
+                entries = sorted(listing, key=lambda e: e.name)
         except OSError as exc:
             raise ToolError(f"cannot list {self._shown(target)}: {exc.strerror or exc}") from None
         names = []
         for entry in entries[:MAX_ENTRIES]:
+            name = shown(entry.name)  # a name that is not UTF-8 is shown escaped, never passed on raw
             if entry.is_symlink():
-                names.append(entry.name + "@")  # followed only if it resolves inside the roots
+                names.append(name + "@")  # followed only if it resolves inside the roots
             elif entry.is_dir():
-                names.append(entry.name + "/")
+                names.append(name + "/")
             else:
-                names.append(entry.name)
+                names.append(name)
         head = f"{self._shown(target)}/ ({len(entries)} entries)"
         more = f"\n[{len(entries) - MAX_ENTRIES} more entries not shown]" if len(entries) > MAX_ENTRIES else ""
         return head + ("\n" + "\n".join(names) if names else "\n(empty)") + more
 
     def _lines(self, f: Any, target: Path, start_line: int, max_lines: int) -> str:
+        """Lines start_line.. of an open file, numbered; at most MAX_FILE_BYTES of it are looked at."""
         shown = self._shown(target)
         if b"\0" in f.read(SNIFF_BYTES):
             raise ToolError(f"{shown} is a binary file; only text files can be read")
@@ -410,7 +403,9 @@ class FilesTool:
         out: list[str] = []
         number = 0
         more = False
-        for raw in f:
+        while f.tell() < MAX_FILE_BYTES and (raw := f.readline(MAX_LINE_BYTES)):
+            # A line longer than MAX_LINE_BYTES is skipped a block at a time, never held whole.
+            cut = not raw.endswith(b"\n") and _skip_line(f)
             number += 1
             if number < start_line:
                 continue
@@ -418,13 +413,19 @@ class FilesTool:
                 more = True
                 break
             line = raw.decode("utf-8", errors="replace").rstrip("\r\n")
-            if len(line) > MAX_LINE_CHARS:
+            if cut or len(line) > MAX_LINE_CHARS:
                 line = line[:MAX_LINE_CHARS] + " [line cut]"
             out.append(f"{number}\t{line}")
+        unread = not more and f.tell() >= MAX_FILE_BYTES and bool(f.read(1))
         if not out:
             if number == 0:
                 return f"{shown} is empty"
+            if unread:
+                raise ToolError(
+                    f"{shown} is larger than {MAX_FILE_BYTES >> 20} MB; lines past line {number} are not read")
             raise ToolError(f"{shown} has {number} lines; start_line {start_line} is past the end")
         last = start_line + len(out) - 1
         tail = f"\n[more lines follow: start_line={last + 1}]" if more else ""
+        if unread:
+            tail = f"\n[the file is larger than {MAX_FILE_BYTES >> 20} MB; the rest is not read]"
         return f"{shown} lines {start_line}-{last}:\n" + "\n".join(out) + tail

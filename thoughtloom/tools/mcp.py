@@ -42,6 +42,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
+from ..grounding.files import FileRefused, read_utf8
 from .base import ToolConfigError, ToolError, ToolSpec
 
 if TYPE_CHECKING:
@@ -56,6 +57,8 @@ STOP_TIMEOUT_S = 10.0
 MAX_TOOL_PAGES = 100
 #: Characters of an error a tool or server reports that are kept (it is shown on one line).
 MAX_ERROR_CHARS = 1000
+#: The most read of a config file (a real one is a few kB): more is a wrong path, e.g. /dev/zero.
+MAX_CONFIG_BYTES = 1024 * 1024
 #: Bytes of a server's stderr read back to explain a failure.
 STDERR_TAIL_BYTES = 4096
 
@@ -94,11 +97,9 @@ def load_mcp_config(path: str | Path, names: Sequence[str] | None = None) -> dic
     if file.is_dir():
         raise ToolConfigError(f"MCP config {file} is a folder; pass the JSON file itself")
     try:
-        data = json.loads(file.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise ToolConfigError(f"cannot read MCP config {file}: {exc.strerror or exc}") from None
-    except UnicodeDecodeError:
-        raise ToolConfigError(f"MCP config {file} is not UTF-8 text; save it as UTF-8 JSON") from None
+        data = json.loads(read_utf8(file, what="MCP config", max_bytes=MAX_CONFIG_BYTES))
+    except FileRefused as exc:
+        raise ToolConfigError(str(exc)) from None
     except json.JSONDecodeError as exc:
         raise ToolConfigError(
             f"MCP config {file} is not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg}); fix the file"
