@@ -70,12 +70,13 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     store = base / "store.db"
     with serve() as server:
         server.responder = responder()
-        proc = loom("solve", "--task", "game24", "--model", model_of(server), "--quiet", "--store", str(store), PROBLEM)
+        model = model_of(server)
+        proc = loom("solve", "--task", "game24", "--model", model, "--quiet", "--store", str(store), PROBLEM)
     assert proc.returncode == 0, proc.stderr
     run_id = proc.stderr.split("run ", 1)[1].split()[0]
     car = base / "run.car"
     assert loom("export", run_id, "--store", str(store), "--car", str(car)).returncode == 0
-    return {"store": store, "run": run_id, "car": car, "base": base}
+    return {"store": store, "run": run_id, "car": car, "base": base, "model": model}
 
 
 # --- loom import of bad CAR files -----------------------------------------------------------------
@@ -243,7 +244,7 @@ def _commands(run: dict[str, Any], out: Path) -> dict[str, list[str]]:
         "runs": ["runs"], "runs --json": ["runs", "--json"], "show": ["show", rid], "show --json": ["show", rid, "--json"],
         "export --car": ["export", rid, "--car", str(out / "x.car")],
         "export --manifest": ["export", rid, "--manifest", str(out / "m.json")],
-        "import": ["import", str(run["car"])], "resume": ["resume", rid], "replay": ["replay", rid, "--quiet"],
+        "import": ["import", str(run["car"])], "resume": ["resume", rid, "--model", run["model"]], "replay": ["replay", rid, "--quiet"],
         "view": ["view", rid, "--out", str(out / "v.html")],
     }
 

@@ -197,9 +197,9 @@ def cmd_replay(args: argparse.Namespace) -> int:
             run = open_run(store, args.run)
             if run.status != "finished":
                 raise RunError(f"run {run.run_id} is not finished ({run.status}); 'loom resume {run.run_id}' first")
-            manifest, head_cid = run.manifest, run.head_cid
+            manifest, head_cid, run_id = run.manifest, run.head_cid, run.run_id
         spec, session = _granted(args, lambda grants: replay_session(store, str(path), manifest, head_cid, grants,
-                                                                     cli=True))
+                                                                     cli=True, run_id=run_id))
     except BaseException:
         store.close()
         raise

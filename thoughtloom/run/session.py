@@ -397,10 +397,11 @@ def _resumable(run: StoredRun) -> None:
 
 
 def replay_session(store: BlockStore, store_path: str | None, manifest: Manifest, head_cid: CID, grants: Grants, *,
-                   cli: bool = False) -> tuple[RunSpec, RunSession]:
+                   cli: bool = False, run_id: str | None = None) -> tuple[RunSpec, RunSession]:
     """Re-run a finished run from its recorded exchanges only, to compare the graph it builds.
 
     grants: the files the run's task and grounding read, named again (see spec_of; GrantError otherwise).
+    run_id: the id the store knows the run by, named when its record is damaged (default: the manifest's).
     """
     from ..store.car import walk
     from ..store.runs import load_graph
@@ -408,7 +409,7 @@ def replay_session(store: BlockStore, store_path: str | None, manifest: Manifest
     spec = spec_of(manifest, grants, live=False, cli=cli)
     # The wall clock's stop is replayed from the record, not measured again.
     spec = replace(spec, budget=replace(spec.budget, wall_s=None), store=None, run_id=manifest.run_id)
-    with reading(manifest.run_id):  # its record, read and checked here before anything runs
+    with reading(run_id or manifest.run_id):  # its record, read and checked here before anything runs
         head = load_head(store, head_cid)
         calls_cid = manifest.calls or head["calls"].cid
         expected = manifest.graph or head["graph"].cid
@@ -431,7 +432,7 @@ def open_replay(store: BlockStore, run: str, grants: Grants) -> tuple[RunSpec, R
     stored = open_run(store, run)
     if stored.status != "finished":
         raise RunError(f"run {stored.run_id} is not finished ({stored.status}); 'loom resume {stored.run_id}' first")
-    return replay_session(store, None, stored.manifest, stored.head_cid, grants)
+    return replay_session(store, None, stored.manifest, stored.head_cid, grants, run_id=stored.run_id)
 
 
 __all__ = ["ReplayVerdict", "RunSession", "SpecError", "open_block_store", "open_replay", "record_session",
