@@ -188,7 +188,7 @@ async def test_a_reply_holding_a_lone_surrogate_is_estimated_without_error(
     reporting(server, 0, 0, text="\ud800" * 100)  # 300 bytes as UTF-8 would write it
     gateway = Gateway(backend_for(api="completions"))
     completion = await gateway.generate(ask(n=1, max_tokens=128))
-    assert completion.texts == ("\ud800" * 100,)
+    assert completion.texts == ("\ufffd" * 100,)  # made valid where it entered, then measured
     assert (completion.usage.input_tokens, completion.usage.output_tokens) == (100, 75)
 
 

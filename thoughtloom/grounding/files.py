@@ -30,6 +30,8 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..llm.text import encodes
+
 #: The most read of one file a user names (tests, configs, benchmark data): more is a wrong path.
 MAX_FILE_BYTES = 32 * 1024 * 1024
 
@@ -46,15 +48,6 @@ class FileRefused(ValueError):
 def shown(path: str | bytes | os.PathLike[str] | os.PathLike[bytes]) -> str:
     """A path as text that always encodes to UTF-8: bytes that are not UTF-8 become \\xNN escapes."""
     return os.fsencode(path).decode("utf-8", errors="backslashreplace")
-
-
-def encodes(name: str) -> bool:
-    """True when `name` (as os functions return it) is valid UTF-8 text, with no undecodable bytes."""
-    try:
-        name.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
 
 
 def size_text(n: int) -> str:

@@ -38,6 +38,7 @@ from http import HTTPStatus
 from typing import Any, Protocol, Self
 
 from .errors import ModelError
+from .text import encodes
 from .types import Completion, GenerateRequest, Message, Prompt, TokenLogprob
 
 log = logging.getLogger(__name__)
@@ -552,19 +553,11 @@ def _check_json(value: dict[str, Any]) -> None:
         children = item.items() if isinstance(item, dict) else enumerate(item)
         for key, child in children:
             for text in (key, child):
-                if isinstance(text, str) and not text.isascii() and _has_lone_surrogate(text):
+                if isinstance(text, str) and not text.isascii() and not encodes(text):
                     raise ApiError(400, "the JSON body holds a lone surrogate escape (such as \\ud800), which is not "
                                         "text; escape characters as UTF-16 pairs or send UTF-8", code="invalid_json")
             if isinstance(child, dict | list) and child:
                 stack.append((child, depth + 1))
-
-
-def _has_lone_surrogate(text: str) -> bool:
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return True
-    return False
 
 
 # --- HTTP -------------------------------------------------------------------------------------------

@@ -18,6 +18,15 @@ logger = logging.getLogger(__name__)
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
 
+def encodes(text: str) -> bool:
+    """True when `text` encodes to UTF-8: no lone surrogate (a JSON escape, or an undecodable byte of a file name)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def valid_text(text: str, source: str | None = None) -> str:
     """`text` with each lone surrogate replaced by U+FFFD (a pair is joined into its character);
     a warning names `source` when something was replaced."""
