@@ -1,5 +1,9 @@
 """Bad input to the store commands and to `loom bench`, table-driven, through real `loom` subprocesses.
 
+The crafted-run matrix (some 80 crafted stores, each through every store command) runs the same
+`main` in this process, with no traceback let through: an interpreter per case would cost minutes;
+one crafted case per command still goes through a real `loom` subprocess.
+
 Every case is one line on stderr, exit code 2, no traceback; a rejected CAR leaves the store as it
 was; a damaged store (garbage pages, truncated, zeroed header, a directory, read-only, not SQLite)
 is named as such by every command that opens it; `loom solve` against a damaged store fails before
@@ -40,6 +44,19 @@ def loom(*args: str, timeout: float = 60, wrap: tuple[str, ...] = ()) -> subproc
     """Run loom as a user would (inside `wrap`, e.g. a private read-only mount, when given)."""
     return subprocess.run([*wrap, *LOOM, *args], check=False, capture_output=True, text=True, timeout=timeout, cwd=ROOT,
                           env={**os.environ, "THOUGHTLOOM_STORE": "/nonexistent/never-used.db"})
+
+
+def loom_here(capsys: pytest.CaptureFixture[str], *args: str) -> subprocess.CompletedProcess[str]:
+    """Run loom's own `main` in this process, as the subprocess would (an exception escaping it fails the test)."""
+    from thoughtloom.cli.main import main
+
+    capsys.readouterr()
+    try:
+        code = main(list(args))
+    except SystemExit as exc:  # argparse's usage errors
+        code = exc.code if isinstance(exc.code, int) else 2
+    out = capsys.readouterr()
+    return subprocess.CompletedProcess(["loom", *args], code, out.out, out.err)
 
 
 def assert_one_line_error(proc: subprocess.CompletedProcess[str], *fragments: str) -> str:
@@ -706,16 +723,26 @@ def _one_line_or_done(proc: subprocess.CompletedProcess[str], *fragments: str) -
 @pytest.mark.parametrize("command", CRAFTED_COMMANDS)
 @pytest.mark.parametrize("case", list(CRAFTED_CASES))
 def test_a_crafted_run_is_refused_in_one_line_naming_it(case: str, command: str, run: dict[str, Any],
-                                                        crafted: dict[str, Path], tmp_path: Path) -> None:
+                                                        crafted: dict[str, Path], tmp_path: Path,
+                                                        capsys: pytest.CaptureFixture[str]) -> None:
     args = _commands({**run, "run": CRAFTED}, tmp_path)[command]
-    proc = loom(*args, "--store", str(crafted[case]), timeout=scaled(60))
+    proc = loom_here(capsys, *args, "--store", str(crafted[case]))
+    _one_line_or_done(proc, CRAFTED)
+
+
+@pytest.mark.parametrize("command", CRAFTED_COMMANDS)
+def test_a_crafted_run_is_one_line_from_a_real_loom_process(command: str, run: dict[str, Any],
+                                                            crafted: dict[str, Path], tmp_path: Path) -> None:
+    args = _commands({**run, "run": CRAFTED}, tmp_path)[command]
+    proc = loom(*args, "--store", str(crafted["unknown node status"]), timeout=scaled(60))
     _one_line_or_done(proc, CRAFTED)
 
 
 @pytest.mark.parametrize("case", list(CRAFTED_CASES))
 def test_runs_lists_the_good_run_beside_a_crafted_one(case: str, run: dict[str, Any],
-                                                      crafted: dict[str, Path]) -> None:
-    proc = loom("runs", "--store", str(crafted[case]))
+                                                      crafted: dict[str, Path],
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    proc = loom_here(capsys, "runs", "--store", str(crafted[case]))
     assert "Traceback" not in proc.stderr, proc.stderr
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
@@ -725,8 +752,9 @@ def test_runs_lists_the_good_run_beside_a_crafted_one(case: str, run: dict[str, 
 
 
 @pytest.mark.parametrize("case", list(CRAFTED_CASES))
-def test_runs_json_lists_every_run_as_json(case: str, run: dict[str, Any], crafted: dict[str, Path]) -> None:
-    proc = loom("runs", "--json", "--store", str(crafted[case]))
+def test_runs_json_lists_every_run_as_json(case: str, run: dict[str, Any], crafted: dict[str, Path],
+                                           capsys: pytest.CaptureFixture[str]) -> None:
+    proc = loom_here(capsys, "runs", "--json", "--store", str(crafted[case]))
     assert "Traceback" not in proc.stderr, proc.stderr
     assert proc.returncode == 0, proc.stderr
     rows = [json.loads(line) for line in proc.stdout.splitlines()]
