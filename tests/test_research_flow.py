@@ -352,6 +352,18 @@ def test_a_synthesis_naming_no_tested_hypothesis_gets_the_lowest_confidence(docs
     assert result.answer.answer == "Poseidon" and result.answer.confidence == pytest.approx(min(live))
 
 
+def test_a_synthesis_naming_the_questions_own_subject_answers_with_the_hypothesis_the_rules_accept(docs: str) -> None:
+    _, _, result = run(model=world(synth="ANSWER: The Argo\nWHY: the passage is about the Argo [docs:argo.md:1-2]."),
+                       knowledge=docs, confidence_threshold=0.99, exploration_budget=3)
+    assert result.answer.answer == "Argus"
+
+
+def test_the_final_synthesis_answers_with_the_span_alone(docs: str) -> None:
+    _, _, result = run(model=world(synth='ANSWER: **Final answer:** "Argus." He built it.\nWHY: [docs:argo.md:1-2].'),
+                       knowledge=docs, confidence_threshold=0.99, exploration_budget=3)
+    assert result.answer.answer == "Argus"
+
+
 @pytest.mark.parametrize("strategy", ["best_first", "weighted_vote", "synthesis"])
 def test_settled_hypotheses_at_one_depth_merge_into_a_synthesis_node(docs: str, strategy: str) -> None:
     judged = {"Argus": "1: SUPPORTS 0.5 m", "Jason": "1: SUPPORTS 0.4 m", "Athena": "1: SUPPORTS 0.4 m"}

@@ -1,10 +1,43 @@
-"""Answers as a reader wants them: without the label a prompt's cue or the model put before them."""
+"""Answers as a reader wants them: without the label a prompt's cue or the model put before them.
+
+`span_answer` holds the answer rules of a question answered by a short span (HotpotQA): one
+function, so that every lane of a benchmark and the research flow's synthesis answer by the same
+rules and the comparison between them stays fair.
+"""
 
 from __future__ import annotations
 
 import re
+import string
+from collections.abc import Iterable, Iterator
 
 _LABEL = re.compile(r"^\s*(?:the\s+)?(?:final\s+)?answer\s*(?:is\s*:?|:)\s*", re.IGNORECASE)
+# A label as a chat model decorates it too ("**Answer**:", "**Final answer:**", "ANSWER =", "A:").
+_SPAN_LABEL = re.compile(r"^\s*[*_`#>\s]*(?:(?:the\s+)?(?:(?:final|short|correct)\s+)?answer\s*[*_`]*\s*"
+                         r"(?:is\s*[*_`]*\s*:?|[:=])|a\s*:)\s*[*_`]*\s*", re.IGNORECASE)
+_YES_NO_QUESTION = re.compile(r"^(is|are|was|were|am|do|does|did|can|could|has|have|had|will|would|should|shall|"
+                              r"may|might|must)\b", re.IGNORECASE)
+_WH = re.compile(r"\b(who|whom|whose|what|which|when|where|why|how)\b", re.IGNORECASE)
+_BOTH_SAME = re.compile(r"\b(both|same)\b", re.IGNORECASE)
+# "Is X or Y older?" asks to choose one of the two named; "either" and "both" keep it a yes/no question.
+_CHOICE = re.compile(r"\bor\b", re.IGNORECASE)
+# A leading yes or no: the word alone, or before punctuation ("No, they were not"; "No one" is no "no").
+_YES_NO_WORD = re.compile(r"^(yes|no|true|false)(?:\s*[,.;:!\u2013\u2014-]+\s*|\s*$)", re.IGNORECASE)
+#: A reference to a file: what the agent or a search result names a document by, never an answer.
+_FILE_NAME = re.compile(r"(?:^|[\s:(\[])[\w./\\-]*\w\.(?:txt|md|markdown|rst|pdf|html?|json|jsonl|csv|tsv|docx?|xml|"
+                        r"ya?ml|log)(?::\d+(?:-\d+)?)?(?=$|[\s,;:)\].])", re.IGNORECASE)
+# Citations the synthesis puts after its answer: "[docs:01-Loire.md:1]", "[1]".
+_CITATION = re.compile(r"\s*\[[^\[\]]*\]")
+# Where an explanation starts after the span ("Paris, which is ...", "Paris because ...", "Paris - the capital").
+_CLAUSE = re.compile(r"\s*(?:;|\s-\s|\s\u2013\s|\s\u2014\s|\(|,\s*(?:which|who|whose|where|when|as|since|because|"
+                     r"and\s+(?:it|he|she|they)|but)\b|\s+because\b|\s+since\b)", re.IGNORECASE)
+# A sentence ends at . ! ? before a capital, unless the period closes an initial ("J.") or a short abbreviation.
+_SENTENCE_END = re.compile(r"(?<!\b[A-Z])(?<!\b(?:Mr|Ms|Dr|St|Jr|Sr|Mt|vs|No|Co))(?<!\bMrs|\bInc|\bLtd)[.!?]+"
+                           r"[\"'\u201d\u2019]*(?=\s+[\"'\u201c(]?[A-Z0-9])")
+_QUOTES = "\"'\u201c\u201d\u2018\u2019`*_"
+#: Words a span keeps at most (HotpotQA answers are a few words; its longest dev answers are about ten).
+SPAN_WORDS = 12
+_PUNCTUATION = frozenset(string.punctuation)
 
 
 def unlabelled(answer: str | None) -> str | None:
@@ -16,3 +49,102 @@ def unlabelled(answer: str | None) -> str | None:
     while (stripped := _LABEL.sub("", rest, count=1)) != rest:
         rest = stripped
     return rest if rest.strip() else answer
+
+
+def is_yes_no(question: str) -> bool:
+    """True for a question answered by yes or no: it opens with an auxiliary verb ("Were ...?", "Is ...?")
+    and does not ask to choose between two named ("Is X or Y older?"), or it asks whether two are
+    "both" or "the same" without a question word."""
+    text = " ".join(question.split())
+    if _YES_NO_QUESTION.match(text):
+        return not _CHOICE.search(text) or _BOTH_SAME.search(text) is not None or "either" in text.lower()
+    return _BOTH_SAME.search(text) is not None and _WH.search(text) is None
+
+
+def _key(text: str) -> str:
+    """Lowercase words without punctuation or articles (how HotpotQA compares answers)."""
+    text = "".join(" " if ch in _PUNCTUATION else ch for ch in text.lower())
+    return " ".join(w for w in text.split() if w not in ("a", "an", "the"))
+
+
+def _unlabel_span(text: str) -> str:
+    """A line without its labels, however decorated ("**Answer**: X", "Final answer: Answer: X")."""
+    while (stripped := _SPAN_LABEL.sub("", text, count=1)) != text:
+        text = stripped
+    return text
+
+
+def _trimmed(text: str) -> str:
+    """The span without its citations, surrounding quotes and emphasis, and a closing period."""
+    text = " ".join(_CITATION.sub("", text).split())
+    text = text.strip(_QUOTES + " ").rstrip(",;:!? ").strip(_QUOTES + " ")
+    last = text.split()[-1] if text.split() else ""
+    # "U.S." and "J." keep their period (an abbreviation); "Paris." loses it.
+    if text.endswith(".") and last.count(".") == 1 and len(last) > 2:
+        text = text[:-1]
+    return text.strip(_QUOTES + " ")
+
+
+def _short(text: str) -> str:
+    """The span a line gives: its first sentence, up to where an explanation starts, at most SPAN_WORDS words."""
+    end = _SENTENCE_END.search(text)
+    text = text[:end.start()] if end else text
+    cut = _CLAUSE.search(text)
+    if cut is not None and cut.start() > 0:
+        text = text[:cut.start()]
+    words = text.split()
+    if len(words) > SPAN_WORDS and "," in text:
+        text = text.split(",")[0]  # a long answer: its first part names the entity, the rest describes it
+        words = text.split()
+    return _trimmed(" ".join(words[:SPAN_WORDS]))
+
+
+def _lines(answer: str) -> Iterator[str]:
+    """The answer's lines without labels, a labelled line first (the model marked its answer there)."""
+    lines = [line for line in answer.splitlines() if line.strip()]
+    marked = [line for line in lines if _SPAN_LABEL.match(line)]
+    for line in [*reversed(marked), *(line for line in lines if line not in marked)]:
+        yield _unlabel_span(line).strip()
+
+
+def _pieces(line: str) -> Iterator[str]:
+    """A line, then its parts between colons and commas (where a file name or a label may sit beside the span)."""
+    yield line
+    yield from (part for part in re.split(r"[:,]\s+", line) if part.strip() and part != line)
+
+
+def _refused(span: str, question: str, choice: bool) -> bool:
+    """A span that cannot answer a factoid question: empty, a bare yes or no, a file name, or the
+    question's own words (allowed when the question asks to choose between two it names)."""
+    key = _key(span)
+    if not key or key in ("yes", "no", "true", "false") or _FILE_NAME.search(f" {span}"):
+        return True
+    return not choice and f" {key} " in f" {_key(question)} "
+
+
+def span_answer(question: str, answer: str | None, alternatives: Iterable[str | None] = ()) -> str | None:
+    """The answer by the span rules: labels, quotes, citations and a closing period taken off; a yes/no
+    question answered "yes" or "no"; any other question never by a bare yes or no, a file name or its
+    own subject, but by the short span (first sentence, before any explanation) of the first line or
+    part of a line that is none of those, else of an alternative (e.g. other hypotheses); None when
+    nothing is left."""
+    texts = [t for t in (answer, *alternatives) if t is not None and t.strip()]
+    if is_yes_no(question):
+        for text in texts:
+            for line in _lines(text):
+                found = _YES_NO_WORD.match(line.strip(_QUOTES + " "))
+                if found:
+                    return "yes" if found.group(1).lower() in ("yes", "true") else "no"
+        # No yes or no said: the answer as given, shortened (scored as the wrong answer it is).
+        first = next((_short(line) for line in _lines(texts[0])), "") if texts else ""
+        return first or None
+    choice = bool(_CHOICE.search(question))
+    for text in texts:
+        for line in _lines(text):
+            # "Yes, Chief of Protocol": what follows the yes is the answer the question asked for.
+            line = _YES_NO_WORD.sub("", line, count=1) if _YES_NO_WORD.match(line) else line
+            for piece in _pieces(line):
+                span = _short(_unlabel_span(piece))
+                if not _refused(span, question, choice):
+                    return span
+    return None

@@ -20,16 +20,9 @@ from .query import json_object, schema_text
 PASSAGE_CHARS = 600
 #: Sampling temperature of the brancher: a small model sampled hotter leaves the numbered format.
 BRANCH_TEMPERATURE = 0.3
-_YES_NO_QUESTION = re.compile(r"^(is|are|was|were|do|does|did|can|could|has|have|had|will|would|should|shall)\b",
-                              re.IGNORECASE)
 #: The two hypotheses of a yes/no question. Each claims its answer, not the state of the evidence: a
 #: "No" that read "the passages do not bear it out" was supported by every unrelated passage.
 YES_NO = (("Yes", "Yes - the answer to the question is yes."), ("No", "No - the answer to the question is no."))
-
-
-def is_yes_no(question: str) -> bool:
-    """True for a question answered by yes or no (it opens with an auxiliary verb: "Were ...?", "Is ...?")."""
-    return _YES_NO_QUESTION.match(question.strip()) is not None
 
 
 def mentions(passage: str, answer: str) -> bool:

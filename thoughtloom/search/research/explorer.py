@@ -20,6 +20,7 @@ from datetime import datetime
 from typing import Any
 
 from ...graph import EdgeKind, NodeKind, NodeStatus
+from ...tasks.answers import is_yes_no, span_answer
 from ...tasks.base import Query
 from ...tasks.research import (
     YES_NO,
@@ -27,7 +28,6 @@ from ...tasks.research import (
     SynthesisReply,
     answer_key,
     branch_query,
-    is_yes_no,
     parse_proposals,
     parse_synthesis,
     synthesis_query,
@@ -473,6 +473,8 @@ class ResearchFlow:
 
     def _add_synthesis(self, members: list[Candidate], synthesis: Synthesis, tokens: int) -> Synthesis:
         ctx = self.ctx
+        if synthesis.final:
+            synthesis = replace(synthesis, answer=self._final_answer(synthesis, members))
         # The members that say what the synthesis says come first: the first parent is the path
         # `loom solve`'s best path and `loom show` follow to the answer.
         said = answer_key(synthesis.answer or synthesis.content)
@@ -555,6 +557,14 @@ class ResearchFlow:
                   "frontier_exhausted": StopReason.FRONTIER_EXHAUSTED}.get(self.stopped_by or "")
         if reason is not None:
             ctx.stop(reason)
+
+    def _final_answer(self, synthesis: Synthesis, members: list[Candidate]) -> str:
+        """The synthesis's answer by the span rules (tasks/answers.py); where they refuse it (a file name,
+        the question's own subject, a yes to a question that is no yes/no question), the most confident
+        member of the merge they accept; as written when they accept none."""
+        said = synthesis.answer or synthesis.content
+        others = [c.answer or c.content for c in sorted(members, key=lambda c: (-c.confidence, c.node_id))]
+        return span_answer(self.question, said, others) or said
 
     def result(self) -> ResearchResult:
         """What the flow found so far: the answer, the tree, the insights and the metrics."""
