@@ -290,3 +290,40 @@ def test_the_cove_lane_verifies_and_revises_on_gsm8k_and_is_left_out_of_game24(
     assert cove["solved"] is True and cove["stop_reason"] == "goal_reached" and "72" in cove["answer"]
     assert cove["calls"] == 5  # draft, plan, one per question (the ledger counts requests, batched or not), revision
     assert "| cove | 1 | 1/1 = 100% [" in printed.out
+
+
+#: The same three questions -> replies that need the answer rules: a label, an explanation after the
+#: span, and a yes to a question that is no yes/no question.
+LABELLED_REPLIES = {
+    "Were Scott Derrickson and Ed Wood of the same nationality?": "**Final Answer:** Yes.",
+    "What government position was held by the woman who portrayed Corliss Archer in the film Kiss and Tell?":
+        "Shirley Temple played Corliss Archer.\n\nAnswer: Chief of Protocol. She held it under Gerald Ford.",
+    "What science fantasy young adult series, told in first person, has a set of companion books narrating the "
+    "stories of enslaved worlds and alien species?": "Answer: Yes",
+}
+
+
+def labelled_chat(seen: Seen) -> Reply:
+    """Chat replies from LABELLED_REPLIES, chosen by the question the last user message ends with."""
+    question = seen.body["messages"][-1]["content"].rsplit("Question: ", 1)[-1]
+    choices = [{"index": 0, "message": {"role": "assistant", "content": LABELLED_REPLIES[question]},
+                "finish_reason": "stop"}]
+    return Reply(200, {"id": "x", "object": "chat.completion", "created": 0, "model": "m", "choices": choices,
+                       "usage": {"prompt_tokens": 900, "completion_tokens": 20, "total_tokens": 920}})
+
+
+def test_bench_hotpotqa_scores_the_span_of_a_labelled_answer_and_never_a_yes_to_a_what_question(
+        server: FakeOpenAIServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    server.responder = labelled_chat
+    out = tmp_path / "run"
+    code = main(["bench", "--tasks", "hotpotqa", "--lanes", "io,cot", "--model", f"openai-compatible:{server.url}@m",
+                 "--data-dir", str(DATA), "--out", str(out), "--select", "first", "--limit", "3",
+                 "--budget-tokens", "20000", "--quiet", "--no-plot"])
+    printed = capsys.readouterr().out
+    assert code == 0
+    assert "| io | 3 | 2/3 = 67% [" in printed and "| cot | 3 | 2/3 = 67% [" in printed
+    records = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+    for lane in ("io", "cot"):
+        answers = [r["answer"] for r in sorted(records, key=lambda r: r["index"]) if r["lane"] == lane]
+        # As a user gets them: the span alone, and no answer rather than a "yes" to a "What ..." question.
+        assert answers == ["yes", "Chief of Protocol", None]

@@ -148,6 +148,19 @@ def test_majority_votes_on_the_value_for_number_answers() -> None:
     assert majority(ds, ["The answer is 7.", "so 8", "The answer is 7", None]) == "The answer is 7."
 
 
+async def test_cot_sc_on_hotpotqa_votes_on_answers_the_span_rules_kept() -> None:
+    question = "Who founded the town of Brisk?"
+    problem = Problem("0", question, question, "Ada Venn", question=question)
+    ds = Dataset(DATASETS["hotpotqa"], [problem], "<test>")
+    fake = ScriptedBackend()
+    replies = iter(["x\nAnswer: Yes", "y\nAnswer: Yes.", "z\nAnswer: Ada Venn."])
+    fake.responder = lambda req, i: next(replies)
+    outcome, _ = await run_lane("cot_sc", ds, problem, fake, BudgetLimits(tokens=20_000), params={"k": 3},
+                                temperature=0.7, seed=1)
+    # Two bare "yes" to a "Who ...?" question are no answers, so they cannot outvote the name.
+    assert outcome.answer == "Ada Venn" and outcome.candidates == [None, None, "Ada Venn"]
+
+
 # --- the parity audit ----------------------------------------------------------------------
 
 

@@ -35,11 +35,11 @@ from ..llm.tracing import span
 from ..llm.types import Backend, GenerateRequest, Message, Prompt
 from ..search.result import SearchResult
 from ..search.stop import StopReason
+from ..tasks.answers import span_answer
 from .citations import Fact, cited_facts, corpus_file, sentence_files
 from .datasets import DATASETS, VALIDATED_FAMILIES, Dataset, Problem
 from .prompts import PROMPTS, answer_from, calculator_call, own_turn, stated_answer
 from .scoring import (
-    after_marker,
     final_number,
     hotpot_span,
     normalize_answer,
@@ -394,7 +394,7 @@ async def _cot_samples(dataset: Dataset, problem: Problem, gateway: Gateway, n: 
     fam = PROMPTS[dataset.spec.prompts]
     texts = await _ask(gateway, fam.prompt(fam.cot, problem.shown), n=n, max_tokens=fam.cot_tokens,
                        stop=fam.cot_stop, temperature=temperature, seed=seed, purpose=purpose)
-    return [answer_from(fam, t, cot=True) for t in texts], tuple(texts)
+    return [final_answer(dataset, problem, answer_from(fam, t, cot=True)) for t in texts], tuple(texts)
 
 
 async def _io(dataset: Dataset, problem: Problem, gateway: Gateway, params: dict[str, Any], temperature: float,
@@ -405,7 +405,7 @@ async def _io(dataset: Dataset, problem: Problem, gateway: Gateway, params: dict
     fam = PROMPTS[dataset.spec.prompts]
     texts = await _ask(gateway, fam.prompt(fam.io, problem.shown), n=1, max_tokens=fam.io_tokens,
                        stop=fam.io_stop, temperature=temperature, seed=seed, purpose="io")
-    return LaneOutcome(answer_from(fam, texts[0], cot=False), replies=tuple(texts))
+    return LaneOutcome(final_answer(dataset, problem, answer_from(fam, texts[0], cot=False)), replies=tuple(texts))
 
 
 async def _cot(dataset: Dataset, problem: Problem, gateway: Gateway, params: dict[str, Any], temperature: float,
@@ -557,17 +557,17 @@ async def _search(lane: str, dataset: Dataset, problem: Problem, backend: Backen
         return LaneOutcome(None, stop_reason=LaneStop.UNSUPPORTED, error=str(exc))
     tool_calls = sum(len(n.extra.get("tool_calls") or ()) for n in result.graph)
     if lane == AGENT_LANE:
-        return LaneOutcome(agent_answer(dataset, result.answer), stop_reason=result.termination_reason,
+        return LaneOutcome(agent_answer(dataset, problem, result.answer), stop_reason=result.termination_reason,
                            error=result.error, run_id=result.run_id, graph=result.graph_cid, tool_calls=tool_calls,
                            result=result)
     if lane == RESEARCH_LANE:
         synthesis = result.research.answer if result.research is not None else None
         citations = tuple(synthesis.citations) if synthesis is not None else ()
-        return LaneOutcome(agent_answer(dataset, result.answer), stop_reason=result.termination_reason,
+        return LaneOutcome(agent_answer(dataset, problem, result.answer), stop_reason=result.termination_reason,
                            error=result.error, run_id=result.run_id, graph=result.graph_cid, tool_calls=tool_calls,
                            citations=citations, cited=tuple(sorted(cited_facts(problem, citations))), result=result)
-    return LaneOutcome(result.answer, stop_reason=result.termination_reason, error=result.error,
-                       run_id=result.run_id, graph=result.graph_cid, result=result)
+    return LaneOutcome(final_answer(dataset, problem, result.answer), stop_reason=result.termination_reason,
+                       error=result.error, run_id=result.run_id, graph=result.graph_cid, result=result)
 
 
 # --- the agent lane --------------------------------------------------------------------------
@@ -614,22 +614,25 @@ def _corpus(files: dict[str, str]) -> Iterator[str]:
         yield folder
 
 
-_YES_NO = re.compile(r"^(yes|no)(?:[,.;:!]|\s*$)", re.IGNORECASE)
+def final_answer(dataset: Dataset, problem: Problem, answer: str | None) -> str | None:
+    """A lane's answer as the product gives it to a user: on HotpotQA the span its answer line names, by
+    the answer rules every lane shares (tasks/answers.span_answer: no label, yes or no only to a yes/no
+    question, never a file name or the question's own subject); other data sets' answers as read."""
+    if dataset.spec.prompts != "hotpotqa" or answer is None:
+        return answer
+    # The question alone (a problem's text also holds the paragraphs, whose names may be the answer).
+    question = problem.question or problem.text.rsplit("Question:", 1)[-1]
+    return span_answer(question, answer)
 
 
-def agent_answer(dataset: Dataset, answer: str | None) -> str | None:
-    """The agent's solution, read for the answer the data set's rule scores."""
+def agent_answer(dataset: Dataset, problem: Problem, answer: str | None) -> str | None:
+    """The agent's (or research flow's) solution, read for the answer the data set's rule scores."""
     if answer is None or not answer.strip():
         return None
     if dataset.spec.prompts != "hotpotqa":
         # GSM8K's rule reads the number after the last 'answer is' / 'Answer:', else the last number.
         return answer
-    # A span: the rest of the last 'Answer:' / 'Final answer:' / 'The answer is' line, else the
-    # first line (the agent answers in up to four lines, the span first); a line opening with a
-    # bare yes or no ("No, they were not ...") answers a yes/no question with that word.
-    text = plain(answer).strip()
-    marked = after_marker(text)
-    line = (marked or text).strip().splitlines()[0]
-    yes_no = _YES_NO.match(line.strip())
-    span = yes_no.group(1).lower() if yes_no else " ".join(line.split())
-    return f"Answer: {span}" if span else None
+    # The agent answers in up to four lines, the span first; a marked line ('Answer:', 'Final
+    # answer:', 'The answer is') is read first, and the lines after it stand in where the rules
+    # refuse it (a file name, a yes to a question that is no yes/no question).
+    return final_answer(dataset, problem, plain(answer))
