@@ -113,20 +113,23 @@ def _pieces(line: str) -> Iterator[str]:
     yield from (part for part in re.split(r"[:,]\s+", line) if part.strip() and part != line)
 
 
-def _refused(span: str, question: str, choice: bool) -> bool:
-    """A span that cannot answer a factoid question: empty, a bare yes or no, a file name, or the
-    question's own words (allowed when the question asks to choose between two it names)."""
+def _refused(span: str) -> bool:
+    """A span that never answers a factoid question: empty, a bare yes or no, or a file name."""
     key = _key(span)
-    if not key or key in ("yes", "no", "true", "false") or _FILE_NAME.search(f" {span}"):
-        return True
-    return not choice and f" {key} " in f" {_key(question)} "
+    return not key or key in ("yes", "no", "true", "false") or _FILE_NAME.search(f" {span}") is not None
+
+
+def _subject(span: str, question: str) -> bool:
+    """True when the span is the question's own words (e.g. its subject, "Kiss and Tell")."""
+    return f" {_key(span)} " in f" {_key(question)} "
 
 
 def span_answer(question: str, answer: str | None, alternatives: Iterable[str | None] = ()) -> str | None:
     """The answer by the span rules: labels, quotes, citations and a closing period taken off; a yes/no
-    question answered "yes" or "no"; any other question never by a bare yes or no, a file name or its
-    own subject, but by the short span (first sentence, before any explanation) of the first line or
-    part of a line that is none of those, else of an alternative (e.g. other hypotheses); None when
+    question answered "yes" or "no"; any other question never by a bare yes or no or a file name, but by
+    the short span (first sentence, before any explanation) of the first line or part of a line that is
+    neither, else of an alternative (e.g. other hypotheses), passing over the question's own words
+    (unless it asks to choose between two it names) while a better candidate follows; None when
     nothing is left."""
     texts = [t for t in (answer, *alternatives) if t is not None and t.strip()]
     if is_yes_no(question):
@@ -139,12 +142,16 @@ def span_answer(question: str, answer: str | None, alternatives: Iterable[str | 
         first = next((_short(line) for line in _lines(texts[0])), "") if texts else ""
         return first or None
     choice = bool(_CHOICE.search(question))
+    subject: str | None = None
     for text in texts:
         for line in _lines(text):
             # "Yes, Chief of Protocol": what follows the yes is the answer the question asked for.
             line = _YES_NO_WORD.sub("", line, count=1) if _YES_NO_WORD.match(line) else line
             for piece in _pieces(line):
                 span = _short(_unlabel_span(piece))
-                if not _refused(span, question, choice):
+                if _refused(span):
+                    continue
+                if choice or not _subject(span, question):
                     return span
-    return None
+                subject = subject or span
+    return subject
