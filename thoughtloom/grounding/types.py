@@ -40,7 +40,7 @@ class Citation:
 
     def shown_text(self) -> str:
         """The text as a reader is shown it: after its document's title, unless it opens with that title's heading."""
-        first = self.text.split("\n", 1)[0].strip().lstrip("#").strip()
+        first = " ".join(self.text.split("\n", 1)[0].strip().lstrip("#").split())
         if not self.title or first == self.title:
             return self.text
         return f"{self.title}: {self.text}"
