@@ -114,5 +114,5 @@ def test_the_indexed_lines_keep_their_numbers_across_blank_lines(kb: KnowledgeBa
 def test_the_problem_is_posed_with_its_sources_labelled_as_they_are_cited(kb: KnowledgeBase) -> None:
     posed = with_sources("At what temperature does water boil?", kb)
     assert posed.startswith("At what temperature does water boil?\n\nSources")
-    assert f"[physics.md:5] {TRUE}" in posed.splitlines()
+    assert f"[physics.md:5] Water: {TRUE}" in posed.splitlines()  # each source after its document's title
     assert with_sources("zebra quagga okapi", kb) == "zebra quagga okapi"

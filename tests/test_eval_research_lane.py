@@ -60,8 +60,9 @@ def test_the_research_lane_answer_is_scored_as_a_hotpotqa_span(record: Record) -
 
 @needs_data
 def test_the_research_lane_records_its_citations_as_sentence_ids_and_their_precision(record: Record) -> None:
-    # The passages that say "American": the film's heading and three sentences, Ed Wood's heading and first one.
-    assert record.citations == ["docs:01-Ed_Wood_film.md:1-4", "docs:05-Ed_Wood.md:1-2"]
+    # The passages that say "American": Ed Wood's heading and first sentence (his page's title names him, so it
+    # ranks first), the film's heading and three sentences.
+    assert record.citations == ["docs:05-Ed_Wood.md:1-2", "docs:01-Ed_Wood_film.md:1-4"]
     assert record.cited == [["Ed Wood", 0], ["Ed Wood (film)", 0], ["Ed Wood (film)", 1], ["Ed Wood (film)", 2]]
     # Gold: Scott Derrickson 0 and Ed Wood 0; of the four cited sentences one is gold.
     assert record.support_precision == 0.25

@@ -119,6 +119,41 @@ def test_window_citation_points_at_the_window_holding_the_match(tmp_path: Path) 
     assert hit.line_end - hit.line_start + 1 <= WINDOW_LINES
 
 
+FILM = "\n".join([
+    "Harbour Lights is a 1999 drama shot in Lisbon.",
+    *(f"It ran for week {n} in the city's cinemas." for n in range(2, 11)),
+    "The director was Ana Moura, who also wrote it.",
+    "It won a prize at a small festival.",
+]) + "\n"
+
+
+def test_a_later_window_is_found_by_its_documents_title_alone(tmp_path: Path) -> None:
+    write(tmp_path, "Harbour Lights.txt", FILM)
+    write(tmp_path, "city.txt", "At night the city lights are bright and the streets are busy.\n")
+    write(tmp_path, "water.md", WATER)
+    write(tmp_path, "chemistry.txt", CHEMISTRY)
+    with KnowledgeBase.open(tmp_path) as kb:
+        assert [p.line_start for p in split_passages(FILM)] == [1, 5, 9]
+        hits = kb.search("Harbour Lights", limit=5)
+    third = next(h for h in hits if h.ref() == "Harbour Lights.txt:9-12")
+    assert "director was Ana Moura" in third.text
+    assert third.title == "Harbour Lights" and third.shown_text().startswith("Harbour Lights: ")
+    assert {h.path for h in hits[:3]} == {"Harbour Lights.txt"}  # the title outranks a passing mention
+
+
+def test_a_documents_opening_heading_is_its_title(tmp_path: Path) -> None:
+    write(tmp_path, "0001_The_Argo.md", "# The Argo\n\nIt was built by Argus.\n")
+    with KnowledgeBase.open(tmp_path) as kb:
+        hit = kb.search("Argus")[0]
+    assert hit.ref() == "0001_The_Argo.md:3" and hit.shown_text() == "The Argo: It was built by Argus."
+
+
+def test_a_window_opening_with_its_title_heading_does_not_repeat_it(docs: Path) -> None:
+    with KnowledgeBase.open(docs) as kb:
+        hit = kb.lines("water.md", 1, 1)
+    assert hit is not None and hit.title == "Water" and hit.shown_text() == "# Water"
+
+
 def test_crlf_and_runs_of_blank_lines_keep_line_numbers_right(tmp_path: Path) -> None:
     (tmp_path / "notes.txt").write_bytes(b"first paragraph here\r\n\r\n\r\n\r\nsecond: the walrus sleeps\r\nstill second\r\n")
     with KnowledgeBase.open(tmp_path) as kb:
@@ -412,6 +447,29 @@ def test_index_built_for_another_folder_is_rebuilt(docs: Path, tmp_path: Path) -
         assert kb.stats.indexed == ("a.md",)
         assert kb.documents == 1
         assert kb.search("water") == []
+
+
+def test_an_index_written_by_the_untitled_version_is_rebuilt_with_titles(tmp_path: Path) -> None:
+    folder = tmp_path / "docs"
+    film = write(folder, "Harbour Lights.txt", FILM)
+    index = tmp_path / "kb.sqlite"
+    with sqlite3.connect(index) as conn:  # version 1's tables, its marks, and the file already listed as indexed
+        conn.executescript("""
+            CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+            CREATE TABLE documents (path TEXT PRIMARY KEY, mtime_ns INTEGER NOT NULL, size INTEGER NOT NULL);
+            CREATE TABLE passages (id INTEGER PRIMARY KEY, path TEXT NOT NULL, line_start INTEGER NOT NULL,
+                                   line_end INTEGER NOT NULL, text TEXT NOT NULL);
+            CREATE VIRTUAL TABLE passages_fts USING fts5 (text, content='passages', content_rowid='id',
+                                                          tokenize='porter unicode61');
+            PRAGMA application_id = 0x544C4B42;
+        """)
+        conn.executemany("INSERT INTO meta VALUES (?, ?)", [("schema", "1"), ("folder", str(folder.resolve()))])
+        conn.execute("INSERT INTO documents VALUES (?, ?, ?)",
+                     ("Harbour Lights.txt", film.stat().st_mtime_ns, film.stat().st_size))
+    conn.close()
+    with KnowledgeBase.open(folder, index) as kb:
+        assert kb.stats.indexed == ("Harbour Lights.txt",)
+        assert "Harbour Lights.txt:9-12" in [h.ref() for h in kb.search("Harbour Lights")]
 
 
 def test_in_memory_index_writes_nothing_into_the_folder(docs: Path) -> None:

@@ -178,7 +178,7 @@ def test_the_research_profile_poses_the_problem_with_the_passages_to_cite(
     model = scripted(server, [CITED_TRUE], seen)
     out = solve_json("--profile", "research_synthesis", "--knowledge", str(docs(tmp_path)), "--model", model,
                      "--breadth", "1", "--depth", "1", QUESTION)
-    assert "[physics.md:5] Water boils at 100 degrees Celsius at sea level." in seen[0]
+    assert "[physics.md:5] Water: Water boils at 100 degrees Celsius at sea level." in seen[0]  # after its title
     assert "as [file:line]" in seen[0]
     assert out["problem"] == QUESTION  # the result keeps the user's question
 

@@ -92,6 +92,27 @@ def test_loom_research_json_is_the_research_result(docs: str, model: str) -> Non
     assert out["run"]["usage"]["calls"] >= 4 and out["run"]["termination_reason"] == "confidence_reached"
 
 
+def test_loom_research_shows_which_final_citations_were_verified(docs: str, server: FakeOpenAIServer) -> None:
+    def ghost(seen: Seen) -> Reply:
+        asked = seen.body["messages"][-1]["content"]
+        if "Hypotheses:" in asked and "Hypotheses (" not in asked:
+            return chat("ANSWER: Argus\nWHY: named twice [docs:argo.md:1-2] [docs:ghost.md:7].")
+        return argo_server(seen)
+
+    server.responder = ghost
+    model = f"openai-compatible:{server.url}@scripted#chat"
+    text = loom("research", QUESTION, "--knowledge", docs, "--model", model, "--quiet", "--no-store")
+    assert text.returncode == 0, text.stderr
+    cited = next(line for line in text.stdout.splitlines() if line.startswith("  citations: "))
+    assert "docs:argo.md:1-2" in cited and "ghost" not in cited
+    assert "  not verified: docs:ghost.md:7 (no_source: no passage of that document was read in this run)" \
+        in text.stdout.splitlines()
+    out = json.loads(loom("research", QUESTION, "--knowledge", docs, "--model", model, "--json", "--quiet",
+                          "--no-store").stdout)
+    checks = {c["ref"]: c["valid"] for c in out["answer"]["citation_checks"]}
+    assert checks["docs:argo.md:1-2"] is True and checks["docs:ghost.md:7"] is False
+
+
 def test_a_stored_research_run_replays_from_the_cli(docs: str, model: str, tmp_path: Path) -> None:
     store = str(tmp_path / "runs.db")
     proc = loom("research", QUESTION, "--knowledge", docs, "--model", model, "--json", "--quiet", "--store", store)

@@ -364,6 +364,45 @@ def test_the_final_synthesis_answers_with_the_span_alone(docs: str) -> None:
     assert result.answer.answer == "Argus"
 
 
+def final_checks(synth: str, docs: str) -> Any:
+    """The final answer of a run whose synthesizer replies `synth`, and its citation checks by the ref as written."""
+    _, _, result = run(model=world(synth=synth), knowledge=docs, confidence_threshold=0.99, exploration_budget=3)
+    return result.answer, {c.ref: c for c in result.answer.checks}
+
+
+def test_a_final_answer_citing_a_passage_no_search_read_is_flagged_and_not_kept(docs: str) -> None:
+    answer, checks = final_checks("ANSWER: Argus\nWHY: the log says so [docs:ghost.md:3].", docs)
+    assert checks["docs:ghost.md:3"].status == "no_source" and not checks["docs:ghost.md:3"].valid
+    assert "docs:ghost.md:3" not in answer.citations and answer.flagged[0].ref == "docs:ghost.md:3"
+    shown = {c["ref"]: c for c in answer.to_dict()["citation_checks"]}
+    assert (shown["docs:ghost.md:3"]["valid"], shown["docs:ghost.md:3"]["status"]) == (False, "no_source")
+
+
+def test_a_final_answer_citing_a_passage_that_does_not_name_it_is_flagged(docs: str) -> None:
+    answer, checks = final_checks("ANSWER: Argus\nWHY: Jason's page says so [docs:jason.md:1-2].", docs)
+    jason = checks["docs:jason.md:1-2"]
+    assert jason.passage is not None and "Jason led the Argonauts" in jason.passage.text  # a real passage, read
+    assert (jason.status, jason.valid) == ("unrelated", False) and "does not name Argus" in jason.reason
+    assert "docs:jason.md:1-2" not in answer.citations
+
+
+def test_a_final_answer_citing_a_passage_that_names_it_keeps_the_citation_verified(docs: str) -> None:
+    answer, checks = final_checks(SYNTH, docs)
+    assert checks["docs:argo.md:1-2"].valid and answer.citations[0] == "docs:argo.md:1-2"
+    assert answer.flagged == () and answer.to_dict()["citation_checks"][0]["valid"] is True
+
+
+def test_a_yes_answer_keeps_only_the_passages_a_step_judged_for_yes(docs: str) -> None:
+    judged = {"Yes": "1: SUPPORTS 0.9 Argus built it\n2: CONTRADICTS 0.9 it says Athena helped"}
+    model = world(judged=judged, synth="ANSWER: Yes\nWHY: it says so.")
+    _, _, result = run("Was the Argo built by Argus?", model=model, knowledge=docs, confidence_threshold=0.99,
+                       exploration_budget=2)
+    answer = result.answer
+    assert answer.answer == "yes" and answer.citations and answer.flagged  # the span rules say yes/no in lower case
+    assert all(c.status == "contradicts" for c in answer.flagged)
+    assert not set(answer.citations) & {c.ref for c in answer.flagged}
+
+
 @pytest.mark.parametrize("strategy", ["best_first", "weighted_vote", "synthesis"])
 def test_settled_hypotheses_at_one_depth_merge_into_a_synthesis_node(docs: str, strategy: str) -> None:
     judged = {"Argus": "1: SUPPORTS 0.5 m", "Jason": "1: SUPPORTS 0.4 m", "Athena": "1: SUPPORTS 0.4 m"}

@@ -170,7 +170,7 @@ async def test_docs_over_a_knowledge_folder_searches_it_and_closes_with_the_box(
     (tmp_path / "a.md").write_text("The shuttle carries the weft.\n", encoding="utf-8")
     box = await build_toolbox(["docs"], knowledge=tmp_path)
     result = await box.call("docs", {"query": "shuttle"})
-    assert result.output == "1. a.md:1\nThe shuttle carries the weft."
+    assert result.output == "1. a.md:1\na: The shuttle carries the weft."  # after its title, the file name
     await box.aclose()
     result = await box.call("docs", {"query": "shuttle"})
     assert result.status == "error"  # the index is closed with the box

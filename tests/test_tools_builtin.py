@@ -181,7 +181,7 @@ def kb(tmp_path: Path) -> KnowledgeBase:
 
 async def test_docs_answers_numbered_passages_with_file_and_lines(kb: KnowledgeBase) -> None:
     out = await DocsTool(kb).call({"query": "boiling water"})
-    assert out.splitlines()[:2] == ["1. water.md:3", "Water boils at 100 degrees Celsius at sea level."]
+    assert out.splitlines()[:2] == ["1. water.md:3", "Water: Water boils at 100 degrees Celsius at sea level."]
 
 
 async def test_docs_limit_caps_the_passages(kb: KnowledgeBase) -> None:

@@ -336,7 +336,7 @@ def with_sources(problem: str, kb: KnowledgeBase, limit: int = SOURCES_SHOWN) ->
         return problem
     lines = []
     for p in passages:
-        text = " ".join(p.text.split())
+        text = " ".join(p.shown_text().split())
         lines.append(f"[{p.ref()}] {text if len(text) <= SOURCE_CHARS else text[: SOURCE_CHARS - 1] + '…'}")
     return (f"{problem.rstrip()}\n\nSources (end each claim with the source it rests on, as [file:line]):\n"
             + "\n".join(lines))

@@ -5,7 +5,10 @@
 in an FTS5 table with the porter tokenizer, so "boils" finds "boiling". A passage is a paragraph
 (lines between blank lines); a paragraph longer than WINDOW_LINES lines is cut into windows of
 WINDOW_LINES lines that overlap by one line, so a citation stays a few lines long. Every passage
-keeps its path (relative to the folder, with "/"), its first and last line (1-based) and its text.
+keeps its path (relative to the folder, with "/"), its first and last line (1-based), its text and
+its document's title (the heading the document opens with, else its file name): the title is a
+column of the FTS5 table, weighted TITLE_WEIGHT in the ranking, so the third window of "Some
+Film.txt" is found by the film's name though only the first window's lines say it.
 
 Only regular files inside the folder are read, by the rules of `grounding.files`: a pipe, a
 device or a socket is never opened, a symlink that leaves the folder is not followed, a linked
@@ -59,8 +62,11 @@ WARN_NAMES = 5
 #: SQLite's application_id of an index file ("TLKB"): a file without it is not ours to rebuild.
 APPLICATION_ID = 0x544C4B42
 
+#: A query term found in a passage's document title counts this many times one found in its text.
+TITLE_WEIGHT = 2.0
+
 # Bump when the tables or the passage rules change: an index built by other rules is rebuilt.
-SCHEMA_VERSION = "1"
+SCHEMA_VERSION = "2"
 
 _SCHEMA = """
 CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -74,17 +80,18 @@ CREATE TABLE passages (
     path TEXT NOT NULL,
     line_start INTEGER NOT NULL,
     line_end INTEGER NOT NULL,
+    title TEXT NOT NULL,
     text TEXT NOT NULL
 );
 CREATE INDEX passages_by_path ON passages (path);
 CREATE VIRTUAL TABLE passages_fts USING fts5 (
-    text, content='passages', content_rowid='id', tokenize='porter unicode61'
+    title, text, content='passages', content_rowid='id', tokenize='porter unicode61'
 );
 CREATE TRIGGER passages_added AFTER INSERT ON passages BEGIN
-    INSERT INTO passages_fts (rowid, text) VALUES (new.id, new.text);
+    INSERT INTO passages_fts (rowid, title, text) VALUES (new.id, new.title, new.text);
 END;
 CREATE TRIGGER passages_removed AFTER DELETE ON passages BEGIN
-    INSERT INTO passages_fts (passages_fts, rowid, text) VALUES ('delete', old.id, old.text);
+    INSERT INTO passages_fts (passages_fts, rowid, title, text) VALUES ('delete', old.id, old.title, old.text);
 END;
 """
 _TABLES = ("passages_fts", "passages", "documents", "meta")
@@ -128,6 +135,18 @@ def split_passages(text: str) -> list[Passage]:
             passages.extend(_windows(lines, paragraph[0], paragraph[-1] + 1))
             paragraph = []
     return passages
+
+
+def document_title(rel: str, text: str) -> str:
+    """A document's title: the heading it opens with (`# Title`), else its file name without the ending."""
+    for line in text.splitlines():
+        if line.strip():
+            if line.lstrip().startswith("#"):
+                heading = " ".join(line.strip().lstrip("#").split())
+                if heading:
+                    return heading
+            break
+    return " ".join(Path(rel).stem.replace("_", " ").split()) or rel
 
 
 def _windows(lines: list[str], start: int, end: int) -> Iterator[Passage]:
@@ -294,7 +313,8 @@ class KnowledgeBase:
                     skipped.append(f"{rel}: {exc.reason}")
                     continue
                 seen.add(rel)
-                self._replace(rel, signature, split_passages(_decode(data)))
+                text = _decode(data)
+                self._replace(rel, signature, document_title(rel, text), split_passages(text))
                 indexed.append(rel)
             removed = sorted(set(known) - seen)
             for rel in removed:
@@ -307,14 +327,14 @@ class KnowledgeBase:
                            "; ".join(skipped[:WARN_NAMES]), more)
         return IndexStats(tuple(indexed), tuple(removed), unchanged, tuple(skipped), documents, passages)
 
-    def _replace(self, rel: str, signature: tuple[int, int], passages: list[Passage]) -> None:
+    def _replace(self, rel: str, signature: tuple[int, int], title: str, passages: list[Passage]) -> None:
         self._conn.execute("DELETE FROM passages WHERE path = ?", (rel,))
         self._conn.execute(
             "INSERT OR REPLACE INTO documents (path, mtime_ns, size) VALUES (?, ?, ?)", (rel, *signature)
         )
         self._conn.executemany(
-            "INSERT INTO passages (path, line_start, line_end, text) VALUES (?, ?, ?, ?)",
-            [(rel, p.line_start, p.line_end, p.text) for p in passages],
+            "INSERT INTO passages (path, line_start, line_end, title, text) VALUES (?, ?, ?, ?, ?)",
+            [(rel, p.line_start, p.line_end, title, p.text) for p in passages],
         )
 
     def _counts(self) -> tuple[int, int]:
@@ -335,23 +355,25 @@ class KnowledgeBase:
             return self._counts()[1]
 
     def search(self, query: str, limit: int = 5) -> list[Citation]:
-        """The passages that best match the words of `query`, most relevant first (bm25)."""
+        """The passages that best match the words of `query` in their text or their document's title, most
+        relevant first (bm25, a title word weighing TITLE_WEIGHT)."""
         expression = match_expression(query)
         if expression is None or limit <= 0:
             return []
         with self._lock:
             rows = self._conn.execute(
                 """
-                SELECT p.path, p.line_start, p.line_end, p.text, bm25(passages_fts) AS rank
+                SELECT p.path, p.line_start, p.line_end, p.text, p.title, bm25(passages_fts, ?, 1.0) AS rank
                 FROM passages_fts JOIN passages AS p ON p.id = passages_fts.rowid
                 WHERE passages_fts MATCH ?
                 ORDER BY rank, p.path, p.line_start
                 LIMIT ?
                 """,
-                (expression, limit),
+                (TITLE_WEIGHT, expression, limit),
             ).fetchall()
         # bm25 is lower-is-better and negative; Citation.score is higher-is-better.
-        return [Citation(path, start, end, text, score=-rank) for path, start, end, text, rank in rows]
+        return [Citation(path, start, end, text, score=-rank, title=title)
+                for path, start, end, text, title, rank in rows]
 
     def document_path(self, cited: str) -> str | None:
         """The indexed path a citation names: exactly, or the one document whose path ends with it (or it with
@@ -369,12 +391,13 @@ class KnowledgeBase:
         indexed); None when none of those lines holds text."""
         with self._lock:
             rows = self._conn.execute(
-                "SELECT line_start, text FROM passages WHERE path = ? AND line_end >= ? AND line_start <= ? "
+                "SELECT line_start, text, title FROM passages WHERE path = ? AND line_end >= ? AND line_start <= ? "
                 "ORDER BY line_start",
                 (path, line_start, line_end),
             ).fetchall()
         found: dict[int, str] = {}
-        for first, text in rows:
+        title = rows[0][2] if rows else ""
+        for first, text, _ in rows:
             # A passage holds its lines whole and in order (paragraphs have no blank line inside).
             for number, line in enumerate(text.split("\n"), first):
                 if line_start <= number <= line_end:
@@ -383,7 +406,7 @@ class KnowledgeBase:
             return None
         first, last = min(found), max(found)
         # Blank lines stay blank, so a line's number is still its offset in the text.
-        return Citation(path, first, last, "\n".join(found.get(n, "") for n in range(first, last + 1)))
+        return Citation(path, first, last, "\n".join(found.get(n, "") for n in range(first, last + 1)), title=title)
 
     def close(self) -> None:
         """Close the index (a file index stays on disk for the next open)."""

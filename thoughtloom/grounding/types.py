@@ -36,6 +36,14 @@ class Citation:
     line_end: int
     text: str
     score: float = 0.0  # the index's relevance (higher is more relevant)
+    title: str = ""  # the document's title (its opening heading, else its file name)
+
+    def shown_text(self) -> str:
+        """The text as a reader is shown it: after its document's title, unless it opens with that title's heading."""
+        first = " ".join(self.text.split("\n", 1)[0].strip().lstrip("#").split())
+        if not self.title or first == self.title:
+            return self.text
+        return f"{self.title}: {self.text}"
 
     def ref(self) -> str:
         """`file:line` or `file:start-end`."""

@@ -269,14 +269,15 @@ class DocsTool:
         return self._spec
 
     async def call(self, args: dict[str, Any]) -> str:
-        """Numbered passages, best first, each headed by `file:lines`."""
+        """Numbered passages, best first, each headed by `file:lines`, its text after its document's title."""
         query = str(args["query"])
         limit = int(args.get("limit", DEFAULT_PASSAGES))
         # SQLite work off the event loop: the index is shared with the research grounder's threads.
         found = await asyncio.to_thread(self.kb.search, query, limit)
         if not found:
             return f"no passage matches {query!r}; try other or fewer words"
-        return "\n\n".join(f"{i}. {c.ref()}\n{c.text}" for i, c in enumerate(found, 1))
+        # The title names what a later window of a document is about ("the director" of which film).
+        return "\n\n".join(f"{i}. {c.ref()}\n{c.shown_text()}" for i, c in enumerate(found, 1))
 
     async def aclose(self) -> None:
         """Close the index when this tool opened it (a Toolbox closer)."""

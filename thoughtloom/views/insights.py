@@ -42,13 +42,17 @@ def insight_line(kind: str, content: str, confidence: float, node_id: int, sourc
 
 
 def research_lines(research: Any) -> list[str]:
-    """The research part of a result as text: the synthesis with its sources and citations, then the metrics."""
+    """The research part of a result as text: the synthesis with its sources, its verified citations and those that
+    did not hold, then the metrics."""
     lines = []
     answer = research.answer
     if answer is not None:
         lines.append(f"synthesis ({answer.method}, confidence {answer.confidence:.2f}): {' '.join(answer.content.split())}")
         lines.append("  sources: " + (", ".join(f"hypothesis #{s}" for s in answer.sources) or "none"))
-        lines.append("  citations: " + (", ".join(answer.citations) or "none (no document or tool stands behind it)"))
+        none = "none verified" if answer.checks else "none (no document or tool stands behind it)"
+        lines.append("  citations: " + (", ".join(answer.citations) or none)
+                     + (" (each checked against the passages read)" if answer.citations and answer.checks else ""))
+        lines.extend(f"  not verified: {c.ref} ({c.status.value}: {c.reason})" for c in answer.flagged)
     s = research.statistics
     pruned = ", ".join(f"{k} {n}" for k, n in sorted(s.pruned_by.items()))
     lines.append(

@@ -3,14 +3,21 @@
 Nothing here changes the graph: a `Findings` is applied by the flow in the order explorations
 started. Tool calls go through the run's Toolbox (via AgentEnv, as for agent processors) and
 model calls through the flow's `ask`, which routes the evaluator's prompts to its own model.
+
+The final answer's citations are checked by the rule a step's evidence passes (`check_citations`):
+the cited passage must be one the run's searches read (so a replay checks it the same, with no
+folder), no step may have judged it against the answer, and it must name the answer (a yes/no
+answer, which every passage "names", needs a step that judged the passage for it).
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ...grounding.citations import CitationCheck, CitationStatus, parse_reference
+from ...grounding.types import Citation
 from ...tasks.base import Query
 from ...tasks.research import (
     answer_key,
@@ -50,6 +57,55 @@ def parse_passages(output: str) -> list[tuple[str, str]]:
     return out
 
 
+def cited_passage(ref: str, read: Mapping[str, str]) -> Citation | CitationStatus:
+    """The passage a `docs:FILE:LINES` citation names among those read (the lines of a wider one it lies in),
+    else NO_SOURCE (no passage of that file was read) or NO_LINES (none read holds those lines)."""
+    cited = parse_reference(ref)
+    if cited is None:
+        return CitationStatus.NO_SOURCE
+    status = CitationStatus.NO_SOURCE
+    for key, text in read.items():
+        have = parse_reference(key)
+        if have is None or have.path != cited.path:
+            continue
+        status = CitationStatus.NO_LINES
+        if have.line_start <= cited.line_start and cited.line_end <= have.line_end:
+            lines = text.split("\n")[cited.line_start - have.line_start: cited.line_end - have.line_start + 1]
+            return Citation(cited.path, cited.line_start, cited.line_end, "\n".join(lines))
+    return status
+
+
+def check_citations(answer: str | None, claim: str, cited: Sequence[str], read: Mapping[str, str],
+                    judged: Sequence[Evidence]) -> tuple[CitationCheck, ...]:
+    """Each citation of a final answer checked as a step's evidence is: a passage the run read (docs), not judged
+    against the answer by a step, naming it (`mentions`); a yes/no or unstated answer, and a tool's result, need
+    a step's judgement for it. judged: the evidence of the hypotheses that give the same answer."""
+    named = bool(answer) and answer_key(answer) not in ("yes", "no")
+    out: list[CitationCheck] = []
+    for ref in cited:
+        verdicts = [e.supports for e in judged if e.source == ref]
+        passage: Citation | None = None
+        if ref.startswith("docs:"):
+            found = cited_passage(ref, read)
+            if isinstance(found, CitationStatus):
+                what = "that document" if found is CitationStatus.NO_SOURCE else "those lines"
+                out.append(CitationCheck(ref, claim, found, f"no passage of {what} was read in this run"))
+                continue
+            passage = found
+        if verdicts and not any(verdicts):
+            status, reason = CitationStatus.CONTRADICTS, "a step judged it against this answer"
+        elif named and passage is not None and not mentions(passage.text, answer or ""):
+            status, reason = CitationStatus.UNRELATED, f"the passage does not name {answer}"
+        elif not named or passage is None:
+            ok = any(verdicts)
+            status = CitationStatus.SUPPORTS if ok else CitationStatus.UNRELATED
+            reason = "a step judged it for this answer" if ok else "no step judged it for this answer"
+        else:
+            status, reason = CitationStatus.SUPPORTS, f"the passage names {answer}"
+        out.append(CitationCheck(ref, claim, status, reason, passage))
+    return tuple(out)
+
+
 class Gatherer:
     """Finds evidence for the question's hypotheses with the granted tools (docs, calc) and the evaluator's prompts."""
 
@@ -58,6 +114,12 @@ class Gatherer:
         self.question = question
         self.passages = passages
         self.ask = ask
+        #: Every passage the run's searches returned, by its `docs:FILE:LINES` (what a final citation may name).
+        self.read: dict[str, str] = {}
+
+    def _read(self, passages: list[tuple[str, str]]) -> list[tuple[str, str]]:
+        self.read.update(passages)
+        return passages
 
     async def question_passages(self, node_id: int) -> tuple[tuple[tuple[str, str], ...], dict[str, Any] | None]:
         """The question looked up in the documents (the brancher's first material), and the call's record."""
@@ -65,7 +127,7 @@ class Gatherer:
             return (), None
         # Twice the passages of a hypothesis's search: a question often names two things to look up.
         found = await self.env.call_tool(DOCS_TOOL, {"query": self.question, "limit": 2 * self.passages}, node_id)
-        return (tuple(parse_passages(found.output)) if found.ok else ()), found.to_dict()
+        return (tuple(self._read(parse_passages(found.output))) if found.ok else ()), found.to_dict()
 
     async def gather(self, h: Hypothesis) -> Findings:
         """Evidence for and against one hypothesis: its sums checked, passages judged, else one claim of the model's."""
@@ -94,7 +156,7 @@ class Gatherer:
         query = self.question if answer_key(h.answer) in ("yes", "no") else f"{self.question} {h.content}"
         found = await self.env.call_tool(DOCS_TOOL, {"query": query, "limit": self.passages}, h.id)
         out.calls.append(found.to_dict())
-        passages = parse_passages(found.output) if found.ok else []
+        passages = self._read(parse_passages(found.output)) if found.ok else []
         if not passages:
             return
         got = await self.ask(judge_query(self.question, h.content, passages), "judge", h.id, "evaluator")

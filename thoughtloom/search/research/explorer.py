@@ -20,6 +20,7 @@ from datetime import datetime
 from typing import Any
 
 from ...graph import EdgeKind, NodeKind, NodeStatus
+from ...grounding.citations import find_references
 from ...tasks.answers import is_yes_no, span_answer
 from ...tasks.base import Query
 from ...tasks.research import (
@@ -38,7 +39,7 @@ from ..context import SearchContext
 from ..events import FlowTransitioned, InsightFound, NodeScored
 from ..stop import StopReason
 from .config import ResearchConfig
-from .evidence import Findings, Gatherer
+from .evidence import Findings, Gatherer, check_citations
 from .flow import FlowMachine, FlowState, Transition
 from .merge import (
     Candidate,
@@ -468,13 +469,25 @@ class ResearchFlow:
         # The synthesizer's own confidence is not evidence: an answer no tested member holds gets the lowest member's.
         confidence = max((c.confidence for c in backing), default=min(c.confidence for c in members))
         content = f"{reply.answer}. {reply.why}".strip() if reply.why else reply.answer
-        cited = citations(backing or members)
+        # Its evidence, then what the answer's own words cite (each is checked when the answer is final).
+        written = [f"docs:{r.path}:{r.line_start}" + (f"-{r.line_end}" if r.line_end != r.line_start else "")
+                   for r in find_references(reply.why)]
+        cited = tuple(dict.fromkeys([*citations(backing or members), *written]))
         return Synthesis(content, confidence, all_sources(members), "synthesis", cited, reply.answer), tokens
+
+    def _checked(self, synthesis: Synthesis) -> Synthesis:
+        """The final answer with its citations checked as a step's evidence is; only those that hold stay cited."""
+        said = synthesis.answer or synthesis.content
+        judged = [e for h in self.tree.values() if h.depth > 0 and agreeing(said, [Candidate.of_hypothesis(h)])
+                  for e in h.evidence]
+        checks = check_citations(synthesis.answer, said, synthesis.citations, self.gatherer.read, judged)
+        return replace(synthesis, citations=tuple(c.ref for c in checks if c.valid), checks=checks)
 
     def _add_synthesis(self, members: list[Candidate], synthesis: Synthesis, tokens: int) -> Synthesis:
         ctx = self.ctx
         if synthesis.final:
-            synthesis = replace(synthesis, answer=self._final_answer(synthesis, members))
+            # The answer first (the span rules may pick another member's), then its citations checked against it.
+            synthesis = self._checked(replace(synthesis, answer=self._final_answer(synthesis, members)))
         # The members that say what the synthesis says come first: the first parent is the path
         # `loom solve`'s best path and `loom show` follow to the answer.
         said = answer_key(synthesis.answer or synthesis.content)

@@ -13,6 +13,8 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any, Literal
 
+from ...grounding.citations import CitationCheck
+
 #: What evidence counts for when only the model claims it (no document, no tool): it weighs less.
 MODEL_EVIDENCE_WEIGHT = 0.5
 #: The source of evidence the model asserts without a document or a tool behind it.
@@ -122,12 +124,20 @@ class Synthesis:
     answer: str | None = None
     node_id: int | None = None
     final: bool = False
+    #: The final answer's citations checked (evidence.check_citations); `citations` keeps the valid ones.
+    checks: tuple[CitationCheck, ...] = ()
+
+    @property
+    def flagged(self) -> tuple[CitationCheck, ...]:
+        """Citations of the final answer that did not hold (not a passage read, or not saying the answer)."""
+        return tuple(c for c in self.checks if not c.valid)
 
     def to_dict(self) -> dict[str, Any]:
         """Plain-data form."""
+        checked = {"citation_checks": [c.to_dict() for c in self.checks]} if self.final else {}
         return {"content": self.content, "answer": self.answer, "confidence": round(self.confidence, 4),
                 "sources": list(self.sources), "citations": list(self.citations), "method": self.method,
-                "node": self.node_id, "final": self.final}
+                "node": self.node_id, "final": self.final, **checked}
 
 
 InsightType = Literal["discovery", "evidence", "contradiction", "synthesis"]
