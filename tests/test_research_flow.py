@@ -33,7 +33,15 @@ from thoughtloom.search.research.merge import Candidate, best_first, weighted_vo
 from thoughtloom.search.research.promise import evidence_confidence, information_gain, promise, track_record
 from thoughtloom.search.research.records import Evidence, HypothesisStatus
 from thoughtloom.store.sqlite import SQLiteStore
-from thoughtloom.tasks.research import ResearchTask, parse_judgements, parse_proposals, parse_synthesis
+from thoughtloom.tasks.research import (
+    Bridge,
+    ResearchTask,
+    bridge_entities,
+    bridge_of,
+    parse_judgements,
+    parse_proposals,
+    parse_synthesis,
+)
 from thoughtloom.tools import Toolbox
 
 QUESTION = "Who built the Argo?"
@@ -271,6 +279,74 @@ def test_a_doubtful_hypothesis_is_branched_into_alternatives_below_it(docs: str)
     children = [h for h in result.tree.values() if h.parent_id == jason.id]
     assert [h.answer for h in children] == ["Alt1a", "Alt1b"] and all(h.depth == 2 for h in children)
     assert result.statistics.max_depth_reached == 2 and result.statistics.branch_factor == pytest.approx(2.5)
+
+
+# --- the second hop of a bridge question ------------------------------------------------------------
+
+BRIDGE_QUESTION = "Where was the director of Harbour Lights born?"
+
+
+@pytest.fixture
+def bridge_docs(tmp_path: Path) -> str:
+    """A film's page naming its director, the director's page, and pages of the film's that outrank the director's
+    for the question's own words."""
+    folder = tmp_path / "bridge"
+    folder.mkdir()
+    (folder / "harbour.md").write_text("# Harbour Lights\nHarbour Lights was directed by Jane Doe.\n")
+    (folder / "jane.md").write_text("# Jane Doe\nJane Doe was born in Leeds.\n")
+    (folder / "score.md").write_text("# Harbour Lights (soundtrack)\nThe Harbour Lights soundtrack was born of "
+                                     "a director's cut of Harbour Lights.\n")
+    return str(folder)
+
+
+def bridge_world(prompts: list[str]) -> ScriptedBackend:
+    """A scripted model that answers from what its prompts show: Leeds once a passage says so, else the director."""
+
+    def reply(request: GenerateRequest, _: int) -> str:
+        text = request.prompt.as_messages()[-1].content
+        prompts.append(text)
+        if "Hypotheses (" in text:
+            return "1. Leeds - passage says she was born there." if "born in Leeds" in text else "1. Jane Doe - [1]."
+        if "Passages:" in text:
+            return "1: SUPPORTS 0.9 it says so"
+        return "ANSWER: Leeds\nWHY: Jane Doe was born in Leeds [docs:jane.md:2]." if "Leeds" in text else \
+            "ANSWER: Jane Doe\nWHY: she directed it."
+
+    return ScriptedBackend(responder=reply)
+
+
+def test_a_bridge_question_searches_again_for_the_entity_its_first_passages_name(bridge_docs: str) -> None:
+    prompts: list[str] = []
+    stream, _, result = run(BRIDGE_QUESTION, model=bridge_world(prompts), knowledge=bridge_docs, passages=1)
+    queries = [c["args"]["query"] for c in stream.search.graph.node(0).extra["tool_calls"]]
+    assert queries == [BRIDGE_QUESTION, "Jane Doe born"]
+    assert "Jane Doe was born in Leeds" in prompts[0]  # the brancher reads the second hop's passage
+    assert result.answer.answer == "Leeds"
+    assert any(c.startswith("docs:jane.md") for c in result.answer.citations)
+
+
+def test_a_question_with_no_bridge_makes_no_extra_search(bridge_docs: str) -> None:
+    stream, _, _ = run("Who directed Harbour Lights?", model=bridge_world([]), knowledge=bridge_docs, passages=1)
+    assert len(stream.search.graph.node(0).extra["tool_calls"]) == 1
+
+
+def test_bridge_hops_zero_turns_the_second_hop_off(bridge_docs: str) -> None:
+    stream, _, _ = run(BRIDGE_QUESTION, model=bridge_world([]), knowledge=bridge_docs, passages=1, bridge_hops=0)
+    assert len(stream.search.graph.node(0).extra["tool_calls"]) == 1
+
+
+def test_negative_bridge_hops_are_refused() -> None:
+    with pytest.raises(ResearchConfigError, match="bridge_hops must be >= 0"):
+        ResearchConfig(bridge_hops=-1)
+
+
+def test_the_bridge_entity_is_the_name_nearest_the_relation_word_that_is_not_its_subject() -> None:
+    bridge = bridge_of(BRIDGE_QUESTION)
+    assert bridge == Bridge("director", "Harbour Lights", "born")
+    passages = [("a", "Harbour Lights premiered in Leeds. It was directed by Jane Doe."),
+                ("b", "The director of Harbour Lights, J. R. Smith, was hired late.")]
+    assert bridge_entities(bridge, passages) == ["Jane Doe", "J. R. Smith"]
+    assert bridge_of("Who built the Argo?") is None and bridge_of("What is the capital of France?") is None
 
 
 # --- pruning ----------------------------------------------------------------------------------------

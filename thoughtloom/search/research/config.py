@@ -61,6 +61,8 @@ class ResearchConfig:
     insight_target: int | None = None
     #: Passages read per document search.
     passages: int = 3
+    #: Follow-up searches for a bridge question's entity, named by the first passages (0: none).
+    bridge_hops: int = 1
     #: Anti-patterns run anyway (see ANTI_PATTERNS).
     allow: tuple[str, ...] = ()
 
@@ -79,6 +81,8 @@ class ResearchConfig:
         if self.merge_threshold < 2:
             raise ResearchConfigError(f"merge_threshold must be at least 2 (a merge needs two hypotheses); got "
                                       f"{self.merge_threshold}")
+        if self.bridge_hops < 0:
+            raise ResearchConfigError(f"bridge_hops must be >= 0; got {self.bridge_hops}")
         if self.prune_after_depth < 0:
             raise ResearchConfigError(f"prune_after_depth must be >= 0; got {self.prune_after_depth}")
         if self.insight_target is not None and self.insight_target < 1:

@@ -21,6 +21,8 @@ from ...grounding.types import Citation
 from ...tasks.base import Query
 from ...tasks.research import (
     answer_key,
+    bridge_entities,
+    bridge_of,
     claim_query,
     judge_query,
     mentions,
@@ -109,10 +111,11 @@ def check_citations(answer: str | None, claim: str, cited: Sequence[str], read: 
 class Gatherer:
     """Finds evidence for the question's hypotheses with the granted tools (docs, calc) and the evaluator's prompts."""
 
-    def __init__(self, env: AgentEnv, question: str, passages: int, ask: Ask) -> None:
+    def __init__(self, env: AgentEnv, question: str, passages: int, ask: Ask, bridge_hops: int = 0) -> None:
         self.env = env
         self.question = question
         self.passages = passages
+        self.bridge_hops = bridge_hops
         self.ask = ask
         #: Every passage the run's searches returned, by its `docs:FILE:LINES` (what a final citation may name).
         self.read: dict[str, str] = {}
@@ -121,13 +124,26 @@ class Gatherer:
         self.read.update(passages)
         return passages
 
-    async def question_passages(self, node_id: int) -> tuple[tuple[tuple[str, str], ...], dict[str, Any] | None]:
-        """The question looked up in the documents (the brancher's first material), and the call's record."""
+    async def question_passages(self, node_id: int) -> tuple[tuple[tuple[str, str], ...], list[dict[str, Any]]]:
+        """The question looked up in the documents (the brancher's first material), then, for a bridge question,
+        the entity its first passages name looked up with the question's other words; and the calls' records."""
         if DOCS_TOOL not in self.env.tools:
-            return (), None
+            return (), []
         # Twice the passages of a hypothesis's search: a question often names two things to look up.
         found = await self.env.call_tool(DOCS_TOOL, {"query": self.question, "limit": 2 * self.passages}, node_id)
-        return (tuple(self._read(parse_passages(found.output))) if found.ok else ()), found.to_dict()
+        passages = parse_passages(found.output) if found.ok else []
+        calls = [found.to_dict()]
+        bridge = bridge_of(self.question) if self.bridge_hops else None
+        # "Where was the director of X born?": X's passages name the director; the birthplace is in the director's.
+        hops = [f"{entity} {bridge.rest}" for entity in bridge_entities(bridge, passages)] if bridge else []
+        for query in hops[: self.bridge_hops]:
+            if self.env.ctx.stopped:
+                break
+            hop = await self.env.call_tool(DOCS_TOOL, {"query": query, "limit": self.passages}, node_id)
+            calls.append(hop.to_dict())
+            have = {ref for ref, _ in passages}
+            passages += [p for p in (parse_passages(hop.output) if hop.ok else []) if p[0] not in have]
+        return tuple(self._read(passages)), calls
 
     async def gather(self, h: Hypothesis) -> Findings:
         """Evidence for and against one hypothesis: its sums checked, passages judged, else one claim of the model's."""

@@ -94,7 +94,7 @@ class ResearchFlow:
         self.tools = tools
         self.question = str(ctx.problem)
         self.passages: tuple[tuple[str, str], ...] = ()
-        self.gatherer = Gatherer(self.env, self.question, self.config.passages, self._ask)
+        self.gatherer = Gatherer(self.env, self.question, self.config.passages, self._ask, self.config.bridge_hops)
         self.machine = FlowMachine(on_transition=self._moved)
         root = ctx.graph.node(ctx.root)
         self.tree: dict[int, Hypothesis] = {
@@ -212,9 +212,9 @@ class ResearchFlow:
 
     async def _explore_question(self) -> None:
         """Look the question up in the documents, for the first hypotheses to start from."""
-        self.passages, call = await self.gatherer.question_passages(self.ctx.root)
-        if call is not None:
-            self.ctx.graph.node(self.ctx.root).extra.setdefault("tool_calls", []).append(call)
+        self.passages, calls = await self.gatherer.question_passages(self.ctx.root)
+        if calls:
+            self.ctx.graph.node(self.ctx.root).extra.setdefault("tool_calls", []).extend(calls)
         self.tree[self.ctx.root].explored_at = datetime.now()
 
     def _pick(self) -> list[Hypothesis]:
