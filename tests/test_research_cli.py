@@ -158,6 +158,7 @@ def test_a_knowledge_folder_with_hostile_entries_still_answers_from_the_good_fil
     (("--max-branches", "40"), "unbounded branching"),
     (("--pruning-threshold", "0"), "prunes nothing"),
     (("--confidence-threshold", "0.5"), "premature convergence"),
+    (("--bridge-hops", "-1"), "--bridge-hops must be at least 0"),
     (("--brancher-model", "nosuch:thing"), "--brancher-model"),
 ])
 def test_bad_research_settings_are_one_line_errors(docs: str, args: tuple[str, ...], said: str) -> None:

@@ -51,6 +51,8 @@ def add_research_parser(sub: Any) -> None:
                    help="hypotheses explored at once (default 3)")
     t.add_argument("--passages", type=positive_int("--passages", 10), metavar="N",
                    help="passages read per document search (default 3)")
+    t.add_argument("--bridge-hops", type=count("--bridge-hops", 10), metavar="N",
+                   help="follow-up searches for the entity a bridge question's first passages name (default 1)")
     p = s.add_argument_group("pruning and merging")
     p.add_argument("--pruning-threshold", type=unit_float("--pruning-threshold"), metavar="X",
                    help="prune below this promise (default 0.2)")

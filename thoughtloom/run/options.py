@@ -38,7 +38,7 @@ RESEARCH_OPTIONS = {
     "strong_evidence": "strong_evidence", "merge": "merge_strategy", "merge_threshold": "merge_threshold",
     "explore": "exploration_strategy", "exploration_budget": "exploration_budget", "research_parallel": "parallel",
     "confidence_threshold": "confidence_threshold", "insight_target": "insight_target", "passages": "passages",
-    "allow": "allow",
+    "bridge_hops": "bridge_hops", "allow": "allow",
 }
 #: loom solve's and loom research's option name -> the role whose model it names.
 ROLE_MODEL_OPTIONS = {"generator_model": "generator", "brancher_model": "brancher", "evaluator_model": "evaluator",
