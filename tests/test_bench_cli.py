@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -153,18 +154,21 @@ HOTPOT_REPLIES = {
 }
 
 
-def hotpot_chat(seen: Seen) -> Reply:
-    """Chat replies chosen by the question on the last line of the last user message."""
-    question = seen.body["messages"][-1]["content"].rsplit("Question: ", 1)[-1]
-    text = HOTPOT_REPLIES.get(question, "Answer: unknown")
-    choices = [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}]
-    return Reply(200, {"id": "x", "object": "chat.completion", "created": 0, "model": "m", "choices": choices,
-                       "usage": {"prompt_tokens": 900, "completion_tokens": 20, "total_tokens": 920}})
+def chat_by_question(replies: dict[str, str]) -> Callable[[Seen], Reply]:
+    """Chat replies from `replies`, chosen by the question the last user message ends with."""
+    def reply(seen: Seen) -> Reply:
+        question = seen.body["messages"][-1]["content"].rsplit("Question: ", 1)[-1]
+        text = replies.get(question, "Answer: unknown")
+        choices = [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}]
+        return Reply(200, {"id": "x", "object": "chat.completion", "created": 0, "model": "m", "choices": choices,
+                           "usage": {"prompt_tokens": 900, "completion_tokens": 20, "total_tokens": 920}})
+
+    return reply
 
 
 def test_bench_hotpotqa_reports_em_and_mean_f1_from_a_chat_model(server: FakeOpenAIServer, tmp_path: Path,
                                                                  capsys: pytest.CaptureFixture[str]) -> None:
-    server.responder = hotpot_chat
+    server.responder = chat_by_question(HOTPOT_REPLIES)
     out = tmp_path / "run"
     code = main(["bench", "--tasks", "hotpotqa", "--lanes", "io,cot", "--model", f"openai-compatible:{server.url}@m",
                  "--data-dir", str(DATA), "--out", str(out), "--select", "first", "--limit", "3",
@@ -303,18 +307,9 @@ LABELLED_REPLIES = {
 }
 
 
-def labelled_chat(seen: Seen) -> Reply:
-    """Chat replies from LABELLED_REPLIES, chosen by the question the last user message ends with."""
-    question = seen.body["messages"][-1]["content"].rsplit("Question: ", 1)[-1]
-    choices = [{"index": 0, "message": {"role": "assistant", "content": LABELLED_REPLIES[question]},
-                "finish_reason": "stop"}]
-    return Reply(200, {"id": "x", "object": "chat.completion", "created": 0, "model": "m", "choices": choices,
-                       "usage": {"prompt_tokens": 900, "completion_tokens": 20, "total_tokens": 920}})
-
-
 def test_bench_hotpotqa_scores_the_span_of_a_labelled_answer_and_never_a_yes_to_a_what_question(
         server: FakeOpenAIServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    server.responder = labelled_chat
+    server.responder = chat_by_question(LABELLED_REPLIES)
     out = tmp_path / "run"
     code = main(["bench", "--tasks", "hotpotqa", "--lanes", "io,cot", "--model", f"openai-compatible:{server.url}@m",
                  "--data-dir", str(DATA), "--out", str(out), "--select", "first", "--limit", "3",
