@@ -123,6 +123,21 @@ def completions_of(respond: Callable[[Any, int], str]) -> Callable[[Seen], Reply
     return reply
 
 
+def always(text: str) -> Callable[[Seen], Reply]:
+    """A responder answering every request, chat or completion, with `text` (each of its n samples)."""
+    def reply(seen: Seen) -> Reply:
+        n = int(seen.body.get("n") or 1)
+        chat = seen.path.endswith("/chat/completions")
+        choice = {"message": {"role": "assistant", "content": text}} if chat else {"text": text}
+        return Reply(200, {
+            "id": "x", "object": "chat.completion" if chat else "text_completion", "created": 0, "model": "m",
+            "choices": [{"index": i, **choice, "finish_reason": "stop"} for i in range(n)],
+            "usage": {"prompt_tokens": 10, "completion_tokens": 10 * n, "total_tokens": 10 + 10 * n},
+        })
+
+    return reply
+
+
 def _merge_batch(n: int, replies: list[Reply]) -> Reply:
     """One completions reply for a prompt list from one reply per prompt, as vLLM numbers
     choices (prompt i's sample j is index i*n + j) and sums usage."""

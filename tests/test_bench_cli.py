@@ -166,15 +166,23 @@ def chat_by_question(replies: dict[str, str]) -> Callable[[Seen], Reply]:
     return reply
 
 
-def test_bench_hotpotqa_reports_em_and_mean_f1_from_a_chat_model(server: FakeOpenAIServer, tmp_path: Path,
-                                                                 capsys: pytest.CaptureFixture[str]) -> None:
-    server.responder = chat_by_question(HOTPOT_REPLIES)
+def hotpot_bench(server: FakeOpenAIServer, replies: dict[str, str], tmp_path: Path,
+                 capsys: pytest.CaptureFixture[str]) -> tuple[str, Path]:
+    """`loom bench` of io and cot on HotpotQA's first three dev questions, the model replying `replies`:
+    what it printed, and its run directory (the bench must succeed)."""
+    server.responder = chat_by_question(replies)
     out = tmp_path / "run"
     code = main(["bench", "--tasks", "hotpotqa", "--lanes", "io,cot", "--model", f"openai-compatible:{server.url}@m",
                  "--data-dir", str(DATA), "--out", str(out), "--select", "first", "--limit", "3",
                  "--budget-tokens", "20000", "--quiet", "--no-plot"])
     printed = capsys.readouterr().out
     assert code == 0
+    return printed, out
+
+
+def test_bench_hotpotqa_reports_em_and_mean_f1_from_a_chat_model(server: FakeOpenAIServer, tmp_path: Path,
+                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    printed, out = hotpot_bench(server, HOTPOT_REPLIES, tmp_path, capsys)
     # EM: 1 of 3; F1: (1 + 2/3 + 0) / 3 = 0.56
     assert "| lane | n | EM [95% CI] | mean F1 [95% CI] | any@k |" in printed
     assert "| io | 3 | 1/3 = 33% [" in printed and "| cot | 3 | 1/3 = 33% [" in printed and "| 0.56 [" in printed
@@ -309,13 +317,7 @@ LABELLED_REPLIES = {
 
 def test_bench_hotpotqa_scores_the_span_of_a_labelled_answer_and_never_a_yes_to_a_what_question(
         server: FakeOpenAIServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    server.responder = chat_by_question(LABELLED_REPLIES)
-    out = tmp_path / "run"
-    code = main(["bench", "--tasks", "hotpotqa", "--lanes", "io,cot", "--model", f"openai-compatible:{server.url}@m",
-                 "--data-dir", str(DATA), "--out", str(out), "--select", "first", "--limit", "3",
-                 "--budget-tokens", "20000", "--quiet", "--no-plot"])
-    printed = capsys.readouterr().out
-    assert code == 0
+    printed, out = hotpot_bench(server, LABELLED_REPLIES, tmp_path, capsys)
     assert "| io | 3 | 2/3 = 67% [" in printed and "| cot | 3 | 2/3 = 67% [" in printed
     records = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
     for lane in ("io", "cot"):

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from openai_server import FakeOpenAIServer, Reply, Seen, error_body, serve
+from openai_server import FakeOpenAIServer, Reply, always, error_body, serve
 from test_anthropic_backend import message, root
 from test_agent import TRIP, served, trip_model
 from test_cli import assert_one_line_error, loom
@@ -38,16 +38,8 @@ BROKEN = f"{LONE}The answer is 42.\udfff Final answer: 42 {LONE}"
 PROBLEM = "plan a picnic"
 
 
-def surrogate_reply(seen: Seen) -> Reply:
-    """Every answer, chat or completion, is BROKEN (sent as JSON escapes, as a server may)."""
-    n = int(seen.body.get("n") or 1)
-    chat = seen.path.endswith("/chat/completions")
-    choice = {"message": {"role": "assistant", "content": BROKEN}} if chat else {"text": BROKEN}
-    return Reply(200, {
-        "id": "x", "object": "chat.completion" if chat else "text_completion", "created": 0, "model": "m",
-        "choices": [{"index": i, **choice, "finish_reason": "stop"} for i in range(n)],
-        "usage": {"prompt_tokens": 10, "completion_tokens": 10 * n, "total_tokens": 10 + 10 * n},
-    })
+#: Every answer, chat or completion, is BROKEN (sent as JSON, escapes and all, as a server may).
+surrogate_reply = always(BROKEN)
 
 
 @pytest.fixture

@@ -309,21 +309,30 @@ def test_resume_of_a_manifest_with_wrong_types_is_one_line(case: str, finished: 
 # --- one resume at a time ---------------------------------------------------------------------------
 
 
+def resume_spending(server: FakeOpenAIServer, tmp_path: Path,
+                    env: dict[str, str] | None = None) -> tuple[Path, str, subprocess.Popen[str]]:
+    """A stored unfinished game24 run, and a `loom resume` of it that has started spending on a slow model."""
+    server.responder = responder()
+    store, run = stored_run(tmp_path, "solve", "--task", "game24", "--model", model_of(server), PROBLEM)
+    forge(store, run, lambda spec: spec)
+    server.responder = responder(delay_s=1.0)
+    sent = len(server.seen)
+    first = subprocess.Popen([*LOOM, "resume", run, "--store", str(store), "--quiet", "--model", model_of(server)],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT, env=env)
+    deadline = time.monotonic() + 30
+    while len(server.seen) == sent and time.monotonic() < deadline:
+        time.sleep(0.02)
+    if len(server.seen) == sent:  # never started spending: not left running behind a failed test
+        first.kill()
+        first.communicate()
+    assert len(server.seen) > sent  # the first resume is spending
+    return store, run, first
+
+
 def test_a_second_resume_of_a_run_being_resumed_refuses_in_one_line(tmp_path: Path) -> None:
     with serve() as server:
-        server.responder = responder()
-        store, run = stored_run(tmp_path, "solve", "--task", "game24", "--model", model_of(server), PROBLEM)
-        forge(store, run, lambda spec: spec)
-        server.responder = responder(delay_s=1.0)
-        sent = len(server.seen)
-        env = {**os.environ, "OPENAI_API_KEY": SECRET_KEY}
-        first = subprocess.Popen([*LOOM, "resume", run, "--store", str(store), "--quiet", "--model", model_of(server)],
-                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT, env=env)
+        store, run, first = resume_spending(server, tmp_path, {**os.environ, "OPENAI_API_KEY": SECRET_KEY})
         try:
-            deadline = time.monotonic() + 30
-            while len(server.seen) == sent and time.monotonic() < deadline:  # the first is spending
-                time.sleep(0.02)
-            assert len(server.seen) > sent
             second = loom("resume", run, "--store", str(store), "--model", model_of(server))
             assert_one_line_error(second, f"run {run} is in use by another loom process (pid {first.pid})")
             out, err = first.communicate(timeout=60)
@@ -337,16 +346,7 @@ def test_a_second_resume_of_a_run_being_resumed_refuses_in_one_line(tmp_path: Pa
 
 def test_a_killed_resume_leaves_the_run_resumable(tmp_path: Path) -> None:
     with serve() as server:
-        server.responder = responder()
-        store, run = stored_run(tmp_path, "solve", "--task", "game24", "--model", model_of(server), PROBLEM)
-        forge(store, run, lambda spec: spec)
-        server.responder = responder(delay_s=1.0)
-        sent = len(server.seen)
-        first = subprocess.Popen([*LOOM, "resume", run, "--store", str(store), "--quiet", "--model", model_of(server)],
-                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
-        deadline = time.monotonic() + 30
-        while len(server.seen) == sent and time.monotonic() < deadline:
-            time.sleep(0.02)
+        store, run, first = resume_spending(server, tmp_path)
         first.send_signal(signal.SIGKILL)
         first.communicate(timeout=30)
         server.responder = responder()

@@ -13,7 +13,7 @@ import re
 from pathlib import Path
 
 import pytest
-from openai_server import FakeOpenAIServer, Reply, Seen
+from openai_server import FakeOpenAIServer, always
 from test_cli import loom
 
 from thoughtloom.search.events import ControlDecision, ThoughtGrounded
@@ -28,16 +28,8 @@ HOSTILE = (
 RAW = ("\x1b", "\x07", "\x9b", "\u202e")
 
 
-def hostile_reply(seen: Seen) -> Reply:
-    """Every answer, chat or completion, is the hostile text."""
-    n = int(seen.body.get("n") or 1)
-    chat = seen.path.endswith("/chat/completions")
-    choice = ({"message": {"role": "assistant", "content": HOSTILE}} if chat else {"text": HOSTILE})
-    return Reply(200, {
-        "id": "x", "object": "chat.completion" if chat else "text_completion", "created": 0, "model": "m",
-        "choices": [{"index": i, **choice, "finish_reason": "stop"} for i in range(n)],
-        "usage": {"prompt_tokens": 10, "completion_tokens": 10 * n, "total_tokens": 10 + 10 * n},
-    })
+#: Every answer, chat or completion, is HOSTILE (sent as JSON, escapes and all, as a server may).
+hostile_reply = always(HOSTILE)
 
 
 @pytest.fixture

@@ -188,7 +188,7 @@ def open_events_file(path: str | None) -> Any:
     if os.path.isdir(path):
         raise UsageError(f"cannot write --events {path}: it is a directory; give a file name such as events.jsonl")
     try:
-        # A lone surrogate written as \udXXX is still a JSON string meaning the same text: never a failed write.
+        # A lone surrogate is written as a \ud800-style escape, in JSON the same string: never a failed write.
         return open(path, "w", encoding="utf-8", errors="backslashreplace")
     except OSError as exc:
         raise UsageError(f"cannot write --events {path}: {exc.strerror or exc}") from None
