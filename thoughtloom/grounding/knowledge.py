@@ -4,8 +4,8 @@
 ``*.rst``; hidden files and folders skipped), cuts every document into passages and indexes them
 in an FTS5 table. The table holds each passage's words as stemmed by the project's one stemmer
 (`grounding.ranking.index_terms`, Snowball English) and a query looks up its stems
-(`query_stems`), so "boils" finds "boiling" and the index ranks as `grounding.ranking.rank` does. A passage is a paragraph
-(lines between blank lines); a paragraph longer than WINDOW_LINES lines is cut into windows of
+(`query_stems`), so "boils" finds "boiling" and the index ranks as `grounding.ranking.rank` does.
+A passage is a paragraph (lines between blank lines); a paragraph longer than WINDOW_LINES lines is cut into windows of
 WINDOW_LINES lines that overlap by one line, so a citation stays a few lines long. Every passage
 keeps its path (relative to the folder, with "/"), its first and last line (1-based), its text and
 its document's title (the heading the document opens with, else its file name): the title is a
@@ -43,8 +43,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 from typing import Self
-
-import numpy as np
 
 from thoughtloom.grounding.embedding import Embedder, load_embedder
 from thoughtloom.grounding.files import FileRefused, check_regular, read_regular, shown, size_text, walk_files
@@ -447,6 +445,8 @@ class KnowledgeBase:
                                     (embedder.name,)).fetchall()
         if not stored:
             return []
+        import numpy as np  # loaded only for a hybrid search
+
         ids = [pid for pid, _ in stored]
         matrix = np.stack([np.frombuffer(blob, dtype=np.float32) for _, blob in stored])
         cosines = matrix @ embedder.embed([query])[0]

@@ -11,8 +11,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-import bm25s
-
 from .claims import query_terms, tokenize
 from .stemming import stem
 
@@ -38,6 +36,8 @@ def rank(query: str, passages: Sequence[str], limit: int | None = None) -> list[
     terms = query_stems(query)
     if not terms or not passages:
         return []
+    import bm25s  # numpy and bm25s load only when a ranking is asked for, not with every command
+
     retriever = bm25s.BM25(k1=BM25_K1, b=BM25_B)
     retriever.index([index_terms(p) for p in passages], show_progress=False)
     # bm25s ignores a query word no passage has; the scores are one per passage, in order.

@@ -1,8 +1,8 @@
 """Paraphrase detection for circular-reasoning checks: no network, no model, a few microseconds a pair.
 
 A thought is reduced to a *fingerprint*: its content words (lower-cased, stopwords dropped,
-stemmed by the project's one stemmer, `grounding.stemming`, common reasoning synonyms folded together), the numbers it states and the
-operators it uses. Two thoughts are compared by
+stemmed by the project's one stemmer, `grounding.stemming`, common reasoning synonyms folded
+together), the numbers it states and the operators it uses. Two thoughts are compared by
 
     similarity(a, b) = (W_JACCARD * jaccard(words) + (1 - W_JACCARD) * cosine(trigrams))
                        * numbers * opposites
