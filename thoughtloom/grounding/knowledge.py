@@ -5,8 +5,8 @@
 in an FTS5 table. The table holds each passage's words as stemmed by the project's one stemmer
 (`grounding.ranking.index_terms`, Snowball English) and a query looks up its stems
 (`query_stems`), so "boils" finds "boiling" and the index ranks as `grounding.ranking.rank` does.
-A passage is a paragraph (lines between blank lines); a paragraph longer than WINDOW_LINES lines is cut into windows of
-WINDOW_LINES lines that overlap by one line, so a citation stays a few lines long. Every passage
+A passage is a paragraph (lines between blank lines); a paragraph longer than WINDOW_LINES lines is
+cut into windows of WINDOW_LINES lines that overlap by one line, so a citation stays a few lines long. Every passage
 keeps its path (relative to the folder, with "/"), its first and last line (1-based), its text and
 its document's title (the heading the document opens with, else its file name): the title is a
 column of the FTS5 table, weighted TITLE_WEIGHT in the ranking, so the third window of "Some
@@ -28,9 +28,9 @@ never emptied, so a mistyped path cannot destroy a user's database.
 and numbers, stems them, quotes each one as a phrase and ORs them, and ranks by bm25. With
 `retrieval="hybrid"` (the `embed` extra) it also ranks every passage by the cosine of its sentence
 embedding to the query's and fuses the two rankings by reciprocal rank (`ranking.fuse`); a
-passage's vector is computed on the first hybrid search that needs it and kept in the index. All SQLite work is
-done under one lock, so a KnowledgeBase can be shared by threads (the grounder searches from
-`asyncio.to_thread`).
+passage's vector is computed on the first hybrid search that needs it and kept in the index.
+All SQLite work is done under one lock, so a KnowledgeBase can be shared by threads (the grounder
+searches from `asyncio.to_thread`).
 """
 
 from __future__ import annotations
