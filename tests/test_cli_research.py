@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
+import pytest
 from openai_server import FakeOpenAIServer, Reply, Seen
+from test_bad_input_store_bench import loom_here
 from test_cli import assert_one_line_error, loom
 
 TRUE = "Water boils at 100 degrees Celsius at sea level."
@@ -61,3 +64,32 @@ def test_a_missing_knowledge_folder_exits_2_with_one_line(tmp_path: Path) -> Non
 
 def test_a_knowledge_index_without_a_folder_exits_2() -> None:
     assert_one_line_error(loom("solve", "--knowledge-index", "x.sqlite", "q"), "--knowledge")
+
+
+def test_hybrid_retrieval_without_the_embed_extra_exits_2_with_one_line(
+        server: FakeOpenAIServer, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "onnxruntime", None)  # what an environment without the extra imports
+    server.responder = research_reply
+    model = f"openai-compatible:{server.url}@scripted#completions"
+    proc = loom_here(capsys, "solve", "--knowledge", str(docs(tmp_path)), "--retrieval", "hybrid", "--model", model,
+                     "--breadth", "1", "--depth", "1", "At what temperature does water boil?")
+    assert_one_line_error(proc, "pip install 'thoughtloom[embed]'")
+    assert server.seen == []  # refused before any model call
+
+
+def test_hybrid_retrieval_without_a_knowledge_folder_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
+    proc = loom_here(capsys, "solve", "--retrieval", "hybrid", "q")
+    assert_one_line_error(proc, "--retrieval hybrid needs --knowledge")
+
+
+def test_claims_are_checked_against_passages_found_by_hybrid_retrieval(
+        server: FakeOpenAIServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    pytest.importorskip("onnxruntime", reason="needs the 'embed' extra")
+    server.responder = research_reply
+    model = f"openai-compatible:{server.url}@scripted#completions"
+    proc = loom_here(capsys, "solve", "--knowledge", str(docs(tmp_path)), "--retrieval", "hybrid", "--model", model,
+                     "--breadth", "2", "--depth", "1", "--json", "At what temperature does water boil?")
+    assert proc.returncode == 0, proc.stderr
+    by_claim = {g["details"]["claims"][0]["claim"]: g for g in json.loads(proc.stdout)["grounding"]}
+    assert by_claim[TRUE]["verified"] is True and by_claim[TRUE]["citations"] == ["physics.md:5"]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import sys
 import threading
 from pathlib import Path
 
@@ -86,7 +87,7 @@ def test_single_line_paragraph_is_cited_by_one_line(docs: Path) -> None:
     assert hits[0].ref() == "water.md:9"
 
 
-def test_porter_stemming_matches_other_forms_of_a_word(docs: Path) -> None:
+def test_stemming_matches_other_forms_of_a_word(docs: Path) -> None:
     with KnowledgeBase.open(docs) as kb:
         assert kb.search("boiling")[0].path == "water.md"
         assert kb.search("catalyst")[0].path == "science/chemistry.txt"
@@ -294,10 +295,10 @@ def test_fts_hostile_queries_never_raise(docs: Path, query: str) -> None:
         assert isinstance(kb.search(query), list)
 
 
-def test_match_expression_quotes_every_term_and_drops_stopwords() -> None:
-    assert match_expression('Does "water" boil AND (freeze)?') == '"water" OR "boil" OR "freeze"'
+def test_match_expression_quotes_every_stemmed_term_and_drops_stopwords() -> None:
+    assert match_expression('Does "water" boil AND (freezing)?') == '"water" OR "boil" OR "freez"'
     assert match_expression("the of and or not") is None
-    assert match_expression("1,000 degrees") == '"1,000" OR "degrees"'
+    assert match_expression("1,000 degrees") == '"1,000" OR "degre"'
 
 
 def test_unicode_terms_are_found(tmp_path: Path) -> None:
@@ -501,3 +502,69 @@ def test_one_knowledge_base_serves_searches_from_many_threads(docs: Path, tmp_pa
         for t in threads:
             t.join()
     assert errors == []
+
+
+def test_an_index_of_the_porter_schema_is_rebuilt_with_the_project_stemmer_and_says_why(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    folder = tmp_path / "docs"
+    water = write(folder, "water.md", WATER)
+    index = tmp_path / "kb.sqlite"
+    with sqlite3.connect(index) as conn:  # version 2's tables (porter), its marks, the file listed as indexed
+        conn.executescript("""
+            CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+            CREATE TABLE documents (path TEXT PRIMARY KEY, mtime_ns INTEGER NOT NULL, size INTEGER NOT NULL);
+            CREATE TABLE passages (id INTEGER PRIMARY KEY, path TEXT NOT NULL, line_start INTEGER NOT NULL,
+                                   line_end INTEGER NOT NULL, title TEXT NOT NULL, text TEXT NOT NULL);
+            CREATE VIRTUAL TABLE passages_fts USING fts5 (title, text, content='passages', content_rowid='id',
+                                                          tokenize='porter unicode61');
+            PRAGMA application_id = 0x544C4B42;
+        """)
+        conn.executemany("INSERT INTO meta VALUES (?, ?)", [("schema", "2"), ("folder", str(folder.resolve()))])
+        conn.execute("INSERT INTO documents VALUES (?, ?, ?)",
+                     ("water.md", water.stat().st_mtime_ns, water.stat().st_size))
+    conn.close()
+    with caplog.at_level("WARNING", logger="thoughtloom"), KnowledgeBase.open(folder, index) as kb:
+        assert kb.stats.indexed == ("water.md",)
+        assert kb.search("boiling")[0].path == "water.md"
+    warned = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert len(warned) == 1
+    assert "rebuilding the knowledge index" in warned[0] and "schema 2, now 3" in warned[0]
+    assert "Snowball" in warned[0]
+    with caplog.at_level("WARNING", logger="thoughtloom"), KnowledgeBase.open(folder, index) as kb:
+        assert kb.stats.unchanged == 1
+    assert len([r for r in caplog.records if r.levelname == "WARNING"]) == 1  # the rebuilt index is reused quietly
+
+
+# --- hybrid retrieval ---------------------------------------------------------------------------
+
+
+def test_hybrid_retrieval_without_the_embed_extra_is_a_one_line_error(
+        docs: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "onnxruntime", None)  # what an environment without the extra imports
+    with pytest.raises(KnowledgeBaseError) as err:
+        KnowledgeBase.open(docs, retrieval="hybrid")
+    message = str(err.value)
+    assert "\n" not in message
+    assert "pip install 'thoughtloom[embed]'" in message and "--retrieval bm25" in message
+
+
+def test_an_unknown_retrieval_is_refused_naming_the_choices(docs: Path) -> None:
+    with pytest.raises(KnowledgeBaseError, match="unknown retrieval 'dense'; use one of bm25, hybrid"):
+        KnowledgeBase.open(docs, retrieval="dense")
+
+
+def test_hybrid_retrieval_finds_a_passage_by_meaning_that_shares_no_word_with_the_query(tmp_path: Path) -> None:
+    pytest.importorskip("onnxruntime", reason="needs the 'embed' extra")
+    folder = tmp_path / "docs"
+    write(folder, "water.md", WATER)
+    write(folder, "diesel.txt", "A diesel engine ignites its fuel by compression alone.\n")
+    query = "motor that needs no spark plug"
+    with KnowledgeBase.open(folder) as kb:
+        assert kb.search(query) == []  # no word in common: full text alone finds nothing
+    with KnowledgeBase.open(folder, tmp_path / "kb.sqlite", retrieval="hybrid") as kb:
+        hits = kb.search(query, limit=1)
+        assert [h.ref() for h in hits] == ["diesel.txt:1"]
+        stored = kb._conn.execute("SELECT count(*) FROM embeddings").fetchone()[0]
+        assert stored == kb.passages  # every passage's vector is kept in the index for the next search
+    with KnowledgeBase.open(folder, tmp_path / "kb.sqlite", retrieval="hybrid") as kb:
+        assert [h.ref() for h in kb.search(query, limit=1)] == ["diesel.txt:1"]

@@ -84,6 +84,14 @@ def test_a_spec_survives_its_stored_form() -> None:
     assert RunSpec.from_dict(json.loads(json.dumps(spec.to_dict()))).to_dict() == spec.to_dict()
 
 
+def test_hybrid_retrieval_survives_the_stored_form_and_bm25_leaves_it_as_before(tmp_path: Path) -> None:
+    hybrid = resolve("Why is the sky blue?", knowledge=tmp_path, retrieval="hybrid")
+    assert RunSpec.from_dict(json.loads(json.dumps(hybrid.to_dict()))).retrieval == "hybrid"
+    plain = resolve("Why is the sky blue?", knowledge=tmp_path)
+    assert "retrieval" not in plain.to_dict()  # runs stored before the option keep their stored form
+    assert RunSpec.from_dict(plain.to_dict()).retrieval == "bm25"
+
+
 # --- backend wrappers ------------------------------------------------------------------------------
 
 

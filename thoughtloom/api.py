@@ -247,6 +247,7 @@ def research(
     *,
     knowledge: str | os.PathLike[str] | None = None,
     knowledge_index: str | os.PathLike[str] | None = None,
+    retrieval: str = "bm25",
     model: str | Backend = "local",
     config: ResearchConfig | None = None,
     budget: BudgetLimits | None = None,
@@ -270,7 +271,8 @@ def research(
     (max_branches, depth_limit, branching_strategy, merge_strategy, confidence_threshold,
     insight_target, allow, ...) or of the SearchConfig (seed, temperature, concurrency).
     brancher / evaluator / synthesizer: your own functions for those roles (see
-    thoughtloom.search.research.roles); role_models: {"brancher": "openai:gpt-4o-mini", ...} runs a
+    thoughtloom.search.research.roles); retrieval: "bm25", or "hybrid" to rank the documents' passages by
+    sentence embeddings too (the embed extra); role_models: {"brancher": "openai:gpt-4o-mini", ...} runs a
     role's built-in prompts on another model. Settings are checked now: a bad one, or one of the
     seed's anti-patterns not allowed explicitly, raises SpecError with one line. threads: as in asolve.
     """
@@ -282,7 +284,8 @@ def research(
     spec = resolve(
         question, task="research", model=model, profile=profile, search={"strategy": "research", **search_settings},
         budget=budget, control=controller.settings if isinstance(controller, Controller) else controller,
-        knowledge=knowledge, knowledge_index=knowledge_index, tools=research_tools(knowledge), store=store,
+        knowledge=knowledge, knowledge_index=knowledge_index, retrieval=retrieval, tools=research_tools(knowledge),
+        store=store,
         run_id=run_id, research=base, role_models=role_models,
     )
     roles = ResearchRoles(brancher=brancher, evaluator=evaluator, synthesizer=synthesizer)

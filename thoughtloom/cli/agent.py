@@ -6,7 +6,14 @@ import argparse
 from typing import Any
 
 from .common import MAX_FANOUT, positive_float, positive_int
-from .solve import add_control_options, add_model_option, add_output_options, add_run_limits, cmd_solve
+from .solve import (
+    add_control_options,
+    add_model_option,
+    add_output_options,
+    add_retrieval_option,
+    add_run_limits,
+    cmd_solve,
+)
 
 
 def add_agent_parser(sub: Any) -> None:
@@ -27,6 +34,7 @@ def add_agent_parser(sub: Any) -> None:
                    '"args": [...]} or {"url": ...}}}')
     t.add_argument("--knowledge", metavar="DIR", help="the documents the docs tool searches (.md/.txt)")
     t.add_argument("--knowledge-index", metavar="FILE", help="keep the --knowledge search index in this SQLite file")
+    add_retrieval_option(t)
     t.add_argument("--allow-read", metavar="DIR", action="append", help="a folder the files tool may read (repeatable)")
     t.add_argument("--tool-timeout", type=positive_float("--tool-timeout", 3600), metavar="S",
                    help="seconds one tool call may take (default 30)")

@@ -10,6 +10,7 @@ from .solve import (
     add_control_options,
     add_model_option,
     add_output_options,
+    add_retrieval_option,
     add_role_options,
     add_run_limits,
     cmd_solve,
@@ -33,6 +34,7 @@ def add_research_parser(sub: Any) -> None:
     s.add_argument("problem", metavar="QUESTION", help='the question, e.g. "Who directed Doctor Strange?"')
     s.add_argument("--knowledge", metavar="DIR", help="the documents (.md/.txt) hypotheses are tested against")
     s.add_argument("--knowledge-index", metavar="FILE", help="keep the --knowledge search index in this SQLite file")
+    add_retrieval_option(s)
     add_model_option(s)
     t = s.add_argument_group("the tree (defaults: seed 004's)")
     t.add_argument("--max-branches", type=positive_int("--max-branches", MAX_FANOUT), metavar="N",

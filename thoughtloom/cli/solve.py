@@ -8,6 +8,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from ..grounding.knowledge import RETRIEVALS
 from ..search.config import EVALUATIONS
 from .common import (
     MAX_FANOUT,
@@ -24,6 +25,13 @@ from .common import (
 )
 
 DEFAULT_BUDGET_TOKENS = 20_000
+
+
+def add_retrieval_option(group: Any) -> None:
+    """--retrieval: how the --knowledge folder's passages are ranked."""
+    group.add_argument("--retrieval", choices=RETRIEVALS, default="bm25",
+                       help="how --knowledge passages are ranked: bm25 (full text) or hybrid (also sentence "
+                            "embeddings, fused by rank; needs the embed extra: pip install 'thoughtloom[embed]')")
 
 
 def add_solve_parser(sub: Any) -> None:
@@ -77,6 +85,7 @@ def add_solve_parser(sub: Any) -> None:
                    help="debug: judge a fix by the failing test alone, without running the rest of the suite")
     g.add_argument("--knowledge", metavar="DIR", help="check claims against the .md/.txt documents in DIR")
     g.add_argument("--knowledge-index", metavar="FILE", help="keep the --knowledge search index in this SQLite file")
+    add_retrieval_option(g)
     g.add_argument("--sandbox-timeout", type=positive_float("--sandbox-timeout", 86_400), metavar="S",
                    help="wall-clock seconds per sandboxed run (default: 10 for code, 60 for debug)")
     g.add_argument("--sandbox-memory", type=positive_int("--sandbox-memory", 1 << 20), metavar="MB",

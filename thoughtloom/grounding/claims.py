@@ -14,7 +14,8 @@ A leading label ("Step 2:") or hedge ("I think that", "Probably,") is removed fr
 text, since the document is asked about the statement, not about the speaker's certainty.
 
 The rest of the module is shared with the index and the judge: one tokenizer, one stopword
-list, one crude stemmer, so that the claim and the passage are reduced the same way.
+list, and the project's one stemmer (`grounding.stemming`, re-exported here as `stem`), so that the claim
+and the passage are reduced the same way.
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 from types import MappingProxyType
+
+from .stemming import stem
 
 #: A claim needs this many word or number tokens ...
 MIN_CLAIM_TOKENS = 3
@@ -134,39 +137,6 @@ def content_words(text: str) -> list[str]:
 def query_terms(text: str) -> list[str]:
     """The terms worth looking up for `text`: its content words and numbers, each once."""
     return list(dict.fromkeys(t for t in tokenize(text) if is_content_word(t) or parse_number(t) is not None))
-
-
-_VOWELS = frozenset("aeiouy")
-
-
-def stem(word: str) -> str:
-    """Crude suffix stemming, so that "boils", "boiled", "boiling" and "boil" all become "boil".
-
-    Claim and passage go through the same function, so it only has to be consistent, not right:
-    "degree"/"degrees" -> "degre", "study"/"studies" -> "studi", "stopped" -> "stop".
-    """
-    w = word.lower()
-    if len(w) <= 3 or not w.isalpha():
-        return w
-    if w.endswith("ies") and len(w) > 4:
-        w = w[:-3] + "i"
-    elif w.endswith("sses"):
-        w = w[:-2]
-    elif w.endswith("s") and not w.endswith(("ss", "us", "is")):
-        w = w[:-1]
-    for suffix in ("ing", "ed"):
-        base = w[: -len(suffix)]
-        # "-eed" words keep their "ed" (need, succeed, proceed).
-        if w.endswith(suffix) and len(base) >= 3 and _VOWELS & set(base) and not w.endswith("eed"):
-            w = base
-            if w[-1] == w[-2] and w[-1] not in "lsz":
-                w = w[:-1]  # "stopped" -> "stopp" -> "stop"
-            break
-    if len(w) > 3 and w.endswith("y"):
-        w = w[:-1] + "i"
-    if len(w) > 3 and w.endswith("e"):
-        w = w[:-1]
-    return w
 
 
 def _antonym_table() -> MappingProxyType[str, frozenset[str]]:

@@ -2,9 +2,11 @@
 
 `KnowledgeBase.open(folder, index_path)` walks the folder (``*.md``, ``*.markdown``, ``*.txt``,
 ``*.rst``; hidden files and folders skipped), cuts every document into passages and indexes them
-in an FTS5 table with the porter tokenizer, so "boils" finds "boiling". A passage is a paragraph
-(lines between blank lines); a paragraph longer than WINDOW_LINES lines is cut into windows of
-WINDOW_LINES lines that overlap by one line, so a citation stays a few lines long. Every passage
+in an FTS5 table. The table holds each passage's words as stemmed by the project's one stemmer
+(`grounding.ranking.index_terms`, Snowball English) and a query looks up its stems
+(`query_stems`), so "boils" finds "boiling" and the index ranks as `grounding.ranking.rank` does.
+A passage is a paragraph (lines between blank lines); a paragraph longer than WINDOW_LINES lines is
+cut into windows of WINDOW_LINES lines that overlap by one line, so a citation stays a few lines long. Every passage
 keeps its path (relative to the folder, with "/"), its first and last line (1-based), its text and
 its document's title (the heading the document opens with, else its file name): the title is a
 column of the FTS5 table, weighted TITLE_WEIGHT in the ranking, so the third window of "Some
@@ -23,9 +25,12 @@ file is marked as ours (SQLite's application_id); a file that holds other tables
 never emptied, so a mistyped path cannot destroy a user's database.
 
 `search(query)` never lets the query's text reach FTS5 syntax: it keeps the query's content words
-and numbers, quotes each one as a phrase and ORs them, and ranks by bm25. All SQLite work is
-done under one lock, so a KnowledgeBase can be shared by threads (the grounder searches from
-`asyncio.to_thread`).
+and numbers, stems them, quotes each one as a phrase and ORs them, and ranks by bm25. With
+`retrieval="hybrid"` (the `embed` extra) it also ranks every passage by the cosine of its sentence
+embedding to the query's and fuses the two rankings by reciprocal rank (`ranking.fuse`); a
+passage's vector is computed on the first hybrid search that needs it and kept in the index.
+All SQLite work is done under one lock, so a KnowledgeBase can be shared by threads (the grounder
+searches from `asyncio.to_thread`).
 """
 
 from __future__ import annotations
@@ -39,8 +44,9 @@ from pathlib import Path
 from types import TracebackType
 from typing import Self
 
-from thoughtloom.grounding.claims import query_terms
+from thoughtloom.grounding.embedding import Embedder, load_embedder
 from thoughtloom.grounding.files import FileRefused, check_regular, read_regular, shown, size_text, walk_files
+from thoughtloom.grounding.ranking import fuse, index_terms, query_stems
 from thoughtloom.grounding.types import Citation
 
 logger = logging.getLogger(__name__)
@@ -64,9 +70,15 @@ APPLICATION_ID = 0x544C4B42
 
 #: A query term found in a passage's document title counts this many times one found in its text.
 TITLE_WEIGHT = 2.0
+#: How a search ranks: "bm25" (full text) or "hybrid" (bm25 and sentence embeddings, fused by rank).
+RETRIEVALS: tuple[str, ...] = ("bm25", "hybrid")
+#: A hybrid search fuses this many of each ranking's best passages (or `limit`, if larger).
+HYBRID_CANDIDATES = 50
 
 # Bump when the tables or the passage rules change: an index built by other rules is rebuilt.
-SCHEMA_VERSION = "2"
+SCHEMA_VERSION = "3"
+#: Why an index of an older schema is rebuilt, logged when it is.
+SCHEMA_CHANGES = {"2": "words are now stemmed with Snowball English (PyStemmer) instead of FTS5's porter"}
 
 _SCHEMA = """
 CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -81,20 +93,25 @@ CREATE TABLE passages (
     line_start INTEGER NOT NULL,
     line_end INTEGER NOT NULL,
     title TEXT NOT NULL,
-    text TEXT NOT NULL
+    text TEXT NOT NULL,
+    title_terms TEXT NOT NULL,
+    text_terms TEXT NOT NULL
 );
 CREATE INDEX passages_by_path ON passages (path);
+CREATE TABLE embeddings (id INTEGER PRIMARY KEY, model TEXT NOT NULL, vector BLOB NOT NULL);
 CREATE VIRTUAL TABLE passages_fts USING fts5 (
-    title, text, content='passages', content_rowid='id', tokenize='porter unicode61'
+    title_terms, text_terms, content='passages', content_rowid='id', tokenize='unicode61'
 );
 CREATE TRIGGER passages_added AFTER INSERT ON passages BEGIN
-    INSERT INTO passages_fts (rowid, title, text) VALUES (new.id, new.title, new.text);
+    INSERT INTO passages_fts (rowid, title_terms, text_terms) VALUES (new.id, new.title_terms, new.text_terms);
 END;
 CREATE TRIGGER passages_removed AFTER DELETE ON passages BEGIN
-    INSERT INTO passages_fts (passages_fts, rowid, title, text) VALUES ('delete', old.id, old.title, old.text);
+    INSERT INTO passages_fts (passages_fts, rowid, title_terms, text_terms)
+        VALUES ('delete', old.id, old.title_terms, old.text_terms);
+    DELETE FROM embeddings WHERE id = old.id;
 END;
 """
-_TABLES = ("passages_fts", "passages", "documents", "meta")
+_TABLES = ("passages_fts", "embeddings", "passages", "documents", "meta")
 
 
 class KnowledgeBaseError(ValueError):
@@ -159,8 +176,8 @@ def _windows(lines: list[str], start: int, end: int) -> Iterator[Passage]:
 
 
 def match_expression(query: str) -> str | None:
-    """A safe FTS5 MATCH expression for free text: its terms quoted and ORed, or None if it has none."""
-    terms = query_terms(query)[:MAX_QUERY_TERMS]
+    """A safe FTS5 MATCH expression for free text: its stemmed terms quoted and ORed, or None if it has none."""
+    terms = query_stems(query)[:MAX_QUERY_TERMS]
     if not terms:
         return None
     # Inside double quotes FTS5 reads only tokens; doubling a quote is the one escape needed.
@@ -176,9 +193,20 @@ class KnowledgeBase:
     """A folder of documents indexed for full-text search; see the module docstring."""
 
     def __init__(self, folder: str | Path, index_path: str | Path | None = None, *,
-                 max_document_bytes: int = MAX_DOCUMENT_BYTES, max_total_bytes: int = MAX_FOLDER_BYTES) -> None:
+                 max_document_bytes: int = MAX_DOCUMENT_BYTES, max_total_bytes: int = MAX_FOLDER_BYTES,
+                 retrieval: str = "bm25", embedder: Embedder | None = None) -> None:
         """Index `folder` (incrementally when `index_path` holds an earlier index), reading at most
-        `max_document_bytes` of a document and `max_total_bytes` in all; see `open`."""
+        `max_document_bytes` of a document and `max_total_bytes` in all, searched by `retrieval`
+        ("hybrid" loads the embedding model unless `embedder` is given); see `open`."""
+        if retrieval not in RETRIEVALS:
+            raise KnowledgeBaseError(f"unknown retrieval {retrieval!r}; use one of {', '.join(RETRIEVALS)}")
+        self.retrieval = retrieval
+        self.embedder = embedder if retrieval == "hybrid" else None
+        if retrieval == "hybrid" and self.embedder is None:
+            try:
+                self.embedder = load_embedder()
+            except ValueError as exc:  # EmbeddingUnavailable: the extra is missing or a file is not the pinned one
+                raise KnowledgeBaseError(str(exc)) from None
         self.folder = Path(folder).expanduser()
         self.index_path = Path(index_path).expanduser() if index_path is not None else None
         self.max_document_bytes = max_document_bytes
@@ -211,9 +239,10 @@ class KnowledgeBase:
             raise
 
     @classmethod
-    def open(cls, folder: str | Path, index_path: str | Path | None = None) -> KnowledgeBase:
-        """Open the knowledge base for `folder`, indexed in memory or in the SQLite file `index_path`."""
-        return cls(folder, index_path)
+    def open(cls, folder: str | Path, index_path: str | Path | None = None, retrieval: str = "bm25") -> KnowledgeBase:
+        """Open the knowledge base for `folder`, indexed in memory or in the SQLite file `index_path`, searched by
+        `retrieval` ("bm25" or "hybrid")."""
+        return cls(folder, index_path, retrieval=retrieval)
 
     def _connect(self) -> sqlite3.Connection:
         target = ":memory:"
@@ -248,9 +277,15 @@ class KnowledgeBase:
         wanted = {"schema": SCHEMA_VERSION, "folder": str(self.folder)}
         with conn:
             exists = conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'meta'").fetchone()
-            if exists and dict(conn.execute("SELECT key, value FROM meta").fetchall()) == wanted:
+            found = dict(conn.execute("SELECT key, value FROM meta").fetchall()) if exists else {}
+            if found == wanted:
                 return
             self._check_ours(conn)
+            old = found.get("schema")
+            if old is not None and old != SCHEMA_VERSION:
+                why = SCHEMA_CHANGES.get(old, "its tables or passage rules changed")
+                logger.warning("rebuilding the knowledge index %s: it was built by an older thoughtloom "
+                               "(index schema %s, now %s: %s)", shown(self.index_path or ""), old, SCHEMA_VERSION, why)
             for table in _TABLES:
                 conn.execute(f"DROP TABLE IF EXISTS {table}")
             conn.executescript(_SCHEMA)
@@ -332,9 +367,12 @@ class KnowledgeBase:
         self._conn.execute(
             "INSERT OR REPLACE INTO documents (path, mtime_ns, size) VALUES (?, ?, ?)", (rel, *signature)
         )
+        title_terms = " ".join(index_terms(title))
         self._conn.executemany(
-            "INSERT INTO passages (path, line_start, line_end, title, text) VALUES (?, ?, ?, ?, ?)",
-            [(rel, p.line_start, p.line_end, title, p.text) for p in passages],
+            "INSERT INTO passages (path, line_start, line_end, title, text, title_terms, text_terms) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?)",
+            [(rel, p.line_start, p.line_end, title, p.text, title_terms, " ".join(index_terms(p.text)))
+             for p in passages],
         )
 
     def _counts(self) -> tuple[int, int]:
@@ -356,24 +394,69 @@ class KnowledgeBase:
 
     def search(self, query: str, limit: int = 5) -> list[Citation]:
         """The passages that best match the words of `query` in their text or their document's title, most
-        relevant first (bm25, a title word weighing TITLE_WEIGHT)."""
-        expression = match_expression(query)
-        if expression is None or limit <= 0:
+        relevant first (bm25, a title word weighing TITLE_WEIGHT; with hybrid retrieval, fused by rank with
+        the embeddings' cosine ranking, and the score is the fused one)."""
+        if limit <= 0:
             return []
         with self._lock:
-            rows = self._conn.execute(
-                """
-                SELECT p.path, p.line_start, p.line_end, p.text, p.title, bm25(passages_fts, ?, 1.0) AS rank
-                FROM passages_fts JOIN passages AS p ON p.id = passages_fts.rowid
-                WHERE passages_fts MATCH ?
-                ORDER BY rank, p.path, p.line_start
-                LIMIT ?
-                """,
-                (TITLE_WEIGHT, expression, limit),
-            ).fetchall()
-        # bm25 is lower-is-better and negative; Citation.score is higher-is-better.
-        return [Citation(path, start, end, text, score=-rank, title=title)
-                for path, start, end, text, title, rank in rows]
+            lexical = self._bm25(query, limit if self.embedder is None else max(limit, HYBRID_CANDIDATES))
+            if self.embedder is None:
+                # bm25 is lower-is-better and negative; Citation.score is higher-is-better.
+                return [self._citation(row, -rank) for row, rank in lexical]
+            semantic = self._nearest(self.embedder, query, max(limit, HYBRID_CANDIDATES))
+            fused = fuse([[row[0] for row, _ in lexical], semantic], limit)
+            rows = {row[0]: row for row, _ in lexical}
+            missing = [pid for pid, _ in fused if pid not in rows]
+            for pid in missing:
+                rows[pid] = self._conn.execute(
+                    "SELECT id, path, line_start, line_end, text, title FROM passages WHERE id = ?", (pid,)).fetchone()
+            return [self._citation(rows[pid], score) for pid, score in fused]
+
+    def _bm25(self, query: str, limit: int) -> list[tuple[tuple, float]]:
+        """(passage row, bm25 rank) of the best `limit` full-text matches, best first."""
+        expression = match_expression(query)
+        if expression is None:
+            return []
+        rows = self._conn.execute(
+            """
+            SELECT p.id, p.path, p.line_start, p.line_end, p.text, p.title, bm25(passages_fts, ?, 1.0) AS rank
+            FROM passages_fts JOIN passages AS p ON p.id = passages_fts.rowid
+            WHERE passages_fts MATCH ?
+            ORDER BY rank, p.path, p.line_start
+            LIMIT ?
+            """,
+            (TITLE_WEIGHT, expression, limit),
+        ).fetchall()
+        return [(tuple(row[:6]), float(row[6])) for row in rows]
+
+    def _nearest(self, embedder: Embedder, query: str, limit: int) -> list[int]:
+        """Ids of the `limit` passages whose embedding is nearest the query's, best first (ties by id)."""
+        todo = self._conn.execute(
+            "SELECT p.id, p.title, p.text FROM passages AS p LEFT JOIN embeddings AS e ON e.id = p.id AND e.model = ? "
+            "WHERE e.id IS NULL ORDER BY p.id", (embedder.name,)).fetchall()
+        if todo:
+            # The title goes with the text, as the full-text side indexes it, so a late window still names its document.
+            vectors = embedder.embed([f"{title}: {text}" for _, title, text in todo])
+            with self._conn:
+                self._conn.executemany("INSERT OR REPLACE INTO embeddings (id, model, vector) VALUES (?, ?, ?)",
+                                       [(pid, embedder.name, vector.tobytes()) for (pid, _, _), vector in
+                                        zip(todo, vectors, strict=True)])
+        stored = self._conn.execute("SELECT id, vector FROM embeddings WHERE model = ? ORDER BY id",
+                                    (embedder.name,)).fetchall()
+        if not stored:
+            return []
+        import numpy as np  # loaded only for a hybrid search
+
+        ids = [pid for pid, _ in stored]
+        matrix = np.stack([np.frombuffer(blob, dtype=np.float32) for _, blob in stored])
+        cosines = matrix @ embedder.embed([query])[0]
+        order = sorted(range(len(ids)), key=lambda i: (-float(cosines[i]), ids[i]))
+        return [ids[i] for i in order[:limit]]
+
+    @staticmethod
+    def _citation(row: tuple, score: float) -> Citation:
+        _, path, start, end, text, title = row
+        return Citation(path, start, end, text, score=score, title=title)
 
     def document_path(self, cited: str) -> str | None:
         """The indexed path a citation names: exactly, or the one document whose path ends with it (or it with

@@ -68,7 +68,7 @@ def open_knowledge(spec: RunSpec) -> KnowledgeBase | None:
     from ..grounding.knowledge import KnowledgeBase, KnowledgeBaseError
 
     try:
-        return KnowledgeBase.open(spec.knowledge, spec.knowledge_index)
+        return KnowledgeBase.open(spec.knowledge, spec.knowledge_index, spec.retrieval)
     except KnowledgeBaseError as exc:
         raise SpecError(str(exc)) from None
 
@@ -182,7 +182,8 @@ async def build_tools(spec: RunSpec) -> Toolbox | None:
 
     try:
         return await build_toolbox(spec.tools, limits=spec.tool_limits, knowledge=spec.knowledge,
-                                   knowledge_index=spec.knowledge_index, read_roots=spec.read_roots,
+                                   knowledge_index=spec.knowledge_index, retrieval=spec.retrieval,
+                                   read_roots=spec.read_roots,
                                    mcp_config=spec.mcp_config)
     except ToolConfigError as exc:
         raise SpecError(str(exc)) from None

@@ -131,6 +131,7 @@ def spec_from_options(options: Mapping[str, Any]) -> RunSpec:
                             abort_above=options.get("auto_abort_above")),
         grounding={"fail_factor": options.get("grounding_penalty"), "boost": options.get("grounding_boost")},
         knowledge=options.get("knowledge"), knowledge_index=options.get("knowledge_index"),
+        retrieval=options.get("retrieval") or "bm25",
         tools=tool_names(options.get("tools")), tool_limits=_tool_limits(options), mcp_config=options.get("mcp_config"),
         read_roots=tuple(options.get("allow_read") or ()),
         research=_research(options, task_name),

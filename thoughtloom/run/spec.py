@@ -19,6 +19,7 @@ from typing import Any
 from ..control.controller import ControlSettings
 from ..control.profiles import DomainChecks, DomainProfile, get_profile
 from ..grounding.adjust import GroundingPolicy
+from ..grounding.knowledge import RETRIEVALS
 from ..grounding.sandbox import SandboxLimits
 from ..grounding.types import Grounder
 from ..llm.budget import BudgetLimits, Pricing
@@ -96,6 +97,8 @@ class RunSpec:
     #: Claims in thoughts are checked against the documents in this folder (a research grounder).
     knowledge: str | None = None
     knowledge_index: str | None = None
+    #: How the knowledge base ranks passages: "bm25", or "hybrid" (bm25 and sentence embeddings; the embed extra).
+    retrieval: str = "bm25"
     #: More grounders given as objects (Python only; not part of the stored form).
     grounders: tuple[Grounder, ...] = ()
     #: Tools granted to the agent strategy: calc, python, docs, files, mcp:NAME, mcp (see thoughtloom.tools).
@@ -143,6 +146,8 @@ class RunSpec:
             "control": asdict(self.control) if self.control is not None else None,
             "answers": asdict(self.answers), "grounding": asdict(self.grounding), "checks": self.checks.to_dict(),
             "knowledge": self.knowledge, "knowledge_index": self.knowledge_index,
+            # Only when not the default, so the stored form of every run before the option is unchanged.
+            **({"retrieval": self.retrieval} if self.retrieval != "bm25" else {}),
             **({"tools": list(self.tools), "tool_limits": asdict(self.tool_limits), "mcp_config": self.mcp_config,
                 "read_roots": list(self.read_roots)} if self.tools else {}),
             **({"research": self.research.to_dict()} if self.research is not None else {}),
@@ -182,6 +187,7 @@ class RunSpec:
                 # A run stored before profiles' checks were applied ran without them.
                 checks=DomainChecks(**_known(DomainChecks, data["checks"])) if data.get("checks") else _UNCHECKED,
                 knowledge=data.get("knowledge"), knowledge_index=data.get("knowledge_index"),
+                retrieval=data.get("retrieval") or "bm25",
                 tools=tuple(data.get("tools") or ()), tool_limits=ToolLimits(**(data.get("tool_limits") or {})),
                 mcp_config=data.get("mcp_config"), read_roots=tuple(data.get("read_roots") or ()),
                 research=ResearchConfig.from_dict(data["research"]) if data.get("research") else None,
@@ -199,6 +205,7 @@ _STORED_TYPES: dict[str, tuple[type, ...]] = {
     "task": (str,), "problem": (str,), "model": (str,), "profile": (str, _NONE), "task_options": (dict, _NONE),
     "config": (dict, _NONE), "budget": (dict, _NONE), "control": (dict, _NONE), "answers": (dict, _NONE),
     "grounding": (dict, _NONE), "checks": (dict, _NONE), "knowledge": (str, _NONE), "knowledge_index": (str, _NONE),
+    "retrieval": (str, _NONE),
     "tools": (list, _NONE), "tool_limits": (dict, _NONE), "mcp_config": (str, _NONE), "read_roots": (list, _NONE),
     "research": (dict, _NONE), "role_models": (list, _NONE), "pricing": (dict, _NONE),
     "model_timeout_s": (int, float, _NONE),
@@ -306,6 +313,7 @@ def resolve(
     checks: DomainChecks | Mapping[str, Any] | None = None,
     knowledge: str | os.PathLike[str] | None = None,
     knowledge_index: str | os.PathLike[str] | None = None,
+    retrieval: str = "bm25",
     grounders: Sequence[Grounder] = (),
     store: Any = None,
     run_id: str | None = None,
@@ -383,6 +391,10 @@ def resolve(
         raise SpecError(f"--strategy {config.strategy}: {unfit}")
     if knowledge_index is not None and knowledge is None:
         raise SpecError("--knowledge-index needs --knowledge DIR")
+    if retrieval not in RETRIEVALS:
+        raise SpecError(f"--retrieval {retrieval}: use one of {', '.join(RETRIEVALS)}")
+    if retrieval != "bm25" and knowledge is None:
+        raise SpecError(f"--retrieval {retrieval} needs --knowledge DIR, the documents it ranks")
     if domain.require_citations and knowledge is None and config.strategy not in TOOL_STRATEGIES:
         raise SpecError(f"profile {prof.name} requires citations: give --knowledge DIR, the folder of documents "
                         "the thoughts cite and are checked against")
@@ -397,7 +409,7 @@ def resolve(
         task=task_ref, problem=problem, model=pinned_model(model), task_options=options, config=config,
         budget=budget or BudgetLimits(), profile=prof.name, control=settings, answers=answers or AutoAnswers(),
         grounding=policy, checks=domain, knowledge=os.fspath(knowledge) if knowledge is not None else None,
-        knowledge_index=os.fspath(knowledge_index) if knowledge_index is not None else None,
+        knowledge_index=os.fspath(knowledge_index) if knowledge_index is not None else None, retrieval=retrieval,
         grounders=tuple(grounders), store=store, run_id=run_id, tools=names,
         tool_limits=tool_limits or ToolLimits(),
         mcp_config=os.path.abspath(mcp_config) if mcp_config is not None else None,

@@ -1,14 +1,14 @@
 """Paraphrase detection for circular-reasoning checks: no network, no model, a few microseconds a pair.
 
 A thought is reduced to a *fingerprint*: its content words (lower-cased, stopwords dropped,
-crudely stemmed, common reasoning synonyms folded together), the numbers it states and the
-operators it uses. Two thoughts are compared by
+stemmed by the project's one stemmer, `grounding.stemming`, common reasoning synonyms folded
+together), the numbers it states and the operators it uses. Two thoughts are compared by
 
     similarity(a, b) = (W_JACCARD * jaccard(words) + (1 - W_JACCARD) * cosine(trigrams))
                        * numbers * opposites
 
 where ``jaccard`` is over the stemmed word sets, ``cosine`` is over the character trigrams of
-the stemmed text (it catches what the crude stemmer misses: "recomput" vs "recomputation" stems,
+the stemmed text (it catches what the stemmer misses: "recomput" vs "recomputation" stems,
 shared roots), and ``numbers`` is the factor that keeps arithmetic apart: 1 when neither states a
 number, the multiset Jaccard of their numbers when both do (a paraphrase keeps its numbers, so
 "4 + 5 = 9 (left: 6 9 10)" and "4 * 5 = 20 (left: 6 10 20)" are different steps), and
@@ -30,6 +30,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Protocol
+
+from ..grounding.stemming import stem
 
 
 class PathThought(Protocol):
@@ -140,14 +142,8 @@ ANTONYMS: tuple[tuple[str, str], ...] = (
 #: The factor applied when the two texts differ by a pair of opposites.
 ANTONYM_FACTOR = 0.5
 
-# Longest first so "ations" wins over "s"; a suffix is stripped only if the stem keeps 3+ letters.
-_SUFFIXES: tuple[str, ...] = (
-    "ations", "ation", "itions", "ition", "tions", "tion", "ments", "ment", "ness", "ingly",
-    "edly", "ings", "ing", "ied", "ies", "ves", "ed", "es", "ly", "s",
-)
-_SUFFIX_REPLACEMENT = MappingProxyType({"ied": "y", "ies": "y", "ves": "f"})
-# Words whose stem would be too short for the suffix rules.
-_IRREGULAR = MappingProxyType({"using": "use", "used": "use", "uses": "use", "ran": "run", "made": "make"})
+# Irregular forms the stemmer cannot join to their word.
+_IRREGULAR = MappingProxyType({"ran": "run", "made": "make", "halves": "half"})
 
 _TOKEN = re.compile(
     r"(?P<number>\d+(?:\.\d+)?(?:/\d+)?)"
@@ -155,30 +151,6 @@ _TOKEN = re.compile(
     r"|(?P<op>[-+*/×÷=^<>])"
 )
 _THOUSANDS = re.compile(r"(?<=\d),(?=\d{3}\b)")
-
-
-def stem(word: str) -> str:
-    """Crude suffix stemming, so that "caching", "cached" and "cache" all become "cach"."""
-    w = _IRREGULAR.get(word, word)
-    for _ in range(2):  # two rounds: "partitioning" -> "partition" -> "parti"
-        for suffix in _SUFFIXES:
-            if not w.endswith(suffix) or len(w) - len(suffix) < 3:
-                continue
-            # "-s" after "ss"/"us"/"is" is part of the word (pass, status, analysis).
-            if suffix == "s" and w[-2] in "sui":
-                continue
-            if suffix == "es" and w[-3] not in "sxzh":
-                # "sizes"/"notes": the "e" belongs to the word; strip only the "s".
-                suffix = "s"
-            w = w[: -len(suffix)] + _SUFFIX_REPLACEMENT.get(suffix, "")
-            if suffix in ("ing", "ed", "ings", "edly") and len(w) >= 4 and w[-1] == w[-2] and w[-1] not in "lsz":
-                w = w[:-1]  # "running" -> "runn" -> "run"
-            break
-        else:
-            break
-    if len(w) > 3 and w.endswith("e"):
-        w = w[:-1]  # "cache"/"divide" meet "cach"/"divid" from "caching"/"dividing"
-    return w
 
 
 def _build_synonyms() -> MappingProxyType[str, str]:
@@ -194,7 +166,7 @@ _SYNONYMS = _build_synonyms()
 
 
 def _canonical(word: str) -> str:
-    s = stem(word)
+    s = stem(_IRREGULAR.get(word, word))
     return _SYNONYMS.get(s, s)
 
 

@@ -67,6 +67,7 @@ async def build_toolbox(
     limits: ToolLimits = ToolLimits(),
     knowledge: str | Path | None = None,
     knowledge_index: str | Path | None = None,
+    retrieval: str = "bm25",
     read_roots: Sequence[str | Path] = (),
     mcp_config: str | Path | None = None,
     sandbox: Sandbox | None = None,
@@ -92,7 +93,7 @@ async def build_toolbox(
             elif name == "files":
                 tools.append(FilesTool(read_roots))
             elif name == "docs":
-                docs = await asyncio.to_thread(_open_docs, knowledge, knowledge_index)
+                docs = await asyncio.to_thread(_open_docs, knowledge, knowledge_index, retrieval)
                 closers.append(docs)
                 tools.append(docs)
         if configs:
@@ -106,13 +107,13 @@ async def build_toolbox(
         raise
 
 
-def _open_docs(knowledge: str | Path | None, knowledge_index: str | Path | None) -> DocsTool:
+def _open_docs(knowledge: str | Path | None, knowledge_index: str | Path | None, retrieval: str) -> DocsTool:
     """The docs tool over a knowledge base it opens (indexing the folder) and closes with the toolbox."""
     from thoughtloom.grounding.knowledge import KnowledgeBase, KnowledgeBaseError
 
     assert knowledge is not None
     try:
-        kb = KnowledgeBase.open(knowledge, knowledge_index)
+        kb = KnowledgeBase.open(knowledge, knowledge_index, retrieval)
     except KnowledgeBaseError as exc:
         raise ToolConfigError(str(exc)) from None
     return DocsTool(kb, owns=True)
