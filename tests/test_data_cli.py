@@ -16,7 +16,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
-from benchdata import data_dir, mirror, needs
+from benchdata import cache, data_dir, mirror, needs  # noqa: F401 - cache: a fixture
 from machine import scaled
 from openai_server import FakeOpenAIServer, Reply, Seen
 
@@ -50,15 +50,6 @@ def shared_mirror() -> Iterator[str]:
     """The data folder served as a mirror of the data directory's layout."""
     with mirror(DATA) as url:
         yield url
-
-
-@pytest.fixture
-def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """A clean XDG cache (and no data directory from the environment); the data folder inside it."""
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
-    monkeypatch.delenv("THOUGHTLOOM_DATA", raising=False)
-    monkeypatch.delenv("THOUGHTLOOM_DATA_URL", raising=False)
-    return tmp_path / "xdg" / "thoughtloom" / "data"
 
 
 def sha256(path: Path) -> str:

@@ -9,7 +9,7 @@ import re
 from pathlib import Path
 
 import pytest
-from benchdata import data_dir, mirror, needs
+from benchdata import cache, data_dir, mirror, needs  # noqa: F401 - cache: a fixture
 from openai_server import FakeOpenAIServer, Reply, Seen
 
 from thoughtloom.cli.main import main
@@ -297,14 +297,6 @@ def test_bench_prontoqa_runs_every_lane_and_scores_answers_and_proofs(server: Fa
 
 
 # --- loom data fetch ------------------------------------------------------------------------------
-
-
-@pytest.fixture
-def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
-    monkeypatch.delenv("THOUGHTLOOM_DATA", raising=False)
-    monkeypatch.delenv("THOUGHTLOOM_DATA_URL", raising=False)
-    return tmp_path / "xdg" / "thoughtloom" / "data"
 
 
 @has_data
