@@ -13,7 +13,10 @@ from benchdata import cache, data_dir, mirror, needs  # noqa: F401 - cache: a fi
 from openai_server import FakeOpenAIServer, Reply, Seen
 
 from thoughtloom.cli.main import main
-from thoughtloom.eval.datasets import BLOCKSWORLD_BUCKETS, load_dataset
+from thoughtloom.eval.datasets import BLOCKSWORLD_BUCKETS, DATASETS, Dataset, Problem, load_dataset
+from thoughtloom.eval.lanes import run_lane
+from thoughtloom.llm.budget import BudgetLimits
+from thoughtloom.llm.fake import ScriptedBackend
 from thoughtloom.eval.sources import SOURCES, FetchError, fetch
 from thoughtloom.tasks.base import ProblemError
 from thoughtloom.tasks.blocksworld import (
@@ -183,6 +186,31 @@ def test_a_step_must_apply_a_rule_of_the_question_to_the_last_thing_proved() -> 
 def test_a_problem_without_a_query_is_refused_in_one_line() -> None:
     with pytest.raises(ProblemError, match="True or false: CLAIM"):
         ProntoQATask().parse_problem("Every cat is a mammal. Tom is a cat.")
+
+
+# --- lanes that choose among samples -------------------------------------------------------------
+
+
+async def test_best_of_n_keeps_the_plan_the_simulator_accepts_without_the_gold() -> None:
+    dataset = Dataset(DATASETS["blocksworld"], [Problem("192", STATEMENT, STATEMENT, {"n_steps": 2})], "<test>")
+    invalid = "\npick up the yellow block\nstack the yellow block on top of the red block\n[PLAN END]"
+    replies = [invalid, invalid, f"\n{GOLD_PLAN}\n[PLAN END]"]
+    fake = ScriptedBackend(responder=lambda request, i: replies[i % 3])
+    outcome, _ = await run_lane("best_of_n", dataset, dataset.problems[0], fake, BudgetLimits(tokens=50_000),
+                                params={"n": 3}, temperature=0.7, seed=1)
+    assert outcome.answer == GOLD_PLAN and outcome.answer is not None
+    assert (await dataset.score(dataset.problems[0], outcome.answer)).solved
+
+
+async def test_cot_sc_votes_on_the_stated_true_or_false_not_the_wording() -> None:
+    dataset = Dataset(DATASETS["prontoqa"], [Problem("1", PRONTO, PRONTO)], "<test>")
+    replies = [" Alex is an insect. The answer is false.", f" {CHAIN} The answer is true.",
+               " Every insect is six-legged. So Alex is six-legged. The answer is true."]
+    fake = ScriptedBackend(responder=lambda request, i: replies[i % 3])
+    outcome, _ = await run_lane("cot_sc", dataset, dataset.problems[0], fake, BudgetLimits(tokens=50_000),
+                                params={"k": 3}, temperature=0.7, seed=1)
+    assert outcome.answer is not None and outcome.answer.endswith("The answer is true.")
+    assert (await dataset.score(dataset.problems[0], outcome.answer)).solved
 
 
 # --- the data files -------------------------------------------------------------------------------

@@ -292,6 +292,11 @@ class Dataset:
         if kind == "keyword_counting":
             counts = scoring.parse_counts(answer)
             return counts is not None and all(c in problem.shown for c in counts)
+        if kind == "blocksworld":
+            # Simulating the plan from the problem's own facts is a verifier, as recomputing is for Game of 24.
+            from ..tasks.blocksworld import BlocksworldTask, check_plan
+
+            return check_plan(BlocksworldTask().parse_problem(problem.text), answer).valid
         if kind == "code":
             from ..tasks.code import passes
 
@@ -312,7 +317,7 @@ class Dataset:
 
 
 #: Prompt families whose answers Dataset.validate can check without the gold (and so fail).
-VALIDATED_FAMILIES = frozenset({"game24", "sorting", "set_intersection", "keyword_counting", "code"})
+VALIDATED_FAMILIES = frozenset({"game24", "sorting", "set_intersection", "keyword_counting", "code", "blocksworld"})
 
 
 def load_dataset(name: str, data_dir: str | os.PathLike[str] | None = None) -> Dataset:

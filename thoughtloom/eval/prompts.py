@@ -377,8 +377,8 @@ _READINGS: dict[str, _Reading] = {
     "hotpotqa": _Reading(lambda a, cot: False, _find_span),
     # Free text: a marked answer line stands (io's first line is one); else the marked line or the whole reply.
     "general": _Reading(lambda a, cot: bool(a.removeprefix("Answer:").strip()), _find_free_text),
-    # A plan is every line up to [PLAN END] (io's first line is only its first action).
-    "blocksworld": _Reading(lambda a, cot: cot, lambda reply: reply.split("[PLAN END]")[0].strip() or None),
+    # A plan is every line up to [PLAN END] (io's first line is only its first action), in either form.
+    "blocksworld": _Reading(lambda a, cot: False, lambda reply: reply.split("[PLAN END]")[0].strip() or None),
     # The whole reply: the answer sentence and, for the proof, the conclusions after each "So".
     "prontoqa": _Reading(lambda a, cot: prontoqa.stated_answer(a) is not None,
                          lambda reply: reply if prontoqa.stated_answer(reply) is not None else None),
