@@ -16,7 +16,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
-from benchdata import cache, data_dir, mirror, needs  # noqa: F401 - cache: a fixture
+from benchdata import data_dir, mirror, needs
 from machine import scaled
 from openai_server import FakeOpenAIServer, Reply, Seen
 

@@ -9,15 +9,21 @@ import re
 from pathlib import Path
 
 import pytest
-from benchdata import cache, data_dir, mirror, needs  # noqa: F401 - cache: a fixture
+from benchdata import data_dir, mirror, needs
 from openai_server import FakeOpenAIServer, Reply, Seen
 
 from thoughtloom.cli.main import main
-from thoughtloom.eval.datasets import BLOCKSWORLD_BUCKETS, DATASETS, Dataset, Problem, load_dataset
+from thoughtloom.eval.datasets import (
+    BLOCKSWORLD_BUCKETS,
+    DATASETS,
+    Dataset,
+    Problem,
+    load_dataset,
+)
 from thoughtloom.eval.lanes import run_lane
+from thoughtloom.eval.sources import SOURCES, FetchError, fetch
 from thoughtloom.llm.budget import BudgetLimits
 from thoughtloom.llm.fake import ScriptedBackend
-from thoughtloom.eval.sources import SOURCES, FetchError, fetch
 from thoughtloom.tasks.base import ProblemError
 from thoughtloom.tasks.blocksworld import (
     BlocksworldTask,
@@ -26,7 +32,12 @@ from thoughtloom.tasks.blocksworld import (
     legal_actions,
     plan_from_text,
 )
-from thoughtloom.tasks.prontoqa import ProntoQAProofTask, ProntoQATask, gold, proof_conclusions
+from thoughtloom.tasks.prontoqa import (
+    ProntoQAProofTask,
+    ProntoQATask,
+    gold,
+    proof_conclusions,
+)
 
 BW_FILE = "blocksworld/blocksworld.jsonl"
 PQ_FILE = "prontoqa/345hop_random_true.json"
@@ -41,9 +52,10 @@ STATEMENT = ("As initial conditions I have that, the red block is clear, the yel
 GOLD_PLAN = "unstack the yellow block from on top of the orange block\nstack the yellow block on top of the red block"
 
 # example1's test example in llm-reasoners' 345hop_random_true.json.
-PRONTO = ("Every invertebrate is an animal. Lepidopterans are insects. Each butterfly is a lepidopteran. Each spider is "
-          "not six-legged. Every arthropod is an invertebrate. Each insect is an arthropod. Every insect is six-legged. "
-          "Arthropods are not bony. Animals are multicellular. Alex is a butterfly. True or false: Alex is six-legged.")
+PRONTO = ("Every invertebrate is an animal. Lepidopterans are insects. Each butterfly is a lepidopteran. "
+          "Each spider is not six-legged. Every arthropod is an invertebrate. Each insect is an arthropod. "
+          "Every insect is six-legged. Arthropods are not bony. Animals are multicellular. Alex is a butterfly. "
+          "True or false: Alex is six-legged.")
 CHAIN = ("Alex is a butterfly. Each butterfly is a lepidopteran. So Alex is a lepidopteran. Lepidopterans are insects. "
          "So Alex is an insect. Every insect is six-legged. So Alex is six-legged.")
 
@@ -82,7 +94,8 @@ def test_unstacking_a_block_that_is_not_on_the_named_one_is_invalid(blocks: Bloc
 
 def test_a_plan_that_stops_short_of_the_goal_is_invalid(blocks: BlocksworldTask) -> None:
     verdict = check_plan(blocks.parse_problem(STATEMENT), GOLD_PLAN.splitlines()[0])
-    assert not verdict.valid and verdict.reason == "after the plan, not yet: the yellow block is on top of the red block"
+    assert not verdict.valid
+    assert verdict.reason == "after the plan, not yet: the yellow block is on top of the red block"
 
 
 def test_an_empty_answer_is_no_plan(blocks: BlocksworldTask) -> None:
@@ -311,7 +324,8 @@ def test_bench_prontoqa_runs_every_lane_and_scores_answers_and_proofs(server: Fa
     server.responder = lambda seen: _completion(seen, " The answer is true.")
     rows = _bench(server, tmp_path, "prontoqa,prontoqa_proof", "io,cot,tot,mcts,random")
     lanes = {(row["task"], row["lane"]) for row in rows}
-    assert lanes == {(t, lane) for t in ("prontoqa", "prontoqa_proof") for lane in ("io", "cot", "tot", "mcts", "random")}
+    every = ("io", "cot", "tot", "mcts", "random")
+    assert lanes == {(t, lane) for t in ("prontoqa", "prontoqa_proof") for lane in every}
     first_two = load_dataset("prontoqa", DATA).problems[:2]
     truth = [p.gold["answer"] == "True" for p in first_two]
     io = [bool(r["solved"]) for r in rows if r["task"] == "prontoqa" and r["lane"] == "io"]

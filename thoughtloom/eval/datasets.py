@@ -451,10 +451,12 @@ def _facts(facts: Any) -> tuple[tuple[str, int], ...]:
 
 def _blocksworld(text: str) -> list[Problem]:
     """One JSON line per problem: PlanBench's initial and goal facts as text, the optimal plan's length (its bucket)."""
+    from ..tasks.blocksworld import statement_of
+
     out = []
     for line in (ln for ln in text.splitlines() if ln.strip()):
         row = json.loads(line)
-        statement = f"As initial conditions I have that, {row['init_text']}.\nMy goal is to have that {row['goal_text']}."
+        statement = statement_of(row["init_text"], row["goal_text"])
         out.append(Problem(row["instance"].removesuffix(".pddl"), statement, statement,
                            {"n_steps": int(row["n_steps"]), "gold_plan": row["gold_plan_text"]}))
     return out
@@ -464,7 +466,7 @@ def _prontoqa(text: str) -> list[Problem]:
     """llm-reasoners' file: example_k -> its test example (question, query, chain of thought, answer)."""
     rows = json.loads(text)
     if not isinstance(rows, dict):
-        raise ValueError("expected a JSON object of examples")
+        raise TypeError("expected a JSON object of examples")
     out = []
     for key, example in rows.items():
         test = example["test_example"]

@@ -35,8 +35,8 @@ from ..llm.tracing import span
 from ..llm.types import Backend, GenerateRequest, Message, Prompt
 from ..search.result import SearchResult
 from ..search.stop import StopReason
-from ..tasks.answers import span_answer
 from ..tasks import prontoqa
+from ..tasks.answers import span_answer
 from .citations import Fact, cited_facts, corpus_file, sentence_files
 from .datasets import DATASETS, VALIDATED_FAMILIES, Dataset, Problem
 from .prompts import PROMPTS, answer_from, calculator_call, own_turn, stated_answer

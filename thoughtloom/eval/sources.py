@@ -203,7 +203,8 @@ SOURCES: dict[str, DataSource] = {
     # The same file llm-reasoners' CoT, ToT and RAP examples read (its git object at _RAP's commit).
     "prontoqa": DataSource(
         "prontoqa",
-        (DataFile("prontoqa/345hop_random_true.json", "f72eaf608740f69b2115f967150b864677ea94b08b7b17a935dc81781147aae7",
+        (DataFile("prontoqa/345hop_random_true.json",
+                  "f72eaf608740f69b2115f967150b864677ea94b08b7b17a935dc81781147aae7",
                   f"{_RAP}/examples/CoT/prontoqa/data/345hop_random_true.json", size=3_281_978),),
         "PrOntoQA 3-5 hop, true ontology (via maitrix-org/llm-reasoners), 500 examples", "Apache-2.0", "all"),
     "blocksworld": DataSource(
@@ -212,7 +213,7 @@ SOURCES: dict[str, DataSource] = {
                   f"{_RAP}/examples/CoT/blocksworld/data/full_data/", size=1_013_417,
                   assembled="llm-reasoners' full_data/step_N.json lists (instance, gold plan, steps) joined with "
                             "each PlanBench instance's PDDL and its text (karthikv792/LLMs-Planning)"),),
-        "Blocksworld (PlanBench instances, llm-reasoners RAP's 602 problems of 2-16 steps)", "Apache-2.0 / MIT",
+        "Blocksworld (PlanBench instances, llm-reasoners RAP's 602 problems of 2-16 steps)", "Apache2, MIT",
         "all"),
 }
 
@@ -259,6 +260,10 @@ def fetch(name: str, dest: Path | None = None, base_url: str | None = None,
     src = source(name)
     dest = dest or cache_data_dir()
     base = base_url if base_url is not None else os.environ.get(DATA_URL_ENV) or None
+    assembled = next((f for f in src.files if f.assembled is not None), None)
+    if not base and assembled is not None:
+        raise FetchError(f"{assembled.path} has no single upstream file ({assembled.assembled}); fetch it from a "
+                         f"mirror of the data directory: {fetch_command(name)} --from URL (or ${DATA_URL_ENV})")
     written = []
     for f in src.files:
         target = dest / f.path
@@ -280,9 +285,6 @@ def fetch(name: str, dest: Path | None = None, base_url: str | None = None,
 def _fetch_file(f: DataFile, base: str | None, target: Path, deadline_s: float | None) -> None:
     """Download one file of a set from the mirror `base` or its upstream (split as the set says), check it,
     and rename it into place."""
-    if not base and f.assembled is not None:
-        raise FetchError(f"{f.path} has no single upstream file ({f.assembled}); fetch it from a mirror of the data "
-                         f"directory: loom data fetch ... --from URL (or $THOUGHTLOOM_DATA_URL)")
     split = None if base else f.split
     sha256: str | None  # None: an original checked only after its split
     if base:

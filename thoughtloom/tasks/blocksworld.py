@@ -48,24 +48,30 @@ _ACTIONS: tuple[tuple[re.Pattern[str], str], ...] = (
     (re.compile(rf"(?<!un)\bstack {_BLOCK} (?:on top of|onto|on) {_BLOCK}"), "stack"),
 )
 
-DOMAIN_INTRO = """I am playing with a set of blocks where I need to arrange the blocks into stacks. Here are the actions I can do
-
-Pick up a block
-Unstack a block from on top of another block
-Put down a block
-Stack a block on top of another block
-
-I have the following restrictions on my actions:
-I can only pick up or unstack one block at a time.
-I can only pick up or unstack a block if my hand is empty.
-I can only pick up a block if the block is on the table and the block is clear. A block is clear if the block has no other blocks on top of it and if the block is not picked up.
-I can only unstack a block from on top of another block if the block I am unstacking was really on top of the other block.
-I can only unstack a block from on top of another block if the block I am unstacking is clear.
-Once I pick up or unstack a block, I am holding the block.
-I can only put down a block that I am holding.
-I can only stack a block on top of another block if I am holding the block being stacked.
-I can only stack a block on top of another block if the block onto which I am stacking the block is clear.
-Once I put down or stack a block, my hand becomes empty."""
+# llm-reasoners' bw_config.yaml domain_intro (PlanBench's), line by line.
+DOMAIN_INTRO = "\n".join((
+    ("I am playing with a set of blocks where I need to arrange the blocks into stacks. Here are the "
+     "actions I can do"),
+    "",
+    "Pick up a block",
+    "Unstack a block from on top of another block",
+    "Put down a block",
+    "Stack a block on top of another block",
+    "",
+    "I have the following restrictions on my actions:",
+    "I can only pick up or unstack one block at a time.",
+    "I can only pick up or unstack a block if my hand is empty.",
+    ("I can only pick up a block if the block is on the table and the block is clear. A block is clear if "
+     "the block has no other blocks on top of it and if the block is not picked up."),
+    ("I can only unstack a block from on top of another block if the block I am unstacking was really on "
+     "top of the other block."),
+    "I can only unstack a block from on top of another block if the block I am unstacking is clear.",
+    "Once I pick up or unstack a block, I am holding the block.",
+    "I can only put down a block that I am holding.",
+    "I can only stack a block on top of another block if I am holding the block being stacked.",
+    "I can only stack a block on top of another block if the block onto which I am stacking the block is clear.",
+    "Once I put down or stack a block, my hand becomes empty.",
+))
 
 # Written for this project (three blocks each, not instances of the data set): (statement, plan).
 SOLVED: tuple[tuple[str, str], ...] = (
@@ -81,6 +87,11 @@ SOLVED: tuple[tuple[str, str], ...] = (
      "unstack the white block from on top of the red block\nput down the white block\npick up the red block\n"
      "stack the red block on top of the yellow block"),
 )
+
+
+def statement_of(init: str, goal: str) -> str:
+    """PlanBench's statement of a problem from its initial and goal facts (comma-and lists)."""
+    return f"As initial conditions I have that, {init.strip()}.\nMy goal is to have that {goal.strip()}."
 
 
 def statement_prompt(statement: str) -> str:
@@ -281,9 +292,7 @@ class BlocksworldTask(Task[Blocks]):
         if not goal:
             raise ProblemError("blocksworld: the goal names no fact; write e.g. 'the red block is on top of the blue "
                                "block'")
-        statement = (f"As initial conditions I have that, {m.group('init').strip()}.\n"
-                     f"My goal is to have that {m.group('goal').strip()}.")
-        return Blocks(init, goal, statement)
+        return Blocks(init, goal, statement_of(m.group("init"), m.group("goal")))
 
     def root_content(self, problem: Blocks) -> str:
         """The statement."""
