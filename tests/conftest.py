@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import signal
 from collections.abc import AsyncIterator, Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -11,7 +12,6 @@ from machine import scaled
 from openai_server import FakeOpenAIServer, serve
 
 from thoughtloom.llm.openai_backend import OpenAIBackend
-
 
 # A suite started in the background by a non-interactive shell (`pytest &`, CI runners) inherits
 # SIGINT ignored, and every `loom` subprocess would inherit that: the Ctrl-C tests would then watch
@@ -62,3 +62,12 @@ async def backend_for(server: FakeOpenAIServer) -> AsyncIterator[BackendFactory]
     yield make
     for backend in made:
         await backend.aclose()
+
+
+@pytest.fixture
+def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A clean XDG cache (and no data directory from the environment); the data folder inside it (`loom data` tests)."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    monkeypatch.delenv("THOUGHTLOOM_DATA", raising=False)
+    monkeypatch.delenv("THOUGHTLOOM_DATA_URL", raising=False)
+    return tmp_path / "xdg" / "thoughtloom" / "data"

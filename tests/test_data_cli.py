@@ -52,15 +52,6 @@ def shared_mirror() -> Iterator[str]:
         yield url
 
 
-@pytest.fixture
-def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """A clean XDG cache (and no data directory from the environment); the data folder inside it."""
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
-    monkeypatch.delenv("THOUGHTLOOM_DATA", raising=False)
-    monkeypatch.delenv("THOUGHTLOOM_DATA_URL", raising=False)
-    return tmp_path / "xdg" / "thoughtloom" / "data"
-
-
 def sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 

@@ -12,7 +12,7 @@ import csv
 import io
 import json
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
 from pathlib import Path
@@ -67,6 +67,20 @@ class DatasetSpec:
     #: The task of the search lanes whose strategy writes a free-text answer (cove, recursive, got)
     #: where `task` composes its own answer from its steps (math's printed value); None: no such lane runs.
     prose_task: str | None = None
+    #: Which problems of the file the set keeps (RAP's Blocksworld step buckets); None: all of them.
+    keep: Callable[[Problem], bool] | None = None
+    #: The downloadable set (eval/sources.py) whose file this set reads, when it is not the set's own name.
+    fetched_as: str | None = None
+
+
+BLOCKSWORLD_FILE = "blocksworld/blocksworld.jsonl"
+PRONTOQA_FILE = "prontoqa/345hop_random_true.json"
+#: RAP's Blocksworld step buckets (optimal plan lengths); the file's one 14- and one 16-step problem are in no bucket.
+BLOCKSWORLD_BUCKETS = (2, 4, 6, 8, 10, 12)
+
+
+def _n_steps(n: int) -> Callable[[Problem], bool]:
+    return lambda problem: problem.gold["n_steps"] == n
 
 
 DATASETS: dict[str, DatasetSpec] = {
@@ -97,6 +111,19 @@ DATASETS: dict[str, DatasetSpec] = {
             "errors", "set_intersection", f"GoT set intersection, {n} elements")
         for n in (32, 64, 128)
     },
+    "blocksworld": DatasetSpec("blocksworld", "blocksworld", BLOCKSWORLD_FILE, "rate", "blocksworld",
+                               "Blocksworld (PlanBench via llm-reasoners RAP), 602 problems of 2-16 steps"),
+    # RAP's step buckets: the problems whose optimal plan takes n actions.
+    **{
+        f"blocksworld_{n}": DatasetSpec(f"blocksworld_{n}", "blocksworld", BLOCKSWORLD_FILE, "rate", "blocksworld",
+                                        f"Blocksworld, RAP's {n}-step bucket", keep=_n_steps(n),
+                                        fetched_as="blocksworld")
+        for n in BLOCKSWORLD_BUCKETS
+    },
+    "prontoqa": DatasetSpec("prontoqa", "prontoqa", PRONTOQA_FILE, "rate", "prontoqa",
+                            "PrOntoQA 3-5 hop (llm-reasoners), answer accuracy"),
+    "prontoqa_proof": DatasetSpec("prontoqa_proof", "prontoqa_proof", PRONTOQA_FILE, "rate", "prontoqa",
+                                  "PrOntoQA 3-5 hop (llm-reasoners), proof accuracy", fetched_as="prontoqa"),
 }
 
 
@@ -265,6 +292,11 @@ class Dataset:
         if kind == "keyword_counting":
             counts = scoring.parse_counts(answer)
             return counts is not None and all(c in problem.shown for c in counts)
+        if kind == "blocksworld":
+            # Simulating the plan from the problem's own facts is a verifier, as recomputing is for Game of 24.
+            from ..tasks.blocksworld import BlocksworldTask, check_plan
+
+            return check_plan(BlocksworldTask().parse_problem(problem.text), answer).valid
         if kind == "code":
             from ..tasks.code import passes
 
@@ -285,7 +317,7 @@ class Dataset:
 
 
 #: Prompt families whose answers Dataset.validate can check without the gold (and so fail).
-VALIDATED_FAMILIES = frozenset({"game24", "sorting", "set_intersection", "keyword_counting", "code"})
+VALIDATED_FAMILIES = frozenset({"game24", "sorting", "set_intersection", "keyword_counting", "code", "blocksworld"})
 
 
 def load_dataset(name: str, data_dir: str | os.PathLike[str] | None = None) -> Dataset:
@@ -312,13 +344,16 @@ def load_dataset(name: str, data_dir: str | os.PathLike[str] | None = None) -> D
         # The original under its upstream name, downloaded by hand: the same standard split as `loom data fetch`.
         path = data_dir / UPSTREAM_NAMES[name]
         split = next(f.split for f in SOURCES[name].files if f.split is not None)
+    fetched = spec.fetched_as or name
     if not path.is_file():
-        hint = fetch_hint(name) if name in SOURCES else "put the file there"
+        hint = fetch_hint(fetched) if fetched in SOURCES else "put the file there"
         raise DataError(f"data set {name}: {data_dir / spec.path} not found; {hint} (or name the folder that holds it: "
                         "--data-dir DIR, data_dir= in Python, or $THOUGHTLOOM_DATA)")
     try:
         raw = read_regular(path, what="data set", max_bytes=MAX_DATASET_BYTES)
         problems = _LOADERS[spec.prompts]((split(raw) if split else raw).decode("utf-8"))
+        if spec.keep is not None:
+            problems = [p for p in problems if spec.keep(p)]
     except FileRefused as exc:
         raise DataError(str(exc)) from None
     except (OSError, ValueError, KeyError, TypeError, SyntaxError) as exc:
@@ -414,9 +449,37 @@ def _facts(facts: Any) -> tuple[tuple[str, int], ...]:
     return tuple((str(title), int(sent_id)) for title, sent_id in pairs)
 
 
+def _blocksworld(text: str) -> list[Problem]:
+    """One JSON line per problem: PlanBench's initial and goal facts as text, the optimal plan's length (its bucket)."""
+    from ..tasks.blocksworld import statement_of
+
+    out = []
+    for line in (ln for ln in text.splitlines() if ln.strip()):
+        row = json.loads(line)
+        statement = statement_of(row["init_text"], row["goal_text"])
+        out.append(Problem(row["instance"].removesuffix(".pddl"), statement, statement,
+                           {"n_steps": int(row["n_steps"]), "gold_plan": row["gold_plan_text"]}))
+    return out
+
+
+def _prontoqa(text: str) -> list[Problem]:
+    """llm-reasoners' file: example_k -> its test example (question, query, chain of thought, answer)."""
+    rows = json.loads(text)
+    if not isinstance(rows, dict):
+        raise TypeError("expected a JSON object of examples")
+    out = []
+    for key, example in rows.items():
+        test = example["test_example"]
+        shown = f"{test['question']} {test['query']}"
+        gold = {"answer": test["answer"], "proof": list(test["chain_of_thought"][2::2])}
+        out.append(Problem(key, shown, shown, gold))
+    return out
+
+
 _LOADERS = {
     "game24": _game24, "gsm8k": _gsm8k, "code": _mbpp, "sorting": _sorting,
     "set_intersection": _set_intersection, "keyword_counting": _keyword_counting, "hotpotqa": _hotpotqa,
+    "blocksworld": _blocksworld, "prontoqa": _prontoqa,
 }
 
 

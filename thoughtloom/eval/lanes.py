@@ -35,6 +35,7 @@ from ..llm.tracing import span
 from ..llm.types import Backend, GenerateRequest, Message, Prompt
 from ..search.result import SearchResult
 from ..search.stop import StopReason
+from ..tasks import prontoqa
 from ..tasks.answers import span_answer
 from .citations import Fact, cited_facts, corpus_file, sentence_files
 from .datasets import DATASETS, VALIDATED_FAMILIES, Dataset, Problem
@@ -161,8 +162,9 @@ def check_lane(lane: str, dataset: Dataset) -> None:
         if dataset.spec.task not in registered_tasks():
             raise LaneError(f"lane {lane} needs task {dataset.spec.task} for {dataset.name}, which is not registered")
         if lane == CHANCE_LANE and not _lists_choices(dataset.spec.task):
+            listing = sorted({spec.task for spec in DATASETS.values() if _lists_choices(spec.task)})
             raise LaneError(f"lane random needs a task that lists its valid steps; {dataset.spec.task} does not "
-                            f"(it runs on game24)")
+                            f"(it runs on {', '.join(listing)})")
         unfit = _unfit(SEARCH_LANES[lane], dataset)
         if unfit is not None:
             raise LaneError(f"lane {lane} does not apply: {unfit}")
@@ -432,6 +434,8 @@ def answer_key(dataset: Dataset, answer: str | None) -> Any:
         return tuple(sorted(counts.items())) if counts is not None else None
     if family in ("hotpotqa", "general"):
         return normalize_answer(hotpot_span(answer)) or None
+    if family == "prontoqa":
+        return prontoqa.stated_answer(answer)
     return "\n".join(line.rstrip() for line in answer.strip().splitlines())
 
 

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 from ..grounding.arith import ExpressionError, evaluate
 from ..llm.types import Message, Prompt
+from ..tasks import blocksworld, prontoqa
 from .scoring import after_marker, hotpot_span, parse_counts, parse_int_list, plain
 
 
@@ -178,6 +179,15 @@ _GENERAL = (
             "Answer: They weigh the same."),
 )
 
+# The tasks' own worked examples (written for this project): io gives the bare plan / answer, cot the plan with
+# each action's effect noted, and PrOntoQA's chain in RAP's CoT layout.
+_BLOCKSWORLD = tuple(
+    Example(statement, f"\n{plan}\n[PLAN END]", "\n" + "\n".join(
+        f"{line} ({blocksworld.effect_note(line)})" for line in plan.splitlines()) + "\n[PLAN END]")
+    for statement, plan in blocksworld.SOLVED)
+_PRONTOQA = tuple(Example(q, f" The answer is {tf}.", f" {chain} The answer is {tf}.")
+                  for q, chain, tf in prontoqa.SOLVED)
+
 _REACT_TURNS = ("Work in turns: write one `Thought:` line and one `Calculate: EXPRESSION` line, then stop; "
                 "the calculator replies `Result: N`.")
 
@@ -246,6 +256,21 @@ PROMPTS: dict[str, PromptFamily] = {
         Shots("cot", "Answer the question. Reason step by step, then give the answer.\n", "Question: {input}",
               "\nReasoning:", "\n\n", "Reason step by step, then end with a final line `Answer: ANSWER`."),
         None, ("\nQuestion:", "\n\n"), ("\nQuestion:", "\n\n"), 128, 512, "Answer:"),
+    "blocksworld": PromptFamily(
+        "blocksworld", _BLOCKSWORLD,
+        Shots("io", blocksworld.DOMAIN_INTRO + "\n\n", "[STATEMENT]\n{input}\n\nMy plan is as follows:\n\n",
+              "[PLAN]", "\n\n", "Reply with the plan only: one action per line in the words above, then [PLAN END]."),
+        Shots("cot", blocksworld.DOMAIN_INTRO + " After each action, note what holds then.\n\n",
+              "[STATEMENT]\n{input}\n\nMy plan is as follows:\n\n", "[PLAN]", "\n\n",
+              "Write one action per line in the words above, each followed by what holds after it in parentheses, "
+              "then [PLAN END]."),
+        None, ("[PLAN END]", "[STATEMENT]"), ("[PLAN END]", "[STATEMENT]"), 200, 400, None),
+    "prontoqa": PromptFamily(
+        "prontoqa", _PRONTOQA,
+        Shots("io", "", "Q: {input}", "\nA:", "\n\n", "Reply with one sentence: `The answer is true.` or "
+              "`The answer is false.`"),
+        Shots("cot", "", "Q: {input}", "\nA:", "\n\n", prontoqa.INSTRUCTION),
+        None, ("\nQ:", "\n\n"), ("\nQ:", "\n\n"), 16, 256, None),
 }
 
 
@@ -352,6 +377,11 @@ _READINGS: dict[str, _Reading] = {
     "hotpotqa": _Reading(lambda a, cot: False, _find_span),
     # Free text: a marked answer line stands (io's first line is one); else the marked line or the whole reply.
     "general": _Reading(lambda a, cot: bool(a.removeprefix("Answer:").strip()), _find_free_text),
+    # A plan is every line up to [PLAN END] (io's first line is only its first action), in either form.
+    "blocksworld": _Reading(lambda a, cot: False, lambda reply: reply.split("[PLAN END]")[0].strip() or None),
+    # The whole reply: the answer sentence and, for the proof, the conclusions after each "So".
+    "prontoqa": _Reading(lambda a, cot: prontoqa.stated_answer(a) is not None,
+                         lambda reply: reply if prontoqa.stated_answer(reply) is not None else None),
 }
 
 

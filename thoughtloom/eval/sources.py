@@ -43,6 +43,7 @@ _TOT = "https://raw.githubusercontent.com/princeton-nlp/tree-of-thought-llm/ab40
 _GOT = "https://raw.githubusercontent.com/spcl/graph-of-thoughts/363421c61c7bc11edf32845a697ae2aaccd75463"
 _GSM = "https://raw.githubusercontent.com/openai/grade-school-math/3101c7d5072418e28b9008a6636bde82a006892c"
 _MBPP = "https://raw.githubusercontent.com/google-research/google-research/30adf0ec5f35f9609c2f1d896005e184195d9146"
+_RAP = "https://raw.githubusercontent.com/maitrix-org/llm-reasoners/f94e5ac2cb9788c3d7d7dbf2173884ed4088e4b2"
 
 
 #: The size of the ToT 24.csv at _TOT's commit (its git object; the split of it reproduces both pinned files).
@@ -110,6 +111,9 @@ class DataFile:
     size: int | None = None
     #: The pinned size of the upstream original a split reads; None: the cap is UNPINNED_MAX_BYTES.
     upstream_size: int | None = None
+    #: Why no single upstream file is this file (it is assembled from several public sources): it is then
+    #: fetched from a mirror only (--from / $THOUGHTLOOM_DATA_URL), checked against `sha256`; None: it has one.
+    assembled: str | None = None
 
     @property
     def original_pinned(self) -> bool:
@@ -196,6 +200,21 @@ SOURCES: dict[str, DataSource] = {
                   "http://curtis.ml.cmu.edu/datasets/hotpot/hotpot_dev_distractor_v1.json", split=hotpotqa_first50,
                   size=343_927),),
         "HotpotQA dev, distractor setting (hotpotqa.github.io), first 50 questions", "CC BY-SA 4.0"),
+    # The same file llm-reasoners' CoT, ToT and RAP examples read (its git object at _RAP's commit).
+    "prontoqa": DataSource(
+        "prontoqa",
+        (DataFile("prontoqa/345hop_random_true.json",
+                  "f72eaf608740f69b2115f967150b864677ea94b08b7b17a935dc81781147aae7",
+                  f"{_RAP}/examples/CoT/prontoqa/data/345hop_random_true.json", size=3_281_978),),
+        "PrOntoQA 3-5 hop, true ontology (via maitrix-org/llm-reasoners), 500 examples", "Apache-2.0", "all"),
+    "blocksworld": DataSource(
+        "blocksworld",
+        (DataFile("blocksworld/blocksworld.jsonl", "25133f0824fc44cd5ba9cf60ac6952d76cd2e78980808cb2e736f7e51867b1c9",
+                  f"{_RAP}/examples/CoT/blocksworld/data/full_data/", size=1_013_417,
+                  assembled="llm-reasoners' full_data/step_N.json lists (instance, gold plan, steps) joined with "
+                            "each PlanBench instance's PDDL and its text (karthikv792/LLMs-Planning)"),),
+        "Blocksworld (PlanBench instances, llm-reasoners RAP's 602 problems of 2-16 steps)", "Apache2, MIT",
+        "all"),
 }
 
 #: The original's file name for each set, as a user who downloaded it by hand has it (read by eval.datasets).
@@ -241,6 +260,10 @@ def fetch(name: str, dest: Path | None = None, base_url: str | None = None,
     src = source(name)
     dest = dest or cache_data_dir()
     base = base_url if base_url is not None else os.environ.get(DATA_URL_ENV) or None
+    assembled = next((f for f in src.files if f.assembled is not None), None)
+    if not base and assembled is not None:
+        raise FetchError(f"{assembled.path} has no single upstream file ({assembled.assembled}); fetch it from a "
+                         f"mirror of the data directory: {fetch_command(name)} --from URL (or ${DATA_URL_ENV})")
     written = []
     for f in src.files:
         target = dest / f.path

@@ -13,9 +13,11 @@ from typing import TYPE_CHECKING, Any
 
 from .agent import AgentTask
 from .base import Task
+from .blocksworld import BlocksworldTask
 from .game24 import Game24
 from .general import GeneralTask
 from .math import MathTask
+from .prontoqa import ProntoQAProofTask, ProntoQATask
 from .research import ResearchTask
 
 if TYPE_CHECKING:
@@ -135,6 +137,9 @@ TASKS: dict[str, tuple[str, Callable[[TaskOptions], Task[Any]]]] = {
                          _got("set_intersection")),
     "keyword_counting": ("count country mentions (GoT): a text or an ID from countries.csv; exact errors",
                          _got("keyword_counting")),
+    "blocksworld": (BlocksworldTask.description, _no_options(BlocksworldTask)),
+    "prontoqa": (ProntoQATask.description, _no_options(ProntoQATask)),
+    "prontoqa_proof": (ProntoQAProofTask.description, _no_options(ProntoQAProofTask)),
 }
 
 
