@@ -11,6 +11,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from machine import scaled
@@ -18,6 +19,7 @@ from openai_server import FakeOpenAIServer, always
 
 from thoughtloom import filelocks
 from thoughtloom.cli.main import main
+from thoughtloom.grounding import sandbox
 from thoughtloom.llm.limits import NO_SHARED_SLOTS
 from thoughtloom.store import runlock
 from thoughtloom.store.runlock import RunBusy, hold_run
@@ -138,3 +140,20 @@ def test_without_flock_a_bench_across_processes_refuses_in_one_line(monkeypatch:
     assert code == 2
     assert capsys.readouterr().err.strip().splitlines() == [f"loom: error: {NO_SHARED_SLOTS}"]
     assert not (tmp_path / "out").exists(), "refused before the run directory is made"
+
+
+@pytest.mark.parametrize("task", [["--task", "math", "What is 17 * 23?"],
+                                  ["--task", "debug", "--repo", ".", "--failing-test", "tests/test_x.py::test_y",
+                                   "fix it"]])
+def test_off_linux_tasks_that_run_code_refuse_before_any_model_call(task: list[str], server: FakeOpenAIServer,
+                                                                    monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+                                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setattr(sandbox, "sys", SimpleNamespace(platform="darwin"))  # as the sandbox sees it: macOS
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "test_x.py").write_text("def test_y():\n    assert False\n", encoding="utf-8")
+    monkeypatch.chdir(tmp_path)
+    code = main(["solve", *task, "--no-store", "--quiet", "--model", f"openai-compatible:{server.url}@m"])
+    assert code == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        "loom: error: running code in the sandbox needs Linux (this is darwin)"]
+    assert not server.seen
