@@ -76,6 +76,22 @@ print(json.dumps({{"answer": result.answer, "run": result.run_id, "stored": resu
     assert store.is_file()
 
 
+def test_every_module_of_thoughtloom_imports_without_linux_only_modules(tmp_path: Path) -> None:
+    proc = run_without_linux_modules("""
+import importlib, pkgutil, thoughtloom
+failed = []
+for found in pkgutil.walk_packages(thoughtloom.__path__, "thoughtloom."):
+    if not found.name.endswith("__main__"):  # that one runs loom
+        try:
+            importlib.import_module(found.name)
+        except ImportError as exc:
+            failed.append(f"{found.name}: {exc}")
+print(failed)
+""", tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "[]"
+
+
 def test_loom_help_needs_no_linux_only_module(tmp_path: Path) -> None:
     proc = run_without_linux_modules("from thoughtloom.cli.main import main\nmain(['--help'])", tmp_path)
     assert proc.returncode == 0, proc.stderr
