@@ -159,6 +159,7 @@ def test_without_flock_a_bench_across_processes_refuses_in_one_line(monkeypatch:
 
 
 @pytest.mark.parametrize("task", [["--task", "math", "What is 17 * 23?"],
+                                  ["--task", "humaneval", "HumanEval/0"],
                                   ["--task", "debug", "--repo", ".", "--failing-test", "tests/test_x.py::test_y",
                                    "fix it"]])
 def test_off_linux_tasks_that_run_code_refuse_before_any_model_call(task: list[str], server: FakeOpenAIServer,
@@ -173,3 +174,16 @@ def test_off_linux_tasks_that_run_code_refuse_before_any_model_call(task: list[s
     assert capsys.readouterr().err.strip().splitlines() == [
         "loom: error: running code in the sandbox needs Linux (this is darwin)"]
     assert not server.seen
+
+
+def test_off_linux_a_bench_of_a_code_task_refuses_before_any_model_call(server: FakeOpenAIServer,
+                                                                         monkeypatch: pytest.MonkeyPatch,
+                                                                         tmp_path: Path,
+                                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setattr(sandbox, "sys", SimpleNamespace(platform="darwin"))  # as the sandbox sees it: macOS
+    code = main(["bench", "--tasks", "humaneval", "--lanes", "io", "--limit", "1", "--quiet", "--no-plot",
+                 "--model", f"openai-compatible:{server.url}@m", "--out", str(tmp_path / "out")])
+    assert code == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        "loom: error: running code in the sandbox needs Linux (this is darwin)"]
+    assert not server.seen, "the io lane answers without a sandbox, but its answer could not be checked"
