@@ -26,7 +26,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 #: Not part of a source distribution's input (caches, environments, earlier builds).
-NOT_SOURCE = (".git", ".venv", "build", "dist", "*.egg-info", "__pycache__", ".pytest_cache", ".hypothesis", "out")
+NOT_SOURCE = (".git", ".venv", "build", "dist", "*.egg-info", "__pycache__", ".*_cache", ".hypothesis", "out")
 MAIN_JOB = ("solve", "--task", "game24", "4 5 6 10")
 
 
@@ -110,8 +110,11 @@ def check(out: Path, *, local: bool, offline: bool) -> list[str]:
         raise CheckFailed(f"loom --version says {shown!r}; thoughtloom/_version.py says {version()!r}")
     said.append(shown)
     if local:
-        answer = run([str(loom), *MAIN_JOB], "the main job", cwd=out, env=CLEAN_ENV).strip().splitlines()
-        said.append(f"loom {' '.join(MAIN_JOB)}: {answer[-1] if answer else '(no output)'}")
+        printed = run([str(loom), *MAIN_JOB], "the main job", cwd=out, env=CLEAN_ENV).splitlines()
+        answer = next((line for line in printed if line.startswith("answer:")), None)
+        if answer is None:
+            raise CheckFailed("the main job printed no answer line:\n" + "\n".join(printed[-15:]))
+        said.append(f"loom {' '.join(MAIN_JOB)}: {answer}")
     return said
 
 
