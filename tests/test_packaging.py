@@ -97,8 +97,11 @@ def test_the_wheel_installs_into_a_clean_venv_where_loom_runs(tmp_path: Path) ->
     ]
     with zipfile.ZipFile(tmp_path / wheel) as built:
         names = set(built.namelist())
-    assert {"thoughtloom/py.typed", "thoughtloom/_version.py", f"thoughtloom-{thoughtloom.__version__}.dist-info/"
-            "licenses/LICENSE"} <= names
+    # Every file of the package ships: its modules and the data it reads at run time (py.typed included).
+    package = {path.relative_to(ROOT).as_posix() for path in (ROOT / "thoughtloom").rglob("*")
+               if path.is_file() and "__pycache__" not in path.parts}
+    assert package <= names, sorted(package - names)
+    assert f"thoughtloom-{thoughtloom.__version__}.dist-info/licenses/LICENSE" in names
     assert not any(name.startswith("tests/") for name in names)
 
 
