@@ -27,7 +27,7 @@ from thoughtloom.store.runlock import RunBusy, hold_run
 ROOT = Path(__file__).parents[1]
 
 #: Modules a Python on Windows lacks (macOS has them, but no prctl and no namespaces).
-LINUX_ONLY = ("fcntl", "resource", "termios", "pty", "tty", "grp", "pwd", "syslog", "posix_ipc")
+LINUX_ONLY = ("fcntl", "resource", "termios", "pty", "tty", "grp", "pwd", "syslog")
 
 #: Run before the code under test: those modules cannot be imported, and none is loaded yet.
 WITHOUT_LINUX_MODULES = f"""
@@ -74,6 +74,7 @@ print(json.dumps({{"answer": result.answer, "run": result.run_id, "stored": resu
     assert out["stored"] and out["run"] and out["loaded"] == []
     assert server.seen, "the search called the model over HTTP"
     assert store.is_file()
+    assert list(tmp_path.glob("runs.db.*.lock")) == [], "the run was held by its lock file (no flock), then let go"
 
 
 def test_every_module_of_thoughtloom_imports_without_linux_only_modules(tmp_path: Path) -> None:
