@@ -8,6 +8,7 @@ import shutil
 import subprocess
 import sys
 import tomllib
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -69,6 +70,39 @@ def test_classifiers_say_typed_and_the_python_versions() -> None:
     assert "Typing :: Typed" in classifiers
     assert "Programming Language :: Python :: 3.11" in classifiers
     assert all(" :: " in c for c in classifiers)
+
+
+def test_the_version_has_one_source() -> None:
+    from thoughtloom import _version
+
+    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    assert "version" not in PROJECT and "version" in PROJECT["dynamic"]
+    assert pyproject["tool"]["setuptools"]["dynamic"]["version"] == {"attr": "thoughtloom._version.__version__"}
+    assert thoughtloom.__version__ == _version.__version__
+
+
+def test_the_wheel_installs_into_a_clean_venv_where_loom_runs(tmp_path: Path) -> None:
+    """python -m build, twine check, the wheel into a new venv, loom --help there (scripts/check_wheel.py)."""
+    script = ROOT / "scripts" / "check_wheel.py"
+    proc = subprocess.run([sys.executable, str(script), "--offline", "--out", str(tmp_path)], check=False,
+                          capture_output=True, text=True, timeout=scaled(300))
+    assert proc.returncode == 0, proc.stderr
+    wheel = f"thoughtloom-{thoughtloom.__version__}-py3-none-any.whl"
+    assert proc.stdout.splitlines() == [
+        f"check_wheel: built thoughtloom-{thoughtloom.__version__}.tar.gz and {wheel}",
+        "check_wheel: twine check --strict passed",
+        f"check_wheel: installed {wheel} into a clean venv",
+        "check_wheel: loom --help works",
+        f"check_wheel: loom {thoughtloom.__version__}",
+    ]
+    with zipfile.ZipFile(tmp_path / wheel) as built:
+        names = set(built.namelist())
+    # Every file of the package ships: its modules and the data it reads at run time (py.typed included).
+    package = {path.relative_to(ROOT).as_posix() for path in (ROOT / "thoughtloom").rglob("*")
+               if path.is_file() and "__pycache__" not in path.parts}
+    assert package <= names, sorted(package - names)
+    assert f"thoughtloom-{thoughtloom.__version__}.dist-info/licenses/LICENSE" in names
+    assert not any(name.startswith("tests/") for name in names)
 
 
 def test_task_query_and_verdict_are_exported_at_the_top_level() -> None:

@@ -184,6 +184,7 @@ def _check_prices(settings: dict[str, Any]) -> None:
 
 def cmd_bench(args: argparse.Namespace) -> int:
     """Audit the protocol, run (or resume) it, print the tables, write JSON, CSV and the plot."""
+    from .. import filelocks
     from ..eval.datasets import DataError, load_dataset
     from ..eval.lanes import LaneError
     from ..eval.protocol import AuditError, Protocol, ProtocolError, audit
@@ -191,6 +192,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     from ..eval.runner import build_protocol, prepare_run_dir, run_protocol
     from ..eval.store import MANIFEST_FILE, ResultsStore
     from ..llm.errors import ModelError
+    from ..llm.limits import NO_SHARED_SLOTS
     from ..views.words import counted
     from .solve import resolved_threads
 
@@ -199,6 +201,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
         if args.temperature is not None and not 0.0 <= args.temperature <= 2.0:
             raise BenchError(f"--temperature must be in [0, 2]; got {args.temperature}")
         threads = resolved_threads(args)
+        if ((args.workers or 1) > 1 or args.shard) and not filelocks.available():
+            raise BenchError(NO_SHARED_SLOTS)
         if args.executor == "ray":
             _check_ray_flags(args)
         if args.resume:

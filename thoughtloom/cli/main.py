@@ -119,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
     if argv is None:  # loom is this process (not a caller's command run inside its own): its output is ours to set
         _escape_unwritable_output()
     if args.version:
-        from .. import __version__
+        from .._version import __version__
 
         print(f"loom {__version__}")
         return 0
@@ -145,6 +145,7 @@ def main(argv: list[str] | None = None) -> int:
 def _run(args: argparse.Namespace) -> int:
     """Run the parsed command: one-line errors and exit codes for what the user can fix."""
     from ..control.profiles import UnknownProfile
+    from ..grounding.sandbox import SandboxUnavailable
     from ..llm.errors import ModelError
     from ..run.spec import SpecError
     from ..tasks.base import ProblemError, UnsupportedOperation
@@ -176,7 +177,7 @@ def _run(args: argparse.Namespace) -> int:
             return 2
         return code
     except (UsageError, SpecError, ProblemError, UnknownTask, UnknownProfile, UnsupportedOperation, ModelError,
-            TaskOptionError, *store_errors()) as exc:
+            TaskOptionError, SandboxUnavailable, *store_errors()) as exc:
         from ..views.terminal import terminal_text
 
         print(f"loom: error: {terminal_text(str(exc))}", file=sys.stderr)  # may quote a server or a file

@@ -346,7 +346,7 @@ def code_version() -> str:
     repository's top level holds this package and thoughtloom's pyproject.toml): installed into a virtual
     environment inside a user's own repository, git would answer with the user's commit.
     """
-    from .. import __version__
+    from .._version import __version__
 
     root = Path(__file__).resolve().parents[2]
     try:

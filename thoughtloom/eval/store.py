@@ -7,7 +7,6 @@ processes (`loom bench --workers N`) can share one results file.
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 from collections.abc import Iterator
@@ -15,6 +14,8 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
+
+from .. import filelocks
 
 RESULTS_FILE = "results.jsonl"
 MANIFEST_FILE = "manifest.json"
@@ -87,11 +88,13 @@ class ResultsStore:
     def _locked(self) -> Iterator[Any]:
         self.dir.mkdir(parents=True, exist_ok=True)
         with open(self.path, "a+b") as fh:
-            fcntl.flock(fh, fcntl.LOCK_EX)
+            # Without file locks (no fcntl) one process writes: the bench refuses several (llm/limits.py).
+            locked = filelocks.available() and filelocks.lock(fh.fileno(), wait=True)
             try:
                 yield fh
             finally:
-                fcntl.flock(fh, fcntl.LOCK_UN)
+                if locked:
+                    filelocks.unlock(fh.fileno())
 
     def append(self, record: Record) -> None:
         """Write one record durably (a partial last line from a killed run is closed off first)."""

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import fcntl
+import importlib
 import json
 import os
 import shutil
@@ -76,6 +76,26 @@ class SandboxLimits:
     # also counts toward memory_mb); without a mount namespace the workdir's size is polled.
     disk_mb: int = 512
     network: bool = False  # True: no network namespace (the run shares the host's network)
+
+
+class SandboxUnavailable(RuntimeError):
+    """This platform cannot run the sandbox (it needs Linux); the message says what is missing, in one line."""
+
+
+def sandbox_missing() -> str | None:
+    """What this platform lacks to run the sandbox (None: nothing): Linux, and its fcntl and resource modules."""
+    if not sys.platform.startswith("linux"):
+        return f"running code in the sandbox needs Linux (this is {sys.platform})"
+    missing = []
+    for name in ("fcntl", "resource"):  # the bootstrap's; this interpreter runs it
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            missing.append(name)
+    if missing:
+        return f"running code in the sandbox needs Linux: this Python has no {' and '.join(missing)} module" + (
+            "s" if len(missing) > 1 else "")
+    return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -190,6 +210,9 @@ class Sandbox:
         site_packages: bool = True,
         cgroups: bool = True,
     ) -> None:
+        """SandboxUnavailable (one line) where the sandbox cannot run: before any work that needs it starts."""
+        if (missing := sandbox_missing()) is not None:
+            raise SandboxUnavailable(missing)
         self.limits = limits
         self.namespaces = namespaces  # False: limits and uid only (for machines or tests without them)
         # False: the run sees the interpreter's standard library only, not its installed packages.
@@ -732,8 +755,7 @@ async def _feed(proc: asyncio.subprocess.Process, data: str) -> None:
 
 def _read_status(fd: int, report: _Report) -> None:
     """Parse the bootstrap's JSON lines (non-blocking: a stray writer must not hang us)."""
-    flags = fcntl.fcntl(fd, fcntl.F_GETFL)
-    fcntl.fcntl(fd, fcntl.F_SETFL, flags | os.O_NONBLOCK)
+    os.set_blocking(fd, False)
     data = bytearray()
     with contextlib.suppress(BlockingIOError, OSError):
         while chunk := os.read(fd, 65536):

@@ -9,14 +9,19 @@ flight. With `slots_dir`, processes sharing the directory share the limit (lock 
 from __future__ import annotations
 
 import asyncio
-import fcntl
+import os
 from collections.abc import Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Protocol
+from typing import Protocol
 
+from .. import filelocks
 from .types import Backend, Completion, GenerateRequest
 from .wrapper import BackendWrapper
+
+#: Why processes cannot share a limit here (one line, for the bench to refuse with).
+NO_SHARED_SLOTS = ("several processes share a model limit through file locks, which this platform lacks (no fcntl "
+                   "module): run one process (no --workers, no --shard)")
 
 
 class ModelLimit(Protocol):
@@ -34,10 +39,13 @@ class SharedSlots:
     """A model-concurrency limit: an asyncio semaphore, plus lock files when processes share it."""
 
     def __init__(self, limit: int, slots_dir: Path | None = None) -> None:
+        """ValueError (one line) when processes are to share the limit on a platform without file locks."""
+        if slots_dir is not None and not filelocks.available():
+            raise ValueError(NO_SHARED_SLOTS)
         self.limit = max(1, limit)
         self._sem = asyncio.Semaphore(self.limit)
         self._dir = slots_dir
-        self._held: list[Any] = []
+        self._held: list[int] = []  # fds of the slot files this process holds
 
     async def __aenter__(self) -> None:
         await self._sem.acquire()
@@ -47,21 +55,23 @@ class SharedSlots:
         # Cross-process: hold one of `limit` lock files; poll, since flock cannot be awaited.
         while True:
             for i in range(self.limit):
-                fh = open(self._dir / f"slot-{i}.lock", "a")  # noqa: ASYNC230, SIM115 - held until __aexit__
+                fd = os.open(self._dir / f"slot-{i}.lock", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
                 try:
-                    fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    locked = filelocks.lock(fd, wait=False)
                 except OSError:
-                    fh.close()
+                    locked = False
+                if not locked:
+                    os.close(fd)
                     continue
-                self._held.append(fh)
+                self._held.append(fd)  # held until __aexit__
                 return
             await asyncio.sleep(0.05)
 
     async def __aexit__(self, *exc: object) -> None:
         if self._dir is not None and self._held:
-            fh = self._held.pop()
-            fcntl.flock(fh, fcntl.LOCK_UN)
-            fh.close()
+            fd = self._held.pop()
+            filelocks.unlock(fd)
+            os.close(fd)
         self._sem.release()
 
 

@@ -37,7 +37,7 @@ def span(name: str, attributes: Mapping[str, Any]) -> Iterator[Any]:
         with nullcontext(None) as nothing:
             yield nothing
         return
-    from .. import __version__
+    from .._version import __version__
 
     tracer = trace.get_tracer(SCOPE, __version__)
     with tracer.start_as_current_span(name, attributes=dict(attributes), record_exception=False,

@@ -127,7 +127,7 @@ def _fields(data: dict[str, Any]) -> dict[str, Any]:
 
 def code_version() -> tuple[str, str | None]:
     """thoughtloom's version and, when it runs from a git checkout, the commit (with '+dirty')."""
-    from .. import __version__
+    from .._version import __version__
 
     root = Path(__file__).resolve().parents[2]
     if not (root / ".git").exists():

@@ -6,16 +6,21 @@ process that records or resumes a run holds `RUN_ID.lock` beside the store file 
 kernel drops the lock when the process ends however it ends (kill -9 included), so a killed run
 never stays locked. The file is removed on release; a holder that finds its file replaced after
 locking (another released and removed it meanwhile) locks the new one instead.
+
+Where there is no flock (Windows), the lock file itself is the lock: created exclusively (O_EXCL), removed
+on release. It outlives a killed process, so a holder that finds it says which file to remove when no
+loom runs the run any more.
 """
 
 from __future__ import annotations
 
-import fcntl
 import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..filelocks import available as locks_available
+from ..filelocks import lock
 from .runs import RunError
 
 
@@ -29,16 +34,20 @@ class RunHold:
 
     path: Path
     fd: int | None
+    flock: bool = True  # False: the lock file's existence is the lock (no flock here)
 
     def release(self) -> None:
         """Give the run up (idempotent)."""
         if self.fd is None:
             return
+        if not self.flock:
+            os.close(self.fd)  # first: Windows cannot remove an open file
         try:
-            os.unlink(self.path)  # while still locked: a waiting locker then sees its file was replaced
+            os.unlink(self.path)  # with flock, while still locked: a waiting locker then sees its file was replaced
         except OSError:
             pass
-        os.close(self.fd)
+        if self.flock:
+            os.close(self.fd)
         self.fd = None
 
     def __del__(self) -> None:
@@ -60,21 +69,23 @@ def hold_run(store: Any, run_id: str) -> RunHold | None:
     if store_path is None or not run_id.isalnum():
         return None
     path = lock_path(store_path, run_id)
+    if not locks_available():
+        return _hold_by_creating(path, run_id)
     while True:
         try:
             fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
         except OSError as exc:
             raise RunError(f"cannot lock run {run_id} ({path}): {exc.strerror or exc}") from None
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = _holder(fd)
-            os.close(fd)
-            raise RunBusy(f"run {run_id} is in use by another loom process{holder}; wait until it ends, then "
-                          "resume it") from None
+            locked = lock(fd, wait=False)
         except OSError as exc:
             os.close(fd)
             raise RunError(f"cannot lock run {run_id} ({path}): {exc.strerror or exc}") from None
+        if not locked:
+            holder = _holder(path)
+            os.close(fd)
+            raise RunBusy(f"run {run_id} is in use by another loom process{holder}; wait until it ends, then "
+                          "resume it")
         try:
             same = os.path.samestat(os.fstat(fd), os.stat(path))
         except FileNotFoundError:
@@ -86,10 +97,25 @@ def hold_run(store: Any, run_id: str) -> RunHold | None:
         os.close(fd)  # released and removed by its last holder while we waited: lock the file there now
 
 
-def _holder(fd: int) -> str:
+def _hold_by_creating(path: Path, run_id: str) -> RunHold:
+    """Hold the run by creating its lock file (no flock here): RunBusy, naming the file, when it exists."""
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o600)
+    except FileExistsError:
+        raise RunBusy(f"run {run_id} is in use by another loom process{_holder(path)}; wait until it ends, then "
+                      f"resume it (this platform has no file locks: if no loom runs it any more, remove {path})"
+                      ) from None
+    except OSError as exc:
+        raise RunError(f"cannot lock run {run_id} ({path}): {exc.strerror or exc}") from None
+    os.write(fd, str(os.getpid()).encode())
+    return RunHold(path, fd, flock=False)
+
+
+def _holder(path: Path) -> str:
     """ " (pid N)" from the lock file, when it says."""
     try:
-        text = os.pread(fd, 32, 0).decode("ascii", "replace").strip()
+        with open(path, "rb") as fh:
+            text = fh.read(32).decode("ascii", "replace").strip()
     except OSError:
         return ""
     return f" (pid {text})" if text.isdigit() else ""

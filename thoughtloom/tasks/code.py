@@ -22,7 +22,7 @@ from typing import Any, ClassVar
 
 from ..graph import NodeKind
 from ..grounding.code import CodeGrounder, extract_code
-from ..grounding.sandbox import Sandbox, SandboxLimits
+from ..grounding.sandbox import Sandbox, SandboxLimits, SandboxUnavailable, sandbox_missing
 from ..grounding.testrun import run_tests
 from ..grounding.types import Grounder, GroundingResult
 from ..llm.types import Message, Prompt
@@ -73,6 +73,11 @@ class CodeTask(Task[CodeProblem]):
     tests: tuple[str, ...] = ()
     sandbox_limits: SandboxLimits = field(default_factory=lambda: SandboxLimits(timeout_s=10))
     max_tokens: int = 384
+
+    def __post_init__(self) -> None:
+        """SandboxUnavailable where programs cannot run: every answer is checked in the sandbox, so refuse first."""
+        if (missing := sandbox_missing()) is not None:
+            raise SandboxUnavailable(missing)
 
     # --- problem ------------------------------------------------------------------------
 
