@@ -11,7 +11,6 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import subprocess
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -329,35 +328,12 @@ def _check_lanes(value: Any, where: str) -> None:
                                     f"got {json.dumps(setting)[:60]}")
 
 
-def _is_thoughtloom_project(pyproject: Path) -> bool:
-    """True when this pyproject.toml is thoughtloom's own (not a user's project vendoring the package)."""
-    import tomllib
-
-    try:
-        return tomllib.loads(pyproject.read_text(encoding="utf-8")).get("project", {}).get("name") == "thoughtloom"
-    except (OSError, ValueError):
-        return False
-
-
 def code_version() -> str:
-    """The package version and the git commit it runs from ('+dirty' when the tree has changes).
-
-    The commit is thoughtloom's own only when the package sits in a checkout of thoughtloom (the
-    repository's top level holds this package and thoughtloom's pyproject.toml): installed into a virtual
-    environment inside a user's own repository, git would answer with the user's commit.
-    """
+    """The package version and the git commit it runs from ('.dirty' when the package's files changed)."""
     from .._version import __version__
+    from ..checkout import running_checkout
 
-    root = Path(__file__).resolve().parents[2]
-    try:
-        top = subprocess.run(["git", "-C", str(root), "rev-parse", "--show-toplevel"], capture_output=True,
-                             text=True, timeout=5, check=True).stdout.strip()
-        if not top or Path(top).resolve() != root or not _is_thoughtloom_project(root / "pyproject.toml"):
-            return __version__
-        head = subprocess.run(["git", "-C", str(root), "rev-parse", "--short=12", "HEAD"], capture_output=True,
-                              text=True, timeout=5, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--", "thoughtloom"],
-                               capture_output=True, text=True, timeout=5, check=True).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
+    checkout = running_checkout()
+    if checkout is None:
         return __version__
-    return f"{__version__}+{head}{'.dirty' if dirty else ''}"
+    return f"{__version__}+{checkout.commit[:12]}{'.dirty' if checkout.dirty else ''}"

@@ -21,7 +21,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import subprocess
 import sys
 import time
 from dataclasses import MISSING, asdict, dataclass, field, fields
@@ -126,22 +125,14 @@ def _fields(data: dict[str, Any]) -> dict[str, Any]:
 
 
 def code_version() -> tuple[str, str | None]:
-    """thoughtloom's version and, when it runs from a git checkout, the commit (with '+dirty')."""
+    """thoughtloom's version and, when it runs from a checkout of thoughtloom, the commit (with '+dirty')."""
     from .._version import __version__
+    from ..checkout import running_checkout
 
-    root = Path(__file__).resolve().parents[2]
-    if not (root / ".git").exists():
+    checkout = running_checkout()
+    if checkout is None:
         return __version__, None
-    try:
-        commit = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], check=False, capture_output=True,
-                                text=True, timeout=5).stdout.strip()
-        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
-                               check=False, capture_output=True, text=True, timeout=5).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        return __version__, None
-    if not commit:
-        return __version__, None
-    return __version__, commit + ("+dirty" if dirty else "")
+    return __version__, checkout.commit + ("+dirty" if checkout.dirty else "")
 
 
 def prompt_hashes(task: Any) -> dict[str, str]:
