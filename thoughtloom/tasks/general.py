@@ -1,21 +1,25 @@
 """A general task for any free-text question: generator, evaluator and synthesizer prompts.
 
 Each prompt has a chat form for instruction-tuned models and a completion form for base models
-(the embedded one), which only continue text patterns.
+(the embedded one), which only continue text patterns. A GeneralTask may be given instructions,
+worked examples, its own propose / evaluate / answer prompts and an answer checker: that is what a
+task file declares (run/taskfile.py builds a `FileTask` from one).
 """
 
 from __future__ import annotations
 
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from ..grounding.equations import ArithmeticGrounder
 from ..grounding.types import Grounder
 from ..llm.types import Message, Prompt
 from .answers import unlabelled
-from .base import Query, Task
+from .base import Query, Task, few_shot_query
+from .checkers import Checker
 from .evaluation import (
     EVALUATION_SCHEMA,
     EVALUATION_TOKENS,
@@ -77,9 +81,27 @@ def _reasoning(steps: Sequence[str]) -> str:
     return "\n".join(f"Step {i}: {s}" for i, s in enumerate(steps, 1)) or "(no steps yet)"
 
 
+#: The prompts a task file may write itself, and the placeholders each may use.
+PROMPT_FIELDS: dict[str, tuple[str, ...]] = {
+    "propose": ("problem", "steps", "k"),
+    "evaluate": ("problem", "steps"),
+    "answer": ("problem", "steps"),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class TaskExample:
+    """A worked example: a problem, its answer, and optionally the reasoning that reaches it."""
+
+    problem: str
+    answer: str
+    reasoning: str = ""
+
+
 class GeneralTask(Task[str]):
     """Any free-text question; no exact validator, so answers are not checked (the arithmetic a
-    thought writes out is: `grounding/equations.py`)."""
+    thought writes out is: `grounding/equations.py`). With a `checker`, a labelled answer can be
+    (`checker.check(answer, gold)`: what `loom bench` scores a labelled data set by)."""
 
     name = "general"
     description = "any free-text question or problem"
@@ -88,19 +110,40 @@ class GeneralTask(Task[str]):
     search_defaults: ClassVar[dict[str, Any]] = {"breadth": 3, "beam": 2, "max_depth": 3, "generation": "sample",
                                                   "prune_threshold": 0.3}
 
+    def __init__(self, *, instructions: str = "", examples: Sequence[TaskExample] = (),
+                 prompts: Mapping[str, str] | None = None, checker: Checker | None = None) -> None:
+        #: Said in every system prompt (what the task is, how to write an answer).
+        self.instructions = instructions.strip()
+        #: Worked examples: shown before the problem in the answer prompt and in the bench's io/cot prompts.
+        self.examples = tuple(examples)
+        #: The user's own prompt templates by PROMPT_FIELDS name ("{problem}" and the like filled in).
+        self.prompts = dict(prompts or {})
+        #: How an answer is compared with a labelled gold answer (None: it cannot be).
+        self.checker = checker
+
+    def _system(self, base: str) -> str:
+        return f"{base} {self.instructions}" if self.instructions else base
+
+    def _own(self, name: str, problem: str, steps: Sequence[str], **more: Any) -> str | None:
+        """The task file's prompt `name`, filled in; None when it wrote none."""
+        template = self.prompts.get(name)
+        return None if template is None else template.format(problem=problem, steps=_reasoning(steps), **more)
+
     def grounders(self, problem: str) -> list[Grounder]:
         """Every equation a thought writes out (`17 * 23 = 391`) computed exactly: a wrong one fails the thought."""
         return [ArithmeticGrounder()]
 
     def propose(self, problem: str, steps: Sequence[str], k: int) -> Query:
         """List k distinct next steps."""
-        user = (
+        own = self._own("propose", problem, steps, k=k)
+        user = own or (
             f"Problem: {problem}\n\nReasoning so far:\n{_reasoning(steps)}\n\n"
             f"Give {k} distinct possible next steps, one per line, numbered 1 to {k}."
         )
-        text = f"Problem: {problem}\nReasoning so far:\n{_reasoning(steps)}\nPossible next steps:\n1."
+        text = f"{own}\n1." if own else \
+            f"Problem: {problem}\nReasoning so far:\n{_reasoning(steps)}\nPossible next steps:\n1."
         return Query(
-            Prompt(text=text, messages=(Message("system", GENERATOR_SYSTEM), Message("user", user))),
+            Prompt(text=text, messages=(Message("system", self._system(GENERATOR_SYSTEM)), Message("user", user))),
             max_tokens=120 * k,
             stop=("\nProblem:", "\n\n\n"),
         )
@@ -122,7 +165,7 @@ class GeneralTask(Task[str]):
         user = f"Problem: {problem}\n\nReasoning so far:\n{_reasoning(steps)}\n\nGive the single best next step. {_FINAL_HINT}"
         text = f"Problem: {problem}\nReasoning so far:\n{_reasoning(steps)}\nStep {n}:"
         return Query(
-            Prompt(text=text, messages=(Message("system", GENERATOR_SYSTEM), Message("user", user))),
+            Prompt(text=text, messages=(Message("system", self._system(GENERATOR_SYSTEM)), Message("user", user))),
             max_tokens=160,
             stop=("\nStep", "\nProblem:", "\n\n"),
         )
@@ -138,14 +181,15 @@ class GeneralTask(Task[str]):
 
     def value(self, problem: str, steps: Sequence[str]) -> Query:
         """An evaluation of the path's last step: reasoning, a 0-10 score and whether it is promising, as JSON."""
-        user = (
-            f"Problem: {problem}\n\nReasoning path so far:\n{_reasoning(steps)}\n\nEvaluate the last step. Reply with "
-            'JSON: {"reasoning": "why", "score": 0 to 10, "is_promising": true or false}.'
-        )
+        reply = 'Reply with JSON: {"reasoning": "why", "score": 0 to 10, "is_promising": true or false}.'
+        own = self._own("evaluate", problem, steps)
+        user = f"{own}\n{reply}" if own else \
+            f"Problem: {problem}\n\nReasoning path so far:\n{_reasoning(steps)}\n\nEvaluate the last step. {reply}"
         # A base model continues this with a number; where the schema is enforced, with the JSON record.
-        text = f"Problem: {problem}\nReasoning:\n{_reasoning(steps)}\nQuality of the last step on a scale of 0 to 10:"
+        text = f"{own}\nScore from 0 to 10:" if own else \
+            f"Problem: {problem}\nReasoning:\n{_reasoning(steps)}\nQuality of the last step on a scale of 0 to 10:"
         return Query(
-            Prompt(text=text, messages=(Message("system", EVALUATOR_SYSTEM), Message("user", user))),
+            Prompt(text=text, messages=(Message("system", self._system(EVALUATOR_SYSTEM)), Message("user", user))),
             # Where the backend enforces the schema the reply is JSON; elsewhere a base model writes
             # a number and stops at the line's end, an instruct model its reasons and then a score.
             max_tokens=EVALUATION_TOKENS,
@@ -217,14 +261,42 @@ class GeneralTask(Task[str]):
 
     def synthesize(self, problem: str, steps: Sequence[str]) -> Query:
         """The final answer from the best path."""
-        user = f"Problem: {problem}\n\nBest reasoning path:\n{_reasoning(steps)}\n\nGive the final answer."
-        text = f"Problem: {problem}\nReasoning:\n{_reasoning(steps)}\nFinal answer:"
-        return Query(
-            Prompt(text=text, messages=(Message("system", SYNTHESIZER_SYSTEM), Message("user", user))),
-            max_tokens=300,
-            stop=("\nProblem:", "\n\n\n"),
-        )
+        own = self._own("answer", problem, steps)
+        if own is None and not self.examples and not self.instructions:
+            user = f"Problem: {problem}\n\nBest reasoning path:\n{_reasoning(steps)}\n\nGive the final answer."
+            text = f"Problem: {problem}\nReasoning:\n{_reasoning(steps)}\nFinal answer:"
+            return Query(
+                Prompt(text=text, messages=(Message("system", SYNTHESIZER_SYSTEM), Message("user", user))),
+                max_tokens=300,
+                stop=("\nProblem:", "\n\n\n"),
+            )
+        # The examples show the answer's form: the reply ends in a "Final answer:" line like theirs.
+        shots = [(f"Problem: {ex.problem}", f"{ex.reasoning}\nFinal answer: {ex.answer}".strip())
+                 for ex in self.examples]
+        user = own or (f"Problem: {problem}\n\nBest reasoning path:\n{_reasoning(steps)}\n\n"
+                       "Give the final answer on a last line 'Final answer: ANSWER'.")
+        return few_shot_query(self._system(SYNTHESIZER_SYSTEM), shots, user, 300, stop=("\nProblem:", "\n\n\n"))
 
     def compose_answer(self, problem: str, steps: Sequence[str], reply: str | None) -> str | None:
         """The synthesized answer, without the "Final answer:" label the prompt's cue invites."""
         return unlabelled(super().compose_answer(problem, steps, reply))
+
+
+class FileTask(GeneralTask):
+    """A task declared in a task file (run/taskfile.py:load_task): the general task with the file's
+    name, instructions, prompts, examples, checker and search defaults (set per file on a subclass)."""
+
+    name = "file"
+    description = "a task declared in a task file"
+    #: The file it was read from.
+    source: ClassVar[str] = ""
+
+
+def file_task(name: str, description: str, source: str, search_defaults: Mapping[str, Any], **settings: Any) -> FileTask:
+    """A FileTask named `name`, with the general task's search defaults under the file's own."""
+    cls = type(f"FileTask_{name}", (FileTask,), {
+        "name": name, "description": description, "source": source,
+        "search_defaults": {**GeneralTask.search_defaults, **search_defaults},
+    })
+    task: FileTask = cls(**settings)
+    return task
