@@ -111,6 +111,42 @@ def summarize(records: Iterable[Record], metrics: dict[str, str], lanes: Sequenc
     return out
 
 
+def winner_lines(summaries: Sequence[LaneSummary]) -> list[str]:
+    """Per data set scored by a rate or F1: which lane wins on it, at what cost in tokens and seconds per
+    problem, and whether its 95% interval separates it from the others (else which lanes it does not beat)."""
+    out = []
+    for task in dict.fromkeys(s.task for s in summaries):
+        rows = [s for s in summaries if s.task == task and s.n and s.metric in ("rate", "f1")]
+        if not rows:
+            continue
+        f1 = rows[0].metric == "f1"
+
+        def quality(s: LaneSummary) -> float:
+            return (s.mean_f1 or 0.0) if f1 else s.rate
+
+        def interval(s: LaneSummary) -> tuple[float, float]:
+            return (s.mean_f1_ci or (0.0, 1.0)) if f1 else s.rate_ci
+
+        # The best quality wins; between equals, the cheaper in tokens, then in time.
+        best = min(rows, key=lambda s: (-quality(s), s.mean_tokens, s.mean_wall_s))
+        measure = "mean F1" if f1 else "success"
+        lo, hi = interval(best)
+        line = (f"winner on {task}: {best.lane}, {measure} {quality(best):.0%} [{lo:.0%}, {hi:.0%}] at "
+                f"{best.mean_tokens:,.0f} tokens and {best.mean_wall_s:.1f} s per problem")
+        others = [s for s in rows if s is not best]
+        close = [s for s in others if interval(s)[1] >= lo]
+        if not others:
+            line += " (the only lane)"
+        elif close:
+            line += ("; not separated from " + ", ".join(
+                f"{s.lane} ({quality(s):.0%} at {s.mean_tokens:,.0f} tokens, {s.mean_wall_s:.1f} s)" for s in close)
+                + " by the 95% intervals")
+        else:
+            line += "; ahead of every other lane beyond the 95% intervals"
+        out.append(line)
+    return out
+
+
 def left_out_lines(skip: dict[str, dict[str, str]]) -> list[str]:
     """One line per lane left out of a data set, with the reason."""
     return [f"left out of {task}: {why}" for task, lanes in skip.items() for why in lanes.values()]
