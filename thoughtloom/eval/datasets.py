@@ -404,7 +404,12 @@ class Dataset:
     async def score(self, problem: Problem, answer: str | None) -> Score:
         """The benchmark's exact verdict on one final answer."""
         if self.checker is not None:
-            verdict = self.checker.check(answer, problem.gold)
+            from ..tasks.checkers import CheckerError
+
+            try:
+                verdict = self.checker.check(answer, problem.gold)
+            except CheckerError as exc:  # the user's function failed: the bench stops, what it scored is kept
+                raise DataError(f"{self.name} problem {problem.id}: {exc}") from None
             return Score(verdict.solved, f1=verdict.score if self.spec.metric == "f1" else None)
         kind = self.spec.prompts
         if kind == "game24":

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from statistics import fmean
@@ -120,13 +120,7 @@ def winner_lines(summaries: Sequence[LaneSummary]) -> list[str]:
         if not rows:
             continue
         f1 = rows[0].metric == "f1"
-
-        def quality(s: LaneSummary) -> float:
-            return (s.mean_f1 or 0.0) if f1 else s.rate
-
-        def interval(s: LaneSummary) -> tuple[float, float]:
-            return (s.mean_f1_ci or (0.0, 1.0)) if f1 else s.rate_ci
-
+        quality, interval = _quality(f1), _interval(f1)
         # The best quality wins; between equals, the cheaper in tokens, then in time.
         best = min(rows, key=lambda s: (-quality(s), s.mean_tokens, s.mean_wall_s))
         measure = "mean F1" if f1 else "success"
@@ -145,6 +139,16 @@ def winner_lines(summaries: Sequence[LaneSummary]) -> list[str]:
             line += "; ahead of every other lane beyond the 95% intervals"
         out.append(line)
     return out
+
+
+def _quality(f1: bool) -> Callable[[LaneSummary], float]:
+    """What a winner is chosen by: the mean F1 on an F1 data set, else the success rate."""
+    return (lambda s: s.mean_f1 or 0.0) if f1 else (lambda s: s.rate)
+
+
+def _interval(f1: bool) -> Callable[[LaneSummary], tuple[float, float]]:
+    """The 95% interval of `_quality`."""
+    return (lambda s: s.mean_f1_ci or (0.0, 1.0)) if f1 else (lambda s: s.rate_ci)
 
 
 def left_out_lines(skip: dict[str, dict[str, str]]) -> list[str]:

@@ -124,6 +124,12 @@ class GeneralTask(Task[str]):
     def _system(self, base: str) -> str:
         return f"{base} {self.instructions}" if self.instructions else base
 
+    def _query(self, system: str, text: str, user: str, max_tokens: int, stop: tuple[str, ...],
+               schema: str | None = None) -> Query:
+        """One prompt in both forms: completion `text`, and the chat turns (system with the instructions, `user`)."""
+        return Query(Prompt(text=text, messages=(Message("system", self._system(system)), Message("user", user))),
+                     max_tokens=max_tokens, stop=stop, schema=schema)
+
     def _own(self, name: str, problem: str, steps: Sequence[str], **more: Any) -> str | None:
         """The task file's prompt `name`, filled in; None when it wrote none."""
         template = self.prompts.get(name)
@@ -142,11 +148,7 @@ class GeneralTask(Task[str]):
         )
         text = f"{own}\n1." if own else \
             f"Problem: {problem}\nReasoning so far:\n{_reasoning(steps)}\nPossible next steps:\n1."
-        return Query(
-            Prompt(text=text, messages=(Message("system", self._system(GENERATOR_SYSTEM)), Message("user", user))),
-            max_tokens=120 * k,
-            stop=("\nProblem:", "\n\n\n"),
-        )
+        return self._query(GENERATOR_SYSTEM, text, user, 120 * k, ("\nProblem:", "\n\n\n"))
 
     def parse_proposals(self, problem: str, steps: Sequence[str], text: str) -> list[str]:
         """Numbered or bulleted lines (the completion form starts inside item 1)."""
@@ -164,11 +166,7 @@ class GeneralTask(Task[str]):
         n = len(steps) + 1
         user = f"Problem: {problem}\n\nReasoning so far:\n{_reasoning(steps)}\n\nGive the single best next step. {_FINAL_HINT}"
         text = f"Problem: {problem}\nReasoning so far:\n{_reasoning(steps)}\nStep {n}:"
-        return Query(
-            Prompt(text=text, messages=(Message("system", self._system(GENERATOR_SYSTEM)), Message("user", user))),
-            max_tokens=160,
-            stop=("\nStep", "\nProblem:", "\n\n"),
-        )
+        return self._query(GENERATOR_SYSTEM, text, user, 160, ("\nStep", "\nProblem:", "\n\n"))
 
     def parse_sample(self, problem: str, steps: Sequence[str], text: str) -> str | None:
         """The step, without a "Step N:" label the model wrote itself (the prompts number the steps)."""
@@ -188,14 +186,9 @@ class GeneralTask(Task[str]):
         # A base model continues this with a number; where the schema is enforced, with the JSON record.
         text = f"{own}\nScore from 0 to 10:" if own else \
             f"Problem: {problem}\nReasoning:\n{_reasoning(steps)}\nQuality of the last step on a scale of 0 to 10:"
-        return Query(
-            Prompt(text=text, messages=(Message("system", self._system(EVALUATOR_SYSTEM)), Message("user", user))),
-            # Where the backend enforces the schema the reply is JSON; elsewhere a base model writes
-            # a number and stops at the line's end, an instruct model its reasons and then a score.
-            max_tokens=EVALUATION_TOKENS,
-            stop=("\n",),
-            schema=EVALUATION_SCHEMA,
-        )
+        # Where the backend enforces the schema the reply is JSON; elsewhere a base model writes
+        # a number and stops at the line's end, an instruct model its reasons and then a score.
+        return self._query(EVALUATOR_SYSTEM, text, user, EVALUATION_TOKENS, ("\n",), EVALUATION_SCHEMA)
 
     def parse_evaluation(self, problem: str, steps: Sequence[str], texts: Sequence[str]) -> Evaluation:
         """The samples' evaluations as one: mean stated score, their reasons, the verdict (see evaluation.judge)."""
@@ -209,19 +202,9 @@ class GeneralTask(Task[str]):
         """Which candidate step is most promising."""
         choices = "\n".join(f"Choice {i}: {c}" for i, c in enumerate(candidates, 1))
         body = f"Problem: {problem}\nReasoning so far:\n{_reasoning(steps)}\nCandidate next steps:\n{choices}\n"
-        return Query(
-            Prompt(
-                text=body + "The most promising choice is Choice",
-                messages=(
-                    Message("system", _JUDGE),
-                    Message("user", body + "\nReply with 'The best choice is N'."),
-                ),
-            ),
-            max_tokens=16,
-            stop=("\n",),
-            # Where the backend enforces it the reply is {"choice": N}; elsewhere the text above.
-            schema=vote_schema(len(candidates)),
-        )
+        # Where the backend enforces it the reply is {"choice": N}; elsewhere the text above.
+        return self._query(_JUDGE, body + "The most promising choice is Choice",
+                           body + "\nReply with 'The best choice is N'.", 16, ("\n",), vote_schema(len(candidates)))
 
     def parse_vote(self, problem: str, candidates: Sequence[str], texts: Sequence[str]) -> list[float]:
         """Each candidate's share of the samples naming it: {"choice": N} as JSON, else "Choice N" in text."""
@@ -240,11 +223,7 @@ class GeneralTask(Task[str]):
         parts = "\n\n".join(f"Line of reasoning {i}:\n{_reasoning(p)}" for i, p in enumerate(paths, 1))
         user = f"Problem: {problem}\n\n{parts}\n\nMerge the strongest points of these into one better next step."
         text = f"Problem: {problem}\n{parts}\nOne step that merges the strongest points of these:"
-        return Query(
-            Prompt(text=text, messages=(Message("system", GENERATOR_SYSTEM), Message("user", user))),
-            max_tokens=200,
-            stop=("\nProblem:", "\n\n"),
-        )
+        return self._query(GENERATOR_SYSTEM, text, user, 200, ("\nProblem:", "\n\n"))
 
     def refine(self, problem: str, steps: Sequence[str], feedback: str) -> Query:
         """Improve the last step given feedback."""
@@ -253,11 +232,7 @@ class GeneralTask(Task[str]):
             f"{feedback}\n\nRewrite the last step, improved."
         )
         text = f"Problem: {problem}\nReasoning:\n{_reasoning(steps)}\nFeedback: {feedback}\nImproved last step:"
-        return Query(
-            Prompt(text=text, messages=(Message("system", GENERATOR_SYSTEM), Message("user", user))),
-            max_tokens=200,
-            stop=("\nProblem:", "\n\n"),
-        )
+        return self._query(GENERATOR_SYSTEM, text, user, 200, ("\nProblem:", "\n\n"))
 
     def synthesize(self, problem: str, steps: Sequence[str]) -> Query:
         """The final answer from the best path."""
@@ -265,11 +240,7 @@ class GeneralTask(Task[str]):
         if own is None and not self.examples and not self.instructions:
             user = f"Problem: {problem}\n\nBest reasoning path:\n{_reasoning(steps)}\n\nGive the final answer."
             text = f"Problem: {problem}\nReasoning:\n{_reasoning(steps)}\nFinal answer:"
-            return Query(
-                Prompt(text=text, messages=(Message("system", SYNTHESIZER_SYSTEM), Message("user", user))),
-                max_tokens=300,
-                stop=("\nProblem:", "\n\n\n"),
-            )
+            return self._query(SYNTHESIZER_SYSTEM, text, user, 300, ("\nProblem:", "\n\n\n"))
         # The examples show the answer's form: the reply ends in a "Final answer:" line like theirs.
         shots = [(f"Problem: {ex.problem}", f"{ex.reasoning}\nFinal answer: {ex.answer}".strip())
                  for ex in self.examples]
