@@ -267,8 +267,8 @@ def _user_dataset(spec: DatasetSpec, path: Path, labels: Labels) -> Dataset:
     from .prompts import labelled_family
 
     checker = _label_checker(spec.task, labels)
-    if checker is None and not is_task_file(spec.task) and spec.task == "general":
-        # Rows that carry an answer on the general task (which checks nothing itself): compared exactly.
+    if checker is None and (is_task_file(spec.task) or spec.task == "general"):
+        # Rows that carry an answer on a free-text task with no checker of its own: compared exactly.
         first = _user_rows(path, "data set")[:1]
         checker = Checker("exact") if first and labels.field_of("answer") in first[0][1] else None
     if checker is None and labels.shots:
