@@ -121,7 +121,7 @@ class Checker:
             return Verdict(False, 0.0 if self.kind == "f1" else None)
         span = marked_span(answer)
         if self.kind == "numeric":
-            return Verdict(self._close(final_number(span) or final_number(answer), _gold_number(gold)))
+            return Verdict(self._close(_number(span, answer), _gold_number(gold)))
         if self.kind == "f1":
             score = token_f1(span, _gold_text(gold))
             return Verdict(score >= self.threshold, score)
@@ -140,7 +140,7 @@ class Checker:
         if answer is None:
             return None
         if self.kind == "numeric":
-            return final_number(marked_span(answer)) or final_number(answer)
+            return _number(marked_span(answer), answer)
         return normalize_answer(marked_span(answer)) or None
 
     def alternatives(self, gold: Any) -> list[str]:
@@ -187,6 +187,12 @@ class Checker:
 def gold_pattern(gold: Any) -> re.Pattern[str]:
     """The regex checker's gold as a compiled pattern (case-insensitive)."""
     return re.compile(str(gold), re.IGNORECASE)
+
+
+def _number(span: str, answer: str) -> Fraction | None:
+    """The answer's number: in its marked span, else anywhere in it (final_number's rules); 0 is a number."""
+    found = final_number(span)
+    return found if found is not None else final_number(answer)
 
 
 def _gold_text(gold: Any) -> str:
