@@ -176,3 +176,34 @@ def test_solve_in_python_takes_a_loaded_task_file(server: FakeOpenAIServer) -> N
     result = solve("How many hours are in 3 days?", task=load_task(UNITS), model=f"openai-compatible:{server.url}@m",
                    budget=BudgetLimits(tokens=4000))
     assert result.answer == "72"
+
+
+def test_a_stored_task_file_run_replays_only_when_the_file_is_named_again(
+        server: FakeOpenAIServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    server.responder = always("Final answer: 3000")
+    store = tmp_path / "runs.db"
+    assert main(["solve", "--task-file", str(UNITS), "How many metres are in 3 kilometres?", "--model",
+                 f"openai-compatible:{server.url}@m", "--budget-tokens", "4000", "--quiet", "--json",
+                 "--store", str(store)]) == 0
+    run = json.loads(capsys.readouterr().out)["run_id"]
+    assert main(["replay", run, "--store", str(store), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert f"this run asks for the task file {UNITS}" in err and f"--task-file {UNITS}" in err
+    assert err.count("\n") == 1
+    assert main(["replay", run, "--store", str(store), "--quiet", "--task-file", str(UNITS)]) == 0
+    assert "identical graph" in capsys.readouterr().out
+
+
+def test_a_task_file_that_no_longer_declares_the_runs_task_is_refused(
+        server: FakeOpenAIServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    task_file = write(tmp_path, UNITS.read_text(encoding="utf-8"), "units.toml")
+    server.responder = always("Final answer: 3000")
+    store = tmp_path / "runs.db"
+    assert main(["solve", "--task-file", str(task_file), "How many metres are in 3 kilometres?", "--model",
+                 f"openai-compatible:{server.url}@m", "--budget-tokens", "4000", "--quiet", "--json",
+                 "--store", str(store)]) == 0
+    run = json.loads(capsys.readouterr().out)["run_id"]
+    task_file.write_text(task_file.read_text(encoding="utf-8").replace('name = "units"', 'name = "sizes"'),
+                         encoding="utf-8")
+    assert main(["replay", run, "--store", str(store), "--quiet", "--task-file", str(task_file)]) == 2
+    assert f"{task_file} declares task 'sizes'; run {run} ran task 'units'" in capsys.readouterr().err
