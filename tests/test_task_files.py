@@ -178,14 +178,19 @@ def test_solve_in_python_takes_a_loaded_task_file(server: FakeOpenAIServer) -> N
     assert result.answer == "72"
 
 
-def test_a_stored_task_file_run_replays_only_when_the_file_is_named_again(
-        server: FakeOpenAIServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def stored_run(server: FakeOpenAIServer, task_file: Path, store: Path, capsys: pytest.CaptureFixture[str]) -> str:
+    """The id of a run of the task file, stored in `store`."""
     server.responder = always("Final answer: 3000")
-    store = tmp_path / "runs.db"
-    assert main(["solve", "--task-file", str(UNITS), "How many metres are in 3 kilometres?", "--model",
+    assert main(["solve", "--task-file", str(task_file), "How many metres are in 3 kilometres?", "--model",
                  f"openai-compatible:{server.url}@m", "--budget-tokens", "4000", "--quiet", "--json",
                  "--store", str(store)]) == 0
-    run = json.loads(capsys.readouterr().out)["run_id"]
+    return str(json.loads(capsys.readouterr().out)["run_id"])
+
+
+def test_a_stored_task_file_run_replays_only_when_the_file_is_named_again(
+        server: FakeOpenAIServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    store = tmp_path / "runs.db"
+    run = stored_run(server, UNITS, store, capsys)
     assert main(["replay", run, "--store", str(store), "--quiet"]) == 2
     err = capsys.readouterr().err
     assert f"this run asks for the task file {UNITS}" in err and f"--task-file {UNITS}" in err
@@ -197,12 +202,8 @@ def test_a_stored_task_file_run_replays_only_when_the_file_is_named_again(
 def test_a_task_file_that_no_longer_declares_the_runs_task_is_refused(
         server: FakeOpenAIServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     task_file = write(tmp_path, UNITS.read_text(encoding="utf-8"), "units.toml")
-    server.responder = always("Final answer: 3000")
     store = tmp_path / "runs.db"
-    assert main(["solve", "--task-file", str(task_file), "How many metres are in 3 kilometres?", "--model",
-                 f"openai-compatible:{server.url}@m", "--budget-tokens", "4000", "--quiet", "--json",
-                 "--store", str(store)]) == 0
-    run = json.loads(capsys.readouterr().out)["run_id"]
+    run = stored_run(server, task_file, store, capsys)
     task_file.write_text(task_file.read_text(encoding="utf-8").replace('name = "units"', 'name = "sizes"'),
                          encoding="utf-8")
     assert main(["replay", run, "--store", str(store), "--quiet", "--task-file", str(task_file)]) == 2
