@@ -34,7 +34,7 @@ from typing import Any
 
 from ..grounding.files import FileRefused, read_utf8
 from ..search.config import SearchConfig
-from ..tasks.checkers import Checker, CheckerError, checker_from
+from ..tasks.checkers import CheckerError, checker_from
 from ..tasks.general import PROMPT_FIELDS, FileTask, TaskExample, file_task
 from ..tasks.registry import all_tasks
 from .spec import SpecError
@@ -180,10 +180,4 @@ def _shown(value: Any) -> str:
     return f"{type(value).__name__} {str(value)[:40]!r}" if value is not None else "nothing"
 
 
-def checker_of(task: Any) -> Checker | None:
-    """The answer checker a task carries (a task file's, a configured general task's); None for others."""
-    checker = getattr(task, "checker", None)
-    return checker if isinstance(checker, Checker) else None
-
-
-__all__ = ["TaskFileError", "checker_of", "load_task", "task_from"]
+__all__ = ["TaskFileError", "load_task", "task_from"]
