@@ -35,6 +35,8 @@ _EXPORTS = {
     "Gateway": "thoughtloom.llm.gateway",
     "ThoughtGraph": "thoughtloom.graph.dag",
     "get_task": "thoughtloom.tasks.registry",
+    # A task declared in a TOML file (docs/tasks.md).
+    "load_task": "thoughtloom.run.taskfile",
     # What a user's own task is written with (see examples/custom_task.py).
     "Task": "thoughtloom.tasks.base",
     "Query": "thoughtloom.tasks.query",
@@ -57,6 +59,7 @@ if TYPE_CHECKING:
     from .tools.toolbox import Toolbox
     from .run.execute import execute
     from .run.grants import Grants
+    from .run.taskfile import load_task
     from .run.spec import RunSpec, resolve
     from .search.stop import StopReason
     from .eval.runner import compare_strategies

@@ -33,7 +33,17 @@ def add_bench_parser(sub: Any, positive_int: Any, positive_float: Any) -> None:
         "reason; results stream to --out, so re-running resumes.",
     )
     b.add_argument("--tasks", help=f"data sets, comma-separated: {', '.join(DATASETS)} (default game24), or your own "
-                                   'as TASK:FILE.jsonl (one {"id": ..., "problem": ...} per line, for the task TASK)')
+                                   "as TASK:FILE: FILE is JSON Lines or CSV rows with a problem, an id and, to be scored, "
+                                   "an answer; TASK a task (e.g. general) or a TOML task file (see docs/tasks.md)")
+    b.add_argument("--fields", metavar="ROLE=FIELD,...",
+                   help="which fields of your rows hold the problem, the answer and the id, e.g. "
+                        "problem=question,answer=gold (default: problem, answer, id)")
+    b.add_argument("--metric", metavar="CHECKER",
+                   help="how your rows' answers are scored: exact, numeric, f1, contains, one_of, regex or "
+                        "module:function (default: the task file's checker, else exact for rows with an answer)")
+    b.add_argument("--shots", metavar="FILE",
+                   help="few-shot examples for your data set: rows like its own, each with its answer; a problem "
+                        "that is also a shot is refused")
     b.add_argument("--lanes", help="lanes, comma-separated (default io,cot,cot_sc,tot)")
     b.add_argument("--model", help="model spec as for loom solve (default: local, env THOUGHTLOOM_MODEL)")
     b.add_argument("--limit", type=positive_int("--limit"), help="problems per data set (default 20)")
@@ -133,6 +143,7 @@ def _options(args: argparse.Namespace) -> Any:
         "data_dir": args.data_dir, "price_in": args.price_in, "price_out": args.price_out,
         "role_models": {role: model for role in ("generator", "evaluator", "synthesizer")
                         if (model := getattr(args, f"{role}_model", None))} or None,
+        "labels": _labels(args) or None,
     }
     merged = {**base, **{k: v for k, v in flags.items() if v is not None}}
     _check_prices(merged)
@@ -160,6 +171,58 @@ def _options(args: argparse.Namespace) -> Any:
         raise BenchError(f"bad protocol: {exc}") from None
 
 
+def _labels(args: argparse.Namespace) -> dict[str, Any]:
+    """--fields, --metric and --shots as the protocol keeps them (eval/datasets.Labels)."""
+    out: dict[str, Any] = {}
+    if args.fields is not None:
+        fields = {}
+        for pair in _split(args.fields, "--fields") or []:
+            role, eq, name = (part.strip() for part in pair.partition("="))
+            if not (eq and role and name):
+                raise BenchError(f"--fields {pair!r}: write ROLE=FIELD, e.g. problem=question,answer=gold")
+            if role not in ("problem", "answer", "id"):
+                raise BenchError(f"--fields {pair!r}: ROLE is problem, answer or id")
+            fields[role] = name
+        out["fields"] = fields
+    if args.metric is not None:
+        out["metric"] = args.metric
+    if args.shots is not None:
+        out["shots"] = args.shots
+    return out
+
+
+def custom_checkers(protocol: Any) -> list[str]:
+    """The custom checkers (module:function) a protocol's data sets would import to score answers."""
+    from ..eval.datasets import Labels, is_task_file
+    from ..run.taskfile import load_task
+    from ..tasks.checkers import is_reference
+
+    labels = Labels.from_dict(protocol.labels)
+    if labels.metric is not None:
+        return [labels.metric] if is_reference(labels.metric) else []
+    found = []
+    for name in protocol.tasks:
+        task = name.partition(":")[0]
+        if ":" in name and is_task_file(task):
+            checker = load_task(task).checker
+            if checker is not None and checker.function is not None:
+                found.append(checker.function)
+    return found
+
+
+def _check_granted(protocol: Any, args: argparse.Namespace) -> None:
+    """A stored run's manifest names the checker it scores by; Python code is imported only when the user names
+    it again (--metric), as a stored run's models, files and tools are (run/grants.py)."""
+    wanted = custom_checkers(protocol)
+    if not wanted:
+        if args.metric is not None:
+            raise BenchError("--resume takes --metric only to grant a custom checker; this run has none")
+        return
+    if args.metric != wanted[0]:
+        raise BenchError(f"this run scores answers with {wanted[0]}, Python code a run directory cannot grant "
+                         f"itself; name it again to run it: loom bench --resume {args.resume} --metric {wanted[0]}")
+
+
 def _check_role_models(settings: dict[str, Any]) -> None:
     """The role models, from the flags or a protocol file, checked before any data is read."""
     from ..eval.protocol import ProtocolError
@@ -185,7 +248,7 @@ def _check_prices(settings: dict[str, Any]) -> None:
 def cmd_bench(args: argparse.Namespace) -> int:
     """Audit the protocol, run (or resume) it, print the tables, write JSON, CSV and the plot."""
     from .. import filelocks
-    from ..eval.datasets import DataError, load_dataset
+    from ..eval.datasets import DataError, Labels, load_dataset
     from ..eval.lanes import LaneError
     from ..eval.protocol import AuditError, Protocol, ProtocolError, audit
     from ..eval.ray_sweep import ExecutorError
@@ -211,6 +274,9 @@ def cmd_bench(args: argparse.Namespace) -> int:
                 raise BenchError(f"--resume {args.resume}: no {MANIFEST_FILE} there")
             protocol = Protocol.load(manifest)
             out = Path(args.resume)
+            if args.fields is not None or args.shots is not None:
+                raise BenchError("--resume runs exactly what its manifest says; leave out --fields and --shots")
+            _check_granted(protocol, args)
         else:
             protocol = build_protocol(_options(args))
             out = Path(args.out) if args.out else Path(DEFAULT_OUT_ROOT) / f"{_dir_name(protocol.tasks)}-{protocol.fingerprint()}"
@@ -222,7 +288,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
         for line in left_out_lines(protocol.not_applicable) if not args.shard else ():
             # Not progress: said even with --quiet, as the table will lack these lanes (once: not by each worker).
             print(f"loom bench: {line}", file=sys.stderr, flush=True)
-        datasets = {t: load_dataset(t, protocol.data_dir) for t in protocol.tasks}
+        labels = Labels.from_dict(protocol.labels)
+        datasets = {t: load_dataset(t, protocol.data_dir, labels) for t in protocol.tasks}
         protocol = prepare_run_dir(protocol, out, say)
         shard = _shard(args.shard)
         say(f"parity audit passed: {counted(len(protocol.lanes), 'lane')} share "
@@ -243,7 +310,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
             stats = _run_on_ray(args, protocol, store, datasets, say)
             say(f"ran {stats.done}, skipped {stats.skipped} already finished")
         elif (args.workers or 1) > 1 and shard == (0, 1):
-            _spawn_workers(args, out)
+            _spawn_workers(args, out, custom_checkers(protocol))
         else:
             from ..llm.registry import make_backend
 
@@ -326,13 +393,16 @@ def _shard(text: str | None) -> tuple[int, int]:
     return (i, n)
 
 
-def _spawn_workers(args: argparse.Namespace, out: Path) -> None:
-    """Run the protocol in `workers` processes, each on its share of the problems."""
+def _spawn_workers(args: argparse.Namespace, out: Path, granted: list[str]) -> None:
+    """Run the protocol in `workers` processes, each on its share of the problems (granted: the custom
+    checker the user named, which each worker's --resume must be granted again)."""
     extra = ["--quiet"] if args.quiet else []
     if args.model_concurrency:
         extra += ["--model-concurrency", str(args.model_concurrency)]
     if args.store:
         extra += ["--store", args.store]
+    if granted:
+        extra += ["--metric", granted[0]]
     if args.threads is not None:
         extra += ["--threads", str(args.threads)]
     import subprocess
@@ -349,13 +419,14 @@ def _spawn_workers(args: argparse.Namespace, out: Path) -> None:
 
 
 def _report(protocol: Any, out: Path, checks: list[str], *, plot: bool, say: Any) -> int:
-    from ..eval.datasets import dataset_spec
+    from ..eval.datasets import Labels, dataset_spec
     from ..eval.report import (
         PLOT_PNG,
         SUMMARY_CSV,
         SUMMARY_JSON,
         format_table,
         summarize,
+        winner_lines,
         write_csv,
         write_json,
         write_plot,
@@ -364,11 +435,14 @@ def _report(protocol: Any, out: Path, checks: list[str], *, plot: bool, say: Any
 
     records = [r for r in ResultsStore(out).load().values()
                if r.task in protocol.problems and r.problem_id in set(protocol.problems[r.task])]
-    metrics = {t: dataset_spec(t).metric for t in protocol.tasks}
+    labels = Labels.from_dict(protocol.labels)
+    metrics = {t: dataset_spec(t, labels).metric for t in protocol.tasks}
     planned = {t: len(v) for t, v in protocol.problems.items()}
     summaries = summarize(records, metrics, [p.lane for p in protocol.lanes], planned, protocol.not_applicable,
                           prices={p.lane: protocol.lane_pricing(p) for p in protocol.lanes})
     print(format_table(summaries, protocol.not_applicable))
+    for line in winner_lines(summaries):
+        print(f"\n{line}")
     write_json(out / SUMMARY_JSON, protocol.to_dict(), summaries, checks, protocol.not_applicable)
     write_csv(out / SUMMARY_CSV, summaries)
     written = [str(out / SUMMARY_JSON), str(out / SUMMARY_CSV)]

@@ -35,7 +35,9 @@ def build_parser() -> argparse.ArgumentParser:
     add_store_commands(sub)
     add_models_parser(sub)
     add_serve_parser(sub)
-    sub.add_parser("tasks", help="list the tasks")
+    tasks = sub.add_parser("tasks", help="list the tasks")
+    tasks.add_argument("--task-file", metavar="FILE", action="append", default=[],
+                       help="list the task this TOML file declares too (repeatable)")
     profiles = sub.add_parser("profiles", help="list the domain profiles: thresholds, limits, grounding and checks")
     profiles.add_argument("--json", action="store_true", help="every setting of every profile as JSON")
     parser.add_argument("--version", action="store_true", help="print the version")
@@ -101,13 +103,18 @@ def _settings(values: dict[str, object]) -> str:
 
 
 def cmd_tasks(args: argparse.Namespace) -> int:
-    """List tasks: the built-in ones and those installed packages add."""
+    """List tasks: the built-in ones, those installed packages add, and those of the task files given."""
+    from ..run.taskfile import load_task
     from ..tasks.registry import all_tasks
     from ..views.terminal import terminal_text
 
-    tasks = sorted(all_tasks().items())
+    tasks = sorted((name, description) for name, (description, _) in all_tasks().items())
+    for path in args.task_file:
+        task = load_task(path)  # a bad file: one line, exit 2, before anything is listed
+        checker = f" (checker: {task.checker.name})" if task.checker is not None else ""
+        tasks.append((task.name, f"{task.description}{checker} [from {path}]"))
     width = max((len(name) for name, _ in tasks), default=0)
-    for name, (description, _) in tasks:
+    for name, description in tasks:
         print(terminal_text(f"{name:<{width}}  {description}"))  # an installed package's text is not ours to trust
     return 0
 

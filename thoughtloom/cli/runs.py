@@ -95,6 +95,7 @@ def add_grant_options(p: argparse.ArgumentParser, *, live: bool) -> None:
     for flag, meta in (("tests", "FILE"), ("data", "PATH"), ("repo", "DIR")):
         g.add_argument(f"--{flag}", metavar=meta, help=f"the run's --{flag}")
     g.add_argument("--test-command", metavar="CMD", help="the debug run's test command")
+    g.add_argument("--task-file", metavar="FILE", help="the task file the run's task was read from")
 
 
 def store_errors() -> tuple[type[Exception], ...]:

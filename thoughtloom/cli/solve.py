@@ -40,6 +40,9 @@ def add_solve_parser(sub: Any) -> None:
     s.add_argument("problem", metavar="PROBLEM", nargs="?",
                    help='the problem text, e.g. "4 5 6 10" for --task game24 (or --problem ID for a benchmark)')
     s.add_argument("--task", help="task name (see 'loom tasks'); default: the profile's task, else math for a question about numbers, else general")
+    s.add_argument("--task-file", metavar="FILE",
+                   help="a task declared in a TOML file: instructions, prompts, examples, answer checker, search "
+                        "defaults (see docs/tasks.md)")
     s.add_argument("--problem", dest="problem_id", metavar="ID", help="a benchmark problem by id, e.g. HumanEval/0")
     add_model_option(s)
     s.add_argument("--strategy", choices=("bfs", "tree_of_thoughts", "breadth_first", "dfs", "best_first", "mcts",

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from ..grounding.files import FileRefused, read_regular, read_utf8
+from ..tasks.checkers import Checker
 from ..tasks.datadir import default_data_dir
 from . import scoring
 from .scoring import Score
@@ -127,53 +128,213 @@ DATASETS: dict[str, DatasetSpec] = {
 }
 
 
-def user_spec(name: str) -> DatasetSpec | None:
-    """The spec of a user's own data set named "TASK:FILE" (FILE: JSON Lines of {"id", "problem"}); None otherwise."""
+@dataclass(frozen=True, slots=True)
+class Labels:
+    """How a user's own data set ("TASK:FILE") is read and scored: which field holds what, the checker
+    (`--metric`, else the task file's, else exact for rows that carry an answer) and the shots file."""
+
+    #: role -> the row's field: "problem" (default "problem"), "answer" (default "answer"), "id" (default "id")
+    fields: dict[str, str] = field(default_factory=dict)
+    #: a checker by name (tasks/checkers.py): exact, numeric, f1, contains, one_of, regex or module:function
+    metric: str | None = None
+    #: a labelled file whose rows are the few-shot examples (never a problem of the data set)
+    shots: str | None = None
+
+    def field_of(self, role: str) -> str:
+        """The row's field that holds `role` (problem, answer or id)."""
+        return self.fields.get(role, role)
+
+    def to_dict(self) -> dict[str, Any]:
+        """As the bench manifest keeps it (empty when nothing is set)."""
+        return {k: v for k, v in (("fields", self.fields), ("metric", self.metric), ("shots", self.shots)) if v}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any] | None) -> Labels:
+        """From the manifest's dict (DataError, one line, for one a hand could have broken)."""
+        data = dict(data or {})
+        unknown = sorted(set(data) - {"fields", "metric", "shots"})
+        fields_ = data.get("fields") or {}
+        if unknown or not isinstance(fields_, dict) or not all(isinstance(v, str) for v in fields_.values()):
+            raise DataError("labels: expected {\"fields\": {ROLE: FIELD}, \"metric\": NAME, \"shots\": FILE}")
+        bad = sorted(set(fields_) - set(LABEL_ROLES))
+        if bad:
+            raise DataError(f"--fields names {bad[0]!r}; map {', '.join(LABEL_ROLES)} (e.g. problem=question,answer=gold)")
+        return cls(dict(fields_), data.get("metric"), data.get("shots"))
+
+
+#: What --fields maps: the row's fields that hold the problem, the gold answer and the id.
+LABEL_ROLES = ("problem", "answer", "id")
+
+
+def user_spec(name: str, labels: Labels | None = None) -> DatasetSpec | None:
+    """The spec of a user's own data set named "TASK:FILE" (FILE: JSON Lines or CSV rows with a problem and, when
+    labelled, an answer; TASK: a task name or a TOML task file); None otherwise."""
     task, sep, file = name.partition(":")
     if not (sep and task and file):
         return None
-    # A prompt family of its own: io/cot lanes have no prompt for it, and answers are scored by the task's checker.
-    return DatasetSpec(name, task, file, "rate", f"user:{task}", f"{file}: your data set for task {task}")
+    checker = _label_checker(task, labels or Labels())
+    metric = "f1" if checker is not None and checker.kind == "f1" else "rate"
+    # A prompt family of its own: io/cot lanes get one only when the rows are labelled (Dataset.family).
+    return DatasetSpec(name, task, file, metric, f"user:{task}", f"{file}: your data set for task {task}")
 
 
-def dataset_spec(name: str) -> DatasetSpec:
+def is_task_file(task: str) -> bool:
+    """True when a data set's TASK part names a task file (a .toml path) rather than a task."""
+    return task.endswith(".toml")
+
+
+def _label_checker(task: str, labels: Labels) -> Checker | None:
+    """The checker that scores a user's data set: --metric, else the task file's; None: the task's own check."""
+    from ..run.taskfile import load_task
+    from ..tasks.checkers import CheckerError
+
+    try:
+        if labels.metric is not None:
+            return Checker.named(labels.metric, os.getcwd())
+    except CheckerError as exc:
+        raise DataError(f"--metric: {exc}") from None
+    return load_task(task).checker if is_task_file(task) else None
+
+
+def dataset_spec(name: str, labels: Labels | None = None) -> DatasetSpec:
     """A data set's spec by name: a built-in one (DATASETS) or a user's "TASK:FILE"; DataError otherwise."""
-    spec = DATASETS.get(name) or user_spec(name)
+    spec = DATASETS.get(name) or user_spec(name, labels)
     if spec is None:
         raise DataError(f"unknown data set {name!r}; choose from: {', '.join(DATASETS)}, or TASK:FILE.jsonl")
     return spec
 
 
-def _user_problems(spec: DatasetSpec, path: Path) -> list[Problem]:
-    """A user's JSON Lines file: one {"problem": TEXT, "id": ID (default: its line number)} per line."""
-    from ..tasks.base import ProblemError
-    from ..tasks.registry import UnknownTask, get_task
-
-    try:
-        task = get_task(spec.task)
-    except (UnknownTask, ValueError) as exc:
-        raise DataError(f"data set {spec.name}: {exc}") from None
+def _user_rows(path: Path, what: str) -> list[tuple[int, dict[str, Any]]]:
+    """(line number, row) of a user's JSON Lines or CSV file (CSV by its .csv name; a header row names the fields)."""
+    text = read_utf8(path, what=what, max_bytes=MAX_DATASET_BYTES)
+    if path.suffix.lower() == ".csv":
+        try:
+            reader = csv.DictReader(io.StringIO(text, newline=""))
+            rows = [(reader.line_num, dict(row)) for row in reader]
+        except csv.Error as exc:
+            raise DataError(f"{path}: not CSV ({exc})") from None
+        if reader.fieldnames is None:
+            raise DataError(f"{path}: no header row; the first row names the fields (e.g. problem,answer)")
+        return rows
     out = []
-    for number, line in enumerate(read_utf8(path, what="data set", max_bytes=MAX_DATASET_BYTES).splitlines(), 1):
+    for number, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             continue
-        where = f"{path} line {number}"
         try:
             row = json.loads(line)
         except ValueError as exc:
-            raise DataError(f"{where}: not JSON ({exc})") from None
-        if not isinstance(row, dict) or not isinstance(row.get("problem"), str):
-            raise DataError(f'{where}: write {{"id": "...", "problem": "..."}}; "problem" must be text')
+            raise DataError(f"{path} line {number}: not JSON ({exc})") from None
+        if not isinstance(row, dict):
+            raise DataError(f'{path} line {number}: write one object per line, {{"id": "...", "problem": "..."}}')
+        out.append((number, row))
+    return out
+
+
+def _user_problems(spec: DatasetSpec, path: Path, task: Any, labels: Labels, checker: Checker | None) -> list[Problem]:
+    """A user's rows: {problem, id (default: its line number), answer (when labelled)}, fields named by `labels`."""
+    from ..tasks.base import ProblemError
+
+    problem_field, answer_field, id_field = (labels.field_of(r) for r in LABEL_ROLES)
+    out = []
+    for number, row in _user_rows(path, "data set"):
+        where = f"{path} line {number}"
+        text = row.get(problem_field)
+        if not isinstance(text, str) or not text.strip():
+            raise DataError(f'{where}: field "{problem_field}" must hold the problem as text'
+                            + ("" if problem_field in row else f" (the row has {', '.join(map(str, row)) or 'none'}; "
+                               "name the field with --fields problem=FIELD)"))
         try:
-            task.parse_problem(row["problem"])  # a malformed problem is reported before any model loads
+            task.parse_problem(text)  # a malformed problem is reported before any model loads
         except ProblemError as exc:
             raise DataError(f"{where}: {exc}") from None
-        out.append(Problem(str(row.get("id", number)), row["problem"], row["problem"]))
+        gold = None
+        if checker is not None:
+            gold = row.get(answer_field)
+            why = checker.check_gold(gold) if answer_field in row else (
+                f'no field "{answer_field}" (name the gold answer\'s field with --fields answer=FIELD)')
+            if why is not None:
+                raise DataError(f"{where}: {why}")
+        ident = row.get(id_field)
+        out.append(Problem(str(ident) if ident not in (None, "") else str(number), text, text, gold))
     if not out:
         raise DataError(f"{path}: no problems")
     if len({p.id for p in out}) != len(out):
         raise DataError(f"{path}: two problems share an id")
     return out
+
+
+def _shots(path: str, labels: Labels) -> list[tuple[str, str, str]]:
+    """(line, problem, answer) of a shots file: rows like the data set's, each with its answer."""
+    problem_field, answer_field = labels.field_of("problem"), labels.field_of("answer")
+    out = []
+    for number, row in _user_rows(Path(path).expanduser(), "shots file"):
+        problem, answer = row.get(problem_field), row.get(answer_field)
+        if not isinstance(problem, str) or not problem.strip() or answer in (None, "") or isinstance(answer, bool):
+            raise DataError(f'--shots {path} line {number}: a shot needs "{problem_field}" (text) and '
+                            f'"{answer_field}" (its answer)')
+        out.append((f"--shots {path} line {number}", problem.strip(), str(answer).strip()))
+    if not out:
+        raise DataError(f"--shots {path}: no examples")
+    return out
+
+
+def _refuse_shown_problems(problems: list[Problem], shots: list[tuple[str, str, str]], source: str) -> None:
+    """Refuse a protocol that shows a problem's answer in its own prompt (a shot that is also a problem)."""
+    shown = {" ".join(problem.lower().split()): where for where, problem, _ in shots}
+    for p in problems:
+        where = shown.get(" ".join(p.text.lower().split()))
+        if where is not None:
+            raise DataError(f"problem {p.id} of {source} is also a shot ({where}): its answer would be in its own "
+                            "prompt; take it out of one of the two")
+
+
+def _user_dataset(spec: DatasetSpec, path: Path, labels: Labels) -> Dataset:
+    """A user's data set: its rows, task and checker; labelled rows also get io/cot prompts from the task's
+    instructions and its examples (or the shots), none of which may be a problem of the set."""
+    from .prompts import labelled_family
+
+    checker = _label_checker(spec.task, labels)
+    if checker is None and (is_task_file(spec.task) or spec.task == "general"):
+        # Rows that carry an answer on a free-text task with no checker of its own: compared exactly.
+        first = _user_rows(path, "data set")[:1]
+        checker = Checker("exact") if first and labels.field_of("answer") in first[0][1] else None
+    if checker is None and labels.shots:
+        raise DataError("--shots needs labelled rows: give --metric (or a task file with a checker)")
+    if checker is not None:
+        from ..tasks.checkers import CheckerError
+
+        try:
+            checker = checker.loaded()  # a custom checker's module is imported here, once
+        except CheckerError as exc:
+            raise DataError(str(exc)) from None
+    shots = _shots(labels.shots, labels) if labels.shots else None
+    task = _labelled_task(spec, labels, checker, shots)
+    problems = _user_problems(spec, path, task, labels, checker)
+    examples = getattr(task, "examples", ())
+    _refuse_shown_problems(problems, shots if shots is not None else
+                           [(f"example {ex.problem!r} of the task file", ex.problem, ex.answer) for ex in examples],
+                           spec.name)
+    family = labelled_family(getattr(task, "instructions", ""), [(ex.problem, ex.answer, ex.reasoning)
+                                                                 for ex in examples]) if checker else None
+    return Dataset(spec, problems, str(path), task_object=task, checker=checker, prompt_family=family)
+
+
+def _labelled_task(spec: DatasetSpec, labels: Labels, checker: Checker | None,
+                   shots: list[tuple[str, str, str]] | None) -> Any:
+    """The task a user's data set runs on: a task file's, or a built-in one by name; a general task (or a
+    task file's) with the shots as its examples and the checker."""
+    from ..run.taskfile import load_task
+    from ..tasks.general import GeneralTask, TaskExample
+    from ..tasks.registry import UnknownTask, get_task
+
+    try:
+        task = load_task(spec.task) if is_task_file(spec.task) else get_task(spec.task)
+    except (UnknownTask, ValueError) as exc:
+        raise DataError(f"data set {spec.name}: {exc}") from None
+    if isinstance(task, GeneralTask):
+        examples = [TaskExample(p, a) for _, p, a in shots] if shots is not None else task.examples
+        task = type(task)(instructions=task.instructions, examples=examples, prompts=task.prompts, checker=checker)
+    return task
 
 
 #: A free-text question given as text (compare_strategies): the general task, the general io/cot prompts, no checker.
@@ -220,6 +381,26 @@ class Dataset:
     problems: list[Problem]
     source: str
     _code_task: Any = field(default=None, repr=False)
+    #: A user's data set: the task its search lanes run (a task file's, or one with the shots as examples).
+    task_object: Any = field(default=None, repr=False)
+    #: A labelled user's data set: how an answer is compared with the row's gold (tasks/checkers.py).
+    checker: Checker | None = None
+    #: A labelled user's data set: the io/cot prompts (the task's instructions and examples or shots).
+    prompt_family: Any = field(default=None, repr=False)
+
+    def task(self) -> Any:
+        """The task the data set's search lanes run and its problems are parsed by."""
+        if self.task_object is not None:
+            return self.task_object
+        from ..tasks.registry import get_task
+
+        return get_task(self.spec.task)
+
+    def family(self) -> Any:
+        """The io/cot prompt family (eval/prompts.py) of the data set; None when it has none."""
+        from .prompts import PROMPTS
+
+        return self.prompt_family if self.prompt_family is not None else PROMPTS.get(self.spec.prompts)
 
     @property
     def name(self) -> str:
@@ -249,6 +430,14 @@ class Dataset:
 
     async def score(self, problem: Problem, answer: str | None) -> Score:
         """The benchmark's exact verdict on one final answer."""
+        if self.checker is not None:
+            from ..tasks.checkers import CheckerError
+
+            try:
+                verdict = self.checker.check(answer, problem.gold)
+            except CheckerError as exc:  # the user's function failed: the bench stops, what it scored is kept
+                raise DataError(f"{self.name} problem {problem.id}: {exc}") from None
+            return Score(verdict.solved, f1=verdict.score if self.spec.metric == "f1" else None)
         kind = self.spec.prompts
         if kind == "game24":
             return scoring.score_game24(problem.gold, answer)
@@ -262,12 +451,7 @@ class Dataset:
             return scoring.score_keyword_counting(problem.gold, answer)
         if kind == "hotpotqa":
             return scoring.score_hotpotqa(problem.gold, answer)
-        if kind == "code":
-            task = self.code_task()
-        else:
-            from ..tasks.registry import get_task
-
-            task = get_task(self.spec.task)
+        task = self.code_task() if kind == "code" else self.task()
         # Any other task: its own exact checker (None, "cannot tell", counts as not solved).
         parsed = task.parse_problem(problem.text)
         return Score(bool(await task.acheck_answer(parsed, answer)))
@@ -320,15 +504,18 @@ class Dataset:
 VALIDATED_FAMILIES = frozenset({"game24", "sorting", "set_intersection", "keyword_counting", "code", "blocksworld"})
 
 
-def load_dataset(name: str, data_dir: str | os.PathLike[str] | None = None) -> Dataset:
-    """Load a data set by name (see DATASETS) from the data directory, or a user's own "TASK:FILE"."""
-    spec = dataset_spec(name)
+def load_dataset(name: str, data_dir: str | os.PathLike[str] | None = None, labels: Labels | None = None) -> Dataset:
+    """Load a data set by name (see DATASETS) from the data directory, or a user's own "TASK:FILE" read by `labels`."""
+    labels = labels or Labels()
+    if name in DATASETS and labels.to_dict():
+        raise DataError(f"--fields, --metric and --shots are for your own data sets (TASK:FILE); {name} has its own")
+    spec = dataset_spec(name, labels)
     if name not in DATASETS:
         path = Path(spec.path or "").expanduser()
         if not os.path.lexists(path):
             raise DataError(f"data set {name}: {path} not found")
         try:
-            return Dataset(spec, _user_problems(spec, path), str(path))
+            return _user_dataset(spec, path, labels)
         except FileRefused as exc:
             raise DataError(str(exc)) from None
     if spec.path is None:

@@ -39,7 +39,7 @@ from ..tasks import prontoqa
 from ..tasks.answers import span_answer
 from .citations import Fact, cited_facts, corpus_file, sentence_files
 from .datasets import DATASETS, VALIDATED_FAMILIES, Dataset, Problem
-from .prompts import PROMPTS, answer_from, calculator_call, own_turn, stated_answer
+from .prompts import answer_from, calculator_call, own_turn, stated_answer
 from .scoring import (
     final_number,
     hotpot_span,
@@ -159,9 +159,9 @@ def check_lane(lane: str, dataset: Dataset) -> None:
     if lane in SEARCH_LANES:
         if SEARCH_LANES[lane] not in available_strategies():
             raise LaneError(f"lane {lane} needs the {SEARCH_LANES[lane]} strategy, which is not registered in this build")
-        if dataset.spec.task not in registered_tasks():
+        if dataset.task_object is None and dataset.spec.task not in registered_tasks():
             raise LaneError(f"lane {lane} needs task {dataset.spec.task} for {dataset.name}, which is not registered")
-        if lane == CHANCE_LANE and not _lists_choices(dataset.spec.task):
+        if lane == CHANCE_LANE and not dataset.task().lists_choices:
             listing = sorted({spec.task for spec in DATASETS.values() if _lists_choices(spec.task)})
             raise LaneError(f"lane random needs a task that lists its valid steps; {dataset.spec.task} does not "
                             f"(it runs on {', '.join(listing)})")
@@ -169,13 +169,15 @@ def check_lane(lane: str, dataset: Dataset) -> None:
         if unfit is not None:
             raise LaneError(f"lane {lane} does not apply: {unfit}")
         return
-    if family not in PROMPTS and family != "code":
-        raise LaneError(f"lane {lane} has no prompt for {dataset.name}; use a search lane")
+    prompts = dataset.family()
+    if prompts is None and family != "code":
+        raise LaneError(f"lane {lane} has no prompt for {dataset.name}; use a search lane"
+                        + (" (or label its rows: an answer per row and --metric)" if family.startswith("user:") else ""))
     if family == "code":
         if lane in ("cot", "react"):
             raise LaneError(f"lane {lane} has no prompt for {dataset.name}; use io, cot_sc, best_of_n or a search lane")
         return
-    if lane == "react" and PROMPTS[family].react is None:
+    if lane == "react" and prompts.react is None:
         raise LaneError(f"lane react needs a tool for {dataset.name}; it has none (react runs on game24 and gsm8k)")
     if lane == "best_of_n" and family not in VALIDATED_FAMILIES:
         # Without a check that can fail, picking "the first valid one" is cot_sc's vote under another name.
@@ -240,7 +242,7 @@ def lane_task(strategy: str, dataset: Dataset) -> Any:
     from ..search.strategies.fit import unsupported_reason
     from ..tasks.registry import get_task
 
-    task = get_task(dataset.spec.task)
+    task = dataset.task()
     if dataset.spec.prose_task is not None and unsupported_reason(strategy, task) is not None:
         return get_task(dataset.spec.prose_task)
     return task
@@ -393,7 +395,7 @@ async def _cot_samples(dataset: Dataset, problem: Problem, gateway: Gateway, n: 
     """n chain-of-thought answers (and the replies they were read from)."""
     if dataset.spec.prompts == "code":
         return await _code_samples(dataset, problem, gateway, n, temperature, seed, purpose)
-    fam = PROMPTS[dataset.spec.prompts]
+    fam = dataset.family()
     texts = await _ask(gateway, fam.prompt(fam.cot, problem.shown), n=n, max_tokens=fam.cot_tokens,
                        stop=fam.cot_stop, temperature=temperature, seed=seed, purpose=purpose)
     return [final_answer(dataset, problem, answer_from(fam, t, cot=True)) for t in texts], tuple(texts)
@@ -404,7 +406,7 @@ async def _io(dataset: Dataset, problem: Problem, gateway: Gateway, params: dict
     if dataset.spec.prompts == "code":
         answers, replies = await _code_samples(dataset, problem, gateway, 1, temperature, seed, "io")
         return LaneOutcome(answers[0], replies=replies)
-    fam = PROMPTS[dataset.spec.prompts]
+    fam = dataset.family()
     texts = await _ask(gateway, fam.prompt(fam.io, problem.shown), n=1, max_tokens=fam.io_tokens,
                        stop=fam.io_stop, temperature=temperature, seed=seed, purpose="io")
     return LaneOutcome(final_answer(dataset, problem, answer_from(fam, texts[0], cot=False)), replies=tuple(texts))
@@ -420,6 +422,8 @@ def answer_key(dataset: Dataset, answer: str | None) -> Any:
     """What two answers must share to count as the same vote (the value, not the wording)."""
     if answer is None:
         return None
+    if dataset.checker is not None:
+        return dataset.checker.key(answer)
     family = dataset.spec.prompts
     if family == "game24":
         # Different expressions can be the same answer only if both are right; vote on the text.
@@ -472,7 +476,7 @@ async def _best_of_n(dataset: Dataset, problem: Problem, gateway: Gateway, param
 
 async def _react(dataset: Dataset, problem: Problem, gateway: Gateway, params: dict[str, Any], temperature: float,
                  seed: int | None) -> LaneOutcome:
-    fam = PROMPTS[dataset.spec.prompts]
+    fam = dataset.family()
     assert fam.react is not None
     # The transcript grows in both forms: completion text for a base model, turns for a chat model
     # (its thought and action as the assistant's turn, the calculator's result as the user's).

@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
 
 from ..grounding.arith import ExpressionError, evaluate
 from ..llm.types import Message, Prompt
@@ -272,6 +272,18 @@ PROMPTS: dict[str, PromptFamily] = {
         Shots("cot", "", "Q: {input}", "\nA:", "\n\n", prontoqa.INSTRUCTION),
         None, ("\nQ:", "\n\n"), ("\nQ:", "\n\n"), 16, 256, None),
 }
+
+
+def labelled_family(instructions: str, examples: Sequence[tuple[str, str, str]]) -> PromptFamily:
+    """The io/cot prompts of a user's labelled data set: the general family's layout with the task's
+    instructions and its (problem, answer, reasoning) examples, read as free text like the general family."""
+    general = PROMPTS["general"]
+    shown = tuple(Example(problem, f" {answer}", f" {reasoning or 'The answer follows.'}\nAnswer: {answer}")
+                  for problem, answer, reasoning in examples) or general.examples
+    header = f"{instructions}\n" if instructions else general.io.header
+    cot_header = f"{instructions} Reason step by step, then give the answer.\n" if instructions else general.cot.header
+    return replace(general, examples=shown, io=replace(general.io, header=header),
+                   cot=replace(general.cot, header=cot_header))
 
 
 # --- reading the answer --------------------------------------------------------------------

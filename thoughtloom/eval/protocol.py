@@ -76,6 +76,9 @@ class Protocol:
     #: Roles of the search lanes that support them (ROLE_LANES) run on a model of their own:
     #: {"evaluator": "local:qwen2.5-coder-1.5b", ...}; every other call goes to `model`.
     role_models: dict[str, str] = field(default_factory=dict)
+    #: How a user's own data sets ("TASK:FILE") are read and scored: {"fields": {ROLE: FIELD}, "metric": NAME,
+    #: "shots": FILE} (eval/datasets.Labels; empty when none is set).
+    labels: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         """The manifest: plain data, stable key order."""
@@ -124,6 +127,8 @@ class Protocol:
                 data.pop(key, None)  # likewise for runs without a price of the user's
         if not data.get("role_models"):
             data.pop("role_models", None)  # and for runs with no role on a model of its own
+        if not data.get("labels"):
+            data.pop("labels", None)  # and for runs of data sets that need no labels
         return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
 
     @property
@@ -271,6 +276,15 @@ def _role_models(value: Any) -> str | None:
     return None if ok else f'an object of role -> model spec, the roles {", ".join(OPERATOR_ROLES)}'
 
 
+def _labels(value: Any) -> str | None:
+    fields = value.get("fields", {}) if isinstance(value, dict) else None
+    ok = (isinstance(value, dict) and set(value) <= {"fields", "metric", "shots"} and isinstance(fields, dict)
+          and all(r in ("problem", "answer", "id") and isinstance(f, str) and f for r, f in fields.items())
+          and all(isinstance(value.get(k), str) for k in ("metric", "shots") if value.get(k) is not None))
+    return None if ok else ('an object {"fields": {"problem" | "answer" | "id": FIELD}, "metric": NAME, '
+                            '"shots": FILE}')
+
+
 def _data_dir(value: Any) -> str | None:
     return None if value is None or (isinstance(value, str) and value) else "a directory path (or null)"
 
@@ -281,7 +295,7 @@ FIELD_CHECKS: dict[str, Callable[[Any], str | None]] = {
     "limit": _positive_int, "budget_tokens": _positive_int, "budget_calls": _positive_int,
     "budget_usd": _positive_number, "budget_seconds": _positive_number, "temperature": _temperature,
     "seed": _seed, "data_dir": _data_dir, "lane_params": _lane_params, "problems": _names,
-    "price_in": _price, "price_out": _price, "role_models": _role_models,
+    "price_in": _price, "price_out": _price, "role_models": _role_models, "labels": _labels,
 }
 #: Settings one lane of a protocol file may set apart from the others (the audit then needs them declared).
 LANE_FIELDS = ("model", "temperature", "budget_tokens", "budget_calls", "budget_usd", "budget_seconds", "seed",

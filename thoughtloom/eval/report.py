@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from statistics import fmean
@@ -109,6 +109,46 @@ def summarize(records: Iterable[Record], metrics: dict[str, str], lanes: Sequenc
                 cost_usd=cost, mean_cost_usd=None if cost is None or not rs else cost / len(rs),
             ))
     return out
+
+
+def winner_lines(summaries: Sequence[LaneSummary]) -> list[str]:
+    """Per data set scored by a rate or F1: which lane wins on it, at what cost in tokens and seconds per
+    problem, and whether its 95% interval separates it from the others (else which lanes it does not beat)."""
+    out = []
+    for task in dict.fromkeys(s.task for s in summaries):
+        rows = [s for s in summaries if s.task == task and s.n and s.metric in ("rate", "f1")]
+        if not rows:
+            continue
+        f1 = rows[0].metric == "f1"
+        quality, interval = _quality(f1), _interval(f1)
+        # The best quality wins; between equals, the cheaper in tokens, then in time.
+        best = min(rows, key=lambda s: (-quality(s), s.mean_tokens, s.mean_wall_s))
+        measure = "mean F1" if f1 else "success"
+        lo, hi = interval(best)
+        line = (f"winner on {task}: {best.lane}, {measure} {quality(best):.0%} [{lo:.0%}, {hi:.0%}] at "
+                f"{best.mean_tokens:,.0f} tokens and {best.mean_wall_s:.1f} s per problem")
+        others = [s for s in rows if s is not best]
+        close = [s for s in others if interval(s)[1] >= lo]
+        if not others:
+            line += " (the only lane)"
+        elif close:
+            line += ("; not separated from " + ", ".join(
+                f"{s.lane} ({quality(s):.0%} at {s.mean_tokens:,.0f} tokens, {s.mean_wall_s:.1f} s)" for s in close)
+                + " by the 95% intervals")
+        else:
+            line += "; ahead of every other lane beyond the 95% intervals"
+        out.append(line)
+    return out
+
+
+def _quality(f1: bool) -> Callable[[LaneSummary], float]:
+    """What a winner is chosen by: the mean F1 on an F1 data set, else the success rate."""
+    return (lambda s: s.mean_f1 or 0.0) if f1 else (lambda s: s.rate)
+
+
+def _interval(f1: bool) -> Callable[[LaneSummary], tuple[float, float]]:
+    """The 95% interval of `_quality`."""
+    return (lambda s: s.mean_f1_ci or (0.0, 1.0)) if f1 else (lambda s: s.rate_ci)
 
 
 def left_out_lines(skip: dict[str, dict[str, str]]) -> list[str]:

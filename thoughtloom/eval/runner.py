@@ -26,7 +26,7 @@ from ..search.result import SearchResult
 from ..tasks.answers import unlabelled
 from ..views.words import counted
 from .citations import support_precision
-from .datasets import Dataset, Problem, load_dataset
+from .datasets import Dataset, Labels, Problem, load_dataset
 from .lanes import (
     ALL_LANES,
     LANE_DEFAULTS,
@@ -70,13 +70,16 @@ class BenchOptions:
     price_out: float | None = None
     #: role -> model spec for the search lanes that have roles (generator, evaluator, synthesizer)
     role_models: dict[str, str] = field(default_factory=dict)
+    #: how a user's own data sets are read and scored (--fields, --metric, --shots; datasets.Labels)
+    labels: dict[str, Any] = field(default_factory=dict)
 
 
 def build_protocol(opts: BenchOptions, datasets: dict[str, Dataset] | None = None) -> Protocol:
     """A frozen protocol: load the data sets, choose the problems, plan every lane."""
     if (opts.price_in is None) != (opts.price_out is None):
         raise ProtocolError("give both price_in and price_out (USD per million input and output tokens), or neither")
-    datasets = datasets if datasets is not None else {t: load_dataset(t, opts.data_dir) for t in opts.tasks}
+    labels = Labels.from_dict(opts.labels)
+    datasets = datasets if datasets is not None else {t: load_dataset(t, opts.data_dir, labels) for t in opts.tasks}
     problems = {
         t: [p.id for p in datasets[t].select(opts.limit, opts.selection, opts.ids or None)] for t in opts.tasks
     }
@@ -118,7 +121,7 @@ def build_protocol(opts: BenchOptions, datasets: dict[str, Dataset] | None = Non
         budget_seconds=opts.budget_seconds, seed=opts.seed, selection=opts.selection, data_dir=opts.data_dir,
         declared_differences=list(opts.declared_differences), code_version=code_version(),
         not_applicable=not_applicable, price_in=opts.price_in, price_out=opts.price_out,
-        role_models=checked_role_models(opts.role_models),
+        role_models=checked_role_models(opts.role_models), labels=labels.to_dict(),
     )
 
 
@@ -262,7 +265,8 @@ async def run_protocol(
     off for benchmarks, whose records are what they report).
     """
     audit(protocol)
-    datasets = datasets if datasets is not None else {t: load_dataset(t, protocol.data_dir) for t in protocol.tasks}
+    datasets = datasets if datasets is not None else {
+        t: load_dataset(t, protocol.data_dir, Labels.from_dict(protocol.labels)) for t in protocol.tasks}
     done = store.load() if store is not None else {}
     slots = SharedSlots(model_concurrency or backend.max_concurrency, slots_dir)
     stats = RunStats()

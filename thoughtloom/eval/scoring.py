@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import re
-import string
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -12,6 +11,15 @@ from fractions import Fraction
 from itertools import pairwise
 
 from ..llm.text import loads_valid
+from ..tasks.answers import after_marker, final_number, marked_span, normalize_answer, plain, token_f1
+
+#: The answer readers these rules share with the task checkers (tasks/answers.py) are read from here too.
+__all__ = [
+    "KEYWORD_COUNTING_INVALID", "SET_INTERSECTION_UNPARSABLE", "SORTING_UNPARSABLE", "Score", "after_marker",
+    "final_number", "hotpot_em", "hotpot_f1", "hotpot_span", "normalize_answer", "parse_counts", "parse_int_list",
+    "plain", "score_game24", "score_gsm8k", "score_hotpotqa", "score_keyword_counting", "score_set_intersection",
+    "score_sorting",
+]
 
 
 #: Errors charged for output that cannot be parsed, per the GoT benchmark's rules.
@@ -20,22 +28,6 @@ SET_INTERSECTION_UNPARSABLE = 1000
 KEYWORD_COUNTING_INVALID = 100
 
 _LIST = re.compile(r"\[([^\[\]]*)\]")
-_NUM = r"-?(?:\d[\d,]*(?:\.\d+)?|\.\d+)"
-_NUMBER = re.compile(_NUM)
-# GSM8K's own answer line ("#### 72"): a number right after the marks, not a "#### Step 1" heading.
-_HASHES = re.compile(r"####[ \t]*\$?[ \t]*(" + _NUM + ")")
-_ANSWER_PHRASE = re.compile(r"answer[ \t]*(?:is\b[ \t]*:?|:)", re.IGNORECASE)
-# \boxed{...} with one level of nested braces inside (\boxed{\frac{1}{2}}, \boxed{\text{72}}).
-_BOXED = re.compile(r"\\boxed\s*\{((?:[^{}]|\{[^{}]*\})*)\}")
-_FRAC = re.compile(r"\\[dt]?frac\s*\{([^{}]*)\}\s*\{([^{}]*)\}")
-_LATEX_TEXT = re.compile(r"\\(?:text|textbf|mathrm|mathbf)\s*\{([^{}]*)\}")
-_LATEX = {"\\times": "*", "\\cdot": "*", "\\div": "/", "\\left": "", "\\right": "", "\\$": "$", "\\%": "%",
-          "\\[": "", "\\]": "", "\\(": "", "\\)": "", "\u00d7": "*", "\u00f7": "/", "\u2212": "-"}
-_EMPHASIS = re.compile(r"\*\*|__|`")
-# Headings, bullets and list numbers ("2. 4 * 6 = 24"; a decimal has no space after its point).
-_LINE_MARKS = re.compile(r"^[ \t]*(?:#{1,6}[ \t]+|[-*\u2022][ \t]+|\d{1,2}[.)][ \t]+)", re.MULTILINE)
-# A line opening with the answer's marker: "Answer:", "Final answer:", "The answer is", "Output:".
-_MARKER = r"^[ \t]*(?:the[ \t]+)?(?:final[ \t]+)?(?:{words})[ \t]*(?:is[ \t]*:?|:)[ \t]*"
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,70 +40,11 @@ class Score:
     f1: float | None = None
 
 
-def plain(reply: str) -> str:
-    """A reply without the decoration instruct models add (LaTeX boxes, fractions and delimiters,
-    markdown emphasis, code ticks, heading, bullet and list-number marks, dollar signs); few-shot
-    base-model replies have none, so they pass unchanged."""
-    text = _BOXED.sub(r"\1", reply)
-    text = _FRAC.sub(r"(\1)/(\2)", text)
-    text = _LATEX_TEXT.sub(r"\1", text)
-    for latex, same in _LATEX.items():
-        text = text.replace(latex, same)
-    text = _LINE_MARKS.sub("", _EMPHASIS.sub("", text))
-    return text.replace("$", "")
-
-
-def after_marker(text: str | None, words: str = "answer") -> str | None:
-    """What follows the last line opening with a marker (`Answer:`, `The final answer is`): the rest
-    of that line and the lines below it (a chat model may put the answer under a bare marker)."""
-    if not text:
-        return None
-    found = list(re.finditer(_MARKER.format(words=words), text, re.IGNORECASE | re.MULTILINE))
-    rest = text[found[-1].end():].strip() if found else ""
-    return rest or None
-
-
 def score_game24(numbers: Sequence[int], answer: str | None) -> Score:
     """Last line, strip 'answer:', cut at '='; the four numbers exactly once each, exactly 24."""
     from ..tasks.game24 import check_game24  # deferred: `loom --help` imports this module
 
     return Score(check_game24([Fraction(n) for n in numbers], answer))
-
-
-def final_number(text: str | None) -> Fraction | None:
-    """The answer's number: after the last '#### ', else in the last \\boxed{}, else after the last
-    'answer is' / 'Answer:', else the last number; '$', '%', units, commas and a final period ignored."""
-    if not text:
-        return None
-    hashes = _HASHES.findall(text)
-    if hashes:
-        return _to_fraction(hashes[-1])
-    boxes = [m.group(1) for m in _BOXED.finditer(text)]
-    phrases = [text[m.end():] for m in _ANSWER_PHRASE.finditer(text)]
-    # Boxes first (an instruct model boxes its final result), then phrases; the last one of each first.
-    for segment in [*reversed(boxes), *reversed(phrases)]:
-        value = _stated_number(segment)
-        if value is not None:
-            return value
-    found = _NUMBER.findall(text)
-    return _to_fraction(found[-1]) if found else None
-
-
-def _stated_number(segment: str) -> Fraction | None:
-    """The number a marked answer states: on the first line that has one, after its last '='
-    ("The answer is 48 + 24 = 72 clips" states 72), the first number there."""
-    for line in segment.splitlines():
-        found = _NUMBER.findall(line.split("=")[-1]) or _NUMBER.findall(line)
-        if found:
-            return _to_fraction(found[0])
-    return None
-
-
-def _to_fraction(token: str) -> Fraction | None:
-    try:
-        return Fraction(token.replace(",", "").rstrip("."))
-    except (ValueError, ZeroDivisionError):
-        return None
 
 
 def score_gsm8k(gold: str, answer: str | None) -> Score:
@@ -187,14 +120,8 @@ def score_keyword_counting(gold: Sequence[str], answer: str | None) -> Score:
 
 #: Answers the official HotpotQA F1 never gives partial credit.
 _CLOSED_ANSWERS = ("yes", "no", "noanswer")
-_PUNCTUATION = frozenset(string.punctuation)
-
-
-def normalize_answer(text: str) -> str:
-    """The official HotpotQA normalization: lowercase, drop punctuation, drop a/an/the, collapse whitespace."""
-    text = "".join(ch for ch in text.lower() if ch not in _PUNCTUATION)
-    text = re.sub(r"\b(a|an|the)\b", " ", text)
-    return " ".join(text.split())
+#: The span an answer gives (tasks/answers.marked_span): what HotpotQA's rules score.
+hotpot_span = marked_span
 
 
 def hotpot_em(prediction: str, gold: str) -> bool:
@@ -207,23 +134,7 @@ def hotpot_f1(prediction: str, gold: str) -> float:
     pred, want = normalize_answer(prediction), normalize_answer(gold)
     if (pred in _CLOSED_ANSWERS or want in _CLOSED_ANSWERS) and pred != want:
         return 0.0
-    pred_tokens, want_tokens = pred.split(), want.split()
-    same = sum((Counter(pred_tokens) & Counter(want_tokens)).values())
-    if same == 0:
-        return 0.0
-    precision, recall = same / len(pred_tokens), same / len(want_tokens)
-    return 2 * precision * recall / (precision + recall)
-
-
-def hotpot_span(answer: str | None) -> str:
-    """The span an answer gives: the rest of its last 'Answer:' line, else the whole text (a search
-    lane's free-text synthesis), on one line."""
-    if not answer:
-        return ""
-    text = plain(answer)
-    marked = after_marker(text)
-    span = marked.splitlines()[0] if marked else text
-    return " ".join(span.split())
+    return token_f1(pred, want)
 
 
 def score_hotpotqa(gold: str, answer: str | None) -> Score:

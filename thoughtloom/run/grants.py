@@ -58,6 +58,8 @@ class Grants:
     repo: str | None = None
     #: The debug task's test command, as `--test-command` takes it (one shell-quoted string).
     test_command: str | None = None
+    #: The task file a run's task was read from (`loom solve --task-file`).
+    task_file: str | None = None
 
     @classmethod
     def of(cls, asked: Sequence[Need]) -> Grants:
@@ -84,7 +86,7 @@ class Grants:
             tools=tool_names(options.get("tools")),
             read_roots=tuple(options.get("allow_read") or ()), mcp_config=options.get("mcp_config"),
             tests=options.get("tests"), data=options.get("data"), repo=options.get("repo"),
-            test_command=options.get("test_command"),
+            test_command=options.get("test_command"), task_file=options.get("task_file"),
         )
 
 
@@ -160,6 +162,9 @@ def needs(spec: RunSpec, *, live: bool) -> list[Need]:
         if spec.mcp_config is not None:
             out.append(Need(f"the MCP servers of {spec.mcp_config}", "--mcp-config", (spec.mcp_config,),
                             "mcp_config"))
+    if spec.task_file is not None and isinstance(spec.task, str):
+        # The file's prompts make the run's requests, so a replay reads it too.
+        out.append(Need(f"the task file {spec.task_file}", "--task-file", (spec.task_file,), "task_file"))
     options = spec.task_options
     for name, what in (("tests", "the tests in"), ("data", "the data file"), ("repo", "the repository")):
         value = getattr(options, name)
@@ -197,7 +202,7 @@ def check_grants(spec: RunSpec, grants: Grants, *, live: bool, cli: bool = False
 def _given(grants: Grants) -> set[str]:
     """The Grants fields that name something (tools that need no grant of their own do not count)."""
     out = {name for name in ("model", "knowledge", "knowledge_index", "mcp_config", "tests", "data", "repo",
-                             "test_command") if getattr(grants, name) is not None}
+                             "test_command", "task_file") if getattr(grants, name) is not None}
     out |= {name for name in ("role_models", "read_roots") if getattr(grants, name)}
     if set(grants.tools) - FREE_TOOLS:
         out.add("tools")

@@ -15,6 +15,7 @@ from typing import Any
 
 from ..grounding.sandbox import SandboxLimits
 from ..llm.budget import BudgetLimits, Pricing
+from ..tasks.base import Task
 from ..tasks.registry import TaskOptions
 from ..tools.toolbox import ToolLimits
 from .spec import AutoAnswers, RunSpec, SpecError, implied_task, resolve
@@ -113,11 +114,19 @@ def spec_from_options(options: Mapping[str, Any]) -> RunSpec:
     task_name = given_task if given_task is not None else implied_task(
         preliminary, options.get("problem_id") or options.get("problem") or "", profile.default_task,
         options.get("strategy"))
+    task_ref: str | Task[Any] = task_name
+    if options.get("task_file"):
+        from .taskfile import load_task
+
+        if given_task is not None:
+            raise SpecError("give --task NAME or --task-file FILE, not both")
+        task_ref = load_task(options["task_file"])
+        task_name = task_ref.name
     budget = BudgetLimits(tokens=options.get("budget_tokens"), calls=options.get("budget_calls"),
                           cost_usd=options.get("budget_usd"), wall_s=options.get("budget_seconds"))
     accept = options.get("accept_compromise_above")
     return resolve(
-        problem_text(options, task_name), task=task_name, model=options.get("model") or "local",
+        problem_text(options, task_name), task=task_ref, model=options.get("model") or "local",
         profile=profile.name, task_options=task_options(options, task_name),
         # Two names may set one field (--beam, and loom agent's --parallel): the one given wins.
         search={field: options[opt] for opt, field in SEARCH_OPTIONS.items() if options.get(opt) is not None},

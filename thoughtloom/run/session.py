@@ -45,7 +45,7 @@ from ..store.shapes import BOOL, MAP, NUMBER, TEXT, checked, list_of, optional, 
 from ..store.store import BlockStore
 from ..tools.base import ToolResult, ToolSpec
 from ..tools.toolbox import RecordedTool, Toolbox
-from .grants import Grants, check_grants
+from .grants import GrantError, Grants, check_grants
 from .spec import RunSpec, SpecError, model_pricing, role_pricing
 
 if TYPE_CHECKING:
@@ -337,6 +337,14 @@ def spec_of(manifest: Manifest, grants: Grants, *, live: bool, cli: bool = False
         # Stored before `local` was pinned to a named model: the backend it recorded says which one.
         spec = replace(spec, model=manifest.backend)
     check_grants(spec, grants, live=live, cli=cli)
+    if spec.task_file is not None and isinstance(spec.task, str) and grants.task_file is not None:
+        from .taskfile import load_task
+
+        task = load_task(grants.task_file)  # the file the user named again, never one a manifest names alone
+        if task.name != spec.task:
+            raise GrantError(f"{grants.task_file} declares task {task.name!r}; run {manifest.run_id} ran task "
+                             f"{spec.task!r}")
+        spec = replace(spec, task=task)
     return spec
 
 

@@ -33,6 +33,7 @@ from ..search.config import (
 from ..search.research.config import ROLES, ResearchConfig, ResearchConfigError
 from ..search.strategies.fit import no_decomposition, unsupported_reason
 from ..tasks.base import Task
+from ..tasks.general import FileTask
 from ..tasks.math import is_math_question
 from ..tasks.registry import TaskOptions, get_task
 from ..tools.toolbox import ToolLimits
@@ -122,6 +123,9 @@ class RunSpec:
     #: Where the run is recorded (a SQLite path or a BlockStore); None: not stored.
     store: Any = None
     run_id: str | None = None
+    #: A stored run's task file (the absolute path its task was read from); resume and replay read it only
+    #: when the caller names it again (run/grants.py). A live run's file task carries it as `source`.
+    task_file: str | None = None
 
     @property
     def task_name(self) -> str:
@@ -154,7 +158,14 @@ class RunSpec:
             **({"role_models": [list(r) for r in self.role_models]} if self.role_models else {}),
             **({"pricing": asdict(self.pricing)} if self.pricing is not None else {}),
             **({"model_timeout_s": self.model_timeout_s} if self.model_timeout_s is not None else {}),
+            **({"task_file": self.stored_task_file} if self.stored_task_file is not None else {}),
         }
+
+    @property
+    def stored_task_file(self) -> str | None:
+        """The task file a stored run names (absolute), when its task was read from one."""
+        source = getattr(self.task, "source", "") if isinstance(self.task, FileTask) else ""
+        return os.path.abspath(source) if source else self.task_file
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> RunSpec:
@@ -193,7 +204,7 @@ class RunSpec:
                 research=ResearchConfig.from_dict(data["research"]) if data.get("research") else None,
                 role_models=tuple((str(r), str(m)) for r, m in data.get("role_models") or ()),
                 pricing=Pricing(**data["pricing"]) if data.get("pricing") else None,
-                model_timeout_s=data.get("model_timeout_s"),
+                model_timeout_s=data.get("model_timeout_s"), task_file=data.get("task_file"),
             )
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise SpecError(f"not a run spec: {exc}") from None
@@ -208,7 +219,7 @@ _STORED_TYPES: dict[str, tuple[type, ...]] = {
     "retrieval": (str, _NONE),
     "tools": (list, _NONE), "tool_limits": (dict, _NONE), "mcp_config": (str, _NONE), "read_roots": (list, _NONE),
     "research": (dict, _NONE), "role_models": (list, _NONE), "pricing": (dict, _NONE),
-    "model_timeout_s": (int, float, _NONE),
+    "model_timeout_s": (int, float, _NONE), "task_file": (str, _NONE),
 }
 #: Task options kept as paths or text, and the test command's words.
 _OPTION_TYPES: dict[str, tuple[type, ...]] = {

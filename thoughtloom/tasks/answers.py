@@ -2,14 +2,18 @@
 
 `span_answer` holds the answer rules of a question answered by a short span (HotpotQA): one
 function, so that every lane of a benchmark and the research flow's synthesis answer by the same
-rules and the comparison between them stays fair.
+rules and the comparison between them stays fair. The readers below (`plain`, `after_marker`,
+`final_number`, `marked_span`, `normalize_answer`, `token_f1`) are shared by the benchmark scorers
+(eval/scoring.py) and the answer checkers a task file names (tasks/checkers.py).
 """
 
 from __future__ import annotations
 
 import re
 import string
+from collections import Counter
 from collections.abc import Iterable, Iterator
+from fractions import Fraction
 
 _LABEL = re.compile(r"^\s*(?:the\s+)?(?:final\s+)?answer\s*(?:is\s*:?|:)\s*", re.IGNORECASE)
 # A label as a chat model decorates it too ("**Answer**:", "**Final answer:**", "ANSWER =", "A:").
@@ -35,6 +39,22 @@ _CLAUSE = re.compile(r"\s*(?:;|\s-\s|\s\u2013\s|\s\u2014\s|\(|,\s*(?:which|who|w
 _SENTENCE_END = re.compile(r"(?<!\b[A-Z])(?<!\b(?:Mr|Ms|Dr|St|Jr|Sr|Mt|vs|No|Co))(?<!\bMrs|\bInc|\bLtd)[.!?]+"
                            r"[\"'\u201d\u2019]*(?=\s+[\"'\u201c(]?[A-Z0-9])")
 _QUOTES = "\"'\u201c\u201d\u2018\u2019`*_"
+_NUM = r"-?(?:\d[\d,]*(?:\.\d+)?|\.\d+)"
+_NUMBER = re.compile(_NUM)
+# GSM8K's own answer line ("#### 72"): a number right after the marks, not a "#### Step 1" heading.
+_HASHES = re.compile(r"####[ \t]*\$?[ \t]*(" + _NUM + ")")
+_ANSWER_PHRASE = re.compile(r"answer[ \t]*(?:is\b[ \t]*:?|:)", re.IGNORECASE)
+# \boxed{...} with one level of nested braces inside (\boxed{\frac{1}{2}}, \boxed{\text{72}}).
+_BOXED = re.compile(r"\\boxed\s*\{((?:[^{}]|\{[^{}]*\})*)\}")
+_FRAC = re.compile(r"\\[dt]?frac\s*\{([^{}]*)\}\s*\{([^{}]*)\}")
+_LATEX_TEXT = re.compile(r"\\(?:text|textbf|mathrm|mathbf)\s*\{([^{}]*)\}")
+_LATEX = {"\\times": "*", "\\cdot": "*", "\\div": "/", "\\left": "", "\\right": "", "\\$": "$", "\\%": "%",
+          "\\[": "", "\\]": "", "\\(": "", "\\)": "", "\u00d7": "*", "\u00f7": "/", "\u2212": "-"}
+_EMPHASIS = re.compile(r"\*\*|__|`")
+# Headings, bullets and list numbers ("2. 4 * 6 = 24"; a decimal has no space after its point).
+_LINE_MARKS = re.compile(r"^[ \t]*(?:#{1,6}[ \t]+|[-*\u2022][ \t]+|\d{1,2}[.)][ \t]+)", re.MULTILINE)
+# A line opening with the answer's marker: "Answer:", "Final answer:", "The answer is", "Output:".
+_MARKER = r"^[ \t]*(?:the[ \t]+)?(?:final[ \t]+)?(?:{words})[ \t]*(?:is[ \t]*:?|:)[ \t]*"
 #: Words a span keeps at most (HotpotQA answers are a few words; its longest dev answers are about ten).
 SPAN_WORDS = 12
 _PUNCTUATION = frozenset(string.punctuation)
@@ -155,3 +175,93 @@ def span_answer(question: str, answer: str | None, alternatives: Iterable[str | 
                     return span
                 subject = subject or span
     return subject
+
+
+# --- reading answers (shared with the benchmark scorers) ------------------------------------
+
+
+def plain(reply: str) -> str:
+    """A reply without the decoration instruct models add (LaTeX boxes, fractions and delimiters,
+    markdown emphasis, code ticks, heading, bullet and list-number marks, dollar signs); few-shot
+    base-model replies have none, so they pass unchanged."""
+    text = _BOXED.sub(r"\1", reply)
+    text = _FRAC.sub(r"(\1)/(\2)", text)
+    text = _LATEX_TEXT.sub(r"\1", text)
+    for latex, same in _LATEX.items():
+        text = text.replace(latex, same)
+    text = _LINE_MARKS.sub("", _EMPHASIS.sub("", text))
+    return text.replace("$", "")
+
+
+def after_marker(text: str | None, words: str = "answer") -> str | None:
+    """What follows the last line opening with a marker (`Answer:`, `The final answer is`): the rest
+    of that line and the lines below it (a chat model may put the answer under a bare marker)."""
+    if not text:
+        return None
+    found = list(re.finditer(_MARKER.format(words=words), text, re.IGNORECASE | re.MULTILINE))
+    rest = text[found[-1].end():].strip() if found else ""
+    return rest or None
+
+
+def final_number(text: str | None) -> Fraction | None:
+    """The answer's number: after the last '#### ', else in the last \\boxed{}, else after the last
+    'answer is' / 'Answer:', else the last number; '$', '%', units, commas and a final period ignored."""
+    if not text:
+        return None
+    hashes = _HASHES.findall(text)
+    if hashes:
+        return _to_fraction(hashes[-1])
+    boxes = [m.group(1) for m in _BOXED.finditer(text)]
+    phrases = [text[m.end():] for m in _ANSWER_PHRASE.finditer(text)]
+    # Boxes first (an instruct model boxes its final result), then phrases; the last one of each first.
+    for segment in [*reversed(boxes), *reversed(phrases)]:
+        value = _stated_number(segment)
+        if value is not None:
+            return value
+    found = _NUMBER.findall(text)
+    return _to_fraction(found[-1]) if found else None
+
+
+def _stated_number(segment: str) -> Fraction | None:
+    """The number a marked answer states: on the first line that has one, after its last '='
+    ("The answer is 48 + 24 = 72 clips" states 72), the first number there."""
+    for line in segment.splitlines():
+        found = _NUMBER.findall(line.split("=")[-1]) or _NUMBER.findall(line)
+        if found:
+            return _to_fraction(found[0])
+    return None
+
+
+def _to_fraction(token: str) -> Fraction | None:
+    try:
+        return Fraction(token.replace(",", "").rstrip("."))
+    except (ValueError, ZeroDivisionError):
+        return None
+
+
+def normalize_answer(text: str) -> str:
+    """The official HotpotQA normalization: lowercase, drop punctuation, drop a/an/the, collapse whitespace."""
+    text = "".join(ch for ch in text.lower() if ch not in _PUNCTUATION)
+    text = re.sub(r"\b(a|an|the)\b", " ", text)
+    return " ".join(text.split())
+
+
+def token_f1(prediction: str, gold: str) -> float:
+    """F1 over the normalized whitespace tokens of two answers (SQuAD's and HotpotQA's rule); 0 when either is empty."""
+    pred_tokens, want_tokens = normalize_answer(prediction).split(), normalize_answer(gold).split()
+    same = sum((Counter(pred_tokens) & Counter(want_tokens)).values())
+    if same == 0:
+        return 0.0
+    precision, recall = same / len(pred_tokens), same / len(want_tokens)
+    return 2 * precision * recall / (precision + recall)
+
+
+def marked_span(answer: str | None) -> str:
+    """The span an answer gives: the rest of its last 'Answer:' line, else the whole text (a search
+    lane's free-text synthesis), on one line."""
+    if not answer:
+        return ""
+    text = plain(answer)
+    marked = after_marker(text)
+    span = marked.splitlines()[0] if marked else text
+    return " ".join(span.split())

@@ -1,21 +1,25 @@
 """A general task for any free-text question: generator, evaluator and synthesizer prompts.
 
 Each prompt has a chat form for instruction-tuned models and a completion form for base models
-(the embedded one), which only continue text patterns.
+(the embedded one), which only continue text patterns. A GeneralTask may be given instructions,
+worked examples, its own propose / evaluate / answer prompts and an answer checker: that is what a
+task file declares (run/taskfile.py builds a `FileTask` from one).
 """
 
 from __future__ import annotations
 
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from ..grounding.equations import ArithmeticGrounder
 from ..grounding.types import Grounder
 from ..llm.types import Message, Prompt
 from .answers import unlabelled
-from .base import Query, Task
+from .base import Query, Task, few_shot_query
+from .checkers import Checker
 from .evaluation import (
     EVALUATION_SCHEMA,
     EVALUATION_TOKENS,
@@ -77,9 +81,27 @@ def _reasoning(steps: Sequence[str]) -> str:
     return "\n".join(f"Step {i}: {s}" for i, s in enumerate(steps, 1)) or "(no steps yet)"
 
 
+#: The prompts a task file may write itself, and the placeholders each may use.
+PROMPT_FIELDS: dict[str, tuple[str, ...]] = {
+    "propose": ("problem", "steps", "k"),
+    "evaluate": ("problem", "steps"),
+    "answer": ("problem", "steps"),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class TaskExample:
+    """A worked example: a problem, its answer, and optionally the reasoning that reaches it."""
+
+    problem: str
+    answer: str
+    reasoning: str = ""
+
+
 class GeneralTask(Task[str]):
     """Any free-text question; no exact validator, so answers are not checked (the arithmetic a
-    thought writes out is: `grounding/equations.py`)."""
+    thought writes out is: `grounding/equations.py`). With a `checker`, a labelled answer can be
+    (`checker.check(answer, gold)`: what `loom bench` scores a labelled data set by)."""
 
     name = "general"
     description = "any free-text question or problem"
@@ -88,22 +110,45 @@ class GeneralTask(Task[str]):
     search_defaults: ClassVar[dict[str, Any]] = {"breadth": 3, "beam": 2, "max_depth": 3, "generation": "sample",
                                                   "prune_threshold": 0.3}
 
+    def __init__(self, *, instructions: str = "", examples: Sequence[TaskExample] = (),
+                 prompts: Mapping[str, str] | None = None, checker: Checker | None = None) -> None:
+        #: Said in every system prompt (what the task is, how to write an answer).
+        self.instructions = instructions.strip()
+        #: Worked examples: shown before the problem in the answer prompt and in the bench's io/cot prompts.
+        self.examples = tuple(examples)
+        #: The user's own prompt templates by PROMPT_FIELDS name ("{problem}" and the like filled in).
+        self.prompts = dict(prompts or {})
+        #: How an answer is compared with a labelled gold answer (None: it cannot be).
+        self.checker = checker
+
+    def _system(self, base: str) -> str:
+        return f"{base} {self.instructions}" if self.instructions else base
+
+    def _query(self, system: str, text: str, user: str, max_tokens: int, stop: tuple[str, ...],
+               schema: str | None = None) -> Query:
+        """One prompt in both forms: completion `text`, and the chat turns (system with the instructions, `user`)."""
+        return Query(Prompt(text=text, messages=(Message("system", self._system(system)), Message("user", user))),
+                     max_tokens=max_tokens, stop=stop, schema=schema)
+
+    def _own(self, name: str, problem: str, steps: Sequence[str], **more: Any) -> str | None:
+        """The task file's prompt `name`, filled in; None when it wrote none."""
+        template = self.prompts.get(name)
+        return None if template is None else template.format(problem=problem, steps=_reasoning(steps), **more)
+
     def grounders(self, problem: str) -> list[Grounder]:
         """Every equation a thought writes out (`17 * 23 = 391`) computed exactly: a wrong one fails the thought."""
         return [ArithmeticGrounder()]
 
     def propose(self, problem: str, steps: Sequence[str], k: int) -> Query:
         """List k distinct next steps."""
-        user = (
+        own = self._own("propose", problem, steps, k=k)
+        user = own or (
             f"Problem: {problem}\n\nReasoning so far:\n{_reasoning(steps)}\n\n"
             f"Give {k} distinct possible next steps, one per line, numbered 1 to {k}."
         )
-        text = f"Problem: {problem}\nReasoning so far:\n{_reasoning(steps)}\nPossible next steps:\n1."
-        return Query(
-            Prompt(text=text, messages=(Message("system", GENERATOR_SYSTEM), Message("user", user))),
-            max_tokens=120 * k,
-            stop=("\nProblem:", "\n\n\n"),
-        )
+        text = f"{own}\n1." if own else \
+            f"Problem: {problem}\nReasoning so far:\n{_reasoning(steps)}\nPossible next steps:\n1."
+        return self._query(GENERATOR_SYSTEM, text, user, 120 * k, ("\nProblem:", "\n\n\n"))
 
     def parse_proposals(self, problem: str, steps: Sequence[str], text: str) -> list[str]:
         """Numbered or bulleted lines (the completion form starts inside item 1)."""
@@ -121,11 +166,7 @@ class GeneralTask(Task[str]):
         n = len(steps) + 1
         user = f"Problem: {problem}\n\nReasoning so far:\n{_reasoning(steps)}\n\nGive the single best next step. {_FINAL_HINT}"
         text = f"Problem: {problem}\nReasoning so far:\n{_reasoning(steps)}\nStep {n}:"
-        return Query(
-            Prompt(text=text, messages=(Message("system", GENERATOR_SYSTEM), Message("user", user))),
-            max_tokens=160,
-            stop=("\nStep", "\nProblem:", "\n\n"),
-        )
+        return self._query(GENERATOR_SYSTEM, text, user, 160, ("\nStep", "\nProblem:", "\n\n"))
 
     def parse_sample(self, problem: str, steps: Sequence[str], text: str) -> str | None:
         """The step, without a "Step N:" label the model wrote itself (the prompts number the steps)."""
@@ -138,20 +179,16 @@ class GeneralTask(Task[str]):
 
     def value(self, problem: str, steps: Sequence[str]) -> Query:
         """An evaluation of the path's last step: reasoning, a 0-10 score and whether it is promising, as JSON."""
-        user = (
-            f"Problem: {problem}\n\nReasoning path so far:\n{_reasoning(steps)}\n\nEvaluate the last step. Reply with "
-            'JSON: {"reasoning": "why", "score": 0 to 10, "is_promising": true or false}.'
-        )
+        reply = 'Reply with JSON: {"reasoning": "why", "score": 0 to 10, "is_promising": true or false}.'
+        own = self._own("evaluate", problem, steps)
+        user = f"{own}\n{reply}" if own else \
+            f"Problem: {problem}\n\nReasoning path so far:\n{_reasoning(steps)}\n\nEvaluate the last step. {reply}"
         # A base model continues this with a number; where the schema is enforced, with the JSON record.
-        text = f"Problem: {problem}\nReasoning:\n{_reasoning(steps)}\nQuality of the last step on a scale of 0 to 10:"
-        return Query(
-            Prompt(text=text, messages=(Message("system", EVALUATOR_SYSTEM), Message("user", user))),
-            # Where the backend enforces the schema the reply is JSON; elsewhere a base model writes
-            # a number and stops at the line's end, an instruct model its reasons and then a score.
-            max_tokens=EVALUATION_TOKENS,
-            stop=("\n",),
-            schema=EVALUATION_SCHEMA,
-        )
+        text = f"{own}\nScore from 0 to 10:" if own else \
+            f"Problem: {problem}\nReasoning:\n{_reasoning(steps)}\nQuality of the last step on a scale of 0 to 10:"
+        # Where the backend enforces the schema the reply is JSON; elsewhere a base model writes
+        # a number and stops at the line's end, an instruct model its reasons and then a score.
+        return self._query(EVALUATOR_SYSTEM, text, user, EVALUATION_TOKENS, ("\n",), EVALUATION_SCHEMA)
 
     def parse_evaluation(self, problem: str, steps: Sequence[str], texts: Sequence[str]) -> Evaluation:
         """The samples' evaluations as one: mean stated score, their reasons, the verdict (see evaluation.judge)."""
@@ -165,19 +202,9 @@ class GeneralTask(Task[str]):
         """Which candidate step is most promising."""
         choices = "\n".join(f"Choice {i}: {c}" for i, c in enumerate(candidates, 1))
         body = f"Problem: {problem}\nReasoning so far:\n{_reasoning(steps)}\nCandidate next steps:\n{choices}\n"
-        return Query(
-            Prompt(
-                text=body + "The most promising choice is Choice",
-                messages=(
-                    Message("system", _JUDGE),
-                    Message("user", body + "\nReply with 'The best choice is N'."),
-                ),
-            ),
-            max_tokens=16,
-            stop=("\n",),
-            # Where the backend enforces it the reply is {"choice": N}; elsewhere the text above.
-            schema=vote_schema(len(candidates)),
-        )
+        # Where the backend enforces it the reply is {"choice": N}; elsewhere the text above.
+        return self._query(_JUDGE, body + "The most promising choice is Choice",
+                           body + "\nReply with 'The best choice is N'.", 16, ("\n",), vote_schema(len(candidates)))
 
     def parse_vote(self, problem: str, candidates: Sequence[str], texts: Sequence[str]) -> list[float]:
         """Each candidate's share of the samples naming it: {"choice": N} as JSON, else "Choice N" in text."""
@@ -196,11 +223,7 @@ class GeneralTask(Task[str]):
         parts = "\n\n".join(f"Line of reasoning {i}:\n{_reasoning(p)}" for i, p in enumerate(paths, 1))
         user = f"Problem: {problem}\n\n{parts}\n\nMerge the strongest points of these into one better next step."
         text = f"Problem: {problem}\n{parts}\nOne step that merges the strongest points of these:"
-        return Query(
-            Prompt(text=text, messages=(Message("system", GENERATOR_SYSTEM), Message("user", user))),
-            max_tokens=200,
-            stop=("\nProblem:", "\n\n"),
-        )
+        return self._query(GENERATOR_SYSTEM, text, user, 200, ("\nProblem:", "\n\n"))
 
     def refine(self, problem: str, steps: Sequence[str], feedback: str) -> Query:
         """Improve the last step given feedback."""
@@ -209,22 +232,42 @@ class GeneralTask(Task[str]):
             f"{feedback}\n\nRewrite the last step, improved."
         )
         text = f"Problem: {problem}\nReasoning:\n{_reasoning(steps)}\nFeedback: {feedback}\nImproved last step:"
-        return Query(
-            Prompt(text=text, messages=(Message("system", GENERATOR_SYSTEM), Message("user", user))),
-            max_tokens=200,
-            stop=("\nProblem:", "\n\n"),
-        )
+        return self._query(GENERATOR_SYSTEM, text, user, 200, ("\nProblem:", "\n\n"))
 
     def synthesize(self, problem: str, steps: Sequence[str]) -> Query:
         """The final answer from the best path."""
-        user = f"Problem: {problem}\n\nBest reasoning path:\n{_reasoning(steps)}\n\nGive the final answer."
-        text = f"Problem: {problem}\nReasoning:\n{_reasoning(steps)}\nFinal answer:"
-        return Query(
-            Prompt(text=text, messages=(Message("system", SYNTHESIZER_SYSTEM), Message("user", user))),
-            max_tokens=300,
-            stop=("\nProblem:", "\n\n\n"),
-        )
+        own = self._own("answer", problem, steps)
+        if own is None and not self.examples and not self.instructions:
+            user = f"Problem: {problem}\n\nBest reasoning path:\n{_reasoning(steps)}\n\nGive the final answer."
+            text = f"Problem: {problem}\nReasoning:\n{_reasoning(steps)}\nFinal answer:"
+            return self._query(SYNTHESIZER_SYSTEM, text, user, 300, ("\nProblem:", "\n\n\n"))
+        # The examples show the answer's form: the reply ends in a "Final answer:" line like theirs.
+        shots = [(f"Problem: {ex.problem}", f"{ex.reasoning}\nFinal answer: {ex.answer}".strip())
+                 for ex in self.examples]
+        user = own or (f"Problem: {problem}\n\nBest reasoning path:\n{_reasoning(steps)}\n\n"
+                       "Give the final answer on a last line 'Final answer: ANSWER'.")
+        return few_shot_query(self._system(SYNTHESIZER_SYSTEM), shots, user, 300, stop=("\nProblem:", "\n\n\n"))
 
     def compose_answer(self, problem: str, steps: Sequence[str], reply: str | None) -> str | None:
         """The synthesized answer, without the "Final answer:" label the prompt's cue invites."""
         return unlabelled(super().compose_answer(problem, steps, reply))
+
+
+class FileTask(GeneralTask):
+    """A task declared in a task file (run/taskfile.py:load_task): the general task with the file's
+    name, instructions, prompts, examples, checker and search defaults (set per file on a subclass)."""
+
+    name = "file"
+    description = "a task declared in a task file"
+    #: The file it was read from.
+    source: ClassVar[str] = ""
+
+
+def file_task(name: str, description: str, source: str, search_defaults: Mapping[str, Any], **settings: Any) -> FileTask:
+    """A FileTask named `name`, with the general task's search defaults under the file's own."""
+    cls = type(f"FileTask_{name}", (FileTask,), {
+        "name": name, "description": description, "source": source,
+        "search_defaults": {**GeneralTask.search_defaults, **search_defaults},
+    })
+    task: FileTask = cls(**settings)
+    return task
