@@ -23,6 +23,7 @@ from ...graph import EdgeKind, NodeKind, NodeStatus
 from ...grounding.citations import find_references
 from ...tasks.answers import is_yes_no, span_answer
 from ...tasks.base import Query
+from ...tasks.comparison import comparison_of
 from ...tasks.research import (
     YES_NO,
     Proposal,
@@ -34,6 +35,7 @@ from ...tasks.research import (
     synthesis_query,
 )
 from ...tools.toolbox import Toolbox
+from ..agent.kinds import DOCS_TOOL
 from ..agent.processors import AgentEnv, ProcessorRegistry, keep_grant
 from ..context import SearchContext
 from ..events import FlowTransitioned, InsightFound, NodeScored
@@ -109,6 +111,8 @@ class ResearchFlow:
         self.answer: Synthesis | None = None
         self.record: dict[str, Any] = root.extra.setdefault("research", {})
         self.record.update({"config": self.config.to_dict(), "transitions": [], "insights": []})
+        #: A comparison question ("same nationality?", "which is older, X or Y?"): settled by comparing facts.
+        self.comparison = comparison_of(self.question)
 
     # --- the state machine and the insight stream -------------------------------------------------
 
@@ -136,6 +140,7 @@ class ResearchFlow:
         m.go("start")
         try:
             await self._explore_question()
+            await self._compare()
             m.go("explore")
             if not self._should_stop():
                 await self._branching([self.tree[self.ctx.root]])
@@ -217,6 +222,26 @@ class ResearchFlow:
             self.ctx.graph.node(self.ctx.root).extra.setdefault("tool_calls", []).extend(calls)
         self.tree[self.ctx.root].explored_at = datetime.now()
 
+    async def _compare(self) -> None:
+        """A comparison question's facts, one per entity, compared exactly (kept with the run's record)."""
+        if self.comparison is None or DOCS_TOOL not in self.tools or self.ctx.stopped:
+            return
+        root = self.ctx.root
+        compared, calls, tokens = await self.gatherer.settle(self.comparison, root, self.passages)
+        node = self.ctx.graph.node(root)
+        node.cost_tokens += tokens
+        node.extra.setdefault("tool_calls", []).extend(calls)
+        self.record["comparison"] = compared.to_dict()
+        if compared.answer is not None:
+            self._insight("discovery", f"{compared.answer}: {compared.why()}", 1.0, root,
+                          ", ".join(f.source for f in compared.facts if f.source) or None)
+
+    def _rivals(self, h: Hypothesis) -> list[str]:
+        """The answers the judge weighs a hypothesis's against: its siblings' and cousins', by id."""
+        mine = answer_key(h.answer)
+        out = [o.answer for o in self.tree.values() if o.depth > 0 and o.answer and answer_key(o.answer) != mine]
+        return list(dict.fromkeys(out))[: max(1, self.config.max_branches - 1)]
+
     def _pick(self) -> list[Hypothesis]:
         """The next hypotheses to explore, by the exploration strategy."""
         todo = [h for h in self.live() if not h.explored]
@@ -236,7 +261,7 @@ class ResearchFlow:
             graph.set_status(h.id, _S.READY)
             graph.set_status(h.id, _S.IN_PROGRESS)
         # gather() returns results in the order given: applied in start order, whatever answered first.
-        found = await asyncio.gather(*(self.gatherer.gather(h) for h in batch))
+        found = await asyncio.gather(*(self.gatherer.gather(h, self._rivals(h)) for h in batch))
         for h, f in zip(batch, found):
             await self._apply_evidence(h, f)
 
@@ -331,6 +356,9 @@ class ResearchFlow:
         if root and self.roles.brancher is None and is_yes_no(self.question):
             # A yes/no question has two answers; nothing to ask the model for.
             return [Proposal(content, answer) for answer, content in YES_NO], 0
+        if root and self.roles.brancher is None and self.comparison is not None and self.comparison.choice:
+            # "Which is older, X or Y?" has two answers, the two it names.
+            return [Proposal(f"{e} - the {self.comparison.kind} of the two", e) for e in self.comparison.entities], 0
         request = BranchRequest(self.question, self.config.max_branches, None if root else parent,
                                 self.passages if root else ())
         if self.roles.brancher is not None:
@@ -428,6 +456,15 @@ class ResearchFlow:
     async def _merge(self, members: list[Candidate], *, final: bool) -> Synthesis:
         strategy = self.config.merge_strategy
         tokens = 0
+        compared = self.gatherer.compared
+        if final and compared is not None and compared.answer is not None and self.roles.synthesizer is None:
+            # The facts compared decide; the model is not asked to restate them.
+            backing = agreeing(compared.answer, members)
+            confidence = max((c.confidence for c in backing), default=min(c.confidence for c in members))
+            cited = tuple(dict.fromkeys(f.source for f in compared.facts if f.source))
+            synthesis = Synthesis(f"{compared.answer}. {compared.why()}", confidence, all_sources(members),
+                                  "comparison", cited, compared.answer, final=True)
+            return self._add_synthesis(members, synthesis, 0)
         if len(members) == 1:
             synthesis = replace(best_first(members), method=strategy if strategy != "synthesis" else "best_first")
         elif strategy == "best_first":
