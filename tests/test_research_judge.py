@@ -173,6 +173,18 @@ def test_a_which_is_older_question_picks_the_earlier_birth_date(people: str) -> 
     assert result.answer.answer == "Terry Richardson"
 
 
+def test_a_question_choosing_between_two_it_names_starts_from_those_two_without_asking_the_model(
+        tmp_path: Path) -> None:
+    docs = folder(tmp_path, roth="Henry Roth was an American novelist.",
+                  childers="Robert Erskine Childers was an English-born writer.")
+    model = scripted(scores={"English": {"Henry Roth": -3.0, "Robert Erskine Childers": -0.5}})
+    _, _, result = run("Which writer was from England, Henry Roth or Robert Erskine Childers?", model=model,
+                       knowledge=docs, exploration_budget=2, confidence_threshold=0.99)
+    assert [h.answer for h in result.tree.values() if h.depth == 1] == ["Henry Roth", "Robert Erskine Childers"]
+    assert not any("Hypotheses (" in c.prompt.as_text() for c in model.calls)
+    assert [e.supports for e in evidence_of(result, "Robert Erskine Childers")] == [True]
+
+
 def test_an_undecided_comparison_falls_back_to_judging_passages(people: str) -> None:
     _, (_, _, result) = facts_run(OLDER, people, {"Annie Morton": "unknown", "Terry Richardson": "1965"},
                                   "ANSWER: Annie Morton\nWHY: she is older.")

@@ -60,6 +60,26 @@ def _entity(text: str) -> str:
     return text.strip(" ,.?:;\"'")
 
 
+def _pair(text: str) -> tuple[tuple[str, str], str] | None:
+    """The two a question asks to choose between, and its words around them; None when it names no such pair."""
+    if not _WHICH.match(text) and not re.match(r"^(?:is|was|are|were|did|does|do)\b", text, re.IGNORECASE):
+        return None
+    pair = _PAIR.search(text)
+    if pair is None:
+        return None
+    entities = (_entity(pair.group(1)), _entity(pair.group(2)))
+    if not all(entities) or any(len(e.split()) > 8 for e in entities):
+        return None
+    return entities, f"{text[: pair.start(1)]} {text[pair.end(2):]}"
+
+
+def choice_of(question: str) -> tuple[str, str] | None:
+    """The two a question asks to choose between ("Which writer was from England, Henry Roth or Robert Erskine
+    Childers?"): its only possible answers; None for any other question."""
+    found = _pair(" ".join(question.split()))
+    return found[0] if found is not None else None
+
+
 def comparison_of(question: str) -> Comparison | None:
     """The comparison a question asks ("same nationality?", "which is older, X or Y?"); None for any other."""
     text = " ".join(question.split())
@@ -68,15 +88,10 @@ def comparison_of(question: str) -> Comparison | None:
         fact = same.group(3).lower()
         return Comparison("same", "nationality" if fact in _NATIONALITY_WORDS else fact,
                           (_entity(same.group(1)), _entity(same.group(2))))
-    if not _WHICH.match(text) and not re.match(r"^(?:is|was|are|were|did|does|do)\b", text, re.IGNORECASE):
+    found = _pair(text)
+    if found is None:
         return None
-    pair = _PAIR.search(text)
-    if pair is None:
-        return None
-    entities = (_entity(pair.group(1)), _entity(pair.group(2)))
-    if not all(entities):
-        return None
-    rest = f"{text[: pair.start(1)]} {text[pair.end(2):]}"  # the words around the pair say how they compare
+    entities, rest = found
     if re.search(r"\b(?:ratio|percentage|proportion|rate)\b", rest, re.IGNORECASE):
         return None  # a ratio is no count the passages state
     if (more := _MORE.search(rest)) is not None:

@@ -181,8 +181,6 @@ class Gatherer:
         self.read: dict[str, str] = {}
         #: A comparison question's facts and answer, once settled (then hypotheses are weighed by it alone).
         self.compared: Compared | None = None
-        #: The contrastive judge's no-passage scores, by the answers scored (one call per set of answers).
-        self._baselines: dict[tuple[str, ...], str | None] = {}
         self._said_judge = False
 
     @property
@@ -250,16 +248,16 @@ class Gatherer:
         self.compared = Compared(comparison, tuple(facts), answer)
         return self.compared, calls, tokens
 
-    async def gather(self, h: Hypothesis, rivals: Sequence[str] = ()) -> Findings:
+    async def gather(self, h: Hypothesis, answers: Sequence[str] = ()) -> Findings:
         """Evidence for and against one hypothesis: a settled comparison's facts, else its sums checked and
-        passages judged (against rivals, the other hypotheses' answers), else one claim of the model's."""
+        passages judged (its answer among `answers`, the tree's), else one claim of the model's."""
         out = Findings()
         if self.compared is not None and self.compared.answer is not None:
             self._compared(h, self.compared, out)
             return out
         await self._sums(h, out)
         if DOCS_TOOL in self.env.tools:
-            await self._documents(h, out, rivals)
+            await self._documents(h, out, answers)
         elif not out.evidence:
             await self._claim(h, out)
         return out
@@ -284,7 +282,7 @@ class Gatherer:
             out.evidence.append(Evidence(why or f"{expression} = {stated} is right", why is None, 1.0,
                                          f"tool:{CALC_TOOL}"))
 
-    async def _documents(self, h: Hypothesis, out: Findings, rivals: Sequence[str]) -> None:
+    async def _documents(self, h: Hypothesis, out: Findings, answers: Sequence[str]) -> None:
         # Yes and no add nothing to a search; an entity answer's words find its passages.
         query = self.question if answer_key(h.answer) in ("yes", "no") else f"{self.question} {h.content}"
         found = await self.env.call_tool(DOCS_TOOL, {"query": query, "limit": self.passages}, h.id)
@@ -292,9 +290,9 @@ class Gatherer:
         passages = self._read(parse_passages(found.output)) if found.ok else []
         if not passages:
             return
-        answers = [a for a in dict.fromkeys([h.answer or "", *rivals]) if a]
-        if self.judge == CONTRASTIVE and h.answer and len(answers) > 1:
-            await self._contrast(h, answers, passages, out)
+        mine = next((a for a in answers if h.answer and answer_key(a) == answer_key(h.answer)), None)
+        if self.judge == CONTRASTIVE and mine is not None and len(answers) > 1:
+            await self._contrast(mine, h.id, list(answers), passages, out)
             return
         if not self._said_judge and len(answers) > 1:
             self._said_judge = True
@@ -314,30 +312,34 @@ class Gatherer:
             out.evidence.append(Evidence(" ".join(text.split())[:EVIDENCE_CHARS], j.verdict == "supports",
                                          j.strength, ref, why=j.why))
 
-    async def _contrast(self, h: Hypothesis, answers: list[str], passages: list[tuple[str, str]],
+    async def _contrast(self, mine: str, node_id: int, answers: list[str], passages: list[tuple[str, str]],
                         out: Findings) -> None:
         """Each passage that names an answer scored for all of them at once; it speaks for the one it lifts most
         over the no-passage scores. A passage naming none of the answers supports none and is not asked about."""
         yes_no = all(answer_key(a) in ("yes", "no") for a in answers)
-        key = tuple(answers)
-        if key not in self._baselines:
-            got = await self.ask(contrast_query(self.question, NO_PASSAGE, answers), "contrast", h.id, "evaluator")
-            self._baselines[key] = got[0] if got is not None else None
-            out.tokens += got[1] if got is not None else 0
+        baseline: str | None = None
         for ref, text in passages:
             # Yes and no are in no passage's words: one about neither of the question's subjects says neither.
             named = answers if yes_no and self._about_question(text) else [a for a in answers
                                                                             if contains_span(text, a)]
             if not named:
                 continue
-            got = await self.ask(contrast_query(self.question, text, answers), "contrast", h.id, "evaluator")
+            if baseline is None:
+                # Made by each hypothesis that needs it (the same call: the cache answers the repeats), so that the
+                # calls do not depend on which exploration asked first.
+                base = await self.ask(contrast_query(self.question, NO_PASSAGE, answers), "contrast", node_id,
+                                      "evaluator")
+                if base is None:
+                    return
+                baseline, out.tokens = base[0], out.tokens + base[1]
+            got = await self.ask(contrast_query(self.question, text, answers), "contrast", node_id, "evaluator")
             if got is None:
                 return
             out.tokens += got[1]
-            shares = contrast(got[0], self._baselines[key], answers)
+            shares = contrast(got[0], baseline, answers)
             if shares is None:
                 continue
-            verdict, strength = contrast_verdict(shares, h.answer or "", named)
+            verdict, strength = contrast_verdict(shares, mine, named)
             if verdict == "unrelated":
                 continue
             odds = ", ".join(f"{a} {p:.2f}" for a, p in shares.items())

@@ -23,7 +23,7 @@ from ...graph import EdgeKind, NodeKind, NodeStatus
 from ...grounding.citations import find_references
 from ...tasks.answers import is_yes_no, span_answer
 from ...tasks.base import Query
-from ...tasks.comparison import comparison_of
+from ...tasks.comparison import choice_of, comparison_of
 from ...tasks.research import (
     YES_NO,
     Proposal,
@@ -236,11 +236,18 @@ class ResearchFlow:
             self._insight("discovery", f"{compared.answer}: {compared.why()}", 1.0, root,
                           ", ".join(f.source for f in compared.facts if f.source) or None)
 
-    def _rivals(self, h: Hypothesis) -> list[str]:
-        """The answers the judge weighs a hypothesis's against: its siblings' and cousins', by id."""
+    def _answers(self, h: Hypothesis) -> list[str]:
+        """The answers the judge weighs a hypothesis's among: the tree's, in the order they were proposed (the same
+        list, and so the same scoring call, for every hypothesis), at most max_branches, its own among them."""
+        seen: dict[str, str] = {}
+        for other in sorted(self.tree.values(), key=lambda o: o.id):
+            if other.depth > 0 and other.answer and answer_key(other.answer):
+                seen.setdefault(answer_key(other.answer), other.answer)
+        keys = list(seen)[: self.config.max_branches]
         mine = answer_key(h.answer)
-        out = [o.answer for o in self.tree.values() if o.depth > 0 and o.answer and answer_key(o.answer) != mine]
-        return list(dict.fromkeys(out))[: max(1, self.config.max_branches - 1)]
+        if mine and mine not in keys:
+            keys[-1:] = [mine]
+        return [seen[k] for k in keys]
 
     def _pick(self) -> list[Hypothesis]:
         """The next hypotheses to explore, by the exploration strategy."""
@@ -261,7 +268,7 @@ class ResearchFlow:
             graph.set_status(h.id, _S.READY)
             graph.set_status(h.id, _S.IN_PROGRESS)
         # gather() returns results in the order given: applied in start order, whatever answered first.
-        found = await asyncio.gather(*(self.gatherer.gather(h, self._rivals(h)) for h in batch))
+        found = await asyncio.gather(*(self.gatherer.gather(h, self._answers(h)) for h in batch))
         for h, f in zip(batch, found):
             await self._apply_evidence(h, f)
 
@@ -356,9 +363,10 @@ class ResearchFlow:
         if root and self.roles.brancher is None and is_yes_no(self.question):
             # A yes/no question has two answers; nothing to ask the model for.
             return [Proposal(content, answer) for answer, content in YES_NO], 0
-        if root and self.roles.brancher is None and self.comparison is not None and self.comparison.choice:
+        pair = choice_of(self.question) if root and self.roles.brancher is None else None
+        if pair is not None:
             # "Which is older, X or Y?" has two answers, the two it names.
-            return [Proposal(f"{e} - the {self.comparison.kind} of the two", e) for e in self.comparison.entities], 0
+            return [Proposal(f"{e} - one of the two the question names", e) for e in pair], 0
         request = BranchRequest(self.question, self.config.max_branches, None if root else parent,
                                 self.passages if root else ())
         if self.roles.brancher is not None:
