@@ -95,6 +95,18 @@ def test_a_passage_that_names_neither_answer_supports_neither(tmp_path: Path) ->
     assert not any(c.score_choices and "Greek legend" in c.prompt.as_text() for c in model.calls)
 
 
+def test_a_yes_no_passage_about_the_question_speaks_for_the_side_it_lifts_and_against_the_other(
+        tmp_path: Path) -> None:
+    docs = folder(tmp_path, argo="The Argo was built in Colchis by Argus.")
+    model = scripted(scores={"Colchis by": {"Yes": -0.1, "No": -4.0}})
+    _, _, result = run("Was the Argo built in Colchis?", model=model, knowledge=docs, exploration_budget=2,
+                       confidence_threshold=0.99)
+    assert [e.supports for e in evidence_of(result, "Yes")] == [True]
+    assert [e.supports for e in evidence_of(result, "No")] == [False]
+    assert all(e.why.startswith("given the passage: Yes 0.") for e in evidence_of(result, "Yes"))
+    assert result.answer.answer == "yes"
+
+
 def test_a_yes_no_passage_about_none_of_the_questions_names_supports_neither(tmp_path: Path) -> None:
     docs = folder(tmp_path, ship="Argus built ships in a harbour of Greek legend.")
     model = scripted(scores={"harbour": {"Yes": -0.1, "No": -4.0}})
@@ -201,6 +213,19 @@ def test_a_stored_comparison_run_replays_with_no_model_call(people: str, tmp_pat
     assert verdict.identical, str(verdict)
     assert len(model.calls) == live and replayed.research.answer.answer == "Terry Richardson"
     assert json.dumps(stream.search.graph.node(0).extra["research"]["comparison"])
+
+
+def test_a_stored_contrastive_run_replays_with_no_model_call_even_when_no_passage_was_scored(tmp_path: Path) -> None:
+    docs = folder(tmp_path, legend="The Argo is a ship of Greek legend.")
+    model = scripted()
+    store = str(tmp_path / "runs.db")
+    stream, _, _ = run(model=model, knowledge=docs, exploration_budget=2, confidence_threshold=0.99, store=store,
+                       seed=3)
+    live = len(model.calls)
+    with SQLiteStore(store) as opened:
+        _, verdict = asyncio.run(areplay(opened, stream.search.run_id))
+    assert verdict.identical, str(verdict)
+    assert len(model.calls) == live
 
 
 @pytest.mark.parametrize(("question", "kind", "entities"), [

@@ -317,21 +317,19 @@ class Gatherer:
         """Each passage that names an answer scored for all of them at once; it speaks for the one it lifts most
         over the no-passage scores. A passage naming none of the answers supports none and is not asked about."""
         yes_no = all(answer_key(a) in ("yes", "no") for a in answers)
-        baseline: str | None = None
+        # Made by every hypothesis judged (the same call: the cache answers the repeats), so that the calls do not
+        # depend on which exploration asked first, and a stored run always holds a scoring call: its replay, which
+        # scores choices only when the record has one, then judges as the run did.
+        base = await self.ask(contrast_query(self.question, NO_PASSAGE, answers), "contrast", node_id, "evaluator")
+        if base is None:
+            return
+        baseline, out.tokens = base[0], out.tokens + base[1]
         for ref, text in passages:
             # Yes and no are in no passage's words: one about neither of the question's subjects says neither.
             named = answers if yes_no and self._about_question(text) else [a for a in answers
                                                                             if contains_span(text, a)]
             if not named:
                 continue
-            if baseline is None:
-                # Made by each hypothesis that needs it (the same call: the cache answers the repeats), so that the
-                # calls do not depend on which exploration asked first.
-                base = await self.ask(contrast_query(self.question, NO_PASSAGE, answers), "contrast", node_id,
-                                      "evaluator")
-                if base is None:
-                    return
-                baseline, out.tokens = base[0], out.tokens + base[1]
             got = await self.ask(contrast_query(self.question, text, answers), "contrast", node_id, "evaluator")
             if got is None:
                 return
