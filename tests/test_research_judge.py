@@ -4,20 +4,25 @@ comparison questions settled by comparing each entity's extracted fact exactly."
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import re
 from pathlib import Path
 from typing import Any
 
 import pytest
-
 from test_research_flow import run
+
 from thoughtloom.api import areplay
 from thoughtloom.llm.fake import ScriptedBackend
 from thoughtloom.llm.types import GenerateRequest, choice_text
 from thoughtloom.store.sqlite import SQLiteStore
-from thoughtloom.tasks.comparison import Comparison, compare, comparison_of, nationality, parse_date
+from thoughtloom.tasks.comparison import (
+    Comparison,
+    compare,
+    comparison_of,
+    nationality,
+    parse_date,
+)
 from thoughtloom.tasks.research import contains_span
 
 QUESTION = "Who built the Argo?"
@@ -211,8 +216,11 @@ def test_a_stored_comparison_run_replays_with_no_model_call(people: str, tmp_pat
     with SQLiteStore(store) as opened:
         replayed, verdict = asyncio.run(areplay(opened, stream.search.run_id))
     assert verdict.identical, str(verdict)
-    assert len(model.calls) == live and replayed.research.answer.answer == "Terry Richardson"
-    assert json.dumps(stream.search.graph.node(0).extra["research"]["comparison"])
+    assert len(model.calls) == live and replayed.research.answer.answer == result.answer.answer == "Terry Richardson"
+    facts = stream.search.graph.node(0).extra["research"]["comparison"]["facts"]
+    assert [(f["entity"], f["value"], f["source"]) for f in facts] == [
+        ("Annie Morton", "(1970, None, None)", "docs:annie.md:1"), ("Terry Richardson", "(1965, None, None)",
+                                                                   "docs:terry.md:1")]
 
 
 def test_a_stored_contrastive_run_replays_with_no_model_call_even_when_no_passage_was_scored(tmp_path: Path) -> None:

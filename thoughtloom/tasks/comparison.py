@@ -110,8 +110,8 @@ def comparison_of(question: str) -> Comparison | None:
 _FACT_SYSTEM = ("You read numbered passages and state one fact about one entity, in a few words, as the passages "
                 "give it. Write unknown when the passages do not say.")
 _FACT_EXAMPLE = (
-    "Passages:\n[1] Greta Lind (born 3 May 1961) is a Swedish film director.\nQuestion: What is the nationality "
-    "of Greta Lind?",
+    ("Passages:\n[1] Greta Lind (born 3 May 1961) is a Swedish film director.\nQuestion: What is the nationality "
+     "of Greta Lind?"),
     "Swedish",
 )
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 import string
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from ..grounding.claims import STOPWORDS, query_terms
 from ..llm.types import parse_choice_text
@@ -245,8 +245,8 @@ CONTRAST_MARGIN = 0.1
 
 _CONTRAST_SYSTEM = "Answer the question from the passage alone, with one of the answers offered, exactly as written."
 _CONTRAST_EXAMPLE = (
-    "Passage: The Walkman is a portable cassette player that Sony launched in 1979.\n"
-    "Question: Which company made the first Walkman?\nAnswers: Sony | Aiwa",
+    ("Passage: The Walkman is a portable cassette player that Sony launched in 1979.\n"
+     "Question: Which company made the first Walkman?\nAnswers: Sony | Aiwa"),
     "Sony",
 )
 
@@ -262,7 +262,7 @@ def contrast_query(question: str, passage: str, answers: Sequence[str]) -> Query
     """Ask which of the answers the passage gives, as choices the model's distribution scores in one pass."""
     query = few_shot_query(_CONTRAST_SYSTEM, [_CONTRAST_EXAMPLE], f"Passage: {one_line(passage, PASSAGE_CHARS)}\n"
                            f"Question: {question}\nAnswers: {' | '.join(answers)}", max_tokens=16, temperature=0.0)
-    return replace(query, choices=tuple(answers))
+    return Query(query.prompt, max_tokens=query.max_tokens, temperature=query.temperature, choices=tuple(answers))
 
 
 def contrast(reply: str, baseline: str | None, answers: Sequence[str]) -> dict[str, float] | None:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from ...grounding.citations import CitationCheck, CitationStatus, parse_reference
@@ -95,6 +96,11 @@ class Compared:
         c = self.comparison
         return {"kind": c.kind, "fact": c.fact, "entities": list(c.entities), "answer": self.answer,
                 "facts": [f.to_dict() for f in self.facts]}
+
+
+def _states(comparison: Comparison, said: str, value: Any, text: str) -> bool:
+    """True when a text states an entity's fact: the model's words as a span, or the same value read from it."""
+    return bool(said) and (contains_span(text, said) or (value is not None and fact_value(comparison, text) == value))
 
 
 def line_stating(ref: str, text: str, states: Callable[[str], bool]) -> str:
@@ -235,11 +241,7 @@ class Gatherer:
             said = " ".join(got[0].split()) if got is not None else ""
             tokens += got[1] if got is not None else 0
             value = fact_value(comparison, said) if said else None
-
-            def states(text: str) -> bool:
-                return bool(said) and (contains_span(text, said) or (value is not None and
-                                                                     fact_value(comparison, text) == value))
-
+            states = partial(_states, comparison, said, value)
             # Cited: the line stating the fact (as the model said it, or the same value), else the first passage
             # naming the entity.
             source = next((line_stating(ref, text, states) for ref, text in own if states(text)), own[0][0])
