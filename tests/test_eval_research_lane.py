@@ -26,10 +26,13 @@ QUESTION = "Were Scott Derrickson and Ed Wood of the same nationality?"
 
 
 def flow_model() -> ScriptedBackend:
-    """Question 0's flow: a passage that says 'American' supports (either hypothesis), the synthesis answers Yes."""
+    """Question 0's flow: each director's nationality read as American from his passages; a passage that says
+    'American' supports (either hypothesis), the synthesis answers Yes."""
 
     def reply(request: GenerateRequest, index: int) -> str:
         text = request.prompt.as_text()
+        if "Question: What is the nationality of" in text:
+            return "American"
         asked = text[text.rfind(f"Question: {QUESTION}"):]  # past the few-shot example
         if asked.startswith(f"Question: {QUESTION}\nHypotheses:"):
             return "ANSWER: Yes\nWHY: both are American [docs:05-Ed_Wood.md:1-2]."
@@ -54,18 +57,18 @@ def record() -> Record:
 def test_the_research_lane_answer_is_scored_as_a_hotpotqa_span(record: Record) -> None:
     assert (record.answer, record.solved, record.f1) == ("yes", True, 1.0)
     assert record.stop_reason == "confidence_reached" and record.error is None
-    # The question's own search, then one per hypothesis (Yes, No); three model calls: two judges, one synthesis.
-    assert (record.tool_calls, record.calls) == (3, 3)
+    # A comparison question: the question's own search, then one per director; two model calls, one fact each
+    # (the facts compared decide: no passage is judged and no synthesis is asked for).
+    assert (record.tool_calls, record.calls) == (3, 2)
 
 
 @needs_data
 def test_the_research_lane_records_its_citations_as_sentence_ids_and_their_precision(record: Record) -> None:
-    # The passages that say "American": Ed Wood's heading and first sentence (his page's title names him, so it
-    # ranks first), the film's heading and three sentences.
-    assert record.citations == ["docs:05-Ed_Wood.md:1-2", "docs:01-Ed_Wood_film.md:1-4"]
-    assert record.cited == [["Ed Wood", 0], ["Ed Wood (film)", 0], ["Ed Wood (film)", 1], ["Ed Wood (film)", 2]]
-    # Gold: Scott Derrickson 0 and Ed Wood 0; of the four cited sentences one is gold.
-    assert record.support_precision == 0.25
+    # The line of each director's passage that states his nationality ("American").
+    assert record.citations == ["docs:02-Scott_Derrickson.md:2", "docs:05-Ed_Wood.md:2"]
+    assert record.cited == [["Ed Wood", 0], ["Scott Derrickson", 0]]
+    # Gold: Scott Derrickson 0 and Ed Wood 0; both cited sentences are gold.
+    assert record.support_precision == 1.0
 
 
 @pytest.mark.parametrize(("params", "said"), [

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ..grounding.claims import STOPWORDS, query_terms
+from ..llm.types import parse_choice_text
 from .base import ProblemError, Query, Task, few_shot_query, one_line
 from .query import json_object, schema_text
 
@@ -33,6 +34,19 @@ def mentions(passage: str, answer: str) -> bool:
         return True
     have = set(answer_key(passage).split())
     return bool(key) and all(word in have for word in key.split())
+
+
+def question_names(question: str) -> list[str]:
+    """The names a question gives: runs of capitalised words, without the function words that open them ("Were
+    Scott Derrickson and Ed Wood ...?" -> Scott Derrickson, Ed Wood)."""
+    out = []
+    for m in _NAME.finditer(question):
+        words = m.group(0).rstrip(".").split()
+        while words and words[0].lower().strip(".") in STOPWORDS:
+            words = words[1:]
+        if words and " ".join(words) not in out:
+            out.append(" ".join(words))
+    return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -220,6 +234,61 @@ def parse_judgements(text: str, count: int) -> list[Judgement]:
         strength = min(1.0, float(m.group(3))) if m.group(3) else DEFAULT_STRENGTH
         out[index] = Judgement(index, _VERDICTS[m.group(2).lower()], strength, m.group(4).strip())
     return [out[i] for i in sorted(out)]
+
+
+# --- the contrastive judge ---------------------------------------------------------------------------
+
+#: The passage a contrast is measured against: the same prompt with nothing to read.
+NO_PASSAGE = "(none)"
+#: Below this lead of the winning answer over the next (in probability) a passage decides nothing.
+CONTRAST_MARGIN = 0.1
+
+_CONTRAST_SYSTEM = "Answer the question from the passage alone, with one of the answers offered, exactly as written."
+_CONTRAST_EXAMPLE = (
+    ("Passage: The Walkman is a portable cassette player that Sony launched in 1979.\n"
+     "Question: Which company made the first Walkman?\nAnswers: Sony | Aiwa"),
+    "Sony",
+)
+
+
+def contains_span(passage: str, answer: str | None) -> bool:
+    """True when the passage holds the answer as a span: its words, normalised as the official HotpotQA scorer
+    does (lowercase, no punctuation or articles), in order and together."""
+    key = answer_key(answer)
+    return bool(key) and f" {key} " in f" {answer_key(passage)} "
+
+
+def contrast_query(question: str, passage: str, answers: Sequence[str]) -> Query:
+    """Ask which of the answers the passage gives, as choices the model's distribution scores in one pass."""
+    query = few_shot_query(_CONTRAST_SYSTEM, [_CONTRAST_EXAMPLE], f"Passage: {one_line(passage, PASSAGE_CHARS)}\n"
+                           f"Question: {question}\nAnswers: {' | '.join(answers)}", max_tokens=16, temperature=0.0)
+    return Query(query.prompt, max_tokens=query.max_tokens, temperature=query.temperature, choices=tuple(answers))
+
+
+def contrast(reply: str, baseline: str | None, answers: Sequence[str]) -> dict[str, float] | None:
+    """Each answer's share given the passage, over its share with no passage (how much the passage, not the
+    model's prior or the answer's length, moves it), renormalised; None when the reply scores nothing."""
+    given = parse_choice_text(reply, answers)
+    if given is None:
+        return None
+    prior = parse_choice_text(baseline, answers) if baseline is not None else None
+    if prior is None:
+        return given
+    lifted = {a: given[a] / prior[a] if prior[a] > 0 else given[a] for a in answers}
+    total = sum(lifted.values())
+    return {a: v / total for a, v in lifted.items()} if total > 0 else given
+
+
+def contrast_verdict(shares: dict[str, float], answer: str, named: Sequence[str]) -> tuple[str, float]:
+    """What one passage says of `answer` among its rivals: "supports" when the passage names it and scores it
+    highest, "contradicts" when it scores highest a rival it names, else "unrelated"; with the winner's lead.
+    named: the answers the passage can speak for (those it holds as a span; yes and no need no span)."""
+    ranked = sorted(shares.items(), key=lambda kv: -kv[1])
+    (winner, top), runner = ranked[0], (ranked[1][1] if len(ranked) > 1 else 0.0)
+    lead = top - runner
+    if lead < CONTRAST_MARGIN or winner not in named:
+        return "unrelated", 0.0
+    return ("supports" if winner == answer else "contradicts"), round(lead, 4)
 
 
 _CLAIM_SYSTEM = (

@@ -12,28 +12,44 @@ answer, which every passage "names", needs a step that judged the passage for it
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from ...grounding.citations import CitationCheck, CitationStatus, parse_reference
 from ...grounding.types import Citation
 from ...tasks.base import Query
+from ...tasks.comparison import Comparison, compare, fact_query, fact_value
 from ...tasks.research import (
+    NO_PASSAGE,
     answer_key,
     bridge_entities,
     bridge_of,
     claim_query,
+    contains_span,
+    contrast,
+    contrast_query,
+    contrast_verdict,
     judge_query,
     mentions,
     parse_judgements,
+    question_names,
 )
 from ..agent.kinds import CALC_TOOL, DOCS_TOOL, arithmetic_claims, sum_error
 from ..agent.processors import AgentEnv
 from .records import MODEL_SOURCE, Evidence, Hypothesis
 
+logger = logging.getLogger(__name__)
+
 #: Characters of a passage kept as a piece of evidence.
 EVIDENCE_CHARS = 300
+#: How strongly an entity's fact, compared exactly with the other's, weighs for or against a hypothesis.
+COMPARED_STRENGTH = 0.9
+#: How the judge reads passages: "contrastive" (the answers' log-probabilities given the passage, in one scoring
+#: pass) where the backend scores choices, else "verdicts" (the model writes SUPPORTS / CONTRADICTS per passage).
+CONTRASTIVE, VERDICTS = "contrastive", "verdicts"
 
 #: (query, purpose, node id, role) -> (reply, tokens), or None when no reply came.
 Ask = Callable[[Query, str, int, str], Awaitable[tuple[str, int] | None]]
@@ -46,6 +62,56 @@ class Findings:
     evidence: list[Evidence] = field(default_factory=list)
     tokens: int = 0
     calls: list[dict[str, Any]] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class Fact:
+    """One entity's fact for a comparison question: the model's words, the value compared, and the passage."""
+
+    entity: str
+    said: str
+    value: Any
+    source: str | None
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready record (the value as text)."""
+        return {"entity": self.entity, "said": self.said, "value": None if self.value is None else str(self.value),
+                "source": self.source}
+
+
+@dataclass(frozen=True, slots=True)
+class Compared:
+    """A comparison question settled in code: each entity's fact and the answer they give (None: undecided)."""
+
+    comparison: Comparison
+    facts: tuple[Fact, ...]
+    answer: str | None
+
+    def why(self) -> str:
+        """The facts compared, in one line ("Ed Wood: American; Scott Derrickson: American")."""
+        return "; ".join(f"{f.entity}: {f.said}" for f in self.facts)
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready record, kept with the run."""
+        c = self.comparison
+        return {"kind": c.kind, "fact": c.fact, "entities": list(c.entities), "answer": self.answer,
+                "facts": [f.to_dict() for f in self.facts]}
+
+
+def _states(comparison: Comparison, said: str, value: Any, text: str) -> bool:
+    """True when a text states an entity's fact: the model's words as a span, or the same value read from it."""
+    return bool(said) and (contains_span(text, said) or (value is not None and fact_value(comparison, text) == value))
+
+
+def line_stating(ref: str, text: str, states: Callable[[str], bool]) -> str:
+    """The `docs:FILE:LINE` of the first line of a passage that `states` accepts; the passage's own when none does."""
+    where = parse_reference(ref)
+    if where is None:
+        return ref
+    for i, line in enumerate(text.split("\n")[: where.line_end - where.line_start + 1]):
+        if states(line):
+            return f"docs:{where.path}:{where.line_start + i}"
+    return ref
 
 
 def parse_passages(output: str) -> list[tuple[str, str]]:
@@ -119,6 +185,14 @@ class Gatherer:
         self.ask = ask
         #: Every passage the run's searches returned, by its `docs:FILE:LINES` (what a final citation may name).
         self.read: dict[str, str] = {}
+        #: A comparison question's facts and answer, once settled (then hypotheses are weighed by it alone).
+        self.compared: Compared | None = None
+        self._said_judge = False
+
+    @property
+    def judge(self) -> str:
+        """How passages are judged: CONTRASTIVE where the backend scores choices, else VERDICTS."""
+        return CONTRASTIVE if self.env.ctx.scores_choices else VERDICTS
 
     def _read(self, passages: list[tuple[str, str]]) -> list[tuple[str, str]]:
         self.read.update(passages)
@@ -145,15 +219,58 @@ class Gatherer:
             passages += [p for p in (parse_passages(hop.output) if hop.ok else []) if p[0] not in have]
         return tuple(self._read(passages)), calls
 
-    async def gather(self, h: Hypothesis) -> Findings:
-        """Evidence for and against one hypothesis: its sums checked, passages judged, else one claim of the model's."""
+    async def settle(self, comparison: Comparison, node_id: int,
+                     first: Sequence[tuple[str, str]]) -> tuple[Compared, list[dict[str, Any]], int]:
+        """A comparison question settled in code: each entity's passages (those of the question that name it, and
+        a search for it), its fact asked of the model, the two facts compared exactly; the calls and tokens."""
+        facts: list[Fact] = []
+        calls: list[dict[str, Any]] = []
+        tokens = 0
+        for entity in comparison.entities:
+            found = await self.env.call_tool(DOCS_TOOL, {"query": f"{entity} {comparison.fact}",
+                                                         "limit": self.passages}, node_id)
+            calls.append(found.to_dict())
+            searched = self._read(parse_passages(found.output)) if found.ok else []
+            pool = list(dict.fromkeys([*searched, *first]))
+            # The entity's own passages: those naming it; its search's, when none does.
+            own = [p for p in pool if mentions(p[1], entity)] or searched
+            if not own:
+                facts.append(Fact(entity, "", None, None))
+                continue
+            got = await self.ask(fact_query(comparison, entity, own), "fact", node_id, "evaluator")
+            said = " ".join(got[0].split()) if got is not None else ""
+            tokens += got[1] if got is not None else 0
+            value = fact_value(comparison, said) if said else None
+            states = partial(_states, comparison, said, value)
+            # Cited: the line stating the fact (as the model said it, or the same value), else the first passage
+            # naming the entity.
+            source = next((line_stating(ref, text, states) for ref, text in own if states(text)), own[0][0])
+            facts.append(Fact(entity, said, value, source))
+        answer = compare(comparison, [f.value for f in facts])
+        self.compared = Compared(comparison, tuple(facts), answer)
+        return self.compared, calls, tokens
+
+    async def gather(self, h: Hypothesis, answers: Sequence[str] = ()) -> Findings:
+        """Evidence for and against one hypothesis: a settled comparison's facts, else its sums checked and
+        passages judged (its answer among `answers`, the tree's), else one claim of the model's."""
         out = Findings()
+        if self.compared is not None and self.compared.answer is not None:
+            self._compared(h, self.compared, out)
+            return out
         await self._sums(h, out)
         if DOCS_TOOL in self.env.tools:
-            await self._documents(h, out)
+            await self._documents(h, out, answers)
         elif not out.evidence:
             await self._claim(h, out)
         return out
+
+    def _compared(self, h: Hypothesis, compared: Compared, out: Findings) -> None:
+        """Each entity's fact, for the hypothesis when it gives the comparison's answer, else against it."""
+        agrees = answer_key(h.answer or h.content) == answer_key(compared.answer)
+        for fact in compared.facts:
+            if fact.source is not None:
+                out.evidence.append(Evidence(f"{fact.entity}: {fact.said}", agrees, COMPARED_STRENGTH, fact.source,
+                                             why=f"compared exactly ({compared.why()}): {compared.answer}"))
 
     async def _sums(self, h: Hypothesis, out: Findings) -> None:
         if CALC_TOOL not in self.env.tools:
@@ -167,7 +284,7 @@ class Gatherer:
             out.evidence.append(Evidence(why or f"{expression} = {stated} is right", why is None, 1.0,
                                          f"tool:{CALC_TOOL}"))
 
-    async def _documents(self, h: Hypothesis, out: Findings) -> None:
+    async def _documents(self, h: Hypothesis, out: Findings, answers: Sequence[str]) -> None:
         # Yes and no add nothing to a search; an entity answer's words find its passages.
         query = self.question if answer_key(h.answer) in ("yes", "no") else f"{self.question} {h.content}"
         found = await self.env.call_tool(DOCS_TOOL, {"query": query, "limit": self.passages}, h.id)
@@ -175,6 +292,14 @@ class Gatherer:
         passages = self._read(parse_passages(found.output)) if found.ok else []
         if not passages:
             return
+        mine = next((a for a in answers if h.answer and answer_key(a) == answer_key(h.answer)), None)
+        if self.judge == CONTRASTIVE and mine is not None and len(answers) > 1:
+            await self._contrast(mine, h.id, list(answers), passages, out)
+            return
+        if not self._said_judge and len(answers) > 1:
+            self._said_judge = True
+            logger.warning("%s cannot score choices: passages are judged by the model's written verdicts, "
+                           "which a small model gives for both sides of a question", self.env.ctx.gateway.backend.name)
         got = await self.ask(judge_query(self.question, h.content, passages), "judge", h.id, "evaluator")
         if got is None:
             return
@@ -188,6 +313,44 @@ class Gatherer:
             # What the passage says is the evidence; the judge's reason is kept beside it.
             out.evidence.append(Evidence(" ".join(text.split())[:EVIDENCE_CHARS], j.verdict == "supports",
                                          j.strength, ref, why=j.why))
+
+    async def _contrast(self, mine: str, node_id: int, answers: list[str], passages: list[tuple[str, str]],
+                        out: Findings) -> None:
+        """Each passage that names an answer scored for all of them at once; it speaks for the one it lifts most
+        over the no-passage scores. A passage naming none of the answers supports none and is not asked about."""
+        yes_no = all(answer_key(a) in ("yes", "no") for a in answers)
+        # Made by every hypothesis judged (the same call: the cache answers the repeats), so that the calls do not
+        # depend on which exploration asked first, and a stored run always holds a scoring call: its replay, which
+        # scores choices only when the record has one, then judges as the run did.
+        base = await self.ask(contrast_query(self.question, NO_PASSAGE, answers), "contrast", node_id, "evaluator")
+        if base is None:
+            return
+        baseline, out.tokens = base[0], out.tokens + base[1]
+        for ref, text in passages:
+            # Yes and no are in no passage's words: one about neither of the question's subjects says neither.
+            named = answers if yes_no and self._about_question(text) else [a for a in answers
+                                                                            if contains_span(text, a)]
+            if not named:
+                continue
+            got = await self.ask(contrast_query(self.question, text, answers), "contrast", node_id, "evaluator")
+            if got is None:
+                return
+            out.tokens += got[1]
+            shares = contrast(got[0], baseline, answers)
+            if shares is None:
+                continue
+            verdict, strength = contrast_verdict(shares, mine, named)
+            if verdict == "unrelated":
+                continue
+            odds = ", ".join(f"{a} {p:.2f}" for a, p in shares.items())
+            out.evidence.append(Evidence(" ".join(text.split())[:EVIDENCE_CHARS], verdict == "supports", strength,
+                                         ref, why=f"given the passage: {odds}"))
+
+    def _about_question(self, text: str) -> bool:
+        """True when the passage names one of the question's names (capitalised words past its first), or the
+        question names none."""
+        names = question_names(self.question)
+        return not names or any(mentions(text, name) for name in names)
 
     async def _claim(self, h: Hypothesis, out: Findings) -> None:
         got = await self.ask(claim_query(self.question, h.content), "claim", h.id, "evaluator")

@@ -23,6 +23,7 @@ from ...graph import EdgeKind, NodeKind, NodeStatus
 from ...grounding.citations import find_references
 from ...tasks.answers import is_yes_no, span_answer
 from ...tasks.base import Query
+from ...tasks.comparison import choice_of, comparison_of
 from ...tasks.research import (
     YES_NO,
     Proposal,
@@ -34,6 +35,7 @@ from ...tasks.research import (
     synthesis_query,
 )
 from ...tools.toolbox import Toolbox
+from ..agent.kinds import DOCS_TOOL
 from ..agent.processors import AgentEnv, ProcessorRegistry, keep_grant
 from ..context import SearchContext
 from ..events import FlowTransitioned, InsightFound, NodeScored
@@ -109,6 +111,8 @@ class ResearchFlow:
         self.answer: Synthesis | None = None
         self.record: dict[str, Any] = root.extra.setdefault("research", {})
         self.record.update({"config": self.config.to_dict(), "transitions": [], "insights": []})
+        #: A comparison question ("same nationality?", "which is older, X or Y?"): settled by comparing facts.
+        self.comparison = comparison_of(self.question)
 
     # --- the state machine and the insight stream -------------------------------------------------
 
@@ -136,6 +140,7 @@ class ResearchFlow:
         m.go("start")
         try:
             await self._explore_question()
+            await self._compare()
             m.go("explore")
             if not self._should_stop():
                 await self._branching([self.tree[self.ctx.root]])
@@ -217,6 +222,33 @@ class ResearchFlow:
             self.ctx.graph.node(self.ctx.root).extra.setdefault("tool_calls", []).extend(calls)
         self.tree[self.ctx.root].explored_at = datetime.now()
 
+    async def _compare(self) -> None:
+        """A comparison question's facts, one per entity, compared exactly (kept with the run's record)."""
+        if self.comparison is None or DOCS_TOOL not in self.tools or self.ctx.stopped:
+            return
+        root = self.ctx.root
+        compared, calls, tokens = await self.gatherer.settle(self.comparison, root, self.passages)
+        node = self.ctx.graph.node(root)
+        node.cost_tokens += tokens
+        node.extra.setdefault("tool_calls", []).extend(calls)
+        self.record["comparison"] = compared.to_dict()
+        if compared.answer is not None:
+            self._insight("discovery", f"{compared.answer}: {compared.why()}", 1.0, root,
+                          ", ".join(f.source for f in compared.facts if f.source) or None)
+
+    def _answers(self, h: Hypothesis) -> list[str]:
+        """The answers the judge weighs a hypothesis's among: the tree's, in the order they were proposed (the same
+        list, and so the same scoring call, for every hypothesis), at most max_branches, its own among them."""
+        seen: dict[str, str] = {}
+        for other in sorted(self.tree.values(), key=lambda o: o.id):
+            if other.depth > 0 and other.answer and answer_key(other.answer):
+                seen.setdefault(answer_key(other.answer), other.answer)
+        keys = list(seen)[: self.config.max_branches]
+        mine = answer_key(h.answer)
+        if mine and mine not in keys:
+            keys[-1:] = [mine]
+        return [seen[k] for k in keys]
+
     def _pick(self) -> list[Hypothesis]:
         """The next hypotheses to explore, by the exploration strategy."""
         todo = [h for h in self.live() if not h.explored]
@@ -236,7 +268,7 @@ class ResearchFlow:
             graph.set_status(h.id, _S.READY)
             graph.set_status(h.id, _S.IN_PROGRESS)
         # gather() returns results in the order given: applied in start order, whatever answered first.
-        found = await asyncio.gather(*(self.gatherer.gather(h) for h in batch))
+        found = await asyncio.gather(*(self.gatherer.gather(h, self._answers(h)) for h in batch))
         for h, f in zip(batch, found):
             await self._apply_evidence(h, f)
 
@@ -331,6 +363,10 @@ class ResearchFlow:
         if root and self.roles.brancher is None and is_yes_no(self.question):
             # A yes/no question has two answers; nothing to ask the model for.
             return [Proposal(content, answer) for answer, content in YES_NO], 0
+        pair = choice_of(self.question) if root and self.roles.brancher is None else None
+        if pair is not None:
+            # "Which is older, X or Y?" has two answers, the two it names.
+            return [Proposal(f"{e} - one of the two the question names", e) for e in pair], 0
         request = BranchRequest(self.question, self.config.max_branches, None if root else parent,
                                 self.passages if root else ())
         if self.roles.brancher is not None:
@@ -428,6 +464,15 @@ class ResearchFlow:
     async def _merge(self, members: list[Candidate], *, final: bool) -> Synthesis:
         strategy = self.config.merge_strategy
         tokens = 0
+        compared = self.gatherer.compared
+        if final and compared is not None and compared.answer is not None and self.roles.synthesizer is None:
+            # The facts compared decide; the model is not asked to restate them.
+            backing = agreeing(compared.answer, members)
+            confidence = max((c.confidence for c in backing), default=min(c.confidence for c in members))
+            cited = tuple(dict.fromkeys(f.source for f in compared.facts if f.source))
+            synthesis = Synthesis(f"{compared.answer}. {compared.why()}", confidence, all_sources(members),
+                                  "comparison", cited, compared.answer, final=True)
+            return self._add_synthesis(members, synthesis, 0)
         if len(members) == 1:
             synthesis = replace(best_first(members), method=strategy if strategy != "synthesis" else "best_first")
         elif strategy == "best_first":
