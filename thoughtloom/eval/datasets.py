@@ -26,6 +26,9 @@ from .sources import SOURCES, UPSTREAM_NAMES, fetch_hint
 
 #: The most read of one data file (HotpotQA's full dev file, read by hand, is 46 MB).
 MAX_DATASET_BYTES = 128 * 1024 * 1024
+#: The ToT paper's test games of mini0505.json, 0-based (its "indices 1, 6, ..., 91, 96"; its DFS notebook's
+#: range(0, 100, 5)); the games 136-156 it prompts with are never among them.
+CROSSWORDS_TEST_GAMES = range(0, 100, 5)
 #: Which problems --limit takes from Game of 24's 1262 puzzles (ranked easiest first).
 GAME24_SELECTIONS = ("spread", "first", "hard")
 
@@ -67,6 +70,8 @@ class DatasetSpec:
     #: The task of the search lanes whose strategy writes a free-text answer (cove, recursive, got)
     #: where `task` composes its own answer from its steps (math's printed value); None: no such lane runs.
     prose_task: str | None = None
+    #: The task reads the set's own file too (TaskOptions.data): crosswords lists its LM-free steps from it.
+    task_reads_data: bool = False
 
 
 DATASETS: dict[str, DatasetSpec] = {
@@ -84,6 +89,10 @@ DATASETS: dict[str, DatasetSpec] = {
     # Search lanes answer through the general task: its synthesis is the answer, read for its span.
     "hotpotqa": DatasetSpec("hotpotqa", "general", "hotpotqa/hotpot_dev_distractor_first50.json", "f1", "hotpotqa",
                             "HotpotQA dev, distractor setting, first 50 questions"),
+    # The ToT paper's 20 test games of its 156 (see CROSSWORDS_TEST_GAMES).
+    "crosswords": DatasetSpec("crosswords", "crosswords", "crosswords/mini0505.json", "rate", "crosswords",
+                              "ToT 5x5 mini crosswords, the paper's 20 test games (letter / word / game)",
+                              task_reads_data=True),
     "keyword_counting": DatasetSpec("keyword_counting", "keyword_counting", "got/keyword_counting/countries.csv",
                                     "errors", "keyword_counting", "GoT keyword counting (countries)"),
     **{
@@ -235,6 +244,8 @@ class Dataset:
             return scoring.score_keyword_counting(problem.gold, answer)
         if kind == "hotpotqa":
             return scoring.score_hotpotqa(problem.gold, answer)
+        if kind == "crosswords":
+            return scoring.score_crosswords(problem.gold, answer)
         if kind == "code":
             task = self.code_task()
         else:
@@ -274,6 +285,12 @@ class Dataset:
                 return None
             return await passes(task.sandbox(), answer, "\n".join(parsed.visible_tests) + "\n")
         return None
+
+    def task_options(self) -> Any:
+        """What the set's task is built with: its own file when the task reads it (task_reads_data), else nothing."""
+        from ..tasks.registry import TaskOptions
+
+        return TaskOptions(data=Path(self.source)) if self.spec.task_reads_data else TaskOptions()
 
     def code_task(self) -> Any:
         """The HumanEval / MBPP task that holds this set's hidden tests."""
@@ -414,9 +431,24 @@ def _facts(facts: Any) -> tuple[tuple[str, int], ...]:
     return tuple((str(title), int(sent_id)) for title, sent_id in pairs)
 
 
+def _crosswords(text: str) -> list[Problem]:
+    from ..tasks.crosswords import read_puzzles, render_clues
+
+    puzzles = read_puzzles(text)
+    if len(puzzles) < CROSSWORDS_TEST_GAMES.stop:
+        raise ValueError(f"holds {len(puzzles)} puzzles; the paper's test games need the {CROSSWORDS_TEST_GAMES.stop} "
+                         "first of mini0505.json's 156")
+    out = []
+    for i in CROSSWORDS_TEST_GAMES:
+        clues, gold = puzzles[i]
+        out.append(Problem(str(i), render_clues(clues), render_clues(clues), gold))
+    return out
+
+
 _LOADERS = {
     "game24": _game24, "gsm8k": _gsm8k, "code": _mbpp, "sorting": _sorting,
     "set_intersection": _set_intersection, "keyword_counting": _keyword_counting, "hotpotqa": _hotpotqa,
+    "crosswords": _crosswords,
 }
 
 

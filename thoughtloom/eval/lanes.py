@@ -162,7 +162,7 @@ def check_lane(lane: str, dataset: Dataset) -> None:
             raise LaneError(f"lane {lane} needs task {dataset.spec.task} for {dataset.name}, which is not registered")
         if lane == CHANCE_LANE and not _lists_choices(dataset.spec.task):
             raise LaneError(f"lane random needs a task that lists its valid steps; {dataset.spec.task} does not "
-                            f"(it runs on game24)")
+                            f"(it runs on game24 and crosswords)")
         unfit = _unfit(SEARCH_LANES[lane], dataset)
         if unfit is not None:
             raise LaneError(f"lane {lane} does not apply: {unfit}")
@@ -238,7 +238,7 @@ def lane_task(strategy: str, dataset: Dataset) -> Any:
     from ..search.strategies.fit import unsupported_reason
     from ..tasks.registry import get_task
 
-    task = get_task(dataset.spec.task)
+    task = get_task(dataset.spec.task, dataset.task_options())
     if dataset.spec.prose_task is not None and unsupported_reason(strategy, task) is not None:
         return get_task(dataset.spec.prose_task)
     return task
