@@ -70,8 +70,9 @@ class DatasetSpec:
     #: The task of the search lanes whose strategy writes a free-text answer (cove, recursive, got)
     #: where `task` composes its own answer from its steps (math's printed value); None: no such lane runs.
     prose_task: str | None = None
-    #: The task reads the set's own file too (TaskOptions.data): crosswords lists its LM-free steps from it.
-    task_reads_data: bool = False
+    #: The random control's task reads the set's own file (TaskOptions.data): crosswords lists its LM-free
+    #: steps from the other puzzles' words. The model's lanes get no such list: they propose words freely.
+    control_reads_data: bool = False
 
 
 DATASETS: dict[str, DatasetSpec] = {
@@ -92,7 +93,7 @@ DATASETS: dict[str, DatasetSpec] = {
     # The ToT paper's 20 test games of its 156 (see CROSSWORDS_TEST_GAMES).
     "crosswords": DatasetSpec("crosswords", "crosswords", "crosswords/mini0505.json", "rate", "crosswords",
                               "ToT 5x5 mini crosswords, the paper's 20 test games (letter / word / game)",
-                              task_reads_data=True),
+                              control_reads_data=True),
     "keyword_counting": DatasetSpec("keyword_counting", "keyword_counting", "got/keyword_counting/countries.csv",
                                     "errors", "keyword_counting", "GoT keyword counting (countries)"),
     **{
@@ -286,11 +287,12 @@ class Dataset:
             return await passes(task.sandbox(), answer, "\n".join(parsed.visible_tests) + "\n")
         return None
 
-    def task_options(self) -> Any:
-        """What the set's task is built with: its own file when the task reads it (task_reads_data), else nothing."""
+    def task_options(self, control: bool = False) -> Any:
+        """What the set's task is built with: for the random control, its own file where it reads it
+        (control_reads_data); else nothing."""
         from ..tasks.registry import TaskOptions
 
-        return TaskOptions(data=Path(self.source)) if self.spec.task_reads_data else TaskOptions()
+        return TaskOptions(data=Path(self.source)) if control and self.spec.control_reads_data else TaskOptions()
 
     def code_task(self) -> Any:
         """The HumanEval / MBPP task that holds this set's hidden tests."""

@@ -11,11 +11,12 @@ The answer is the board as the paper's Output lines write it (five rows of five 
 separated by spaces, "_" for an empty cell); eval/scoring.py scores it against the gold board
 with the paper's letter / word / game rule.
 
-Given the data file (TaskOptions.data), the task also lists the valid steps (Query.choices):
-every word of its vocabulary that fits the most constrained open slot. The vocabulary is every
-answer (row and column) of the file's OTHER puzzles, so a puzzle's own answers are in it only
-where another puzzle uses them too; the random control lane chooses among these steps without a
-model.
+Given the data file (TaskOptions.data; `loom bench` gives it to the random control lane only),
+the task also lists the valid steps (Query.choices): the words of its vocabulary that fit the most
+constrained open slot, and a board where no open slot fits any of them is a dead end. The
+vocabulary is every answer (row and column) of the file's OTHER puzzles, so a puzzle's own
+answers are in it only where another puzzle uses them too. Without the file the model proposes
+words freely, as in the paper.
 """
 
 from __future__ import annotations
@@ -169,6 +170,7 @@ class CrosswordsTask(Task[Crossword]):
         self.data = Path(data) if data is not None else None
         self._puzzles: list[tuple[tuple[str, ...], str]] | None = None
         self._vocabularies: dict[tuple[str, ...], tuple[str, ...]] = {}
+        self._legal: dict[tuple[tuple[str, ...], str], tuple[str, ...]] = {}
 
     # --- problem ------------------------------------------------------------------------
 
@@ -211,8 +213,10 @@ class CrosswordsTask(Task[Crossword]):
         return "".join(self.board(problem, steps))
 
     def is_terminal(self, problem: Crossword, steps: Sequence[str]) -> bool:
-        """Every cell filled."""
-        return EMPTY not in self.board(problem, steps)
+        """Every cell filled, or (with a vocabulary) no word of it fits any open slot."""
+        if EMPTY not in self.board(problem, steps):
+            return True
+        return bool(self.vocabulary(problem)) and not self.legal_steps(problem, steps)
 
     def quality(self, problem: Crossword, steps: Sequence[str], score: float) -> float:
         """The value, in proportion to how much of the board is filled."""
@@ -303,6 +307,9 @@ class CrosswordsTask(Task[Crossword]):
         CHOICE_CAP): every board must fill that slot, so branching on it alone loses no solution."""
         vocabulary = self.vocabulary(problem)
         board = self.board(problem, steps)
+        key = (problem.clues, "".join(board))
+        if key in self._legal:
+            return self._legal[key]
         best: list[str] | None = None
         for slot in SLOTS:
             pattern = [board[c] for c in slot_cells(slot)]
@@ -312,7 +319,8 @@ class CrosswordsTask(Task[Crossword]):
                     if all(p in (EMPTY, ch) for p, ch in zip(pattern, w))]
             if best is None or len(fits) < len(best):
                 best = fits
-        return tuple((best or [])[:CHOICE_CAP])
+        self._legal[key] = tuple((best or [])[:CHOICE_CAP])
+        return self._legal[key]
 
     # --- evaluate -----------------------------------------------------------------------
 
