@@ -12,11 +12,16 @@ from benchdata import data_dir, mirror, needs
 from openai_server import FakeOpenAIServer, completions_of
 
 from thoughtloom.cli.main import main
-from thoughtloom.eval.datasets import DataError, load_dataset
+from thoughtloom.eval.datasets import DataError, given_problems, load_dataset
 from thoughtloom.eval.scoring import crossword_board, score_crosswords
 from thoughtloom.eval.sources import SOURCES
 from thoughtloom.tasks.base import ProblemError
-from thoughtloom.tasks.crosswords import CrosswordsTask, board_words, read_puzzles, render_clues
+from thoughtloom.tasks.crosswords import (
+    CrosswordsTask,
+    board_words,
+    read_puzzles,
+    render_clues,
+)
 from thoughtloom.tasks.registry import TaskOptions, get_task
 
 FILE = "crosswords/mini0505.json"
@@ -163,11 +168,11 @@ def test_with_a_vocabulary_a_board_no_word_fits_is_a_dead_end() -> None:
 # --- the bench through a real HTTP server --------------------------------------------------------
 
 
-def respond_solving(solved_h1: str):  # noqa: ANN201 - a responder
+def respond_solving(solved_h1: str):
     """A model that knows game 0 (its h1 clue is `solved_h1`, its board GOLD) and nothing else, for every
     prompt form (game 5 has another h1 clue)."""
 
-    def respond(request, i: int) -> str:  # noqa: ANN001
+    def respond(request, i: int) -> str:
         text = request.prompt.text or ""
         if text.startswith("Evaluate if there exists"):
             return "sure"
@@ -241,6 +246,12 @@ def test_a_download_with_other_bytes_is_refused(tmp_path: Path, monkeypatch: pyt
         assert main(["data", "fetch", "crosswords", "--from", url]) != 0
     assert "SHA-256" in capsys.readouterr().err
     assert not (tmp_path / "xdg" / "thoughtloom" / "data" / FILE).exists()
+
+
+def test_a_puzzle_given_as_text_has_no_gold_so_it_is_unchecked() -> None:
+    given = given_problems(render_clues(puzzles()[0][0]), "crosswords")
+    assert given.spec.metric == "unchecked"
+    assert not asyncio.run(given.score(given.problems[0], rows(GOLD))).solved
 
 
 def test_scoring_is_the_same_through_the_data_set() -> None:

@@ -13,7 +13,7 @@ import io
 import json
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from pathlib import Path
 from typing import Any
@@ -176,6 +176,9 @@ def given_problems(text: str, task: str | None = None) -> Dataset:
     parsed = get_task(name).parse_problem(text)  # a malformed problem: ProblemError, before any model loads
     given = {"general": GIVEN_QUESTION, "math": GIVEN_MATH_QUESTION}
     spec = DATASETS.get(name) or given.get(name) or DatasetSpec(name, name, None, "rate", name)
+    if name == "crosswords":
+        # A puzzle given as text comes without its gold board: nothing to score the answer against.
+        spec = replace(spec, metric="unchecked")
     if name == "game24":
         # The scorer's gold is the numbers; the prompts show them as the data file does.
         return Dataset(spec, [Problem("given", text, " ".join(text.split()), [int(x) for x in parsed])], "<given>")
@@ -245,7 +248,7 @@ class Dataset:
             return scoring.score_keyword_counting(problem.gold, answer)
         if kind == "hotpotqa":
             return scoring.score_hotpotqa(problem.gold, answer)
-        if kind == "crosswords":
+        if kind == "crosswords" and problem.gold is not None:
             return scoring.score_crosswords(problem.gold, answer)
         if kind == "code":
             task = self.code_task()
