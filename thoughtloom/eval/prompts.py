@@ -179,10 +179,10 @@ _GENERAL = (
 )
 
 
-
 def _crossword(clues: str, rows: str, columns: str) -> Example:
-    """One of the ToT paper's five crossword examples: its clues ("; "-separated lists of five), its rows
-    and columns; io replies with the rows, cot first names the word of each clue."""
+    """One of the ToT paper's five crossword examples: its clues (" / " between clues, " | " between the
+    across and the down ones), its rows and columns; io replies with the rows, cot first names the word
+    of each clue."""
     across, down = clues.split(" | ")
     named = [*across.split(" / "), *down.split(" / ")]
     slots = [f"h{i}" for i in range(1, 6)] + [f"v{i}" for i in range(1, 6)]
