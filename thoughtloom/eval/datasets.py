@@ -13,7 +13,7 @@ import io
 import json
 import os
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from pathlib import Path
 from typing import Any
@@ -27,6 +27,9 @@ from .sources import SOURCES, UPSTREAM_NAMES, fetch_hint
 
 #: The most read of one data file (HotpotQA's full dev file, read by hand, is 46 MB).
 MAX_DATASET_BYTES = 128 * 1024 * 1024
+#: The ToT paper's test games of mini0505.json, 0-based (its "indices 1, 6, ..., 91, 96"; its DFS notebook's
+#: range(0, 100, 5)); the games 136-156 it prompts with are never among them.
+CROSSWORDS_TEST_GAMES = range(0, 100, 5)
 #: Which problems --limit takes from Game of 24's 1262 puzzles (ranked easiest first).
 GAME24_SELECTIONS = ("spread", "first", "hard")
 
@@ -72,6 +75,9 @@ class DatasetSpec:
     keep: Callable[[Problem], bool] | None = None
     #: The downloadable set (eval/sources.py) whose file this set reads, when it is not the set's own name.
     fetched_as: str | None = None
+    #: The random control's task reads the set's own file (TaskOptions.data): crosswords lists its LM-free
+    #: steps from the other puzzles' words. The model's lanes get no such list: they propose words freely.
+    control_reads_data: bool = False
 
 
 BLOCKSWORLD_FILE = "blocksworld/blocksworld.jsonl"
@@ -99,6 +105,10 @@ DATASETS: dict[str, DatasetSpec] = {
     # Search lanes answer through the general task: its synthesis is the answer, read for its span.
     "hotpotqa": DatasetSpec("hotpotqa", "general", "hotpotqa/hotpot_dev_distractor_first50.json", "f1", "hotpotqa",
                             "HotpotQA dev, distractor setting, first 50 questions"),
+    # The ToT paper's 20 test games of its 156 (see CROSSWORDS_TEST_GAMES).
+    "crosswords": DatasetSpec("crosswords", "crosswords", "crosswords/mini0505.json", "rate", "crosswords",
+                              "ToT 5x5 mini crosswords, the paper's 20 test games (letter / word / game)",
+                              control_reads_data=True),
     "keyword_counting": DatasetSpec("keyword_counting", "keyword_counting", "got/keyword_counting/countries.csv",
                                     "errors", "keyword_counting", "GoT keyword counting (countries)"),
     **{
@@ -354,6 +364,9 @@ def given_problems(text: str, task: str | None = None) -> Dataset:
     parsed = get_task(name).parse_problem(text)  # a malformed problem: ProblemError, before any model loads
     given = {"general": GIVEN_QUESTION, "math": GIVEN_MATH_QUESTION}
     spec = DATASETS.get(name) or given.get(name) or DatasetSpec(name, name, None, "rate", name)
+    if name == "crosswords":
+        # A puzzle given as text comes without its gold board: nothing to score the answer against.
+        spec = replace(spec, metric="unchecked")
     if name == "game24":
         # The scorer's gold is the numbers; the prompts show them as the data file does.
         return Dataset(spec, [Problem("given", text, " ".join(text.split()), [int(x) for x in parsed])], "<given>")
@@ -388,13 +401,14 @@ class Dataset:
     #: A labelled user's data set: the io/cot prompts (the task's instructions and examples or shots).
     prompt_family: Any = field(default=None, repr=False)
 
-    def task(self) -> Any:
-        """The task the data set's search lanes run and its problems are parsed by."""
+    def task(self, control: bool = False) -> Any:
+        """The task the data set's search lanes run and its problems are parsed by (for the random
+        control, built with what it lists its steps from)."""
         if self.task_object is not None:
             return self.task_object
         from ..tasks.registry import get_task
 
-        return get_task(self.spec.task)
+        return get_task(self.spec.task, self.task_options(control))
 
     def family(self) -> Any:
         """The io/cot prompt family (eval/prompts.py) of the data set; None when it has none."""
@@ -451,6 +465,8 @@ class Dataset:
             return scoring.score_keyword_counting(problem.gold, answer)
         if kind == "hotpotqa":
             return scoring.score_hotpotqa(problem.gold, answer)
+        if kind == "crosswords" and problem.gold is not None:
+            return scoring.score_crosswords(problem.gold, answer)
         task = self.code_task() if kind == "code" else self.task()
         # Any other task: its own exact checker (None, "cannot tell", counts as not solved).
         parsed = task.parse_problem(problem.text)
@@ -490,6 +506,13 @@ class Dataset:
                 return None
             return await passes(task.sandbox(), answer, "\n".join(parsed.visible_tests) + "\n")
         return None
+
+    def task_options(self, control: bool = False) -> Any:
+        """What the set's task is built with: for the random control, its own file where it reads it
+        (control_reads_data); else nothing."""
+        from ..tasks.registry import TaskOptions
+
+        return TaskOptions(data=Path(self.source)) if control and self.spec.control_reads_data else TaskOptions()
 
     def code_task(self) -> Any:
         """The HumanEval / MBPP task that holds this set's hidden tests."""
@@ -663,10 +686,25 @@ def _prontoqa(text: str) -> list[Problem]:
     return out
 
 
+def _crosswords(text: str) -> list[Problem]:
+    from ..tasks.crosswords import read_puzzles, render_clues
+
+    puzzles = read_puzzles(text)
+    if len(puzzles) < CROSSWORDS_TEST_GAMES.stop:
+        raise ValueError(f"holds {len(puzzles)} puzzles; the paper's test games need the {CROSSWORDS_TEST_GAMES.stop} "
+                         "first of mini0505.json's 156")
+    out = []
+    for i in CROSSWORDS_TEST_GAMES:
+        clues, gold = puzzles[i]
+        out.append(Problem(str(i), render_clues(clues), render_clues(clues), gold))
+    return out
+
+
 _LOADERS = {
     "game24": _game24, "gsm8k": _gsm8k, "code": _mbpp, "sorting": _sorting,
     "set_intersection": _set_intersection, "keyword_counting": _keyword_counting, "hotpotqa": _hotpotqa,
     "blocksworld": _blocksworld, "prontoqa": _prontoqa,
+    "crosswords": _crosswords,
 }
 
 

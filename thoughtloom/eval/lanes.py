@@ -236,13 +236,14 @@ def _unfit(strategy: str, dataset: Dataset) -> str | None:
     return unsupported_reason(strategy, lane_task(strategy, dataset))
 
 
-def lane_task(strategy: str, dataset: Dataset) -> Any:
-    """The task a search lane runs: the data set's, or its prose task where the strategy writes a
-    free-text answer that the data set's task cannot take (cove on GSM8K runs the general task)."""
+def lane_task(strategy: str, dataset: Dataset, control: bool = False) -> Any:
+    """The task a search lane runs: the data set's (for the random control, built with what it lists its
+    steps from), or its prose task where the strategy writes a free-text answer that the data set's task
+    cannot take (cove on GSM8K runs the general task)."""
     from ..search.strategies.fit import unsupported_reason
     from ..tasks.registry import get_task
 
-    task = dataset.task()
+    task = dataset.task(control)
     if dataset.spec.prose_task is not None and unsupported_reason(strategy, task) is not None:
         return get_task(dataset.spec.prose_task)
     return task
@@ -274,7 +275,8 @@ def search_spec(lane: str, dataset: Dataset, problem: Problem, backend: Backend,
             return resolve(agent_task(problem), task="agent", model=backend, budget=limits, store=store,
                            search={"strategy": "agent", **search}, tools=AGENT_TOOLS[dataset.spec.prompts],
                            knowledge=knowledge)
-        task = dataset.code_task() if dataset.spec.prompts == "code" else lane_task(SEARCH_LANES[lane], dataset)
+        task = dataset.code_task() if dataset.spec.prompts == "code" else lane_task(SEARCH_LANES[lane], dataset,
+                                                                                     lane == CHANCE_LANE)
         if lane == CHANCE_LANE:
             from ..llm.chance import ChanceBackend
 

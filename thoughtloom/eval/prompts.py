@@ -188,6 +188,48 @@ _BLOCKSWORLD = tuple(
 _PRONTOQA = tuple(Example(q, f" The answer is {tf}.", f" {chain} The answer is {tf}.")
                   for q, chain, tf in prontoqa.SOLVED)
 
+def _crossword(clues: str, rows: str, columns: str) -> Example:
+    """One of the ToT paper's five crossword examples: its clues (" / " between clues, " | " between the
+    across and the down ones), its rows and columns; io replies with the rows, cot first names the word
+    of each clue."""
+    across, down = clues.split(" | ")
+    named = [*across.split(" / "), *down.split(" / ")]
+    slots = [f"h{i}" for i in range(1, 6)] + [f"v{i}" for i in range(1, 6)]
+    shown = "\n".join(f"{slot}. {clue}" for slot, clue in zip(slots, named))
+    board = "\n".join(" ".join(row) for row in rows.split())
+    thoughts = "\n".join(f"{slot}. {clue}: {word}"
+                         for slot, clue, word in zip(slots, named, [*rows.split(), *columns.split()]))
+    return Example(shown, board, f"{thoughts}\n\nOutput:\n{board}")
+
+
+# The ToT paper's standard and CoT prompts' five examples (src/tot/prompts/crosswords.py), clue for clue.
+_CROSSWORDS = (
+    _crossword("A lunar valley / A fatty oil / To entice / To lower; to reduce / A solitary person | "
+               "According to the roster / Another name for Port-Francqui / An illicit lover; a European lake / "
+               "To lisp / To come in", "RILLE OLEIN TEMPT ABASE LONER", "ROTAL ILEBO LEMAN LIPSE ENTER"),
+    _crossword("One who saws / A fungus genus / An assessor / Pasture land / Receiving by the ear | "
+               "To swell; to increase / The Brazilian macaw; an Australian bird / A Timorese island / "
+               "Excessive fluid accumulation / Dewy; roscid", "SAWER UREDO RATER GRAMA EARAL",
+               "SURGE ARARA WETAR EDEMA RORAL"),
+    _crossword("Dandruff; scum; the bull-trout / One who greets; to vacillate; a British river / "
+               "A Turkish written decree / Mignon; petty; little / "
+               "A bishop's permission for a priest to leave a diocese | To steal; to brush across / "
+               "A sedge (a primitive three-sided grass) / Grape jam / A flatworm larva / "
+               "Ore refuse; to prepare material for glass by heat", "SCURF WAVER IRADE PETIT EXEAT",
+               "SWIPE CAREX UVATE REDIA FRETT"),
+    _crossword("Presented; revealed / An interjection expressing sorrow / Benefit; result / A cigarette / "
+               "Chased up a tree | Swarthy; tawny / An apiarist or bee keeper / To speak formally / "
+               "To indite; to scribble / An insecticide", "SHOWN WIRRA AVAIL RETTE TREED",
+               "SWART HIVER ORATE WRITE NALED"),
+    _crossword("Scald; an ancient Scandinavian bard / H2O; to irrigate / "
+               'The companion to an "intro", a postscript or exit piece / An artificial fabric / '
+               "Deep religious feeling | To rush; to stoop; a descent / A New Zealand fir tree / Mine refuse / "
+               "The garden dormouse / Like a drone; humming", "SKALD WATER OUTRO ORLON PIETY",
+               "SWOOP KAURI ATTLE LEROT DRONY"),
+)
+_CROSSWORDS_TASK = "Solve 5x5 mini crosswords. Given an input of 5 horizontal clues and 5 vertical clues, generate "
+_CROSSWORDS_ROWS = "an output of 5 rows, where each row is 5 letter separated by space."
+
 _REACT_TURNS = ("Work in turns: write one `Thought:` line and one `Calculate: EXPRESSION` line, then stop; "
                 "the calculator replies `Result: N`.")
 
@@ -249,6 +291,15 @@ PROMPTS: dict[str, PromptFamily] = {
               "SPAN is a few words copied from the paragraphs, or yes or no."),
         # io: the span is one line, and a base model would go on to write the next paragraph.
         None, ("\n",), ("\n\n", "\nQuestion:"), 48, 320, "Answer:"),
+    "crosswords": PromptFamily(
+        "crosswords", _CROSSWORDS,
+        Shots("io", _CROSSWORDS_TASK + _CROSSWORDS_ROWS + "\n\n", "Input:\n{input}", "\n\nOutput:\n", "\n\n",
+              "Reply with the 5 rows only, each 5 capital letters separated by spaces."),
+        Shots("cot", _CROSSWORDS_TASK + "thoughts about which 5-letter word fits each clue, then "
+              + _CROSSWORDS_ROWS + "\n\n", "Input:\n{input}", "\n\nThoughts:\n", "\n\n",
+              "Name the 5-letter word of each clue, then write a line `Output:` and under it the 5 rows, each 5 "
+              "capital letters separated by spaces."),
+        None, ("\n\nInput:", "\n\n"), ("\nInput:",), 64, 384, None),
     "general": PromptFamily(
         "general", _GENERAL,
         Shots("io", "Answer the question.\n", "Question: {input}", "\nAnswer:", "\n\n",
@@ -368,6 +419,14 @@ def _find_span(reply: str) -> str | None:
     return f"Answer: {span}" if span else None
 
 
+def _find_board(reply: str) -> str:
+    """The rows after the last 'Output:' line (the whole reply without one): the paper's rule reads the last five.
+
+    Not `plain`: its markdown stripping would drop a row's "__" (two empty cells)."""
+    marked = after_marker(reply, "output")
+    return (marked if marked is not None else reply).strip()
+
+
 @dataclass(frozen=True, slots=True)
 class _Reading:
     """How a family's answers are read: when the completion form's answer stands, and where else to look."""
@@ -387,6 +446,8 @@ _READINGS: dict[str, _Reading] = {
     "keyword_counting": _Reading(lambda a, cot: parse_counts(a) is not None, _find_counts),
     # A span has no shape to check: the marked one wins, else the completion form's first line.
     "hotpotqa": _Reading(lambda a, cot: False, _find_span),
+    # The board: read by the paper's own rule (scoring.crossword_board), from the last 'Output:' on.
+    "crosswords": _Reading(lambda a, cot: False, _find_board),
     # Free text: a marked answer line stands (io's first line is one); else the marked line or the whole reply.
     "general": _Reading(lambda a, cot: bool(a.removeprefix("Answer:").strip()), _find_free_text),
     # A plan is every line up to [PLAN END] (io's first line is only its first action), in either form.

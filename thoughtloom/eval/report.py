@@ -59,6 +59,8 @@ class LaneSummary:
     #: None when the lane's model has no known price: unknown, never $0
     cost_usd: float | None = None
     mean_cost_usd: float | None = None
+    #: the set's partial scores (crosswords: letters, words): name -> (mean, its 95% bootstrap interval)
+    parts: dict[str, tuple[float, tuple[float, float] | None]] | None = None
 
 
 def summarize(records: Iterable[Record], metrics: dict[str, str], lanes: Sequence[str],
@@ -107,6 +109,7 @@ def summarize(records: Iterable[Record], metrics: dict[str, str], lanes: Sequenc
                 mean_support_precision=fmean(precisions) if precisions else None,
                 mean_support_precision_ci=mean_ci(precisions),
                 cost_usd=cost, mean_cost_usd=None if cost is None or not rs else cost / len(rs),
+                parts=_parts(rs),
             ))
     return out
 
@@ -151,6 +154,18 @@ def _interval(f1: bool) -> Callable[[LaneSummary], tuple[float, float]]:
     return (lambda s: s.mean_f1_ci or (0.0, 1.0)) if f1 else (lambda s: s.rate_ci)
 
 
+def _parts(records: Sequence[Record]) -> dict[str, tuple[float, tuple[float, float] | None]] | None:
+    """Mean and interval of each partial score the records carry (a record without one counts 0); None: none do."""
+    names = list(dict.fromkeys(name for r in records for name in (r.parts or {})))
+    if not names:
+        return None
+    out = {}
+    for name in names:
+        values = [(r.parts or {}).get(name, 0.0) for r in records]
+        out[name] = (fmean(values), mean_ci(values))
+    return out
+
+
 def left_out_lines(skip: dict[str, dict[str, str]]) -> list[str]:
     """One line per lane left out of a data set, with the reason."""
     return [f"left out of {task}: {why}" for task, lanes in skip.items() for why in lanes.values()]
@@ -169,6 +184,8 @@ def format_table(summaries: Sequence[LaneSummary], skip: dict[str, dict[str, str
             ["EM [95% CI]", "mean F1 [95% CI]", "any@k"] if f1 else ["success [95% CI]", "any@k"]
         tools = any(s.mean_tool_calls is not None for s in rows)  # a column only where a lane calls tools
         cites = any(s.citing is not None for s in rows)  # a column only where a lane cites sentences
+        parts = list(dict.fromkeys(name for s in rows for name in (s.parts or {})))  # e.g. crosswords' letters, words
+        head += [f"mean {name} [95% CI]" for name in parts]
         if cites:
             head.append("support precision [95% CI] (answers citing)")
         head += ["mean tokens", "mean calls", *(["mean tool calls"] if tools else []), "wall s (mean)",
@@ -187,6 +204,7 @@ def format_table(summaries: Sequence[LaneSummary], skip: dict[str, dict[str, str
                 if f1:
                     cells.append(_f1_cell(s))
                 cells.append("-" if s.any_of_k is None else f"{s.any_of_k:.0%}")
+            cells += [_part_cell(s, name) for name in parts]
             if cites:
                 cells.append(_precision_cell(s))
             cells += [f"{s.mean_tokens:,.0f}", f"{s.mean_calls:.1f}"]
@@ -203,6 +221,14 @@ def format_table(summaries: Sequence[LaneSummary], skip: dict[str, dict[str, str
             lines.append(f"\nnot run on {task}: {lane} ({why})")
         blocks.append("\n".join(lines))
     return "\n\n".join(blocks)
+
+
+def _part_cell(s: LaneSummary, name: str) -> str:
+    """A partial score's mean with its interval, e.g. '0.42 [0.30, 0.55]' ('-' where the lane has none)."""
+    if not s.parts or name not in s.parts:
+        return "-"
+    mean, ci = s.parts[name]
+    return f"{mean:.2f} [{ci[0]:.2f}, {ci[1]:.2f}]" if ci else f"{mean:.2f}"
 
 
 def _cost_cell(s: LaneSummary) -> str:
@@ -246,7 +272,7 @@ def write_csv(path: Path, summaries: Sequence[LaneSummary]) -> None:
               "median_errors", "median_errors_ci_low", "median_errors_ci_high", "mean_f1", "mean_f1_ci_low",
               "mean_f1_ci_high", "mean_tokens", "mean_calls", "wall_s", "mean_wall_s", "lane_errors", "mean_tool_calls",
               "citing", "mean_support_precision", "mean_support_precision_ci_low", "mean_support_precision_ci_high",
-              "cost_usd", "mean_cost_usd"]
+              "cost_usd", "mean_cost_usd", "parts"]
     with path.open("w", newline="", encoding="utf-8") as fh:
         w = csv.writer(fh)
         w.writerow(fields)
@@ -261,7 +287,8 @@ def write_csv(path: Path, summaries: Sequence[LaneSummary]) -> None:
                         f"{s.mean_tokens:.1f}", f"{s.mean_calls:.2f}", f"{s.wall_s:.1f}", f"{s.mean_wall_s:.2f}",
                         s.lane_errors, _num(s.mean_tool_calls), "" if s.citing is None else s.citing,
                         _num(s.mean_support_precision), _num(sp_ci[0]), _num(sp_ci[1]),
-                        _usd(s.cost_usd), _usd(s.mean_cost_usd)])
+                        _usd(s.cost_usd), _usd(s.mean_cost_usd),
+                        json.dumps({k: round(v[0], 4) for k, v in s.parts.items()}) if s.parts else ""])
 
 
 def _num(x: float | None) -> str:

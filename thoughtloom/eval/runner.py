@@ -208,7 +208,7 @@ async def record_of(dataset: Dataset, problem: Problem, index: int, plan: LanePl
         f1=score.f1, tool_calls=outcome.tool_calls,
         citations=None if outcome.citations is None else list(outcome.citations),
         cited=None if outcome.cited is None else [list(fact) for fact in outcome.cited],
-        support_precision=precision,
+        support_precision=precision, parts=dict(score.parts) or None,
     )
 
 

@@ -33,11 +33,40 @@ _LIST = re.compile(r"\[([^\[\]]*)\]")
 @dataclass(frozen=True, slots=True)
 class Score:
     """One answer's verdict: solved, for the GoT tasks the error count (lower is better), for
-    HotpotQA the answer F1 (solved is then the exact match)."""
+    HotpotQA the answer F1 (solved is then the exact match), and any partial credit the set's rule
+    names (crosswords: the share of right letters and of right words)."""
 
     solved: bool
     errors: float | None = None
     f1: float | None = None
+    #: (name, value in [0, 1]) partial scores, reported as means beside the success rate
+    parts: tuple[tuple[str, float], ...] = ()
+
+
+def crossword_board(answer: str | None) -> str:
+    """The 25 cells an answer writes, as the ToT paper's test_output reads them: the text after the last
+    'Output:' line, its last five lines as rows h1..., each row's first five space-separated tokens joined
+    (upper-cased, '_' padding a short row); a row longer than five letters is refused (left empty)."""
+    board = ["_"] * 25
+    if not answer:
+        return "".join(board)
+    lines = answer.split("Output:\n")[-1].strip().split("\n")[-5:]
+    for i, line in enumerate(lines):
+        word = "".join(line.split(" ")[:5])
+        word += "_" * (5 - len(word))
+        if len(word) == 5:
+            board[i * 5:(i + 1) * 5] = list(word.upper())
+    return "".join(board)
+
+
+def score_crosswords(gold: str, answer: str | None) -> Score:
+    """The ToT paper's three measures: letters right of 25, words right of 10 (rows and columns), the whole board."""
+    from ..tasks.crosswords import board_words  # deferred: `loom --help` imports this module
+
+    board = crossword_board(answer)
+    letters = sum(a == b for a, b in zip(board, gold)) / 25
+    words = sum(a == b for a, b in zip(board_words(board), board_words(gold))) / 10
+    return Score(board == gold, parts=(("letters", letters), ("words", words)))
 
 
 def score_game24(numbers: Sequence[int], answer: str | None) -> Score:

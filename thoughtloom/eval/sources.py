@@ -181,6 +181,12 @@ SOURCES: dict[str, DataSource] = {
                                "287c8d1e102a5a6b4737588b0913bea78b5fc680b86f230eaafc0c921b45a35e", 67_305),
     "set_intersection128": _got("set_intersection128", "set_intersection", "set_intersection_128.csv",
                                 "75d18abe106d303b56e09e56bc00c88040f3daf49541ca177117ab32b56b6076", 147_413),
+    # The upstream file as is (all 156 games); `loom bench --tasks crosswords` runs the paper's 20 test games of it.
+    "crosswords": DataSource(
+        "crosswords",
+        (DataFile("crosswords/mini0505.json", "50590d5886fac5e0971f483df93668a8f3c638d8312a490655b869a93d569154",
+                  f"{_TOT}/src/tot/data/crosswords/mini0505.json", size=134_771),),
+        "Tree-of-Thoughts 5x5 mini crosswords (princeton-nlp/tree-of-thought-llm), 156 games", "MIT", "all"),
     # The two below are checked after their split only: no copy of the originals' bytes could be proven
     # here (MBPP's repository is too large to mirror, and HotpotQA's file lives on a plain web host,
     # copied only by third parties). Their splits rewrite the JSON in one layout, so the pinned checksum

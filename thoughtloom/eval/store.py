@@ -55,6 +55,8 @@ class Record:
     citations: list[str] | None = None
     cited: list[list[str | int]] | None = None
     support_precision: float | None = None
+    #: The set's partial scores by name (crosswords: letters, words), each in [0, 1]; None: the set has none
+    parts: dict[str, float] | None = None
     #: `--executor ray`: how many times the unit was re-run because its worker died (None: run locally)
     retries: int | None = None
 

@@ -29,7 +29,7 @@ class TaskOptions:
     """What `loom solve` passes to tasks besides the problem text; each task uses its own."""
 
     tests: Path | None = None  # code: a file of tests the program must pass
-    data: Path | None = None  # humaneval, mbpp: the benchmark file
+    data: Path | None = None  # humaneval, mbpp, crosswords: the benchmark file
     repo: Path | None = None  # debug: the repository with the bug
     failing_test: str | None = None  # debug: the test that fails (a pytest node id)
     test_command: tuple[str, ...] | None = None  # debug: how to run tests (default: pytest)
@@ -95,6 +95,13 @@ def _mbpp(options: TaskOptions) -> Task[Any]:
     return MBPPTask(data=options.data, **_sandbox_kw(options))
 
 
+def _crosswords(options: TaskOptions) -> Task[Any]:
+    from .crosswords import CrosswordsTask
+
+    _only(options, "crosswords", {"data"})
+    return CrosswordsTask(data=options.data)
+
+
 def _debug(options: TaskOptions) -> Task[Any]:
     from .debug import DebugTask
 
@@ -131,6 +138,8 @@ TASKS: dict[str, tuple[str, Callable[[TaskOptions], Task[Any]]]] = {
     "code": ("write a Python function (--tests FILE); programs are run against the tests in a sandbox", _code),
     "humaneval": ("HumanEval problem by id (--problem HumanEval/0); pass@1 on the hidden tests", _humaneval),
     "mbpp": ("MBPP problem by id (--problem MBPP/2, --data FILE); pass@1 on all its tests", _mbpp),
+    "crosswords": ('ToT 5x5 mini crossword: ten lines "h1. clue" ... "v5. clue" (--data mini0505.json: LM-free '
+                   "steps from its other puzzles' words)", _crosswords),
     "debug": ("fix a failing test in a repository (--repo DIR --failing-test TEST)", _debug),
     "sorting": ("sort digits 0-9 (GoT): a list, an ID with --size 32/64/128, or --size N alone; exact errors", _got("sorting")),
     "set_intersection": ("intersect two sets (GoT): \"[..] [..]\" or an ID with --size 32/64/128; exact errors",
