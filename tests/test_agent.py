@@ -621,3 +621,16 @@ def test_agent_hops_zero_answers_a_bridge_question_after_one_search(tmp_path: An
     result, node, queries = researched(BRIDGE, film_folder(tmp_path), model, agent_hops=0)
     assert queries == [BRIDGE] and result.answer == "I do not know."
     assert not any("Who or what is" in call.prompt.as_text() for call in model.calls)
+
+
+def test_a_bridge_questions_two_searches_and_its_hop_replay_after_the_folder_is_gone(tmp_path: Any) -> None:
+    import shutil
+
+    docs = film_folder(tmp_path)
+    store = str(tmp_path / "runs.db")
+    result = asyncio.run(agent(BRIDGE, tools=["docs"], knowledge=str(docs), model=film_model(), store=store,
+                               controller=False))
+    shutil.rmtree(docs)
+    with SQLiteStore(store) as opened:
+        _, verdict = asyncio.run(areplay(opened, result.run_id))
+    assert verdict.identical and (verdict.model_calls, verdict.tool_calls, verdict.tools_replayed) == (0, 0, 2)
