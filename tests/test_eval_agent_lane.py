@@ -191,3 +191,9 @@ def test_loom_bench_runs_cot_and_agent_on_gsm8k_and_hotpotqa(server: FakeOpenAIS
     # GSM8K: five programs run by the python tool; HotpotQA: one document search.
     assert records[("gsm8k", "agent")]["tool_calls"] == 5 and records[("hotpotqa", "agent")]["tool_calls"] == 1
     assert records[("hotpotqa", "agent")]["answer"] == "yes"
+
+
+def test_the_agent_lane_takes_agent_hops_and_refuses_a_negative_count_in_one_line() -> None:
+    lanes.check_params("agent", {"agent_hops": 0})
+    with pytest.raises(LaneError, match=r"^lane agent: agent_hops must be >= 0; got -1$"):
+        lanes.check_params("agent", {"agent_hops": -1})
