@@ -74,6 +74,9 @@ class SearchConfig:
     #: agent: what a failed node does to the nodes depending on it: replan (one retry told the
     #: error, then skip), skip (they run, told it failed), fail (they fail with it).
     on_failure: str = "replan"
+    #: agent: follow-up document searches a bridge question makes for the entity its first passages name
+    #: ("the director of X" -> the director's name) before it is answered; 0: one search, then the answer.
+    agent_hops: int = 1
     #: Circuit breaker: the search stops adding nodes past this many.
     max_nodes: int = 2000
     #: Model calls in flight at once.
@@ -116,6 +119,8 @@ class SearchConfig:
             raise ValueError(f"recursive_level_tokens must be at least 1; got {self.recursive_level_tokens}")
         if self.reasks < 0:
             raise ValueError(f"reasks must be >= 0; got {self.reasks}")
+        if self.agent_hops < 0:
+            raise ValueError(f"agent_hops must be >= 0; got {self.agent_hops}")
         if self.refine_rounds < 0:
             raise ValueError(f"refine_rounds must be >= 0; got {self.refine_rounds}")
         if not 0.0 <= self.prune_threshold <= 1.0:

@@ -250,6 +250,91 @@ def step_query(task: str, step: str, context: Context) -> Query:
                   f"Task: {task}\nEarlier results:\n{context.render()}\nStep: {step}", max_tokens=160)
 
 
+# --- the second hop of a question ----------------------------------------------------------------
+
+#: A question that names an entity by its relation to another ("the director of Harbour Lights", "the
+#: woman who portrayed Corliss Archer"): the passages about the one it names give the one it asks about.
+_BRIDGE = re.compile(r"\b(?:[Tt]he|[Aa]n?) (?:[a-z-]+ ){0,2}(?!same\b)[a-z-]+ (?:of|who|whose|that|which|where) "
+                     r"(?:[a-z-]+ ){0,4}?[\"“]?[A-Z0-9][\w'’.-]*(?: (?:(?:of|the|and|de|von|van) )?[A-Z0-9][\w'’.-]*)*")
+_HOP_SYSTEM = (
+    "You read search results to find who or what a question is about. Reply with one line, NAME: then the "
+    "name exactly as the passages write it, or NAME: none if the passages do not say."
+)
+_HOP_EXAMPLE = (
+    "Passages:\n1. film.md:1-2\n# The Long Road\nThe Long Road is a 1990 film directed by Ann Smith.\n"
+    "Question: In which year was the director of The Long Road born?\nWho is the director of The Long Road?",
+    "NAME: Ann Smith",
+)
+_HOP_NAME = re.compile(r"^\s*\**\s*name\s*\**\s*:\s*\**\s*(.+?)\s*\**\s*\.?\s*$", re.IGNORECASE | re.MULTILINE)
+_REF_LINE = re.compile(r"^\d+\.\s+\S+:\d+(?:-\d+)?$")
+_SPAN = re.compile(r"[A-Z][\w'’-]*(?:\s+(?:(?:of|de|von|van|the)\s+)?[A-Z][\w'’-]*)*")
+#: Capitalised words that start a sentence without naming anyone.
+_NOT_NAMES = frozenset("a an and as at by for from he her his in it its on she the their they this what when where "
+                       "which who why how was were is are after before during".split())
+
+
+class HopError(ValueError):
+    """A reply meant to name the question's bridge entity that does not name one the passages give."""
+
+
+def bridge_phrase(question: str) -> str | None:
+    """The phrase naming the entity a bridge question goes through ("the director of Harbour Lights"), or None."""
+    m = _BRIDGE.search(question)
+    return None if m is None else m.group(0)
+
+
+def hop_query(question: str, phrase: str, passages: str) -> Query:
+    """Ask which name the passages give for the question's bridge phrase, as one `NAME:` line."""
+    return few_shot_query(_HOP_SYSTEM, [_HOP_EXAMPLE], f"Passages:\n{passages}\nQuestion: {question}\n"
+                          f"Who or what is {phrase}?", max_tokens=24, stop=("\n",), temperature=TOOL_TEMPERATURE)
+
+
+def _words(text: str) -> set[str]:
+    return {w.lower() for w in re.findall(r"[\w'’-]+", text)}
+
+
+def parse_hop(reply: str, question: str, passages: str) -> str:
+    """The name a `NAME:` reply gives; raises HopError when there is none, or it is not in the passages (made up),
+    or the question names it already (no new hop)."""
+    m = _HOP_NAME.search(reply)
+    if m is None:
+        raise HopError(f"no NAME: line in the reply {one_line(reply, 80)!r}")
+    name = m.group(1).strip().strip("\"'`").strip()
+    if not name or name.lower() in ("none", "unknown", "n/a"):
+        raise HopError("the reply names no one")
+    if name.lower() not in passages.lower():
+        raise HopError(f"the passages do not name {name!r}")
+    if _words(name) <= _words(question):
+        raise HopError(f"{name!r} is named by the question itself")
+    return name
+
+
+def passage_name(question: str, passages: str) -> str | None:
+    """Without a model: the first capitalised name in the passages that the question does not name, preferring
+    sentences that mention the question's bridge phrase's names; None when there is none."""
+    asked = _words(question)
+    lines = [ln for ln in passages.splitlines() if not _REF_LINE.match(ln.strip()) and not ln.startswith("#")]
+    sentences = [s for ln in lines for s in re.split(r"(?<=[.!?])\s+", ln.strip()) if s]
+    phrase = bridge_phrase(question) or ""
+    anchors = {w.lower() for w in re.findall(r"\b[A-Z][\w'’-]*", phrase)} - _NOT_NAMES
+    ranked = [s for s in sentences if anchors & _words(s)] + [s for s in sentences if not anchors & _words(s)]
+    for sentence in ranked:
+        for m in _SPAN.finditer(sentence):
+            words = m.group(0).split()
+            while words and words[0].lower() in _NOT_NAMES:
+                words = words[1:]
+            if words and not {w.lower() for w in words} <= asked | _NOT_NAMES:
+                return " ".join(words)
+    return None
+
+
+def hop_search(question: str, name: str) -> str:
+    """The follow-up search: the bridge phrase of the question replaced by the name the passages gave for it."""
+    phrase = bridge_phrase(question)
+    rest = question.replace(phrase, " ") if phrase else question
+    return " ".join(f"{name} {rest}".split())
+
+
 # --- tool choice --------------------------------------------------------------------------------
 
 _TOOL_SYSTEM = (

@@ -17,16 +17,22 @@ from ...grounding.code import extract_code
 from ...grounding.programs import last_line, program_text
 from ...tasks.agent import (
     Context,
+    HopError,
     PlanStep,
     ToolCallError,
+    bridge_phrase,
     check_plan,
     code_query,
     critique_query,
     decompose_query,
+    hop_query,
+    hop_search,
     hypothesis_query,
     parse_critique,
+    parse_hop,
     parse_plan,
     parse_tool_call,
+    passage_name,
     plan_query,
     revise_query,
     step_query,
@@ -226,19 +232,34 @@ class QuestionProcessor:
     """
 
     async def run(self, node: Node, env: AgentEnv) -> ProcessorResult:
-        """Search (when granted), then one model call for the answer."""
+        """Search (when granted; a bridge question searches again for the entity its passages name), then one model
+        call for the answer from every passage found."""
         context = env.context(node)
-        calls: tuple[Any, ...] = ()
+        calls: list[Any] = []
+        hops: list[dict[str, Any]] = []
+        tokens = 0
         if DOCS_TOOL in env.tools:
             found = await env.call_tool(DOCS_TOOL, {"query": node.content}, node.id)
-            calls = (found.to_dict(),)
+            calls.append(found.to_dict())
             if found.ok:
                 context = Context((*context.items, ("documents", found.output)))
+                for _ in range(env.ctx.config.agent_hops):
+                    name, used, how = await _bridge_name(node, env, found.output)
+                    tokens += used
+                    hops.append({"name": name, "how": how})
+                    if name is None:
+                        break
+                    found = await env.call_tool(DOCS_TOOL, {"query": hop_search(node.content, name)}, node.id)
+                    calls.append(found.to_dict())
+                    if not found.ok:
+                        break
+                    context = Context((*context.items, (f"documents about {name}", found.output)))
         got = await env.ask(step_query(env.task, f"Answer in a few words (a name, a number, yes or no): "
                                               f"{node.content}", context), "question", node.id)
         if got is None:
             return _no_model("question")
-        reply, tokens = got
+        reply, used = got
+        tokens += used
         text = reply.strip()
         spec = node.extra.get("spec")
         if spec is not None:
@@ -250,8 +271,34 @@ class QuestionProcessor:
                     value = int(value)
             why = ChildSpec(type=spec.get("type", "text")).check(value)
             if why is not None:
-                return failed(f"the answer breaks its contract: {why}", cost_tokens=tokens, tool_calls=calls)
-        return succeeded(text, cost_tokens=tokens, tool_calls=calls)
+                return failed(f"the answer breaks its contract: {why}", cost_tokens=tokens, tool_calls=tuple(calls))
+        return succeeded(text, cost_tokens=tokens, tool_calls=tuple(calls), result={"hops": hops} if hops else {})
+
+
+async def _bridge_name(node: Node, env: AgentEnv, passages: str) -> tuple[str | None, int, str]:
+    """The entity a bridge question goes through, as the passages name it (None: no follow-up search), the
+    tokens spent finding it, and how it was found or why there is none.
+
+    Asked of the model in a strict format; a reply that does not name an entity the passages give falls back
+    to the first capitalised name of the passages the question does not name.
+    """
+    phrase = bridge_phrase(node.content)
+    if phrase is None:
+        return None, 0, "not a bridge question"
+    got = await env.ask(hop_query(node.content, phrase, passages), "hop", node.id)
+    tokens = 0 if got is None else got[1]
+    try:
+        if got is None:
+            raise HopError("no model reply")
+        name, how = parse_hop(got[0], node.content, passages), "named by the model"
+    except HopError as exc:
+        name, how = passage_name(node.content, passages), f"found in the passages ({exc})"
+    if name is None:
+        return None, tokens, f"the passages name no one for {phrase!r}"
+    if re.search(rf"^# {re.escape(name)}\s*$", passages, re.MULTILINE | re.IGNORECASE):
+        # Its own page was among the passages read: a search for it finds nothing new.
+        return None, tokens, f"{name}'s own page is among the passages"
+    return name, tokens, how
 
 
 class HypothesisProcessor:
