@@ -616,9 +616,9 @@ def test_a_question_whose_first_passages_hold_the_answer_is_searched_once(
     assert node.extra["result"]["hops"] == [{"name": None, "how": why}]
 
 
-def test_agent_hops_zero_answers_a_bridge_question_after_one_search(tmp_path: Any) -> None:
+def test_bridge_hops_zero_answers_a_bridge_question_after_one_search(tmp_path: Any) -> None:
     model = film_model()
-    result, node, queries = researched(BRIDGE, film_folder(tmp_path), model, agent_hops=0)
+    result, node, queries = researched(BRIDGE, film_folder(tmp_path), model, bridge_hops=0)
     assert queries == [BRIDGE] and result.answer == "I do not know."
     assert not any("Who or what is" in call.prompt.as_text() for call in model.calls)
 

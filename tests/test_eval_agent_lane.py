@@ -193,7 +193,7 @@ def test_loom_bench_runs_cot_and_agent_on_gsm8k_and_hotpotqa(server: FakeOpenAIS
     assert records[("hotpotqa", "agent")]["answer"] == "yes"
 
 
-def test_the_agent_lane_takes_agent_hops_and_refuses_a_negative_count_in_one_line() -> None:
-    lanes.check_params("agent", {"agent_hops": 0})
-    with pytest.raises(LaneError, match=r"^lane agent: agent_hops must be >= 0; got -1$"):
-        lanes.check_params("agent", {"agent_hops": -1})
+def test_the_agent_lane_takes_bridge_hops_as_research_does_and_refuses_a_negative_count_in_one_line() -> None:
+    lanes.check_params("agent", {"bridge_hops": 0})
+    with pytest.raises(LaneError, match=r"^lane agent: bridge_hops must be >= 0; got -1$"):
+        lanes.check_params("agent", {"bridge_hops": -1})

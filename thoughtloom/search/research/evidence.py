@@ -21,14 +21,12 @@ from ...grounding.types import Citation
 from ...tasks.base import Query
 from ...tasks.research import (
     answer_key,
-    bridge_entities,
-    bridge_of,
     claim_query,
     judge_query,
     mentions,
     parse_judgements,
 )
-from ..agent.kinds import CALC_TOOL, DOCS_TOOL, arithmetic_claims, sum_error
+from ..agent.kinds import CALC_TOOL, DOCS_TOOL, arithmetic_claims, follow_bridge, parse_passages, sum_error
 from ..agent.processors import AgentEnv
 from .records import MODEL_SOURCE, Evidence, Hypothesis
 
@@ -46,17 +44,6 @@ class Findings:
     evidence: list[Evidence] = field(default_factory=list)
     tokens: int = 0
     calls: list[dict[str, Any]] = field(default_factory=list)
-
-
-def parse_passages(output: str) -> list[tuple[str, str]]:
-    """The docs tool's answer as (docs:FILE:LINES, text) pairs."""
-    out = []
-    for chunk in output.strip().split("\n\n"):
-        head, _, text = chunk.partition("\n")
-        number, dot, ref = head.partition(". ")
-        if dot and number.strip().isdigit() and ref.strip() and text.strip():
-            out.append((f"docs:{ref.strip()}", text.strip()))
-    return out
 
 
 def cited_passage(ref: str, read: Mapping[str, str]) -> Citation | CitationStatus:
@@ -124,26 +111,26 @@ class Gatherer:
         self.read.update(passages)
         return passages
 
-    async def question_passages(self, node_id: int) -> tuple[tuple[tuple[str, str], ...], list[dict[str, Any]]]:
+    async def question_passages(self, node_id: int) -> tuple[tuple[tuple[str, str], ...], Findings,
+                                                              list[dict[str, Any]]]:
         """The question looked up in the documents (the brancher's first material), then, for a bridge question,
-        the entity its first passages name looked up with the question's other words; and the calls' records."""
+        the entity its first passages name looked up with the question's other words (search.agent.kinds
+        `follow_bridge`, as the agent does); the calls' records and tokens, and what the hops did."""
         if DOCS_TOOL not in self.env.tools:
-            return (), []
+            return (), Findings(), []
         # Twice the passages of a hypothesis's search: a question often names two things to look up.
         found = await self.env.call_tool(DOCS_TOOL, {"query": self.question, "limit": 2 * self.passages}, node_id)
         passages = parse_passages(found.output) if found.ok else []
-        calls = [found.to_dict()]
-        bridge = bridge_of(self.question) if self.bridge_hops else None
-        # "Where was the director of X born?": X's passages name the director; the birthplace is in the director's.
-        hops = [f"{entity} {bridge.rest}" for entity in bridge_entities(bridge, passages)] if bridge else []
-        for query in hops[: self.bridge_hops]:
-            if self.env.ctx.stopped:
-                break
-            hop = await self.env.call_tool(DOCS_TOOL, {"query": query, "limit": self.passages}, node_id)
-            calls.append(hop.to_dict())
+        out = Findings(calls=[found.to_dict()])
+        # The brancher names the bridge entity: it is the role that reads the first passages.
+        bridge = await follow_bridge(self.env, self.question, passages, self.bridge_hops, node_id,
+                                     lambda query: self.ask(query, "hop", node_id, "brancher"), self.passages)
+        out.tokens = bridge.tokens
+        for _, hop in bridge.found:
+            out.calls.append(hop.to_dict())
             have = {ref for ref, _ in passages}
             passages += [p for p in (parse_passages(hop.output) if hop.ok else []) if p[0] not in have]
-        return tuple(self._read(passages)), calls
+        return tuple(self._read(passages)), out, bridge.record
 
     async def gather(self, h: Hypothesis) -> Findings:
         """Evidence for and against one hypothesis: its sums checked, passages judged, else one claim of the model's."""
