@@ -412,6 +412,7 @@ def test_the_built_in_python_tool_runs_a_code_step_in_the_sandbox() -> None:
     (["--tools", "mcp:time", "--mcp-config", "/dev/zero"], "/dev/zero is a device, not a regular file"),
     (["--on-failure", "retry"], "--on-failure"),
     (["--parallel", "0"], "--parallel"),
+    (["--bridge-hops", "-1"], "--bridge-hops must be at least 0"),
 ])
 def test_bad_agent_options_are_one_line_exit_2_before_any_model_call(args: list[str], fragment: str) -> None:
     from test_cli import assert_one_line_error, loom
@@ -634,3 +635,20 @@ def test_a_bridge_questions_two_searches_and_its_hop_replay_after_the_folder_is_
     with SQLiteStore(store) as opened:
         _, verdict = asyncio.run(areplay(opened, result.run_id))
     assert verdict.identical and (verdict.model_calls, verdict.tool_calls, verdict.tools_replayed) == (0, 0, 2)
+
+
+@pytest.mark.parametrize("flag, searches", [((), 2), (("--bridge-hops", "0"), 1)])
+def test_loom_agent_bridge_hops_sets_the_follow_up_searches_as_loom_research_does(
+        server: Any, tmp_path: Any, capsys: pytest.CaptureFixture[str], flag: tuple[str, ...], searches: int) -> None:
+    from thoughtloom.cli.main import main
+
+    server.responder = served(film_model())
+    code = main(["agent", BRIDGE, "--tools", "docs", "--knowledge", str(film_folder(tmp_path)), *flag, "--quiet",
+                 "--no-store", "--json", "--model", f"openai-compatible:{server.url}@scripted#chat"])
+    out = json.loads(capsys.readouterr().out)
+    assert code == 0
+    (question,) = [n for n in out["agent"]["nodes"] if n["kind"] == "question"]
+    queries = [c["args"]["query"] for c in question["tool_calls"]]
+    assert len(queries) == searches and queries[0] == BRIDGE
+    if searches == 2:
+        assert queries[1] == "Jane Doe born" and out["answer"] == "Leeds (jane_doe.md:1-2)"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from thoughtloom.run.options import spec_from_options
 from thoughtloom.search.config import SearchConfig
 from thoughtloom.search.research.config import ResearchConfig, ResearchConfigError
 from thoughtloom.tasks.hops import (
@@ -111,3 +112,14 @@ def test_the_agents_and_researchs_hop_settings_are_one_setting_validated_alike()
         SearchConfig(bridge_hops=-1)
     with pytest.raises(ResearchConfigError, match=r"^bridge_hops must be >= 0; got -1$"):
         ResearchConfig(bridge_hops=-1)
+
+
+@pytest.mark.parametrize("options, search, research", [
+    ({"task": "agent", "strategy": "agent", "problem": BRIDGE}, 0, None),
+    ({"task": "research", "strategy": "research", "problem": BRIDGE}, 0, 0),
+])
+def test_one_bridge_hops_option_sets_the_agents_search_or_the_research_flow(
+        options: dict[str, object], search: int, research: int | None) -> None:
+    spec = spec_from_options({**options, "bridge_hops": 0, "model": "local"})
+    assert spec.config.bridge_hops == search
+    assert (None if spec.research is None else spec.research.bridge_hops) == research
