@@ -612,14 +612,14 @@ def test_a_hop_reply_naming_no_new_entity_of_the_passages_falls_back_to_the_name
 def test_a_question_whose_first_passages_hold_the_answer_is_searched_once(
         tmp_path: Any, question: str, with_page: bool, why: str) -> None:
     model = film_model()
-    result, node, queries = researched(question, film_folder(tmp_path, with_page=with_page), model)
+    _, node, queries = researched(question, film_folder(tmp_path, with_page=with_page), model)
     assert queries == [question]
     assert node.extra["result"]["hops"] == [{"name": None, "how": why}]
 
 
 def test_bridge_hops_zero_answers_a_bridge_question_after_one_search(tmp_path: Any) -> None:
     model = film_model()
-    result, node, queries = researched(BRIDGE, film_folder(tmp_path), model, bridge_hops=0)
+    result, _, queries = researched(BRIDGE, film_folder(tmp_path), model, bridge_hops=0)
     assert queries == [BRIDGE] and result.answer == "I do not know."
     assert not any("Who or what is" in call.prompt.as_text() for call in model.calls)
 
@@ -652,3 +652,24 @@ def test_loom_agent_bridge_hops_sets_the_follow_up_searches_as_loom_research_doe
     assert len(queries) == searches and queries[0] == BRIDGE
     if searches == 2:
         assert queries[1] == "Jane Doe born" and out["answer"] == "Leeds (jane_doe.md:1-2)"
+
+
+@pytest.mark.local_model
+def test_the_embedded_agent_searches_again_for_the_bridge_entity_its_first_passages_name(tmp_path: Any) -> None:
+    from benchdata import data_file, missing_reason
+
+    data = data_file("hotpotqa/hotpot_dev_distractor_first50.json")
+    if not data.exists():
+        pytest.skip(missing_reason("hotpotqa/hotpot_dev_distractor_first50.json"))
+    # Dev question 1: "... held by the woman who portrayed Corliss Archer in the film Kiss and Tell?"; the film's
+    # page names Shirley Temple, whose own page (not found by the question's words) holds the answer.
+    row: Any = json.loads(data.read_text())[1]
+    folder = tmp_path / "paragraphs"
+    folder.mkdir()
+    for i, (title, sentences) in enumerate(zip(row["context"]["title"], row["context"]["sentences"]), 1):
+        (folder / f"{i:02d}.md").write_text(f"# {title}\n{''.join(sentences)}\n")
+    result = asyncio.run(agent(row["question"], tools=["docs"], knowledge=str(folder), model="local",
+                               controller=False, seed=0))
+    first, second = result.graph.by_kind(NodeKind.QUESTION)[0].extra["tool_calls"]
+    assert "Shirley Temple" in first["output"] and "# Shirley Temple\n" not in first["output"]
+    assert second["args"]["query"].startswith("Shirley Temple")

@@ -41,8 +41,8 @@ _HOP_SYSTEM = (
     "name exactly as the passages write it, or NAME: none if the passages do not say."
 )
 _HOP_EXAMPLE = (
-    "Passages:\n[1] # The Long Road The Long Road is a 1990 film directed by Ann Smith.\n"
-    "Question: In which year was the director of The Long Road born?\nWho or what is the director of The Long Road?",
+    ("Passages:\n[1] # The Long Road The Long Road is a 1990 film directed by Ann Smith.\n"
+     "Question: In which year was the director of The Long Road born?\nWho or what is the director of The Long Road?"),
     "NAME: Ann Smith",
 )
 _HOP_NAME = re.compile(r"^\s*\**\s*name\s*\**\s*:\s*\**\s*(.+?)\s*\**\s*\.?\s*$", re.IGNORECASE | re.MULTILINE)

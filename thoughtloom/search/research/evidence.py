@@ -26,7 +26,14 @@ from ...tasks.research import (
     mentions,
     parse_judgements,
 )
-from ..agent.kinds import CALC_TOOL, DOCS_TOOL, arithmetic_claims, follow_bridge, parse_passages, sum_error
+from ..agent.kinds import (
+    CALC_TOOL,
+    DOCS_TOOL,
+    arithmetic_claims,
+    follow_bridge,
+    parse_passages,
+    sum_error,
+)
 from ..agent.processors import AgentEnv
 from .records import MODEL_SOURCE, Evidence, Hypothesis
 
