@@ -193,7 +193,8 @@ def test_loom_bench_runs_cot_and_agent_on_gsm8k_and_hotpotqa(server: FakeOpenAIS
     assert records[("hotpotqa", "agent")]["answer"] == "yes"
 
 
-def test_the_agent_lane_takes_bridge_hops_as_research_does_and_refuses_a_negative_count_in_one_line() -> None:
-    lanes.check_params("agent", {"bridge_hops": 0})
-    with pytest.raises(LaneError, match=r"^lane agent: bridge_hops must be >= 0; got -1$"):
-        lanes.check_params("agent", {"bridge_hops": -1})
+@pytest.mark.parametrize("lane", ["agent", "research"])
+def test_the_agent_and_research_lanes_take_bridge_hops_and_refuse_a_negative_count_in_one_line(lane: str) -> None:
+    lanes.check_params(lane, {"bridge_hops": 0})
+    with pytest.raises(LaneError, match=rf"^lane {lane}: bridge_hops must be >= 0; got -1$"):
+        lanes.check_params(lane, {"bridge_hops": -1})
