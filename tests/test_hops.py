@@ -97,6 +97,14 @@ def test_the_models_name_is_searched_and_a_failed_reply_falls_back_to_the_passag
     assert name == "Jane Doe" and how == "found in the passages (no model reply)"
 
 
+def test_more_hops_search_the_passages_other_names_after_the_models() -> None:
+    bridge = bridge_of(BRIDGE)
+    assert bridge is not None
+    passages = [*FILM, ("b", "The director of Harbour Lights, J. R. Smith, was hired late.")]
+    assert hop_names(bridge, passages, "NAME: J. R. Smith").names == (
+        ("J. R. Smith", "named by the model"), ("Jane Doe", "found in the passages"))
+
+
 def test_no_follow_up_when_the_bridge_entitys_own_page_was_read_or_no_one_is_named() -> None:
     bridge = bridge_of(BRIDGE)
     assert bridge is not None

@@ -171,14 +171,16 @@ class HopPlan:
 
 
 def hop_names(bridge: Bridge, passages: Sequence[tuple[str, str]], reply: str | None) -> HopPlan:
-    """The bridge entities to search for: the model's `NAME:` reply when it names one the passages give, else the
-    names `bridge_entities` finds; none when the best one's own page is already among the passages."""
+    """The bridge entities to search for, best first: the model's `NAME:` reply when it names one the passages
+    give, then the names `bridge_entities` finds; none when the best one's own page is already among the passages."""
     try:
         if reply is None:
             raise HopError("no model reply")
         names = [(parse_hop(reply, bridge, passages), "named by the model")]
+        found = "found in the passages"
     except HopError as exc:
-        names = [(name, f"found in the passages ({exc})") for name in bridge_entities(bridge, passages)]
+        names, found = [], f"found in the passages ({exc})"
+    names += [(name, found) for name in bridge_entities(bridge, passages) if name not in {n for n, _ in names}]
     if not names:
         return HopPlan((), f"the passages name no one for {bridge.phrase!r}")
     if has_page(names[0][0], passages):
