@@ -75,6 +75,15 @@ def test_a_naming_reply_must_name_an_entity_the_passages_give_and_the_question_d
     assert parse_hop("**NAME:** Jane Doe.", bridge, FILM) == "Jane Doe"
 
 
+def test_a_name_made_of_the_questions_words_is_new_unless_the_question_writes_it() -> None:
+    bridge = bridge_of("What is the fight song of the university whose main campus is in Lawrence, Kansas?")
+    assert bridge is not None
+    passages = [("a", "# Lawrence, Kansas\nLawrence is home to the University of Kansas.")]
+    assert parse_hop("NAME: University of Kansas", bridge, passages) == "University of Kansas"
+    with pytest.raises(HopError, match="named by the question itself"):
+        parse_hop("NAME: Lawrence, Kansas", bridge, passages)
+
+
 def test_without_a_model_the_bridge_is_the_name_nearest_the_relation_word_that_the_question_does_not_name() -> None:
     bridge = bridge_of(BRIDGE)
     assert bridge is not None

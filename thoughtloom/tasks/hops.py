@@ -116,7 +116,9 @@ def parse_hop(reply: str, bridge: Bridge, passages: Sequence[tuple[str, str]]) -
         raise HopError("the reply names no one")
     if not any(name.lower() in text.lower() for _, text in passages):
         raise HopError(f"the passages do not name {name!r}")
-    if _words(name) <= _words(bridge.question):
+    if re.search(rf"(?<!\w){re.escape(name)}(?!\w)", bridge.question, re.IGNORECASE):
+        # Only as a phrase: "the university whose campus is in Lawrence, Kansas" does not name the University of
+        # Kansas, though it holds each of its words.
         raise HopError(f"{name!r} is named by the question itself")
     return name
 
