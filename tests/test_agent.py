@@ -656,18 +656,12 @@ def test_loom_agent_bridge_hops_sets_the_follow_up_searches_as_loom_research_doe
 
 @pytest.mark.local_model
 def test_the_embedded_agent_searches_again_for_the_bridge_entity_its_first_passages_name(tmp_path: Any) -> None:
-    from benchdata import data_file, missing_reason
+    from benchdata import hotpot_paragraphs
 
-    data = data_file("hotpotqa/hotpot_dev_distractor_first50.json")
-    if not data.exists():
-        pytest.skip(missing_reason("hotpotqa/hotpot_dev_distractor_first50.json"))
     # Dev question 1: "... held by the woman who portrayed Corliss Archer in the film Kiss and Tell?"; the film's
     # page names Shirley Temple, whose own page (not found by the question's words) holds the answer.
-    row: Any = json.loads(data.read_text())[1]
     folder = tmp_path / "paragraphs"
-    folder.mkdir()
-    for i, (title, sentences) in enumerate(zip(row["context"]["title"], row["context"]["sentences"]), 1):
-        (folder / f"{i:02d}.md").write_text(f"# {title}\n{''.join(sentences)}\n")
+    row = hotpot_paragraphs(1, folder)
     result = asyncio.run(agent(row["question"], tools=["docs"], knowledge=str(folder), model="local",
                                controller=False, seed=0))
     first, second = result.graph.by_kind(NodeKind.QUESTION)[0].extra["tool_calls"]
