@@ -123,6 +123,19 @@ def parse_hop(reply: str, bridge: Bridge, passages: Sequence[tuple[str, str]]) -
     return name
 
 
+def name_spans(text: str) -> list[tuple[int, str]]:
+    """The names a text writes, with where each starts: runs of capitalised words, without the function words
+    that open a sentence ("The film", "It")."""
+    out = []
+    for m in _NAME.finditer(text):
+        words = m.group(0).rstrip(".").split()
+        while words and words[0].lower().strip(".") in STOPWORDS:
+            words = words[1:]
+        if words:
+            out.append((m.start(), " ".join(words)))
+    return out
+
+
 def _stems(bridge: Bridge) -> tuple[str, ...]:
     # "director" -> "direc": finds "directed" and "director"; "portrayed" -> "portra": "portrays".
     words = [bridge.role, *(w for w in bridge.link.split() if w not in STOPWORDS)]
@@ -143,15 +156,8 @@ def bridge_entities(bridge: Bridge, passages: Sequence[tuple[str, str]]) -> list
             at = min((i for s in stems if (i := low.find(s)) >= 0), default=-1)
             if at < 0:
                 continue
-            names = []
-            for m in _NAME.finditer(sentence):
-                words = m.group(0).rstrip(".").split()
-                # "The film", "It": a capitalised function word opens a sentence, not a name.
-                while words and words[0].lower().strip(".") in STOPWORDS:
-                    words = words[1:]
-                if words and not _words(" ".join(words)) <= known and not any(
-                        w.lower().startswith(stems) for w in words):
-                    names.append((abs(m.start() - at), " ".join(words)))
+            names = [(abs(start - at), name) for start, name in name_spans(sentence)
+                     if not _words(name) <= known and not any(w.lower().startswith(stems) for w in name.split())]
             for _, name in sorted(names)[:1]:
                 if name not in out:
                     out.append(name)
