@@ -8,12 +8,14 @@ one. A test that needs files none of them holds is skipped with the command that
 from __future__ import annotations
 
 import functools
+import json
 import os
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -83,3 +85,17 @@ def mirror(folder: Path) -> Iterator[str]:
     finally:
         httpd.shutdown()
         httpd.server_close()
+
+
+def hotpot_paragraphs(index: int, folder: Path) -> Any:
+    """HotpotQA dev question `index` (of the first 50), its ten paragraphs written into `folder` (made here) one
+    Markdown file each, its title as heading; the test is skipped when the data set is not here."""
+    name = "hotpotqa/hotpot_dev_distractor_first50.json"
+    data = data_file(name)
+    if not data.exists():
+        pytest.skip(missing_reason(name))
+    row = json.loads(data.read_text())[index]
+    folder.mkdir()
+    for i, (title, sentences) in enumerate(zip(row["context"]["title"], row["context"]["sentences"]), 1):
+        (folder / f"{i:02d}.md").write_text(f"# {title}\n{' '.join(s.strip() for s in sentences)}\n")
+    return row

@@ -412,6 +412,7 @@ def test_the_built_in_python_tool_runs_a_code_step_in_the_sandbox() -> None:
     (["--tools", "mcp:time", "--mcp-config", "/dev/zero"], "/dev/zero is a device, not a regular file"),
     (["--on-failure", "retry"], "--on-failure"),
     (["--parallel", "0"], "--parallel"),
+    (["--bridge-hops", "-1"], "--bridge-hops must be at least 0"),
 ])
 def test_bad_agent_options_are_one_line_exit_2_before_any_model_call(args: list[str], fragment: str) -> None:
     from test_cli import assert_one_line_error, loom
@@ -548,3 +549,121 @@ def test_a_question_researched_in_documents_replays_after_the_folder_is_gone(tmp
     with SQLiteStore(store) as opened:
         _, verdict = asyncio.run(areplay(opened, result.run_id))
     assert verdict.identical and (verdict.model_calls, verdict.tool_calls, verdict.tools_replayed) == (0, 0, 1)
+
+
+def film_folder(tmp_path: Any, *, with_page: bool = False) -> Any:
+    """Document A names the director of Harbour Lights, B where she was born; four directors born elsewhere rank
+    above B for the question's own words (with_page: B says it holds the film too, so the first search finds it)."""
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "harbour_lights.md").write_text("# Harbour Lights\nHarbour Lights was directed by Jane Doe.\n")
+    also = " She directed Harbour Lights." if with_page else ""
+    (docs / "jane_doe.md").write_text(f"# Jane Doe\nJane Doe was born in Leeds.{also}\n")
+    for i, name in enumerate(("Mary Major", "Tom Tall", "Ada Park", "Ben Hill"), 1):
+        (docs / f"d{i}.md").write_text(f"# {name}\n{name} was a director, born in York, where the director of a "
+                                       "film was born.\n")
+    return docs
+
+
+def film_model(hop_reply: str = "NAME: Jane Doe") -> ScriptedBackend:
+    """Answers from B's passage when it was read, and names the director when asked who it is."""
+    model = ScriptedBackend(default="ok")
+    model.on("Answer in a few words", "I do not know.")
+    model.on("Jane Doe was born in Leeds", "Leeds (jane_doe.md:1-2)")
+    model.on("Who or what is the director of Harbour Lights?", hop_reply)
+    return model
+
+
+def researched(question: str, docs: Any, model: ScriptedBackend, **config: Any) -> Any:
+    result = asyncio.run(agent(question, tools=["docs"], knowledge=str(docs), model=model, controller=False,
+                               **config))
+    node = result.graph.by_kind(NodeKind.QUESTION)[0]
+    return result, node, [call["args"]["query"] for call in node.extra["tool_calls"]]
+
+
+BRIDGE = "Where was the director of Harbour Lights born?"
+
+
+def test_a_bridge_question_searches_again_for_the_entity_its_passages_name_and_answers_from_both(
+        tmp_path: Any) -> None:
+    result, node, queries = researched(BRIDGE, film_folder(tmp_path), film_model())
+    assert len(queries) == 2 and queries[0] == BRIDGE and "Jane Doe" in queries[1]
+    first, second = node.extra["tool_calls"]
+    assert "harbour_lights.md" in first["output"] and "jane_doe.md" not in first["output"]
+    assert second["output"].startswith("1. jane_doe.md:1-2")
+    assert result.answer == "Leeds (jane_doe.md:1-2)"
+    assert node.extra["result"]["hops"] == [{"name": "Jane Doe", "how": "named by the model"}]
+
+
+@pytest.mark.parametrize("reply", ["The director.", "NAME: John Smith", "NAME: none", "NAME: Harbour Lights"])
+def test_a_hop_reply_naming_no_new_entity_of_the_passages_falls_back_to_the_name_they_write(
+        tmp_path: Any, reply: str) -> None:
+    result, node, queries = researched(BRIDGE, film_folder(tmp_path), film_model(reply))
+    assert len(queries) == 2 and "Jane Doe" in queries[1]
+    assert result.answer == "Leeds (jane_doe.md:1-2)"
+    (hop,) = node.extra["result"]["hops"]
+    assert hop["name"] == "Jane Doe" and hop["how"].startswith("found in the passages")
+
+
+@pytest.mark.parametrize("question, with_page, why", [
+    ("Who directed Harbour Lights?", False, "not a bridge question"),
+    (BRIDGE, True, "Jane Doe's own page is among the passages"),
+])
+def test_a_question_whose_first_passages_hold_the_answer_is_searched_once(
+        tmp_path: Any, question: str, with_page: bool, why: str) -> None:
+    model = film_model()
+    _, node, queries = researched(question, film_folder(tmp_path, with_page=with_page), model)
+    assert queries == [question]
+    assert node.extra["result"]["hops"] == [{"name": None, "how": why}]
+
+
+def test_bridge_hops_zero_answers_a_bridge_question_after_one_search(tmp_path: Any) -> None:
+    model = film_model()
+    result, _, queries = researched(BRIDGE, film_folder(tmp_path), model, bridge_hops=0)
+    assert queries == [BRIDGE] and result.answer == "I do not know."
+    assert not any("Who or what is" in call.prompt.as_text() for call in model.calls)
+
+
+def test_a_bridge_questions_two_searches_and_its_hop_replay_after_the_folder_is_gone(tmp_path: Any) -> None:
+    import shutil
+
+    docs = film_folder(tmp_path)
+    store = str(tmp_path / "runs.db")
+    result = asyncio.run(agent(BRIDGE, tools=["docs"], knowledge=str(docs), model=film_model(), store=store,
+                               controller=False))
+    shutil.rmtree(docs)
+    with SQLiteStore(store) as opened:
+        _, verdict = asyncio.run(areplay(opened, result.run_id))
+    assert verdict.identical and (verdict.model_calls, verdict.tool_calls, verdict.tools_replayed) == (0, 0, 2)
+
+
+@pytest.mark.parametrize("flag, searches", [((), 2), (("--bridge-hops", "0"), 1)])
+def test_loom_agent_bridge_hops_sets_the_follow_up_searches_as_loom_research_does(
+        server: Any, tmp_path: Any, capsys: pytest.CaptureFixture[str], flag: tuple[str, ...], searches: int) -> None:
+    from thoughtloom.cli.main import main
+
+    server.responder = served(film_model())
+    code = main(["agent", BRIDGE, "--tools", "docs", "--knowledge", str(film_folder(tmp_path)), *flag, "--quiet",
+                 "--no-store", "--json", "--model", f"openai-compatible:{server.url}@scripted#chat"])
+    out = json.loads(capsys.readouterr().out)
+    assert code == 0
+    (question,) = [n for n in out["agent"]["nodes"] if n["kind"] == "question"]
+    queries = [c["args"]["query"] for c in question["tool_calls"]]
+    assert len(queries) == searches and queries[0] == BRIDGE
+    if searches == 2:
+        assert queries[1] == "Jane Doe born" and out["answer"] == "Leeds (jane_doe.md:1-2)"
+
+
+@pytest.mark.local_model
+def test_the_embedded_agent_searches_again_for_the_bridge_entity_its_first_passages_name(tmp_path: Any) -> None:
+    from benchdata import hotpot_paragraphs
+
+    # Dev question 1: "... held by the woman who portrayed Corliss Archer in the film Kiss and Tell?"; the film's
+    # page names Shirley Temple, whose own page (not found by the question's words) holds the answer.
+    folder = tmp_path / "paragraphs"
+    row = hotpot_paragraphs(1, folder)
+    result = asyncio.run(agent(row["question"], tools=["docs"], knowledge=str(folder), model="local",
+                               controller=False, seed=0))
+    first, second = result.graph.by_kind(NodeKind.QUESTION)[0].extra["tool_calls"]
+    assert "Shirley Temple" in first["output"] and "# Shirley Temple\n" not in first["output"]
+    assert second["args"]["query"].startswith("Shirley Temple")

@@ -30,13 +30,16 @@ pytestmark = needs("hotpotqa/hotpot_dev_distractor_first50.json", "gsm8k/train.j
 
 
 def scripted() -> ScriptedBackend:
-    """GSM8K #0 (72) and #1 (10) computed by programs the python tool runs, #1 wrong; HotpotQA #0 right, #1 half right."""
+    """GSM8K #0 (72) and #1 (10) computed by programs the python tool runs, #1 wrong; HotpotQA #0 right, #1 half right
+    after a second search for the actress its first passages name."""
     model = ScriptedBackend(default="ok")
     model.on("in April and May?\n", "```python\napril = 48\nprint(april + april / 2)\n```")
     model.on("How much did she earn?\n", "```python\nprint(12 * 50)\n```")
     model.on("Answer in a few words (a name, a number, yes or no): Were Scott Derrickson", "Yes, both were American.\nScott Derrickson is an American "
              "director; Ed Wood was an American filmmaker.")
     model.on("Answer in a few words (a name, a number, yes or no): What government position", "She served as Chief of Protocol.")
+    # #1 is a bridge question: the film's passages name the actress, whose own page the agent then searches.
+    model.on("Who or what is the woman who portrayed Corliss Archer?", "NAME: Shirley Temple")
     return model
 
 
@@ -88,7 +91,8 @@ def test_the_agent_lane_scores_with_each_data_sets_rule_and_records_its_tool_cal
     assert (h0.answer, h0.solved, h0.f1) == ("yes", True, 1.0)
     assert h1.answer == "She served as Chief of Protocol" and not h1.solved
     assert h1.f1 == pytest.approx(2 / 3)
-    assert (h0.tool_calls, h1.tool_calls) == (1, 1) and (h0.calls, h1.calls) == (1, 1)
+    # #0 compares two people (one search); #1 searches again for the woman its first passages name.
+    assert (h0.tool_calls, h1.tool_calls) == (1, 2) and (h0.calls, h1.calls) == (1, 2)
     # Each run granted the data set's tools; HotpotQA's researched the question alone (question mode).
     tools = {spec.problem: spec.tools for spec, _ in results}
     assert sorted(set(tools.values())) == [("calc", "python"), ("docs",)]
@@ -97,10 +101,13 @@ def test_the_agent_lane_scores_with_each_data_sets_rule_and_records_its_tool_cal
             kinds = [n.kind for n in result.graph]
             assert kinds == [NodeKind.INPUT, NodeKind.QUESTION, NodeKind.SOLUTION]
             assert spec.problem.endswith("?") and "\n" not in spec.problem
+    bridge = next(r for s, r in results if s.problem.startswith("What government position"))
+    _, second = bridge.graph.by_kind(NodeKind.QUESTION)[0].extra["tool_calls"]
+    assert second["args"]["query"].startswith("Shirley Temple") and "Shirley_Temple.md:" in second["output"]
     table = format_table(summarize(records.values(), {"gsm8k": "rate", "hotpotqa": "f1"}, ["agent"],
                                    {"gsm8k": 2, "hotpotqa": 2}))
     assert "| mean tokens | mean calls | mean tool calls | wall s (mean) |" in table
-    assert "| 5.0 |" in table and "| 1.0 |" in table  # GSM8K (5 + 5) / 2 and HotpotQA (1 + 1) / 2
+    assert "| 5.0 |" in table and "| 1.5 |" in table  # GSM8K (5 + 5) / 2 and HotpotQA (1 + 2) / 2
 
 
 def test_the_hotpotqa_corpus_is_exactly_the_questions_ten_paragraphs_and_is_removed_after(
@@ -184,3 +191,10 @@ def test_loom_bench_runs_cot_and_agent_on_gsm8k_and_hotpotqa(server: FakeOpenAIS
     # GSM8K: five programs run by the python tool; HotpotQA: one document search.
     assert records[("gsm8k", "agent")]["tool_calls"] == 5 and records[("hotpotqa", "agent")]["tool_calls"] == 1
     assert records[("hotpotqa", "agent")]["answer"] == "yes"
+
+
+@pytest.mark.parametrize("lane", ["agent", "research"])
+def test_the_agent_and_research_lanes_take_bridge_hops_and_refuse_a_negative_count_in_one_line(lane: str) -> None:
+    lanes.check_params(lane, {"bridge_hops": 0})
+    with pytest.raises(LaneError, match=rf"^lane {lane}: bridge_hops must be >= 0; got -1$"):
+        lanes.check_params(lane, {"bridge_hops": -1})

@@ -9,10 +9,9 @@ import re
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
-from benchdata import data_file, missing_reason
+from benchdata import hotpot_paragraphs
 from machine import scaled
 from openai_server import FakeOpenAIServer, Reply, Seen
 
@@ -187,14 +186,8 @@ def test_model_text_in_an_insight_is_escaped_for_the_terminal() -> None:
 
 @pytest.mark.local_model
 def test_loom_research_streams_insights_and_a_cited_synthesis_on_the_embedded_model(tmp_path: Path) -> None:
-    data = data_file("hotpotqa/hotpot_dev_distractor_first50.json")
-    if not data.exists():
-        pytest.skip(missing_reason("hotpotqa/hotpot_dev_distractor_first50.json"))
-    row: Any = json.loads(data.read_text())[0]
     folder = tmp_path / "paragraphs"
-    folder.mkdir()
-    for i, (title, sentences) in enumerate(zip(row["context"]["title"], row["context"]["sentences"]), 1):
-        (folder / f"{i:02d}.md").write_text(f"# {title}\n{' '.join(s.strip() for s in sentences)}\n")
+    row = hotpot_paragraphs(0, folder)
     proc = loom("research", row["question"], "--knowledge", str(folder), "--quiet", "--no-store", "--seed", "1",
                 timeout=scaled(900))
     assert proc.returncode == 0, proc.stderr

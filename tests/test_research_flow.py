@@ -33,15 +33,7 @@ from thoughtloom.search.research.merge import Candidate, best_first, weighted_vo
 from thoughtloom.search.research.promise import evidence_confidence, information_gain, promise, track_record
 from thoughtloom.search.research.records import Evidence, HypothesisStatus
 from thoughtloom.store.sqlite import SQLiteStore
-from thoughtloom.tasks.research import (
-    Bridge,
-    ResearchTask,
-    bridge_entities,
-    bridge_of,
-    parse_judgements,
-    parse_proposals,
-    parse_synthesis,
-)
+from thoughtloom.tasks.research import ResearchTask, parse_judgements, parse_proposals, parse_synthesis
 from thoughtloom.tools import Toolbox
 
 QUESTION = "Who built the Argo?"
@@ -299,12 +291,15 @@ def bridge_docs(tmp_path: Path) -> str:
     return str(folder)
 
 
-def bridge_world(prompts: list[str]) -> ScriptedBackend:
-    """A scripted model that answers from what its prompts show: Leeds once a passage says so, else the director."""
+def bridge_world(prompts: list[str], hop: str = "NAME: Jane Doe") -> ScriptedBackend:
+    """A scripted model that answers from what its prompts show: Leeds once a passage says so, else the director;
+    asked who the director is, it replies `hop`."""
 
     def reply(request: GenerateRequest, _: int) -> str:
         text = request.prompt.as_messages()[-1].content
         prompts.append(text)
+        if "Who or what is the director of Harbour Lights?" in text:
+            return hop
         if "Hypotheses (" in text:
             return "1. Leeds - passage says she was born there." if "born in Leeds" in text else "1. Jane Doe - [1]."
         if "Passages:" in text:
@@ -318,11 +313,26 @@ def bridge_world(prompts: list[str]) -> ScriptedBackend:
 def test_a_bridge_question_searches_again_for_the_entity_its_first_passages_name(bridge_docs: str) -> None:
     prompts: list[str] = []
     stream, _, result = run(BRIDGE_QUESTION, model=bridge_world(prompts), knowledge=bridge_docs, passages=1)
-    queries = [c["args"]["query"] for c in stream.search.graph.node(0).extra["tool_calls"]]
+    root = stream.search.graph.node(0)
+    queries = [c["args"]["query"] for c in root.extra["tool_calls"]]
     assert queries == [BRIDGE_QUESTION, "Jane Doe born"]
-    assert "Jane Doe was born in Leeds" in prompts[0]  # the brancher reads the second hop's passage
+    assert root.extra["hops"] == [{"name": "Jane Doe", "how": "named by the model"}]
+    # The naming call reads the first passages; the brancher then reads the second hop's passage.
+    assert "Harbour Lights was directed by Jane Doe" in prompts[0] and "Jane Doe was born" not in prompts[0]
+    assert "Jane Doe was born in Leeds" in next(p for p in prompts if "Hypotheses (" in p)
     assert result.answer.answer == "Leeds"
     assert any(c.startswith("docs:jane.md") for c in result.answer.citations)
+
+
+@pytest.mark.parametrize("hop", ["NAME: none", "NAME: Max Power", "She did."])
+def test_a_research_hop_reply_naming_no_entity_of_the_passages_falls_back_to_the_name_they_write(
+        bridge_docs: str, hop: str) -> None:
+    stream, _, result = run(BRIDGE_QUESTION, model=bridge_world([], hop), knowledge=bridge_docs, passages=1)
+    root = stream.search.graph.node(0)
+    assert [c["args"]["query"] for c in root.extra["tool_calls"]] == [BRIDGE_QUESTION, "Jane Doe born"]
+    (record,) = root.extra["hops"]
+    assert record["name"] == "Jane Doe" and record["how"].startswith("found in the passages")
+    assert result.answer.answer == "Leeds"
 
 
 def test_a_question_with_no_bridge_makes_no_extra_search(bridge_docs: str) -> None:
@@ -340,13 +350,13 @@ def test_negative_bridge_hops_are_refused() -> None:
         ResearchConfig(bridge_hops=-1)
 
 
-def test_the_bridge_entity_is_the_name_nearest_the_relation_word_that_is_not_its_subject() -> None:
-    bridge = bridge_of(BRIDGE_QUESTION)
-    assert bridge == Bridge("director", "Harbour Lights", "born")
-    passages = [("a", "Harbour Lights premiered in Leeds. It was directed by Jane Doe."),
-                ("b", "The director of Harbour Lights, J. R. Smith, was hired late.")]
-    assert bridge_entities(bridge, passages) == ["Jane Doe", "J. R. Smith"]
-    assert bridge_of("Who built the Argo?") is None and bridge_of("What is the capital of France?") is None
+def test_a_research_run_with_a_second_hop_replays_exactly(bridge_docs: str, tmp_path: Path) -> None:
+    store = str(tmp_path / "runs.db")
+    stream, _, _ = run(BRIDGE_QUESTION, model=bridge_world([]), knowledge=bridge_docs, passages=1, store=store)
+    run_id = stream.search.run_id
+    with SQLiteStore(store) as opened:
+        _, verdict = asyncio.run(areplay(opened, run_id))
+    assert verdict.identical and verdict.model_calls == 0
 
 
 # --- pruning ----------------------------------------------------------------------------------------

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from .common import MAX_FANOUT, positive_float, positive_int
+from .common import MAX_FANOUT, add_bridge_hops_option, positive_float, positive_int
 from .solve import (
     add_control_options,
     add_model_option,
@@ -42,6 +42,7 @@ def add_agent_parser(sub: Any) -> None:
                    help="characters of a tool's output kept (default 4000)")
     t.add_argument("--tool-concurrency", type=positive_int("--tool-concurrency", MAX_FANOUT), metavar="N",
                    help="tool calls in flight at once (default 2)")
+    add_bridge_hops_option(t)
     a = s.add_argument_group("scheduling")
     a.add_argument("--parallel", type=positive_int("--parallel", MAX_FANOUT), metavar="N",
                    help="steps in progress at once (default 5)")

@@ -76,6 +76,15 @@ def add_price_options(s: Any) -> None:
                    help="the model's price per million output tokens (with --price-in)")
 
 
+def add_bridge_hops_option(group: Any) -> None:
+    """--bridge-hops N: one flag, one meaning for loom agent and loom research (tasks/hops)."""
+    from ..tasks.hops import MAX_BRIDGE_HOPS
+
+    group.add_argument("--bridge-hops", type=count("--bridge-hops", MAX_BRIDGE_HOPS), metavar="N",
+                       help="follow-up document searches for the entity a bridge question's first passages name "
+                       "(default 1; 0: one search)")
+
+
 def threads_arg(text: str) -> int | str:
     """--threads: a whole number of threads, or auto (follow the load)."""
     from ..llm.errors import ModelConfigError

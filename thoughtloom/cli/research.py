@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from .common import MAX_FANOUT, count, positive_int, unit_float
+from .common import MAX_FANOUT, add_bridge_hops_option, count, positive_int, unit_float
 from .solve import (
     add_control_options,
     add_model_option,
@@ -53,8 +53,7 @@ def add_research_parser(sub: Any) -> None:
                    help="hypotheses explored at once (default 3)")
     t.add_argument("--passages", type=positive_int("--passages", 10), metavar="N",
                    help="passages read per document search (default 3)")
-    t.add_argument("--bridge-hops", type=count("--bridge-hops", 10), metavar="N",
-                   help="follow-up searches for the entity a bridge question's first passages name (default 1)")
+    add_bridge_hops_option(t)
     p = s.add_argument_group("pruning and merging")
     p.add_argument("--pruning-threshold", type=unit_float("--pruning-threshold"), metavar="X",
                    help="prune below this promise (default 0.2)")

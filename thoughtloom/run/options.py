@@ -29,7 +29,7 @@ SEARCH_OPTIONS = {
     "max_nodes": "max_nodes", "concurrency": "concurrency", "temperature": "temperature", "seed": "seed",
     "one_pass": "one_pass",
     # loom agent's names for the scheduler's settings
-    "parallel": "beam", "order": "agent_order", "on_failure": "on_failure",
+    "parallel": "beam", "order": "agent_order", "on_failure": "on_failure", "bridge_hops": "bridge_hops",
 }
 #: loom research's option name -> ResearchConfig field.
 RESEARCH_OPTIONS = {
@@ -161,8 +161,11 @@ def pricing_of(options: Mapping[str, Any]) -> Pricing | None:
 
 def _research(options: Mapping[str, Any], task_name: str) -> dict[str, Any] | None:
     """loom research's settings as ResearchConfig fields (the research task always has them, defaults or not)."""
-    given = {field: options[opt] for opt, field in RESEARCH_OPTIONS.items() if options.get(opt) is not None}
-    if given or task_name == "research" or options.get("strategy") == "research":
+    research = task_name == "research" or options.get("strategy") == "research"
+    # An option both take (--bridge-hops) is the agent's search setting outside a research run.
+    given = {field: options[opt] for opt, field in RESEARCH_OPTIONS.items()
+             if options.get(opt) is not None and (research or opt not in SEARCH_OPTIONS)}
+    if given or research:
         return given
     return None
 

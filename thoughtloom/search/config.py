@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 from typing import Any, Literal
 
+from ..tasks.hops import bridge_hops_error
+
 StrategyName = Literal["bfs", "tree_of_thoughts", "breadth_first", "dfs", "best_first", "mcts", "got", "recursive",
                        "agent", "research", "cove"]
 STRATEGIES: tuple[str, ...] = ("bfs", "tree_of_thoughts", "breadth_first", "dfs", "best_first", "mcts", "got",
@@ -74,6 +76,10 @@ class SearchConfig:
     #: agent: what a failed node does to the nodes depending on it: replan (one retry told the
     #: error, then skip), skip (they run, told it failed), fail (they fail with it).
     on_failure: str = "replan"
+    #: agent: follow-up document searches a bridge question makes for the entity its first passages name
+    #: ("the director of X" -> the director's name) before it is answered; 0: one search, then the answer.
+    #: The same setting as ResearchConfig.bridge_hops (tasks/hops).
+    bridge_hops: int = 1
     #: Circuit breaker: the search stops adding nodes past this many.
     max_nodes: int = 2000
     #: Model calls in flight at once.
@@ -116,6 +122,8 @@ class SearchConfig:
             raise ValueError(f"recursive_level_tokens must be at least 1; got {self.recursive_level_tokens}")
         if self.reasks < 0:
             raise ValueError(f"reasks must be >= 0; got {self.reasks}")
+        if (why := bridge_hops_error(self.bridge_hops)) is not None:
+            raise ValueError(why)
         if self.refine_rounds < 0:
             raise ValueError(f"refine_rounds must be >= 0; got {self.refine_rounds}")
         if not 0.0 <= self.prune_threshold <= 1.0:

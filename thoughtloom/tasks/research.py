@@ -13,9 +13,9 @@ import string
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ..grounding.claims import STOPWORDS, query_terms
 from ..llm.types import parse_choice_text
 from .base import ProblemError, Query, Task, few_shot_query, one_line
+from .hops import name_spans
 from .query import json_object, schema_text
 
 #: Characters of a passage or an evidence line shown in a prompt.
@@ -39,14 +39,7 @@ def mentions(passage: str, answer: str) -> bool:
 def question_names(question: str) -> list[str]:
     """The names a question gives: runs of capitalised words, without the function words that open them ("Were
     Scott Derrickson and Ed Wood ...?" -> Scott Derrickson, Ed Wood)."""
-    out = []
-    for m in _NAME.finditer(question):
-        words = m.group(0).rstrip(".").split()
-        while words and words[0].lower().strip(".") in STOPWORDS:
-            words = words[1:]
-        if words and " ".join(words) not in out:
-            out.append(" ".join(words))
-    return out
+    return list(dict.fromkeys(name for _, name in name_spans(question)))
 
 
 @dataclass(frozen=True, slots=True)
@@ -306,70 +299,6 @@ def claim_query(question: str, hypothesis: str) -> Query:
     return few_shot_query(_CLAIM_SYSTEM, [_CLAIM_EXAMPLE],
                           f"Question: {question}\nHypothesis: {one_line(hypothesis, 300)}", max_tokens=48,
                           temperature=0.2)
-
-
-# --- the second hop of a bridge question ------------------------------------------------------
-
-#: "the director of Harbour Lights": a role, then the name it is the role of (capitalised words).
-_BRIDGE = re.compile(r"\bthe\s+([a-z]{4,})\s+of\s+((?:the\s+)?[A-Z0-9][\w'&.-]*(?:\s+(?:(?:of|the|and|de|la)\s+)*"
-                     r"[A-Z0-9][\w'&.-]*)*)")
-#: A name in a passage: one to four capitalised words ("Jane Doe", "J. R. Smith", "Spielberg").
-_NAME = re.compile(r"(?:[A-Z][\w'\u2019-]*\.?)(?:\s+(?:[A-Z][\w'\u2019-]*\.?)){0,3}")
-#: Words a passage states a role by that do not share the role's stem ("the writer of X": "X was written by").
-_ROLE_WORDS = {"writer": ("wrote", "written", "writer"), "author": ("wrote", "written", "author"),
-               "singer": ("sang", "sung", "singer"), "composer": ("composed", "composer")}
-
-
-@dataclass(frozen=True, slots=True)
-class Bridge:
-    """A bridge question's relation: the role asked through ("director"), whose it is ("Harbour Lights"), and
-    the question's other words, which ask about the bridge entity ("born")."""
-
-    role: str
-    subject: str
-    rest: str
-
-
-def bridge_of(question: str) -> Bridge | None:
-    """The relation of a question asking about an entity named only by its relation to another ("Where was the
-    director of Harbour Lights born?"); None when the question asks for no more than the relation's entity."""
-    m = _BRIDGE.search(question)
-    if m is None:
-        return None
-    rest = query_terms(f"{question[:m.start()]} {question[m.end():]}")
-    return Bridge(m.group(1), m.group(2).strip(" .?"), " ".join(rest)) if rest else None
-
-
-def _role_words(role: str) -> tuple[str, ...]:
-    # "director" -> "direc": finds "directed" and "director"; "founder" -> "found": "founded".
-    return _ROLE_WORDS.get(role, (role[: max(5, len(role) - 3)],))
-
-
-def bridge_entities(bridge: Bridge, passages: Sequence[tuple[str, str]]) -> list[str]:
-    """The names passages give the bridge by (no model): in each sentence that states the role, the name nearest
-    the role's word that is not the relation's own subject; first passages first, each name once."""
-    stems = _role_words(bridge.role)
-    known = {w.lower() for w in bridge.subject.split()}
-    out: list[str] = []
-    for _, text in passages:
-        for sentence in re.split(r"(?<=[a-z0-9)][.!?])\s+|\n+", text):
-            low = sentence.lower()
-            at = min((i for s in stems if (i := low.find(s)) >= 0), default=-1)
-            if at < 0:
-                continue
-            names = []
-            for m in _NAME.finditer(sentence):
-                words = m.group(0).rstrip(".").split()
-                # "The film", "It": a capitalised function word opens a sentence, not a name.
-                while words and words[0].lower().strip(".") in STOPWORDS:
-                    words = words[1:]
-                if words and not {w.lower() for w in words} <= known and not any(w.lower().startswith(stems)
-                                                                                 for w in words):
-                    names.append((abs(m.start() - at), " ".join(words)))
-            for _, name in sorted(names)[:1]:
-                if name not in out:
-                    out.append(name)
-    return out
 
 
 # --- synthesis ------------------------------------------------------------------------------------

@@ -6,8 +6,8 @@ numbers, program (one computation by the python tool), expression (one by the ca
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
 
@@ -34,6 +34,7 @@ from ...tasks.agent import (
     tool_query,
 )
 from ...tasks.base import Query, one_line
+from ...tasks.hops import bridge_of, hop_names, hop_query, hop_search
 from ...tasks.math import Ballot, canonical, count_votes, expression_query, is_math_question, program_query
 from ...tasks.recursion.contract import ChildSpec
 from ...tools.base import ToolResult
@@ -226,19 +227,31 @@ class QuestionProcessor:
     """
 
     async def run(self, node: Node, env: AgentEnv) -> ProcessorResult:
-        """Search (when granted), then one model call for the answer."""
+        """Search (when granted; a bridge question searches again for the entity its passages name), then one model
+        call for the answer from every passage found."""
         context = env.context(node)
-        calls: tuple[Any, ...] = ()
+        calls: list[Any] = []
+        hops: list[dict[str, Any]] = []
+        tokens = 0
         if DOCS_TOOL in env.tools:
             found = await env.call_tool(DOCS_TOOL, {"query": node.content}, node.id)
-            calls = (found.to_dict(),)
+            calls.append(found.to_dict())
             if found.ok:
                 context = Context((*context.items, ("documents", found.output)))
+                bridge = await follow_bridge(env, node.content, parse_passages(found.output),
+                                             env.ctx.config.bridge_hops, node.id,
+                                             lambda query: env.ask(query, "hop", node.id))
+                tokens, hops = bridge.tokens, bridge.record
+                for name, result in bridge.found:
+                    calls.append(result.to_dict())
+                    if result.ok:
+                        context = Context((*context.items, (f"documents about {name}", result.output)))
         got = await env.ask(step_query(env.task, f"Answer in a few words (a name, a number, yes or no): "
                                               f"{node.content}", context), "question", node.id)
         if got is None:
             return _no_model("question")
-        reply, tokens = got
+        reply, used = got
+        tokens += used
         text = reply.strip()
         spec = node.extra.get("spec")
         if spec is not None:
@@ -250,8 +263,60 @@ class QuestionProcessor:
                     value = int(value)
             why = ChildSpec(type=spec.get("type", "text")).check(value)
             if why is not None:
-                return failed(f"the answer breaks its contract: {why}", cost_tokens=tokens, tool_calls=calls)
-        return succeeded(text, cost_tokens=tokens, tool_calls=calls)
+                return failed(f"the answer breaks its contract: {why}", cost_tokens=tokens, tool_calls=tuple(calls))
+        return succeeded(text, cost_tokens=tokens, tool_calls=tuple(calls), result={"hops": hops} if hops else {})
+
+
+def parse_passages(output: str) -> list[tuple[str, str]]:
+    """The docs tool's answer as (docs:FILE:LINES, text) pairs."""
+    out = []
+    for chunk in output.strip().split("\n\n"):
+        head, _, text = chunk.partition("\n")
+        number, dot, ref = head.partition(". ")
+        if dot and number.strip().isdigit() and ref.strip() and text.strip():
+            out.append((f"docs:{ref.strip()}", text.strip()))
+    return out
+
+
+#: The naming call of a bridge question's hop: query -> (reply, tokens), or None when no reply came.
+HopAsk = Callable[[Query], Awaitable[tuple[str, int] | None]]
+
+
+@dataclass(slots=True)
+class BridgeHops:
+    """A bridge question's follow-up searches: each name searched with the search's result, what the hops did
+    (the name searched and how it was found, or why none was), and the tokens the naming call spent."""
+
+    found: list[tuple[str, ToolResult]] = field(default_factory=list)
+    record: list[dict[str, Any]] = field(default_factory=list)
+    tokens: int = 0
+
+
+async def follow_bridge(env: AgentEnv, question: str, passages: Sequence[tuple[str, str]], hops: int, node_id: int,
+                        ask: HopAsk, limit: int | None = None) -> BridgeHops:
+    """At most `hops` follow-up document searches for the entity a bridge question's first passages name (one
+    model call names it; tasks/hops finds it without one when the reply does not), for the agent and research."""
+    out = BridgeHops()
+    if hops <= 0:
+        return out
+    bridge = bridge_of(question)
+    if bridge is None or not passages:
+        out.record.append({"name": None, "how": "not a bridge question" if bridge is None else "no first passages"})
+        return out
+    got = await ask(hop_query(bridge, passages))
+    out.tokens = 0 if got is None else got[1]
+    plan = hop_names(bridge, passages, None if got is None else got[0])
+    if not plan.names:
+        out.record.append({"name": None, "how": plan.why_none})
+    for name, how in plan.names[:hops]:
+        if env.ctx.stopped:
+            break
+        args: dict[str, Any] = {"query": hop_search(bridge, name)}
+        if limit is not None:
+            args["limit"] = limit
+        out.found.append((name, await env.call_tool(DOCS_TOOL, args, node_id)))
+        out.record.append({"name": name, "how": how})
+    return out
 
 
 class HypothesisProcessor:

@@ -6,6 +6,8 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
+from ...tasks.hops import bridge_hops_error
+
 BRANCH_STRATEGIES: tuple[str, ...] = ("uncertainty", "contradiction", "depth_first", "breadth_first", "best_first")
 EXPLORE_STRATEGIES: tuple[str, ...] = ("best_first", "depth_first", "breadth_first")
 MERGE_STRATEGIES: tuple[str, ...] = ("synthesis", "weighted_vote", "best_first")
@@ -81,8 +83,8 @@ class ResearchConfig:
         if self.merge_threshold < 2:
             raise ResearchConfigError(f"merge_threshold must be at least 2 (a merge needs two hypotheses); got "
                                       f"{self.merge_threshold}")
-        if self.bridge_hops < 0:
-            raise ResearchConfigError(f"bridge_hops must be >= 0; got {self.bridge_hops}")
+        if (why := bridge_hops_error(self.bridge_hops)) is not None:
+            raise ResearchConfigError(why)
         if self.prune_after_depth < 0:
             raise ResearchConfigError(f"prune_after_depth must be >= 0; got {self.prune_after_depth}")
         if self.insight_target is not None and self.insight_target < 1:

@@ -25,8 +25,6 @@ from ...tasks.comparison import Comparison, compare, fact_query, fact_value
 from ...tasks.research import (
     NO_PASSAGE,
     answer_key,
-    bridge_entities,
-    bridge_of,
     claim_query,
     contains_span,
     contrast,
@@ -37,7 +35,14 @@ from ...tasks.research import (
     parse_judgements,
     question_names,
 )
-from ..agent.kinds import CALC_TOOL, DOCS_TOOL, arithmetic_claims, sum_error
+from ..agent.kinds import (
+    CALC_TOOL,
+    DOCS_TOOL,
+    arithmetic_claims,
+    follow_bridge,
+    parse_passages,
+    sum_error,
+)
 from ..agent.processors import AgentEnv
 from .records import MODEL_SOURCE, Evidence, Hypothesis
 
@@ -114,17 +119,6 @@ def line_stating(ref: str, text: str, states: Callable[[str], bool]) -> str:
     return ref
 
 
-def parse_passages(output: str) -> list[tuple[str, str]]:
-    """The docs tool's answer as (docs:FILE:LINES, text) pairs."""
-    out = []
-    for chunk in output.strip().split("\n\n"):
-        head, _, text = chunk.partition("\n")
-        number, dot, ref = head.partition(". ")
-        if dot and number.strip().isdigit() and ref.strip() and text.strip():
-            out.append((f"docs:{ref.strip()}", text.strip()))
-    return out
-
-
 def cited_passage(ref: str, read: Mapping[str, str]) -> Citation | CitationStatus:
     """The passage a `docs:FILE:LINES` citation names among those read (the lines of a wider one it lies in),
     else NO_SOURCE (no passage of that file was read) or NO_LINES (none read holds those lines)."""
@@ -198,26 +192,26 @@ class Gatherer:
         self.read.update(passages)
         return passages
 
-    async def question_passages(self, node_id: int) -> tuple[tuple[tuple[str, str], ...], list[dict[str, Any]]]:
+    async def question_passages(self, node_id: int) -> tuple[tuple[tuple[str, str], ...], Findings,
+                                                              list[dict[str, Any]]]:
         """The question looked up in the documents (the brancher's first material), then, for a bridge question,
-        the entity its first passages name looked up with the question's other words; and the calls' records."""
+        the entity its first passages name looked up with the question's other words (search.agent.kinds
+        `follow_bridge`, as the agent does); the calls' records and tokens, and what the hops did."""
         if DOCS_TOOL not in self.env.tools:
-            return (), []
+            return (), Findings(), []
         # Twice the passages of a hypothesis's search: a question often names two things to look up.
         found = await self.env.call_tool(DOCS_TOOL, {"query": self.question, "limit": 2 * self.passages}, node_id)
         passages = parse_passages(found.output) if found.ok else []
-        calls = [found.to_dict()]
-        bridge = bridge_of(self.question) if self.bridge_hops else None
-        # "Where was the director of X born?": X's passages name the director; the birthplace is in the director's.
-        hops = [f"{entity} {bridge.rest}" for entity in bridge_entities(bridge, passages)] if bridge else []
-        for query in hops[: self.bridge_hops]:
-            if self.env.ctx.stopped:
-                break
-            hop = await self.env.call_tool(DOCS_TOOL, {"query": query, "limit": self.passages}, node_id)
-            calls.append(hop.to_dict())
+        out = Findings(calls=[found.to_dict()])
+        # The brancher names the bridge entity: it is the role that reads the first passages.
+        bridge = await follow_bridge(self.env, self.question, passages, self.bridge_hops, node_id,
+                                     lambda query: self.ask(query, "hop", node_id, "brancher"), self.passages)
+        out.tokens = bridge.tokens
+        for _, hop in bridge.found:
+            out.calls.append(hop.to_dict())
             have = {ref for ref, _ in passages}
             passages += [p for p in (parse_passages(hop.output) if hop.ok else []) if p[0] not in have]
-        return tuple(self._read(passages)), calls
+        return tuple(self._read(passages)), out, bridge.record
 
     async def settle(self, comparison: Comparison, node_id: int,
                      first: Sequence[tuple[str, str]]) -> tuple[Compared, list[dict[str, Any]], int]:

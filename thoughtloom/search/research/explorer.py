@@ -217,9 +217,14 @@ class ResearchFlow:
 
     async def _explore_question(self) -> None:
         """Look the question up in the documents, for the first hypotheses to start from."""
-        self.passages, calls = await self.gatherer.question_passages(self.ctx.root)
-        if calls:
-            self.ctx.graph.node(self.ctx.root).extra.setdefault("tool_calls", []).extend(calls)
+        self.passages, found, hops = await self.gatherer.question_passages(self.ctx.root)
+        root = self.ctx.graph.node(self.ctx.root)
+        root.cost_tokens += found.tokens
+        if found.calls:
+            root.extra.setdefault("tool_calls", []).extend(found.calls)
+        if hops:
+            # Which bridge entity was searched and how it was found, or why none was (as the agent's question).
+            root.extra["hops"] = hops
         self.tree[self.ctx.root].explored_at = datetime.now()
 
     async def _compare(self) -> None:
