@@ -1,4 +1,4 @@
-"""Bad input to the store commands and to `loom bench`, table-driven, through real `loom` subprocesses.
+"""Bad input to the store commands and to `loom bench`, table-driven, in-process and through real `loom` subprocesses.
 
 The case matrices (bad CARs, damaged stores through every store command, bad `loom bench` input,
 some 80 crafted stores through every store command) run the same `main` in this process, with no
