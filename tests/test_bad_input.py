@@ -1,6 +1,7 @@
 """Bad input to `loom solve` and the top-level command: one line on stderr, exit 2, no model request.
 
-Every case runs the real `loom` in a subprocess against a scripted server on 127.0.0.1; the server
+Every case runs loom's own `main` in this process (an interpreter per case would cost a minute; a few
+cases still run the real `loom` in a subprocess) against a scripted server on 127.0.0.1; the server
 must see no request at all, because options are checked before the first model call. (Store and
 bench input have their own tables.)
 """
@@ -9,12 +10,13 @@ from __future__ import annotations
 
 import os
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 from machine import scaled
 from openai_server import FakeOpenAIServer, serve
+from test_bad_input_store_bench import loom_here
 from test_cli import LOOM, assert_one_line_error, loom
 
 NO_PROBLEM = "<no problem text>"  # in a case: the case gives its own problem, or none
@@ -104,22 +106,42 @@ def places(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     return {"binary": str(binary), "dir": str(root / "dir"), "missing": str(root / "missing")}
 
 
-@pytest.mark.parametrize(("args", "fragment"), [pytest.param(a, f, id=i) for i, a, f in SOLVE_CASES])
-def test_bad_solve_option_is_one_line_exit_2_and_no_request(
-    quiet_server: FakeOpenAIServer, places: dict[str, str], args: list[str], fragment: str
-) -> None:
+def _solve_refuses(quiet_server: FakeOpenAIServer, places: dict[str, str], args: list[str], fragment: str,
+                   solve: Callable[..., subprocess.CompletedProcess[str]]) -> None:
     problem = [] if NO_PROBLEM in args else ["plan a picnic"]
     filled = [a.format(**places) for a in args if a != NO_PROBLEM]
     model = [] if "--model" in filled else ["--model", f"openai-compatible:{quiet_server.url}@m"]
     before = len(quiet_server.seen)
-    proc = loom("solve", "--quiet", *model, *filled, *problem, timeout=scaled(60))
+    proc = solve("solve", "--quiet", *model, *filled, *problem)
     assert_one_line_error(proc, fragment)
     assert len(quiet_server.seen) == before, "a model request was made before the option was checked"
 
 
+@pytest.mark.parametrize(("args", "fragment"), [pytest.param(a, f, id=i) for i, a, f in SOLVE_CASES])
+def test_bad_solve_option_is_one_line_exit_2_and_no_request(
+    quiet_server: FakeOpenAIServer, places: dict[str, str], args: list[str], fragment: str,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    _solve_refuses(quiet_server, places, args, fragment, lambda *argv: loom_here(capsys, *argv))
+
+
+@pytest.mark.parametrize(("args", "fragment"), [pytest.param(a, f, id=i) for i, a, f in SOLVE_CASES
+                                                if i in ("budget-seconds-inf", "problem-not-utf8", "tests-dev-zero",
+                                                         "model-port-out-of-range")])
+def test_bad_solve_option_from_a_real_loom_process_is_one_line_exit_2_and_no_request(
+    quiet_server: FakeOpenAIServer, places: dict[str, str], args: list[str], fragment: str
+) -> None:
+    _solve_refuses(quiet_server, places, args, fragment, lambda *argv: loom(*argv, timeout=scaled(60)))
+
+
 @pytest.mark.parametrize(("args", "fragment"), [pytest.param(a, f, id=i) for i, a, f in TOP_LEVEL_CASES])
-def test_bad_top_level_input_is_one_line_exit_2(args: list[str], fragment: str) -> None:
-    assert_one_line_error(loom(*args), fragment)
+def test_bad_top_level_input_is_one_line_exit_2(args: list[str], fragment: str,
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    assert_one_line_error(loom_here(capsys, *args), fragment)
+
+
+def test_bad_top_level_input_from_a_real_loom_process_is_one_line_exit_2() -> None:
+    assert_one_line_error(loom("nosuch"), "invalid choice: 'nosuch'")
 
 
 @pytest.mark.parametrize("command", [["tasks"], ["profiles"], ["--version"]])

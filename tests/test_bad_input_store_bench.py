@@ -1,8 +1,9 @@
-"""Bad input to the store commands and to `loom bench`, table-driven, through real `loom` subprocesses.
+"""Bad input to the store commands and to `loom bench`, table-driven, in-process and through real `loom` subprocesses.
 
-The crafted-run matrix (some 80 crafted stores, each through every store command) runs the same
-`main` in this process, with no traceback let through: an interpreter per case would cost minutes;
-one crafted case per command still goes through a real `loom` subprocess.
+The case matrices (bad CARs, damaged stores through every store command, bad `loom bench` input,
+some 80 crafted stores through every store command) run the same `main` in this process, with no
+traceback let through: an interpreter per case would cost minutes; a few cases of each matrix still
+go through a real `loom` subprocess.
 
 Every case is one line on stderr, exit code 2, no traceback; a rejected CAR leaves the store as it
 was; a damaged store (garbage pages, truncated, zeroed header, a directory, read-only, not SQLite)
@@ -181,8 +182,9 @@ CAR_CASES: dict[str, Callable[[dict[str, Any]], bytes]] = {
 }
 
 
-@pytest.mark.parametrize("case", list(CAR_CASES))
-def test_a_bad_car_is_one_line_and_leaves_the_store_unchanged(case: str, run: dict[str, Any], tmp_path: Path) -> None:
+def _import_bad_car(case: str, run: dict[str, Any], tmp_path: Path,
+                     importer: Callable[..., subprocess.CompletedProcess[str]]) -> None:
+    """`loom import` of the case's CAR into a store with other content: one line, the store as it was."""
     car = tmp_path / "bad.car"
     car.write_bytes(CAR_CASES[case](run))
     store = tmp_path / "store.db"
@@ -190,16 +192,28 @@ def test_a_bad_car_is_one_line_and_leaves_the_store_unchanged(case: str, run: di
         put_obj(s, {"already": "here"})
         s.set_ref("other", put_obj(s, {"x": 1}))
     before = store_state(store)
-    assert_one_line_error(loom("import", str(car), "--store", str(store), timeout=30), str(car))
+    assert_one_line_error(importer("import", str(car), "--store", str(store)), str(car))
     assert store_state(store) == before
 
 
+@pytest.mark.parametrize("case", list(CAR_CASES))
+def test_a_bad_car_is_one_line_and_leaves_the_store_unchanged(case: str, run: dict[str, Any], tmp_path: Path,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    _import_bad_car(case, run, tmp_path, lambda *args: loom_here(capsys, *args))
+
+
+@pytest.mark.parametrize("case", ["truncated in a block", "second root is nowhere"])
+def test_a_bad_car_is_one_line_from_a_real_loom_process(case: str, run: dict[str, Any], tmp_path: Path) -> None:
+    _import_bad_car(case, run, tmp_path, lambda *args: loom(*args, timeout=scaled(30)))
+
+
 @pytest.mark.parametrize("case", ["huge header length varint", "no roots", "random garbage", "blocks missing"])
-def test_a_bad_car_creates_no_store(case: str, run: dict[str, Any], tmp_path: Path) -> None:
+def test_a_bad_car_creates_no_store(case: str, run: dict[str, Any], tmp_path: Path,
+                                    capsys: pytest.CaptureFixture[str]) -> None:
     car = tmp_path / "bad.car"
     car.write_bytes(CAR_CASES[case](run))
     store = tmp_path / "never.db"
-    assert_one_line_error(loom("import", str(car), "--store", str(store), timeout=30))
+    assert_one_line_error(loom_here(capsys, "import", str(car), "--store", str(store)))
     assert not store.exists() or store_state(store) == ([], [])
 
 
@@ -282,15 +296,28 @@ def damaged(run: dict[str, Any], tmp_path_factory: pytest.TempPathFactory) -> di
     return out
 
 
+def _assert_names_the_damage(proc: subprocess.CompletedProcess[str], store: Path, damage: str) -> None:
+    line = assert_one_line_error(proc, str(store), DAMAGE_SAYS[damage])
+    if "damaged" in DAMAGE_SAYS[damage]:
+        assert "move it aside or use --store" in line
+
+
 @pytest.mark.parametrize("command", COMMANDS)
 @pytest.mark.parametrize("damage", list(DAMAGE))
 def test_every_store_command_names_a_damaged_store_in_one_line(damage: str, command: str, run: dict[str, Any],
-                                                               damaged: dict[str, Path], tmp_path: Path) -> None:
+                                                               damaged: dict[str, Path], tmp_path: Path,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
     store = damaged[damage]
     args = _commands(run, tmp_path)[command]
-    line = assert_one_line_error(loom(*args, "--store", str(store)), str(store), DAMAGE_SAYS[damage])
-    if "damaged" in DAMAGE_SAYS[damage]:
-        assert "move it aside or use --store" in line
+    _assert_names_the_damage(loom_here(capsys, *args, "--store", str(store)), store, damage)
+
+
+@pytest.mark.parametrize("damage", list(DAMAGE))
+def test_a_damaged_store_is_named_in_one_line_by_a_real_loom_process(damage: str, run: dict[str, Any],
+                                                                     damaged: dict[str, Path], tmp_path: Path) -> None:
+    store = damaged[damage]
+    args = _commands(run, tmp_path)["show"]
+    _assert_names_the_damage(loom(*args, "--store", str(store), timeout=scaled(60)), store, damage)
 
 
 def _read_only(directory: Path) -> tuple[str, ...]:
@@ -329,20 +356,33 @@ def model_server() -> Iterator[FakeOpenAIServer]:
 
 # Damage that only a write finds ("garbage pages": the store opens, the first flush after the first
 # answered call fails) is survived by the recorder: the answer is printed, the error is one line.
-@pytest.mark.parametrize("damage", list(DAMAGE))
-def test_solve_on_a_damaged_store_stops_before_any_model_call_or_prints_its_answer(
-        damage: str, run: dict[str, Any], tmp_path: Path, model_server: FakeOpenAIServer) -> None:
+def _solve_on_damaged(damage: str, run: dict[str, Any], tmp_path: Path, model_server: FakeOpenAIServer,
+                      solver: Callable[..., subprocess.CompletedProcess[str]]) -> None:
     store = tmp_path / "store.db"
     shutil.copy(run["store"], store)
     DAMAGE[damage](store)
     model_server.seen.clear()
-    proc = loom("solve", "--task", "game24", "--model", model_of(model_server), "--quiet", "--store", str(store), PROBLEM)
+    proc = solver("solve", "--task", "game24", "--model", model_of(model_server), "--quiet", "--store", str(store),
+                  PROBLEM)
     assert "Traceback" not in proc.stderr, proc.stderr
     if model_server.seen:  # the damage showed only mid-run: the answer is not lost, the error is one line
         assert proc.stdout.startswith("answer: "), proc.stdout + proc.stderr
         assert len([line for line in proc.stderr.splitlines() if line.strip()]) == 1, proc.stderr
     else:
         assert_one_line_error(proc, str(store))
+
+
+@pytest.mark.parametrize("damage", list(DAMAGE))
+def test_solve_on_a_damaged_store_stops_before_any_model_call_or_prints_its_answer(
+        damage: str, run: dict[str, Any], tmp_path: Path, model_server: FakeOpenAIServer,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    _solve_on_damaged(damage, run, tmp_path, model_server, lambda *args: loom_here(capsys, *args))
+
+
+@pytest.mark.parametrize("damage", ["garbage pages", "zeroed header"])
+def test_solve_on_a_damaged_store_in_a_real_loom_process(damage: str, run: dict[str, Any], tmp_path: Path,
+                                                         model_server: FakeOpenAIServer) -> None:
+    _solve_on_damaged(damage, run, tmp_path, model_server, lambda *args: loom(*args, timeout=scaled(60)))
 
 
 # --- loom bench: bad protocols and options, refused before any request ----------------------------
@@ -468,10 +508,9 @@ BENCH_CASES: dict[str, Callable[[Path], list[str]]] = {
 }
 
 
-@needs_data
-@pytest.mark.parametrize("case", list(BENCH_CASES))
-def test_bad_bench_input_is_one_line_before_any_request(case: str, tmp_path: Path, bench_server: FakeOpenAIServer,
-                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+def _bench_refuses(case: str, tmp_path: Path, bench_server: FakeOpenAIServer, monkeypatch: pytest.MonkeyPatch,
+                   bench: Callable[..., subprocess.CompletedProcess[str]]) -> None:
+    """`loom bench` with the case's bad input: one line, and no request reaches the model server."""
     model = f"openai-compatible:{bench_server.url}@m#completions"
     monkeypatch.setenv("BENCH_MODEL", model)
     extra = BENCH_CASES[case](tmp_path)
@@ -480,9 +519,24 @@ def test_bad_bench_input_is_one_line_before_any_request(case: str, tmp_path: Pat
             "--limit", "2", "--no-plot", "--quiet"]
     if "--out" not in extra and "--resume" not in extra:
         args += ["--out", str(tmp_path / "run")]
-    proc = loom(*args, *extra, timeout=scaled(60))
-    assert_one_line_error(proc)
+    assert_one_line_error(bench(*args, *extra))
     assert bench_server.seen == []
+
+
+@needs_data
+@pytest.mark.parametrize("case", list(BENCH_CASES))
+def test_bad_bench_input_is_one_line_before_any_request(case: str, tmp_path: Path, bench_server: FakeOpenAIServer,
+                                                        monkeypatch: pytest.MonkeyPatch,
+                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    _bench_refuses(case, tmp_path, bench_server, monkeypatch, lambda *args: loom_here(capsys, *args))
+
+
+@needs_data
+@pytest.mark.parametrize("case", ["--protocol not JSON", "--limit abc", "--resume a manifest with wrong types"])
+def test_bad_bench_input_is_one_line_from_a_real_loom_process(case: str, tmp_path: Path,
+                                                              bench_server: FakeOpenAIServer,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    _bench_refuses(case, tmp_path, bench_server, monkeypatch, lambda *args: loom(*args, timeout=scaled(60)))
 
 
 # --- a crafted store: well-formed SQLite and verified blocks, shaped as no run is ----------------
@@ -775,16 +829,17 @@ MANIFEST_CASES: dict[str, Any] = {
 
 
 @pytest.mark.parametrize("case", list(MANIFEST_CASES))
-def test_replay_of_a_crafted_manifest_file_is_one_line_naming_it(case: str, run: dict[str, Any],
-                                                                 tmp_path: Path) -> None:
+def test_replay_of_a_crafted_manifest_file_is_one_line_naming_it(case: str, run: dict[str, Any], tmp_path: Path,
+                                                                 capsys: pytest.CaptureFixture[str]) -> None:
     good = tmp_path / "good.json"
-    assert loom("export", run["run"], "--store", str(run["store"]), "--manifest", str(good)).returncode == 0
+    exported = loom_here(capsys, "export", run["run"], "--store", str(run["store"]), "--manifest", str(good))
+    assert exported.returncode == 0, exported.stderr
     data = json.loads(good.read_text())
     data.update(MANIFEST_CASES[case])
     data = {k: v for k, v in data.items() if v is not None}
     crafted_file = tmp_path / "crafted.json"
     crafted_file.write_text(json.dumps(data))
-    assert_one_line_error(loom("replay", str(crafted_file), "--store", str(run["store"]), "--quiet"),
+    assert_one_line_error(loom_here(capsys, "replay", str(crafted_file), "--store", str(run["store"]), "--quiet"),
                           str(crafted_file))
 
 
@@ -816,27 +871,28 @@ TOOL_CASES: dict[str, Callable[[dict[str, Any]], None]] = {
 
 @pytest.mark.parametrize("case", list(TOOL_CASES))
 def test_replay_of_an_agent_run_with_crafted_tools_is_one_line_naming_it(case: str, agent_run: dict[str, Any],
-                                                                         tmp_path: Path) -> None:
+                                                                         tmp_path: Path,
+                                                                         capsys: pytest.CaptureFixture[str]) -> None:
     store = tmp_path / "store.db"
     shutil.copy(agent_run["store"], store)
     with SQLiteStore(store) as s:
         head = dict(get_obj(s, s.get_ref(head_ref(agent_run["run"]))))
         _version(0, lambda _, version: TOOL_CASES[case](version["extra"]))(s, head)
-    assert_one_line_error(loom("replay", CRAFTED, "--store", str(store), "--quiet"), CRAFTED)
+    assert_one_line_error(loom_here(capsys, "replay", CRAFTED, "--store", str(store), "--quiet"), CRAFTED)
 
 
 @pytest.mark.parametrize("case", ["ref that is not a CID", "ref to a missing block", "unknown run status",
                                   "head without a status"])
-def test_importing_a_good_copy_replaces_a_run_that_cannot_be_read(case: str, run: dict[str, Any],
-                                                                  tmp_path: Path) -> None:
+def test_importing_a_good_copy_replaces_a_run_that_cannot_be_read(case: str, run: dict[str, Any], tmp_path: Path,
+                                                                  capsys: pytest.CaptureFixture[str]) -> None:
     store = tmp_path / "store.db"
     shutil.copy(run["store"], store)
     with SQLiteStore(store) as s:
         CRAFTED_CASES[case](s, dict(get_obj(s, s.get_ref(head_ref(run["run"])))))
         s.set_ref(head_ref(run["run"]), s.get_ref(head_ref(CRAFTED)))  # the real run's ref now names the crafted head
         s.delete_ref(head_ref(CRAFTED))
-    assert loom("show", run["run"], "--store", str(store)).returncode == 2
-    proc = loom("import", str(run["car"]), "--store", str(store))
+    assert loom_here(capsys, "show", run["run"], "--store", str(store)).returncode == 2
+    proc = loom_here(capsys, "import", str(run["car"]), "--store", str(store))
     assert "Traceback" not in proc.stderr, proc.stderr
     assert proc.returncode == 0, proc.stderr
-    assert loom("show", run["run"], "--store", str(store)).returncode == 0
+    assert loom_here(capsys, "show", run["run"], "--store", str(store)).returncode == 0

@@ -6,6 +6,10 @@ someone rewrote (an unfinished state of a real run, with its spec changed and re
 CID in the CAR verifies). A refusal is one line saying what the run asks for and how to grant it;
 no request reaches the manifest's server and no key leaves; naming it again makes the run go on.
 Also: wrong types in a stored manifest are one line on resume, and a run is resumed by one process at a time.
+
+Most cases run loom's own `main` in this process (the user's key in its environment too), forging copies of
+one finished run: an interpreter and a fresh run per case would cost minutes; each command still has a
+case in a real `loom` subprocess.
 """
 
 from __future__ import annotations
@@ -15,14 +19,17 @@ import os
 import shlex
 import signal
 import subprocess
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
+from machine import scaled
 from openai_server import FakeOpenAIServer, serve
 from test_agent import TRIP, trip_reply
+from test_bad_input_store_bench import loom_here
 from test_runs_cli import LOOM, PROBLEM, ROOT, assert_one_line_error, model_of, responder, run_id_from
 
 from thoughtloom.store.blocks import link
@@ -33,6 +40,13 @@ from thoughtloom.store.store import get_obj, put_obj
 SECRET_KEY = "sk-the-users-own-secret-key"
 
 
+@pytest.fixture(autouse=True)
+def users_key(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The user's own OpenAI key is in the environment of every loom run here, in this process or not."""
+    monkeypatch.setenv("OPENAI_API_KEY", SECRET_KEY)
+    monkeypatch.delenv("THOUGHTLOOM_API_KEY", raising=False)
+
+
 def loom(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
     """Run loom as a user with an OpenAI key in the environment would."""
     env = {**os.environ, "THOUGHTLOOM_STORE": "/nonexistent/never-used.db", "OPENAI_API_KEY": SECRET_KEY}
@@ -41,12 +55,29 @@ def loom(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
                           env=env)
 
 
-def stored_run(tmp_path: Path, *args: str) -> tuple[Path, str]:
-    """A finished run of `loom ARGS` in a store of its own, and its id."""
+def stored_run(tmp_path: Path, *args: str, capsys: pytest.CaptureFixture[str] | None = None) -> tuple[Path, str]:
+    """A finished run of `loom ARGS` in a store of its own (run in this process given `capsys`), and its id."""
     store = tmp_path / "sender.db"
-    proc = loom(*args, "--quiet", "--store", str(store))
+    argv = (*args, "--quiet", "--store", str(store))
+    proc = loom(*argv) if capsys is None else loom_here(capsys, *argv)
     assert proc.returncode == 0, proc.stderr
     return store, run_id_from(proc.stderr)
+
+
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    """A finished game24 run to forge from (its server gone, as a sender's is)."""
+    with serve() as honest:
+        honest.responder = responder()
+        return stored_run(tmp_path_factory.mktemp("finished"), "solve", "--task", "game24", "--model",
+                          model_of(honest), PROBLEM)
+
+
+def copy_of(finished: tuple[Path, str], tmp_path: Path) -> tuple[Path, str]:
+    """The finished run in a store of this test's own (to forge), and its id."""
+    store = tmp_path / "sender.db"
+    store.write_bytes(finished[0].read_bytes())
+    return store, finished[1]
 
 
 def forge(store: Path, run: str, change: Callable[[dict[str, Any]], Any], *, calls: int | None = 2) -> None:
@@ -61,11 +92,11 @@ def forge(store: Path, run: str, change: Callable[[dict[str, Any]], Any], *, cal
         s.set_ref(head_ref(run), put_obj(s, forged))
 
 
-def received(store: Path, run: str, tmp_path: Path) -> Path:
+def received(store: Path, run: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Path:
     """The run as another user gets it: exported as a CAR, imported into a store of their own."""
     car, mine = tmp_path / "received.car", tmp_path / "mine.db"
-    assert loom("export", run, "--store", str(store), "--car", str(car)).returncode == 0
-    proc = loom("import", str(car), "--store", str(mine))
+    assert loom_here(capsys, "export", run, "--store", str(store), "--car", str(car)).returncode == 0
+    proc = loom_here(capsys, "import", str(car), "--store", str(mine))
     assert proc.returncode == 0, proc.stderr
     return mine
 
@@ -86,12 +117,11 @@ def attacker() -> Any:
 
 
 def test_resume_refuses_the_model_endpoint_a_received_manifest_names_and_sends_no_key(
-        attacker: FakeOpenAIServer, tmp_path: Path) -> None:
-    with serve() as honest:
-        honest.responder = responder()
-        store, run = stored_run(tmp_path, "solve", "--task", "game24", "--model", model_of(honest), PROBLEM)
+        attacker: FakeOpenAIServer, finished: tuple[Path, str], tmp_path: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    store, run = copy_of(finished, tmp_path)
     forge(store, run, with_model(model_of(attacker)))
-    mine = received(store, run, tmp_path)
+    mine = received(store, run, tmp_path, capsys)
 
     proc = loom("resume", run, "--store", str(mine))
     assert_one_line_error(proc, "this run asks for model", attacker.url, f"--model {shlex.quote(model_of(attacker))}")
@@ -99,52 +129,52 @@ def test_resume_refuses_the_model_endpoint_a_received_manifest_names_and_sends_n
     assert SECRET_KEY not in proc.stderr
 
 
-def test_resume_on_the_model_named_again_finishes_the_received_run(attacker: FakeOpenAIServer, tmp_path: Path) -> None:
-    with serve() as honest:
-        honest.responder = responder()
-        store, run = stored_run(tmp_path, "solve", "--task", "game24", "--model", model_of(honest), PROBLEM)
+def test_resume_on_the_model_named_again_finishes_the_received_run(attacker: FakeOpenAIServer,
+                                                                   finished: tuple[Path, str], tmp_path: Path,
+                                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    store, run = copy_of(finished, tmp_path)
     forge(store, run, with_model(model_of(attacker)))
-    mine = received(store, run, tmp_path)
+    mine = received(store, run, tmp_path, capsys)
 
-    proc = loom("resume", run, "--store", str(mine), "--quiet", "--model", model_of(attacker))
+    proc = loom_here(capsys, "resume", run, "--store", str(mine), "--quiet", "--model", model_of(attacker))
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.startswith("answer: (5 * 6) - (10 - 4) = 24")
     assert attacker.seen  # the user named it: the run went on there
 
 
-def test_resume_refuses_a_different_model_than_the_run_asks_for(attacker: FakeOpenAIServer, tmp_path: Path) -> None:
-    with serve() as honest:
-        honest.responder = responder()
-        store, run = stored_run(tmp_path, "solve", "--task", "game24", "--model", model_of(honest), PROBLEM)
+def test_resume_refuses_a_different_model_than_the_run_asks_for(attacker: FakeOpenAIServer,
+                                                                finished: tuple[Path, str], tmp_path: Path,
+                                                                capsys: pytest.CaptureFixture[str]) -> None:
+    store, run = copy_of(finished, tmp_path)
     forge(store, run, with_model(model_of(attacker)))
-    proc = loom("resume", run, "--store", str(store), "--model", "openai:gpt-4o-mini")
+    proc = loom_here(capsys, "resume", run, "--store", str(store), "--model", "openai:gpt-4o-mini")
     assert_one_line_error(proc, f"--model {shlex.quote(model_of(attacker))}")
     assert attacker.seen == []
 
 
-def test_resume_refuses_an_openai_model_a_received_manifest_names(attacker: FakeOpenAIServer, tmp_path: Path) -> None:
+def test_resume_refuses_an_openai_model_a_received_manifest_names(finished: tuple[Path, str], tmp_path: Path,
+                                                                   capsys: pytest.CaptureFixture[str]) -> None:
     # openai: goes to OPENAI_BASE_URL with OPENAI_API_KEY: spending the user's key is a grant too.
-    with serve() as honest:
-        honest.responder = responder()
-        store, run = stored_run(tmp_path, "solve", "--task", "game24", "--model", model_of(honest), PROBLEM)
+    store, run = copy_of(finished, tmp_path)
     forge(store, run, with_model("openai:gpt-4o-mini#completions"))
-    proc = loom("resume", run, "--store", str(store))
+    proc = loom_here(capsys, "resume", run, "--store", str(store))
     assert_one_line_error(proc, "model openai:gpt-4o-mini#completions at https://api.openai.com/v1",
                           "--model 'openai:gpt-4o-mini#completions'")
 
 
 def test_resume_refuses_a_role_model_endpoint_a_received_manifest_names(
-        attacker: FakeOpenAIServer, tmp_path: Path) -> None:
+        attacker: FakeOpenAIServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     with serve() as honest:
         honest.responder = responder()
-        store, run = stored_run(tmp_path, "solve", "--task", "game24", "--model", model_of(honest), PROBLEM)
+        store, run = stored_run(tmp_path, "solve", "--task", "game24", "--model", model_of(honest), PROBLEM,
+                                capsys=capsys)
         forge(store, run, lambda spec: {**spec, "role_models": [["evaluator", model_of(attacker)]]})
-        proc = loom("resume", run, "--store", str(store), "--model", model_of(honest))
+        proc = loom_here(capsys, "resume", run, "--store", str(store), "--model", model_of(honest))
         assert_one_line_error(proc, "evaluator model", f"--evaluator-model {shlex.quote(model_of(attacker))}")
         assert attacker.seen == [] and len(honest.seen) > 0
         before = len(honest.seen)
-        proc = loom("resume", run, "--store", str(store), "--quiet", "--model", model_of(honest),
-                    "--evaluator-model", model_of(attacker))
+        proc = loom_here(capsys, "resume", run, "--store", str(store), "--quiet", "--model", model_of(honest),
+                         "--evaluator-model", model_of(attacker))
         assert proc.returncode == 0, proc.stderr
         assert attacker.seen and len(honest.seen) > before
 
@@ -159,10 +189,8 @@ def _at_a_terminal(*args: str) -> Any:
 
 @pytest.mark.parametrize("answer", ["y", "n"])
 def test_resume_at_a_terminal_shows_what_the_run_asks_for_in_full_and_goes_on_only_on_yes(
-        answer: str, attacker: FakeOpenAIServer, tmp_path: Path) -> None:
-    with serve() as honest:
-        honest.responder = responder()
-        store, run = stored_run(tmp_path, "solve", "--task", "game24", "--model", model_of(honest), PROBLEM)
+        answer: str, attacker: FakeOpenAIServer, finished: tuple[Path, str], tmp_path: Path) -> None:
+    store, run = copy_of(finished, tmp_path)
     forge(store, run, with_model(model_of(attacker)))
     child = _at_a_terminal("resume", run, "--store", str(store), "--quiet")
     child.expect_exact("loom: this stored run asks for:")
@@ -183,8 +211,8 @@ def test_resume_at_a_terminal_shows_what_the_run_asks_for_in_full_and_goes_on_on
 # --- folders, files and tools -----------------------------------------------------------------------
 
 
-def test_resume_refuses_read_access_a_received_agent_manifest_asks_for(server: FakeOpenAIServer,
-                                                                       tmp_path: Path) -> None:
+def test_resume_refuses_read_access_a_received_agent_manifest_asks_for(server: FakeOpenAIServer, tmp_path: Path,
+                                                                       capsys: pytest.CaptureFixture[str]) -> None:
     notes = tmp_path / "notes"
     notes.mkdir()
     (notes / "trip.md").write_text("Flights are 150 EUR each.\n")
@@ -193,33 +221,32 @@ def test_resume_refuses_read_access_a_received_agent_manifest_asks_for(server: F
     store, run = stored_run(tmp_path, "agent", TRIP, "--model", model, "--tools", "calc,files",
                             "--allow-read", str(notes))
     forge(store, run, lambda spec: {**spec, "read_roots": ["/"]})
-    mine = received(store, run, tmp_path)
+    mine = received(store, run, tmp_path, capsys)
     sent = len(server.seen)
 
-    proc = loom("resume", run, "--store", str(mine), "--model", model, "--allow-read", str(notes))
+    proc = loom_here(capsys, "resume", run, "--store", str(mine), "--model", model, "--allow-read", str(notes))
     assert_one_line_error(proc, "read access to /", "--allow-read /")
     assert len(server.seen) == sent
 
-    proc = loom("resume", run, "--store", str(mine), "--model", model, "--allow-read", "/", "--quiet")
+    proc = loom_here(capsys, "resume", run, "--store", str(mine), "--model", model, "--allow-read", "/", "--quiet")
     assert proc.returncode == 0, proc.stderr
     assert len(server.seen) > sent
 
 
-def test_resume_refuses_a_tool_the_user_did_not_grant_again(server: FakeOpenAIServer, tmp_path: Path) -> None:
+def test_resume_refuses_a_tool_the_user_did_not_grant_again(server: FakeOpenAIServer, tmp_path: Path,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
     server.responder = trip_reply
     model = f"openai-compatible:{server.url}@scripted#chat"
-    store, run = stored_run(tmp_path, "agent", TRIP, "--model", model, "--tools", "calc")
+    store, run = stored_run(tmp_path, "agent", TRIP, "--model", model, "--tools", "calc", capsys=capsys)
     forge(store, run, lambda spec: {**spec, "tools": ["calc", "python"]})
     sent = len(server.seen)
-    proc = loom("resume", run, "--store", str(store), "--model", model)
+    proc = loom_here(capsys, "resume", run, "--store", str(store), "--model", model)
     assert_one_line_error(proc, "tools python", "--tools calc,python")
     assert len(server.seen) == sent
 
 
-def test_replay_refuses_a_tests_file_a_received_manifest_names(tmp_path: Path) -> None:
-    with serve() as honest:
-        honest.responder = responder()
-        store, run = stored_run(tmp_path, "solve", "--task", "game24", "--model", model_of(honest), PROBLEM)
+def test_replay_refuses_a_tests_file_a_received_manifest_names(finished: tuple[Path, str], tmp_path: Path) -> None:
+    store, run = copy_of(finished, tmp_path)
     secret = tmp_path / "private.py"
     secret.write_text("assert True\n")
     forge(store, run, lambda spec: {**spec, "task_options": {**spec["task_options"], "tests": str(secret)}},
@@ -277,26 +304,14 @@ BAD_SPECS: dict[str, Callable[[dict[str, Any]], Any]] = {
 }
 
 
-@pytest.fixture(scope="module")
-def finished(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
-    """A finished game24 run to forge from."""
-    with serve() as honest:
-        honest.responder = responder()
-        return stored_run(tmp_path_factory.mktemp("finished"), "solve", "--task", "game24", "--model",
-                          model_of(honest), PROBLEM)
-
-
-@pytest.mark.parametrize("case", [*BAD_SPECS, "manifest null"])
-def test_resume_of_a_manifest_with_wrong_types_is_one_line(case: str, finished: tuple[Path, str],
-                                                           tmp_path: Path) -> None:
-    store = tmp_path / "copy.db"
-    store.write_bytes(finished[0].read_bytes())
-    run = finished[1]
+def _resume_with_wrong_types(case: str, finished: tuple[Path, str], tmp_path: Path,
+                             resume: Callable[..., subprocess.CompletedProcess[str]]) -> None:
+    store, run = copy_of(finished, tmp_path)
     if case == "manifest null":
         _head_manifest_null(store, run)
     else:
         forge(store, run, BAD_SPECS[case])
-    proc = loom("resume", run, "--store", str(store))
+    proc = resume("resume", run, "--store", str(store))
     assert "Traceback" not in proc.stderr
     if case == "spec a list":
         assert_one_line_error(proc, f"run {run} cannot be read", "'spec' is a list")
@@ -306,16 +321,39 @@ def test_resume_of_a_manifest_with_wrong_types_is_one_line(case: str, finished: 
         assert_one_line_error(proc, f"run {run}: not a run spec")
 
 
+@pytest.mark.parametrize("case", [*BAD_SPECS, "manifest null"])
+def test_resume_of_a_manifest_with_wrong_types_is_one_line(case: str, finished: tuple[Path, str], tmp_path: Path,
+                                                           capsys: pytest.CaptureFixture[str]) -> None:
+    _resume_with_wrong_types(case, finished, tmp_path, lambda *args: loom_here(capsys, *args))
+
+
+@pytest.mark.parametrize("case", ["spec a list", "model a number"])
+def test_resume_of_a_manifest_with_wrong_types_is_one_line_from_a_real_loom_process(
+        case: str, finished: tuple[Path, str], tmp_path: Path) -> None:
+    _resume_with_wrong_types(case, finished, tmp_path, loom)
+
+
 # --- one resume at a time ---------------------------------------------------------------------------
 
 
-def resume_spending(server: FakeOpenAIServer, tmp_path: Path,
+def held(gate: threading.Event) -> Callable[[Any], Any]:
+    """The scripted game24 replies, each held back until `gate` is set (a guard against a hang stops the wait)."""
+    answer = responder()
+
+    def reply(seen: Any) -> Any:
+        gate.wait(scaled(60))
+        return answer(seen)
+
+    return reply
+
+
+def resume_spending(server: FakeOpenAIServer, gate: threading.Event, finished: tuple[Path, str], tmp_path: Path,
                     env: dict[str, str] | None = None) -> tuple[Path, str, subprocess.Popen[str]]:
-    """A stored unfinished game24 run, and a `loom resume` of it that has started spending on a slow model."""
-    server.responder = responder()
-    store, run = stored_run(tmp_path, "solve", "--task", "game24", "--model", model_of(server), PROBLEM)
-    forge(store, run, lambda spec: spec)
-    server.responder = responder(delay_s=1.0)
+    """A stored unfinished game24 run on `server`, and a `loom resume` of it that has started spending and
+    waits for its answers until `gate` is set."""
+    store, run = copy_of(finished, tmp_path)
+    forge(store, run, with_model(model_of(server)))
+    server.responder = held(gate)
     sent = len(server.seen)
     first = subprocess.Popen([*LOOM, "resume", run, "--store", str(store), "--quiet", "--model", model_of(server)],
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT, env=env)
@@ -329,14 +367,19 @@ def resume_spending(server: FakeOpenAIServer, tmp_path: Path,
     return store, run, first
 
 
-def test_a_second_resume_of_a_run_being_resumed_refuses_in_one_line(tmp_path: Path) -> None:
+def test_a_second_resume_of_a_run_being_resumed_refuses_in_one_line(finished: tuple[Path, str],
+                                                                   tmp_path: Path) -> None:
+    gate = threading.Event()
     with serve() as server:
-        store, run, first = resume_spending(server, tmp_path, {**os.environ, "OPENAI_API_KEY": SECRET_KEY})
+        store, run, first = resume_spending(server, gate, finished, tmp_path,
+                                            {**os.environ, "OPENAI_API_KEY": SECRET_KEY})
         try:
             second = loom("resume", run, "--store", str(store), "--model", model_of(server))
             assert_one_line_error(second, f"run {run} is in use by another loom process (pid {first.pid})")
+            gate.set()  # the first goes on, and finishes
             out, err = first.communicate(timeout=60)
         finally:
+            gate.set()
             if first.poll() is None:
                 first.send_signal(signal.SIGKILL)
                 first.communicate()
@@ -344,11 +387,13 @@ def test_a_second_resume_of_a_run_being_resumed_refuses_in_one_line(tmp_path: Pa
     assert out.startswith("answer: (5 * 6) - (10 - 4) = 24")
 
 
-def test_a_killed_resume_leaves_the_run_resumable(tmp_path: Path) -> None:
+def test_a_killed_resume_leaves_the_run_resumable(finished: tuple[Path, str], tmp_path: Path) -> None:
+    gate = threading.Event()
     with serve() as server:
-        store, run, first = resume_spending(server, tmp_path)
+        store, run, first = resume_spending(server, gate, finished, tmp_path)
         first.send_signal(signal.SIGKILL)
         first.communicate(timeout=30)
+        gate.set()  # the killed process's request, held in the server, is let go
         server.responder = responder()
         proc = loom("resume", run, "--store", str(store), "--quiet", "--model", model_of(server))
     assert proc.returncode == 0, proc.stderr
