@@ -14,9 +14,9 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from inprocess import loom_here
 from machine import scaled
 from openai_server import FakeOpenAIServer, serve
-from test_bad_input_store_bench import loom_here
 from test_cli import LOOM, assert_one_line_error, loom
 
 NO_PROBLEM = "<no problem text>"  # in a case: the case gives its own problem, or none

@@ -27,6 +27,7 @@ from typing import Any
 
 import pytest
 from benchdata import data_dir, needs
+from inprocess import loom_here
 from machine import scaled
 from openai_server import FakeOpenAIServer, serve
 from test_runs_cli import PROBLEM, model_of, responder
@@ -45,19 +46,6 @@ def loom(*args: str, timeout: float = 60, wrap: tuple[str, ...] = ()) -> subproc
     """Run loom as a user would (inside `wrap`, e.g. a private read-only mount, when given)."""
     return subprocess.run([*wrap, *LOOM, *args], check=False, capture_output=True, text=True, timeout=timeout, cwd=ROOT,
                           env={**os.environ, "THOUGHTLOOM_STORE": "/nonexistent/never-used.db"})
-
-
-def loom_here(capsys: pytest.CaptureFixture[str], *args: str) -> subprocess.CompletedProcess[str]:
-    """Run loom's own `main` in this process, as the subprocess would (an exception escaping it fails the test)."""
-    from thoughtloom.cli.main import main
-
-    capsys.readouterr()
-    try:
-        code = main(list(args))
-    except SystemExit as exc:  # argparse's usage errors
-        code = exc.code if isinstance(exc.code, int) else 2
-    out = capsys.readouterr()
-    return subprocess.CompletedProcess(["loom", *args], code, out.out, out.err)
 
 
 def assert_one_line_error(proc: subprocess.CompletedProcess[str], *fragments: str) -> str:

@@ -7,8 +7,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from inprocess import loom_here
 from openai_server import FakeOpenAIServer, Reply, Seen
-from test_bad_input_store_bench import loom_here
 from test_cli import assert_one_line_error, loom
 
 TRUE = "Water boils at 100 degrees Celsius at sea level."

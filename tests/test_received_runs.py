@@ -26,10 +26,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from inprocess import loom_here
 from machine import scaled
 from openai_server import FakeOpenAIServer, serve
 from test_agent import TRIP, trip_reply
-from test_bad_input_store_bench import loom_here
 from test_runs_cli import LOOM, PROBLEM, ROOT, assert_one_line_error, model_of, responder, run_id_from
 
 from thoughtloom.store.blocks import link
