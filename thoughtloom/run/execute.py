@@ -129,11 +129,10 @@ def live_backend(spec: RunSpec, progress: Callable[[str], None] | None = None,
     """
     from ..llm.registry import make_backend
 
-    reasoning = {"reasoning_effort": spec.reasoning_effort, "thinking_tokens": spec.thinking_tokens}
     # A Backend object is the caller's: they close it.
     main = SharedBackend(spec.model) if not isinstance(spec.model, str) else make_backend(
         spec.model, pricing=spec.pricing, timeout_s=spec.model_timeout_s, threads=threads, progress=progress,
-        **reasoning)
+        reasoning_effort=spec.reasoning_effort, thinking_tokens=spec.thinking_tokens)
     if not spec.role_models:
         return main
     from ..llm.routing import RoutedBackend
@@ -148,7 +147,8 @@ def live_backend(spec: RunSpec, progress: Callable[[str], None] | None = None,
                 routes[role] = SharedBackend(built[model])
             else:
                 routes[role] = built[model] = make_backend(model, timeout_s=spec.model_timeout_s, threads=threads,
-                                                           progress=progress, **reasoning)
+                                                           progress=progress, reasoning_effort=spec.reasoning_effort,
+                                                           thinking_tokens=spec.thinking_tokens)
     except BaseException:
         for backend in (main, *routes.values()):
             _close_soon(backend)

@@ -403,7 +403,7 @@ def _load_calls(store: BlockStore, calls_cid: CID) -> list[RecordedCall]:
             prompt=_read_prompt(store, c["prompt"].cid), n=c["n"], max_tokens=c["max_tokens"],
             temperature=c["temperature"], stop=tuple(c["stop"]), seed=c["seed"],
             texts=tuple(_read_text(store, t) or "" for t in c["texts"]),
-            usage=Usage(*c["usage"], c.get("reasoning") or 0),
+            usage=Usage(c["usage"][0], c["usage"][1], c.get("reasoning") or 0),
             error_kind=error.get("kind"), error=error.get("message"), batch=c.get("batch"), schema=c.get("schema"),
             route=c.get("route"), pinned_form=c.get("form"), choices=tuple(c.get("choices") or ()),
             scored=bool(c.get("scored")),
