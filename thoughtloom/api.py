@@ -64,6 +64,8 @@ async def asolve(
     pricing: Pricing | None = None,
     model_timeout_s: float | None = None,
     threads: int | str | None = None,
+    reasoning_effort: str | None = None,
+    thinking_tokens: int | None = None,
     **overrides: Any,
 ) -> SearchResult:
     """Search for an answer (async); the same run `loom solve` makes with the same settings.
@@ -91,6 +93,8 @@ async def asolve(
     `--price-in/--price-out`; model_timeout_s: seconds one request to a remote model may take, as `--timeout`.
     threads: CPU threads an embedded model computes with, a number or "auto", as `--threads`
     (default: $THOUGHTLOOM_THREADS, else auto: the count follows the machine's load; llm/threads.py).
+    reasoning_effort ("low", "medium", "high") / thinking_tokens: a reasoning model's controls, as
+    `--reasoning-effort` (OpenAI-compatible chat) / `--thinking-tokens` (Anthropic); an embedded model refuses them.
     """
     spec = resolve(
         problem, task=task, model=model, profile=profile, task_options=task_options, config=config,
@@ -98,6 +102,7 @@ async def asolve(
         control=controller.settings if isinstance(controller, Controller) else controller, answers=answers,
         grounding=grounding_policy, checks=checks, knowledge=knowledge, grounders=grounders, store=store,
         run_id=run_id, role_models=role_models, pricing=pricing, model_timeout_s=model_timeout_s,
+        reasoning_effort=reasoning_effort, thinking_tokens=thinking_tokens,
     )
     result = await execute(spec, sinks=sinks, handler=handler,
                            controller=controller if isinstance(controller, Controller) else None, threads=threads)

@@ -115,6 +115,12 @@ def add_model_option(s: Any) -> None:
     add_threads_option(s)
     s.add_argument("--timeout", type=positive_float("--timeout", 86_400), metavar="S",
                    help="seconds one request to a remote model may take before it is retried (default 120)")
+    s.add_argument("--reasoning-effort", choices=("low", "medium", "high"),
+                   help="how hard a reasoning model thinks (OpenAI-compatible chat endpoints' reasoning_effort; "
+                   "its reasoning tokens count as output tokens in the budget)")
+    s.add_argument("--thinking-tokens", type=positive_int("--thinking-tokens"), metavar="N",
+                   help="extended-thinking budget per sample for anthropic: models (at least 1024), on top of each "
+                   "reply's max tokens; thinking is billed and budgeted as output, never part of the answer")
 
 
 def add_role_options(s: Any, roles: dict[str, str]) -> None:
@@ -423,7 +429,8 @@ def format_text(result: Any) -> str:
     lines.append(
         f"stopped: {result.termination_reason} · nodes {st.nodes} (pruned {st.pruned}, rejected "
         f"{st.rejected}, repaired {st.repaired}, duplicates {st.duplicates}) · depth {st.max_depth} · "
-        f"tokens {u.total_tokens:,}{limit} (in {u.input_tokens:,} / out {u.output_tokens:,}) · calls {u.calls}"
+        f"tokens {u.total_tokens:,}{limit} (in {u.input_tokens:,} / out {u.output_tokens:,}"
+        f"{f', reasoning {u.reasoning_tokens:,}' if u.reasoning_tokens else ''}) · calls {u.calls}"
         f"{cost} · {st.wall_s:.1f}s"
     )
     if u.roles:

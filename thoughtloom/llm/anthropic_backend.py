@@ -10,7 +10,7 @@ import asyncio
 import json
 from typing import TYPE_CHECKING, Any
 
-from .budget import Pricing
+from .budget import Pricing, estimate_tokens
 from .errors import ModelConfigError, ModelError, ModelTimeout, ModelUnreachable
 from .http_errors import MAX_CONNECT_TIMEOUT_S, one_line, status_error
 from .sdk_client import LazySdkClient
@@ -47,6 +47,7 @@ class AnthropicBackend(LazySdkClient):
         name: str | None = None,
         *,
         key_env: str | None = "ANTHROPIC_API_KEY",
+        thinking_tokens: int | None = None,
     ) -> None:
         if timeout_s <= 0:
             raise ValueError(f"timeout_s must be positive, got {timeout_s}")
@@ -61,6 +62,9 @@ class AnthropicBackend(LazySdkClient):
         self.name = name or f"anthropic:{model}"
         #: The environment variable the key came from, named when the server rejects it.
         self.key_env = key_env
+        #: Extended thinking's budget per sample (0: no thinking). Anthropic wants max_tokens above it, so
+        #: each request asks for the reply's max_tokens plus this; the gateway reserves both as output.
+        self.thinking_tokens = thinking_tokens or 0
         self._client: AsyncAnthropic | None = None
         self._sem: asyncio.Semaphore | None = None
 
@@ -80,21 +84,29 @@ class AnthropicBackend(LazySdkClient):
                     f"model endpoint {self.base_url} sent a response that is not valid JSON ({one_line(exc)}); "
                     "check that the base URL is Anthropic's API (without /v1)"
                 ) from exc
+        blocks = getattr(response, "content", None) or ()
+        # Only text blocks are the answer: thinking blocks are the model's reasoning, billed but never shown.
         text = self._reply_text("".join(getattr(block, "text", "") or ""
-                                        for block in (getattr(response, "content", None) or ())
-                                        if getattr(block, "type", None) == "text"))
+                                        for block in blocks if getattr(block, "type", None) == "text"))
         usage = getattr(response, "usage", None)
         input_tokens = getattr(usage, "input_tokens", None)
         output_tokens = getattr(usage, "output_tokens", None)
         if not isinstance(input_tokens, int) or not isinstance(output_tokens, int):
             raise ModelError(f"model endpoint {self.base_url} reported no token usage; check that it is Anthropic's API")
-        return Completion((text,), Usage(input_tokens, output_tokens), self.name)
+        # output_tokens includes the thinking, which the API does not count apart: what the reply's own text
+        # does not account for was thinking (an estimate; the budget charges output_tokens as reported).
+        thought = any(getattr(block, "type", None) in ("thinking", "redacted_thinking") for block in blocks)
+        reasoning = max(0, output_tokens - estimate_tokens(text)) if thought else 0
+        return Completion((text,), Usage(input_tokens, output_tokens, reasoning), self.name)
 
     def _params(self, request: GenerateRequest) -> dict[str, Any]:
         messages = request.prompt.as_messages()
         system = "\n\n".join(m.content for m in messages if m.role == "system")
         turns = [{"role": m.role, "content": m.content} for m in messages if m.role != "system"]
-        params: dict[str, Any] = {"model": self.model, "max_tokens": request.max_tokens, "messages": turns}
+        params: dict[str, Any] = {"model": self.model, "max_tokens": request.max_tokens + self.thinking_tokens,
+                                  "messages": turns}
+        if self.thinking_tokens:
+            params["thinking"] = {"type": "enabled", "budget_tokens": self.thinking_tokens}
         if system:
             params["system"] = system
         # As with OpenAI's chat: completion-form stop strings would cut a chat reply short.

@@ -132,6 +132,7 @@ class Budget:
         # What is spent, as two counts: settle adds to them once per request without building a Usage.
         self._spent_in = 0
         self._spent_out = 0
+        self._spent_reasoning = 0  # a part of _spent_out, shown apart
         self.calls = 0
         self.cost_usd = 0.0
         self.reserved_tokens = 0
@@ -151,7 +152,7 @@ class Budget:
     @property
     def spent(self) -> Usage:
         """Tokens the settled requests used, in and out."""
-        return Usage(self._spent_in, self._spent_out)
+        return Usage(self._spent_in, self._spent_out, self._spent_reasoning)
 
     @property
     def elapsed_s(self) -> float:
@@ -271,6 +272,7 @@ class Budget:
         if usage is not None:
             self._spent_in += usage.input_tokens
             self._spent_out += usage.output_tokens
+            self._spent_reasoning += usage.reasoning_tokens
             self.calls += 1
             self.cost_usd += cost_usd
             if route is not None:  # unrouted calls are the totals less the routed ones: nothing to add per call

@@ -164,6 +164,9 @@ class Gateway:
         # Set once a prompt had to be bounded by its bytes: the backend does not count its own tokens
         # (a server), so what it reports is checked against what the texts must cost (see _checked).
         self._uncounted = False
+        #: Tokens a reasoning model may think per sample on top of a request's max_tokens (a backend's
+        #: `thinking_tokens`: Anthropic's thinking budget): reserved and bounded as output, which it is billed as.
+        self.thinking_tokens = int(getattr(backend, "thinking_tokens", None) or 0)
 
     @property
     def cost_known(self) -> bool:
@@ -360,20 +363,24 @@ class Gateway:
             counted += sum(len(c.encode()) for c in request.choices)
         return counted
 
+    def _out_bound(self, request: GenerateRequest) -> int:
+        """The most output tokens a request can cost: its samples' max_tokens and their thinking."""
+        return request.n * (request.max_tokens + self.thinking_tokens)
+
     def _fit_request(self, request: GenerateRequest) -> tuple[GenerateRequest, int]:
         """Shrink max_tokens to what the budget still allows; return the request and its reservation."""
         input_bound = self._input_bound(request)
         left = None if self.budget.limits.tokens is None else self.budget.tokens_left()
-        if left is not None and input_bound + request.n * request.max_tokens > left:
-            per_sample = (left - input_bound) // request.n
+        if left is not None and input_bound + self._out_bound(request) > left:
+            per_sample = (left - input_bound) // request.n - self.thinking_tokens
             if per_sample < min(MIN_USEFUL_TOKENS, request.max_tokens):
                 raise BudgetExceeded(
                     "tokens",
                     f"token budget nearly used up: {max(left, 0)} left of {self.budget.limits.tokens}, "
-                    f"a call needs at least {input_bound + request.n * MIN_USEFUL_TOKENS}",
+                    f"a call needs at least {input_bound + request.n * (MIN_USEFUL_TOKENS + self.thinking_tokens)}",
                 )
             request = replace(request, max_tokens=per_sample)
-        return request, input_bound + request.n * request.max_tokens
+        return request, input_bound + self._out_bound(request)
 
     async def _back_off(self, attempt: int, exc: TransientModelError) -> None:
         """Wait before retry number `attempt`, saying so in the log."""
@@ -410,7 +417,7 @@ class Gateway:
         try:
             if limits.tokens is None and request.route is None and self.pricing is None:
                 # Nothing to shrink and nothing to price (the common local case): the helpers' work inline.
-                out_bound = request.n * request.max_tokens
+                out_bound = self._out_bound(request)
                 in_bound = self._input_bound(request)
                 record.attempts += 1
                 reserved_cost = 0.0
@@ -420,7 +427,7 @@ class Gateway:
                 if request.max_tokens < record.max_tokens:
                     record.max_tokens = request.max_tokens
                 record.attempts += 1
-                out_bound = request.n * request.max_tokens
+                out_bound = self._out_bound(request)
                 in_bound = reserve_tokens - out_bound
                 reserved_cost = self._reserve_cost(request, reserve_tokens, out_bound)
                 self.budget.claim(reserve_tokens, reserved_cost)
@@ -536,7 +543,7 @@ class Gateway:
         await self._sem.acquire()
         try:
             bounds = [self._input_bound(r) for r in requests]
-            need = sum(b + r.n * r.max_tokens for b, r in zip(bounds, requests))
+            need = sum(b + self._out_bound(r) for b, r in zip(bounds, requests))
             left = self.budget.tokens_left()
             if left is not None and need > left:
                 raise BudgetExceeded(
@@ -546,7 +553,7 @@ class Gateway:
                 )
             try:
                 for request, bound in zip(requests, bounds):
-                    reservations.append(self._reserve(request, bound + request.n * request.max_tokens)[0])
+                    reservations.append(self._reserve(request, bound + self._out_bound(request))[0])
             except BudgetExceeded:
                 for reservation in reservations:
                     self.budget.settle(reservation, None)
@@ -582,7 +589,7 @@ class Gateway:
         bound = self._input_bound(request)
         if isinstance(outcome, Completion):
             return self._checked(request, outcome.usage, bound, outcome.texts)
-        return self._unanswered(outcome, Usage(bound, request.n * request.max_tokens))
+        return self._unanswered(outcome, Usage(bound, self._out_bound(request)))
 
     def charge_batch(
         self, requests: Sequence[GenerateRequest], outcome: Sequence[Completion] | BaseException,
@@ -590,7 +597,7 @@ class Gateway:
     ) -> list[Usage | None]:
         """What each request of one batched backend call costs (see charge)."""
         bounds = bounds if bounds is not None else [self._input_bound(r) for r in requests]
-        worst = [Usage(b, r.n * r.max_tokens) for b, r in zip(bounds, requests)]
+        worst = [Usage(b, self._out_bound(r)) for b, r in zip(bounds, requests)]
         if not isinstance(outcome, BaseException):
             return [self._checked(r, c.usage, w.input_tokens, c.texts) for r, c, w in zip(requests, outcome, worst)]
         if isinstance(outcome, BatchRefused) and outcome.usage is not None:
@@ -623,7 +630,7 @@ class Gateway:
         cannot make the budget soft. Honest counts below the estimate (a tokenizer that packs more
         bytes a token) stay as reported. Each kind of correction is logged once, as a warning.
         """
-        out_bound = request.n * request.max_tokens
+        out_bound = self._out_bound(request)
         used_in, used_out = usage.input_tokens, usage.output_tokens
         possible = 0 <= used_in <= input_bound and 0 <= used_out <= out_bound
         if possible and not self._uncounted:
@@ -637,6 +644,7 @@ class Gateway:
         under = 0 <= used_in < least_in or 0 <= used_out < least_out
         if possible and not under:
             return usage
+        reasoning = usage.reasoning_tokens
         if not possible:
             # No token is shorter than one byte: the texts' bytes bound what they cost.
             out_bytes = min(out_bound, sum(utf8_size(t) for t in texts))
@@ -659,7 +667,7 @@ class Gateway:
                 f"tokens, fewer than the texts must cost (at least {least_in} and {least_out}); charged the "
                 f"local estimate, {used_in} and {used_out}, against the budget instead",
             )
-        return Usage(used_in, used_out)
+        return Usage(used_in, used_out, min(max(reasoning, 0), used_out))
 
     def _warn(self, kind: str, message: str) -> None:
         """Log a warning once per kind: a hostile server repeats itself on every call."""
@@ -677,7 +685,7 @@ class Gateway:
             raise _CutOff("wall_s", "wall-clock budget ran out during a call") from None
 
     def _reserve(self, request: GenerateRequest, reserve_tokens: int) -> tuple[Reservation, int]:
-        out_tokens = request.n * request.max_tokens
+        out_tokens = self._out_bound(request)
         return self.budget.reserve(reserve_tokens, self._reserve_cost(request, reserve_tokens, out_tokens),
                                    request.route), out_tokens
 

@@ -70,6 +70,7 @@ class OpenAIBackend(LazySdkClient):
         key_env: str | None = None,
         batch: bool = True,
         schema_param: SchemaParam = "response_format",
+        reasoning_effort: str | None = None,
     ) -> None:
         if api not in ("chat", "completions"):
             raise ModelConfigError(f"unknown OpenAI API {api!r}; use 'chat' or 'completions'")
@@ -88,6 +89,8 @@ class OpenAIBackend(LazySdkClient):
         self.pricing = pricing
         self.name = name or f"openai-compatible:{self.base_url}@{model}"
         self.schema_param: SchemaParam = schema_param
+        #: How hard a reasoning model thinks (low, medium, high; None: the server's default), sent on chat.
+        self.reasoning_effort = reasoning_effort
         #: The environment variable the key came from, named when the server rejects it.
         self.key_env = key_env
         self._client: AsyncOpenAI | None = None
@@ -229,6 +232,8 @@ class OpenAIBackend(LazySdkClient):
         params.update(self._schema_params(request))
         if self.api == "chat":
             params[self._token_param] = request.max_tokens
+            if self.reasoning_effort is not None:
+                params["reasoning_effort"] = self.reasoning_effort
             messages = request.prompt.as_messages()
             response = await client.chat.completions.create(
                 messages=[{"role": m.role, "content": m.content} for m in messages],  # type: ignore[misc]
@@ -335,7 +340,9 @@ def _usage(response: Any, prompt_text: str, texts: tuple[str, ...]) -> Usage:
         prompt_tokens = estimate_tokens(prompt_text)
     if not isinstance(completion_tokens, int):
         completion_tokens = sum(estimate_tokens(t) for t in texts)
-    return Usage(prompt_tokens, completion_tokens)
+    # A part of completion_tokens (OpenAI counts the hidden reasoning in it), reported by reasoning models only.
+    reasoning = getattr(getattr(usage, "completion_tokens_details", None), "reasoning_tokens", None)
+    return Usage(prompt_tokens, completion_tokens, reasoning if isinstance(reasoning, int) and reasoning > 0 else 0)
 
 
 def _split_usage(total: Usage, prompts: Sequence[str], texts: Sequence[Sequence[str]]) -> list[Usage]:

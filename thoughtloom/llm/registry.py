@@ -257,6 +257,43 @@ def _api_key(spec: ModelSpec, env: Mapping[str, str]) -> tuple[str, str | None]:
     return DUMMY_API_KEY, "THOUGHTLOOM_API_KEY"
 
 
+REASONING_EFFORTS = ("low", "medium", "high")
+#: Anthropic's smallest extended-thinking budget.
+MIN_THINKING_TOKENS = 1024
+
+
+def check_reasoning(spec: ModelSpec, reasoning_effort: str | None, thinking_tokens: int | None) -> None:
+    """ModelConfigError (one line) unless the model's endpoint takes the reasoning settings given.
+
+    An embedded model refuses them rather than ignoring them: llama.cpp has neither control, and a run
+    that silently spent no effort on reasoning, or a thinking budget that bounds nothing, would be
+    recorded as though it had.
+    """
+    if reasoning_effort is None and thinking_tokens is None:
+        return
+    given = "--reasoning-effort" if reasoning_effort is not None else "--thinking-tokens"
+    if spec.is_local:
+        raise ModelConfigError(f"{given} is for remote reasoning models; the embedded model ({spec.identity}) "
+                               "takes neither it nor a thinking budget: drop it or choose another --model")
+    if reasoning_effort is not None:
+        if reasoning_effort not in REASONING_EFFORTS:
+            raise ModelConfigError(f"--reasoning-effort {reasoning_effort!r}: use one of "
+                                   f"{', '.join(REASONING_EFFORTS)}")
+        if spec.provider == "anthropic":
+            raise ModelConfigError("--reasoning-effort is for OpenAI-compatible models; Anthropic's take a thinking "
+                                   "budget: --thinking-tokens N")
+        if spec.api != "chat":
+            raise ModelConfigError(f"--reasoning-effort is sent on the chat endpoint; {spec.identity} uses "
+                                   "#completions")
+    if thinking_tokens is not None:
+        if spec.provider != "anthropic":
+            raise ModelConfigError(f"--thinking-tokens is for anthropic: models; {spec.identity} takes "
+                                   "--reasoning-effort low|medium|high instead")
+        if not isinstance(thinking_tokens, int) or thinking_tokens < MIN_THINKING_TOKENS:
+            raise ModelConfigError(f"--thinking-tokens {thinking_tokens}: Anthropic's thinking budget is at least "
+                                   f"{MIN_THINKING_TOKENS} tokens")
+
+
 def make_backend(
     spec: str,
     env: Mapping[str, str] | None = None,
@@ -265,6 +302,8 @@ def make_backend(
     timeout_s: float | None = None,
     threads: int | str | None = None,
     progress: Callable[[str], None] | None = None,
+    reasoning_effort: str | None = None,
+    thinking_tokens: int | None = None,
 ) -> Backend:
     """Build the Backend a model spec names; raises ModelConfigError for bad specs or missing keys.
 
@@ -273,10 +312,12 @@ def make_backend(
     embedded model has no request to time out). threads: CPU threads an embedded model computes
     with, a number or "auto" (None: $THOUGHTLOOM_THREADS, else auto: following the load; a remote
     model ignores it). progress receives one-line messages about slow first-use steps (assembling
-    the local model).
+    the local model). reasoning_effort / thinking_tokens: a reasoning model's controls, for the
+    endpoints that take them (see check_reasoning).
     """
     env = os.environ if env is None else env
     parsed = parse_model_spec(spec, env)
+    check_reasoning(parsed, reasoning_effort, thinking_tokens)
     if parsed.is_local:
         return local_backend(parsed, n_threads=threads_setting(threads, env), progress=progress)
     assert parsed.api in ("chat", "completions")
@@ -285,7 +326,7 @@ def make_backend(
     if parsed.provider == "anthropic":
         return AnthropicBackend(model=parsed.model, api_key=key, base_url=parsed.base_url,
                                 pricing=pricing if pricing is not None else known_pricing(parsed),
-                                name=parsed.identity, key_env=key_env, **timeout)
+                                name=parsed.identity, key_env=key_env, thinking_tokens=thinking_tokens, **timeout)
     return OpenAIBackend(
         model=parsed.model,
         base_url=parsed.base_url,
@@ -297,6 +338,7 @@ def make_backend(
         # Ollama's completions endpoint takes one prompt per request.
         batch=parsed.provider != "ollama",
         schema_param={"vllm": "guided_json", "ollama": "ollama"}.get(parsed.provider, "response_format"),
+        reasoning_effort=reasoning_effort,
         **timeout,
     )
 

@@ -119,6 +119,9 @@ class Usage:
 
     input_tokens: int = 0
     output_tokens: int = 0
+    #: Of output_tokens, how many the model spent reasoning (hidden or thinking text): a part of the
+    #: output, not added to it, so a budget counts each token once.
+    reasoning_tokens: int = 0
 
     @property
     def total(self) -> int:
@@ -126,7 +129,8 @@ class Usage:
         return self.input_tokens + self.output_tokens
 
     def __add__(self, other: Usage) -> Usage:
-        return Usage(self.input_tokens + other.input_tokens, self.output_tokens + other.output_tokens)
+        return Usage(self.input_tokens + other.input_tokens, self.output_tokens + other.output_tokens,
+                     self.reasoning_tokens + other.reasoning_tokens)
 
 
 #: Zero usage: what a call that never reached the model used.

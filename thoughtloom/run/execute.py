@@ -131,7 +131,8 @@ def live_backend(spec: RunSpec, progress: Callable[[str], None] | None = None,
 
     # A Backend object is the caller's: they close it.
     main = SharedBackend(spec.model) if not isinstance(spec.model, str) else make_backend(
-        spec.model, pricing=spec.pricing, timeout_s=spec.model_timeout_s, threads=threads, progress=progress)
+        spec.model, pricing=spec.pricing, timeout_s=spec.model_timeout_s, threads=threads, progress=progress,
+        reasoning_effort=spec.reasoning_effort, thinking_tokens=spec.thinking_tokens)
     if not spec.role_models:
         return main
     from ..llm.routing import RoutedBackend
@@ -146,7 +147,8 @@ def live_backend(spec: RunSpec, progress: Callable[[str], None] | None = None,
                 routes[role] = SharedBackend(built[model])
             else:
                 routes[role] = built[model] = make_backend(model, timeout_s=spec.model_timeout_s, threads=threads,
-                                                           progress=progress)
+                                                           progress=progress, reasoning_effort=spec.reasoning_effort,
+                                                           thinking_tokens=spec.thinking_tokens)
     except BaseException:
         for backend in (main, *routes.values()):
             _close_soon(backend)

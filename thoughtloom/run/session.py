@@ -363,7 +363,8 @@ def _replay_backend(store: BlockStore, manifest: Manifest, head: dict[str, Any],
             calls, name=manifest.backend, max_concurrency=max(1, manifest.max_concurrency),
             supports_batch=manifest.supports_batch, pricing=model_pricing(manifest.model, pricing),
             route_pricing={str(role): role_pricing(manifest.model, pricing, str(model)) for role, model in roles}, counts=counts, live=live,
-            form=prompt_form(manifest.backend), **kwargs,
+            form=prompt_form(manifest.backend), thinking_tokens=(manifest.spec or {}).get("thinking_tokens") or 0,
+            **kwargs,
         )
 
     return make

@@ -120,6 +120,10 @@ class RunSpec:
     pricing: Pricing | None = None
     #: Seconds one request to a remote model may take (None: the backend's default).
     model_timeout_s: float | None = None
+    #: A reasoning model's effort (low, medium, high) on OpenAI-compatible endpoints; None: the server's default.
+    reasoning_effort: str | None = None
+    #: Anthropic's extended-thinking budget per sample, in tokens (at least 1024); None: no thinking.
+    thinking_tokens: int | None = None
     #: Where the run is recorded (a SQLite path or a BlockStore); None: not stored.
     store: Any = None
     run_id: str | None = None
@@ -158,6 +162,8 @@ class RunSpec:
             **({"role_models": [list(r) for r in self.role_models]} if self.role_models else {}),
             **({"pricing": asdict(self.pricing)} if self.pricing is not None else {}),
             **({"model_timeout_s": self.model_timeout_s} if self.model_timeout_s is not None else {}),
+            **({"reasoning_effort": self.reasoning_effort} if self.reasoning_effort is not None else {}),
+            **({"thinking_tokens": self.thinking_tokens} if self.thinking_tokens is not None else {}),
             **({"task_file": self.stored_task_file} if self.stored_task_file is not None else {}),
         }
 
@@ -204,7 +210,8 @@ class RunSpec:
                 research=ResearchConfig.from_dict(data["research"]) if data.get("research") else None,
                 role_models=tuple((str(r), str(m)) for r, m in data.get("role_models") or ()),
                 pricing=Pricing(**data["pricing"]) if data.get("pricing") else None,
-                model_timeout_s=data.get("model_timeout_s"), task_file=data.get("task_file"),
+                model_timeout_s=data.get("model_timeout_s"), reasoning_effort=data.get("reasoning_effort"),
+                thinking_tokens=data.get("thinking_tokens"), task_file=data.get("task_file"),
             )
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise SpecError(f"not a run spec: {exc}") from None
@@ -220,6 +227,7 @@ _STORED_TYPES: dict[str, tuple[type, ...]] = {
     "tools": (list, _NONE), "tool_limits": (dict, _NONE), "mcp_config": (str, _NONE), "read_roots": (list, _NONE),
     "research": (dict, _NONE), "role_models": (list, _NONE), "pricing": (dict, _NONE),
     "model_timeout_s": (int, float, _NONE), "task_file": (str, _NONE),
+    "reasoning_effort": (str, _NONE), "thinking_tokens": (int, _NONE),
 }
 #: Task options kept as paths or text, and the test command's words.
 _OPTION_TYPES: dict[str, tuple[type, ...]] = {
@@ -336,6 +344,8 @@ def resolve(
     role_models: Mapping[str, str] | None = None,
     pricing: Pricing | None = None,
     model_timeout_s: float | None = None,
+    reasoning_effort: str | None = None,
+    thinking_tokens: int | None = None,
 ) -> RunSpec:
     """The one way to build a RunSpec: task defaults, then the profile, then the explicit settings.
 
@@ -353,7 +363,8 @@ def resolve(
     `tool_limits`, `mcp_config`, `read_roots`: what the agent strategy may call (thoughtloom.tools).
     `research`: the research strategy's ResearchConfig, or fields of it; `role_models`: roles that
     run on a model of their own, by model spec (the search strategies' generator, evaluator and
-    synthesizer; the research strategy's brancher, evaluator and synthesizer).
+    synthesizer; the research strategy's brancher, evaluator and synthesizer). `reasoning_effort`,
+    `thinking_tokens`: a reasoning model's controls, for every model of the run (see llm.registry.check_reasoning).
     Raises UnknownProfile / UnknownTask / TaskOptionError / ProblemError / SpecError with one line.
     """
     prof = _profile(profile, control)
@@ -414,6 +425,7 @@ def resolve(
     roles = _role_models(role_models, config.strategy)
     if model_timeout_s is not None and not 0 < model_timeout_s < float("inf"):
         raise SpecError(f"the model timeout must be a positive number of seconds; got {model_timeout_s}")
+    _check_reasoning(model, roles, reasoning_effort, thinking_tokens)
     if budget is not None and budget.cost_usd is not None:
         _check_priced(model, pricing, roles)
     return RunSpec(
@@ -425,7 +437,8 @@ def resolve(
         tool_limits=tool_limits or ToolLimits(),
         mcp_config=os.path.abspath(mcp_config) if mcp_config is not None else None,
         read_roots=tuple(os.path.abspath(r) for r in read_roots), research=research_config, role_models=roles,
-        pricing=pricing, model_timeout_s=model_timeout_s,
+        pricing=pricing, model_timeout_s=model_timeout_s, reasoning_effort=reasoning_effort,
+        thinking_tokens=thinking_tokens,
     )
 
 
@@ -456,6 +469,24 @@ def _check_priced(model: str | Backend, pricing: Pricing | None, roles: Sequence
     if unpriced:
         raise SpecError(f"--budget-usd needs a price, and {', '.join(unpriced)} has no known price; give --price-in "
                         "and --price-out (USD per million tokens, for --model) or budget in tokens (--budget-tokens)")
+
+
+def _check_reasoning(model: str | Backend, roles: Sequence[tuple[str, str]], reasoning_effort: str | None,
+                     thinking_tokens: int | None) -> None:
+    """Refuse reasoning settings that a model of the run cannot take, before any model loads (SpecError, one line)."""
+    from ..llm.errors import ModelConfigError
+    from ..llm.registry import check_reasoning, parse_model_spec
+
+    if reasoning_effort is None and thinking_tokens is None:
+        return
+    if not isinstance(model, str):
+        raise SpecError("--reasoning-effort and --thinking-tokens configure a model spec; a Backend object takes "
+                        "its own (OpenAIBackend(reasoning_effort=...), AnthropicBackend(thinking_tokens=...))")
+    try:
+        for spec in (model, *(m for _, m in roles)):
+            check_reasoning(parse_model_spec(spec), reasoning_effort, thinking_tokens)
+    except ModelConfigError as exc:
+        raise SpecError(str(exc)) from None
 
 
 def _name(model: str | Backend) -> str:

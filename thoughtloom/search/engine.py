@@ -185,6 +185,7 @@ async def search(
         input_tokens=input_tokens, output_tokens=output_tokens, calls=calls, cost_usd=round(cost_usd, 6),
         token_limit=budget.limits.tokens, cost_known=gateway.cost_known,
         roles=role_usage(input_tokens, output_tokens, calls, cost_usd, budget.routes, routes_before, ctx.routed_roles),
+        reasoning_tokens=spent.reasoning_tokens - spent_before.reasoning_tokens,
     )
     check_s = budget.limits.wall_s
     answer_check = None

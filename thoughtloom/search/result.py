@@ -76,6 +76,8 @@ class SearchUsage:
     #: With roles on models of their own: what each role's model was charged, and MAIN_MODEL what the
     #: run's model was (every other call); they add up to the totals above. Empty otherwise.
     roles: tuple[RoleUsage, ...] = ()
+    #: Of output_tokens, those a reasoning model spent thinking (already counted in the output).
+    reasoning_tokens: int = 0
 
     @property
     def total_tokens(self) -> int:
@@ -93,6 +95,8 @@ class SearchUsage:
                                "token_limit": self.token_limit}
         if self.roles:
             out["roles"] = {r.role: r.to_dict() for r in self.roles}
+        if self.reasoning_tokens:
+            out["reasoning_tokens"] = self.reasoning_tokens
         return out
 
 

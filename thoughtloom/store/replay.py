@@ -103,8 +103,11 @@ class ReplayBackend(BackendWrapper):
         after_recording: str | None = None,
         stall_s: float = STALL_S,
         form: str | None = None,
+        thinking_tokens: int = 0,
     ) -> None:
         super().__init__(live if live is not None else OfflineBackend(name, max_concurrency))
+        # The live run's thinking budget: the gateway bounds each answer's output by it, as it did then.
+        self.thinking_tokens = thinking_tokens
         self.resuming = live is not None
         self.name = name
         self.max_concurrency = max_concurrency

@@ -371,9 +371,10 @@ CALL = {
     "texts": list_of(TEXT_OR_LINK), "usage": list_of(WHOLE, 2),
     "error": optional(record({"kind": TEXT, "message": TEXT})), "batch": optional(COUNT), "schema": optional(TEXT),
     "route": optional(TEXT), "form": optional(TEXT), "choices": optional(list_of(TEXT)), "scored": optional(BOOL),
+    "reasoning": optional(COUNT),
 }
 #: Call fields a run may lack (stored before they existed, or left out when unset).
-CALL_OPTIONAL = ("error", "batch", "schema", "route", "form", "choices", "scored")
+CALL_OPTIONAL = ("error", "batch", "schema", "route", "form", "choices", "scored", "reasoning")
 
 
 def _read_prompt(store: BlockStore, cid: CID) -> Prompt:
@@ -401,7 +402,8 @@ def _load_calls(store: BlockStore, calls_cid: CID) -> list[RecordedCall]:
             rank=c["rank"], start=c["start"], issued=c["issued"], purpose=c["purpose"], model=c["model"],
             prompt=_read_prompt(store, c["prompt"].cid), n=c["n"], max_tokens=c["max_tokens"],
             temperature=c["temperature"], stop=tuple(c["stop"]), seed=c["seed"],
-            texts=tuple(_read_text(store, t) or "" for t in c["texts"]), usage=Usage(*c["usage"]),
+            texts=tuple(_read_text(store, t) or "" for t in c["texts"]),
+            usage=Usage(c["usage"][0], c["usage"][1], c.get("reasoning") or 0),
             error_kind=error.get("kind"), error=error.get("message"), batch=c.get("batch"), schema=c.get("schema"),
             route=c.get("route"), pinned_form=c.get("form"), choices=tuple(c.get("choices") or ()),
             scored=bool(c.get("scored")),
@@ -548,6 +550,8 @@ class RunRecorder:
             **({"route": request.route} if request.route is not None else {}),
             **({"form": request.form} if request.form is not None else {}),
             **({"choices": list(request.choices)} if request.choices else {}),
+            # Of the output tokens, the reasoning ones: only when there are some, so other records keep their form.
+            **({"reasoning": usage.reasoning_tokens} if usage.reasoning_tokens else {}),
             **({"scored": True} if request.score_choices else {}),
         }
         self._completed += 1
