@@ -216,9 +216,9 @@ def cmd_solve(args: argparse.Namespace, stored: Any = None, *, sinks: Sequence[A
     import asyncio
     from dataclasses import replace
 
-    from ..views.ask import InteractiveHandler
     from ..run.execute import execute
     from ..run.options import spec_from_options
+    from ..views.ask import InteractiveHandler
     from ..views.mermaid import to_mermaid
     from ..views.progress import ProgressDisplay
     from ..views.terminal import terminal_json, terminal_text

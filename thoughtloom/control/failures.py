@@ -13,12 +13,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import ClassVar, Protocol, runtime_checkable
 
+from thoughtloom.control.types import AnticipatedFailure, FailureMode, SearchState
+
 from ..tasks.similarity import (
     PARAPHRASE_THRESHOLD,
     find_loops,
     restating_ids,
 )
-from thoughtloom.control.types import AnticipatedFailure, FailureMode, SearchState
 
 #: Below this a detector reports nothing: not worth a line in the result.
 NEGLIGIBLE = 0.05

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import math
-import re
 import tempfile
 from collections import Counter
 from collections.abc import Iterator

@@ -9,7 +9,6 @@ from typing import Protocol
 
 from .types import GenerateRequest
 
-
 SampleKey = tuple[Hashable, ...]
 
 

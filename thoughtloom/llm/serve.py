@@ -33,9 +33,9 @@ import socket
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from urllib.parse import urlsplit
 from http import HTTPStatus
 from typing import Any, Protocol, Self
+from urllib.parse import urlsplit
 
 from .errors import ModelError
 from .text import encodes

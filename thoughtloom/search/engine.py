@@ -7,7 +7,6 @@ import time
 from collections.abc import Callable, Collection, Coroutine, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
-
 from ..graph import NodeStatus
 from ..grounding.adjust import GroundingPolicy
 from ..grounding.types import Grounder
@@ -21,8 +20,8 @@ from .events import BudgetSpent, EventBus, EventSink, SearchStarted, SearchStopp
 from .operators import synthesize
 from .paths import ScoredPaths
 from .result import GroundingStats, PathStep, SearchResult, SearchStats, SearchUsage, role_usage
-from .strategies import STRATEGY_FUNCTIONS
 from .stop import StopReason
+from .strategies import STRATEGY_FUNCTIONS
 
 if TYPE_CHECKING:
     from ..tools.toolbox import Toolbox

@@ -81,8 +81,25 @@ from ..search.events import DuplicateMerged, Event, NodeAdded
 from ..search.stop import StopReason
 from .blocks import CID, RAW, CorruptBlock, Link, MissingBlock, codec_of, encode, link, raw
 from .manifest import Manifest
-from .shapes import (ANY, BOOL, CID_TEXT, COUNT, LINK, MAP, NUMBER, TEXT, TEXT_OR_LINK, WHOLE, BadShape, Shape,
-                     checked, list_of, one_of, optional, record)
+from .shapes import (
+    ANY,
+    BOOL,
+    CID_TEXT,
+    COUNT,
+    LINK,
+    MAP,
+    NUMBER,
+    TEXT,
+    TEXT_OR_LINK,
+    WHOLE,
+    BadShape,
+    Shape,
+    checked,
+    list_of,
+    one_of,
+    optional,
+    record,
+)
 from .store import BlockStore, get_obj
 
 if TYPE_CHECKING:

@@ -22,10 +22,10 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from ..llm.types import Prompt, few_shot_messages
-from .recursion.contract import ChildSpec, Contract, FailurePolicy
-from .recursion.hooks import Goal, Plan, RecursiveHooks, Verification
 from .base import ProblemError, Query, Task, read_input_file
 from .datadir import default_data_dir
+from .recursion.contract import ChildSpec, Contract, FailurePolicy
+from .recursion.hooks import Goal, Plan, RecursiveHooks, Verification
 
 #: Errors the data README gives an unparsable output.
 SORTING_UNPARSABLE = 300

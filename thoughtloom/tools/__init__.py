@@ -2,7 +2,7 @@
 
 from .base import Tool, ToolConfigError, ToolError, ToolResult, ToolSpec
 from .registry import TOOL_NAMES, build_toolbox, parse_tool_names
-from .toolbox import ToolLimits, Toolbox
+from .toolbox import Toolbox, ToolLimits
 
 __all__ = [
     "TOOL_NAMES", "Tool", "ToolConfigError", "ToolError", "ToolLimits", "ToolResult", "ToolSpec", "Toolbox",

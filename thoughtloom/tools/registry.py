@@ -18,7 +18,7 @@ from ..tasks.base import comma_list
 from .base import Tool, ToolConfigError
 from .builtin import CalcTool, DocsTool, FilesTool, PythonTool
 from .mcp import SERVER_NAME, connect_all, load_mcp_config
-from .toolbox import ToolLimits, Toolbox
+from .toolbox import Toolbox, ToolLimits
 from .traced import traced_tools
 
 #: The tool names `build_toolbox` knows; an MCP server's tools are also granted as `mcp:NAME`.

@@ -17,10 +17,10 @@ from typing import Any
 
 from ...graph import EdgeKind, NodeKind, NodeStatus
 from ...tasks.base import Query
-from ..context import SearchContext
-from ..events import Backtracked, NodeScored, ThoughtRejected
 from ...tasks.recursion.contract import ContractError, FailurePolicy, check_contract
 from ...tasks.recursion.hooks import Goal, Plan, RecursiveHooks, Verification
+from ..context import SearchContext
+from ..events import Backtracked, NodeScored, ThoughtRejected
 
 _S = NodeStatus
 #: Ranking weights of a branch: decomposition quality, child completion, verification confidence.

@@ -15,9 +15,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..similarity import is_paraphrase, normalize_words
 from ...llm.types import Message, Prompt
 from ..query import Query, json_object, schema_text
+from ..similarity import is_paraphrase, normalize_words
 from .contract import (
     MAX_SCHEMA_TEXT,
     ChildSpec,
