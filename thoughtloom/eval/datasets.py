@@ -643,19 +643,19 @@ def _documents(context: Any) -> tuple[tuple[str, str], ...]:
 
     Reads the Hugging Face layout {title: [...], sentences: [[...]]} and the official file's
     [[title, [sentences]], ...]."""
-    pairs = zip(context["title"], context["sentences"]) if isinstance(context, dict) else context
+    pairs = zip(context["title"], context["sentences"], strict=False) if isinstance(context, dict) else context
     return tuple((str(title), " ".join(s.strip() for s in sentences)) for title, sentences in pairs)
 
 
 def _sentences(context: Any) -> tuple[tuple[str, tuple[str, ...]], ...]:
     """(title, sentences) per paragraph, in either layout `_documents` reads; sentence ids are their indices."""
-    pairs = zip(context["title"], context["sentences"]) if isinstance(context, dict) else context
+    pairs = zip(context["title"], context["sentences"], strict=False) if isinstance(context, dict) else context
     return tuple((str(title), tuple(str(s) for s in sentences)) for title, sentences in pairs)
 
 
 def _facts(facts: Any) -> tuple[tuple[str, int], ...]:
     """(title, sentence id) pairs from {title: [...], sent_id: [...]} or the official [[title, id], ...]; none when absent."""
-    pairs = zip(facts["title"], facts["sent_id"]) if isinstance(facts, dict) else facts
+    pairs = zip(facts["title"], facts["sent_id"], strict=False) if isinstance(facts, dict) else facts
     return tuple((str(title), int(sent_id)) for title, sent_id in pairs)
 
 

@@ -451,7 +451,7 @@ def majority(dataset: Dataset, candidates: list[str | None]) -> str | None:
     if not counts:
         return None
     top = max(counts.values())
-    for cand, key in zip(candidates, keys):
+    for cand, key in zip(candidates, keys, strict=True):
         if key is not None and counts[key] == top:
             return cand
     return None  # pragma: no cover - unreachable: some key has the top count

@@ -312,7 +312,7 @@ def write_plot(path: Path, summaries: Sequence[LaneSummary], title: str = "") ->
         return "no plot: matplotlib is not installed (pip install 'thoughtloom[plot]')"
     tasks = list(dict.fromkeys(s.task for s in summaries))
     fig, axes = plt.subplots(1, len(tasks), figsize=(5.2 * len(tasks), 4.2), squeeze=False)
-    for ax, task in zip(axes[0], tasks):
+    for ax, task in zip(axes[0], tasks, strict=True):
         rows = [s for s in summaries if s.task == task and s.n]
         errors = bool(rows) and rows[0].metric == "errors"
         for s in rows:

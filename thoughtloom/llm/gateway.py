@@ -239,14 +239,14 @@ class Gateway:
                     if completion.texts:
                         cache.put(keys[0], completion.texts[0])
                 else:
-                    for i, text in zip(call.missing, completion.texts):
+                    for i, text in zip(call.missing, completion.texts, strict=False):
                         cache.put(keys[i], text)
             if len(call.missing) == record.n and len(completion.texts) == record.n:
                 got = completion.texts
                 record.texts = got if type(got) is tuple else tuple(got)
                 whole = got is record.texts and completion.model == record.model
             else:
-                for i, text in zip(call.missing, completion.texts):
+                for i, text in zip(call.missing, completion.texts, strict=False):
                     texts[i] = text
                 # Samples the budget refused (a server ignoring n) are left out, not made up.
                 record.texts = tuple(t for t in texts if t is not None)
@@ -337,7 +337,7 @@ class Gateway:
         try:
             if todo:
                 completions = await self._batch_within_budget([calls[i] for i in todo])
-                for i, completion in zip(todo, completions):
+                for i, completion in zip(todo, completions, strict=True):
                     out[i] = self._close(calls[i], completion)
         except BaseException as exc:
             for i in todo:
@@ -536,7 +536,7 @@ class Gateway:
         await self._sem.acquire()
         try:
             bounds = [self._input_bound(r) for r in requests]
-            need = sum(b + r.n * r.max_tokens for b, r in zip(bounds, requests))
+            need = sum(b + r.n * r.max_tokens for b, r in zip(bounds, requests, strict=True))
             left = self.budget.tokens_left()
             if left is not None and need > left:
                 raise BudgetExceeded(
@@ -545,7 +545,7 @@ class Gateway:
                     f"the {max(left, 0)} left of the {self.budget.limits.tokens}-token budget",
                 )
             try:
-                for request, bound in zip(requests, bounds):
+                for request, bound in zip(requests, bounds, strict=True):
                     reservations.append(self._reserve(request, bound + request.n * request.max_tokens)[0])
             except BudgetExceeded:
                 for reservation in reservations:
@@ -559,12 +559,12 @@ class Gateway:
                 if len(completions) != len(requests):
                     raise ModelError(f"{backend.name} answered {len(completions)} of {len(requests)} batched requests")
                 usages = self.charge_batch(requests, completions, bounds)
-                return [c if c.usage == u else replace(c, usage=u) for c, u in zip(completions, usages)]
+                return [c if c.usage == u else replace(c, usage=u) for c, u in zip(completions, usages, strict=True)]
             except BaseException as exc:
                 usages = self.charge_batch(requests, exc, bounds)
                 raise
             finally:
-                for request, reservation, usage in zip(requests, reservations, usages):
+                for request, reservation, usage in zip(requests, reservations, usages, strict=True):
                     self.budget.settle(reservation, usage,
                                        self._cost(usage, request.route) if usage is not None else 0.0)
         finally:
@@ -590,9 +590,9 @@ class Gateway:
     ) -> list[Usage | None]:
         """What each request of one batched backend call costs (see charge)."""
         bounds = bounds if bounds is not None else [self._input_bound(r) for r in requests]
-        worst = [Usage(b, r.n * r.max_tokens) for b, r in zip(bounds, requests)]
+        worst = [Usage(b, r.n * r.max_tokens) for b, r in zip(bounds, requests, strict=True)]
         if not isinstance(outcome, BaseException):
-            return [self._checked(r, c.usage, w.input_tokens, c.texts) for r, c, w in zip(requests, outcome, worst)]
+            return [self._checked(r, c.usage, w.input_tokens, c.texts) for r, c, w in zip(requests, outcome, worst, strict=False)]
         if isinstance(outcome, BatchRefused) and outcome.usage is not None:
             # The server answered the list wrongly but billed it: the whole (checked) usage goes on
             # the first request, each request is still a call.

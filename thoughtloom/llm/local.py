@@ -324,7 +324,7 @@ class LocalLlamaBackend:
         logps = await self._run(lambda: engine.score(prompt, continuations), "scoring")
         # Every choice token is evaluated like prompt text; nothing is sampled.
         read = len(prompt) + sum(len(c) for c in continuations)
-        return Completion((choice_text(dict(zip(request.choices, logps))),), Usage(read, 0), self.name, None, ("stop",))
+        return Completion((choice_text(dict(zip(request.choices, logps, strict=True))),), Usage(read, 0), self.name, None, ("stop",))
 
     async def aclose(self) -> None:
         """Nothing to release: the model stays cached for the rest of the process."""

@@ -148,7 +148,7 @@ class OpenAIBackend(LazySdkClient):
             )
         texts = [sampled.texts[i * n : (i + 1) * n] for i in range(len(requests))]
         usages = _split_usage(sampled.usage, prompts, texts)
-        return [Completion(tuple(t), u, self.name) for t, u in zip(texts, usages)]
+        return [Completion(tuple(t), u, self.name) for t, u in zip(texts, usages, strict=True)]
 
     async def _sample_batch(self, request: GenerateRequest, prompts: list[str], seed: int | None) -> _Sampled:
         """One completions call for several prompts, with SDK errors mapped to thoughtloom's."""
@@ -350,7 +350,7 @@ def _split_usage(total: Usage, prompts: Sequence[str], texts: Sequence[Sequence[
 
     ins = shares(total.input_tokens, [len(p.encode()) for p in prompts])
     outs = shares(total.output_tokens, [sum(len(t.encode()) for t in ts) for ts in texts])
-    return [Usage(i, o) for i, o in zip(ins, outs)]
+    return [Usage(i, o) for i, o in zip(ins, outs, strict=True)]
 
 
 def _wants_max_completion_tokens(exc: Any) -> bool:

@@ -421,7 +421,7 @@ class OpenAIEndpoint:
         done = await self._generate(requests)
         n = requests[0].n
         choices = []
-        for i, (completion, prompt) in enumerate(zip(done, prompts)):
+        for i, (completion, prompt) in enumerate(zip(done, prompts, strict=True)):
             for j, text in enumerate(completion.texts):
                 logprobs = None
                 if top is not None and completion.logprobs is not None:

@@ -378,7 +378,7 @@ class SearchContext:
         if self.stopped:
             return [None] * len(queries)
         if self.gateway.batches:
-            requests = [self._request(q, n, purpose, k, role) for q, k in zip(queries, keys)]
+            requests = [self._request(q, n, purpose, k, role) for q, k in zip(queries, keys, strict=True)]
             try:
                 if self._call_slots is None:
                     completions = await self.gateway.generate_batch(requests)
@@ -394,10 +394,10 @@ class SearchContext:
                 return [None] * len(queries)
             else:
                 self._successful_calls += len(completions)
-                for request, completion in zip(requests, completions):
+                for request, completion in zip(requests, completions, strict=True):
                     self._count_parse_failures(request, completion.texts)
                 return [(list(c.texts), c.usage.total) for c in completions]
-        return await eager_gather(self.ask(q, n, purpose, k, role) for q, k in zip(queries, keys))
+        return await eager_gather(self.ask(q, n, purpose, k, role) for q, k in zip(queries, keys, strict=True))
 
     # --- grounding ----------------------------------------------------------------------
 

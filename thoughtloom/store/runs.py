@@ -780,21 +780,21 @@ class RecordingBackend(BackendWrapper):
         except asyncio.CancelledError as exc:
             rec._charged_batch(requests, exc)
             if rec._cut_off():
-                for s, r in zip(starts, requests):
+                for s, r in zip(starts, requests, strict=True):
                     rec._exchange(s, r, None, ("cutoff", "wall-clock budget ran out during a call"), t0, len(requests))
                 rec.flush_started()
             raise
         except ModelError as exc:
             rec._charged_batch(requests, exc)
             kind = _error_kind(exc)
-            for s, r in zip(starts, requests):
+            for s, r in zip(starts, requests, strict=True):
                 rec._exchange(s, r, None, (kind, str(exc)), t0, len(requests))
             rec.flush_started()
             raise
         except BudgetExceeded:
             raise
         rec._charged_batch(requests, completions)
-        for s, r, c in zip(starts, requests, completions):
+        for s, r, c in zip(starts, requests, completions, strict=False):
             rec._exchange(s, r, c, None, t0, len(requests))
         rec.flush()
         return completions
@@ -977,9 +977,9 @@ def _load_graph(store: BlockStore, graph_cid: CID, timings: CID | None) -> Store
         node.depth = thought["depth"]
         node.status = NodeStatus(version["status"])
         edges: list[tuple[CID, str, float | None]] = [
-            (p.cid, kind, None) for p, kind in zip(thought["parents"], thought["edges"])]
+            (p.cid, kind, None) for p, kind in zip(thought["parents"], thought["edges"], strict=False)]
         if "edges" in version:  # re-labelled or weighted since the thought was written
-            edges = [(p, kind, weight) for (p, _, _), (kind, weight) in zip(edges, version["edges"])]
+            edges = [(p, kind, weight) for (p, _, _), (kind, weight) in zip(edges, version["edges"], strict=False)]
         edges += [(m[0].cid, m[1], m[2] if len(m) > 2 else None) for m in version["merged"]]
         links.append((nid, edges))
     # Edges after every node: a later node may have been linked to an earlier one (an agent's new

@@ -174,7 +174,7 @@ class SQLiteStore(TableRefs, ClosesOnExit):
                 part = keys[i:i + _IN_BATCH]
                 sql = f"SELECT cid, CAST(data AS BLOB) FROM blocks WHERE cid IN ({','.join('?' * len(part))})"
                 found.update(db.execute(sql, part).fetchall())
-        for cid, key in zip(wanted, keys):
+        for cid, key in zip(wanted, keys, strict=True):
             data = found.get(key)
             if data is None:
                 raise MissingBlock(cid, str(self.path))

@@ -18,6 +18,7 @@ import re
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import pairwise
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -43,7 +44,7 @@ def sorting_errors(output: Sequence[int] | None, unsorted: Sequence[int]) -> int
         return SORTING_UNPARSABLE
     got, gold = Counter(output), Counter(unsorted)
     count_errors = sum(abs(got[d] - gold[d]) for d in set(got) | set(gold))
-    return count_errors + sum(1 for a, b in zip(output, output[1:]) if a > b)
+    return count_errors + sum(1 for a, b in pairwise(output) if a > b)
 
 
 def intersection_errors(output: Sequence[int] | None, gold: Sequence[int]) -> int:

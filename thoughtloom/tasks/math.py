@@ -289,10 +289,10 @@ class MathTask(Task[str]):
         and the answer with `quorum` votes, more than any other answer, is the goal."""
         ran = await asyncio.gather(*(self.runs.run(t.thought) for t in thoughts))
         answers = [canonical(r.answer) for r in ran]
-        count = count_votes(problem, [Ballot(a, t.thought, t.times) for a, t in zip(answers, thoughts)], self.quorum)
+        count = count_votes(problem, [Ballot(a, t.thought, t.times) for a, t in zip(answers, thoughts, strict=True)], self.quorum)
         shares = tuple(count.votes[a] / max(1, count.total) if a is not None else 0.0 for a in answers)
         notes = tuple(count.note(a) if a is not None else f"no answer ({result.why_not[:80]}); {count.total} samples in all"
-                      for a, result in zip(answers, ran))
+                      for a, result in zip(answers, ran, strict=True))
         return Tally(shares, frozenset(i for i, a in enumerate(answers) if a is not None and a == count.winner), notes)
 
     def compose_answer(self, problem: str, steps: Sequence[str], reply: str | None) -> str | None:

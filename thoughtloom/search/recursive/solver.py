@@ -208,7 +208,7 @@ class Solver:
                      contract=contract.to_dict(), source=plan.source, quality=plan.quality)
         self._start(dnode)
         lineage = (*ancestors, goal)
-        children = [replace(c, spec=s) for c, s in zip(plan.children, contract.child_specs)]
+        children = [replace(c, spec=s) for c, s in zip(plan.children, contract.child_specs, strict=True)]
         child_nodes: list[int] = []
         for child in children:
             cn = self._add(dnode, child.text, "decompose", NodeKind.QUESTION, EdgeKind.DEPENDENCY)
@@ -219,21 +219,21 @@ class Solver:
         if plan.mode == "chain":
             # A chain hands each step's result to the next step, as the contract's order says.
             outs: list[Outcome] = []
-            for child, cn in zip(children, child_nodes):
+            for child, cn in zip(children, child_nodes, strict=True):
                 if outs and outs[-1].text is not None:
                     child = replace(child, context=(*child.context, f"Result of the previous step: {outs[-1].text}"))
                 outs.append(await self.solve(child, depth + 1, lineage, cn, policy))
         else:
             # Independent children run concurrently; each sees only its own goal and context.
             outs = list(await asyncio.gather(*(
-                self.solve(child, depth + 1, lineage, cn, policy) for child, cn in zip(children, child_nodes)
+                self.solve(child, depth + 1, lineage, cn, policy) for child, cn in zip(children, child_nodes, strict=True)
             )))
         best: Outcome | None = None
         feedback: str | None = None
         for attempt in range(1 + policy.retry):
             missing = [
                 f"child {i + 1}: {outs[i].verification.diagnostics[0] if outs[i].value is None and outs[i].verification.diagnostics else why}"
-                for i, why in enumerate(s.check(o.value) for s, o in zip(contract.child_specs, outs)) if why
+                for i, why in enumerate(s.check(o.value) for s, o in zip(contract.child_specs, outs, strict=True)) if why
             ]
             completion = sum(o.verification.passed for o in outs) / len(outs)
             if missing:
@@ -298,10 +298,10 @@ class Solver:
             cn = self._add(child_nodes[i], f"retry: {children[i].text}", "retry", NodeKind.QUESTION, EdgeKind.REFINEMENT)
             new_nodes.append(cn)
         fresh = await asyncio.gather(*(
-            self.solve(children[i], depth + 1, lineage, cn, policy) for i, cn in zip(redo, new_nodes) if cn is not None
+            self.solve(children[i], depth + 1, lineage, cn, policy) for i, cn in zip(redo, new_nodes, strict=True) if cn is not None
         ))
         outs = list(outs)
-        for i, out in zip(redo, fresh):
+        for i, out in zip(redo, fresh, strict=False):
             if (out.verification.passed, out.score) > (outs[i].verification.passed, outs[i].score):
                 outs[i] = out
         return outs

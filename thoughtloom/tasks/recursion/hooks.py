@@ -227,7 +227,7 @@ class RecursiveHooks:
                 contract, invalid = None, f"invalid contract: {exc}"
             specs = contract.child_specs if contract else (None,) * len(texts)
             children = tuple(
-                Goal(t.strip(), (c,) if c else (), s) for t, c, s in zip(texts, contexts, specs)  # type: ignore[arg-type]
+                Goal(t.strip(), (c,) if c else (), s) for t, c, s in zip(texts, contexts, specs, strict=True)  # type: ignore[arg-type]
             )
             plans.append(Plan(mode, children, contract, quality, "model", invalid))
         return plans
@@ -257,7 +257,7 @@ class RecursiveHooks:
         """Ask the model to merge the children's results as the contract says."""
         assert plan.contract is not None
         parts = "".join(
-            f"{i}. {c.text}: {self.render(c, r)}\n" for i, (c, r) in enumerate(zip(plan.children, results), 1)
+            f"{i}. {c.text}: {self.render(c, r)}\n" for i, (c, r) in enumerate(zip(plan.children, results, strict=True), 1)
         )
         retry = f"A previous combination was rejected: {feedback}\n" if feedback else ""
         text = (
