@@ -585,7 +585,7 @@ def _game24(text: str) -> list[Problem]:
 
 def _gsm8k(text: str) -> list[Problem]:
     out = []
-    for i, line in enumerate(l for l in text.splitlines() if l.strip()):
+    for i, line in enumerate(t for t in text.splitlines() if t.strip()):
         row = json.loads(line)
         gold = row["answer"].rsplit("####", 1)[-1].strip()
         out.append(Problem(str(i), row["question"], row["question"], gold))
