@@ -61,9 +61,13 @@ def add_logging_options(parser: argparse.ArgumentParser, default: object = None)
 
 def add_trace_option(parser: argparse.ArgumentParser, default: object = None) -> None:
     """--trace FILE: the command's OpenTelemetry spans as OTLP JSON Lines (the OTEL_* variables also work)."""
-    parser.add_argument("--trace", metavar="FILE", default=default,
-                        help="append the OpenTelemetry spans (searches, model and tool calls) to FILE as OTLP JSON "
-                             "Lines (otel extra); OTEL_TRACES_EXPORTER / OTEL_EXPORTER_OTLP_ENDPOINT send them over OTLP")
+    parser.add_argument(
+        "--trace",
+        metavar="FILE",
+        default=default,
+        help="append the OpenTelemetry spans (searches, model and tool calls) to FILE as OTLP JSON "
+        "Lines (otel extra); OTEL_TRACES_EXPORTER / OTEL_EXPORTER_OTLP_ENDPOINT send them over OTLP",
+    )
 
 
 def cmd_profiles(args: argparse.Namespace) -> int:
@@ -167,8 +171,18 @@ def _run(args: argparse.Namespace) -> int:
     from .serve import cmd_serve
     from .solve import cmd_solve
 
-    commands = {"solve": cmd_solve, "agent": cmd_agent, "research": cmd_research, "bench": cmd_bench, "data": cmd_data, "tasks": cmd_tasks, "profiles": cmd_profiles,
-                "models": cmd_models, "serve": cmd_serve, **STORE_COMMANDS}
+    commands = {
+        "solve": cmd_solve,
+        "agent": cmd_agent,
+        "research": cmd_research,
+        "bench": cmd_bench,
+        "data": cmd_data,
+        "tasks": cmd_tasks,
+        "profiles": cmd_profiles,
+        "models": cmd_models,
+        "serve": cmd_serve,
+        **STORE_COMMANDS,
+    }
     from .otel import exported_spans
 
     try:

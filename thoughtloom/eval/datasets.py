@@ -1,7 +1,8 @@
 """Benchmark data sets: loading problems from a user's data directory, selecting them, scoring answers.
 
 The files are read where the user keeps them (`--data-dir`, $THOUGHTLOOM_DATA), else from the
-cache directory `loom data fetch` downloads into (eval/sources.py); nothing is copied into the project. Each data set names the task its
+cache directory `loom data fetch` downloads into (eval/sources.py); nothing is copied into the project. Each data set
+names the task its
 search lanes run on, and scores answers with the set's published rule (eval/scoring.py).
 """
 
@@ -168,7 +169,9 @@ class Labels:
             raise DataError("labels: expected {\"fields\": {ROLE: FIELD}, \"metric\": NAME, \"shots\": FILE}")
         bad = sorted(set(fields_) - set(LABEL_ROLES))
         if bad:
-            raise DataError(f"--fields names {bad[0]!r}; map {', '.join(LABEL_ROLES)} (e.g. problem=question,answer=gold)")
+            raise DataError(
+                f"--fields names {bad[0]!r}; map {', '.join(LABEL_ROLES)} (e.g. problem=question,answer=gold)"
+            )
         return cls(dict(fields_), data.get("metric"), data.get("shots"))
 
 
@@ -633,8 +636,18 @@ def _hotpotqa(text: str) -> list[Problem]:
         # Each question's own 10 paragraphs (2 gold, 8 distractors) are its whole corpus.
         documents = _documents(row["context"])
         shown = "\n".join(f"{title}: {text}" for title, text in documents) + f"\nQuestion: {row['question']}"
-        out.append(Problem(str(i), shown, shown, row["answer"], question=row["question"], documents=documents,
-                           sentences=_sentences(row["context"]), supporting_facts=_facts(row.get("supporting_facts") or ())))
+        out.append(
+            Problem(
+                str(i),
+                shown,
+                shown,
+                row["answer"],
+                question=row["question"],
+                documents=documents,
+                sentences=_sentences(row["context"]),
+                supporting_facts=_facts(row.get("supporting_facts") or ()),
+            )
+        )
     return out
 
 
@@ -654,7 +667,8 @@ def _sentences(context: Any) -> tuple[tuple[str, tuple[str, ...]], ...]:
 
 
 def _facts(facts: Any) -> tuple[tuple[str, int], ...]:
-    """(title, sentence id) pairs from {title: [...], sent_id: [...]} or the official [[title, id], ...]; none when absent."""
+    """(title, sentence id) pairs from {title: [...], sent_id: [...]} or the official [[title, id], ...]; none when
+    absent."""
     pairs = zip(facts["title"], facts["sent_id"], strict=False) if isinstance(facts, dict) else facts
     return tuple((str(title), int(sent_id)) for title, sent_id in pairs)
 

@@ -157,7 +157,9 @@ def check_lane(lane: str, dataset: Dataset) -> None:
         return
     if lane in SEARCH_LANES:
         if SEARCH_LANES[lane] not in available_strategies():
-            raise LaneError(f"lane {lane} needs the {SEARCH_LANES[lane]} strategy, which is not registered in this build")
+            raise LaneError(
+                f"lane {lane} needs the {SEARCH_LANES[lane]} strategy, which is not registered in this build"
+            )
         if dataset.task_object is None and dataset.spec.task not in registered_tasks():
             raise LaneError(f"lane {lane} needs task {dataset.spec.task} for {dataset.name}, which is not registered")
         if lane == CHANCE_LANE and not dataset.task().lists_choices:
@@ -170,8 +172,10 @@ def check_lane(lane: str, dataset: Dataset) -> None:
         return
     prompts = dataset.family()
     if prompts is None and family != "code":
-        raise LaneError(f"lane {lane} has no prompt for {dataset.name}; use a search lane"
-                        + (" (or label its rows: an answer per row and --metric)" if family.startswith("user:") else ""))
+        raise LaneError(
+            f"lane {lane} has no prompt for {dataset.name}; use a search lane"
+            + (" (or label its rows: an answer per row and --metric)" if family.startswith("user:") else "")
+        )
     if family == "code":
         if lane in ("cot", "react"):
             raise LaneError(f"lane {lane} has no prompt for {dataset.name}; use io, cot_sc, best_of_n or a search lane")
@@ -583,7 +587,8 @@ async def _search(lane: str, dataset: Dataset, problem: Problem, backend: Backen
 
 
 def agent_task(problem: Problem) -> str:
-    """The text the agent works: the problem's, or for a problem with its own documents the question alone, ending in '?'."""
+    """The text the agent works: the problem's, or for a problem with its own documents the question alone, ending in
+    '?'."""
     # The agent's input processor researches a task ending in '?' as a question (docs search,
     # then an answer) when document search is granted; one HotpotQA question of the 50 lacks its '?'.
     if not problem.documents:
@@ -594,7 +599,8 @@ def agent_task(problem: Problem) -> str:
 
 @contextmanager
 def problem_corpus(problem: Problem | None) -> Iterator[str | None]:
-    """A temporary folder with the problem's own documents, one Markdown file each (its title as heading), removed after."""
+    """A temporary folder with the problem's own documents, one Markdown file each (its title as heading), removed
+    after."""
     if problem is None or not problem.documents:
         yield None
         return
@@ -606,7 +612,8 @@ def problem_corpus(problem: Problem | None) -> Iterator[str | None]:
 
 @contextmanager
 def sentence_corpus(problem: Problem) -> Iterator[str | None]:
-    """Like problem_corpus, with one sentence per line under each heading (citations.sentence_files); None without sentences."""
+    """Like problem_corpus, with one sentence per line under each heading (citations.sentence_files); None without
+    sentences."""
     if not problem.sentences:
         yield None
         return

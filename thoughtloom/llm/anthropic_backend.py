@@ -87,7 +87,9 @@ class AnthropicBackend(LazySdkClient):
         input_tokens = getattr(usage, "input_tokens", None)
         output_tokens = getattr(usage, "output_tokens", None)
         if not isinstance(input_tokens, int) or not isinstance(output_tokens, int):
-            raise ModelError(f"model endpoint {self.base_url} reported no token usage; check that it is Anthropic's API")
+            raise ModelError(
+                f"model endpoint {self.base_url} reported no token usage; check that it is Anthropic's API"
+            )
         return Completion((text,), Usage(input_tokens, output_tokens), self.name)
 
     def _params(self, request: GenerateRequest) -> dict[str, Any]:

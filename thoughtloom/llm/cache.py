@@ -21,8 +21,16 @@ def sample_key(model: str, request: GenerateRequest, index: int) -> SampleKey:
     # A role's own model answers a routed request: the same prompt to another model is another sample.
     # A pinned prompt form is another reading of the prompt (GenerateRequest.form): another sample.
     return (
-        model if request.route is None else f"{model}#{request.route}", request.prompt.text, request.prompt.messages, request.max_tokens, request.temperature,
-        request.stop, request.seed, index, request.schema, request.form,
+        model if request.route is None else f"{model}#{request.route}",
+        request.prompt.text,
+        request.prompt.messages,
+        request.max_tokens,
+        request.temperature,
+        request.stop,
+        request.seed,
+        index,
+        request.schema,
+        request.form,
         # A distribution over the choices and a sample constrained to them are different replies.
         *((("choices", request.choices, request.score_choices),) if request.choices else ()),
     )

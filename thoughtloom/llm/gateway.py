@@ -399,7 +399,9 @@ class Gateway:
         out = self._send_now(request, record)
         return await out if type(out) is Later else out  # type: ignore[return-value]
 
-    def _send_now(self, request: GenerateRequest, record: CallRecord, slotted: bool = False) -> Completion | Later[Completion]:
+    def _send_now(
+        self, request: GenerateRequest, record: CallRecord, slotted: bool = False
+    ) -> Completion | Later[Completion]:
         """One request on the wire: a slot and a reservation before it is sent, settled by what it
         cost; answered at once when the backend answers without waiting (llm/inline.py), else a
         Later that waits for the answer in the caller's task."""
@@ -592,15 +594,22 @@ class Gateway:
         bounds = bounds if bounds is not None else [self._input_bound(r) for r in requests]
         worst = [Usage(b, r.n * r.max_tokens) for b, r in zip(bounds, requests, strict=True)]
         if not isinstance(outcome, BaseException):
-            return [self._checked(r, c.usage, w.input_tokens, c.texts) for r, c, w in zip(requests, outcome, worst, strict=False)]
+            return [
+                self._checked(r, c.usage, w.input_tokens, c.texts)
+                for r, c, w in zip(requests, outcome, worst, strict=False)
+            ]
         if isinstance(outcome, BatchRefused) and outcome.usage is not None:
             # The server answered the list wrongly but billed it: the whole (checked) usage goes on
             # the first request, each request is still a call.
             total = Usage(sum(w.input_tokens for w in worst), sum(w.output_tokens for w in worst))
             used = outcome.usage
-            clamped = Usage(_clamp(used.input_tokens, total.input_tokens), _clamp(used.output_tokens, total.output_tokens))
+            clamped = Usage(
+                _clamp(used.input_tokens, total.input_tokens), _clamp(used.output_tokens, total.output_tokens)
+            )
             if clamped != used:
-                self._warn("batch", f"{self.backend.name} reported impossible usage {used} for a batch; charged {clamped}")
+                self._warn(
+                    "batch", f"{self.backend.name} reported impossible usage {used} for a batch; charged {clamped}"
+                )
             return [clamped, *[NO_USAGE] * (len(requests) - 1)]
         return [self._unanswered(outcome, w) for w in worst]
 

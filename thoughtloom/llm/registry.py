@@ -308,7 +308,8 @@ def local_backend(
     n_threads: int | None = None,
     progress: Callable[[str], None] | None = None,
 ) -> LocalLlamaBackend:
-    """The in-process backend a local spec names (n_ctx: None for the model's window; n_threads: None follows the load)."""
+    """The in-process backend a local spec names (n_ctx: None for the model's window; n_threads: None follows the
+    load)."""
     if not spec.is_local:
         raise ModelConfigError(f"{spec.identity} is not an embedded model (local, local:NAME or local:PATH)")
     # Deferred: llama.cpp bindings are an optional extra and slow to import.

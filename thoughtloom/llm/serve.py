@@ -332,7 +332,11 @@ def _refuse_unsupported(body: dict[str, Any], chat: bool) -> None:
         for name in ("tools", "functions"):
             if body.get(name):
                 raise _unsupported(name, "tool calling")
-        if body.get("tool_choice") not in (None, "none", "auto") or body.get("function_call") not in (None, "none", "auto"):
+        if body.get("tool_choice") not in (None, "none", "auto") or body.get("function_call") not in (
+            None,
+            "none",
+            "auto",
+        ):
             raise _unsupported("tool_choice", "tool calling")
         if body.get("audio") or body.get("modalities") not in (None, ["text"]):
             raise _unsupported("modalities", "output other than text")

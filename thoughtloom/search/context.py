@@ -146,9 +146,21 @@ class SearchContext:
         self.expanded: set[int] = set()
         #: Why each pruned thought was cut (a later pass may bring back those the beam held back).
         self.prune_reasons: dict[int, str] = {}
-        self.counts = {"proposed": 0, "rejected": 0, "repaired": 0, "duplicates": 0, "pruned": 0, "expansions": 0, "reasks": 0,
-                       "parse_failures": 0, "grounded": 0, "verified": 0, "grounding_failed": 0, "grounder_errors": 0,
-                       "continuations": 0}
+        self.counts = {
+            "proposed": 0,
+            "rejected": 0,
+            "repaired": 0,
+            "duplicates": 0,
+            "pruned": 0,
+            "expansions": 0,
+            "reasks": 0,
+            "parse_failures": 0,
+            "grounded": 0,
+            "verified": 0,
+            "grounding_failed": 0,
+            "grounder_errors": 0,
+            "continuations": 0,
+        }
         self.grounders = tuple(grounders)
         self.grounding_policy = grounding_policy or GroundingPolicy()
         #: What grounding found, by node.
@@ -519,7 +531,9 @@ class SearchContext:
         self._steps[solution.id] = self._steps[node_id]
         self._path_score[solution.id] = self._path_score.get(node_id)
         if self.bus:
-            self.bus.emit(NodeAdded(solution.id, (node_id,), NodeKind.SOLUTION.value, solution.depth, answer, "synthesize"))
+            self.bus.emit(
+                NodeAdded(solution.id, (node_id,), NodeKind.SOLUTION.value, solution.depth, answer, "synthesize")
+            )
         return solution.id
 
     def reject(self, parent: int, content: str, reason: str, creator: str) -> None:

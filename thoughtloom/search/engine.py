@@ -168,7 +168,9 @@ async def search(
     if bus:
         bus.emit(SearchStopped(reason, best, len(ctx.graph), ctx.counts["pruned"], ctx.counts["rejected"],
                                ctx.deepest()))
-    path_ids = ctx.graph.path_to_root(answer_node if answer_node is not None else best) if best is not None else [ctx.root]
+    path_ids = (
+        ctx.graph.path_to_root(answer_node if answer_node is not None else best) if best is not None else [ctx.root]
+    )
     best_path = [
         PathStep(n.id, n.kind.value, n.content, n.score,
                  Evaluation.from_dict(n.extra["evaluation"]) if "evaluation" in n.extra else None)

@@ -50,7 +50,8 @@ per answered call for a 1,000-node search on a local disk (benchmarks/engine_ove
 zero-latency model); nothing without a recorder.
 
 The recorder sees the backend through RecordingBackend, a proxy the gateway calls instead of the
-real backend (composed below the gateway when the run is built); it sees the graph through the SearchContext (search(..., on_context=...)) and the
+real backend (composed below the gateway when the run is built); it sees the graph through the SearchContext
+(search(..., on_context=...)) and the
 creation-time parents and merges through the event stream. A search without a recorder runs
 exactly as before. It leaves Gateway.listener (the engine's BudgetSpent feed) alone: replay needs
 what the backend itself saw (the sub-request left after cache hits, max_tokens as the budget shrank
@@ -197,7 +198,9 @@ def resolve_run(store: BlockStore, prefix: str) -> str:
     if not matches:
         raise RunError(f"no run {prefix!r} in the store (see 'loom runs')")
     if len(matches) > 1:
-        raise RunError(f"run prefix {prefix!r} is ambiguous: {', '.join(matches[:5])}{' ...' if len(matches) > 5 else ''}")
+        raise RunError(
+            f"run prefix {prefix!r} is ambiguous: {', '.join(matches[:5])}{' ...' if len(matches) > 5 else ''}"
+        )
     return matches[0]
 
 
@@ -531,7 +534,9 @@ class RunRecorder:
         elif isinstance(outcome, Completion):
             self._charge(outcome.usage)
 
-    def _charged_batch(self, requests: Sequence[GenerateRequest], outcome: Sequence[Completion] | BaseException) -> None:
+    def _charged_batch(
+        self, requests: Sequence[GenerateRequest], outcome: Sequence[Completion] | BaseException
+    ) -> None:
         gateway = self._gateway
         if gateway is not None:
             for usage in gateway.charge_batch(requests, outcome):

@@ -234,8 +234,11 @@ class CrosswordsTask(Task[Crossword]):
         words = board_words(board)
 
         def listed(filled: bool) -> str:
-            return "".join(f"{slot}. {clue}: {word}\n" for slot, clue, word in zip(SLOTS, problem.clues, words, strict=False)
-                           if (slot in placed) == filled)
+            return "".join(
+                f"{slot}. {clue}: {word}\n"
+                for slot, clue, word in zip(SLOTS, problem.clues, words, strict=False)
+                if (slot in placed) == filled
+            )
 
         # No word is ever "changed" here: the validator refuses a step that would change one.
         return f"Current Board:\n{rows}\nUnfilled:\n{listed(False)}\nFilled:\n{listed(True)}\nChanged:\n"

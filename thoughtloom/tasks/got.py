@@ -228,11 +228,15 @@ class SortingTask(Task[NumbersProblem]):
     """Sort a list of digits 0-9 (GoT sorting); exact error count."""
 
     name: ClassVar[str] = "sorting"
-    description: ClassVar[str] = "sort digits 0-9 (GoT): a list, an ID from the data (--size 32/64/128), or none with --size"
+    description: ClassVar[str] = (
+        "sort digits 0-9 (GoT): a list, an ID from the data (--size 32/64/128), or none with --size"
+    )
     search_defaults: ClassVar[dict[str, Any]] = {"strategy": "recursive", "breadth": 2, "beam": 2, "max_depth": 2,
                                                  "temperature": 0.3}
 
-    def __init__(self, size: int | None = None, data: Path | None = None, leaf: int = 16, merge: str = "program") -> None:
+    def __init__(
+        self, size: int | None = None, data: Path | None = None, leaf: int = 16, merge: str = "program"
+    ) -> None:
         if merge not in ("program", "model"):
             raise ValueError(f"merge must be program or model; got {merge!r}")
         self.size, self.data, self.leaf, self.merge = size, data, leaf, merge
@@ -242,7 +246,9 @@ class SortingTask(Task[NumbersProblem]):
         text = text.strip()
         if not text:
             if self.size is None:
-                raise ProblemError("sorting needs a list of digits, an ID with --size, or --size N alone to generate one")
+                raise ProblemError(
+                    "sorting needs a list of digits, an ID with --size, or --size N alone to generate one"
+                )
             if self.size > MAX_GENERATED:
                 raise ProblemError(f"--size {self.size:,} is too large to generate; at most {MAX_GENERATED:,} digits")
             rng = random.Random(self.size)  # the same generated instance for a size every time
@@ -255,7 +261,7 @@ class SortingTask(Task[NumbersProblem]):
             return NumbersProblem(tuple(ast.literal_eval(row["Unsorted"])), f"sorting_{size:03d}/{text}")
         numbers = _int_list(text)
         if numbers is None or len(numbers) < 2 or not all(0 <= x <= 9 for x in numbers):
-            raise ProblemError(f"sorting takes a list of at least two digits 0-9, e.g. \"[3, 1, 2]\"; got {text[:60]!r}")
+            raise ProblemError(f'sorting takes a list of at least two digits 0-9, e.g. "[3, 1, 2]"; got {text[:60]!r}')
         if self.size is not None and len(numbers) != self.size:
             raise ProblemError(f"--size {self.size} but the list has {len(numbers)} numbers")
         return NumbersProblem(tuple(numbers))
@@ -349,9 +355,13 @@ class IntersectionHooks(RecursiveHooks):
         shots = [([3, 8, 1, 12, 5], [5, 9, 3, 14], [3, 5]), ([20, 4, 7, 11], [11, 2, 20, 6, 7], [7, 11, 20])]
         if attempt % 2:
             shots.reverse()
-        return _query("Find the numbers that are in both sets.", [(f"{_fmt(a)} {_fmt(b)}", _fmt(c)) for a, b, c in shots],
-                      f"{_fmt(self.problem.first)} {_fmt(goal.payload)}",
-                      "List the numbers that are in both sets. Reply with the list only.", 3 * len(goal.payload) + 8)
+        return _query(
+            "Find the numbers that are in both sets.",
+            [(f"{_fmt(a)} {_fmt(b)}", _fmt(c)) for a, b, c in shots],
+            f"{_fmt(self.problem.first)} {_fmt(goal.payload)}",
+            "List the numbers that are in both sets. Reply with the list only.",
+            3 * len(goal.payload) + 8,
+        )
 
     def parse_result(self, goal: Goal, text: str) -> Any:
         """The first list of integers (an empty list counts)."""
@@ -366,7 +376,9 @@ class IntersectionHooks(RecursiveHooks):
     def verify(self, goal: Goal, value: Any) -> Verification:
         """Exact: the intersection recomputed from the goal's own input."""
         errors = intersection_errors(value, sorted(set(self.problem.first) & set(goal.payload)))
-        return Verification(errors == 0, max(0.0, 1.0 - errors / max(1, len(goal.payload))), (f"errors={errors}",), errors)
+        return Verification(
+            errors == 0, max(0.0, 1.0 - errors / max(1, len(goal.payload))), (f"errors={errors}",), errors
+        )
 
     def errors(self, goal: Goal, value: Any) -> int:
         """The GoT error count of a root result."""
@@ -450,7 +462,9 @@ class KeywordHooks(RecursiveHooks):
 
     def root_goal(self) -> Goal:
         """The whole text."""
-        return Goal(f"Count the countries in: {self.problem.text}", spec=ChildSpec("object[integer]"), payload=self.problem.text)
+        return Goal(
+            f"Count the countries in: {self.problem.text}", spec=ChildSpec("object[integer]"), payload=self.problem.text
+        )
 
     def equivalent(self, a: Goal, b: Goal) -> bool:
         """The same passage is the same goal."""
@@ -472,7 +486,9 @@ class KeywordHooks(RecursiveHooks):
             "Every count is a whole number of at least 1.",
             FailurePolicy(retry=1, replan=0, backtrack=1),
         )
-        children = tuple(Goal(f"Count the countries in: {p}", spec=ChildSpec("object[integer]"), payload=p) for p in passages)
+        children = tuple(
+            Goal(f"Count the countries in: {p}", spec=ChildSpec("object[integer]"), payload=p) for p in passages
+        )
         return [Plan("decompose", children, contract, 0.9)]
 
     def solve_query(self, goal: Goal, attempt: int, feedback: str | None) -> Query:

@@ -1,4 +1,5 @@
-"""Tools a run may call (calculator, sandboxed Python, document search, file reading, MCP servers), behind one Toolbox."""
+"""Tools a run may call (calculator, sandboxed Python, document search, file reading, MCP servers), behind one
+Toolbox."""
 
 from .base import Tool, ToolConfigError, ToolError, ToolResult, ToolSpec
 from .registry import TOOL_NAMES, build_toolbox, parse_tool_names

@@ -72,7 +72,8 @@ async def build_toolbox(
     mcp_config: str | Path | None = None,
     sandbox: Sandbox | None = None,
 ) -> Toolbox:
-    """A Toolbox granting the named tools; ToolConfigError (one line) when one cannot be set up, with nothing left running."""
+    """A Toolbox granting the named tools; ToolConfigError (one line) when one cannot be set up, with nothing left
+    running."""
     # Every requirement is checked before anything is opened or started.
     wanted = check_grant(names, knowledge=knowledge, read_roots=read_roots, mcp_config=mcp_config)
     servers: list[str] | None = None  # None: every configured server

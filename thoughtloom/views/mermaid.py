@@ -140,7 +140,9 @@ def _render(graph: ThoughtGraph, keep: Collection[int] | None, best: list[int], 
             label += f"<br/>→ {_escape(result)}"
         tools = node.extra.get("tool_calls")
         if tools:
-            label += "<br/>🔧 " + ", ".join(f"{_escape(str(c.get('tool')))} {_escape(str(c.get('status')))}" for c in tools)
+            label += "<br/>🔧 " + ", ".join(
+                f"{_escape(str(c.get('tool')))} {_escape(str(c.get('status')))}" for c in tools
+            )
         hypothesis = node.extra.get("hypothesis")
         if hypothesis is not None:  # research: how sure, how promising, where it stands
             label += (f"<br/>confidence {hypothesis['confidence']:.2f} · promise {hypothesis['promise']:.2f} · "

@@ -95,9 +95,15 @@ def plans_schema(k: int) -> str:
         "properties": {
             "mode": {"enum": [m for m in MODES if m != "solve"]},
             "confidence": confidence,
-            "children": {"type": "array", "minItems": 1, "items": {
-                "type": "object", "properties": {"goal": text, "context": {"type": "string", "maxLength": MAX_SCHEMA_TEXT}},
-                "required": ["goal"]}},
+            "children": {
+                "type": "array",
+                "minItems": 1,
+                "items": {
+                    "type": "object",
+                    "properties": {"goal": text, "context": {"type": "string", "maxLength": MAX_SCHEMA_TEXT}},
+                    "required": ["goal"],
+                },
+            },
             "contract": contract_schema(),
         },
         "required": ["mode", "confidence", "children", "contract"],
@@ -257,7 +263,8 @@ class RecursiveHooks:
         """Ask the model to merge the children's results as the contract says."""
         assert plan.contract is not None
         parts = "".join(
-            f"{i}. {c.text}: {self.render(c, r)}\n" for i, (c, r) in enumerate(zip(plan.children, results, strict=True), 1)
+            f"{i}. {c.text}: {self.render(c, r)}\n"
+            for i, (c, r) in enumerate(zip(plan.children, results, strict=True), 1)
         )
         retry = f"A previous combination was rejected: {feedback}\n" if feedback else ""
         text = (
@@ -295,7 +302,9 @@ class RecursiveHooks:
             return Verification(False, 0.0, (f"no verdict in {text.strip()[:80]!r}",))
         passed = m.group(1).upper() == "PASS"
         reason = text[m.end():].strip(" :.-\n")[:160]
-        return Verification(passed, 0.8 if passed else 0.0, (f"model: {m.group(1).upper()}" + (f": {reason}" if reason else ""),))
+        return Verification(
+            passed, 0.8 if passed else 0.0, (f"model: {m.group(1).upper()}" + (f": {reason}" if reason else ""),)
+        )
 
     def errors(self, goal: Goal, value: Any) -> int | None:
         """The task's exact error count of a root result (None when it has no such count)."""
