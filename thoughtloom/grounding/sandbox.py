@@ -41,7 +41,7 @@ import sys
 import tempfile
 import time
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -851,7 +851,7 @@ def _chown_tree(root: Path, uid: int, gid: int) -> None:
 def _force_rmtree(path: Path) -> None:
     """Remove a workdir even when the code made parts of it unreadable (as a non-root user)."""
 
-    def retry(func, p, _exc):  # type: ignore[no-untyped-def]
+    def retry(func: Callable[[str], object], p: str, _exc: object) -> None:
         with contextlib.suppress(OSError):
             os.chmod(os.path.dirname(p), 0o700)
             os.chmod(p, 0o700)

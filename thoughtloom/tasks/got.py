@@ -314,7 +314,7 @@ class IntersectionHooks(RecursiveHooks):
         self.problem, self.leaf = problem, leaf
 
     def _goal(self, second: Sequence[int]) -> Goal:
-        return Goal(f"Intersect {_fmt(self.problem.first)} with {_fmt(second)}", spec=self.spec(None),  # type: ignore[arg-type]
+        return Goal(f"Intersect {_fmt(self.problem.first)} with {_fmt(second)}", spec=self.spec(None),
                     payload=tuple(second))
 
     def spec(self, goal: Goal | None) -> ChildSpec:
@@ -342,7 +342,7 @@ class IntersectionHooks(RecursiveHooks):
                 continue
             chunks = [second[i:i + size] for i in range(0, len(second), size)]
             contract = Contract(
-                tuple(self.spec(None) for _ in chunks),  # type: ignore[arg-type]
+                tuple(self.spec(None) for _ in chunks),
                 "Take the union of the partial intersections, sorted, without repeats.",
                 "Every element is in both sets and no common element is missing (0 errors).",
                 FailurePolicy(retry=1, replan=0, backtrack=1),

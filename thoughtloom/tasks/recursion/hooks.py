@@ -225,15 +225,16 @@ class RecursiveHooks:
             if not all(isinstance(t, str) and t.strip() for t in texts):
                 plans.append(Plan(mode, source="model", quality=quality, invalid="a child without a goal"))
                 continue
+            goals = [str(t).strip() for t in texts]  # all str, checked above
             contexts = [str(c.get("context", "")).strip() if isinstance(c, dict) else "" for c in children_raw]
             try:
                 contract: Contract | None = parse_contract(item.get("contract"), len(texts))
                 invalid = None
             except ContractError as exc:
                 contract, invalid = None, f"invalid contract: {exc}"
-            specs = contract.child_specs if contract else (None,) * len(texts)
+            specs: tuple[ChildSpec | None, ...] = contract.child_specs if contract else (None,) * len(texts)
             children = tuple(
-                Goal(t.strip(), (c,) if c else (), s) for t, c, s in zip(texts, contexts, specs, strict=True)  # type: ignore[arg-type]
+                Goal(t, (c,) if c else (), s) for t, c, s in zip(goals, contexts, specs, strict=True)
             )
             plans.append(Plan(mode, children, contract, quality, "model", invalid))
         return plans
