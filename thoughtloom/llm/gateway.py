@@ -209,6 +209,7 @@ class Gateway:
         self.records.append(record)
         # Token logprobs live only in a fresh answer: the cache keeps texts.
         cache = self.cache if request.logprobs is None else None
+        texts: list[str | None]
         if cache is None:
             keys, texts, missing = [], [None] * n, list(range(n))
         elif n == 1:  # the common case, without the comprehensions

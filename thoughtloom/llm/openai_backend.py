@@ -263,7 +263,7 @@ class OpenAIBackend(LazySdkClient):
                 "format": json.loads(request.schema), "options": options}
         data = await client.post(f"{self.base_url.removesuffix('/v1')}/api/generate", cast_to=object, body=body)
         text = data.get("response") if isinstance(data, dict) else None
-        if not isinstance(text, str):
+        if not isinstance(data, dict) or not isinstance(text, str):
             raise ModelError(f"Ollama at {self.base_url.removesuffix('/v1')} answered /api/generate without a "
                              f"response text ({one_line(data)}); check that it is Ollama 0.5 or later")
         text = self._reply_text(text)
