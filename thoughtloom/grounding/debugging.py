@@ -144,9 +144,9 @@ def blamed_names(text: str) -> list[str]:
         span = span.strip()
         if _FILE.fullmatch(span):
             continue
-        m = re.fullmatch(r"([A-Za-z_][\w.]*)\s*(?:\(.*\))?", span)
-        if m:
-            add(m.group(1))
+        named = re.fullmatch(r"([A-Za-z_][\w.]*)\s*(?:\(.*\))?", span)
+        if named:
+            add(named.group(1))
     for pattern in (_CALL, _NAMED, _NAMED_AFTER, _IDENT):
         for m in pattern.finditer(text):
             token = m.group(1)

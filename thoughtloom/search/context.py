@@ -430,7 +430,7 @@ class SearchContext:
                     # The grounding runs in a task of its own (Budget.within_wall), cancelled at the deadline.
                     result = await budget.within_wall(self._run_grounder(node_id))
             except TimeoutError:
-                self.stop("budget_wall_s")
+                self.stop(StopReason.BUDGET_WALL_S)
                 return None
             if result is None:
                 # No grounder could test it: the policy may require grounding (unverified_factor).
@@ -596,8 +596,10 @@ class SearchContext:
             # The path score extends the nearest ancestor one step shorter (a merge or refinement
             # stands in for its parent's step rather than adding one).
             base = primary_parent(node_id)
+            assert base is not None  # only the root has no parent, and it is never scored
             while base != root and len(steps_of[base]) >= depth:
                 base = primary_parent(base)
+                assert base is not None
             path = combine(aggregation, path_scores[base], score, depth)
             path_scores[node_id] = path
             if sinks:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Collection, Coroutine, Sequence
+from collections.abc import Awaitable, Callable, Collection, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..graph import NodeStatus
@@ -60,7 +60,7 @@ class _WallDeadline(Exception):
     """The wall-clock budget ran out while the search was waiting (internal)."""
 
 
-async def _within_wall(budget: Budget, step: Coroutine[Any, Any, T], grace_s: float = 0.0) -> T:
+async def _within_wall(budget: Budget, step: Awaitable[T], grace_s: float = 0.0) -> T:
     """Await `step`, cancelled when the wall-clock budget (plus grace_s) runs out."""
     if budget.wall_left() is None:
         return await step
@@ -136,7 +136,7 @@ async def search(
     ctx = SearchContext(task, problem, gateway, config, bus, controller, all_grounders, grounding_policy, tools,
                         processors, research, routed_roles)
     if out_of_time:
-        ctx.stop("budget_wall_s")
+        ctx.stop(StopReason.BUDGET_WALL_S)
     if on_context is not None:
         on_context(ctx)
     if controller is not None:
@@ -149,7 +149,7 @@ async def search(
         if not ctx.stopped:
             await _within_wall(budget, STRATEGY_FUNCTIONS[config.strategy](ctx), WALL_GRACE_S)
     except _WallDeadline:
-        ctx.stop("budget_wall_s")
+        ctx.stop(StopReason.BUDGET_WALL_S)
     except asyncio.CancelledError:
         # Ctrl-C or a caller's cancel: keep what was found rather than lose it with the task.
         interrupted = True

@@ -158,7 +158,8 @@ class Solver:
             self.root_outcomes.append(outcome)
             if outcome.verification.passed:  # a failed result stays failed; it can still be the best answer
                 above = self.ctx.graph.primary_parent(outcome.result_node)
-                if above != self.ctx.root:  # the decomposition first: the result's path score extends it
+                # The decomposition first: the result's path score extends it.
+                if above is not None and above != self.ctx.root:
                     self.ctx.set_score(above, outcome.score)
                 self.ctx.set_score(outcome.result_node, outcome.score)
             await self.ctx.checkpoint()
