@@ -183,6 +183,12 @@ def _run(args: argparse.Namespace) -> int:
         "serve": cmd_serve,
         **STORE_COMMANDS,
     }
+
+    def reported() -> tuple[type[Exception], ...]:
+        """Errors reported as one line with exit code 2 (called only once one was raised: the store loads then)."""
+        return (UsageError, SpecError, ProblemError, UnknownTask, UnknownProfile, UnsupportedOperation, ModelError,
+                TaskOptionError, SandboxUnavailable, *store_errors())
+
     from .otel import exported_spans
 
     try:
@@ -197,8 +203,7 @@ def _run(args: argparse.Namespace) -> int:
             print(f"loom: error: cannot write the output: {exc.strerror or exc}", file=sys.stderr)
             return 2
         return code
-    except (UsageError, SpecError, ProblemError, UnknownTask, UnknownProfile, UnsupportedOperation, ModelError,
-            TaskOptionError, SandboxUnavailable, *store_errors()) as exc:
+    except reported() as exc:
         from ..views.terminal import terminal_text
 
         print(f"loom: error: {terminal_text(str(exc))}", file=sys.stderr)  # may quote a server or a file

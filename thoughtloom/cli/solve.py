@@ -274,8 +274,10 @@ def cmd_solve(args: argparse.Namespace, stored: Any = None, *, sinks: Sequence[A
         if store is not None:
             spec = replace(spec, store=store)
 
+    store_path = store.path if store is not None else None
+
     def announce(run_id: str) -> None:
-        print(f"loom: run {run_id} stored in {store.path}", file=sys.stderr, flush=True)
+        print(f"loom: run {run_id} stored in {store_path}", file=sys.stderr, flush=True)
 
     try:
         result = asyncio.run(execute(

@@ -98,7 +98,7 @@ class ControlSettings:
         The settings name their profile, so `solve(controller=...)` with them applies the profile's
         search and grounding settings as well (see thoughtloom.run.resolve).
         """
-        values = {
+        values: dict[str, Any] = {
             "acceptable_threshold": profile.acceptable_threshold,
             "goal_threshold": profile.goal_threshold,
             "compromise_threshold": profile.compromise_threshold,

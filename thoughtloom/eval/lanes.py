@@ -193,10 +193,10 @@ def check_lane(lane: str, dataset: Dataset) -> None:
 def check_params(lane: str, params: dict[str, Any]) -> None:
     """Raise LaneError on a parameter the lane does not take or a value it cannot run with (before any call)."""
     engine = lane in SEARCH_LANES or lane in (AGENT_LANE, RESEARCH_LANE)
-    if lane == RESEARCH_LANE:
-        from ..search.research.config import ResearchConfig as Config
-    else:
-        from ..search.config import SearchConfig as Config
+    from ..search.config import SearchConfig
+    from ..search.research.config import ResearchConfig
+
+    Config: type[SearchConfig] | type[ResearchConfig] = ResearchConfig if lane == RESEARCH_LANE else SearchConfig
     if engine:
         defaults = {f.name: f.default for f in fields(Config)
                     if f.init and f.name not in ("strategy", "temperature", "seed")}  # shared by the protocol
@@ -227,7 +227,8 @@ def check_params(lane: str, params: dict[str, Any]) -> None:
     if engine:
         try:
             # Its own range checks (beam >= 1, prune_threshold in [0, 1]; research's anti-patterns ...).
-            Config(**{k: tuple(v) if isinstance(v, list) else v for k, v in params.items()})
+            given: dict[str, Any] = {k: tuple(v) if isinstance(v, list) else v for k, v in params.items()}
+            Config(**given)
         except ValueError as exc:
             raise LaneError(f"lane {lane}: {exc}") from None
 

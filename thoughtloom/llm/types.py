@@ -202,8 +202,10 @@ class Backend(Protocol):
 
     #: Identity of the model, used in cache keys, records and manifests.
     name: str
-    #: How many calls the backend can usefully serve at once (the embedded model: 1).
-    max_concurrency: int
+    @property
+    def max_concurrency(self) -> int:
+        """How many calls the backend can usefully serve at once (the embedded model: 1); an attribute or a property."""
+        ...
 
     # Optional: `prompt_form = "text"` or `"chat"`: which form of a Prompt the backend sends
     # (completion text with the request's stop strings, or chat messages ending at the end of
