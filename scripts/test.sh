@@ -14,7 +14,7 @@ if ! command -v chromedriver >/dev/null 2>&1 && command -v apt-get >/dev/null 2>
 fi
 # Lint and types first (both configured in pyproject.toml): any finding fails the run before the tests.
 failed=0
-"$VENV/bin/python" -m ruff check --quiet thoughtloom || failed=1
+"$VENV/bin/python" -m ruff check --quiet --output-format concise thoughtloom || failed=1
 "$VENV/bin/python" -m mypy || failed=1
 if [ "$failed" != 0 ]; then
   echo "==> ruff or mypy found the problems above: fix them before the tests run" >&2
