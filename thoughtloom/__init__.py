@@ -50,29 +50,53 @@ _EXPORTS = {
 __all__ = ["__version__", *_EXPORTS]
 
 if TYPE_CHECKING:
-    from .api import ResearchStream, agent, areplay, asolve, make_gateway, research, solve
-    from .search.research.config import ResearchConfig
-    from .search.research.records import ResearchResult
-    from .search.agent.kinds import default_processors
-    from .search.agent.processors import ProcessorRegistry
-    from .tools.base import ToolSpec
-    from .tools.toolbox import Toolbox
-    from .run.execute import execute
-    from .run.grants import Grants
-    from .run.taskfile import load_task
-    from .run.spec import RunSpec, resolve
-    from .search.stop import StopReason
-    from .eval.runner import compare_strategies
-    from .graph.dag import ThoughtGraph
-    from .grounding.neighbours import make_process_private
-    from .llm.budget import BudgetLimits
-    from .llm.gateway import Gateway
-    from .search.config import SearchConfig
-    from .search.engine import search
-    from .search.result import SearchResult
-    from .tasks.base import ProblemError, Task
-    from .tasks.query import Query, Verdict
-    from .tasks.registry import get_task
+    # `X as X`: re-exported names (the lazy __getattr__ below loads them at run time).
+    from .api import (
+        ResearchStream as ResearchStream,
+    )
+    from .api import (
+        agent as agent,
+    )
+    from .api import (
+        areplay as areplay,
+    )
+    from .api import (
+        asolve as asolve,
+    )
+    from .api import (
+        make_gateway as make_gateway,
+    )
+    from .api import (
+        research as research,
+    )
+    from .api import (
+        solve as solve,
+    )
+    from .eval.runner import compare_strategies as compare_strategies
+    from .graph.dag import ThoughtGraph as ThoughtGraph
+    from .grounding.neighbours import make_process_private as make_process_private
+    from .llm.budget import BudgetLimits as BudgetLimits
+    from .llm.gateway import Gateway as Gateway
+    from .run.execute import execute as execute
+    from .run.grants import Grants as Grants
+    from .run.spec import RunSpec as RunSpec
+    from .run.spec import resolve as resolve
+    from .run.taskfile import load_task as load_task
+    from .search.agent.kinds import default_processors as default_processors
+    from .search.agent.processors import ProcessorRegistry as ProcessorRegistry
+    from .search.config import SearchConfig as SearchConfig
+    from .search.engine import search as search
+    from .search.research.config import ResearchConfig as ResearchConfig
+    from .search.research.records import ResearchResult as ResearchResult
+    from .search.result import SearchResult as SearchResult
+    from .search.stop import StopReason as StopReason
+    from .tasks.base import ProblemError as ProblemError
+    from .tasks.base import Task as Task
+    from .tasks.query import Query as Query
+    from .tasks.query import Verdict as Verdict
+    from .tasks.registry import get_task as get_task
+    from .tools.base import ToolSpec as ToolSpec
+    from .tools.toolbox import Toolbox as Toolbox
 
 
 def __getattr__(name: str) -> Any:

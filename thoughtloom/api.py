@@ -269,7 +269,8 @@ def research(
     threads: int | str | None = None,
     **settings: Any,
 ) -> ResearchStream:
-    """Research a question as a tree of hypotheses tested against `knowledge` (a folder of documents); the run `loom research` makes.
+    """Research a question as a tree of hypotheses tested against `knowledge` (a folder of documents); the run `loom
+    research` makes.
 
     Iterate the returned stream for insights as they happen; `await stream.result()` for the
     ResearchResult. config: a ResearchConfig; keyword `settings` set single fields of it
@@ -316,4 +317,6 @@ def _blocking(coroutine_function: Callable[_P, Coroutine[Any, Any, _T]]) -> Call
 
 
 solve = _blocking(asolve)
-solve.__doc__ = """Search for an answer (blocking); the arguments are asolve's. Works inside a running event loop too."""
+solve.__doc__ = (
+    """Search for an answer (blocking); the arguments are asolve's. Works inside a running event loop too."""
+)

@@ -26,10 +26,14 @@ def add_agent_parser(sub: Any) -> None:
     s.add_argument("problem", metavar="TASK", help='the task, e.g. "Plan a 3-day trip to Lisbon under 900 EUR"')
     add_model_option(s)
     t = s.add_argument_group("tools (only those granted; calc by default)")
-    t.add_argument("--tools", metavar="LIST", default="calc",
-                   help="tools the agent may call, comma-separated (default: calc, which reads and writes nothing): calc, "
-                   "python (sandboxed, no network), docs (--knowledge), "
-                   "files (--allow-read), mcp:NAME or mcp (servers in --mcp-config)")
+    t.add_argument(
+        "--tools",
+        metavar="LIST",
+        default="calc",
+        help="tools the agent may call, comma-separated (default: calc, which reads and writes nothing): calc, "
+        "python (sandboxed, no network), docs (--knowledge), "
+        "files (--allow-read), mcp:NAME or mcp (servers in --mcp-config)",
+    )
     t.add_argument("--mcp-config", metavar="FILE", help='MCP servers, JSON: {"mcpServers": {"NAME": {"command": ..., '
                    '"args": [...]} or {"url": ...}}}')
     t.add_argument("--knowledge", metavar="DIR", help="the documents the docs tool searches (.md/.txt)")

@@ -32,9 +32,12 @@ def add_bench_parser(sub: Any, positive_int: Any, positive_float: Any) -> None:
         "A parity audit refuses unfair protocols; lanes that do not apply to a data set are left out with the "
         "reason; results stream to --out, so re-running resumes.",
     )
-    b.add_argument("--tasks", help=f"data sets, comma-separated: {', '.join(DATASETS)} (default game24), or your own "
-                                   "as TASK:FILE: FILE is JSON Lines or CSV rows with a problem, an id and, to be scored, "
-                                   "an answer; TASK a task (e.g. general) or a TOML task file (see docs/tasks.md)")
+    b.add_argument(
+        "--tasks",
+        help=f"data sets, comma-separated: {', '.join(DATASETS)} (default game24), or your own "
+        "as TASK:FILE: FILE is JSON Lines or CSV rows with a problem, an id and, to be scored, "
+        "an answer; TASK a task (e.g. general) or a TOML task file (see docs/tasks.md)",
+    )
     b.add_argument("--fields", metavar="ROLE=FIELD,...",
                    help="which fields of your rows hold the problem, the answer and the id, e.g. "
                         "problem=question,answer=gold (default: problem, answer, id)")
@@ -71,8 +74,12 @@ def add_bench_parser(sub: Any, positive_int: Any, positive_float: Any) -> None:
     b.add_argument("--protocol", metavar="FILE", help="a protocol JSON file (flags given here override it)")
     b.add_argument("--data-dir", metavar="DIR", help="benchmark data (default: $THOUGHTLOOM_DATA, else the cache "
                    "directory 'loom data fetch NAME' downloads into)")
-    b.add_argument("--out", metavar="DIR", help=f"run directory (default {DEFAULT_OUT_ROOT}/<data sets>-<protocol hash>; "
-                   "the same command resumes the same run)")
+    b.add_argument(
+        "--out",
+        metavar="DIR",
+        help=f"run directory (default {DEFAULT_OUT_ROOT}/<data sets>-<protocol hash>; "
+        "the same command resumes the same run)",
+    )
     b.add_argument("--resume", metavar="DIR", help="continue the run in DIR exactly as its manifest says")
     b.add_argument("--jobs", type=positive_int("--jobs"), default=1, help="problems in flight at once (default 1)")
     b.add_argument("--workers", type=positive_int("--workers"),
@@ -86,8 +93,11 @@ def add_bench_parser(sub: Any, positive_int: Any, positive_float: Any) -> None:
     b.add_argument("--ray-address", metavar="ADDR",
                    help="the Ray cluster to join (HOST:PORT or auto; default: RAY_ADDRESS, else a new local one)")
     b.add_argument("--shard", help=argparse.SUPPRESS)
-    b.add_argument("--store", metavar="PATH",
-                   help="record every search lane's run in this store, for 'loom show' and 'loom replay' (default: not stored)")
+    b.add_argument(
+        "--store",
+        metavar="PATH",
+        help="record every search lane's run in this store, for 'loom show' and 'loom replay' (default: not stored)",
+    )
     b.add_argument("--no-plot", action="store_true", help="skip the PNG plot")
     b.add_argument("--quiet", action="store_true", help="no per-problem progress on stderr")
 
@@ -279,7 +289,11 @@ def cmd_bench(args: argparse.Namespace) -> int:
             _check_granted(protocol, args)
         else:
             protocol = build_protocol(_options(args))
-            out = Path(args.out) if args.out else Path(DEFAULT_OUT_ROOT) / f"{_dir_name(protocol.tasks)}-{protocol.fingerprint()}"
+            out = (
+                Path(args.out)
+                if args.out
+                else Path(DEFAULT_OUT_ROOT) / f"{_dir_name(protocol.tasks)}-{protocol.fingerprint()}"
+            )
         # The audit runs before any lane and before the model loads: an unfair protocol costs nothing.
         checks = audit(protocol)
         _check_priced(protocol)
@@ -292,9 +306,15 @@ def cmd_bench(args: argparse.Namespace) -> int:
         datasets = {t: load_dataset(t, protocol.data_dir, labels) for t in protocol.tasks}
         protocol = prepare_run_dir(protocol, out, say)
         shard = _shard(args.shard)
-        say(f"parity audit passed: {counted(len(protocol.lanes), 'lane')} share "
+        say(
+            f"parity audit passed: {counted(len(protocol.lanes), 'lane')} share "
             f"{', '.join(c.split(':')[0] for c in checks if 'equal' in c)}"
-            + (f"; declared to differ: {', '.join(protocol.declared_differences)}" if protocol.declared_differences else ""))
+            + (
+                f"; declared to differ: {', '.join(protocol.declared_differences)}"
+                if protocol.declared_differences
+                else ""
+            )
+        )
         say(f"run directory {out} · {counted(sum(len(v) for v in protocol.problems.values()), 'problem')} x "
             f"{counted(len(protocol.lanes), 'lane')} · budget {protocol.budget_tokens or '-'} tokens per problem")
         if protocol.role_models:
@@ -368,7 +388,9 @@ def _dir_name(tasks: list[str]) -> str:
     """The data sets as one folder name: a user's "TASK:path/file.jsonl" becomes "TASK_file"."""
     import re
 
-    names = [name.partition(":")[0] + "_" + Path(name.partition(":")[2]).stem if ":" in name else name for name in tasks]
+    names = [
+        name.partition(":")[0] + "_" + Path(name.partition(":")[2]).stem if ":" in name else name for name in tasks
+    ]
     return re.sub(r"[^A-Za-z0-9_.+-]", "_", "+".join(names))
 
 

@@ -19,10 +19,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
     from .agent import add_agent_parser
-    from .research import add_research_parser
     from .bench import add_bench_parser
     from .data import add_data_parser
     from .models import add_models_parser
+    from .research import add_research_parser
     from .runs import add_store_commands
     from .serve import add_serve_parser
     from .solve import add_solve_parser
@@ -61,9 +61,13 @@ def add_logging_options(parser: argparse.ArgumentParser, default: object = None)
 
 def add_trace_option(parser: argparse.ArgumentParser, default: object = None) -> None:
     """--trace FILE: the command's OpenTelemetry spans as OTLP JSON Lines (the OTEL_* variables also work)."""
-    parser.add_argument("--trace", metavar="FILE", default=default,
-                        help="append the OpenTelemetry spans (searches, model and tool calls) to FILE as OTLP JSON "
-                             "Lines (otel extra); OTEL_TRACES_EXPORTER / OTEL_EXPORTER_OTLP_ENDPOINT send them over OTLP")
+    parser.add_argument(
+        "--trace",
+        metavar="FILE",
+        default=default,
+        help="append the OpenTelemetry spans (searches, model and tool calls) to FILE as OTLP JSON "
+        "Lines (otel extra); OTEL_TRACES_EXPORTER / OTEL_EXPORTER_OTLP_ENDPOINT send them over OTLP",
+    )
 
 
 def cmd_profiles(args: argparse.Namespace) -> int:
@@ -167,8 +171,24 @@ def _run(args: argparse.Namespace) -> int:
     from .serve import cmd_serve
     from .solve import cmd_solve
 
-    commands = {"solve": cmd_solve, "agent": cmd_agent, "research": cmd_research, "bench": cmd_bench, "data": cmd_data, "tasks": cmd_tasks, "profiles": cmd_profiles,
-                "models": cmd_models, "serve": cmd_serve, **STORE_COMMANDS}
+    commands = {
+        "solve": cmd_solve,
+        "agent": cmd_agent,
+        "research": cmd_research,
+        "bench": cmd_bench,
+        "data": cmd_data,
+        "tasks": cmd_tasks,
+        "profiles": cmd_profiles,
+        "models": cmd_models,
+        "serve": cmd_serve,
+        **STORE_COMMANDS,
+    }
+
+    def reported() -> tuple[type[Exception], ...]:
+        """Errors reported as one line with exit code 2 (called only once one was raised: the store loads then)."""
+        return (UsageError, SpecError, ProblemError, UnknownTask, UnknownProfile, UnsupportedOperation, ModelError,
+                TaskOptionError, SandboxUnavailable, *store_errors())
+
     from .otel import exported_spans
 
     try:
@@ -183,8 +203,7 @@ def _run(args: argparse.Namespace) -> int:
             print(f"loom: error: cannot write the output: {exc.strerror or exc}", file=sys.stderr)
             return 2
         return code
-    except (UsageError, SpecError, ProblemError, UnknownTask, UnknownProfile, UnsupportedOperation, ModelError,
-            TaskOptionError, SandboxUnavailable, *store_errors()) as exc:
+    except reported() as exc:
         from ..views.terminal import terminal_text
 
         print(f"loom: error: {terminal_text(str(exc))}", file=sys.stderr)  # may quote a server or a file

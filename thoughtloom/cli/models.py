@@ -41,7 +41,7 @@ def cmd_models(args: argparse.Namespace) -> int:
 def _list(as_json: bool) -> int:
     from ..llm.models import DEFAULT_EMBEDDED, EMBEDDED_MODELS, hub_url, is_installed, model_file, parts_installed
 
-    rows = []
+    rows: list[dict[str, Any]] = []
     for m in EMBEDDED_MODELS.values():
         state = "ready" if is_installed(m) else "parts installed" if parts_installed(m) else "not installed"
         rows.append({

@@ -142,7 +142,8 @@ def _open(path: str) -> IO[str]:
 
 
 class OtlpJsonLinesExporter:
-    """A span exporter writing each batch as one line of OTLP JSON (TracesData), as the Collector's file exporter does."""
+    """A span exporter writing each batch as one line of OTLP JSON (TracesData), as the Collector's file exporter
+    does."""
 
     def __init__(self, out: IO[str]) -> None:
         self._out = out

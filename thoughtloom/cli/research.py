@@ -46,7 +46,9 @@ def add_research_parser(sub: Any) -> None:
     t.add_argument("--branching", choices=BRANCH_STRATEGIES, help="which hypotheses branch (default uncertainty)")
     t.add_argument("--branching-threshold", type=unit_float("--branching-threshold"), metavar="X",
                    help="uncertainty: branch below this confidence (default 0.3)")
-    t.add_argument("--explore", choices=EXPLORE_STRATEGIES, help="which hypothesis is explored next (default best_first)")
+    t.add_argument(
+        "--explore", choices=EXPLORE_STRATEGIES, help="which hypothesis is explored next (default best_first)"
+    )
     t.add_argument("--exploration-budget", type=positive_int("--exploration-budget"), metavar="N",
                    help="most hypothesis explorations (default 50)")
     t.add_argument("--parallel", dest="research_parallel", type=positive_int("--parallel", MAX_FANOUT), metavar="N",

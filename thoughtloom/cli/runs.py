@@ -53,8 +53,11 @@ def add_store_commands(sub: Any) -> None:
     p.add_argument("run", metavar="RUN", help="run id, unique prefix, or last (the newest run)")
     store_option(p)
     p.add_argument("--out", metavar="FILE", help="where to write the page (default: RUN_ID.html here)")
-    p = sub.add_parser("export", help="export a run as a CAR file or its manifest as JSON",
-                       description="Export a run with every saved state (CARv1, for 'loom import' or 'ipfs dag import').")
+    p = sub.add_parser(
+        "export",
+        help="export a run as a CAR file or its manifest as JSON",
+        description="Export a run with every saved state (CARv1, for 'loom import' or 'ipfs dag import').",
+    )
     p.add_argument("run", metavar="RUN", help="run id, unique prefix, or last (the newest run)")
     store_option(p)
     p.add_argument("--car", metavar="FILE", help="write the run's whole DAG to this CARv1 file")
@@ -135,8 +138,16 @@ class StoredRunJob:
 
 def _solve_args(args: argparse.Namespace) -> argparse.Namespace:
     """This command's output options in the form `loom solve` reads them."""
-    return argparse.Namespace(json=args.json, mermaid=args.mermaid, mermaid_full=args.mermaid_full, quiet=args.quiet,
-                              store=args.store, no_store=True, interactive=False, threads=getattr(args, "threads", None))
+    return argparse.Namespace(
+        json=args.json,
+        mermaid=args.mermaid,
+        mermaid_full=args.mermaid_full,
+        quiet=args.quiet,
+        store=args.store,
+        no_store=True,
+        interactive=False,
+        threads=getattr(args, "threads", None),
+    )
 
 
 def _granted(args: argparse.Namespace, start: Callable[[Any], tuple[Any, Any]]) -> tuple[Any, Any]:
@@ -192,7 +203,9 @@ def cmd_replay(args: argparse.Namespace) -> int:
         if os.path.isfile(args.run) or args.run.endswith(".json"):
             manifest = Manifest.load_json(args.run)
             if not manifest.head or not manifest.graph:
-                raise ManifestError(f"{args.run} names no head and graph to reproduce (write it with 'loom export RUN --manifest FILE')")
+                raise ManifestError(
+                    f"{args.run} names no head and graph to reproduce (write it with 'loom export RUN --manifest FILE')"
+                )
             head_cid, run_id = manifest.head, manifest.run_id
         else:
             run = open_run(store, args.run)
@@ -220,8 +233,8 @@ def _row(run: StoredRun) -> dict[str, Any]:
 
 def cmd_runs(args: argparse.Namespace) -> int:
     """List stored runs: id, status, when, task, tokens, answer (or problem while unfinished)."""
-    from ..views.terminal import terminal_json, terminal_text
     from ..store.runs import CorruptRun, open_run, run_ids
+    from ..views.terminal import terminal_json, terminal_text
 
     store, _ = open_store(args.store)
     with store:
@@ -240,7 +253,11 @@ def cmd_runs(args: argparse.Namespace) -> int:
                 print(terminal_text(f"{run_id:<11} damaged     {row['error']}"))
                 continue
             when = time.strftime("%Y-%m-%d %H:%M", time.localtime(row["started"]))
-            text = row["answer"] if row["answer"] is not None else f"({row['stopped'] or 'no answer yet'}) {row['problem']}"
+            text = (
+                row["answer"]
+                if row["answer"] is not None
+                else f"({row['stopped'] or 'no answer yet'}) {row['problem']}"
+            )
             # Model text, and any field of an imported run: escaped (the answer before it is cut to its column).
             text = terminal_text(" ".join(str(text).split()))[:70]
             print(terminal_text(f"{run_id:<11} {row['status']:<11} {when:<16} {row['task']:<9} {row['tokens']:>8,}  ")
@@ -250,10 +267,10 @@ def cmd_runs(args: argparse.Namespace) -> int:
 
 def cmd_show(args: argparse.Namespace) -> int:
     """Print a stored run's tree (or JSON); --mermaid writes its picture."""
+    from ..store.runs import RunError, load_graph, open_run
     from ..views.mermaid import to_mermaid
     from ..views.terminal import terminal_json, terminal_text
     from ..views.words import counted
-    from ..store.runs import RunError, load_graph, open_run
 
     store, _ = open_store(args.store)
     with store:
@@ -405,7 +422,9 @@ def cmd_import(args: argparse.Namespace) -> int:
             # Every root must be a whole run before anything is written: a rejected CAR changes nothing.
             for root in roots:
                 if not view.has(root):
-                    raise RunError(f"{args.file}: root {root} is neither in the file nor in the store; nothing imported")
+                    raise RunError(
+                        f"{args.file}: root {root} is neither in the file nor in the store; nothing imported"
+                    )
                 try:
                     head = load_head(view, root)
                 except RunError as exc:

@@ -1,4 +1,5 @@
-"""`loom serve`: an embedded model behind an OpenAI-compatible HTTP endpoint, loaded once and shared by other processes."""
+"""`loom serve`: an embedded model behind an OpenAI-compatible HTTP endpoint, loaded once and shared by other
+processes."""
 
 from __future__ import annotations
 

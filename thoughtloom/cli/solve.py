@@ -36,10 +36,16 @@ def add_retrieval_option(group: Any) -> None:
 
 def add_solve_parser(sub: Any) -> None:
     """Add `loom solve` and its options to loom's subparsers."""
-    s = sub.add_parser("solve", help="search for an answer to a problem", description="Search for an answer to PROBLEM.")
+    s = sub.add_parser(
+        "solve", help="search for an answer to a problem", description="Search for an answer to PROBLEM."
+    )
     s.add_argument("problem", metavar="PROBLEM", nargs="?",
                    help='the problem text, e.g. "4 5 6 10" for --task game24 (or --problem ID for a benchmark)')
-    s.add_argument("--task", help="task name (see 'loom tasks'); default: the profile's task, else math for a question about numbers, else general")
+    s.add_argument(
+        "--task",
+        help="task name (see 'loom tasks'); default: the profile's task, else math for a question about numbers, "
+        "else general",
+    )
     s.add_argument("--task-file", metavar="FILE",
                    help="a task declared in a TOML file: instructions, prompts, examples, answer checker, search "
                         "defaults (see docs/tasks.md)")
@@ -75,15 +81,22 @@ def add_solve_parser(sub: Any) -> None:
     s.add_argument("--cove-questions", type=positive_int("--cove-questions", MAX_FANOUT), metavar="N",
                    help="cove: most verification questions planned for the draft (default 3)")
     add_run_limits(s)
-    s.add_argument("--size", type=positive_int("--size"),
-                   help="sorting, set_intersection: instance size (32/64/128 for data IDs; sorting: alone, a generated list)")
+    s.add_argument(
+        "--size",
+        type=positive_int("--size"),
+        help="sorting, set_intersection: instance size (32/64/128 for data IDs; sorting: alone, a generated list)",
+    )
     add_control_options(s)
     g = s.add_argument_group("grounding (testing thoughts against reality)")
     g.add_argument("--tests", metavar="FILE", help="code: a file of asserts or test_ functions the program must pass")
     g.add_argument("--data", metavar="PATH", help="humaneval, mbpp: the benchmark data file")
     g.add_argument("--repo", metavar="DIR", help="debug: the repository with the failing test (never modified)")
-    g.add_argument("--failing-test", metavar="TEST", help="debug: the failing test, a pytest node id relative to --repo")
-    g.add_argument("--test-command", metavar="CMD", help='debug: how to run a test, e.g. "python -m pytest -q" (default)')
+    g.add_argument(
+        "--failing-test", metavar="TEST", help="debug: the failing test, a pytest node id relative to --repo"
+    )
+    g.add_argument(
+        "--test-command", metavar="CMD", help='debug: how to run a test, e.g. "python -m pytest -q" (default)'
+    )
     g.add_argument("--no-regression-tests", action="store_true",
                    help="debug: judge a fix by the failing test alone, without running the rest of the suite")
     g.add_argument("--knowledge", metavar="DIR", help="check claims against the .md/.txt documents in DIR")
@@ -134,13 +147,19 @@ def add_role_options(s: Any, roles: dict[str, str]) -> None:
 def add_run_limits(s: Any) -> None:
     """Node, concurrency, sampling and budget limits, shared by loom solve and loom agent."""
     s.add_argument("--max-nodes", type=positive_int("--max-nodes"), help="circuit breaker: most nodes in the graph")
-    s.add_argument("--concurrency", type=positive_int("--concurrency", MAX_FANOUT), help="model calls in flight at once")
+    s.add_argument(
+        "--concurrency", type=positive_int("--concurrency", MAX_FANOUT), help="model calls in flight at once"
+    )
     s.add_argument("--temperature", type=number("--temperature", float, lambda v: 0 <= v <= 2, "between 0 and 2"),
                    help="sampling temperature (0 to 2)")
     s.add_argument("--budget-tokens", type=positive_int("--budget-tokens"), default=DEFAULT_BUDGET_TOKENS,
                    help=f"hard limit on input+output tokens (default {DEFAULT_BUDGET_TOKENS:,})")
     s.add_argument("--budget-calls", type=positive_int("--budget-calls"), help="hard limit on model calls")
-    s.add_argument("--budget-usd", type=positive_float("--budget-usd"), help="hard limit in dollars (the model needs a known price or --price-in/--price-out)")
+    s.add_argument(
+        "--budget-usd",
+        type=positive_float("--budget-usd"),
+        help="hard limit in dollars (the model needs a known price or --price-in/--price-out)",
+    )
     s.add_argument("--budget-seconds", type=positive_float("--budget-seconds", 1e9), help="hard wall-clock limit")
     s.add_argument("--seed", type=count("--seed"), help="seed for reproducible sampling (0 to 2**63-1)")
 
@@ -148,7 +167,9 @@ def add_run_limits(s: Any) -> None:
 def add_control_options(s: Any) -> None:
     """The self-aware controller's options, shared by loom solve and loom agent."""
     c = s.add_argument_group("self-aware control (see 'loom profiles')")
-    c.add_argument("--profile", default="default", help="domain profile: thresholds and depth limits (default: default)")
+    c.add_argument(
+        "--profile", default="default", help="domain profile: thresholds and depth limits (default: default)"
+    )
     c.add_argument("--acceptable", type=unit_float("--acceptable"), help="quality a user would accept")
     c.add_argument("--goal", type=unit_float("--goal"), help="quality that counts as solved")
     c.add_argument("--compromise", type=unit_float("--compromise"), help="lowest quality offered as a compromise")
@@ -222,9 +243,9 @@ def cmd_solve(args: argparse.Namespace, stored: Any = None, *, sinks: Sequence[A
     import asyncio
     from dataclasses import replace
 
-    from ..views.ask import InteractiveHandler
     from ..run.execute import execute
     from ..run.options import spec_from_options
+    from ..views.ask import InteractiveHandler
     from ..views.mermaid import to_mermaid
     from ..views.progress import ProgressDisplay
     from ..views.terminal import terminal_json, terminal_text
@@ -259,8 +280,10 @@ def cmd_solve(args: argparse.Namespace, stored: Any = None, *, sinks: Sequence[A
         if store is not None:
             spec = replace(spec, store=store)
 
+    store_path = store.path if store is not None else None
+
     def announce(run_id: str) -> None:
-        print(f"loom: run {run_id} stored in {store.path}", file=sys.stderr, flush=True)
+        print(f"loom: run {run_id} stored in {store_path}", file=sys.stderr, flush=True)
 
     try:
         result = asyncio.run(execute(
@@ -322,7 +345,8 @@ def store_failure(result: Any, grants: str = "") -> str:
     needs to be given again, run/grants.py)."""
     where = f" in {result.store}" if result.store else ""
     if result.run_id is None:
-        return f"could not store the run ({result.store_error}); the answer above is complete; nothing of the run was stored"
+        return (f"could not store the run ({result.store_error}); the answer above is complete; "
+                "nothing of the run was stored")
     return (f"could not store run {result.run_id}{where} ({result.store_error}); the answer above is complete; the "
             f"store keeps the run up to its last stored call: free space, then: loom resume "
             f"{' '.join([result.run_id, *([grants] if grants else [])])}")

@@ -1,6 +1,6 @@
 """Self-aware search control: depth policy, budget negotiation, compromises, failure anticipation."""
 
-from .controller import ControlSettings, Controller
+from .controller import Controller, ControlSettings
 from .feedback import AutomaticHandler, CallbackHandler, FeedbackHandler
 from .profiles import PROFILES, DomainChecks, DomainProfile, get_profile
 

@@ -98,7 +98,7 @@ class ControlSettings:
         The settings name their profile, so `solve(controller=...)` with them applies the profile's
         search and grounding settings as well (see thoughtloom.run.resolve).
         """
-        values = {
+        values: dict[str, Any] = {
             "acceptable_threshold": profile.acceptable_threshold,
             "goal_threshold": profile.goal_threshold,
             "compromise_threshold": profile.compromise_threshold,
@@ -382,7 +382,11 @@ class Controller:
             return False
         compromise = negotiation.compromise or self.negotiator.compromise(self.snapshot(ctx))
         if compromise is not None and compromise.node_id != self._rejected_compromise:
-            why = negotiation.reason if negotiation.compromise is not None else "no more budget: offering the best thought"
+            why = (
+                negotiation.reason
+                if negotiation.compromise is not None
+                else "no more budget: offering the best thought"
+            )
             if await self._offer(ctx, compromise, why):
                 return False
         # Short of a limit but not out of it (a checkpoint): the search spends what is left, and
@@ -466,7 +470,11 @@ class Controller:
     async def _ask_depth(self, ctx: SearchContext, state: SearchState, decision: DepthDecision) -> DepthAnswer:
         """Ask the handler about depth once per question: going past the search's depth limit is asked
         once per limit, judging progress at the soft limit once per depth (a repeat gets the first answer)."""
-        key = ("limit", ctx.max_depth) if state.depth >= ctx.max_depth or decision.raises_limit else ("depth", state.depth)
+        key = (
+            ("limit", ctx.max_depth)
+            if state.depth >= ctx.max_depth or decision.raises_limit
+            else ("depth", state.depth)
+        )
         known = self._depth_answers.get(key)
         if known is not None:
             return known
@@ -516,7 +524,11 @@ class Controller:
         entry = {"checkpoint": self._checkpoints, **failure.to_dict()}
         self.anticipated.append(entry)
         if ctx.bus:
-            ctx.bus.emit(ControlDecision("failure", failure.mode.value, f"likelihood {failure.likelihood:.2f}: {failure.evidence}"))
+            ctx.bus.emit(
+                ControlDecision(
+                    "failure", failure.mode.value, f"likelihood {failure.likelihood:.2f}: {failure.evidence}"
+                )
+            )
 
     def _steer_agent(self, ctx: SearchContext, state: SearchState) -> None:
         """agent: once less than AGENT_FINISH_SHARE of the token budget is left, finish what is started first.

@@ -45,7 +45,8 @@ class DepthPolicy:
         if history[-1] < peak - self.min_progress_rate and history.index(peak) < len(history) - 1:
             return DepthDecision(
                 DepthAction.BACKTRACK,
-                f"quality fell from {peak:.2f} at depth {history.index(peak) + 1} to {history[-1]:.2f} at depth {depth}",
+                f"quality fell from {peak:.2f} at depth {history.index(peak) + 1} "
+                f"to {history[-1]:.2f} at depth {depth}",
                 f"resume from the best thoughts at depth {history.index(peak) + 1}",
             )
         window = history[-self.stagnation_threshold:]

@@ -13,12 +13,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import ClassVar, Protocol, runtime_checkable
 
+from thoughtloom.control.types import AnticipatedFailure, FailureMode, SearchState
+
 from ..tasks.similarity import (
     PARAPHRASE_THRESHOLD,
     find_loops,
     restating_ids,
 )
-from thoughtloom.control.types import AnticipatedFailure, FailureMode, SearchState
 
 #: Below this a detector reports nothing: not worth a line in the result.
 NEGLIGIBLE = 0.05
@@ -259,11 +260,14 @@ class DepthExceededDetector:
             likelihood = 0.6 * _clamp(state.depth / hard)
         raisable = limits.depth_ceiling is not None and limits.depth_ceiling > hard
         evidence = (
-            f"depth {state.depth} of {'depth' if raisable else 'hard'} limit {hard}; best quality {best:.2f} < acceptable "
+            f"depth {state.depth} of {'depth' if raisable else 'hard'} limit {hard}; "
+            f"best quality {best:.2f} < acceptable "
             f"{limits.acceptable_threshold:.2f}; "
-            + (f"~{per_level:.2f} quality gained per level, ~{math.ceil(needed)} more levels needed"
-               if needed is not None else
-               ("no quality gained per level" if per_level is not None else "no per-level progress measured yet"))
+            + (
+                f"~{per_level:.2f} quality gained per level, ~{math.ceil(needed)} more levels needed"
+                if needed is not None
+                else ("no quality gained per level" if per_level is not None else "no per-level progress measured yet")
+            )
         )
         target = state.depth + math.ceil(needed) if needed is not None else hard + 1
         ceiling = limits.depth_ceiling

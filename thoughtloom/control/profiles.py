@@ -64,7 +64,9 @@ class DomainChecks:
     def changed(self) -> dict[str, Any]:
         """The settings that differ from the defaults (what `loom profiles` lists for a profile)."""
         default = DomainChecks()
-        return {f.name: getattr(self, f.name) for f in fields(self) if getattr(self, f.name) != getattr(default, f.name)}
+        return {
+            f.name: getattr(self, f.name) for f in fields(self) if getattr(self, f.name) != getattr(default, f.name)
+        }
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,12 +96,20 @@ class DomainProfile:
     def to_dict(self) -> dict[str, Any]:
         """Plain data for `loom profiles --json`."""
         return {
-            "name": self.name, "description": self.description,
-            "acceptable_threshold": self.acceptable_threshold, "goal_threshold": self.goal_threshold,
-            "compromise_threshold": self.compromise_threshold, "soft_depth": self.soft_depth,
-            "hard_depth": self.hard_depth, "depth_margin": self.depth_margin, "min_progress_rate": self.min_progress_rate,
-            "stagnation_threshold": self.stagnation_threshold, "search": dict(self.search),
-            "grounding": self.grounding.to_dict(), "default_task": self.default_task, "checks": self.checks.to_dict(),
+            "name": self.name,
+            "description": self.description,
+            "acceptable_threshold": self.acceptable_threshold,
+            "goal_threshold": self.goal_threshold,
+            "compromise_threshold": self.compromise_threshold,
+            "soft_depth": self.soft_depth,
+            "hard_depth": self.hard_depth,
+            "depth_margin": self.depth_margin,
+            "min_progress_rate": self.min_progress_rate,
+            "stagnation_threshold": self.stagnation_threshold,
+            "search": dict(self.search),
+            "grounding": self.grounding.to_dict(),
+            "default_task": self.default_task,
+            "checks": self.checks.to_dict(),
         }
 
 

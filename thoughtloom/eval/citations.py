@@ -42,7 +42,8 @@ def sentence_files(problem: Problem) -> dict[str, str]:
 
 
 def cited_facts(problem: Problem, citations: Iterable[str]) -> set[Fact]:
-    """The (title, sentence id) pairs the docs citations cover in the problem's sentence files; other sources cite none."""
+    """The (title, sentence id) pairs the docs citations cover in the problem's sentence files; other sources cite
+    none."""
     titles = {corpus_file(i, title): (title, len(sentences))
               for i, (title, sentences) in enumerate(problem.sentences, 1)}
     out: set[Fact] = set()
@@ -59,7 +60,8 @@ def cited_facts(problem: Problem, citations: Iterable[str]) -> set[Fact]:
 
 
 def support_precision(cited: Iterable[Fact], gold: Sequence[Fact]) -> float | None:
-    """|cited ∩ gold| / |cited|: how many of the cited sentences are supporting facts; None without a cited sentence or gold."""
+    """|cited ∩ gold| / |cited|: how many of the cited sentences are supporting facts; None without a cited sentence or
+    gold."""
     cited = set(cited)
     if not cited or not gold:
         return None  # a data file without supporting facts must not read as precision 0

@@ -1,7 +1,8 @@
 """Benchmark data sets: loading problems from a user's data directory, selecting them, scoring answers.
 
 The files are read where the user keeps them (`--data-dir`, $THOUGHTLOOM_DATA), else from the
-cache directory `loom data fetch` downloads into (eval/sources.py); nothing is copied into the project. Each data set names the task its
+cache directory `loom data fetch` downloads into (eval/sources.py); nothing is copied into the project. Each data set
+names the task its
 search lanes run on, and scores answers with the set's published rule (eval/scoring.py).
 """
 
@@ -168,7 +169,9 @@ class Labels:
             raise DataError("labels: expected {\"fields\": {ROLE: FIELD}, \"metric\": NAME, \"shots\": FILE}")
         bad = sorted(set(fields_) - set(LABEL_ROLES))
         if bad:
-            raise DataError(f"--fields names {bad[0]!r}; map {', '.join(LABEL_ROLES)} (e.g. problem=question,answer=gold)")
+            raise DataError(
+                f"--fields names {bad[0]!r}; map {', '.join(LABEL_ROLES)} (e.g. problem=question,answer=gold)"
+            )
         return cls(dict(fields_), data.get("metric"), data.get("shots"))
 
 
@@ -585,7 +588,7 @@ def _game24(text: str) -> list[Problem]:
 
 def _gsm8k(text: str) -> list[Problem]:
     out = []
-    for i, line in enumerate(l for l in text.splitlines() if l.strip()):
+    for i, line in enumerate(t for t in text.splitlines() if t.strip()):
         row = json.loads(line)
         gold = row["answer"].rsplit("####", 1)[-1].strip()
         out.append(Problem(str(i), row["question"], row["question"], gold))
@@ -633,8 +636,18 @@ def _hotpotqa(text: str) -> list[Problem]:
         # Each question's own 10 paragraphs (2 gold, 8 distractors) are its whole corpus.
         documents = _documents(row["context"])
         shown = "\n".join(f"{title}: {text}" for title, text in documents) + f"\nQuestion: {row['question']}"
-        out.append(Problem(str(i), shown, shown, row["answer"], question=row["question"], documents=documents,
-                           sentences=_sentences(row["context"]), supporting_facts=_facts(row.get("supporting_facts") or ())))
+        out.append(
+            Problem(
+                str(i),
+                shown,
+                shown,
+                row["answer"],
+                question=row["question"],
+                documents=documents,
+                sentences=_sentences(row["context"]),
+                supporting_facts=_facts(row.get("supporting_facts") or ()),
+            )
+        )
     return out
 
 
@@ -643,19 +656,20 @@ def _documents(context: Any) -> tuple[tuple[str, str], ...]:
 
     Reads the Hugging Face layout {title: [...], sentences: [[...]]} and the official file's
     [[title, [sentences]], ...]."""
-    pairs = zip(context["title"], context["sentences"]) if isinstance(context, dict) else context
+    pairs = zip(context["title"], context["sentences"], strict=False) if isinstance(context, dict) else context
     return tuple((str(title), " ".join(s.strip() for s in sentences)) for title, sentences in pairs)
 
 
 def _sentences(context: Any) -> tuple[tuple[str, tuple[str, ...]], ...]:
     """(title, sentences) per paragraph, in either layout `_documents` reads; sentence ids are their indices."""
-    pairs = zip(context["title"], context["sentences"]) if isinstance(context, dict) else context
+    pairs = zip(context["title"], context["sentences"], strict=False) if isinstance(context, dict) else context
     return tuple((str(title), tuple(str(s) for s in sentences)) for title, sentences in pairs)
 
 
 def _facts(facts: Any) -> tuple[tuple[str, int], ...]:
-    """(title, sentence id) pairs from {title: [...], sent_id: [...]} or the official [[title, id], ...]; none when absent."""
-    pairs = zip(facts["title"], facts["sent_id"]) if isinstance(facts, dict) else facts
+    """(title, sentence id) pairs from {title: [...], sent_id: [...]} or the official [[title, id], ...]; none when
+    absent."""
+    pairs = zip(facts["title"], facts["sent_id"], strict=False) if isinstance(facts, dict) else facts
     return tuple((str(title), int(sent_id)) for title, sent_id in pairs)
 
 

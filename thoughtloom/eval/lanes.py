@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import math
-import re
 import tempfile
 from collections import Counter
 from collections.abc import Iterator
@@ -158,7 +157,9 @@ def check_lane(lane: str, dataset: Dataset) -> None:
         return
     if lane in SEARCH_LANES:
         if SEARCH_LANES[lane] not in available_strategies():
-            raise LaneError(f"lane {lane} needs the {SEARCH_LANES[lane]} strategy, which is not registered in this build")
+            raise LaneError(
+                f"lane {lane} needs the {SEARCH_LANES[lane]} strategy, which is not registered in this build"
+            )
         if dataset.task_object is None and dataset.spec.task not in registered_tasks():
             raise LaneError(f"lane {lane} needs task {dataset.spec.task} for {dataset.name}, which is not registered")
         if lane == CHANCE_LANE and not dataset.task().lists_choices:
@@ -171,8 +172,10 @@ def check_lane(lane: str, dataset: Dataset) -> None:
         return
     prompts = dataset.family()
     if prompts is None and family != "code":
-        raise LaneError(f"lane {lane} has no prompt for {dataset.name}; use a search lane"
-                        + (" (or label its rows: an answer per row and --metric)" if family.startswith("user:") else ""))
+        raise LaneError(
+            f"lane {lane} has no prompt for {dataset.name}; use a search lane"
+            + (" (or label its rows: an answer per row and --metric)" if family.startswith("user:") else "")
+        )
     if family == "code":
         if lane in ("cot", "react"):
             raise LaneError(f"lane {lane} has no prompt for {dataset.name}; use io, cot_sc, best_of_n or a search lane")
@@ -190,10 +193,10 @@ def check_lane(lane: str, dataset: Dataset) -> None:
 def check_params(lane: str, params: dict[str, Any]) -> None:
     """Raise LaneError on a parameter the lane does not take or a value it cannot run with (before any call)."""
     engine = lane in SEARCH_LANES or lane in (AGENT_LANE, RESEARCH_LANE)
-    if lane == RESEARCH_LANE:
-        from ..search.research.config import ResearchConfig as Config
-    else:
-        from ..search.config import SearchConfig as Config
+    from ..search.config import SearchConfig
+    from ..search.research.config import ResearchConfig
+
+    Config: type[SearchConfig] | type[ResearchConfig] = ResearchConfig if lane == RESEARCH_LANE else SearchConfig
     if engine:
         defaults = {f.name: f.default for f in fields(Config)
                     if f.init and f.name not in ("strategy", "temperature", "seed")}  # shared by the protocol
@@ -224,7 +227,8 @@ def check_params(lane: str, params: dict[str, Any]) -> None:
     if engine:
         try:
             # Its own range checks (beam >= 1, prune_threshold in [0, 1]; research's anti-patterns ...).
-            Config(**{k: tuple(v) if isinstance(v, list) else v for k, v in params.items()})
+            given: dict[str, Any] = {k: tuple(v) if isinstance(v, list) else v for k, v in params.items()}
+            Config(**given)
         except ValueError as exc:
             raise LaneError(f"lane {lane}: {exc}") from None
 
@@ -452,7 +456,7 @@ def majority(dataset: Dataset, candidates: list[str | None]) -> str | None:
     if not counts:
         return None
     top = max(counts.values())
-    for cand, key in zip(candidates, keys):
+    for cand, key in zip(candidates, keys, strict=True):
         if key is not None and counts[key] == top:
             return cand
     return None  # pragma: no cover - unreachable: some key has the top count
@@ -584,7 +588,8 @@ async def _search(lane: str, dataset: Dataset, problem: Problem, backend: Backen
 
 
 def agent_task(problem: Problem) -> str:
-    """The text the agent works: the problem's, or for a problem with its own documents the question alone, ending in '?'."""
+    """The text the agent works: the problem's, or for a problem with its own documents the question alone, ending in
+    '?'."""
     # The agent's input processor researches a task ending in '?' as a question (docs search,
     # then an answer) when document search is granted; one HotpotQA question of the 50 lacks its '?'.
     if not problem.documents:
@@ -595,7 +600,8 @@ def agent_task(problem: Problem) -> str:
 
 @contextmanager
 def problem_corpus(problem: Problem | None) -> Iterator[str | None]:
-    """A temporary folder with the problem's own documents, one Markdown file each (its title as heading), removed after."""
+    """A temporary folder with the problem's own documents, one Markdown file each (its title as heading), removed
+    after."""
     if problem is None or not problem.documents:
         yield None
         return
@@ -607,7 +613,8 @@ def problem_corpus(problem: Problem | None) -> Iterator[str | None]:
 
 @contextmanager
 def sentence_corpus(problem: Problem) -> Iterator[str | None]:
-    """Like problem_corpus, with one sentence per line under each heading (citations.sentence_files); None without sentences."""
+    """Like problem_corpus, with one sentence per line under each heading (citations.sentence_files); None without
+    sentences."""
     if not problem.sentences:
         yield None
         return

@@ -195,10 +195,10 @@ def _crossword(clues: str, rows: str, columns: str) -> Example:
     across, down = clues.split(" | ")
     named = [*across.split(" / "), *down.split(" / ")]
     slots = [f"h{i}" for i in range(1, 6)] + [f"v{i}" for i in range(1, 6)]
-    shown = "\n".join(f"{slot}. {clue}" for slot, clue in zip(slots, named))
+    shown = "\n".join(f"{slot}. {clue}" for slot, clue in zip(slots, named, strict=True))
     board = "\n".join(" ".join(row) for row in rows.split())
     thoughts = "\n".join(f"{slot}. {clue}: {word}"
-                         for slot, clue, word in zip(slots, named, [*rows.split(), *columns.split()]))
+                         for slot, clue, word in zip(slots, named, [*rows.split(), *columns.split()], strict=True))
     return Example(shown, board, f"{thoughts}\n\nOutput:\n{board}")
 
 

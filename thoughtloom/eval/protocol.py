@@ -99,7 +99,9 @@ class Protocol:
                 value = getattr(plan, key)
                 wanted = _problem_sets(value) if key == "problems" else FIELD_CHECKS[key](value)
                 if wanted:
-                    raise ProtocolError(f"not a bench manifest: {where}{key} must be {wanted}; got {json.dumps(value)[:60]}")
+                    raise ProtocolError(
+                        f"not a bench manifest: {where}{key} must be {wanted}; got {json.dumps(value)[:60]}"
+                    )
         return protocol
 
     @classmethod
@@ -325,7 +327,9 @@ def _check_lanes(value: Any, where: str) -> None:
         if isinstance(entry, str) and entry:
             continue
         if not isinstance(entry, dict) or not isinstance(entry.get("lane"), str) or not entry["lane"]:
-            raise ProtocolError(f'{where}: a lane is a name or an object with a "lane" field; got {json.dumps(entry)[:60]}')
+            raise ProtocolError(
+                f'{where}: a lane is a name or an object with a "lane" field; got {json.dumps(entry)[:60]}'
+            )
         for key, setting in entry.items():
             if key == "lane":
                 continue

@@ -198,8 +198,9 @@ def connect(ray: Any, address: str | None) -> bool:
 
 def _check_reachable(address: str | None) -> None:
     """Refuse a HOST:PORT nothing listens on: ray.init would wait on it for many minutes."""
-    host, sep, port = (address or "").rpartition(":")
-    if not sep or not host or not port.isdigit() or "://" in address:  # "auto", ray://...: Ray's own lookup
+    text = address or ""
+    host, sep, port = text.rpartition(":")
+    if not sep or not host or not port.isdigit() or "://" in text:  # "auto", ray://...: Ray's own lookup
         return
     try:
         socket.create_connection((host, int(port)), timeout=CONNECT_TIMEOUT_S).close()

@@ -195,7 +195,13 @@ def format_table(summaries: Sequence[LaneSummary], skip: dict[str, dict[str, str
             n = f"{s.n}" if s.n == s.planned else f"{s.n}/{s.planned}"
             if errors:
                 ci = s.median_errors_ci
-                q = "-" if s.median_errors is None else f"{s.median_errors:g} [{ci[0]:g}, {ci[1]:g}]" if ci else f"{s.median_errors:g}"
+                q = (
+                    "-"
+                    if s.median_errors is None
+                    else f"{s.median_errors:g} [{ci[0]:g}, {ci[1]:g}]"
+                    if ci
+                    else f"{s.median_errors:g}"
+                )
                 cells = [q, f"{s.solved}/{s.n}"]
             elif s.metric == "unchecked":
                 cells = ["- (no checker)", "-"]
@@ -247,7 +253,8 @@ def _f1_cell(s: LaneSummary) -> str:
 
 
 def _precision_cell(s: LaneSummary) -> str:
-    """Mean supporting-fact precision with its interval and how many answers it is over, e.g. '0.40 [0.20, 0.60] (8/10)'."""
+    """Mean supporting-fact precision with its interval and how many answers it is over, e.g. '0.40 [0.20, 0.60]
+    (8/10)'."""
     if s.citing is None:
         return "-"  # the lane does not cite
     if s.mean_support_precision is None:
@@ -312,7 +319,7 @@ def write_plot(path: Path, summaries: Sequence[LaneSummary], title: str = "") ->
         return "no plot: matplotlib is not installed (pip install 'thoughtloom[plot]')"
     tasks = list(dict.fromkeys(s.task for s in summaries))
     fig, axes = plt.subplots(1, len(tasks), figsize=(5.2 * len(tasks), 4.2), squeeze=False)
-    for ax, task in zip(axes[0], tasks):
+    for ax, task in zip(axes[0], tasks, strict=True):
         rows = [s for s in summaries if s.task == task and s.n]
         errors = bool(rows) and rows[0].metric == "errors"
         for s in rows:

@@ -141,13 +141,16 @@ def prepare_run_dir(protocol: Protocol, out_dir: Path, progress: Progress | None
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        raise ProtocolError(f"cannot create the run directory {out_dir}: {exc.strerror or exc}; choose another --out") from None
+        raise ProtocolError(
+            f"cannot create the run directory {out_dir}: {exc.strerror or exc}; choose another --out"
+        ) from None
     path = out_dir / MANIFEST_FILE
     if path.is_file():
         stored = Protocol.load(path)
         if stored.fingerprint() != protocol.fingerprint():
             raise ProtocolError(
-                f"{out_dir} holds a run with a different protocol; resume it with the same settings or use another --out"
+                f"{out_dir} holds a run with a different protocol; "
+                "resume it with the same settings or use another --out"
             )
         if stored.code_version != protocol.code_version and progress:
             progress(f"resuming a run started with code {stored.code_version} (now {protocol.code_version})")
@@ -328,7 +331,8 @@ def progress_line(rec: Record, stats: RunStats, total: int, elapsed_s: float) ->
 
 
 def eta_text(elapsed_s: float, done: int, left: int) -> str:
-    """Time the `left` runs should take at the pace of the `done` ones (skipped runs cost nothing), as 1h02m, 3m05s or 12s."""
+    """Time the `left` runs should take at the pace of the `done` ones (skipped runs cost nothing), as 1h02m, 3m05s or
+    12s."""
     seconds = round(elapsed_s / max(done, 1) * left)
     hours, rest = divmod(seconds, 3600)
     minutes, seconds = divmod(rest, 60)

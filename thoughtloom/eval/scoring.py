@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import re
 from collections import Counter
 from collections.abc import Sequence
@@ -64,8 +63,8 @@ def score_crosswords(gold: str, answer: str | None) -> Score:
     from ..tasks.crosswords import board_words  # deferred: `loom --help` imports this module
 
     board = crossword_board(answer)
-    letters = sum(a == b for a, b in zip(board, gold)) / 25
-    words = sum(a == b for a, b in zip(board_words(board), board_words(gold))) / 10
+    letters = sum(a == b for a, b in zip(board, gold, strict=False)) / 25
+    words = sum(a == b for a, b in zip(board_words(board), board_words(gold), strict=False)) / 10
     return Score(board == gold, parts=(("letters", letters), ("words", words)))
 
 

@@ -2,8 +2,9 @@
 
 `loom data fetch NAME` downloads a set's upstream file, refuses it unless its checksum is the
 pinned one, applies the set's standard split (Game of 24: the ToT paper's test slice, ranks
-901-1000, is kept out of the dev file and is a set of its own, `game24_test`) and writes the result into the user's cache directory
-($XDG_CACHE_HOME/thoughtloom/data), where `loom bench` finds it. A mirror holding the data
+901-1000, is kept out of the dev file and is a set of its own, `game24_test`) and writes the result
+into the user's cache directory ($XDG_CACHE_HOME/thoughtloom/data), where `loom bench` finds it. A mirror holding the
+data
 directory's own layout (`--from URL` or $THOUGHTLOOM_DATA_URL) replaces the upstream hosts;
 its files are checked against the same pinned checksums, so a mirror cannot change the data.
 
@@ -195,7 +196,8 @@ SOURCES: dict[str, DataSource] = {
     # the pinned files byte for byte (tests/test_data_cli.py).
     "mbpp": DataSource(
         "mbpp",
-        (DataFile("mbpp/sanitized-mbpp-nontest.json", "0f364884bc5aa912f8adf4e10da6c67b3dd6580ccc91e761ce015e9a0aae81f6",
+        (DataFile("mbpp/sanitized-mbpp-nontest.json",
+                  "0f364884bc5aa912f8adf4e10da6c67b3dd6580ccc91e761ce015e9a0aae81f6",
                   f"{_MBPP}/mbpp/sanitized-mbpp.json",
                   split=mbpp_nontest, size=100_768),),
         "MBPP sanitized (google-research/google-research), test split (task ids 11-510) held out", "Apache-2.0"),

@@ -138,7 +138,8 @@ class CitationCheck:
 
     @property
     def certainty(self) -> float:
-        """How sure the check is that an invalid citation is invalid: a missing source is certain, a lexical verdict is not."""
+        """How sure the check is that an invalid citation is invalid: a missing source is certain, a lexical verdict is
+        not."""
         if self.status in (CitationStatus.NO_SOURCE, CitationStatus.NO_LINES):
             return 1.0
         if self.status is CitationStatus.CONTRADICTS:
@@ -259,7 +260,9 @@ class CitationGrounder:
             # SQLite and the judging are synchronous; keep them off the event loop.
             report = await asyncio.to_thread(self.checker.check, thought.content, required=self.required)
         except (sqlite3.Error, KnowledgeBaseError) as exc:
-            return replace(result, evidence=join_evidence([result.evidence, f"citations: the knowledge base failed: {exc}"]))
+            return replace(
+                result, evidence=join_evidence([result.evidence, f"citations: the knowledge base failed: {exc}"])
+            )
         return merge(result, report)
 
 

@@ -15,9 +15,9 @@ import re
 import time
 from collections.abc import Sequence
 
+from .fences import fenced_blocks
 from .sandbox import Sandbox, SandboxLimits, check_syntax
 from .testrun import TestRun, run_tests
-from .fences import fenced_blocks
 from .types import GroundingResult, Thought, join_evidence, not_grounded
 
 _PY_TAGS = {"python", "py", "python3", "py3", "ipython", "pycon"}

@@ -144,9 +144,9 @@ def blamed_names(text: str) -> list[str]:
         span = span.strip()
         if _FILE.fullmatch(span):
             continue
-        m = re.fullmatch(r"([A-Za-z_][\w.]*)\s*(?:\(.*\))?", span)
-        if m:
-            add(m.group(1))
+        named = re.fullmatch(r"([A-Za-z_][\w.]*)\s*(?:\(.*\))?", span)
+        if named:
+            add(named.group(1))
     for pattern in (_CALL, _NAMED, _NAMED_AFTER, _IDENT):
         for m in pattern.finditer(text):
             token = m.group(1)
@@ -326,7 +326,8 @@ class DebuggingGrounder:
                     quotes.append(line)
         details = {"blamed": names, "matched": matched, "kind": "hypothesis"}
         if not matched:
-            evidence = f"none of what the hypothesis blames ({', '.join(names[:8])}) appears in the failure output of {self.failing_test}"
+            evidence = (f"none of what the hypothesis blames ({', '.join(names[:8])}) "
+                        f"appears in the failure output of {self.failing_test}")
             return GroundingResult(
                 grounder=self.name, grounded=True, verified=False, evidence=evidence,
                 confidence=CONFIDENCE_NOT_MENTIONED, elapsed_ms=_ms(started), failed=1, details=details,
@@ -369,7 +370,8 @@ class DebuggingGrounder:
         score = summary.passed / summary.total if suite_ran else 0.0
         lines = [
             f"applied the patch to {', '.join(changed)}",
-            f"failing test {self.failing_test}: {'passes now' if target_passed else 'still fails'} ({_how(target, target_summary)})",
+            f"failing test {self.failing_test}: {'passes now' if target_passed else 'still fails'} "
+            f"({_how(target, target_summary)})",
             f"full suite ({_show(self.suite_command)}): {_how(suite, summary)}",
         ]
         if not target_passed:

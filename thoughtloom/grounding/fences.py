@@ -34,7 +34,12 @@ def fenced_blocks(lines: list[str]) -> list[FencedBlock]:
         i += 1
         while i < len(lines):
             close = FENCE.match(lines[i])
-            if close and close.group(1)[0] == fence[0] and len(close.group(1)) >= len(fence) and not close.group(2).strip():
+            if (
+                close
+                and close.group(1)[0] == fence[0]
+                and len(close.group(1)) >= len(fence)
+                and not close.group(2).strip()
+            ):
                 closed = True
                 break
             body.append(lines[i])

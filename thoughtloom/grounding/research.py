@@ -274,7 +274,13 @@ def judge_passage(claim: Claim, passage: Citation, min_coverage: float = SUPPORT
         if not flipped:
             agree = "; numbers match" if claim.numbers else ""
             return Judgement(Verdict.SUPPORTS, best, covered + agree, citation)
-        why = f"says {opposite}" if opposite is not None else "negates it" if negated else "affirms what the claim negates"
+        why = (
+            f"says {opposite}"
+            if opposite is not None
+            else "negates it"
+            if negated
+            else "affirms what the claim negates"
+        )
         return Judgement(Verdict.CONTRADICTS, best, f"{covered} but {why}", citation)
     status, mine, theirs = numbers
     if status == "unknown":
@@ -324,7 +330,8 @@ def _quote(citation: Citation) -> str:
 
 
 def judge_claim(claim: str, passages: Sequence[Citation], min_coverage: float = SUPPORT_COVERAGE) -> ClaimVerdict:
-    """Judge a claim from the passages retrieved for it (see the module docstring; min_coverage as for judge_passage)."""
+    """Judge a claim from the passages retrieved for it (see the module docstring; min_coverage as for
+    judge_passage)."""
     profile = analyse_claim(claim)
     judgements = [judge_passage(profile, p, min_coverage) for p in passages]
     supporting = _distinct([j for j in judgements if j.verdict is Verdict.SUPPORTS])

@@ -41,7 +41,7 @@ import sys
 import tempfile
 import time
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -796,7 +796,8 @@ def _classify_end(
         if sig in (signal.SIGSEGV, signal.SIGKILL, signal.SIGABRT, signal.SIGBUS) and rss_mb >= limits.memory_mb / 2:
             return (
                 "memory_limit",
-                f"killed by {signal.Signals(sig).name} with {rss_mb:.0f} MB resident under a {limits.memory_mb} MB limit",
+                f"killed by {signal.Signals(sig).name} with {rss_mb:.0f} MB resident "
+                f"under a {limits.memory_mb} MB limit",
             )
     if sig is not None:
         name = signal.Signals(sig).name if sig in signal.Signals._value2member_map_ else str(sig)
@@ -850,7 +851,7 @@ def _chown_tree(root: Path, uid: int, gid: int) -> None:
 def _force_rmtree(path: Path) -> None:
     """Remove a workdir even when the code made parts of it unreadable (as a non-root user)."""
 
-    def retry(func, p, _exc):  # type: ignore[no-untyped-def]
+    def retry(func: Callable[[str], object], p: str, _exc: object) -> None:
         with contextlib.suppress(OSError):
             os.chmod(os.path.dirname(p), 0o700)
             os.chmod(p, 0o700)
@@ -983,7 +984,8 @@ notes = []
 iso = {"user": False, "net": False, "mnt": False, "pid": False, "tmp": False, "proc": False, "fs": False,
        "dropped": False, "cgroup": False, "disk": False}
 CLONE_NEWNS, CLONE_NEWUSER, CLONE_NEWPID, CLONE_NEWNET = 0x20000, 0x10000000, 0x20000000, 0x40000000
-MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 1, 2, 4, 8, 32, 4096, 16384, 1 << 18
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
+MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 32, 4096, 16384, 1 << 18
 MNT_DETACH = 2
 PR_SET_PDEATHSIG, PR_SET_NO_NEW_PRIVS = 1, 38
 SYS_PIVOT_ROOT = {"x86_64": 155, "aarch64": 41, "riscv64": 41, "i686": 217, "armv7l": 218}.get(platform.machine())
@@ -1094,7 +1096,8 @@ def bind(src, target, what, readonly=True, flags=MS_NOSUID | MS_NODEV, rec=0):
             os.close(os.open(target, os.O_WRONLY | os.O_CREAT, 0o644))
     if not mount(src, target, None, MS_BIND | rec, None, what):
         return False
-    return not readonly or mount(None, target, None, MS_REMOUNT | MS_BIND | MS_RDONLY | flags, None, "read-only " + what)
+    remount = MS_REMOUNT | MS_BIND | MS_RDONLY | flags
+    return not readonly or mount(None, target, None, remount, None, "read-only " + what)
 
 
 def build_root(root, wfd):
@@ -1171,16 +1174,19 @@ def populate(root, wfd):
     for p in cfg["binds"]:
         ok = bind(p, root + p, "binding " + p) and ok
     for p in cfg["hide"]:
-        ok = mount("tmpfs", root + p, "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV, "size=4k,mode=0755", "hiding " + p) and ok
+        hidden = mount("tmpfs", root + p, "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV, "size=4k,mode=0755", "hiding " + p)
+        ok = hidden and ok
     os.makedirs(root + "/dev", 0o755, exist_ok=True)
     for dev in cfg["devices"]:
         ok = bind(dev, root + dev, "binding " + dev, flags=MS_NOSUID) and ok
-    for name, target in (("fd", "/proc/self/fd"), ("stdin", "/proc/self/fd/0"), ("stdout", "/proc/self/fd/1"), ("stderr", "/proc/self/fd/2")):
+    for name, target in (("fd", "/proc/self/fd"), ("stdin", "/proc/self/fd/0"), ("stdout", "/proc/self/fd/1"),
+                         ("stderr", "/proc/self/fd/2")):
         os.symlink(target, root + "/dev/" + name)
     os.makedirs(root + "/etc", 0o755)
     for f in cfg["etc"]:
         bind(f, root + f, "binding " + f)
-    for name, text in (("passwd", cfg["passwd"]), ("group", "root:x:0:\nnogroup:x:65534:\n"), ("hosts", "127.0.0.1 localhost\n::1 localhost\n")):
+    for name, text in (("passwd", cfg["passwd"]), ("group", "root:x:0:\nnogroup:x:65534:\n"),
+                       ("hosts", "127.0.0.1 localhost\n::1 localhost\n")):
         with open(root + "/etc/" + name, "w") as f:
             f.write(text)
     os.makedirs(root + workdir, 0o700, exist_ok=True)

@@ -369,7 +369,8 @@ class Remote:
         return decode(self._conn.ask({"op": op, "ref": self._ref, **extra})["v"], self._conn)
 
     def __call__(self, *args, **kwargs):
-        return self._do("call", args=[encode(a, self._conn) for a in args], kw=[[k, encode(v, self._conn)] for k, v in kwargs.items()])
+        return self._do("call", args=[encode(a, self._conn) for a in args],
+                        kw=[[k, encode(v, self._conn)] for k, v in kwargs.items()])
 
     def __getattr__(self, name):
         if name.startswith("__") and name.endswith("__"):
@@ -464,7 +465,7 @@ def enc(v, depth=0):
     if isinstance(v, types.ModuleType):
         return {"M": v.__name__}
     handles[id(v)] = v
-    kind = "function" if callable(v) and not isinstance(v, type) else type(v).__name__ if not isinstance(v, type) else "class"
+    kind = "class" if isinstance(v, type) else "function" if callable(v) else type(v).__name__
     return {"H": [id(v), kind]}
 
 

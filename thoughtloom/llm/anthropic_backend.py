@@ -92,7 +92,9 @@ class AnthropicBackend(LazySdkClient):
         input_tokens = getattr(usage, "input_tokens", None)
         output_tokens = getattr(usage, "output_tokens", None)
         if not isinstance(input_tokens, int) or not isinstance(output_tokens, int):
-            raise ModelError(f"model endpoint {self.base_url} reported no token usage; check that it is Anthropic's API")
+            raise ModelError(
+                f"model endpoint {self.base_url} reported no token usage; check that it is Anthropic's API"
+            )
         # output_tokens includes the thinking, which the API does not count apart: what the reply's own text
         # does not account for was thinking (an estimate; the budget charges output_tokens as reported).
         thought = any(getattr(block, "type", None) in ("thinking", "redacted_thinking") for block in blocks)

@@ -319,7 +319,9 @@ class Budget:
                 if done:
                     return task.result()
                 left = self.wall_left()
-                if left is None or left + grace_s > 0:
+                if left is None:
+                    return await task  # the limit was lifted while waiting: no deadline any more
+                if left + grace_s > 0:
                     continue  # raised or paused while waiting: wait for the new deadline
                 task.cancel()
                 await asyncio.wait((task,))

@@ -9,7 +9,6 @@ from typing import Protocol
 
 from .types import GenerateRequest
 
-
 SampleKey = tuple[Hashable, ...]
 
 
@@ -22,8 +21,16 @@ def sample_key(model: str, request: GenerateRequest, index: int) -> SampleKey:
     # A role's own model answers a routed request: the same prompt to another model is another sample.
     # A pinned prompt form is another reading of the prompt (GenerateRequest.form): another sample.
     return (
-        model if request.route is None else f"{model}#{request.route}", request.prompt.text, request.prompt.messages, request.max_tokens, request.temperature,
-        request.stop, request.seed, index, request.schema, request.form,
+        model if request.route is None else f"{model}#{request.route}",
+        request.prompt.text,
+        request.prompt.messages,
+        request.max_tokens,
+        request.temperature,
+        request.stop,
+        request.seed,
+        index,
+        request.schema,
+        request.form,
         # A distribution over the choices and a sample constrained to them are different replies.
         *((("choices", request.choices, request.score_choices),) if request.choices else ()),
     )
@@ -32,10 +39,11 @@ def sample_key(model: str, request: GenerateRequest, index: int) -> SampleKey:
 def digest(key: SampleKey) -> str:
     """A stable hex digest of a sample key, the same in every process (for persistent caches)."""
     model, text, messages, max_tokens, temperature, stop, seed, index, schema, form, *choices = key
+    assert isinstance(stop, tuple) and (messages is None or isinstance(messages, tuple))  # as sample_key builds them
     # Fields added later join only when set, so keys persisted before them keep their digests.
     payload = json.dumps(
-        [model, text, [[m.role, m.content] for m in messages] if messages else None,  # type: ignore[union-attr]
-         max_tokens, temperature, list(stop), seed, index, *([schema] if schema is not None else []),  # type: ignore[arg-type]
+        [model, text, [[m.role, m.content] for m in messages] if messages else None,
+         max_tokens, temperature, list(stop), seed, index, *([schema] if schema is not None else []),
          *([{"form": form}] if form is not None else []),
          *([[list(c[1]), c[2]] for c in choices])],  # type: ignore[index]
         ensure_ascii=False, separators=(",", ":"),

@@ -54,10 +54,10 @@ class ChatTemplate:
         # that alters contents (trims them, say) loses its marker: then the text is rendered for
         # real and treated as one template piece, which is what llama.cpp's own server does.
         marks = [f"\x02{secrets.token_hex(8)}\x03" for _ in messages]
-        marked = self._render([Message(m.role, mark) for m, mark in zip(messages, marks)])
+        marked = self._render([Message(m.role, mark) for m, mark in zip(messages, marks, strict=True)])
         out: list[Piece] = []
         rest = marked
-        for message, mark in zip(messages, marks):
+        for message, mark in zip(messages, marks, strict=True):
             before, found, after = rest.partition(mark)
             if not found:
                 return [Piece(self._render(messages), True)]

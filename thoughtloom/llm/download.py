@@ -218,4 +218,4 @@ class _WatchedHTTPS(urllib.request.HTTPSHandler):
 
     def https_open(self, req: urllib.request.Request) -> http.client.HTTPResponse:
         return self.do_open(functools.partial(_watched, self._deadline, http.client.HTTPSConnection), req,
-                            context=self._context)
+                            context=self._context)  # type: ignore[attr-defined]  # set by HTTPSHandler, not in typeshed

@@ -212,6 +212,7 @@ class Gateway:
         self.records.append(record)
         # Token logprobs live only in a fresh answer: the cache keeps texts.
         cache = self.cache if request.logprobs is None else None
+        texts: list[str | None]
         if cache is None:
             keys, texts, missing = [], [None] * n, list(range(n))
         elif n == 1:  # the common case, without the comprehensions
@@ -242,14 +243,14 @@ class Gateway:
                     if completion.texts:
                         cache.put(keys[0], completion.texts[0])
                 else:
-                    for i, text in zip(call.missing, completion.texts):
+                    for i, text in zip(call.missing, completion.texts, strict=False):
                         cache.put(keys[i], text)
             if len(call.missing) == record.n and len(completion.texts) == record.n:
                 got = completion.texts
                 record.texts = got if type(got) is tuple else tuple(got)
                 whole = got is record.texts and completion.model == record.model
             else:
-                for i, text in zip(call.missing, completion.texts):
+                for i, text in zip(call.missing, completion.texts, strict=False):
                     texts[i] = text
                 # Samples the budget refused (a server ignoring n) are left out, not made up.
                 record.texts = tuple(t for t in texts if t is not None)
@@ -340,7 +341,7 @@ class Gateway:
         try:
             if todo:
                 completions = await self._batch_within_budget([calls[i] for i in todo])
-                for i, completion in zip(todo, completions):
+                for i, completion in zip(todo, completions, strict=True):
                     out[i] = self._close(calls[i], completion)
         except BaseException as exc:
             for i in todo:
@@ -406,7 +407,9 @@ class Gateway:
         out = self._send_now(request, record)
         return await out if type(out) is Later else out  # type: ignore[return-value]
 
-    def _send_now(self, request: GenerateRequest, record: CallRecord, slotted: bool = False) -> Completion | Later[Completion]:
+    def _send_now(
+        self, request: GenerateRequest, record: CallRecord, slotted: bool = False
+    ) -> Completion | Later[Completion]:
         """One request on the wire: a slot and a reservation before it is sent, settled by what it
         cost; answered at once when the backend answers without waiting (llm/inline.py), else a
         Later that waits for the answer in the caller's task."""
@@ -543,7 +546,7 @@ class Gateway:
         await self._sem.acquire()
         try:
             bounds = [self._input_bound(r) for r in requests]
-            need = sum(b + self._out_bound(r) for b, r in zip(bounds, requests))
+            need = sum(b + self._out_bound(r) for b, r in zip(bounds, requests, strict=True))
             left = self.budget.tokens_left()
             if left is not None and need > left:
                 raise BudgetExceeded(
@@ -552,7 +555,7 @@ class Gateway:
                     f"the {max(left, 0)} left of the {self.budget.limits.tokens}-token budget",
                 )
             try:
-                for request, bound in zip(requests, bounds):
+                for request, bound in zip(requests, bounds, strict=True):
                     reservations.append(self._reserve(request, bound + self._out_bound(request))[0])
             except BudgetExceeded:
                 for reservation in reservations:
@@ -566,12 +569,12 @@ class Gateway:
                 if len(completions) != len(requests):
                     raise ModelError(f"{backend.name} answered {len(completions)} of {len(requests)} batched requests")
                 usages = self.charge_batch(requests, completions, bounds)
-                return [c if c.usage == u else replace(c, usage=u) for c, u in zip(completions, usages)]
+                return [c if c.usage == u else replace(c, usage=u) for c, u in zip(completions, usages, strict=True)]
             except BaseException as exc:
                 usages = self.charge_batch(requests, exc, bounds)
                 raise
             finally:
-                for request, reservation, usage in zip(requests, reservations, usages):
+                for request, reservation, usage in zip(requests, reservations, usages, strict=True):
                     self.budget.settle(reservation, usage,
                                        self._cost(usage, request.route) if usage is not None else 0.0)
         finally:
@@ -597,17 +600,24 @@ class Gateway:
     ) -> list[Usage | None]:
         """What each request of one batched backend call costs (see charge)."""
         bounds = bounds if bounds is not None else [self._input_bound(r) for r in requests]
-        worst = [Usage(b, self._out_bound(r)) for b, r in zip(bounds, requests)]
+        worst = [Usage(b, self._out_bound(r)) for b, r in zip(bounds, requests, strict=True)]
         if not isinstance(outcome, BaseException):
-            return [self._checked(r, c.usage, w.input_tokens, c.texts) for r, c, w in zip(requests, outcome, worst)]
+            return [
+                self._checked(r, c.usage, w.input_tokens, c.texts)
+                for r, c, w in zip(requests, outcome, worst, strict=False)
+            ]
         if isinstance(outcome, BatchRefused) and outcome.usage is not None:
             # The server answered the list wrongly but billed it: the whole (checked) usage goes on
             # the first request, each request is still a call.
             total = Usage(sum(w.input_tokens for w in worst), sum(w.output_tokens for w in worst))
             used = outcome.usage
-            clamped = Usage(_clamp(used.input_tokens, total.input_tokens), _clamp(used.output_tokens, total.output_tokens))
+            clamped = Usage(
+                _clamp(used.input_tokens, total.input_tokens), _clamp(used.output_tokens, total.output_tokens)
+            )
             if clamped != used:
-                self._warn("batch", f"{self.backend.name} reported impossible usage {used} for a batch; charged {clamped}")
+                self._warn(
+                    "batch", f"{self.backend.name} reported impossible usage {used} for a batch; charged {clamped}"
+                )
             return [clamped, *[NO_USAGE] * (len(requests) - 1)]
         return [self._unanswered(outcome, w) for w in worst]
 

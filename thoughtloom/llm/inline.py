@@ -55,12 +55,12 @@ async def drive(coro: Coroutine[Any, Any, T], yielded: Any) -> T:
             try:
                 yielded = coro.throw(exc)
             except StopIteration as stop:
-                return stop.value  # type: ignore[no-any-return]
+                return stop.value
             continue
         try:
             yielded = coro.send(None)
         except StopIteration as stop:
-            return stop.value  # type: ignore[no-any-return]
+            return stop.value
 
 
 async def cancellable(coro: Coroutine[Any, Any, T], yielded: Any) -> T:
@@ -90,5 +90,5 @@ async def call_inline(coro: Coroutine[Any, Any, T]) -> T:
     try:
         yielded = coro.send(None)
     except StopIteration as stop:
-        return stop.value  # type: ignore[no-any-return]
+        return stop.value
     return await cancellable(coro, yielded)

@@ -578,7 +578,8 @@ class Engine:
         job.groups.append(group)
 
     def _start_group(self, job: Job, group: list[Any]) -> int:
-        """Put the prompt's last token in the batch for a group (and the prompt sequence the first time); return its row."""
+        """Put the prompt's last token in the batch for a group (and the prompt sequence the first time); return its
+        row."""
         seq = job.seq
         assert seq is not None
         last = len(job.prompt) - 1

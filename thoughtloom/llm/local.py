@@ -174,7 +174,9 @@ class LocalLlamaBackend:
         if n_threads is not None and n_threads < 1:
             raise ValueError(f"n_threads must be >= 1, got {n_threads}")
         self.n_threads = n_threads
-        self.name = name or (f"local:{embedded.name}" if embedded is not None else f"local:{Path(model_path or '').stem}")
+        self.name = name or (
+            f"local:{embedded.name}" if embedded is not None else f"local:{Path(model_path or '').stem}"
+        )
         self._chat = embedded.chat if chat is None and embedded is not None else chat
         self._progress = progress
         self._engine_: Engine | None = None
@@ -324,7 +326,9 @@ class LocalLlamaBackend:
         logps = await self._run(lambda: engine.score(prompt, continuations), "scoring")
         # Every choice token is evaluated like prompt text; nothing is sampled.
         read = len(prompt) + sum(len(c) for c in continuations)
-        return Completion((choice_text(dict(zip(request.choices, logps))),), Usage(read, 0), self.name, None, ("stop",))
+        return Completion(
+            (choice_text(dict(zip(request.choices, logps, strict=True))),), Usage(read, 0), self.name, None, ("stop",)
+        )
 
     async def aclose(self) -> None:
         """Nothing to release: the model stays cached for the rest of the process."""

@@ -151,7 +151,7 @@ class OpenAIBackend(LazySdkClient):
             )
         texts = [sampled.texts[i * n : (i + 1) * n] for i in range(len(requests))]
         usages = _split_usage(sampled.usage, prompts, texts)
-        return [Completion(tuple(t), u, self.name) for t, u in zip(texts, usages)]
+        return [Completion(tuple(t), u, self.name) for t, u in zip(texts, usages, strict=True)]
 
     async def _sample_batch(self, request: GenerateRequest, prompts: list[str], seed: int | None) -> _Sampled:
         """One completions call for several prompts, with SDK errors mapped to thoughtloom's."""
@@ -268,7 +268,7 @@ class OpenAIBackend(LazySdkClient):
                 "format": json.loads(request.schema), "options": options}
         data = await client.post(f"{self.base_url.removesuffix('/v1')}/api/generate", cast_to=object, body=body)
         text = data.get("response") if isinstance(data, dict) else None
-        if not isinstance(text, str):
+        if not isinstance(data, dict) or not isinstance(text, str):
             raise ModelError(f"Ollama at {self.base_url.removesuffix('/v1')} answered /api/generate without a "
                              f"response text ({one_line(data)}); check that it is Ollama 0.5 or later")
         text = self._reply_text(text)
@@ -357,7 +357,7 @@ def _split_usage(total: Usage, prompts: Sequence[str], texts: Sequence[Sequence[
 
     ins = shares(total.input_tokens, [len(p.encode()) for p in prompts])
     outs = shares(total.output_tokens, [sum(len(t.encode()) for t in ts) for ts in texts])
-    return [Usage(i, o) for i, o in zip(ins, outs)]
+    return [Usage(i, o) for i, o in zip(ins, outs, strict=True)]
 
 
 def _wants_max_completion_tokens(exc: Any) -> bool:

@@ -34,14 +34,14 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypedDict
 from urllib.parse import urlsplit
 
 from .anthropic_backend import AnthropicBackend
 from .budget import FREE, Pricing
 from .errors import ModelConfigError
 from .models import DEFAULT_EMBEDDED, EMBEDDED_MODELS, EmbeddedModel, find_model
-from .openai_backend import OpenAIBackend
+from .openai_backend import OpenAIBackend, SchemaParam
 from .threads import threads_setting
 from .types import Backend
 
@@ -120,6 +120,16 @@ class ModelSpec:
             core = f"{self.provider}:{self.model}"
         # Chat templates and raw completion give different outputs, so they must not share a cache.
         return core if self.api == "chat" else f"{core}#{self.api}"
+
+
+class _Timeout(TypedDict, total=False):
+    """A remote backend's timeout when one is given (else the backend's own default)."""
+
+    timeout_s: float
+
+
+#: How a provider's server takes a JSON Schema for the reply (OpenAI's response_format by default).
+_SCHEMA_PARAMS: dict[str, SchemaParam] = {"vllm": "guided_json", "ollama": "ollama"}
 
 
 def _bad(spec: str, why: str) -> ModelConfigError:
@@ -322,7 +332,7 @@ def make_backend(
         return local_backend(parsed, n_threads=threads_setting(threads, env), progress=progress)
     assert parsed.api in ("chat", "completions")
     key, key_env = _api_key(parsed, env)
-    timeout = {"timeout_s": timeout_s} if timeout_s is not None else {}
+    timeout: _Timeout = {"timeout_s": timeout_s} if timeout_s is not None else {}
     if parsed.provider == "anthropic":
         return AnthropicBackend(model=parsed.model, api_key=key, base_url=parsed.base_url,
                                 pricing=pricing if pricing is not None else known_pricing(parsed),
@@ -337,7 +347,7 @@ def make_backend(
         key_env=key_env,
         # Ollama's completions endpoint takes one prompt per request.
         batch=parsed.provider != "ollama",
-        schema_param={"vllm": "guided_json", "ollama": "ollama"}.get(parsed.provider, "response_format"),
+        schema_param=_SCHEMA_PARAMS.get(parsed.provider, "response_format"),
         reasoning_effort=reasoning_effort,
         **timeout,
     )
@@ -350,7 +360,8 @@ def local_backend(
     n_threads: int | None = None,
     progress: Callable[[str], None] | None = None,
 ) -> LocalLlamaBackend:
-    """The in-process backend a local spec names (n_ctx: None for the model's window; n_threads: None follows the load)."""
+    """The in-process backend a local spec names (n_ctx: None for the model's window; n_threads: None follows the
+    load)."""
     if not spec.is_local:
         raise ModelConfigError(f"{spec.identity} is not an embedded model (local, local:NAME or local:PATH)")
     # Deferred: llama.cpp bindings are an optional extra and slow to import.

@@ -52,7 +52,8 @@ class RoutedBackend(BackendWrapper):
         return list(await asyncio.gather(*(self.generate(r) for r in requests)))
 
     def count_tokens(self, prompt: Prompt) -> int | None:
-        """None: the request's model (and so its tokenizer) is not known here, so the gateway bounds the prompt by its bytes."""
+        """None: the request's model (and so its tokenizer) is not known here, so the gateway bounds the prompt by its
+        bytes."""
         return None
 
     async def aclose(self) -> None:

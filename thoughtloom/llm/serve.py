@@ -33,9 +33,9 @@ import socket
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from urllib.parse import urlsplit
 from http import HTTPStatus
 from typing import Any, Protocol, Self
+from urllib.parse import urlsplit
 
 from .errors import ModelError
 from .text import encodes
@@ -332,7 +332,11 @@ def _refuse_unsupported(body: dict[str, Any], chat: bool) -> None:
         for name in ("tools", "functions"):
             if body.get(name):
                 raise _unsupported(name, "tool calling")
-        if body.get("tool_choice") not in (None, "none", "auto") or body.get("function_call") not in (None, "none", "auto"):
+        if body.get("tool_choice") not in (None, "none", "auto") or body.get("function_call") not in (
+            None,
+            "none",
+            "auto",
+        ):
             raise _unsupported("tool_choice", "tool calling")
         if body.get("audio") or body.get("modalities") not in (None, ["text"]):
             raise _unsupported("modalities", "output other than text")
@@ -349,7 +353,7 @@ def _refuse_unsupported(body: dict[str, Any], chat: bool) -> None:
 class OpenAIEndpoint:
     """OpenAI's API over one served model: routes, request checks, and replies in OpenAI's shapes."""
 
-    def __init__(self, model: ServedModel, max_queue: int = ServeLimits.max_queue) -> None:
+    def __init__(self, model: ServedModel, max_queue: int) -> None:
         self.model = model
         #: The id clients name; the spec without "local:" is accepted too.
         self.model_id = model.name
@@ -421,7 +425,7 @@ class OpenAIEndpoint:
         done = await self._generate(requests)
         n = requests[0].n
         choices = []
-        for i, (completion, prompt) in enumerate(zip(done, prompts)):
+        for i, (completion, prompt) in enumerate(zip(done, prompts, strict=True)):
             for j, text in enumerate(completion.texts):
                 logprobs = None
                 if top is not None and completion.logprobs is not None:
@@ -816,7 +820,7 @@ class OpenAIServer:
     async def _serve_connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
         assert task is not None
-        self._connections.add(task)  # type: ignore[arg-type]
+        self._connections.add(task)
         conn = _Connection(reader, self.limits.max_head)
         try:
             if self._open >= self.limits.max_connections:
@@ -838,7 +842,7 @@ class OpenAIServer:
             # normally matters: Python 3.11's stream callback logs a cancelled one as an error.
             return
         finally:
-            self._connections.discard(task)  # type: ignore[arg-type]
+            self._connections.discard(task)
             writer.close()
 
     async def _serve_requests(self, conn: _Connection, writer: asyncio.StreamWriter) -> _HttpError | None:
@@ -872,7 +876,8 @@ class OpenAIServer:
                                          "request_timeout") from None
                 except _HttpError as exc:
                     return exc
-                answer = (204, None) if preflight else await self._answer(conn, request, body)
+                answer: tuple[int, dict[str, Any] | None] | None = (
+                    (204, None) if preflight else await self._answer(conn, request, body))
                 del body  # not held while the connection waits for its next request
                 if answer is None:
                     return None  # the client went away; its generation was cancelled
@@ -907,8 +912,9 @@ class OpenAIServer:
         if request.method == "OPTIONS" and cors and "access-control-request-method" in request.headers:
             # A browser asks before a cross-origin request: it never sends the key with this question.
             asked = request.headers.get("access-control-request-headers") or "authorization, content-type"
-            preflight = (("Access-Control-Allow-Methods", "GET, POST, OPTIONS"),
-                         ("Access-Control-Allow-Headers", asked), ("Access-Control-Max-Age", "600"))
+            preflight: tuple[tuple[str, str], ...] = (
+                ("Access-Control-Allow-Methods", "GET, POST, OPTIONS"),
+                ("Access-Control-Allow-Headers", asked), ("Access-Control-Max-Age", "600"))
             if request.headers.get("access-control-request-private-network", "").lower() == "true":
                 preflight += (("Access-Control-Allow-Private-Network", "true"),)
             return cors, preflight

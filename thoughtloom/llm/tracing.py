@@ -1,4 +1,5 @@
-"""OpenTelemetry spans for searches and model calls (tool calls: tools/traced.py), named and attributed by the GenAI semantic conventions.
+"""OpenTelemetry spans for searches and model calls (tool calls: tools/traced.py), named and attributed by the GenAI
+semantic conventions.
 
 Optional: with the `otel` extra installed (opentelemetry-api, opentelemetry-sdk), runs are built
 with these wrappers and the spans go to the application's TracerProvider (none set: OTel's

@@ -4,14 +4,22 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from typing import Protocol, TypeVar, dataclass_transform, runtime_checkable
 
-#: The decorator of the value types every model call builds (Prompt, GenerateRequest, Usage,
-#: Completion, and the tasks' Query): slotted, compared and hashed by value, and immutable by
-#: contract rather than frozen. A frozen dataclass sets each field through object.__setattr__,
-#: which made building these objects about a tenth of a search's cost per thought. Nothing
-#: assigns to their fields after construction; `dataclasses.replace` makes a changed copy.
-value_type = dataclass(slots=True, unsafe_hash=True)
+_T = TypeVar("_T")
+
+
+# The decorator of the value types every model call builds (Prompt, GenerateRequest, Usage,
+# Completion, and the tasks' Query): slotted, compared and hashed by value, and immutable by
+# contract rather than frozen. A frozen dataclass sets each field through object.__setattr__,
+# which made building these objects about a tenth of a search's cost per thought. Nothing
+# assigns to their fields after construction; `dataclasses.replace` makes a changed copy.
+# A function marked `dataclass_transform` (not a bare `dataclass(...)` value) so type checkers
+# see each class's generated __init__ and check every construction.
+@dataclass_transform(eq_default=True)
+def value_type(cls: type[_T]) -> type[_T]:
+    """Make `cls` a slotted, value-hashed dataclass (see above)."""
+    return dataclass(slots=True, unsafe_hash=True)(cls)
 
 
 @dataclass(frozen=True, slots=True)
@@ -198,8 +206,10 @@ class Backend(Protocol):
 
     #: Identity of the model, used in cache keys, records and manifests.
     name: str
-    #: How many calls the backend can usefully serve at once (the embedded model: 1).
-    max_concurrency: int
+    @property
+    def max_concurrency(self) -> int:
+        """How many calls the backend can usefully serve at once (the embedded model: 1); an attribute or a property."""
+        ...
 
     # Optional: `prompt_form = "text"` or `"chat"`: which form of a Prompt the backend sends
     # (completion text with the request's stop strings, or chat messages ending at the end of

@@ -360,10 +360,16 @@ def _replay_backend(store: BlockStore, manifest: Manifest, head: dict[str, Any],
 
     def make(live: Backend | None) -> ReplayBackend:
         return ReplayBackend(
-            calls, name=manifest.backend, max_concurrency=max(1, manifest.max_concurrency),
-            supports_batch=manifest.supports_batch, pricing=model_pricing(manifest.model, pricing),
-            route_pricing={str(role): role_pricing(manifest.model, pricing, str(model)) for role, model in roles}, counts=counts, live=live,
-            form=prompt_form(manifest.backend), thinking_tokens=(manifest.spec or {}).get("thinking_tokens") or 0,
+            calls,
+            name=manifest.backend,
+            max_concurrency=max(1, manifest.max_concurrency),
+            supports_batch=manifest.supports_batch,
+            pricing=model_pricing(manifest.model, pricing),
+            route_pricing={str(role): role_pricing(manifest.model, pricing, str(model)) for role, model in roles},
+            counts=counts,
+            live=live,
+            form=prompt_form(manifest.backend),
+            thinking_tokens=(manifest.spec or {}).get("thinking_tokens") or 0,
             **kwargs,
         )
 

@@ -181,11 +181,11 @@ class RunSpec:
         try:
             options = dict(data.get("task_options") or {})
             sandbox = options.pop("sandbox", None)
-            task_options = TaskOptions(
-                **{k: (Path(v) if k in ("tests", "data", "repo") else tuple(v) if k == "test_command" else v)
-                   for k, v in options.items() if k in _OPTION_FIELDS},
-                sandbox=SandboxLimits(**sandbox) if sandbox else None,
-            )
+            chosen: dict[str, Any] = {
+                k: (Path(v) if k in ("tests", "data", "repo") else tuple(v) if k == "test_command" else v)
+                for k, v in options.items() if k in _OPTION_FIELDS
+            }
+            task_options = TaskOptions(**chosen, sandbox=SandboxLimits(**sandbox) if sandbox else None)
             config = dict(data.get("config") or {})
             if "one_pass" not in config:
                 # Stored before a tree search went on past its first pass: it made one.
@@ -394,10 +394,10 @@ def resolve(
         elif isinstance(control, ControlSettings):
             settings = control
         else:
-            given = control if isinstance(control, Mapping) else {}
-            settings = ControlSettings.from_profile(prof, **given)
-            if given.get("hard_depth") is not None and given["hard_depth"] < config.max_depth:
-                raise SpecError(f"hard depth {given['hard_depth']} is below the search's depth {config.max_depth}; "
+            overrides: Mapping[str, Any] = control if isinstance(control, Mapping) else {}
+            settings = ControlSettings.from_profile(prof, **overrides)
+            if overrides.get("hard_depth") is not None and overrides["hard_depth"] < config.max_depth:
+                raise SpecError(f"hard depth {overrides['hard_depth']} is below the search's depth {config.max_depth}; "
                                 "the hard depth bounds how far the controller may go past it")
         if isinstance(grounding, GroundingPolicy):
             policy = grounding

@@ -73,7 +73,9 @@ def task_from(data: Mapping[str, Any], where: str, base_dir: str | None = None) 
         raise TaskFileError(f"{where}: unknown key {unknown[0]!r}; a task file has {', '.join(_KEYS)}")
     name = _text(data, "name", where, required=True)
     if not _NAME.match(name):
-        raise TaskFileError(f"{where}: name: expected a letter, then letters, digits, _ or - (at most 64); got {name!r}")
+        raise TaskFileError(
+            f"{where}: name: expected a letter, then letters, digits, _ or - (at most 64); got {name!r}"
+        )
     if name in all_tasks():
         raise TaskFileError(f"{where}: name: {name!r} is a task 'loom tasks' lists already; choose another name")
     prompts = _prompts(data.get("prompts", {}), where)
@@ -118,7 +120,9 @@ def _prompts(value: Any, where: str) -> dict[str, str]:
             raise TaskFileError(f"{where}: prompts.{key}: unknown placeholder {{{bad[0]}}}; it may use "
                                 + ", ".join(f"{{{n}}}" for n in allowed))
         if "problem" not in names:
-            raise TaskFileError(f"{where}: prompts.{key}: expected the placeholder {{problem}} (where the problem goes)")
+            raise TaskFileError(
+                f"{where}: prompts.{key}: expected the placeholder {{problem}} (where the problem goes)"
+            )
         out[key] = template
     return out
 
@@ -154,7 +158,9 @@ def _search(data: Mapping[str, Any], where: str) -> dict[str, Any]:
     defaults = {name: v for name, v in SearchConfig().to_dict().items() if name not in _RUN_ONLY}
     for key, given in value.items():
         if key not in defaults:
-            raise TaskFileError(f"{where}: search.{key}: not a search setting a task sets; one of {', '.join(defaults)}")
+            raise TaskFileError(
+                f"{where}: search.{key}: not a search setting a task sets; one of {', '.join(defaults)}"
+            )
         kind = _kind(defaults[key], given)
         if kind is not None:
             raise TaskFileError(f"{where}: search.{key}: expected {kind}; got {_shown(given)}")

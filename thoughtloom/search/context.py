@@ -146,9 +146,21 @@ class SearchContext:
         self.expanded: set[int] = set()
         #: Why each pruned thought was cut (a later pass may bring back those the beam held back).
         self.prune_reasons: dict[int, str] = {}
-        self.counts = {"proposed": 0, "rejected": 0, "repaired": 0, "duplicates": 0, "pruned": 0, "expansions": 0, "reasks": 0,
-                       "parse_failures": 0, "grounded": 0, "verified": 0, "grounding_failed": 0, "grounder_errors": 0,
-                       "continuations": 0}
+        self.counts = {
+            "proposed": 0,
+            "rejected": 0,
+            "repaired": 0,
+            "duplicates": 0,
+            "pruned": 0,
+            "expansions": 0,
+            "reasks": 0,
+            "parse_failures": 0,
+            "grounded": 0,
+            "verified": 0,
+            "grounding_failed": 0,
+            "grounder_errors": 0,
+            "continuations": 0,
+        }
         self.grounders = tuple(grounders)
         self.grounding_policy = grounding_policy or GroundingPolicy()
         #: What grounding found, by node.
@@ -378,7 +390,7 @@ class SearchContext:
         if self.stopped:
             return [None] * len(queries)
         if self.gateway.batches:
-            requests = [self._request(q, n, purpose, k, role) for q, k in zip(queries, keys)]
+            requests = [self._request(q, n, purpose, k, role) for q, k in zip(queries, keys, strict=True)]
             try:
                 if self._call_slots is None:
                     completions = await self.gateway.generate_batch(requests)
@@ -394,10 +406,10 @@ class SearchContext:
                 return [None] * len(queries)
             else:
                 self._successful_calls += len(completions)
-                for request, completion in zip(requests, completions):
+                for request, completion in zip(requests, completions, strict=True):
                     self._count_parse_failures(request, completion.texts)
                 return [(list(c.texts), c.usage.total) for c in completions]
-        return await eager_gather(self.ask(q, n, purpose, k, role) for q, k in zip(queries, keys))
+        return await eager_gather(self.ask(q, n, purpose, k, role) for q, k in zip(queries, keys, strict=True))
 
     # --- grounding ----------------------------------------------------------------------
 
@@ -418,7 +430,7 @@ class SearchContext:
                     # The grounding runs in a task of its own (Budget.within_wall), cancelled at the deadline.
                     result = await budget.within_wall(self._run_grounder(node_id))
             except TimeoutError:
-                self.stop("budget_wall_s")
+                self.stop(StopReason.BUDGET_WALL_S)
                 return None
             if result is None:
                 # No grounder could test it: the policy may require grounding (unverified_factor).
@@ -519,7 +531,9 @@ class SearchContext:
         self._steps[solution.id] = self._steps[node_id]
         self._path_score[solution.id] = self._path_score.get(node_id)
         if self.bus:
-            self.bus.emit(NodeAdded(solution.id, (node_id,), NodeKind.SOLUTION.value, solution.depth, answer, "synthesize"))
+            self.bus.emit(
+                NodeAdded(solution.id, (node_id,), NodeKind.SOLUTION.value, solution.depth, answer, "synthesize")
+            )
         return solution.id
 
     def reject(self, parent: int, content: str, reason: str, creator: str) -> None:
@@ -582,8 +596,10 @@ class SearchContext:
             # The path score extends the nearest ancestor one step shorter (a merge or refinement
             # stands in for its parent's step rather than adding one).
             base = primary_parent(node_id)
+            assert base is not None  # only the root has no parent, and it is never scored
             while base != root and len(steps_of[base]) >= depth:
                 base = primary_parent(base)
+                assert base is not None
             path = combine(aggregation, path_scores[base], score, depth)
             path_scores[node_id] = path
             if sinks:

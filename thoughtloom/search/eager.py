@@ -20,7 +20,7 @@ model or the response cache a whole level of the search runs without a pause, an
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Coroutine, Iterable
+from collections.abc import Coroutine, Iterable, Sequence
 from typing import Any, TypeVar
 
 from ..llm.inline import drive
@@ -60,7 +60,7 @@ async def eager_gather(coros: Iterable[Coroutine[Any, Any, T]]) -> list[T]:
     return results
 
 
-async def _drive(coro: Coroutine[Any, Any, T], yielded: Any, tasks: list[asyncio.Future[Any]]) -> T:
+async def _drive(coro: Coroutine[Any, Any, T], yielded: Any, tasks: Sequence[asyncio.Future[Any]]) -> T:
     """Drive a coroutine that waits, in this task, to its end, as the task itself would.
 
     A task of `tasks` that fails meanwhile interrupts it (with a cancel of this task, taken back
@@ -104,7 +104,7 @@ async def _drive(coro: Coroutine[Any, Any, T], yielded: Any, tasks: list[asyncio
     return value
 
 
-async def _cancel_all(tasks: list[asyncio.Future[Any]]) -> None:
+async def _cancel_all(tasks: Sequence[asyncio.Future[Any]]) -> None:
     """Cancel the tasks still running and let them clean up."""
     live = [t for t in tasks if not t.done()]
     for t in live:

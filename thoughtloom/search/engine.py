@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Collection, Coroutine, Sequence
+from collections.abc import Awaitable, Callable, Collection, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
-
 
 from ..graph import NodeStatus
 from ..grounding.adjust import GroundingPolicy
@@ -21,8 +20,8 @@ from .events import BudgetSpent, EventBus, EventSink, SearchStarted, SearchStopp
 from .operators import synthesize
 from .paths import ScoredPaths
 from .result import GroundingStats, PathStep, SearchResult, SearchStats, SearchUsage, role_usage
-from .strategies import STRATEGY_FUNCTIONS
 from .stop import StopReason
+from .strategies import STRATEGY_FUNCTIONS
 
 if TYPE_CHECKING:
     from ..tools.toolbox import Toolbox
@@ -61,7 +60,7 @@ class _WallDeadline(Exception):
     """The wall-clock budget ran out while the search was waiting (internal)."""
 
 
-async def _within_wall(budget: Budget, step: Coroutine[Any, Any, T], grace_s: float = 0.0) -> T:
+async def _within_wall(budget: Budget, step: Awaitable[T], grace_s: float = 0.0) -> T:
     """Await `step`, cancelled when the wall-clock budget (plus grace_s) runs out."""
     if budget.wall_left() is None:
         return await step
@@ -137,7 +136,7 @@ async def search(
     ctx = SearchContext(task, problem, gateway, config, bus, controller, all_grounders, grounding_policy, tools,
                         processors, research, routed_roles)
     if out_of_time:
-        ctx.stop("budget_wall_s")
+        ctx.stop(StopReason.BUDGET_WALL_S)
     if on_context is not None:
         on_context(ctx)
     if controller is not None:
@@ -150,7 +149,7 @@ async def search(
         if not ctx.stopped:
             await _within_wall(budget, STRATEGY_FUNCTIONS[config.strategy](ctx), WALL_GRACE_S)
     except _WallDeadline:
-        ctx.stop("budget_wall_s")
+        ctx.stop(StopReason.BUDGET_WALL_S)
     except asyncio.CancelledError:
         # Ctrl-C or a caller's cancel: keep what was found rather than lose it with the task.
         interrupted = True
@@ -169,7 +168,9 @@ async def search(
     if bus:
         bus.emit(SearchStopped(reason, best, len(ctx.graph), ctx.counts["pruned"], ctx.counts["rejected"],
                                ctx.deepest()))
-    path_ids = ctx.graph.path_to_root(answer_node if answer_node is not None else best) if best is not None else [ctx.root]
+    path_ids = (
+        ctx.graph.path_to_root(answer_node if answer_node is not None else best) if best is not None else [ctx.root]
+    )
     best_path = [
         PathStep(n.id, n.kind.value, n.content, n.score,
                  Evaluation.from_dict(n.extra["evaluation"]) if "evaluation" in n.extra else None)

@@ -299,8 +299,8 @@ async def value_many(ctx: SearchContext, node_ids: Sequence[int], *, rescore: bo
     if len(asking) > 1 and ctx.gateway.batches:
         under_way(asking)
         answers = await ctx.ask_many(queries, n, "evaluate", keys, EVALUATOR)
-        scores = [_take_value(ctx, *args, rescore) for args in zip(asking, paths, queries, answers)]
-        await settle_scores(ctx, [(node_id, s) for node_id, s in zip(asking, scores) if s is not None])
+        scores = [_take_value(ctx, *args, rescore) for args in zip(asking, paths, queries, answers, strict=True)]
+        await settle_scores(ctx, [(node_id, s) for node_id, s in zip(asking, scores, strict=True) if s is not None])
         return
 
     async def one(node_id: int, steps: tuple[str, ...], query: Query, key: object,
@@ -315,7 +315,7 @@ async def value_many(ctx: SearchContext, node_ids: Sequence[int], *, rescore: bo
         else:  # settle_scores without its coroutine: this runs once per valued thought
             ctx.set_scores(((node_id, score),))
 
-    items = list(zip(asking, paths, queries, keys))
+    items = list(zip(asking, paths, queries, keys, strict=True))
     if ctx.grounders:  # groundings overlap, each in its thought's own coroutine
         under_way(asking)
         await eager_gather(one(*item) for item in items)
@@ -375,7 +375,7 @@ async def settle_scores(ctx: SearchContext, scores: Sequence[tuple[int, float]])
         else:
             adjusted = await eager_gather(ctx.ground(n, s) for n, s in scores)
         # A thought whose grounding the wall-clock deadline cut off stays unscored (cancelled at the end).
-        scores = [(n, a) for (n, _), a in zip(scores, adjusted) if a is not None]
+        scores = [(n, a) for (n, _), a in zip(scores, adjusted, strict=True) if a is not None]
     ctx.set_scores(scores)
 
 
@@ -400,7 +400,7 @@ async def _vote(ctx: SearchContext, parent_id: int, node_ids: Sequence[int]) -> 
     shares = task.parse_vote(problem, candidates, texts)
     for n in node_ids:
         ctx.graph.node(n).cost_tokens += cost // len(node_ids)
-    await settle_scores(ctx, list(zip(node_ids, shares)))
+    await settle_scores(ctx, list(zip(node_ids, shares, strict=False)))
 
 
 async def _tally(ctx: SearchContext, parent_id: int, node_ids: Sequence[int]) -> bool:
@@ -416,9 +416,9 @@ async def _tally(ctx: SearchContext, parent_id: int, node_ids: Sequence[int]) ->
         return False
     # An agreement the task counted is a goal as a passed test is: the score alone does not decide it.
     ctx.prove_goals(everyone[i] for i in tally.agreed)
-    for node_id, note in zip(everyone, tally.notes):
+    for node_id, note in zip(everyone, tally.notes, strict=False):
         graph.node(node_id).extra["tally"] = note
-    await settle_scores(ctx, list(zip(everyone, tally.shares)))
+    await settle_scores(ctx, list(zip(everyone, tally.shares, strict=False)))
     return True
 
 

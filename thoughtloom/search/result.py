@@ -236,7 +236,9 @@ class SearchResult:
         record = step.evaluation
         if record.is_promising is not False and record.score >= DOUBT_BELOW:
             return None
-        verdict = f"scored step #{step.id} {record.score:.2f}" + (", not promising" if record.is_promising is False else "")
+        verdict = f"scored step #{step.id} {record.score:.2f}" + (
+            ", not promising" if record.is_promising is False else ""
+        )
         why = " ".join(record.reasoning.split())
         return f"the evaluator {verdict}" + (f": {why}" if why else "")
 
@@ -293,7 +295,9 @@ class SearchResult:
         for question in made["cove:plan"]:
             answers = [self.graph.node(c).content for c in self.graph.children(question.id)
                        if self.graph.node(c).creator == "cove:verify"]
-            checks.append({"node": question.id, "question": question.content, "answer": answers[0] if answers else None})
+            checks.append(
+                {"node": question.id, "question": question.content, "answer": answers[0] if answers else None}
+            )
         return {**record, "draft": made["cove:draft"][0].content if made["cove:draft"] else None, "checks": checks,
                 "revision": made["cove:revise"][0].content if made["cove:revise"] else None}
 

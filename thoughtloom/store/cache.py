@@ -102,7 +102,7 @@ class CachedStore(ClosesOnExit):
         if missing:
             with gc_paused():
                 blocks = self.get_many(missing)
-            decoded = dict(zip(missing, decode_many((cid, blocks[cid]) for cid in missing)))
+            decoded = dict(zip(missing, decode_many((cid, blocks[cid]) for cid in missing), strict=True))
             with self._lock:
                 for cid, obj in decoded.items():
                     if len(blocks[cid]) <= self.max_block_bytes:

@@ -98,8 +98,14 @@ class IPFSStore(TableRefs, ClosesOnExit):
         body = b""
         if file is not None:  # Kubo takes uploads as multipart/form-data, one part named "file"
             boundary = uuid.uuid4().hex
-            body = (f"--{boundary}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"file\"\r\n"
-                    f"Content-Type: application/octet-stream\r\n\r\n").encode() + file + f"\r\n--{boundary}--\r\n".encode()
+            body = (
+                (
+                    f'--{boundary}\r\nContent-Disposition: form-data; name="file"; filename="file"\r\n'
+                    f"Content-Type: application/octet-stream\r\n\r\n"
+                ).encode()
+                + file
+                + f"\r\n--{boundary}--\r\n".encode()
+            )
             headers["Content-Type"] = f"multipart/form-data; boundary={boundary}"
         request = urllib.request.Request(url, data=body, headers=headers, method="POST")
         try:
@@ -111,7 +117,9 @@ class IPFSStore(TableRefs, ClosesOnExit):
                 message = str(json.loads(detail).get("Message", detail))
             except (ValueError, AttributeError):
                 message = detail.strip() or e.reason
-            raise IPFSError(f"IPFS {command} failed ({e.code}): {message.splitlines()[0] if message else e.reason}") from None
+            raise IPFSError(
+                f"IPFS {command} failed ({e.code}): {message.splitlines()[0] if message else e.reason}"
+            ) from None
         except (urllib.error.URLError, OSError) as e:
             reason = getattr(e, "reason", e)
             raise StoreError(f"cannot reach IPFS node at {self.api_url}: {reason}") from None

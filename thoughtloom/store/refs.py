@@ -26,7 +26,9 @@ def database_error(path: str | Path, exc: sqlite3.Error) -> StoreError:
 
 
 @contextmanager
-def guarded(db: sqlite3.Connection, lock: threading.Lock | threading.RLock, path: str | Path) -> Iterator[sqlite3.Connection]:
+def guarded(
+    db: sqlite3.Connection, lock: threading.Lock | threading.RLock, path: str | Path
+) -> Iterator[sqlite3.Connection]:
     """The connection under its lock; a SQLite error (a damaged page, a full disk) leaves as StoreError."""
     with lock:
         try:

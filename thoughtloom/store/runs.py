@@ -50,7 +50,8 @@ per answered call for a 1,000-node search on a local disk (benchmarks/engine_ove
 zero-latency model); nothing without a recorder.
 
 The recorder sees the backend through RecordingBackend, a proxy the gateway calls instead of the
-real backend (composed below the gateway when the run is built); it sees the graph through the SearchContext (search(..., on_context=...)) and the
+real backend (composed below the gateway when the run is built); it sees the graph through the SearchContext
+(search(..., on_context=...)) and the
 creation-time parents and merges through the event stream. A search without a recorder runs
 exactly as before. It leaves Gateway.listener (the engine's BudgetSpent feed) alone: replay needs
 what the backend itself saw (the sub-request left after cache hits, max_tokens as the budget shrank
@@ -81,8 +82,25 @@ from ..search.events import DuplicateMerged, Event, NodeAdded
 from ..search.stop import StopReason
 from .blocks import CID, RAW, CorruptBlock, Link, MissingBlock, codec_of, encode, link, raw
 from .manifest import Manifest
-from .shapes import (ANY, BOOL, CID_TEXT, COUNT, LINK, MAP, NUMBER, TEXT, TEXT_OR_LINK, WHOLE, BadShape, Shape,
-                     checked, list_of, one_of, optional, record)
+from .shapes import (
+    ANY,
+    BOOL,
+    CID_TEXT,
+    COUNT,
+    LINK,
+    MAP,
+    NUMBER,
+    TEXT,
+    TEXT_OR_LINK,
+    WHOLE,
+    BadShape,
+    Shape,
+    checked,
+    list_of,
+    one_of,
+    optional,
+    record,
+)
 from .store import BlockStore, get_obj
 
 if TYPE_CHECKING:
@@ -180,7 +198,9 @@ def resolve_run(store: BlockStore, prefix: str) -> str:
     if not matches:
         raise RunError(f"no run {prefix!r} in the store (see 'loom runs')")
     if len(matches) > 1:
-        raise RunError(f"run prefix {prefix!r} is ambiguous: {', '.join(matches[:5])}{' ...' if len(matches) > 5 else ''}")
+        raise RunError(
+            f"run prefix {prefix!r} is ambiguous: {', '.join(matches[:5])}{' ...' if len(matches) > 5 else ''}"
+        )
     return matches[0]
 
 
@@ -516,7 +536,9 @@ class RunRecorder:
         elif isinstance(outcome, Completion):
             self._charge(outcome.usage)
 
-    def _charged_batch(self, requests: Sequence[GenerateRequest], outcome: Sequence[Completion] | BaseException) -> None:
+    def _charged_batch(
+        self, requests: Sequence[GenerateRequest], outcome: Sequence[Completion] | BaseException
+    ) -> None:
         gateway = self._gateway
         if gateway is not None:
             for usage in gateway.charge_batch(requests, outcome):
@@ -767,21 +789,21 @@ class RecordingBackend(BackendWrapper):
         except asyncio.CancelledError as exc:
             rec._charged_batch(requests, exc)
             if rec._cut_off():
-                for s, r in zip(starts, requests):
+                for s, r in zip(starts, requests, strict=True):
                     rec._exchange(s, r, None, ("cutoff", "wall-clock budget ran out during a call"), t0, len(requests))
                 rec.flush_started()
             raise
         except ModelError as exc:
             rec._charged_batch(requests, exc)
             kind = _error_kind(exc)
-            for s, r in zip(starts, requests):
+            for s, r in zip(starts, requests, strict=True):
                 rec._exchange(s, r, None, (kind, str(exc)), t0, len(requests))
             rec.flush_started()
             raise
         except BudgetExceeded:
             raise
         rec._charged_batch(requests, completions)
-        for s, r, c in zip(starts, requests, completions):
+        for s, r, c in zip(starts, requests, completions, strict=False):
             rec._exchange(s, r, c, None, t0, len(requests))
         rec.flush()
         return completions
@@ -964,9 +986,9 @@ def _load_graph(store: BlockStore, graph_cid: CID, timings: CID | None) -> Store
         node.depth = thought["depth"]
         node.status = NodeStatus(version["status"])
         edges: list[tuple[CID, str, float | None]] = [
-            (p.cid, kind, None) for p, kind in zip(thought["parents"], thought["edges"])]
+            (p.cid, kind, None) for p, kind in zip(thought["parents"], thought["edges"], strict=False)]
         if "edges" in version:  # re-labelled or weighted since the thought was written
-            edges = [(p, kind, weight) for (p, _, _), (kind, weight) in zip(edges, version["edges"])]
+            edges = [(p, kind, weight) for (p, _, _), (kind, weight) in zip(edges, version["edges"], strict=False)]
         edges += [(m[0].cid, m[1], m[2] if len(m) > 2 else None) for m in version["merged"]]
         links.append((nid, edges))
     # Edges after every node: a later node may have been linked to an earlier one (an agent's new

@@ -106,7 +106,8 @@ def described(value: Any) -> str:
         return f"the number {value}"
     if isinstance(value, bytes):
         return "raw bytes"
-    return {str: "a string", list: "a list", dict: "a map"}.get(type(value), type(value).__name__)
+    names: dict[type, str] = {str: "a string", list: "a list", dict: "a map"}
+    return names.get(type(value), type(value).__name__)
 
 
 def checked(obj: Any, what: str, fields: Mapping[str, Shape], *, kind: str | None = None,

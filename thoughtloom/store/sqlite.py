@@ -51,7 +51,7 @@ def default_store_path() -> Path:
 class SQLiteStore(TableRefs, ClosesOnExit):
     """A BlockStore in one SQLite file."""
 
-    def __init__(self, path: str | Path, *, readonly: bool = False, busy_timeout_s: float = 10.0) -> None:
+    def __init__(self, path: str | os.PathLike[str], *, readonly: bool = False, busy_timeout_s: float = 10.0) -> None:
         self.path = Path(path).expanduser()
         self.readonly = readonly
         self._lock = threading.RLock()  # one connection shared by threads (asyncio executors)
@@ -174,7 +174,7 @@ class SQLiteStore(TableRefs, ClosesOnExit):
                 part = keys[i:i + _IN_BATCH]
                 sql = f"SELECT cid, CAST(data AS BLOB) FROM blocks WHERE cid IN ({','.join('?' * len(part))})"
                 found.update(db.execute(sql, part).fetchall())
-        for cid, key in zip(wanted, keys):
+        for cid, key in zip(wanted, keys, strict=True):
             data = found.get(key)
             if data is None:
                 raise MissingBlock(cid, str(self.path))

@@ -33,11 +33,16 @@ RESULT_CHARS = 1500
 
 
 class ToolDescription(Protocol):
-    """What a prompt needs to know of a tool (thoughtloom.tools.ToolSpec has these)."""
+    """What a prompt needs to know of a tool (thoughtloom.tools.ToolSpec has these, frozen)."""
 
-    name: str
-    description: str
-    parameters: dict[str, Any]
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def description(self) -> str: ...
+
+    @property
+    def parameters(self) -> dict[str, Any]: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -287,9 +292,15 @@ def _sorted(value: Any) -> Any:
 def tool_query(task: str, step: str, context: Context, tools: Sequence[ToolDescription]) -> Query:
     """Ask for a tool call as a JSON object, constrained to the tools' schemas where the backend can."""
     listing = "\n".join(_describe_tool(t) for t in tools)
-    return few_shot_query(_TOOL_SYSTEM, [_TOOL_EXAMPLE],
-                  f"Task: {task}\nTools:\n{listing}\nEarlier results:\n{context.render()}\nStep: {step}", max_tokens=160,
-                  stop=("\n\n",), schema=tool_call_schema(tools), temperature=TOOL_TEMPERATURE)
+    return few_shot_query(
+        _TOOL_SYSTEM,
+        [_TOOL_EXAMPLE],
+        f"Task: {task}\nTools:\n{listing}\nEarlier results:\n{context.render()}\nStep: {step}",
+        max_tokens=160,
+        stop=("\n\n",),
+        schema=tool_call_schema(tools),
+        temperature=TOOL_TEMPERATURE,
+    )
 
 
 _CALL_LINE = re.compile(r"^\s*`*\s*([A-Za-z][\w.:-]*)\s*(?::|\()\s*(.*?)\s*\)?\s*`*\s*$", re.DOTALL)
@@ -397,8 +408,9 @@ _REASON = re.compile(r"reason\s*[:=]\s*(.+)", re.IGNORECASE)
 def critique_query(task: str, answer: str, checks: Sequence[str] = ()) -> Query:
     """Ask whether an answer does what the task asks (with what exact checks already found)."""
     found = ("\nChecks already made:\n" + "\n".join(f"- {c}" for c in checks)) if checks else ""
-    return few_shot_query(_CRITIQUE_SYSTEM, [_CRITIQUE_EXAMPLE], f"Task: {task}\nAnswer: {one_line(answer, 1200)}{found}",
-                  max_tokens=80)
+    return few_shot_query(
+        _CRITIQUE_SYSTEM, [_CRITIQUE_EXAMPLE], f"Task: {task}\nAnswer: {one_line(answer, 1200)}{found}", max_tokens=80
+    )
 
 
 def parse_critique(text: str) -> CritiqueVerdict:
@@ -428,8 +440,12 @@ _REVISE_EXAMPLE = (
 def revise_query(task: str, answer: str, problems: Sequence[str]) -> Query:
     """Ask for the answer again, fixing what the critique found."""
     listed = "\n".join(f"- {p}" for p in problems) or "- (none stated)"
-    return few_shot_query(_REVISE_SYSTEM, [_REVISE_EXAMPLE], f"Task: {task}\nAnswer: {one_line(answer, 1200)}\nProblems:\n"
-                  f"{listed}\n\nCorrected answer:", max_tokens=300)
+    return few_shot_query(
+        _REVISE_SYSTEM,
+        [_REVISE_EXAMPLE],
+        f"Task: {task}\nAnswer: {one_line(answer, 1200)}\nProblems:\n{listed}\n\nCorrected answer:",
+        max_tokens=300,
+    )
 
 
 _CODE_SYSTEM = (

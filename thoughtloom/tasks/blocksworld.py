@@ -178,12 +178,13 @@ def why_not(state: State, action: Fact) -> str | None:
     """Which precondition of the action fails in this state (the domain file's), or None when it may run."""
     op, *args = action
     x = args[0]
-    needs: list[Fact] = {
+    preconditions: dict[str, list[Fact]] = {
         "pick-up": [("clear", x), ("ontable", x), ("handempty",)],
         "put-down": [("holding", x)],
         "stack": [("clear", args[-1]), ("holding", x)],
         "unstack": [("on", x, args[-1]), ("clear", x), ("handempty",)],
-    }[op]
+    }
+    needs = preconditions[op]
     if op in ("stack", "unstack") and args[0] == args[1]:
         return f"{action_text(action)}: a block cannot be on itself"
     missing = [f for f in needs if f not in state]
@@ -194,6 +195,8 @@ def apply(state: State, action: Fact) -> State:
     """The state after an action whose preconditions hold (the domain file's effects)."""
     op, *args = action
     x = args[0]
+    add: set[Fact]
+    drop: set[Fact]
     if op == "pick-up":
         add, drop = {("holding", x)}, {("clear", x), ("ontable", x), ("handempty",)}
     elif op == "put-down":
@@ -248,8 +251,8 @@ def plan_from_text(text: str) -> tuple[Fact, ...]:
     operator takes, is passed over. Text after '[PLAN END]' is not part of the plan.
     """
     text = text.split("[PLAN END]")[0].lower().strip()
-    for op in OPERATORS:
-        text = text.replace(op.replace("-", " "), op)
+    for operator in OPERATORS:
+        text = text.replace(operator.replace("-", " "), operator)
     names = [f"{c} block" for c in COLORS]
     plan: list[Fact] = []
     for line in (ln.strip() for ln in text.split("\n")):

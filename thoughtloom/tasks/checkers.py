@@ -107,7 +107,8 @@ class Checker:
         return self.kind in ("f1", CUSTOM)
 
     def loaded(self) -> Checker:
-        """This checker ready to run: a custom one with its function imported (CheckerError, one line, if it cannot be)."""
+        """This checker ready to run: a custom one with its function imported (CheckerError, one line, if it cannot
+        be)."""
         if self.kind != CUSTOM or self.call is not None:
             return self
         assert self.function is not None
@@ -150,7 +151,8 @@ class Checker:
         return [part.strip() for part in str(gold).split(self.separator) if part.strip()]
 
     def check_gold(self, gold: Any) -> str | None:
-        """Why a gold answer cannot be checked by this kind (a number for numeric, a pattern for regex); None if it can."""
+        """Why a gold answer cannot be checked by this kind (a number for numeric, a pattern for regex); None if it
+        can."""
         if gold is None or (isinstance(gold, str) and not gold.strip()):
             return "the answer is empty"
         if self.kind == "numeric" and _gold_number(gold) is None:

@@ -188,7 +188,9 @@ async def passes(sandbox: Sandbox, program: str, check: str, *, names: Collectio
 
 # --- tests the search may see ---------------------------------------------------------------
 
-_CALL_ARROW = re.compile(r"^\s*(?P<call>[A-Za-z_]\w*\(.*\))\s*(?:==>|=>|➞|->|==|=|should return|returns?)\s*(?P<want>.+?)\s*$")
+_CALL_ARROW = re.compile(
+    r"^\s*(?P<call>[A-Za-z_]\w*\(.*\))\s*(?:==>|=>|➞|->|==|=|should return|returns?)\s*(?P<want>.+?)\s*$"
+)
 
 
 def docstring_tests(prompt: str, entry_point: str) -> tuple[str, ...]:
@@ -205,7 +207,11 @@ def docstring_tests(prompt: str, entry_point: str) -> tuple[str, ...]:
             if m is None:
                 continue
             call, want = m.group("call"), m.group("want")
-            if call.startswith(entry_point + "(") and _is_test_expr(call, entry_point) and _is_test_expr(want, entry_point):
+            if (
+                call.startswith(entry_point + "(")
+                and _is_test_expr(call, entry_point)
+                and _is_test_expr(want, entry_point)
+            ):
                 tests.append(f"assert {m.group('call')} == {m.group('want')}")
     return tuple(dict.fromkeys(tests))
 

@@ -222,7 +222,7 @@ def parse_date(text: str) -> Date | None:
 
 def date_order(a: Date, b: Date) -> int | None:
     """-1 when a is earlier, 1 when later, 0 the same day; None when what both give does not decide it."""
-    for x, y in zip(a, b):
+    for x, y in zip(a, b, strict=True):
         if x is None or y is None:
             return None
         if x != y:

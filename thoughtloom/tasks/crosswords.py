@@ -133,7 +133,7 @@ def board_words(board: Sequence[str]) -> list[str]:
 
 def render_clues(clues: Sequence[str]) -> str:
     """The clues as the paper's render_clues writes them, one "h1. clue" line each."""
-    return "".join(f"{slot}. {clue}\n" for slot, clue in zip(SLOTS, clues)).rstrip("\n")
+    return "".join(f"{slot}. {clue}\n" for slot, clue in zip(SLOTS, clues, strict=False)).rstrip("\n")
 
 
 def read_puzzles(text: str) -> list[tuple[tuple[str, ...], str]]:
@@ -204,7 +204,7 @@ class CrosswordsTask(Task[Crossword]):
         for step in steps:
             m = _STEP.match(step)
             assert m, f"validated step is not 'h1. WORD': {step!r}"
-            for cell, letter in zip(slot_cells(m.group(1).lower()), m.group(2).upper()):
+            for cell, letter in zip(slot_cells(m.group(1).lower()), m.group(2).upper(), strict=False):
                 board[cell] = letter
         return board
 
@@ -234,8 +234,11 @@ class CrosswordsTask(Task[Crossword]):
         words = board_words(board)
 
         def listed(filled: bool) -> str:
-            return "".join(f"{slot}. {clue}: {word}\n" for slot, clue, word in zip(SLOTS, problem.clues, words)
-                           if (slot in placed) == filled)
+            return "".join(
+                f"{slot}. {clue}: {word}\n"
+                for slot, clue, word in zip(SLOTS, problem.clues, words, strict=False)
+                if (slot in placed) == filled
+            )
 
         # No word is ever "changed" here: the validator refuses a step that would change one.
         return f"Current Board:\n{rows}\nUnfilled:\n{listed(False)}\nFilled:\n{listed(True)}\nChanged:\n"
@@ -316,7 +319,7 @@ class CrosswordsTask(Task[Crossword]):
             if EMPTY not in pattern:
                 continue
             fits = [f"{slot}. {w}" for w in vocabulary
-                    if all(p in (EMPTY, ch) for p, ch in zip(pattern, w))]
+                    if all(p in (EMPTY, ch) for p, ch in zip(pattern, w, strict=False))]
             if best is None or len(fits) < len(best):
                 best = fits
         self._legal[key] = tuple((best or [])[:CHOICE_CAP])
@@ -329,7 +332,7 @@ class CrosswordsTask(Task[Crossword]):
         board = self.board(problem, steps)
         placed = {m.group(1).lower() for s in steps if (m := _STEP.match(s))}
         best: tuple[int, str, str] | None = None
-        for slot, clue, word in zip(SLOTS, problem.clues, board_words(board)):
+        for slot, clue, word in zip(SLOTS, problem.clues, board_words(board), strict=False):
             filled = SIZE - word.count(EMPTY)
             if slot not in placed and filled >= 2 and (best is None or filled > best[0]):
                 best = (filled, clue, word)

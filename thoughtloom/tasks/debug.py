@@ -90,11 +90,17 @@ class DebugTask(Task[DebugProblem]):
 
     def root_content(self, problem: DebugProblem) -> str:
         """The problem as the graph shows it."""
-        return f"{problem.failing_test} fails in {problem.repo}" + (f": {problem.description}" if problem.description else "")
+        return f"{problem.failing_test} fails in {problem.repo}" + (
+            f": {problem.description}" if problem.description else ""
+        )
 
     def describe(self, problem: DebugProblem) -> dict[str, Any]:
         """The repository, the failing test and the files shown to the model."""
-        return {"repo": str(problem.repo), "failing_test": problem.failing_test, "files": [p for p, _ in problem.sources]}
+        return {
+            "repo": str(problem.repo),
+            "failing_test": problem.failing_test,
+            "files": [p for p, _ in problem.sources],
+        }
 
     def grounder(self, problem: DebugProblem) -> DebuggingGrounder:
         """The grounder for this repository (one per task: it keeps the reproduced failure)."""
@@ -165,7 +171,9 @@ class DebugTask(Task[DebugProblem]):
             f"{context}Write the whole corrected {target}. Reply with one block that starts with "
             f"```python {target}"
         )
-        return Query(Prompt(text=text, messages=(Message("user", request),)), max_tokens=self.max_tokens, stop=("\n```",))
+        return Query(
+            Prompt(text=text, messages=(Message("user", request),)), max_tokens=self.max_tokens, stop=("\n```",)
+        )
 
     def parse_sample(self, problem: DebugProblem, steps: Sequence[str], text: str) -> str | None:
         """A hypothesis sentence, or a fix as a fenced block headed by the file it replaces."""

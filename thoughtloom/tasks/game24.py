@@ -291,7 +291,9 @@ class Game24(Task[Numbers]):
         exact_b = _take(pool, b) if exact_a is not None else None
         if exact_a is None or exact_b is None:
             return Verdict(
-                False, thought, f"uses {fmt(a)} and {fmt(b)} but the numbers left are {numbers_text(self.left(problem, steps))}"
+                False,
+                thought,
+                f"uses {fmt(a)} and {fmt(b)} but the numbers left are {numbers_text(self.left(problem, steps))}",
             )
         a, b = exact_a, exact_b  # compute with the exact numbers, not their decimal renderings
         if op == "/" and b == 0:

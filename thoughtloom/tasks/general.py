@@ -164,7 +164,8 @@ class GeneralTask(Task[str]):
     def sample(self, problem: str, steps: Sequence[str]) -> Query:
         """One next step."""
         n = len(steps) + 1
-        user = f"Problem: {problem}\n\nReasoning so far:\n{_reasoning(steps)}\n\nGive the single best next step. {_FINAL_HINT}"
+        user = (f"Problem: {problem}\n\nReasoning so far:\n{_reasoning(steps)}\n\n"
+                f"Give the single best next step. {_FINAL_HINT}")
         text = f"Problem: {problem}\nReasoning so far:\n{_reasoning(steps)}\nStep {n}:"
         return self._query(GENERATOR_SYSTEM, text, user, 160, ("\nStep", "\nProblem:", "\n\n"))
 
@@ -263,7 +264,9 @@ class FileTask(GeneralTask):
     source: ClassVar[str] = ""
 
 
-def file_task(name: str, description: str, source: str, search_defaults: Mapping[str, Any], **settings: Any) -> FileTask:
+def file_task(
+    name: str, description: str, source: str, search_defaults: Mapping[str, Any], **settings: Any
+) -> FileTask:
     """A FileTask named `name`, with the general task's search defaults under the file's own."""
     cls = type(f"FileTask_{name}", (FileTask,), {
         "name": name, "description": description, "source": source,

@@ -18,14 +18,15 @@ import re
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import pairwise
 from pathlib import Path
 from typing import Any, ClassVar
 
 from ..llm.types import Prompt, few_shot_messages
-from .recursion.contract import ChildSpec, Contract, FailurePolicy
-from .recursion.hooks import Goal, Plan, RecursiveHooks, Verification
 from .base import ProblemError, Query, Task, read_input_file
 from .datadir import default_data_dir
+from .recursion.contract import ChildSpec, Contract, FailurePolicy
+from .recursion.hooks import Goal, Plan, RecursiveHooks, Verification
 
 #: Errors the data README gives an unparsable output.
 SORTING_UNPARSABLE = 300
@@ -43,7 +44,7 @@ def sorting_errors(output: Sequence[int] | None, unsorted: Sequence[int]) -> int
         return SORTING_UNPARSABLE
     got, gold = Counter(output), Counter(unsorted)
     count_errors = sum(abs(got[d] - gold[d]) for d in set(got) | set(gold))
-    return count_errors + sum(1 for a, b in zip(output, output[1:]) if a > b)
+    return count_errors + sum(1 for a, b in pairwise(output) if a > b)
 
 
 def intersection_errors(output: Sequence[int] | None, gold: Sequence[int]) -> int:
@@ -227,11 +228,15 @@ class SortingTask(Task[NumbersProblem]):
     """Sort a list of digits 0-9 (GoT sorting); exact error count."""
 
     name: ClassVar[str] = "sorting"
-    description: ClassVar[str] = "sort digits 0-9 (GoT): a list, an ID from the data (--size 32/64/128), or none with --size"
+    description: ClassVar[str] = (
+        "sort digits 0-9 (GoT): a list, an ID from the data (--size 32/64/128), or none with --size"
+    )
     search_defaults: ClassVar[dict[str, Any]] = {"strategy": "recursive", "breadth": 2, "beam": 2, "max_depth": 2,
                                                  "temperature": 0.3}
 
-    def __init__(self, size: int | None = None, data: Path | None = None, leaf: int = 16, merge: str = "program") -> None:
+    def __init__(
+        self, size: int | None = None, data: Path | None = None, leaf: int = 16, merge: str = "program"
+    ) -> None:
         if merge not in ("program", "model"):
             raise ValueError(f"merge must be program or model; got {merge!r}")
         self.size, self.data, self.leaf, self.merge = size, data, leaf, merge
@@ -241,7 +246,9 @@ class SortingTask(Task[NumbersProblem]):
         text = text.strip()
         if not text:
             if self.size is None:
-                raise ProblemError("sorting needs a list of digits, an ID with --size, or --size N alone to generate one")
+                raise ProblemError(
+                    "sorting needs a list of digits, an ID with --size, or --size N alone to generate one"
+                )
             if self.size > MAX_GENERATED:
                 raise ProblemError(f"--size {self.size:,} is too large to generate; at most {MAX_GENERATED:,} digits")
             rng = random.Random(self.size)  # the same generated instance for a size every time
@@ -254,7 +261,7 @@ class SortingTask(Task[NumbersProblem]):
             return NumbersProblem(tuple(ast.literal_eval(row["Unsorted"])), f"sorting_{size:03d}/{text}")
         numbers = _int_list(text)
         if numbers is None or len(numbers) < 2 or not all(0 <= x <= 9 for x in numbers):
-            raise ProblemError(f"sorting takes a list of at least two digits 0-9, e.g. \"[3, 1, 2]\"; got {text[:60]!r}")
+            raise ProblemError(f'sorting takes a list of at least two digits 0-9, e.g. "[3, 1, 2]"; got {text[:60]!r}')
         if self.size is not None and len(numbers) != self.size:
             raise ProblemError(f"--size {self.size} but the list has {len(numbers)} numbers")
         return NumbersProblem(tuple(numbers))
@@ -307,7 +314,7 @@ class IntersectionHooks(RecursiveHooks):
         self.problem, self.leaf = problem, leaf
 
     def _goal(self, second: Sequence[int]) -> Goal:
-        return Goal(f"Intersect {_fmt(self.problem.first)} with {_fmt(second)}", spec=self.spec(None),  # type: ignore[arg-type]
+        return Goal(f"Intersect {_fmt(self.problem.first)} with {_fmt(second)}", spec=self.spec(None),
                     payload=tuple(second))
 
     def spec(self, goal: Goal | None) -> ChildSpec:
@@ -335,7 +342,7 @@ class IntersectionHooks(RecursiveHooks):
                 continue
             chunks = [second[i:i + size] for i in range(0, len(second), size)]
             contract = Contract(
-                tuple(self.spec(None) for _ in chunks),  # type: ignore[arg-type]
+                tuple(self.spec(None) for _ in chunks),
                 "Take the union of the partial intersections, sorted, without repeats.",
                 "Every element is in both sets and no common element is missing (0 errors).",
                 FailurePolicy(retry=1, replan=0, backtrack=1),
@@ -348,9 +355,13 @@ class IntersectionHooks(RecursiveHooks):
         shots = [([3, 8, 1, 12, 5], [5, 9, 3, 14], [3, 5]), ([20, 4, 7, 11], [11, 2, 20, 6, 7], [7, 11, 20])]
         if attempt % 2:
             shots.reverse()
-        return _query("Find the numbers that are in both sets.", [(f"{_fmt(a)} {_fmt(b)}", _fmt(c)) for a, b, c in shots],
-                      f"{_fmt(self.problem.first)} {_fmt(goal.payload)}",
-                      "List the numbers that are in both sets. Reply with the list only.", 3 * len(goal.payload) + 8)
+        return _query(
+            "Find the numbers that are in both sets.",
+            [(f"{_fmt(a)} {_fmt(b)}", _fmt(c)) for a, b, c in shots],
+            f"{_fmt(self.problem.first)} {_fmt(goal.payload)}",
+            "List the numbers that are in both sets. Reply with the list only.",
+            3 * len(goal.payload) + 8,
+        )
 
     def parse_result(self, goal: Goal, text: str) -> Any:
         """The first list of integers (an empty list counts)."""
@@ -365,7 +376,9 @@ class IntersectionHooks(RecursiveHooks):
     def verify(self, goal: Goal, value: Any) -> Verification:
         """Exact: the intersection recomputed from the goal's own input."""
         errors = intersection_errors(value, sorted(set(self.problem.first) & set(goal.payload)))
-        return Verification(errors == 0, max(0.0, 1.0 - errors / max(1, len(goal.payload))), (f"errors={errors}",), errors)
+        return Verification(
+            errors == 0, max(0.0, 1.0 - errors / max(1, len(goal.payload))), (f"errors={errors}",), errors
+        )
 
     def errors(self, goal: Goal, value: Any) -> int:
         """The GoT error count of a root result."""
@@ -449,7 +462,9 @@ class KeywordHooks(RecursiveHooks):
 
     def root_goal(self) -> Goal:
         """The whole text."""
-        return Goal(f"Count the countries in: {self.problem.text}", spec=ChildSpec("object[integer]"), payload=self.problem.text)
+        return Goal(
+            f"Count the countries in: {self.problem.text}", spec=ChildSpec("object[integer]"), payload=self.problem.text
+        )
 
     def equivalent(self, a: Goal, b: Goal) -> bool:
         """The same passage is the same goal."""
@@ -471,7 +486,9 @@ class KeywordHooks(RecursiveHooks):
             "Every count is a whole number of at least 1.",
             FailurePolicy(retry=1, replan=0, backtrack=1),
         )
-        children = tuple(Goal(f"Count the countries in: {p}", spec=ChildSpec("object[integer]"), payload=p) for p in passages)
+        children = tuple(
+            Goal(f"Count the countries in: {p}", spec=ChildSpec("object[integer]"), payload=p) for p in passages
+        )
         return [Plan("decompose", children, contract, 0.9)]
 
     def solve_query(self, goal: Goal, attempt: int, feedback: str | None) -> Query:

@@ -42,10 +42,15 @@ SYSTEM = (
 #: Invented worked examples (none is from a benchmark): a sum, a word problem, a yes/no question.
 EXAMPLES: tuple[tuple[str, str], ...] = (
     ("What is 12 * 7 - 9?", "print(12 * 7 - 9)"),
-    ("A baker makes 3 trays of 12 cookies and sells 20 of them. How many cookies are left?",
-     "cookies_made = 3 * 12\ncookies_sold = 20\nprint(cookies_made - cookies_sold)"),
-    ("Is 221 a prime number?",
-     "n = 221\nis_prime = n > 1 and all(n % d for d in range(2, int(n ** 0.5) + 1))\nprint('yes' if is_prime else 'no')"),
+    (
+        "A baker makes 3 trays of 12 cookies and sells 20 of them. How many cookies are left?",
+        "cookies_made = 3 * 12\ncookies_sold = 20\nprint(cookies_made - cookies_sold)",
+    ),
+    (
+        "Is 221 a prime number?",
+        "n = 221\nis_prime = n > 1 and all(n % d for d in range(2, int(n ** 0.5) + 1))\n"
+        "print('yes' if is_prime else 'no')",
+    ),
 )
 #: A program long enough for a word problem; the reply stops at its closing fence.
 PROGRAM_TOKENS = 320
@@ -218,7 +223,8 @@ class Count:
 
 
 def count_votes(question: str, ballots: Sequence[Ballot], quorum: float = QUORUM) -> Count:
-    """Count the ballots, each sample weighted by `vote_weight`; the winner has `quorum` votes and more than any other."""
+    """Count the ballots, each sample weighted by `vote_weight`; the winner has `quorum` votes and more than any
+    other."""
     counts: Counter[str] = Counter()
     votes: dict[str, float] = {}
     for ballot in ballots:
@@ -289,10 +295,14 @@ class MathTask(Task[str]):
         and the answer with `quorum` votes, more than any other answer, is the goal."""
         ran = await asyncio.gather(*(self.runs.run(t.thought) for t in thoughts))
         answers = [canonical(r.answer) for r in ran]
-        count = count_votes(problem, [Ballot(a, t.thought, t.times) for a, t in zip(answers, thoughts)], self.quorum)
+        count = count_votes(
+            problem, [Ballot(a, t.thought, t.times) for a, t in zip(answers, thoughts, strict=True)], self.quorum
+        )
         shares = tuple(count.votes[a] / max(1, count.total) if a is not None else 0.0 for a in answers)
-        notes = tuple(count.note(a) if a is not None else f"no answer ({result.why_not[:80]}); {count.total} samples in all"
-                      for a, result in zip(answers, ran))
+        notes = tuple(
+            count.note(a) if a is not None else f"no answer ({result.why_not[:80]}); {count.total} samples in all"
+            for a, result in zip(answers, ran, strict=True)
+        )
         return Tally(shares, frozenset(i for i, a in enumerate(answers) if a is not None and a == count.winner), notes)
 
     def compose_answer(self, problem: str, steps: Sequence[str], reply: str | None) -> str | None:

@@ -40,7 +40,9 @@ class TaskOptions:
 
     def given(self) -> list[str]:
         """Names of the options that are set, as their flags are named."""
-        names = [name for name in ("tests", "data", "repo", "failing_test", "test_command", "size") if getattr(self, name)]
+        names = [
+            name for name in ("tests", "data", "repo", "failing_test", "test_command", "size") if getattr(self, name)
+        ]
         return [*names, "no_regression_tests"] if self.regression_tests is False else names
 
 
@@ -138,14 +140,24 @@ TASKS: dict[str, tuple[str, Callable[[TaskOptions], Task[Any]]]] = {
     "code": ("write a Python function (--tests FILE); programs are run against the tests in a sandbox", _code),
     "humaneval": ("HumanEval problem by id (--problem HumanEval/0); pass@1 on the hidden tests", _humaneval),
     "mbpp": ("MBPP problem by id (--problem MBPP/2, --data FILE); pass@1 on all its tests", _mbpp),
-    "crosswords": ('ToT 5x5 mini crossword: ten lines "h1. clue" ... "v5. clue" (--data mini0505.json: LM-free '
-                   "steps from its other puzzles' words)", _crosswords),
+    "crosswords": (
+        'ToT 5x5 mini crossword: ten lines "h1. clue" ... "v5. clue" (--data mini0505.json: LM-free '
+        "steps from its other puzzles' words)",
+        _crosswords,
+    ),
     "debug": ("fix a failing test in a repository (--repo DIR --failing-test TEST)", _debug),
-    "sorting": ("sort digits 0-9 (GoT): a list, an ID with --size 32/64/128, or --size N alone; exact errors", _got("sorting")),
-    "set_intersection": ("intersect two sets (GoT): \"[..] [..]\" or an ID with --size 32/64/128; exact errors",
-                         _got("set_intersection")),
-    "keyword_counting": ("count country mentions (GoT): a text or an ID from countries.csv; exact errors",
-                         _got("keyword_counting")),
+    "sorting": (
+        "sort digits 0-9 (GoT): a list, an ID with --size 32/64/128, or --size N alone; exact errors",
+        _got("sorting"),
+    ),
+    "set_intersection": (
+        'intersect two sets (GoT): "[..] [..]" or an ID with --size 32/64/128; exact errors',
+        _got("set_intersection"),
+    ),
+    "keyword_counting": (
+        "count country mentions (GoT): a text or an ID from countries.csv; exact errors",
+        _got("keyword_counting"),
+    ),
     "blocksworld": (BlocksworldTask.description, _no_options(BlocksworldTask)),
     "prontoqa": (ProntoQATask.description, _no_options(ProntoQATask)),
     "prontoqa_proof": (ProntoQAProofTask.description, _no_options(ProntoQAProofTask)),

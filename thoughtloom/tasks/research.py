@@ -28,7 +28,8 @@ YES_NO = (("Yes", "Yes - the answer to the question is yes."), ("No", "No - the 
 
 
 def mentions(passage: str, answer: str) -> bool:
-    """True when the passage names the answer (each of its words, articles aside); yes and no are named by any passage."""
+    """True when the passage names the answer (each of its words, articles aside); yes and no are named by any
+    passage."""
     key = answer_key(answer)
     if key in ("yes", "no"):
         return True
@@ -113,7 +114,8 @@ def hypotheses_schema(n: int) -> str:
 
 def branch_query(question: str, n: int, *, passages: Sequence[tuple[str, str]] = (), hypothesis: str | None = None,
                  evidence: Sequence[str] = ()) -> Query:
-    """Ask for n hypotheses: answers to the question (from passages), or alternatives to a hypothesis given its evidence."""
+    """Ask for n hypotheses: answers to the question (from passages), or alternatives to a hypothesis given its
+    evidence."""
     parts = [f"Question: {question}"]
     if passages:
         parts.append(f"Passages:\n{numbered(passages)}")
@@ -314,7 +316,8 @@ _SYNTH_EXAMPLE = (
     "- H2 (confidence 0.12): The Rhone - longer counting its Swiss course. Evidence: none",
     "ANSWER: The Loire\nWHY: The Loire runs 1,006 km [docs:01-Loire.md:1], longer than the Rhone's 813 km.",
 )
-_ANSWER = re.compile(r"^\s*\**\s*(?:final\s+)?answer\s*\**\s*[:=]\s*\**\s*(.+?)\s*\**\s*$", re.IGNORECASE | re.MULTILINE)
+_ANSWER = re.compile(r"^\s*\**\s*(?:final\s+)?answer\s*\**\s*[:=]\s*\**\s*(.+?)\s*\**\s*$",
+                     re.IGNORECASE | re.MULTILINE)
 _WHY = re.compile(r"^\s*\**\s*(?:why|because|reason)\s*\**\s*[:=]\s*(.+)$", re.IGNORECASE | re.MULTILINE)
 _CONFIDENCE = re.compile(r"confidence\s*[:=]\s*([01](?:\.\d+)?)", re.IGNORECASE)
 

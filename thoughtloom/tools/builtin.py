@@ -117,7 +117,9 @@ class CalcTool:
         except ExpressionError as exc:
             raise ToolError(f"{exc}; write numbers, + - * / ** and parentheses only") from None
         except (ValueError, ZeroDivisionError):
-            raise ToolError(f"not an arithmetic expression: {expression!r}; write numbers, + - * / ** and parentheses only") from None
+            raise ToolError(
+                f"not an arithmetic expression: {expression!r}; write numbers, + - * / ** and parentheses only"
+            ) from None
         except RecursionError:
             raise ToolError("the expression is nested too deeply; split it into steps") from None
         answer = f"{expression} = {fmt(value)}"

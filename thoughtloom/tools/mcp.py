@@ -90,7 +90,8 @@ class ServerConfig:
 
 
 def load_mcp_config(path: str | Path, names: Sequence[str] | None = None) -> dict[str, ServerConfig]:
-    """The servers a JSON config file lists (all, or the ones `names` picks), checked; ToolConfigError says what to fix."""
+    """The servers a JSON config file lists (all, or the ones `names` picks), checked; ToolConfigError says what to
+    fix."""
     file = Path(path).expanduser()
     if not file.exists():
         raise ToolConfigError(f"MCP config {file} does not exist; pass a JSON file with an \"mcpServers\" object")
@@ -107,7 +108,9 @@ def load_mcp_config(path: str | Path, names: Sequence[str] | None = None) -> dic
     # "mcpServers" is the common key; VS Code's mcp.json says "servers".
     servers = data.get("mcpServers", data.get("servers")) if isinstance(data, dict) else None
     if not isinstance(servers, dict):
-        raise ToolConfigError(f"MCP config {file} has no \"mcpServers\" object; write {{\"mcpServers\": {{\"NAME\": {{...}}}}}}")
+        raise ToolConfigError(
+            f'MCP config {file} has no "mcpServers" object; write {{"mcpServers": {{"NAME": {{...}}}}}}'
+        )
     if not servers:
         raise ToolConfigError(f"MCP config {file} lists no servers; add one under \"mcpServers\"")
     configs = {name: _server(name, entry, file) for name, entry in servers.items()}
@@ -150,7 +153,9 @@ def _server(name: str, entry: Any, file: Path) -> ServerConfig:
         sse = kind == "sse" or (kind is None and url.split("?")[0].rstrip("/").endswith("/sse"))
         return ServerConfig(name, "sse" if sse else "http", url=url, headers=_strings(entry, "headers", where),
                             source=str(file))
-    raise ToolConfigError(f"{where} has neither a \"command\" (a program to start) nor a \"url\" (a server to reach); add one")
+    raise ToolConfigError(
+        f'{where} has neither a "command" (a program to start) nor a "url" (a server to reach); add one'
+    )
 
 
 def _strings(entry: dict[str, Any], key: str, where: str) -> dict[str, str]:
@@ -178,7 +183,8 @@ def _expand(values: Mapping[str, str], what: str, config: ServerConfig) -> dict[
 
 
 class MCPConnection:
-    """One running (stdio) or connected (http) MCP server and its tools; start with `await MCPConnection.start(config)`."""
+    """One running (stdio) or connected (http) MCP server and its tools; start with `await
+    MCPConnection.start(config)`."""
 
     def __init__(self, config: ServerConfig) -> None:
         self.config = config

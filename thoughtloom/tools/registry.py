@@ -18,7 +18,7 @@ from ..tasks.base import comma_list
 from .base import Tool, ToolConfigError
 from .builtin import CalcTool, DocsTool, FilesTool, PythonTool
 from .mcp import SERVER_NAME, connect_all, load_mcp_config
-from .toolbox import ToolLimits, Toolbox
+from .toolbox import Toolbox, ToolLimits
 from .traced import traced_tools
 
 #: The tool names `build_toolbox` knows; an MCP server's tools are also granted as `mcp:NAME`.
@@ -72,7 +72,8 @@ async def build_toolbox(
     mcp_config: str | Path | None = None,
     sandbox: Sandbox | None = None,
 ) -> Toolbox:
-    """A Toolbox granting the named tools; ToolConfigError (one line) when one cannot be set up, with nothing left running."""
+    """A Toolbox granting the named tools; ToolConfigError (one line) when one cannot be set up, with nothing left
+    running."""
     # Every requirement is checked before anything is opened or started.
     wanted = check_grant(names, knowledge=knowledge, read_roots=read_roots, mcp_config=mcp_config)
     servers: list[str] | None = None  # None: every configured server

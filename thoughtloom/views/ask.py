@@ -79,6 +79,7 @@ class InteractiveHandler:
 
 
 def _more(request: BudgetRequest) -> str:
-    """'Spend about 3,000 more tokens', 'Make about 4 more calls', 'Spend about $0.05 more', 'Take about 30 more seconds'."""
+    """'Spend about 3,000 more tokens', 'Make about 4 more calls', 'Spend about $0.05 more', 'Take about 30 more
+    seconds'."""
     verb = {"calls": "Make", "wall_s": "Take"}.get(request.limit, "Spend")
     return f"{verb} about {request.describe()}"

@@ -47,7 +47,9 @@ def research_lines(research: Any) -> list[str]:
     lines = []
     answer = research.answer
     if answer is not None:
-        lines.append(f"synthesis ({answer.method}, confidence {answer.confidence:.2f}): {' '.join(answer.content.split())}")
+        lines.append(
+            f"synthesis ({answer.method}, confidence {answer.confidence:.2f}): {' '.join(answer.content.split())}"
+        )
         lines.append("  sources: " + (", ".join(f"hypothesis #{s}" for s in answer.sources) or "none"))
         none = "none verified" if answer.checks else "none (no document or tool stands behind it)"
         lines.append("  citations: " + (", ".join(answer.citations) or none)

@@ -7,6 +7,7 @@ Mermaid refuses a diagram over its own text and edge limits; `full=True` draws e
 from __future__ import annotations
 
 from collections.abc import Collection, Iterable
+from itertools import pairwise
 
 from ..graph import EdgeKind, NodeKind, NodeStatus, ThoughtGraph
 from .terminal import terminal_text
@@ -126,7 +127,7 @@ def _render(graph: ThoughtGraph, keep: Collection[int] | None, best: list[int], 
     """The flowchart of the nodes in `keep` (None: all) and the number of edges drawn."""
     best_set = set(best)
     goal_set = set(goals)
-    best_edges = set(zip(best, best[1:]))
+    best_edges = set(pairwise(best))
     lines = ["flowchart TD"]
     members: dict[str, list[str]] = {name: [] for name in _CLASSES}
     for node in graph:
@@ -139,7 +140,9 @@ def _render(graph: ThoughtGraph, keep: Collection[int] | None, best: list[int], 
             label += f"<br/>→ {_escape(result)}"
         tools = node.extra.get("tool_calls")
         if tools:
-            label += "<br/>🔧 " + ", ".join(f"{_escape(str(c.get('tool')))} {_escape(str(c.get('status')))}" for c in tools)
+            label += "<br/>🔧 " + ", ".join(
+                f"{_escape(str(c.get('tool')))} {_escape(str(c.get('status')))}" for c in tools
+            )
         hypothesis = node.extra.get("hypothesis")
         if hypothesis is not None:  # research: how sure, how promising, where it stands
             label += (f"<br/>confidence {hypothesis['confidence']:.2f} · promise {hypothesis['promise']:.2f} · "

@@ -118,7 +118,9 @@ class ProgressDisplay:
             self._line(f"goal reached at node {event.node_id}")
             return
         elif isinstance(event, SearchContinued):
-            self._line(f"continue ({event.ended}, budget left): {event.how}, {len(event.frontier)} at depth {event.depth}")
+            self._line(
+                f"continue ({event.ended}, budget left): {event.how}, {len(event.frontier)} at depth {event.depth}"
+            )
             return
         elif isinstance(event, SearchStopped):
             # The last status line says what the result's summary says.

@@ -425,7 +425,7 @@ class ComputeProcessor:
 
 
 def printed_answer(output: str) -> str | None:
-    """A program's answer from the python tool's output: the last line the program printed, as the math task reads it."""
+    """A program's answer from the python tool's output: the last line it printed, as the math task reads it."""
     return canonical(last_line(program_stdout(output)))
 
 
@@ -521,7 +521,8 @@ def wrong_sums(text: str) -> list[str]:
 
 
 class CritiqueProcessor:
-    """Judge the node it depends on: exact arithmetic checks first, then the model; a refutation labels the edge CONTRADICTION."""
+    """Judge the node it depends on: exact arithmetic checks first, then the model; a refutation labels the edge
+    CONTRADICTION."""
 
     async def run(self, node: Node, env: AgentEnv) -> ProcessorResult:
         """Check every written-out calculation exactly (with the calculator when granted), then ask the model."""

@@ -1,4 +1,5 @@
-"""What a processor is: the protocol, what it may use (AgentEnv), its typed result, what it may add, and the registry by kind.
+"""What a processor is: the protocol, what it may use (AgentEnv), its typed result, what it may add, and the
+registry by kind.
 
 A processor works one node. It reads the node and the results of the nodes it depends on,
 calls the model (through the search context, so the budget, the cache and the record apply) or
@@ -200,7 +201,9 @@ class AgentEnv:
             if skip_input and kind_of(parent) in ("input", "plan"):
                 continue
             error = parent.extra.get("error")
-            items.append((self.label(p), f"(failed: {error})" if error and not parent.extra.get("text") else self.text(p)))
+            items.append(
+                (self.label(p), f"(failed: {error})" if error and not parent.extra.get("text") else self.text(p))
+            )
         return Context(tuple(items))
 
     async def ask(self, query: Query, purpose: str, node_id: int) -> tuple[str, int] | None:

@@ -197,7 +197,8 @@ class Scheduler:
                                        tuple(str(c.get("tool")) for c in result.tool_calls)))
 
     def _add_nodes(self, parent: Node, new: Iterable[NewNode], creator: str | None = None) -> list[int]:
-        """Add a result's nodes (made by `parent`'s work, or `creator`); "@i" dependencies name earlier nodes of the same result."""
+        """Add a result's nodes (made by `parent`'s work, or `creator`); "@i" dependencies name earlier nodes of the
+        same result."""
         ctx, graph = self.ctx, self.ctx.graph
         creator = creator or f"agent:{kind_of(parent)}"
         ids: list[int] = []

@@ -17,10 +17,10 @@ from typing import Any
 
 from ...graph import EdgeKind, NodeKind, NodeStatus
 from ...tasks.base import Query
-from ..context import SearchContext
-from ..events import Backtracked, NodeScored, ThoughtRejected
 from ...tasks.recursion.contract import ContractError, FailurePolicy, check_contract
 from ...tasks.recursion.hooks import Goal, Plan, RecursiveHooks, Verification
+from ..context import SearchContext
+from ..events import Backtracked, NodeScored, ThoughtRejected
 
 _S = NodeStatus
 #: Ranking weights of a branch: decomposition quality, child completion, verification confidence.
@@ -110,7 +110,9 @@ class Solver:
             if ctx.bus and outcome.result_node is not None:
                 ctx.bus.emit(Backtracked(outcome.result_node, node))
         if best is None:
-            return self._fail_goal(node, goal, "no plan could run" if not ctx.stopped else f"stopped: {ctx.stop_reason}")
+            return self._fail_goal(
+                node, goal, "no plan could run" if not ctx.stopped else f"stopped: {ctx.stop_reason}"
+            )
         self._record(node, mode=best.mode, result=best.text, verification=best.verification.to_dict(), score=best.score)
         self._score(node, best.score)
         self._finish(node, best.verification.passed, None if best.verification.passed else
@@ -156,7 +158,8 @@ class Solver:
             self.root_outcomes.append(outcome)
             if outcome.verification.passed:  # a failed result stays failed; it can still be the best answer
                 above = self.ctx.graph.primary_parent(outcome.result_node)
-                if above != self.ctx.root:  # the decomposition first: the result's path score extends it
+                # The decomposition first: the result's path score extends it.
+                if above is not None and above != self.ctx.root:
                     self.ctx.set_score(above, outcome.score)
                 self.ctx.set_score(outcome.result_node, outcome.score)
             await self.ctx.checkpoint()
@@ -186,7 +189,9 @@ class Solver:
                          verification=ver.to_dict(), score=score, attempt=attempt)
             self._score(nid, score)
             self._finish(nid, ver.passed, None if ver.passed else "; ".join(ver.diagnostics)[:200])
-            out = Outcome(goal, "solve", value if why is None else None, content if why is None else None, ver, score, nid)
+            out = Outcome(
+                goal, "solve", value if why is None else None, content if why is None else None, ver, score, nid
+            )
             if best is None or (out.verification.passed, out.score) > (best.verification.passed, best.score):
                 best = out
             if ver.passed:
@@ -208,7 +213,7 @@ class Solver:
                      contract=contract.to_dict(), source=plan.source, quality=plan.quality)
         self._start(dnode)
         lineage = (*ancestors, goal)
-        children = [replace(c, spec=s) for c, s in zip(plan.children, contract.child_specs)]
+        children = [replace(c, spec=s) for c, s in zip(plan.children, contract.child_specs, strict=True)]
         child_nodes: list[int] = []
         for child in children:
             cn = self._add(dnode, child.text, "decompose", NodeKind.QUESTION, EdgeKind.DEPENDENCY)
@@ -219,21 +224,27 @@ class Solver:
         if plan.mode == "chain":
             # A chain hands each step's result to the next step, as the contract's order says.
             outs: list[Outcome] = []
-            for child, cn in zip(children, child_nodes):
+            for child, cn in zip(children, child_nodes, strict=True):
                 if outs and outs[-1].text is not None:
                     child = replace(child, context=(*child.context, f"Result of the previous step: {outs[-1].text}"))
                 outs.append(await self.solve(child, depth + 1, lineage, cn, policy))
         else:
             # Independent children run concurrently; each sees only its own goal and context.
-            outs = list(await asyncio.gather(*(
-                self.solve(child, depth + 1, lineage, cn, policy) for child, cn in zip(children, child_nodes)
-            )))
+            outs = list(
+                await asyncio.gather(
+                    *(
+                        self.solve(child, depth + 1, lineage, cn, policy)
+                        for child, cn in zip(children, child_nodes, strict=True)
+                    )
+                )
+            )
         best: Outcome | None = None
         feedback: str | None = None
         for attempt in range(1 + policy.retry):
             missing = [
-                f"child {i + 1}: {outs[i].verification.diagnostics[0] if outs[i].value is None and outs[i].verification.diagnostics else why}"
-                for i, why in enumerate(s.check(o.value) for s, o in zip(contract.child_specs, outs)) if why
+                f"child {i + 1}: {_why_missing(outs[i], why)}"
+                for i, why in enumerate(s.check(o.value) for s, o in zip(contract.child_specs, outs, strict=True))
+                if why
             ]
             completion = sum(o.verification.passed for o in outs) / len(outs)
             if missing:
@@ -295,13 +306,19 @@ class Solver:
             return outs
         new_nodes = []
         for i in redo:
-            cn = self._add(child_nodes[i], f"retry: {children[i].text}", "retry", NodeKind.QUESTION, EdgeKind.REFINEMENT)
+            cn = self._add(
+                child_nodes[i], f"retry: {children[i].text}", "retry", NodeKind.QUESTION, EdgeKind.REFINEMENT
+            )
             new_nodes.append(cn)
-        fresh = await asyncio.gather(*(
-            self.solve(children[i], depth + 1, lineage, cn, policy) for i, cn in zip(redo, new_nodes) if cn is not None
-        ))
+        fresh = await asyncio.gather(
+            *(
+                self.solve(children[i], depth + 1, lineage, cn, policy)
+                for i, cn in zip(redo, new_nodes, strict=True)
+                if cn is not None
+            )
+        )
         outs = list(outs)
-        for i, out in zip(redo, fresh):
+        for i, out in zip(redo, fresh, strict=False):
             if (out.verification.passed, out.score) > (outs[i].verification.passed, outs[i].score):
                 outs[i] = out
         return outs
@@ -424,3 +441,10 @@ class Solver:
         self._score(dnode, score)
         self._finish(dnode, False, reason)
         return best if best is not None else Outcome(goal, plan.mode, None, None, ver, score)
+
+
+def _why_missing(out: Outcome, why: str) -> str:
+    """Why a child's result falls short: its own diagnostic when it has no value, else why its spec refuses it."""
+    if out.value is None and out.verification.diagnostics:
+        return out.verification.diagnostics[0]
+    return why

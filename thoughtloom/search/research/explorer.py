@@ -122,7 +122,9 @@ class ResearchFlow:
         if self.ctx.bus:
             self.ctx.bus.emit(FlowTransitioned(move.source.value, move.direction, move.target.value))
 
-    def _insight(self, kind: InsightType, content: str, confidence: float, node_id: int, source: str | None = None) -> None:
+    def _insight(
+        self, kind: InsightType, content: str, confidence: float, node_id: int, source: str | None = None
+    ) -> None:
         depth = self.tree[node_id].depth if node_id in self.tree else self.ctx.graph.node(node_id).depth
         insight = Insight(kind, content, confidence, node_id, depth, datetime.now(), source)
         self.insights.append(insight)
@@ -274,7 +276,7 @@ class ResearchFlow:
             graph.set_status(h.id, _S.IN_PROGRESS)
         # gather() returns results in the order given: applied in start order, whatever answered first.
         found = await asyncio.gather(*(self.gatherer.gather(h, self._answers(h)) for h in batch))
-        for h, f in zip(batch, found):
+        for h, f in zip(batch, found, strict=True):
             await self._apply_evidence(h, f)
 
     async def _apply_evidence(self, h: Hypothesis, found: Findings) -> None:
@@ -356,7 +358,7 @@ class ResearchFlow:
         m.go("branch")
         if parents:
             proposals = await asyncio.gather(*(self._propose(p) for p in parents))
-            for parent, (props, tokens) in zip(parents, proposals):
+            for parent, (props, tokens) in zip(parents, proposals, strict=True):
                 self._expand(parent, props, tokens)
             m.go("expand")
         self._prune()
@@ -415,7 +417,8 @@ class ResearchFlow:
                 self._keep(parent)
 
     def _prunable(self) -> list[tuple[Hypothesis, str]]:
-        """Live hypotheses from prune_after_depth down that strong contradiction, low promise or a better twin rule out."""
+        """Live hypotheses from prune_after_depth down that strong contradiction, low promise or a better twin rule
+        out."""
         live = [h for h in self.live() if h.depth >= self.config.prune_after_depth]
         return [(h, reason) for h in live if (reason := self._prune_reason(h, live)) is not None]
 
@@ -439,10 +442,12 @@ class ResearchFlow:
         for other in live:
             if other is h or other.status is not _H.EXPLORING:
                 continue
-            same = (answer_key(other.answer) == answer_key(h.answer) and bool(h.answer)) or \
-                similarity(other.content, h.content) >= SAME_THING
+            same = (answer_key(other.answer) == answer_key(h.answer) and bool(h.answer)) or similarity(
+                other.content, h.content
+            ) >= SAME_THING
             if same and (other.confidence, -other.id) > (h.confidence, -h.id):
-                return f"superseded: by hypothesis {other.id}, which says the same with confidence {other.confidence:.2f}"
+                return (f"superseded: by hypothesis {other.id}, which says the same with confidence "
+                        f"{other.confidence:.2f}")
         return None
 
     # --- merging --------------------------------------------------------------------------------------
@@ -587,8 +592,10 @@ class ResearchFlow:
     def _toward(self, end: str) -> None:
         """Take the directions that lead from the current state to one that has `end` (synthesize or stop)."""
         m = self.machine
-        path = {"synthesize": {FlowState.DORMANT: "start", FlowState.BRANCHING: "stream", FlowState.STREAMING: "evaluate"},
-                "stop": {FlowState.DORMANT: "start", FlowState.BRANCHING: "stream", FlowState.CONVERGING: "stream"}}[end]
+        path = {
+            "synthesize": {FlowState.DORMANT: "start", FlowState.BRANCHING: "stream", FlowState.STREAMING: "evaluate"},
+            "stop": {FlowState.DORMANT: "start", FlowState.BRANCHING: "stream", FlowState.CONVERGING: "stream"},
+        }[end]
         while end not in m.directions():
             m.go(path[m.state])
 

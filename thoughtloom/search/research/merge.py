@@ -1,4 +1,5 @@
-"""Merging hypotheses: what a merge reads (candidates), and the two merges that need no model (best_first, weighted_vote).
+"""Merging hypotheses: what a merge reads (candidates), and the two merges that need no model (best_first,
+weighted_vote).
 
 The third strategy, synthesis, asks the synthesizer (the model, or the caller's function) and
 is in explorer.py; its confidence is still read from the evidence, through `agreeing`.

@@ -192,7 +192,8 @@ class ResearchStats:
 
 @dataclass(slots=True)
 class ResearchResult:
-    """Final result of a research flow: the answer (a synthesis with its sources), the tree, the insights and the metrics."""
+    """Final result of a research flow: the answer (a synthesis with its sources), the tree, the insights and the
+    metrics."""
 
     question: str
     answer: Synthesis | None

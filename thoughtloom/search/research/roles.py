@@ -21,7 +21,8 @@ from .records import Hypothesis
 
 @dataclass(frozen=True, slots=True)
 class BranchRequest:
-    """What a brancher is asked: n hypotheses for the question, from passages (the question's) or as alternatives to one."""
+    """What a brancher is asked: n hypotheses for the question, from passages (the question's) or as alternatives
+    to one."""
 
     question: str
     n: int

@@ -74,9 +74,9 @@ async def _verify(ctx: SearchContext, problem: str, draft: int, record: dict[str
     replies = await ctx.ask_many([answer_query(q, problem) for q, _ in asked], 1, "verify", [q for q, _ in asked])
     checks: list[tuple[str, str]] = []
     answers: list[int] = []
-    for (question, qnode), reply in zip(asked, replies):
+    for (question, qnode), reply in zip(asked, replies, strict=True):
         answer = parse_reply(reply[0][0]) if reply is not None else None
-        if answer is None:
+        if reply is None or answer is None:
             continue  # left pending: the engine marks it cancelled
         ctx.graph.succeed(qnode)
         nid = _add(ctx, [qnode], answer, "cove:verify", NodeKind.EVIDENCE, EdgeKind.DEPENDENCY, reply[1])

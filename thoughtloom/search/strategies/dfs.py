@@ -9,8 +9,8 @@ from ..context import SearchContext
 from ..continuation import continued
 from ..events import Backtracked
 from ..operators import expand
-from .common import rank
 from ..stop import StopReason
+from .common import rank
 
 
 async def run_dfs(ctx: SearchContext) -> None:

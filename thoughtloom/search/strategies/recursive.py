@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..context import SearchContext
-from ...tasks.recursion.hooks import RecursiveHooks
-from ..recursive.solver import Solver
 from ...tasks.base import UnsupportedOperation
+from ...tasks.recursion.hooks import RecursiveHooks
+from ..context import SearchContext
+from ..recursive.solver import Solver
 from .fit import no_decomposition
 
 

@@ -77,7 +77,10 @@ class ChildSpec:
         if t in ("integer", "number", "boolean"):
             return {"type": t}
         if t.startswith("list["):
-            schema: dict[str, Any] = {"type": "array", "items": {"type": "integer" if t == "list[integer]" else "string"}}
+            schema: dict[str, Any] = {
+                "type": "array",
+                "items": {"type": "integer" if t == "list[integer]" else "string"},
+            }
             if self.length is not None:
                 schema.update(minItems=self.length, maxItems=self.length)
             return schema

@@ -15,9 +15,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..similarity import is_paraphrase, normalize_words
 from ...llm.types import Message, Prompt
 from ..query import Query, json_object, schema_text
+from ..similarity import is_paraphrase, normalize_words
 from .contract import (
     MAX_SCHEMA_TEXT,
     ChildSpec,
@@ -95,9 +95,15 @@ def plans_schema(k: int) -> str:
         "properties": {
             "mode": {"enum": [m for m in MODES if m != "solve"]},
             "confidence": confidence,
-            "children": {"type": "array", "minItems": 1, "items": {
-                "type": "object", "properties": {"goal": text, "context": {"type": "string", "maxLength": MAX_SCHEMA_TEXT}},
-                "required": ["goal"]}},
+            "children": {
+                "type": "array",
+                "minItems": 1,
+                "items": {
+                    "type": "object",
+                    "properties": {"goal": text, "context": {"type": "string", "maxLength": MAX_SCHEMA_TEXT}},
+                    "required": ["goal"],
+                },
+            },
             "contract": contract_schema(),
         },
         "required": ["mode", "confidence", "children", "contract"],
@@ -219,15 +225,16 @@ class RecursiveHooks:
             if not all(isinstance(t, str) and t.strip() for t in texts):
                 plans.append(Plan(mode, source="model", quality=quality, invalid="a child without a goal"))
                 continue
+            goals = [str(t).strip() for t in texts]  # all str, checked above
             contexts = [str(c.get("context", "")).strip() if isinstance(c, dict) else "" for c in children_raw]
             try:
                 contract: Contract | None = parse_contract(item.get("contract"), len(texts))
                 invalid = None
             except ContractError as exc:
                 contract, invalid = None, f"invalid contract: {exc}"
-            specs = contract.child_specs if contract else (None,) * len(texts)
+            specs: tuple[ChildSpec | None, ...] = contract.child_specs if contract else (None,) * len(texts)
             children = tuple(
-                Goal(t.strip(), (c,) if c else (), s) for t, c, s in zip(texts, contexts, specs)  # type: ignore[arg-type]
+                Goal(t, (c,) if c else (), s) for t, c, s in zip(goals, contexts, specs, strict=True)
             )
             plans.append(Plan(mode, children, contract, quality, "model", invalid))
         return plans
@@ -257,7 +264,8 @@ class RecursiveHooks:
         """Ask the model to merge the children's results as the contract says."""
         assert plan.contract is not None
         parts = "".join(
-            f"{i}. {c.text}: {self.render(c, r)}\n" for i, (c, r) in enumerate(zip(plan.children, results), 1)
+            f"{i}. {c.text}: {self.render(c, r)}\n"
+            for i, (c, r) in enumerate(zip(plan.children, results, strict=True), 1)
         )
         retry = f"A previous combination was rejected: {feedback}\n" if feedback else ""
         text = (
@@ -295,7 +303,9 @@ class RecursiveHooks:
             return Verification(False, 0.0, (f"no verdict in {text.strip()[:80]!r}",))
         passed = m.group(1).upper() == "PASS"
         reason = text[m.end():].strip(" :.-\n")[:160]
-        return Verification(passed, 0.8 if passed else 0.0, (f"model: {m.group(1).upper()}" + (f": {reason}" if reason else ""),))
+        return Verification(
+            passed, 0.8 if passed else 0.0, (f"model: {m.group(1).upper()}" + (f": {reason}" if reason else ""),)
+        )
 
     def errors(self, goal: Goal, value: Any) -> int | None:
         """The task's exact error count of a root result (None when it has no such count)."""
