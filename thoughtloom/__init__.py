@@ -42,6 +42,9 @@ _EXPORTS = {
     "Query": "thoughtloom.tasks.query",
     "Verdict": "thoughtloom.tasks.query",
     "ProblemError": "thoughtloom.tasks.base",
+    # Your own scorer's result and protocol (solve(..., scorer=fn), --scorer).
+    "Scored": "thoughtloom.search.scorer",
+    "Scorer": "thoughtloom.search.scorer",
     "compare_strategies": "thoughtloom.eval.runner",
     # An application that starts MCP servers or sandboxes calls it once (loom's own main does).
     "make_process_private": "thoughtloom.grounding.neighbours",
@@ -70,6 +73,7 @@ if TYPE_CHECKING:
     from .search.config import SearchConfig
     from .search.engine import search
     from .search.result import SearchResult
+    from .search.scorer import Scored, Scorer
     from .tasks.base import ProblemError, Task
     from .tasks.query import Query, Verdict
     from .tasks.registry import get_task

@@ -19,10 +19,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
     from .agent import add_agent_parser
-    from .research import add_research_parser
     from .bench import add_bench_parser
     from .data import add_data_parser
     from .models import add_models_parser
+    from .research import add_research_parser
     from .runs import add_store_commands
     from .serve import add_serve_parser
     from .solve import add_solve_parser
@@ -155,6 +155,7 @@ def _run(args: argparse.Namespace) -> int:
     from ..grounding.sandbox import SandboxUnavailable
     from ..llm.errors import ModelError
     from ..run.spec import SpecError
+    from ..search.scorer import ScorerError
     from ..tasks.base import ProblemError, UnsupportedOperation
     from ..tasks.registry import TaskOptionError, UnknownTask
     from .agent import cmd_agent
@@ -184,7 +185,7 @@ def _run(args: argparse.Namespace) -> int:
             return 2
         return code
     except (UsageError, SpecError, ProblemError, UnknownTask, UnknownProfile, UnsupportedOperation, ModelError,
-            TaskOptionError, SandboxUnavailable, *store_errors()) as exc:
+            TaskOptionError, SandboxUnavailable, ScorerError, *store_errors()) as exc:
         from ..views.terminal import terminal_text
 
         print(f"loom: error: {terminal_text(str(exc))}", file=sys.stderr)  # may quote a server or a file

@@ -145,7 +145,7 @@ def spec_from_options(options: Mapping[str, Any]) -> RunSpec:
         read_roots=tuple(options.get("allow_read") or ()),
         research=_research(options, task_name),
         role_models={role: options[opt] for opt, role in ROLE_MODEL_OPTIONS.items() if options.get(opt)} or None,
-        pricing=pricing_of(options), model_timeout_s=options.get("timeout"),
+        pricing=pricing_of(options), model_timeout_s=options.get("timeout"), scorer=options.get("scorer"),
     )
 
 
