@@ -19,10 +19,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
     from .agent import add_agent_parser
+    from .research import add_research_parser
     from .bench import add_bench_parser
     from .data import add_data_parser
     from .models import add_models_parser
-    from .research import add_research_parser
     from .runs import add_store_commands
     from .serve import add_serve_parser
     from .solve import add_solve_parser

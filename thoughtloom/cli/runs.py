@@ -221,8 +221,8 @@ def _row(run: StoredRun) -> dict[str, Any]:
 
 def cmd_runs(args: argparse.Namespace) -> int:
     """List stored runs: id, status, when, task, tokens, answer (or problem while unfinished)."""
-    from ..store.runs import CorruptRun, open_run, run_ids
     from ..views.terminal import terminal_json, terminal_text
+    from ..store.runs import CorruptRun, open_run, run_ids
 
     store, _ = open_store(args.store)
     with store:
@@ -251,10 +251,10 @@ def cmd_runs(args: argparse.Namespace) -> int:
 
 def cmd_show(args: argparse.Namespace) -> int:
     """Print a stored run's tree (or JSON); --mermaid writes its picture."""
-    from ..store.runs import RunError, load_graph, open_run
     from ..views.mermaid import to_mermaid
     from ..views.terminal import terminal_json, terminal_text
     from ..views.words import counted
+    from ..store.runs import RunError, load_graph, open_run
 
     store, _ = open_store(args.store)
     with store:
