@@ -87,12 +87,13 @@ class ThoughtScorer:
             score, reasoning = value.score, value.reasoning
         elif isinstance(value, tuple) and len(value) == 2 and isinstance(value[1], str):
             score, reasoning = value
-        if not (isinstance(score, numbers.Real) and math.isfinite(score) and 0 <= score <= 1):
+        number = float(score) if isinstance(score, numbers.Real) else math.nan  # numpy's numbers too
+        if not (math.isfinite(number) and 0 <= number <= 1):
             shown = repr(value)
             shown = shown if len(shown) <= 80 else shown[:77] + "..."
             raise ScorerError(f"scorer {self.name} must return a score in [0, 1], a (score, reasoning) pair or "
                               f"Scored; got {shown}")
-        return Scored(float(score), reasoning)
+        return Scored(number, reasoning)
 
 
 def scorer_name(scorer: Scorer | str) -> str:
