@@ -217,3 +217,18 @@ def test_areplay_takes_the_scorer_function_as_its_grant(tmp_path: Path) -> None:
     with SQLiteStore(store) as opened:
         replayed, verdict = asyncio.run(areplay(opened, str(result.run_id), grants=Grants(scorer=prefer_b)))
     assert verdict.identical and replayed.answer == "right"
+
+
+def test_a_stored_spec_keeps_the_scorers_name_and_runs_only_once_it_is_imported_again() -> None:
+    from thoughtloom.run.execute import execute
+    from thoughtloom.run.grants import check_grants
+    from thoughtloom.run.spec import RunSpec, resolve
+
+    spec = resolve(PROBLEM, model=ScriptedBackend(responder=maze_model), scorer=prefer_b, search=SEARCH)
+    stored = RunSpec.from_dict(spec.to_dict())
+    assert stored.scorer is not None and stored.scorer.name == "test_user_scorer:prefer_b"
+    assert stored.scorer.call is None  # a stored name imports nothing
+    with pytest.raises(SpecError, match="--scorer test_user_scorer:prefer_b"):
+        check_grants(stored, Grants(), live=True, cli=True)  # resume asks for it as replay does
+    with pytest.raises(SpecError, match="not imported"):
+        asyncio.run(execute(stored))
