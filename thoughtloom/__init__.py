@@ -42,6 +42,9 @@ _EXPORTS = {
     "Query": "thoughtloom.tasks.query",
     "Verdict": "thoughtloom.tasks.query",
     "ProblemError": "thoughtloom.tasks.base",
+    # Your own scorer's result and protocol (solve(..., scorer=fn), --scorer).
+    "Scored": "thoughtloom.search.scorer",
+    "Scorer": "thoughtloom.search.scorer",
     "compare_strategies": "thoughtloom.eval.runner",
     # An application that starts MCP servers or sandboxes calls it once (loom's own main does).
     "make_process_private": "thoughtloom.grounding.neighbours",
@@ -53,23 +56,11 @@ if TYPE_CHECKING:
     # `X as X`: re-exported names (the lazy __getattr__ below loads them at run time).
     from .api import (
         ResearchStream as ResearchStream,
-    )
-    from .api import (
         agent as agent,
-    )
-    from .api import (
         areplay as areplay,
-    )
-    from .api import (
         asolve as asolve,
-    )
-    from .api import (
         make_gateway as make_gateway,
-    )
-    from .api import (
         research as research,
-    )
-    from .api import (
         solve as solve,
     )
     from .eval.runner import compare_strategies as compare_strategies
@@ -79,8 +70,7 @@ if TYPE_CHECKING:
     from .llm.gateway import Gateway as Gateway
     from .run.execute import execute as execute
     from .run.grants import Grants as Grants
-    from .run.spec import RunSpec as RunSpec
-    from .run.spec import resolve as resolve
+    from .run.spec import RunSpec as RunSpec, resolve as resolve
     from .run.taskfile import load_task as load_task
     from .search.agent.kinds import default_processors as default_processors
     from .search.agent.processors import ProcessorRegistry as ProcessorRegistry
@@ -89,11 +79,10 @@ if TYPE_CHECKING:
     from .search.research.config import ResearchConfig as ResearchConfig
     from .search.research.records import ResearchResult as ResearchResult
     from .search.result import SearchResult as SearchResult
+    from .search.scorer import Scored as Scored, Scorer as Scorer
     from .search.stop import StopReason as StopReason
-    from .tasks.base import ProblemError as ProblemError
-    from .tasks.base import Task as Task
-    from .tasks.query import Query as Query
-    from .tasks.query import Verdict as Verdict
+    from .tasks.base import ProblemError as ProblemError, Task as Task
+    from .tasks.query import Query as Query, Verdict as Verdict
     from .tasks.registry import get_task as get_task
     from .tools.base import ToolSpec as ToolSpec
     from .tools.toolbox import Toolbox as Toolbox

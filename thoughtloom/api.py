@@ -30,6 +30,7 @@ from .search.research.config import ResearchConfig
 from .search.research.records import Insight, ResearchResult
 from .search.research.roles import ResearchRoles
 from .search.result import SearchResult
+from .search.scorer import Scorer
 from .tasks.base import Task
 from .tasks.registry import TaskOptions
 from .tools.toolbox import ToolLimits
@@ -66,6 +67,7 @@ async def asolve(
     threads: int | str | None = None,
     reasoning_effort: str | None = None,
     thinking_tokens: int | None = None,
+    scorer: Scorer | str | None = None,
     **overrides: Any,
 ) -> SearchResult:
     """Search for an answer (async); the same run `loom solve` makes with the same settings.
@@ -95,6 +97,9 @@ async def asolve(
     (default: $THOUGHTLOOM_THREADS, else auto: the count follows the machine's load; llm/threads.py).
     reasoning_effort ("low", "medium", "high") / thinking_tokens: a reasoning model's controls, as
     `--reasoning-effort` (OpenAI-compatible chat) / `--thinking-tokens` (Anthropic); an embedded model refuses them.
+    scorer: your own scorer, a plain or async function `f(thought, path)` giving a score in [0, 1] (or
+    `Scored(score, reasoning)`), or its `module:function` reference as `--scorer`: it scores the thoughts
+    instead of the model (no evaluation call); a stored run records it by name (search/scorer.py).
     """
     spec = resolve(
         problem, task=task, model=model, profile=profile, task_options=task_options, config=config,
@@ -102,7 +107,7 @@ async def asolve(
         control=controller.settings if isinstance(controller, Controller) else controller, answers=answers,
         grounding=grounding_policy, checks=checks, knowledge=knowledge, grounders=grounders, store=store,
         run_id=run_id, role_models=role_models, pricing=pricing, model_timeout_s=model_timeout_s,
-        reasoning_effort=reasoning_effort, thinking_tokens=thinking_tokens,
+        reasoning_effort=reasoning_effort, thinking_tokens=thinking_tokens, scorer=scorer,
     )
     result = await execute(spec, sinks=sinks, handler=handler,
                            controller=controller if isinstance(controller, Controller) else None, threads=threads)
@@ -159,7 +164,8 @@ async def areplay(store: Any, run: str, *, task: Task[Any] | None = None, config
     used), `config` (its given fields laid over the stored settings, as in solve) or `controller`
     to replay it with those instead (and see where it diverges). A stored run is untrusted input:
     the files its task and grounding read (knowledge, tests, data, repo, test command) are used only
-    when `grants` names them again, e.g. `Grants(knowledge="docs")` (GrantError says what it asks for).
+    when `grants` names them again, e.g. `Grants(knowledge="docs")` (GrantError says what it asks for); a
+    run made with a scorer is replayed with it named again, `Grants(scorer=fn)` or `Grants(scorer="mod:fn")`.
     """
     spec, session = open_replay(store, run, grants)
     if task is not None or config is not None:

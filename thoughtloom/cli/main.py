@@ -159,6 +159,7 @@ def _run(args: argparse.Namespace) -> int:
     from ..grounding.sandbox import SandboxUnavailable
     from ..llm.errors import ModelError
     from ..run.spec import SpecError
+    from ..search.scorer import ScorerError
     from ..tasks.base import ProblemError, UnsupportedOperation
     from ..tasks.registry import TaskOptionError, UnknownTask
     from .agent import cmd_agent
@@ -166,8 +167,7 @@ def _run(args: argparse.Namespace) -> int:
     from .data import cmd_data
     from .models import cmd_models
     from .research import cmd_research
-    from .runs import COMMANDS as STORE_COMMANDS
-    from .runs import store_errors
+    from .runs import COMMANDS as STORE_COMMANDS, store_errors
     from .serve import cmd_serve
     from .solve import cmd_solve
 
@@ -187,7 +187,7 @@ def _run(args: argparse.Namespace) -> int:
     def reported() -> tuple[type[Exception], ...]:
         """Errors reported as one line with exit code 2 (called only once one was raised: the store loads then)."""
         return (UsageError, SpecError, ProblemError, UnknownTask, UnknownProfile, UnsupportedOperation, ModelError,
-                TaskOptionError, SandboxUnavailable, *store_errors())
+                TaskOptionError, SandboxUnavailable, ScorerError, *store_errors())
 
     from .otel import exported_spans
 

@@ -99,6 +99,7 @@ def add_grant_options(p: argparse.ArgumentParser, *, live: bool) -> None:
         g.add_argument(f"--{flag}", metavar=meta, help=f"the run's --{flag}")
     g.add_argument("--test-command", metavar="CMD", help="the debug run's test command")
     g.add_argument("--task-file", metavar="FILE", help="the task file the run's task was read from")
+    g.add_argument("--scorer", metavar="MODULE:FUNCTION", help="the scorer the run's thoughts were scored by")
 
 
 def store_errors() -> tuple[type[Exception], ...]:

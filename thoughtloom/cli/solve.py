@@ -64,6 +64,9 @@ def add_solve_parser(sub: Any) -> None:
     s.add_argument("--evaluation", choices=EVALUATIONS,
                    help="value each thought, vote among siblings, or score steps by the model's own probability "
                         "among the task's valid steps (prior: no extra call)")
+    s.add_argument("--scorer", metavar="MODULE:FUNCTION",
+                   help="score the thoughts with your own function f(thought, path) -> score in [0, 1] (or "
+                        "file.py:function) instead of the model; see docs/python.md")
     s.add_argument("--value-samples", type=positive_int("--value-samples", MAX_FANOUT), help="samples per value call")
     s.add_argument("--reasks", type=count("--reasks", MAX_FANOUT),
                    help="times an expansion whose proposals were all rejected is asked again (default 2)")

@@ -28,8 +28,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from .fences import FENCE as _FENCE
-from .fences import fenced_blocks
+from .fences import FENCE as _FENCE, fenced_blocks
 
 
 class PatchError(ValueError):

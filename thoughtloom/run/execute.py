@@ -219,6 +219,10 @@ async def execute(
     threads: CPU threads of an embedded model this run loads, a number or "auto" (None:
     $THOUGHTLOOM_THREADS, else auto); a runtime setting, not part of the stored run.
     """
+    if spec.scorer is not None and spec.scorer.call is None:
+        # A stored run's scorer, by name only: imported when the caller names it again (run/session.py:spec_of).
+        raise SpecError(f"scorer {spec.scorer.name} is named but not imported; give it again "
+                        f"(--scorer {spec.scorer.name}, or the function)")
     task = spec.task_object()
     kb = open_knowledge(spec)
     grounders = spec_grounders(spec, task.free_text_steps, kb)
@@ -258,7 +262,7 @@ async def execute(
                 sinks=[*sinks, *(session.sinks if session is not None else [])], controller=ctrl, grounders=grounders,
                 grounding_policy=spec.grounding, on_context=session.on_context if session is not None else None,
                 tools=tools, processors=processors, research=research_setup(spec, roles),
-                routed_roles=[role for role, _ in spec.role_models],
+                routed_roles=[role for role, _ in spec.role_models], scorer=spec.scorer,
             )
             if search_span is not None:
                 search_span.set_attributes({

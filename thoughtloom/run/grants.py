@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..search.config import TOOL_STRATEGIES
+from ..search.scorer import Scorer, scorer_name
 from .options import ROLE_MODEL_OPTIONS, tool_names
 from .spec import RunSpec, SpecError
 
@@ -60,6 +61,8 @@ class Grants:
     test_command: str | None = None
     #: The task file a run's task was read from (`loom solve --task-file`).
     task_file: str | None = None
+    #: The run's scorer: its reference as `--scorer` takes it, or the function itself (Python).
+    scorer: str | Scorer | None = None
 
     @classmethod
     def of(cls, asked: Sequence[Need]) -> Grants:
@@ -87,6 +90,7 @@ class Grants:
             read_roots=tuple(options.get("allow_read") or ()), mcp_config=options.get("mcp_config"),
             tests=options.get("tests"), data=options.get("data"), repo=options.get("repo"),
             test_command=options.get("test_command"), task_file=options.get("task_file"),
+            scorer=options.get("scorer"),
         )
 
 
@@ -113,6 +117,8 @@ class Need:
             return set(given) - FREE_TOOLS == set(self.values) - FREE_TOOLS
         if self.field == "test_command":
             return given is not None and _split(given) == list(self.values)
+        if self.field == "scorer":
+            return given is not None and scorer_name(given) == self.values[0]
         return given is not None and os.path.abspath(given) == os.path.abspath(self.values[0])
 
     def flags(self) -> str:
@@ -165,6 +171,9 @@ def needs(spec: RunSpec, *, live: bool) -> list[Need]:
     if spec.task_file is not None and isinstance(spec.task, str):
         # The file's prompts make the run's requests, so a replay reads it too.
         out.append(Need(f"the task file {spec.task_file}", "--task-file", (spec.task_file,), "task_file"))
+    if spec.scorer is not None:
+        # Its scores make the run's graph, so a replay calls it too.
+        out.append(Need(f"the scorer {spec.scorer.name}", "--scorer", (spec.scorer.name,), "scorer"))
     options = spec.task_options
     for name, what in (("tests", "the tests in"), ("data", "the data file"), ("repo", "the repository")):
         value = getattr(options, name)
@@ -202,7 +211,7 @@ def check_grants(spec: RunSpec, grants: Grants, *, live: bool, cli: bool = False
 def _given(grants: Grants) -> set[str]:
     """The Grants fields that name something (tools that need no grant of their own do not count)."""
     out = {name for name in ("model", "knowledge", "knowledge_index", "mcp_config", "tests", "data", "repo",
-                             "test_command", "task_file") if getattr(grants, name) is not None}
+                             "test_command", "task_file", "scorer") if getattr(grants, name) is not None}
     out |= {name for name in ("role_models", "read_roots") if getattr(grants, name)}
     if set(grants.tools) - FREE_TOOLS:
         out.add("tools")

@@ -46,7 +46,7 @@ from ..store.store import BlockStore
 from ..tools.base import ToolResult, ToolSpec
 from ..tools.toolbox import RecordedTool, Toolbox
 from .grants import GrantError, Grants, check_grants
-from .spec import RunSpec, SpecError, model_pricing, role_pricing
+from .spec import RunSpec, SpecError, model_pricing, role_pricing, user_scorer
 
 if TYPE_CHECKING:
     from ..search.config import SearchConfig
@@ -345,6 +345,8 @@ def spec_of(manifest: Manifest, grants: Grants, *, live: bool, cli: bool = False
             raise GrantError(f"{grants.task_file} declares task {task.name!r}; run {manifest.run_id} ran task "
                              f"{spec.task!r}")
         spec = replace(spec, task=task)
+    if spec.scorer is not None and grants.scorer is not None:
+        spec = replace(spec, scorer=user_scorer(grants.scorer))  # what the user named again, imported now
     return spec
 
 

@@ -31,6 +31,7 @@ from ..search.config import (
     SearchConfig,
 )
 from ..search.research.config import ROLES, ResearchConfig, ResearchConfigError
+from ..search.scorer import Scorer, ScorerError, ThoughtScorer
 from ..search.strategies.fit import no_decomposition, unsupported_reason
 from ..tasks.base import Task
 from ..tasks.general import FileTask
@@ -130,6 +131,9 @@ class RunSpec:
     #: A stored run's task file (the absolute path its task was read from); resume and replay read it only
     #: when the caller names it again (run/grants.py). A live run's file task carries it as `source`.
     task_file: str | None = None
+    #: The user's scorer, which scores the thoughts instead of the model (stored by its name; a stored run's
+    #: is imported only when the caller names it again, run/grants.py).
+    scorer: ThoughtScorer | None = None
 
     @property
     def task_name(self) -> str:
@@ -165,6 +169,7 @@ class RunSpec:
             **({"reasoning_effort": self.reasoning_effort} if self.reasoning_effort is not None else {}),
             **({"thinking_tokens": self.thinking_tokens} if self.thinking_tokens is not None else {}),
             **({"task_file": self.stored_task_file} if self.stored_task_file is not None else {}),
+            **({"scorer": self.scorer.name} if self.scorer is not None else {}),
         }
 
     @property
@@ -212,6 +217,7 @@ class RunSpec:
                 pricing=Pricing(**data["pricing"]) if data.get("pricing") else None,
                 model_timeout_s=data.get("model_timeout_s"), reasoning_effort=data.get("reasoning_effort"),
                 thinking_tokens=data.get("thinking_tokens"), task_file=data.get("task_file"),
+                scorer=ThoughtScorer(data["scorer"]) if data.get("scorer") else None,
             )
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise SpecError(f"not a run spec: {exc}") from None
@@ -227,7 +233,7 @@ _STORED_TYPES: dict[str, tuple[type, ...]] = {
     "tools": (list, _NONE), "tool_limits": (dict, _NONE), "mcp_config": (str, _NONE), "read_roots": (list, _NONE),
     "research": (dict, _NONE), "role_models": (list, _NONE), "pricing": (dict, _NONE),
     "model_timeout_s": (int, float, _NONE), "task_file": (str, _NONE),
-    "reasoning_effort": (str, _NONE), "thinking_tokens": (int, _NONE),
+    "reasoning_effort": (str, _NONE), "thinking_tokens": (int, _NONE), "scorer": (str, _NONE),
 }
 #: Task options kept as paths or text, and the test command's words.
 _OPTION_TYPES: dict[str, tuple[type, ...]] = {
@@ -346,6 +352,7 @@ def resolve(
     model_timeout_s: float | None = None,
     reasoning_effort: str | None = None,
     thinking_tokens: int | None = None,
+    scorer: Scorer | str | ThoughtScorer | None = None,
 ) -> RunSpec:
     """The one way to build a RunSpec: task defaults, then the profile, then the explicit settings.
 
@@ -365,6 +372,8 @@ def resolve(
     run on a model of their own, by model spec (the search strategies' generator, evaluator and
     synthesizer; the research strategy's brancher, evaluator and synthesizer). `reasoning_effort`,
     `thinking_tokens`: a reasoning model's controls, for every model of the run (see llm.registry.check_reasoning).
+    `scorer`: a function of (thought, path), or its `module:function` / `file.py:function` reference, that
+    scores the thoughts of the operator strategies instead of the model (search/scorer.py).
     Raises UnknownProfile / UnknownTask / TaskOptionError / ProblemError / SpecError with one line.
     """
     prof = _profile(profile, control)
@@ -423,6 +432,9 @@ def resolve(
     names = _tool_names(tools, config.strategy, knowledge, mcp_config, read_roots)
     research_config = _research(research, config.strategy)
     roles = _role_models(role_models, config.strategy)
+    if scorer is not None and config.strategy not in OPERATOR_STRATEGIES:
+        raise SpecError(f"--scorer scores the thoughts of {', '.join(OPERATOR_STRATEGIES)}; --strategy "
+                        f"{config.strategy} scores its own way")
     if model_timeout_s is not None and not 0 < model_timeout_s < float("inf"):
         raise SpecError(f"the model timeout must be a positive number of seconds; got {model_timeout_s}")
     _check_reasoning(model, roles, reasoning_effort, thinking_tokens)
@@ -439,7 +451,16 @@ def resolve(
         read_roots=tuple(os.path.abspath(r) for r in read_roots), research=research_config, role_models=roles,
         pricing=pricing, model_timeout_s=model_timeout_s, reasoning_effort=reasoning_effort,
         thinking_tokens=thinking_tokens,
+        scorer=user_scorer(scorer) if scorer is not None else None,
     )
+
+
+def user_scorer(scorer: Scorer | str | ThoughtScorer) -> ThoughtScorer:
+    """A scorer ready to call (a reference imported now); SpecError, one line, when it cannot be."""
+    try:
+        return ThoughtScorer.of(scorer)
+    except ScorerError as exc:
+        raise SpecError(str(exc)) from None
 
 
 def model_pricing(model: str | Backend, given: Pricing | None = None) -> Pricing | None:

@@ -39,6 +39,7 @@ logger = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from ..tools.toolbox import Toolbox
+    from .scorer import ThoughtScorer
 
 _S = NodeStatus
 
@@ -111,8 +112,11 @@ class SearchContext:
         # A search.research ResearchSetup (the research strategy's settings and roles), for the same reason.
         research: Any = None,
         routed_roles: Collection[str] = (),
+        user_scorer: ThoughtScorer | None = None,
     ) -> None:
         self.task = task
+        #: The user's scorer: it scores every thought the model would have evaluated (None: the model does).
+        self.user_scorer = user_scorer
         #: The agent strategy's tools and processors (None: no tools; the built-in processors).
         self.tools = tools
         self.processors = processors

@@ -20,6 +20,7 @@ from .events import BudgetSpent, EventBus, EventSink, SearchStarted, SearchStopp
 from .operators import synthesize
 from .paths import ScoredPaths
 from .result import GroundingStats, PathStep, SearchResult, SearchStats, SearchUsage, role_usage
+from .scorer import ThoughtScorer
 from .stop import StopReason
 from .strategies import STRATEGY_FUNCTIONS
 
@@ -90,6 +91,7 @@ async def search(
     processors: ProcessorRegistry | None = None,
     research: ResearchSetup | None = None,
     routed_roles: Collection[str] = (),
+    scorer: ThoughtScorer | None = None,
 ) -> SearchResult:
     """Search for an answer to problem_text; always returns the best found and why it stopped.
 
@@ -102,7 +104,8 @@ async def search(
     `research` is the research strategy's setup (with `tools`), and `result.research` its ResearchResult.
     `routed_roles`: roles (generator, evaluator, synthesizer; brancher for research) whose calls go
     to a model of their own (the gateway's backend routes them; see thoughtloom.llm.routing), and
-    `result.usage.roles` says what each model was charged.
+    `result.usage.roles` says what each model was charged. `scorer`: the user's scorer, which scores the
+    thoughts in place of the model's evaluation (search/scorer.py).
     Cancelled (Ctrl-C), it returns what it has with termination_reason "interrupted" and makes
     no further model call.
 
@@ -134,7 +137,7 @@ async def search(
     if bus:
         bus.emit(SearchStarted(task.name, problem_text, config.strategy, gateway.budget.limits.tokens))
     ctx = SearchContext(task, problem, gateway, config, bus, controller, all_grounders, grounding_policy, tools,
-                        processors, research, routed_roles)
+                        processors, research, routed_roles, scorer)
     if out_of_time:
         ctx.stop(StopReason.BUDGET_WALL_S)
     if on_context is not None:

@@ -19,9 +19,11 @@ from ..graph import EdgeKind, NodeKind, NodeStatus
 from ..llm.inline import Later
 from ..llm.types import parse_choice_text
 from ..tasks.base import Query
+from ..tasks.evaluation import Evaluation
 from ..tasks.query import Sampled
 from .context import Answer, SearchContext
 from .eager import eager_gather
+from .scorer import ThoughtScorer
 
 _S = NodeStatus
 #: The roles the operators' calls are made in (see the module docstring).
@@ -232,8 +234,12 @@ async def evaluate(ctx: SearchContext, parent_id: int, node_ids: Sequence[int],
 
     prior scores no call; states the task values exactly keep their exact value, and thoughts
     without a prior (the backend could not score the choices) are valued as with `value`.
+    A user's scorer (search/scorer.py) stands in for all three.
     """
     if not node_ids:
+        return
+    if ctx.user_scorer is not None:
+        await value_many(ctx, node_ids)
         return
     evaluation = ctx.config.evaluation
     if evaluation == "vote":
@@ -286,6 +292,9 @@ async def value_many(ctx: SearchContext, node_ids: Sequence[int], *, rescore: bo
         await settle_scores(ctx, exact_scores)
     if not asking:
         return
+    if ctx.user_scorer is not None:
+        await _user_scores(ctx, ctx.user_scorer, asking, paths)
+        return
     n = ctx.value_samples
     queries = [task.value(problem, steps) for steps in paths]
     keys = [(steps, n) if rescore else steps for steps in paths]
@@ -332,6 +341,18 @@ async def value_many(ctx: SearchContext, node_ids: Sequence[int], *, rescore: bo
         score = _take_value(ctx, node_id, steps, query, got, rescore)  # type: ignore[arg-type]
         if score is not None:
             score_one(node_id, score)
+
+
+async def _user_scores(ctx: SearchContext, scorer: ThoughtScorer, node_ids: Sequence[int],
+                       paths: Sequence[tuple[str, ...]]) -> None:
+    """Score thoughts by the user's scorer, no model call; its reasoning is kept as the thought's evaluation."""
+    root = ctx.problem_text
+    got = await eager_gather(scorer.score(steps[-1], (root, *steps)) for steps in paths)
+    node = ctx.graph.node
+    for node_id, scored in zip(node_ids, got):
+        if scored.reasoning:
+            node(node_id).extra["evaluation"] = Evaluation(scored.score, scored.reasoning).to_dict()
+    await settle_scores(ctx, [(node_id, scored.score) for node_id, scored in zip(node_ids, got)])
 
 
 def _take_value(

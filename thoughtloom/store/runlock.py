@@ -19,8 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..filelocks import available as locks_available
-from ..filelocks import lock
+from ..filelocks import available as locks_available, lock
 from .runs import RunError
 
 

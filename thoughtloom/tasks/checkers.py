@@ -211,17 +211,18 @@ def _gold_number(gold: Any) -> Fraction | None:
     return final_number(str(gold))
 
 
-def load_function(reference: str, base_dir: str | None = None) -> Callable[..., Any]:
-    """Import a user's checker: `module:function` from the import path, or `file.py:function` from base_dir."""
+def load_function(reference: str, base_dir: str | None = None, what: str = "checker") -> Callable[..., Any]:
+    """Import a user's function (a checker, a scorer: `what`, for the errors): `module:function` from the
+    import path, or `file.py:function` from base_dir."""
     module_name, _, function = reference.partition(":")
     try:
         if module_name.endswith(".py"):
             path = Path(base_dir or ".") / module_name
             if not path.is_file():
-                raise CheckerError(f"checker {reference}: no file {path}")
-            spec = importlib.util.spec_from_file_location(f"thoughtloom_checker_{path.stem}", path)
+                raise CheckerError(f"{what} {reference}: no file {path}")
+            spec = importlib.util.spec_from_file_location(f"thoughtloom_{what}_{path.stem}", path)
             if spec is None or spec.loader is None:
-                raise CheckerError(f"checker {reference}: cannot load {path}")
+                raise CheckerError(f"{what} {reference}: cannot load {path}")
             module = importlib.util.module_from_spec(spec)
             spec.loader.exec_module(module)
         else:
@@ -229,10 +230,10 @@ def load_function(reference: str, base_dir: str | None = None) -> Callable[..., 
     except CheckerError:
         raise
     except Exception as exc:  # noqa: BLE001 - importing a user's module may fail in any way
-        raise CheckerError(f"checker {reference}: cannot import {module_name} ({type(exc).__name__}: {exc})") from None
+        raise CheckerError(f"{what} {reference}: cannot import {module_name} ({type(exc).__name__}: {exc})") from None
     found = getattr(module, function, None)
     if not callable(found):
-        raise CheckerError(f"checker {reference}: {module_name} has no function {function}")
+        raise CheckerError(f"{what} {reference}: {module_name} has no function {function}")
     return found
 
 
