@@ -146,7 +146,8 @@ def spec_from_options(options: Mapping[str, Any]) -> RunSpec:
         research=_research(options, task_name),
         role_models={role: options[opt] for opt, role in ROLE_MODEL_OPTIONS.items() if options.get(opt)} or None,
         pricing=pricing_of(options), model_timeout_s=options.get("timeout"),
-        reasoning_effort=options.get("reasoning_effort"), thinking_tokens=options.get("thinking_tokens"), scorer=options.get("scorer"),
+        reasoning_effort=options.get("reasoning_effort"), thinking_tokens=options.get("thinking_tokens"),
+        scorer=options.get("scorer"),
     )
 
 

@@ -349,10 +349,10 @@ async def _user_scores(ctx: SearchContext, scorer: ThoughtScorer, node_ids: Sequ
     root = ctx.problem_text
     got = await eager_gather(scorer.score(steps[-1], (root, *steps)) for steps in paths)
     node = ctx.graph.node
-    for node_id, scored in zip(node_ids, got):
+    for node_id, scored in zip(node_ids, got, strict=True):
         if scored.reasoning:
             node(node_id).extra["evaluation"] = Evaluation(scored.score, scored.reasoning).to_dict()
-    await settle_scores(ctx, [(node_id, scored.score) for node_id, scored in zip(node_ids, got)])
+    await settle_scores(ctx, [(node_id, scored.score) for node_id, scored in zip(node_ids, got, strict=True)])
 
 
 def _take_value(
