@@ -124,8 +124,9 @@ def winner_lines(summaries: Sequence[LaneSummary]) -> list[str]:
             continue
         f1 = rows[0].metric == "f1"
         quality, interval = _quality(f1), _interval(f1)
-        # The best quality wins; between equals, the cheaper in tokens, then in time.
-        best = min(rows, key=lambda s: (-quality(s), s.mean_tokens, s.mean_wall_s))
+        # The best quality wins; between equals, the cheaper in tokens, then the lane named first: never the
+        # seconds, which a busy machine or another executor changes, so one protocol always names one winner.
+        best = min(rows, key=lambda s: (-quality(s), s.mean_tokens))
         measure = "mean F1" if f1 else "success"
         lo, hi = interval(best)
         line = (f"winner on {task}: {best.lane}, {measure} {quality(best):.0%} [{lo:.0%}, {hi:.0%}] at "
