@@ -17,7 +17,8 @@ from dataclasses import dataclass
 
 from ..grounding.claims import parse_number
 from .base import Query, few_shot_query
-from .research import answer_key, numbered
+from .hops import numbered
+from .research import answer_key
 
 #: What a comparison compares: the same fact ("same"), the earlier or later date, the larger or smaller number.
 KINDS = ("same", "earlier", "later", "more", "fewer")

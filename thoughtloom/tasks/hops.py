@@ -20,8 +20,8 @@ from .base import Query, few_shot_query, one_line
 
 #: Largest follow-up search count the command-line flags take (`--bridge-hops`).
 MAX_BRIDGE_HOPS = 10
-#: Characters of a passage shown to the model that names the bridge entity.
-HOP_PASSAGE_CHARS = 600
+#: Characters of a passage shown in a prompt (the naming call here; the research flow's prompts too).
+PASSAGE_CHARS = 600
 #: Sampling temperature of the naming call: the name is copied from the passages, not invented.
 HOP_TEMPERATURE = 0.2
 
@@ -90,14 +90,14 @@ def hop_search(bridge: Bridge, name: str) -> str:
     return f"{name} {bridge.rest}"
 
 
-def shown(passages: Sequence[tuple[str, str]]) -> str:
-    """Passages as the hop's prompt shows them: [1] text, one per line."""
-    return "\n".join(f"[{i}] {one_line(text, HOP_PASSAGE_CHARS)}" for i, (_, text) in enumerate(passages, 1))
+def numbered(passages: Sequence[tuple[str, str]]) -> str:
+    """Passages as the model sees them: [1] text, one per line."""
+    return "\n".join(f"[{i}] {one_line(text, PASSAGE_CHARS)}" for i, (_, text) in enumerate(passages, 1))
 
 
 def hop_query(bridge: Bridge, passages: Sequence[tuple[str, str]]) -> Query:
     """Ask which name the passages give for the question's bridge phrase, as one `NAME:` line."""
-    return few_shot_query(_HOP_SYSTEM, [_HOP_EXAMPLE], f"Passages:\n{shown(passages)}\nQuestion: {bridge.question}\n"
+    return few_shot_query(_HOP_SYSTEM, [_HOP_EXAMPLE], f"Passages:\n{numbered(passages)}\nQuestion: {bridge.question}\n"
                           f"Who or what is {bridge.phrase}?", max_tokens=24, stop=("\n",), temperature=HOP_TEMPERATURE)
 
 

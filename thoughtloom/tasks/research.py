@@ -15,11 +15,9 @@ from dataclasses import dataclass
 
 from ..llm.types import parse_choice_text
 from .base import ProblemError, Query, Task, few_shot_query, one_line
-from .hops import name_spans
+from .hops import PASSAGE_CHARS, name_spans, numbered
 from .query import json_object, schema_text
 
-#: Characters of a passage or an evidence line shown in a prompt.
-PASSAGE_CHARS = 600
 #: Sampling temperature of the brancher: a small model sampled hotter leaves the numbered format.
 BRANCH_TEMPERATURE = 0.3
 #: The two hypotheses of a yes/no question. Each claims its answer, not the state of the evidence: a
@@ -70,11 +68,6 @@ class SynthesisReply:
     why: str
     confidence: float | None = None
 
-
-
-def numbered(passages: Sequence[tuple[str, str]]) -> str:
-    """Passages as the model sees them: [1] text, one per line."""
-    return "\n".join(f"[{i}] {one_line(text, PASSAGE_CHARS)}" for i, (_, text) in enumerate(passages, 1))
 
 
 # --- proposing hypotheses -----------------------------------------------------------------------
