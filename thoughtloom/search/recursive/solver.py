@@ -310,15 +310,14 @@ class Solver:
                 child_nodes[i], f"retry: {children[i].text}", "retry", NodeKind.QUESTION, EdgeKind.REFINEMENT
             )
             new_nodes.append(cn)
+        # A child whose retry node could not be added (the graph refused it) keeps its first outcome;
+        # the others are paired with their own retry, never with a neighbour's.
+        placed = [(i, cn) for i, cn in zip(redo, new_nodes, strict=True) if cn is not None]
         fresh = await asyncio.gather(
-            *(
-                self.solve(children[i], depth + 1, lineage, cn, policy)
-                for i, cn in zip(redo, new_nodes, strict=True)
-                if cn is not None
-            )
+            *(self.solve(children[i], depth + 1, lineage, cn, policy) for i, cn in placed)
         )
         outs = list(outs)
-        for i, out in zip(redo, fresh, strict=False):
+        for (i, _), out in zip(placed, fresh, strict=True):
             if (out.verification.passed, out.score) > (outs[i].verification.passed, outs[i].score):
                 outs[i] = out
         return outs
