@@ -200,3 +200,19 @@ def test_a_file_with_no_pinned_size_is_refused_past_the_documented_cap(
         with pytest.raises(FetchError, match="sent more than the 100,000-byte cap on a file of no pinned size"):
             sources.fetch("gsm8k", tmp_path)
     assert list(tmp_path.iterdir()) == [] and sent[0] < READ_MOST
+
+
+def test_a_name_lookup_that_never_answers_is_abandoned_at_the_deadline(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A resolver that hangs blocks inside the C library, where no socket timeout reaches: the download's
+    # deadline must still end it.
+    from thoughtloom.llm import download
+
+    def hanging_lookup(*args: object, **kwargs: object) -> list[tuple[object, ...]]:
+        time.sleep(30)
+        return []
+
+    monkeypatch.setattr(download.socket, "getaddrinfo", hanging_lookup)
+    start = time.monotonic()
+    with pytest.raises(download.DownloadError, match="not finished within its deadline of 1 s"):
+        list(download.stream("http://unresolvable.invalid/file", max_bytes=100, deadline_s=1))
+    assert time.monotonic() - start < scaled(1 + 4)

@@ -4,7 +4,8 @@ A server is not trusted to behave: it may stall, trickle a byte at a time, send 
 never end, or send something that is not HTTP at all. `stream` therefore
 
 - ends the whole download at an overall deadline (not only when one read waits too long): a watchdog
-  shuts the connection's socket when the deadline passes, whatever the download is waiting for;
+  shuts the connection's socket when the deadline passes, whatever the download is waiting for, and
+  the name lookup (which no socket timeout reaches) is given up at the same deadline;
 - reads at most `max_bytes` (the pinned size of the file, or a documented cap), refusing the answer as
   soon as the server announces or sends more;
 - hands the body over block by block, so the caller streams it to a file and never holds it whole;
@@ -171,13 +172,46 @@ class _Deadline:
         """socket.create_connection, watched: the socket is shut at the deadline."""
         if isinstance(timeout, (int, float)):  # else http.client's "no timeout given" marker
             timeout = max(0.001, min(timeout, self.left()))
-        sock = socket.create_connection(address, timeout, source_address)
+        sock = self._open(self._resolve(*address), timeout, source_address)
         with self._lock:
             if self.expired:
                 sock.close()
                 raise TimeoutError("the deadline passed")
             self._sockets.append(sock)
         return sock
+
+    def _resolve(self, host: str, port: int) -> list[tuple[Any, ...]]:
+        """The host's addresses, or TimeoutError at the deadline: a name lookup blocks in the C library
+        where no socket timeout reaches it, so it runs in a thread the download stops waiting for."""
+        found: list[list[tuple[Any, ...]]] = []
+        failed: list[OSError] = []
+
+        def lookup() -> None:
+            try:
+                found.append(socket.getaddrinfo(host, port, 0, socket.SOCK_STREAM))
+            except OSError as exc:
+                failed.append(exc)
+
+        worker = threading.Thread(target=lookup, name="download-dns", daemon=True)
+        worker.start()
+        worker.join(self.left())
+        if failed:
+            raise failed[0]
+        if not found:  # the join gave up: the deadline has passed
+            self.expired = True
+            raise TimeoutError(f"looking up {host} did not finish within the deadline")
+        return found[0]
+
+    @staticmethod
+    def _open(addresses: list[tuple[Any, ...]], timeout: Any, source_address: Any) -> socket.socket:
+        """A connection to the first of the resolved addresses that answers (create_connection's order)."""
+        error: OSError = OSError("the name resolved to no address")
+        for *_, sockaddr in addresses:
+            try:
+                return socket.create_connection(sockaddr[:2], timeout, source_address)
+            except OSError as exc:
+                error = exc
+        raise error
 
     def _expire(self) -> None:
         with self._lock:
