@@ -568,3 +568,22 @@ def test_hybrid_retrieval_finds_a_passage_by_meaning_that_shares_no_word_with_th
         assert stored == kb.passages  # every passage's vector is kept in the index for the next search
     with KnowledgeBase.open(folder, tmp_path / "kb.sqlite", retrieval="hybrid") as kb:
         assert [h.ref() for h in kb.search(query, limit=1)] == ["diesel.txt:1"]
+
+
+def test_documents_past_the_folders_count_cap_end_the_walk_in_one_reported_line(tmp_path: Path) -> None:
+    for name in ("a.md", "b.md", "c.md", "d.md"):
+        write(tmp_path, name, f"Document {name} about rafts.")
+    with KnowledgeBase(tmp_path, max_documents=2) as kb:
+        assert kb.documents == 2
+        assert kb.stats.skipped == ("c.md and the files after it: past the folder's limit of 2 documents",)
+
+
+def test_a_folder_listing_more_names_than_the_cap_ends_the_walk_where_it_stopped(tmp_path: Path) -> None:
+    write(tmp_path, "a.md", "Argus built a raft.")
+    crowded = tmp_path / "crowded"
+    crowded.mkdir()
+    for i in range(20):
+        (crowded / f"noise{i}.bin").write_bytes(b"")
+    with KnowledgeBase(tmp_path, max_entries=10) as kb:
+        assert kb.documents == 1
+        assert kb.stats.skipped == ("crowded/: the walk stopped here, past 10 names in the folder",)

@@ -201,12 +201,20 @@ class FolderEntry:
     refused: str | None = None
 
 
-def walk_files(folder: Path, suffixes: tuple[str, ...], skip: frozenset[str] = frozenset()) -> Iterator[FolderEntry]:
+def walk_files(folder: Path, suffixes: tuple[str, ...], skip: frozenset[str] = frozenset(),
+               max_entries: int | None = None) -> Iterator[FolderEntry]:
     """The files under `folder` whose names end with `suffixes`, in a stable order; hidden files and folders
     and folders named in `skip` are left out, linked folders are not entered, and names that are not UTF-8
-    come back refused."""
+    come back refused. Past `max_entries` names listed (files and folders of any kind), the walk ends with
+    one refused entry for the folder it stopped in: a tree of millions of files is not walked to its end."""
+    listed = 0
     for root, dirs, files in os.walk(folder):
         base = Path(root).relative_to(folder)
+        listed += len(dirs) + len(files)
+        if max_entries is not None and listed > max_entries:
+            yield FolderEntry(shown(base) + "/", Path(root),
+                              f"the walk stopped here, past {max_entries:,} names in the folder")
+            return
         kept = []
         for name in sorted(d for d in dirs if not d.startswith(".") and d not in skip):
             if encodes(name):

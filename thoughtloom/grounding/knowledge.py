@@ -16,7 +16,10 @@ Only regular files inside the folder are read, by the rules of `grounding.files`
 device or a socket is never opened, a symlink that leaves the folder is not followed, a linked
 folder is not entered, a name that is not UTF-8 is not used, a document larger than
 MAX_DOCUMENT_BYTES is not read, and once MAX_FOLDER_BYTES of documents are indexed the rest are
-not. Each file skipped so is named in `stats.skipped` and in one logged warning per refresh.
+not. Each file skipped so is named in `stats.skipped` and in one logged warning per refresh. The walk
+itself is bounded: it reads at most MAX_DOCUMENTS documents and lists at most MAX_FOLDER_ENTRIES names,
+then stops with one line in `stats.skipped` saying where (a folder of empty files or a whole disk given
+by mistake ends in seconds, not hours).
 
 The index lives in memory by default, or in the SQLite file `index_path` (never inside the
 user's folder unless they ask for it). A file index is reused: on open, only files whose size or
@@ -63,6 +66,10 @@ MAX_QUERY_TERMS = 32
 MAX_DOCUMENT_BYTES = 4 * 1024 * 1024
 #: At most this many bytes of documents are indexed from one folder; the rest are skipped.
 MAX_FOLDER_BYTES = 64 * 1024 * 1024
+#: At most this many documents are read from one folder; the walk stops at the next one.
+MAX_DOCUMENTS = 20_000
+#: The walk lists at most this many names (documents or not) before it stops.
+MAX_FOLDER_ENTRIES = 200_000
 #: Skipped files named in the one warning a refresh logs (all of them are in `IndexStats.skipped`).
 WARN_NAMES = 5
 #: SQLite's application_id of an index file ("TLKB"): a file without it is not ours to rebuild.
@@ -194,10 +201,12 @@ class KnowledgeBase:
 
     def __init__(self, folder: str | Path, index_path: str | Path | None = None, *,
                  max_document_bytes: int = MAX_DOCUMENT_BYTES, max_total_bytes: int = MAX_FOLDER_BYTES,
+                 max_documents: int = MAX_DOCUMENTS, max_entries: int = MAX_FOLDER_ENTRIES,
                  retrieval: str = "bm25", embedder: Embedder | None = None) -> None:
         """Index `folder` (incrementally when `index_path` holds an earlier index), reading at most
-        `max_document_bytes` of a document and `max_total_bytes` in all, searched by `retrieval`
-        ("hybrid" loads the embedding model unless `embedder` is given); see `open`."""
+        `max_document_bytes` of a document, `max_total_bytes` and `max_documents` in all and listing at most
+        `max_entries` names, searched by `retrieval` ("hybrid" loads the embedding model unless `embedder`
+        is given); see `open`."""
         if retrieval not in RETRIEVALS:
             raise KnowledgeBaseError(f"unknown retrieval {retrieval!r}; use one of {', '.join(RETRIEVALS)}")
         self.retrieval = retrieval
@@ -211,6 +220,8 @@ class KnowledgeBase:
         self.index_path = Path(index_path).expanduser() if index_path is not None else None
         self.max_document_bytes = max_document_bytes
         self.max_total_bytes = max_total_bytes
+        self.max_documents = max_documents
+        self.max_entries = max_entries
         if not self.folder.exists():
             raise KnowledgeBaseError(
                 f"knowledge base folder {shown(self.folder)} does not exist; "
@@ -323,11 +334,17 @@ class KnowledgeBase:
             unchanged = 0
             total = 0
             inside = (self.folder,)
-            for entry in walk_files(self.folder, EXTENSIONS):
+            documents_seen = 0
+            for entry in walk_files(self.folder, EXTENSIONS, max_entries=self.max_entries):
                 rel = entry.rel
                 if entry.refused is not None:
                     skipped.append(f"{rel}: {entry.refused}")
                     continue
+                documents_seen += 1
+                if documents_seen > self.max_documents:
+                    skipped.append(f"{rel} and the files after it: past the folder's limit of "
+                                   f"{self.max_documents:,} documents")
+                    break
                 try:
                     _, st = check_regular(entry.path, inside=inside)
                     if st.st_size > self.max_document_bytes:
