@@ -29,6 +29,7 @@ SHOWN_ELSEWHERE = {
     "ARCHITECTURE.md": "architecture.md",
     "BENCHMARKS.md": "benchmarks.md",
     "examples/README.md": "examples.md",
+    "examples": "examples.md",
 }
 CLI_PAGE = "cli-reference.md"
 CLI_MARKER = "<!-- loom-cli-reference -->"
