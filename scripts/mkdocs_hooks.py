@@ -127,9 +127,46 @@ def cli_reference() -> str:
 
 def api_reference() -> str:
     """One mkdocstrings block per name thoughtloom exports, by the module that defines it."""
+    import thoughtloom
     from thoughtloom import _EXPORTS
 
-    return "\n\n".join(f"::: {module}.{name}" for name, module in _EXPORTS.items())
+    blocks = []
+    for name, module in _EXPORTS.items():
+        obj = getattr(thoughtloom, name)
+        # A wrapper made at import (`solve = _blocking(asolve)`) is an attribute to the static reader:
+        # its signature and docstring are read from the object itself.
+        if hasattr(obj, "__wrapped__"):
+            blocks.append(f"## `{name}`\n\n```python\n{_signature(name, obj)}\n```\n\n{inspect.getdoc(obj)}")
+        else:
+            blocks.append(f"::: {module}.{name}")
+    return "\n\n".join(blocks)
+
+
+class _Text(str):
+    """An annotation kept as text (`from __future__ import annotations`), shown without quotes."""
+
+    def __repr__(self) -> str:
+        return str(self)
+
+
+def _signature(name: str, function: Any) -> str:
+    """`name(...)` with one parameter a line, as mkdocstrings shows a signature."""
+    signature = inspect.signature(function)
+
+    def text(annotation: Any) -> Any:
+        return _Text(annotation) if isinstance(annotation, str) else annotation
+
+    parameters: list[str] = []
+    starred = False  # a bare `*` goes before the first keyword-only parameter, unless `*args` is there
+    for p in signature.parameters.values():
+        starred = starred or p.kind is p.VAR_POSITIONAL
+        if p.kind is p.KEYWORD_ONLY and not starred:
+            parameters.append("*")
+            starred = True
+        parameters.append(str(p.replace(annotation=text(p.annotation))))
+    returns = signature.return_annotation
+    tail = "" if returns is inspect.Signature.empty else f" -> {text(returns)!r}"
+    return f"{name}(\n" + "".join(f"    {p},\n" for p in parameters) + f"){tail}"
 
 
 def commands(parser: argparse.ArgumentParser, prefix: str = "loom",
