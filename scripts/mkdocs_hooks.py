@@ -18,6 +18,7 @@ import inspect
 import logging
 import posixpath
 import re
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +39,12 @@ API_MARKER = "<!-- thoughtloom-api-reference -->"
 _INCLUDE = re.compile(r"^<!--\s*include\s+(\S+)\s*-->\s*$")
 _LINK = re.compile(r"(?<!!)\[(?P<text>[^\]]*)\]\((?P<target>[^)\s]+)\)")
 log = logging.getLogger("mkdocs.plugins.thoughtloom")
+
+
+def on_config(config: Any) -> None:
+    """The checkout's own thoughtloom documents itself (as mkdocstrings reads it: `paths: [.]`)."""
+    if str(ROOT) not in sys.path:
+        sys.path.insert(0, str(ROOT))
 
 
 def on_pre_build(config: Any) -> None:
@@ -195,8 +202,13 @@ def _command_section(name: str, parser: argparse.ArgumentParser, help_text: str)
         lines += ["| argument | description |", "|---|---|", *rows]
     subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
     for action in subs:
-        lines += ["", "Commands: " + ", ".join(f"`{name} {c}`" for c in action.choices)]
+        lines += ["", "Commands: " + ", ".join(f"[`{name} {c}`](#{_slug(f'{name} {c}')})" for c in action.choices)]
     return "\n".join(lines)
+
+
+def _slug(heading: str) -> str:
+    """The anchor of a heading, as the site's toc (pymdownx.slugs, lower case) and GitHub write it."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
 
 
 def _option_row(action: argparse.Action) -> str:
