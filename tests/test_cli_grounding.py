@@ -107,7 +107,7 @@ def test_a_test_that_does_not_fail_exits_2_saying_there_is_nothing_to_debug(tmp_
     assert_one_line_error(proc, "passes on the unmodified repo")
 
 
-# HumanEval end to end on the embedded model is an example of the README's tour (tests/test_readme.py).
+# HumanEval end to end on the embedded model is an example of the tour (docs/tour.md, run by tests/test_readme.py).
 
 
 # A program that, when loaded, forks ten children of 120 MB each and waits for them.

@@ -1,4 +1,5 @@
-"""The README's examples, run as a new user runs them, with what they print compared to what it shows.
+"""The README's examples and the tour's (docs/tour.md), run as a new user runs them, with what they print
+compared to what the page shows.
 
 Every `console` block's commands run one after another in a fresh folder (`loom` from this
 checkout's environment on PATH, the runs stored in a private store, benchmark data fetched from a
@@ -27,11 +28,13 @@ from thoughtloom.cli.main import build_parser
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
-BLOCKS = blocks(README)
+#: The pages whose examples run as the README's do: the README and the tour it continues in.
+RUN_PAGES = (README, ROOT / "docs" / "tour.md")
+BLOCKS = [block for page in RUN_PAGES for block in blocks(page)]
 RUN = [b for b in BLOCKS if b.info in ("console", "python") and b.not_run is None]
-#: What a console command of the README may name from the checkout (copied into its folder).
+#: What a console command of these pages may name from the checkout (copied into its folder).
 SHARED_FILES = ("examples",)
-#: The data sets the README's commands fetch, and where the tests serve them from.
+#: The data sets the pages' commands fetch, and where the tests serve them from.
 FETCHED = ("game24/24_dev.csv",)
 
 
