@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 import shlex
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from ..search.config import TOOL_STRATEGIES
@@ -208,6 +208,18 @@ def check_grants(spec: RunSpec, grants: Grants, *, live: bool, cli: bool = False
     raise GrantError(f"this run asks for no model endpoint, file or tool; leave out {extra}")
 
 
+def chosen(grants: Grants, model: str | None, role_models: Sequence[tuple[str, str]]) -> Grants:
+    """A fork's grants: the models the caller chose for it are its settings, named by the caller, so they count
+    as granted (those that need a grant) in place of whatever `grants` names for those models."""
+    if model is not None:
+        grants = replace(grants, model=model if _needs_grant(model) else None)
+    if role_models:
+        roles = {r for r, _ in role_models}
+        kept = tuple((r, m) for r, m in grants.role_models if r not in roles)
+        grants = replace(grants, role_models=(*kept, *((r, m) for r, m in role_models if _needs_grant(m))))
+    return grants
+
+
 def _given(grants: Grants) -> set[str]:
     """The Grants fields that name something (tools that need no grant of their own do not count)."""
     out = {name for name in ("model", "knowledge", "knowledge_index", "mcp_config", "tests", "data", "repo",
@@ -263,4 +275,4 @@ def _split(command: str) -> list[str] | None:
         return None
 
 
-__all__ = ["FREE_TOOLS", "GrantError", "Grants", "Need", "check_grants", "grant_flags", "needs"]
+__all__ = ["FREE_TOOLS", "GrantError", "Grants", "Need", "check_grants", "chosen", "grant_flags", "needs"]
