@@ -1,11 +1,12 @@
-"""The `loom` commands over stored runs: runs, show, view, export, import, resume, replay.
+"""The `loom` commands over stored runs: runs, show, view, export, import, resume, replay, fork.
 
 Every command takes `--store PATH` (default: $THOUGHTLOOM_STORE, else ~/.thoughtloom/store.db).
 Runs are named by id, by any unique prefix of it, or `last` (the newest). Bad input (no such run,
 an ambiguous prefix, a corrupt or missing block, an unreadable CAR or manifest) is one line on
 stderr and exit code 2: main() catches store_errors(). `loom resume` and `loom replay` rebuild the run's spec from its
 manifest (thoughtloom.run.session) and run it through `loom solve`'s own command with a session
-that serves the recorded calls.
+that serves the recorded calls; `loom fork` builds a new run from a stored one's (thoughtloom.run.fork)
+and runs it the same way.
 """
 
 from __future__ import annotations
@@ -30,9 +31,7 @@ if TYPE_CHECKING:
 
 
 def add_store_commands(sub: Any) -> None:
-    """Add runs, show, view, export, import, resume and replay to loom's subparsers."""
-    from .solve import add_events_option
-
+    """Add runs, show, view, export, import, resume, replay and fork to loom's subparsers."""
     def store_option(p: argparse.ArgumentParser) -> None:
         p.add_argument("--store", metavar="PATH",
                        help="the run store (default: $THOUGHTLOOM_STORE, else ~/.thoughtloom/store.db)")
@@ -72,15 +71,22 @@ def add_store_commands(sub: Any) -> None:
                        help="run id, unique prefix, or last (the newest run)"
                             + (", or a manifest JSON file" if name == "replay" else ""))
         store_option(p)
-        p.add_argument("--json", action="store_true", help="print the result as one JSON object")
-        p.add_argument("--mermaid", metavar="FILE", help="write the reasoning graph as a Mermaid flowchart")
-        p.add_argument("--mermaid-full", action="store_true", help=MERMAID_FULL_HELP)
-        p.add_argument("--quiet", action="store_true", help="no live progress on stderr")
-        add_events_option(p)
+        _run_output_options(p)
         if name == "resume":  # a replay asks no model
             add_threads_option(p)
         add_grant_options(p, live=name == "resume")
     add_fork_command(sub, store_option)
+
+
+def _run_output_options(p: argparse.ArgumentParser) -> None:
+    """How resume, replay and fork print the run (as `loom solve` does)."""
+    from .solve import add_events_option
+
+    p.add_argument("--json", action="store_true", help="print the result as one JSON object")
+    p.add_argument("--mermaid", metavar="FILE", help="write the reasoning graph as a Mermaid flowchart")
+    p.add_argument("--mermaid-full", action="store_true", help=MERMAID_FULL_HELP)
+    p.add_argument("--quiet", action="store_true", help="no live progress on stderr")
+    add_events_option(p)
 
 
 def add_fork_command(sub: Any, store_option: Callable[[argparse.ArgumentParser], None]) -> None:
@@ -88,7 +94,6 @@ def add_fork_command(sub: Any, store_option: Callable[[argparse.ArgumentParser],
     from ..search.config import EVALUATIONS
     from ..search.fork import FROM_A_NODE
     from .common import MAX_FANOUT, add_price_options, count, number, positive_float, positive_int, unit_float
-    from .solve import add_events_option
 
     p = sub.add_parser(
         "fork", help="continue a stored run from one of its nodes with other settings, as a new run",
@@ -99,11 +104,7 @@ def add_fork_command(sub: Any, store_option: Callable[[argparse.ArgumentParser],
     p.add_argument("--at", required=True, metavar="NODE",
                    help="the node to continue from, as 'loom show' prints it (#4 or 4), or its CID (loom show --json)")
     store_option(p)
-    p.add_argument("--json", action="store_true", help="print the result as one JSON object")
-    p.add_argument("--mermaid", metavar="FILE", help="write the reasoning graph as a Mermaid flowchart")
-    p.add_argument("--mermaid-full", action="store_true", help=MERMAID_FULL_HELP)
-    p.add_argument("--quiet", action="store_true", help="no live progress on stderr")
-    add_events_option(p)
+    _run_output_options(p)
     add_threads_option(p)
     m = p.add_argument_group("model (default: the parent's, named again when it is not a named embedded one)")
     m.add_argument("--model", metavar="SPEC", help="the fork's model: a spec as 'loom solve --model' takes")
