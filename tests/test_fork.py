@@ -47,8 +47,8 @@ def server() -> Iterator[FakeOpenAIServer]:
 def parent(server: FakeOpenAIServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> dict[str, Any]:
     """A finished `loom solve` run (bfs) in a store of its own; the server's record starts empty after it."""
     store = tmp_path / "store.db"
-    proc = loom_here(capsys, "solve", "--task", "game24", "--model", model_of(server), "--quiet", "--store",
-                     str(store), PROBLEM)
+    proc = loom_here(capsys, "solve", "--task", "game24", "--model", model_of(server), "--price-in", "1",
+                     "--price-out", "2", "--quiet", "--store", str(store), PROBLEM)
     assert proc.returncode == 0, proc.stderr
     run = re.search(r"run (\w+) stored in ", proc.stderr)
     assert run, proc.stderr
@@ -167,6 +167,38 @@ def test_fork_at_the_root_reruns_the_problem_with_the_new_settings(
     assert len(server.seen) == 2
 
 
+def test_a_fork_of_a_fork_with_another_profile_and_goal_names_its_own_parent(
+        parent: dict[str, Any], server: FakeOpenAIServer) -> None:
+    store, model = str(parent["store"]), parent["model"]
+    child = thoughtloom.fork(store, parent["run"], parent["first"], model=model, control={"goal_threshold": 0.8})
+    grandchild = thoughtloom.fork(store, child.run_id, 2, model=model, profile="strategic_planning")
+    with SQLiteStore(parent["store"]) as blocks:
+        theirs = open_run(blocks, child.run_id).manifest.spec
+        ours = open_run(blocks, grandchild.run_id).manifest.spec
+    assert theirs["control"]["goal_threshold"] == 0.8 and theirs["profile"] == "default"
+    assert ours["profile"] == "strategic_planning" and ours["control"]["acceptable_threshold"] == 0.65
+    assert ours["config"] == theirs["config"]  # the search settings stay the parent's
+    assert (ours["fork"]["run"], ours["fork"]["node"]) == (child.run_id, 2)
+    assert [s["node"] for s in ours["fork"]["steps"]] == [1, 2]
+    assert grandchild.graph.node(2).extra["forked_from"] == {"run": child.run_id, "node": 2}
+
+
+def test_the_parents_model_named_again_keeps_its_price_and_another_model_has_none(
+        parent: dict[str, Any], server: FakeOpenAIServer, capsys: pytest.CaptureFixture[str]) -> None:
+    store = str(parent["store"])
+    kept = thoughtloom.fork(store, parent["run"], parent["mid"], model=parent["model"],
+                            budget=thoughtloom.BudgetLimits(cost_usd=1.0))
+    assert kept.usage.cost_usd > 0
+    other = parent["model"].replace("@scripted", "@other")
+    moved = thoughtloom.fork(store, parent["run"], parent["mid"], model=other)
+    with SQLiteStore(parent["store"]) as blocks:
+        assert open_run(blocks, kept.run_id).manifest.spec["pricing"] == {"input_per_mtok": 1.0, "output_per_mtok": 2.0}
+        assert open_run(blocks, kept.run_id).manifest.spec["budget"]["cost_usd"] == 1.0
+        assert "pricing" not in open_run(blocks, moved.run_id).manifest.spec
+        assert open_run(blocks, moved.run_id).manifest.model == other
+    assert {s.body["model"] for s in server.seen} == {"scripted", "other"}
+
+
 def test_fork_in_python_needs_the_parents_endpoint_named_again(parent: dict[str, Any]) -> None:
     with pytest.raises(GrantError, match=r"this run asks for model .*grants=Grants\(model="):
         thoughtloom.fork(str(parent["store"]), parent["run"], parent["first"])
@@ -179,17 +211,21 @@ def test_fork_in_python_needs_the_parents_endpoint_named_again(parent: dict[str,
     (["RUN", "--at", "GOAL"], ["node #GOAL of", "is a final answer; fork at a thought above it (#MID)"]),
     (["RUN", "--at", "REJECTED"], ["node #REJECTED of", "is failed and was never scored"]),
     (["RUN", "--at", "MID", "--depth", "2"], ["node #MID is at depth 2, the search's depth limit is 2; give --depth 3"]),
-    (["RUN", "--at", "MID", "--budget-usd", "1"], ["--budget-usd needs a price"]),
+    (["RUN", "--at", "MID", "--budget-usd", "1", "--no-model", "--model", "OTHER"],
+     ["--budget-usd needs a price, and --model openai-compatible:"]),
     (["RUN", "--at", "MID", "--price-in", "1"], ["give both --price-in and --price-out"]),
     (["RUN", "--at", "MID", "--strategy", "mcts"], ["invalid choice: 'mcts'"]),
     (["RUN", "--at", "FIRST", "--no-model"], ["this run asks for model", "--model 'openai-compatible:"]),
+    (["RUN", "--at", "FIRST", "--hard-depth", "1"], ["hard depth 1 is below the search's depth 3"]),
+    (["RUN", "--at", "FIRST", "--goal", "0.6"], ["thresholds must satisfy compromise <= acceptable <= goal"]),
 ])
 def test_bad_fork_inputs_are_one_line_errors_that_store_nothing(
         parent: dict[str, Any], server: FakeOpenAIServer, capsys: pytest.CaptureFixture[str], args: list[str],
         fragments: list[str]) -> None:
     store = parent["store"]
     model = [] if "--no-model" in args else ["--model", parent["model"]]
-    names = {"RUN": parent["run"], **{k.upper(): str(parent[k]) for k in ("first", "mid", "goal", "rejected")}}
+    names = {"RUN": parent["run"], "OTHER": parent["model"].replace("@scripted", "@other"),
+             **{k.upper(): str(parent[k]) for k in ("first", "mid", "goal", "rejected")}}
     args = [names.get(a, a) for a in args if a != "--no-model"]
     fragments = [re.sub(r"FIRST|MID|GOAL|REJECTED", lambda m: names[m.group()], f) for f in fragments]
     proc = loom_here(capsys, "fork", *args, *model, "--store", str(store), "--quiet")

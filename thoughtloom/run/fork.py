@@ -28,7 +28,7 @@ from ..llm.budget import Pricing
 from ..search.fork import FROM_A_NODE, STEPWISE, ForkPoint, ForkStep
 from ..store.runs import RunError, StoredRun, load_graph, open_run, run_ids
 from ..store.store import BlockStore
-from .grants import Grants, chosen
+from .grants import Grants, chosen, same_model
 from .options import CONTROL_OPTIONS, ROLE_MODEL_OPTIONS, SEARCH_OPTIONS, pricing_of
 from .session import RunSession, record_session, spec_of
 from .spec import RunSpec, SpecError, resolve
@@ -130,16 +130,14 @@ def forked_spec(spec: RunSpec, changes: Changes, point: ForkPoint) -> RunSpec:
         raise SpecError(f"run {point.run} searched with {parent}, whose thoughts are not steps of one path; a fork "
                         f"continues runs of {', '.join(STEPWISE)}")
     model_changed = changes.model is not None
-    control: Any
-    if changes.profile is not None:
-        control = dict(changes.control) if spec.control is not None else False
-    elif spec.control is None:
-        if changes.control:
-            raise SpecError(f"run {point.run} ran without the controller; its thresholds cannot be changed")
-        control = False
-    else:
-        control = _replaced(spec.control, changes.control)
     keep_profile = changes.profile is None
+    control: Mapping[str, Any] | bool = False
+    if spec.control is not None:
+        # As fields laid over the profile's, so resolve checks them as it checks loom solve's (hard depth included).
+        kept = {k: v for k, v in asdict(spec.control).items() if k != "profile"} if keep_profile else {}
+        control = {**kept, **changes.control}
+    elif changes.control:
+        raise SpecError(f"run {point.run} ran without the controller; there are no thresholds to change")
     forked = resolve(
         spec.problem, task=spec.task, model=spec.model, profile=changes.profile or spec.profile,
         task_options=spec.task_options, config=spec.config, search=changes.search,
@@ -186,8 +184,11 @@ def open_fork(store: BlockStore, run: str, at: str | int, grants: Grants, change
     """
     parent = open_run(store, run)
     point = fork_point(store, parent, at)
-    spec = spec_of(parent.manifest, chosen(grants, changes.model, changes.role_models), live=True, cli=cli,
-                   model=changes.model, role_models=changes.role_models)
+    granted = chosen(grants, changes.model, changes.role_models)
+    if changes.model is not None and same_model(changes.model, parent.manifest.model):
+        changes = replace(changes, model=None)  # the parent's own model named again (a grant, as for resume)
+    spec = spec_of(parent.manifest, granted, live=True, cli=cli, model=changes.model,
+                   role_models=changes.role_models)
     spec = replace(forked_spec(spec, changes, point), store=store, run_id=None)
     return spec, record_session(spec, spec.task_object(), on_start=on_start)
 

@@ -108,9 +108,9 @@ class Need:
         """Whether `grants` names exactly this."""
         given = getattr(grants, self.field)
         if self.field == "model":
-            return given is not None and _same_model(given, self.values[0])
+            return given is not None and same_model(given, self.values[0])
         if self.field == "role_models":
-            return any(f"--{r}-model" == self.flag and _same_model(m, self.values[0]) for r, m in given)
+            return any(f"--{r}-model" == self.flag and same_model(m, self.values[0]) for r, m in given)
         if self.field == "read_roots":
             return {os.path.abspath(r) for r in given} == {os.path.abspath(r) for r in self.values}
         if self.field == "tools":
@@ -258,7 +258,8 @@ def _described(model: str) -> str:
     return model if parsed.base_url is None or parsed.base_url in model else f"{model} at {parsed.base_url}"
 
 
-def _same_model(given: str, asked: str) -> bool:
+def same_model(given: str, asked: str) -> bool:
+    """Whether two model specs name the same model (the same identity: a default URL given or not)."""
     from ..llm.errors import ModelError
     from ..llm.registry import parse_model_spec
 
@@ -275,4 +276,4 @@ def _split(command: str) -> list[str] | None:
         return None
 
 
-__all__ = ["FREE_TOOLS", "GrantError", "Grants", "Need", "check_grants", "chosen", "grant_flags", "needs"]
+__all__ = ["FREE_TOOLS", "GrantError", "Grants", "Need", "check_grants", "chosen", "grant_flags", "needs", "same_model"]
