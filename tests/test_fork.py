@@ -158,6 +158,23 @@ def test_fork_in_python_continues_a_run_as_a_new_run_that_replays(
     assert verdict.identical and verdict.model_calls == 0 and replayed.answer == result.answer
 
 
+def test_a_fork_at_a_pruned_thought_goes_on_from_it(
+        server: FakeOpenAIServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    store, model = tmp_path / "store.db", model_of(server)
+    proc = loom_here(capsys, "solve", "--task", "game24", "--model", model, "--prune-threshold", "0.5", "--quiet",
+                     "--store", str(store), "--json", PROBLEM)
+    assert proc.returncode == 0 and json.loads(proc.stdout)["answer"] != "(5 * 6) - (10 - 4) = 24", proc.stderr
+    run = re.search(r"run (\w+) stored in ", proc.stderr).group(1)  # type: ignore[union-attr]
+    pruned = next(n for n in show_json(capsys, store, run)["nodes"]
+                  if n["content"] == "10 - 4 = 6 (left: 5 6 6)" and n["status"] == "pruned")
+    proc = loom_here(capsys, "fork", run, "--at", str(pruned["id"]), "--prune-threshold", "0.2", "--model", model,
+                     "--store", str(store), "--quiet", "--json")
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["answer"] == "(5 * 6) - (10 - 4) = 24"
+    copied = show_json(capsys, store, forked_id(proc.stderr))["nodes"][1]
+    assert (copied["content"], copied["status"], copied["score"]) == (pruned["content"], "succeeded", pruned["score"])
+
+
 def test_fork_at_the_root_reruns_the_problem_with_the_new_settings(
         parent: dict[str, Any], server: FakeOpenAIServer, capsys: pytest.CaptureFixture[str]) -> None:
     proc = loom_here(capsys, "fork", parent["run"], "--at", "#0", "--budget-calls", "2", "--model", parent["model"],

@@ -26,7 +26,7 @@ from typing import Any, NamedTuple
 from ..graph import NodeKind, NodeStatus
 from ..llm.budget import Pricing
 from ..search.fork import FROM_A_NODE, STEPWISE, ForkPoint, ForkStep
-from ..store.runs import RunError, StoredRun, load_graph, open_run, run_ids
+from ..store.runs import RunError, StoredGraph, StoredRun, load_graph, open_run, run_ids
 from ..store.store import BlockStore
 from .grants import Grants, chosen, same_model
 from .options import CONTROL_OPTIONS, ROLE_MODEL_OPTIONS, SEARCH_OPTIONS, pricing_of
@@ -74,9 +74,9 @@ class Changes:
         )
 
 
-def node_of(store: BlockStore, run: StoredRun, at: str | int) -> int:
-    """The id of the node `at` names in the run's newest state: `#4`, `4`, or a node CID (`loom show --json`)."""
-    stored = load_graph(store, run.graph_cid, None, run.run_id)
+def node_of(store: BlockStore, run: StoredRun, stored: StoredGraph, at: str | int) -> int:
+    """The id of the node `at` names in the run's newest graph (`stored`): `#4`, `4`, or a node CID (`loom show
+    --json`); RunError naming the run that has it when it is another run's."""
     count = len(stored.graph)
     text = str(at).strip()
     number = text[1:] if text.startswith("#") else text
@@ -107,8 +107,8 @@ def _holds(store: BlockStore, run_id: str, cid: str) -> bool:
 
 def fork_point(store: BlockStore, run: StoredRun, at: str | int) -> ForkPoint:
     """The path from the root of the run's newest state down to the node `at` names (RunError, one line)."""
-    nid = node_of(store, run, at)
-    graph = load_graph(store, run.graph_cid, None, run.run_id).graph
+    stored = load_graph(store, run.graph_cid, None, run.run_id)
+    nid, graph = node_of(store, run, stored, at), stored.graph
     node = graph.node(nid)
     if node.kind is NodeKind.SOLUTION:
         raise RunError(f"node #{nid} of run {run.run_id} is a final answer; fork at a thought above it "
@@ -125,9 +125,9 @@ def fork_point(store: BlockStore, run: StoredRun, at: str | int) -> ForkPoint:
 
 def forked_spec(spec: RunSpec, changes: Changes, point: ForkPoint) -> RunSpec:
     """The parent's (granted) spec with the changes laid over it, resolved again, starting at the fork point."""
-    parent = spec.config.strategy
-    if parent not in STEPWISE:
-        raise SpecError(f"run {point.run} searched with {parent}, whose thoughts are not steps of one path; a fork "
+    searched = spec.config.strategy
+    if searched not in STEPWISE:
+        raise SpecError(f"run {point.run} searched with {searched}, whose thoughts are not steps of one path; a fork "
                         f"continues runs of {', '.join(STEPWISE)}")
     model_changed = changes.model is not None
     keep_profile = changes.profile is None
@@ -212,4 +212,4 @@ def parent_of(spec: Mapping[str, Any] | None) -> Parent | None:
     return Parent(run, node, len(steps))
 
 
-__all__ = ["BUDGET_OPTIONS", "Changes", "fork_point", "forked_spec", "node_of", "open_fork", "parent_of", "Parent"]
+__all__ = ["BUDGET_OPTIONS", "Changes", "Parent", "fork_point", "forked_spec", "node_of", "open_fork", "parent_of"]
