@@ -120,8 +120,8 @@ def test_a_fork_at_a_middle_node_with_another_strategy_is_a_new_run_linked_to_it
 def test_a_fork_replays_exactly_with_zero_model_calls(
         parent: dict[str, Any], server: FakeOpenAIServer, capsys: pytest.CaptureFixture[str]) -> None:
     store = parent["store"]
-    proc = loom_here(capsys, "fork", parent["run"], "--at", str(parent["first"]), "--beam", "1", "--model", parent["model"],
-                     "--store", str(store), "--quiet")
+    proc = loom_here(capsys, "fork", parent["run"], "--at", str(parent["first"]), "--beam", "1", "--model",
+                     parent["model"], "--store", str(store), "--quiet")
     assert proc.returncode == 0, proc.stderr
     child, asked = forked_id(proc.stderr), len(server.seen)
     graph = show_json(capsys, store, child)["graph"]
@@ -164,7 +164,9 @@ def test_a_fork_at_a_pruned_thought_goes_on_from_it(
     proc = loom_here(capsys, "solve", "--task", "game24", "--model", model, "--prune-threshold", "0.5", "--quiet",
                      "--store", str(store), "--json", PROBLEM)
     assert proc.returncode == 0 and json.loads(proc.stdout)["answer"] != "(5 * 6) - (10 - 4) = 24", proc.stderr
-    run = re.search(r"run (\w+) stored in ", proc.stderr).group(1)  # type: ignore[union-attr]
+    found = re.search(r"run (\w+) stored in ", proc.stderr)
+    assert found, proc.stderr
+    run = found.group(1)
     pruned = next(n for n in show_json(capsys, store, run)["nodes"]
                   if n["content"] == "10 - 4 = 6 (left: 5 6 6)" and n["status"] == "pruned")
     proc = loom_here(capsys, "fork", run, "--at", str(pruned["id"]), "--prune-threshold", "0.2", "--model", model,
@@ -227,7 +229,8 @@ def test_fork_in_python_needs_the_parents_endpoint_named_again(parent: dict[str,
     (["RUN", "--at", "bafyreinotanode"], ["--at bafyreinotanode: no such node in run"]),
     (["RUN", "--at", "GOAL"], ["node #GOAL of", "is a final answer; fork at a thought above it (#MID)"]),
     (["RUN", "--at", "REJECTED"], ["node #REJECTED of", "is failed and was never scored"]),
-    (["RUN", "--at", "MID", "--depth", "2"], ["node #MID is at depth 2, the search's depth limit is 2; give --depth 3"]),
+    (["RUN", "--at", "MID", "--depth", "2"],
+     ["node #MID is at depth 2, the search's depth limit is 2; give --depth 3"]),
     (["RUN", "--at", "MID", "--budget-usd", "1", "--no-model", "--model", "OTHER"],
      ["--budget-usd needs a price, and --model openai-compatible:"]),
     (["RUN", "--at", "MID", "--price-in", "1"], ["give both --price-in and --price-out"]),
