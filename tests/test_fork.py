@@ -30,7 +30,7 @@ from test_runs_cli import ROOT, model_of, prompts_of, responder
 import thoughtloom
 from thoughtloom.run.grants import GrantError
 from thoughtloom.run.spec import RunSpec, SpecError
-from thoughtloom.store.runs import RunError, open_run
+from thoughtloom.store.runs import RunError, head_ref, history, open_run
 from thoughtloom.store.sqlite import SQLiteStore
 
 PROBLEM = "4 5 6 10"
@@ -115,6 +115,8 @@ def test_a_fork_at_a_middle_node_with_another_strategy_is_a_new_run_linked_to_it
     assert f"[fork of {run} #{mid}]" in table
     text = loom_here(capsys, "show", child, "--store", str(store)).stdout
     assert f"forked from run {run} at node #{mid}: #1 to #2 below are its path, copied" in text
+    assert f"forks: {child} at #{mid}" in loom_here(capsys, "show", run, "--store", str(store)).stdout
+    assert show_json(capsys, store, run)["forks"] == [{"run": child, "node": mid}] and shown["forks"] == []
 
 
 def test_a_fork_replays_exactly_with_zero_model_calls(
@@ -142,6 +144,19 @@ def test_a_fork_exported_alone_replays_in_a_store_without_its_parent(
     assert run_count(elsewhere) == 1
     replay = loom_here(capsys, "replay", child, "--store", str(elsewhere), "--quiet")
     assert replay.returncode == 0 and "identical graph" in replay.stdout, replay.stdout + replay.stderr
+
+
+def test_a_fork_killed_mid_way_resumes_to_the_graph_it_would_have_had(
+        parent: dict[str, Any], server: FakeOpenAIServer, capsys: pytest.CaptureFixture[str]) -> None:
+    store = parent["store"]
+    whole = thoughtloom.fork(str(store), parent["run"], parent["first"], model=parent["model"])
+    with SQLiteStore(store) as blocks:  # what a kill -9 after the fork's first answered call leaves
+        first = list(history(blocks, open_run(blocks, whole.run_id).head_cid))[-1]
+        assert first[1]["status"] == "running" and first[1]["usage"]["calls"] == 1
+        blocks.set_ref(head_ref(whole.run_id), first[0])
+    proc = loom_here(capsys, "resume", whole.run_id, "--model", parent["model"], "--store", str(store), "--quiet")
+    assert proc.returncode == 0 and "1 recorded calls served from the store" in proc.stderr, proc.stderr
+    assert show_json(capsys, store, whole.run_id)["graph"] == whole.graph_cid
 
 
 def test_fork_in_python_continues_a_run_as_a_new_run_that_replays(

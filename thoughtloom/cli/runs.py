@@ -366,6 +366,7 @@ def cmd_runs(args: argparse.Namespace) -> int:
 
 def cmd_show(args: argparse.Namespace) -> int:
     """Print a stored run's tree (or JSON); --mermaid writes its picture."""
+    from ..run.fork import forks_of, parent_of
     from ..store.runs import RunError, load_graph, open_run
     from ..views.mermaid import to_mermaid
     from ..views.terminal import terminal_json, terminal_text
@@ -384,9 +385,11 @@ def cmd_show(args: argparse.Namespace) -> int:
                                               errors="backslashreplace")
             except OSError as exc:
                 raise RunError(f"cannot write --mermaid {args.mermaid}: {exc.strerror or exc}") from None
+        forks = forks_of(store, run.run_id)
         if args.json:
             print(terminal_json({
-                **_row(run), "manifest": {k: v for k, v in asdict(run.manifest).items()},
+                **_row(run), "forks": [{"run": f.run, "node": f.node} for f in forks],
+                "manifest": {k: v for k, v in asdict(run.manifest).items()},
                 "result": result,
                 "nodes": [{"id": n.id, "kind": n.kind.value, "status": n.status.value, "score": n.score,
                            "depth": n.depth, "parents": graph.parents(n.id), "content": n.content,
@@ -396,13 +399,13 @@ def cmd_show(args: argparse.Namespace) -> int:
         m = run.manifest
         lines = [f"run {run.run_id} · {run.status} · {m.task} · model {m.model} · head {run.head_cid}",
                  f"problem: {' '.join(m.problem.split())[:200]}"]
-        from ..run.fork import parent_of
-
         parent = parent_of(m.spec)
         if parent is not None:
             copied = {0: "", 1: ": #1 below is its path, copied"}.get(
                 parent.copied, f": #1 to #{parent.copied} below are its path, copied")
             lines.append(f"forked from run {parent.run} at node #{parent.node}{copied}")
+        if forks:
+            lines.append(f"forks: {', '.join(f'{f.run} at #{f.node}' for f in forks)}")
         if result:
             answer = result.get("answer")
             lines.append(f"answer: {answer if answer is not None else '(none)'} · stopped: "

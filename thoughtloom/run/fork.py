@@ -212,4 +212,18 @@ def parent_of(spec: Mapping[str, Any] | None) -> Parent | None:
     return Parent(run, node, len(steps))
 
 
-__all__ = ["BUDGET_OPTIONS", "Changes", "Parent", "fork_point", "forked_spec", "node_of", "open_fork", "parent_of"]
+def forks_of(store: BlockStore, run_id: str) -> list[Parent]:
+    """The runs forked from `run_id`, oldest first: each as (fork's run id, node it continues, thoughts copied)."""
+    out = []
+    for other in run_ids(store):
+        try:
+            parent = parent_of(open_run(store, other).manifest.spec)
+        except RunError:  # a damaged run is listed by `loom runs`, not here
+            continue
+        if parent is not None and parent.run == run_id:
+            out.append(Parent(other, parent.node, parent.copied))
+    return out
+
+
+__all__ = ["BUDGET_OPTIONS", "Changes", "Parent", "fork_point", "forked_spec", "forks_of", "node_of", "open_fork",
+           "parent_of"]
