@@ -288,6 +288,16 @@ def test_a_node_of_another_run_is_named_as_such(
     assert show_json(capsys, store, forked_id(proc.stderr))["parent"] == {"run": run, "node": parent["mid"]}
 
 
+def test_a_run_whose_thoughts_are_not_steps_of_one_path_is_not_forked(tmp_path: Path) -> None:
+    from test_search import GOT, got_model
+
+    store = str(tmp_path / "store.db")
+    parent = thoughtloom.solve("How to cut costs?", task="general", model=got_model(), store=store, **GOT)
+    with pytest.raises(SpecError, match=f"run {parent.run_id} searched with got, whose thoughts are not steps"):
+        thoughtloom.fork(store, parent.run_id, 1, strategy="bfs")
+    assert run_count(Path(store)) == 1
+
+
 def test_a_stored_fork_that_is_not_shaped_as_one_is_refused_in_one_line() -> None:
     spec = RunSpec("game24", PROBLEM).to_dict()
     with pytest.raises(SpecError, match="not a run spec: fork.steps: each needs a node id"):
@@ -301,6 +311,12 @@ def test_loom_fork_from_the_command_line(parent: dict[str, Any]) -> None:
                            str(parent["store"])], capture_output=True, text=True, timeout=60, cwd=ROOT, check=False)
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1
     assert f"run {parent['run']} has no node #42" in proc.stderr
+
+
+def test_a_strategy_that_cannot_start_from_a_node_is_refused_in_python(parent: dict[str, Any]) -> None:
+    with pytest.raises(SpecError, match="--strategy mcts cannot start from a node; a fork continues with bfs"):
+        thoughtloom.fork(str(parent["store"]), parent["run"], parent["first"], model=parent["model"], strategy="mcts")
+    assert run_count(parent["store"]) == 1
 
 
 def test_run_error_is_what_python_gets_for_an_unknown_node(parent: dict[str, Any]) -> None:
