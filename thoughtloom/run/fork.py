@@ -157,10 +157,11 @@ def forked_spec(spec: RunSpec, changes: Changes, point: ForkPoint) -> RunSpec:
                         f"{', '.join(FROM_A_NODE)}")
     depth = len(point.steps)
     if depth >= forked.config.max_depth:
-        raise SpecError(f"node #{point.node} is at depth {depth}, the search's depth limit is "
+        raise SpecError(f"node #{point.node} of run {point.run} is at depth {depth}, the search's depth limit is "
                         f"{forked.config.max_depth}; give --depth {depth + 1} or more")
     if depth + 1 >= forked.config.max_nodes:
-        raise SpecError(f"node #{point.node} is {depth} thoughts below the root; give --max-nodes above {depth + 1}")
+        raise SpecError(f"node #{point.node} of run {point.run} is {depth} thoughts below the root; give "
+                        f"--max-nodes above {depth + 1}")
     return replace(forked, task_file=spec.task_file, fork=point)
 
 
