@@ -288,6 +288,18 @@ def test_a_node_of_another_run_is_named_as_such(
     assert show_json(capsys, store, forked_id(proc.stderr))["parent"] == {"run": run, "node": parent["mid"]}
 
 
+def test_an_mcts_run_is_forked_with_a_strategy_that_starts_from_a_node(server: FakeOpenAIServer,
+                                                                        tmp_path: Path) -> None:
+    store, model = str(tmp_path / "store.db"), model_of(server)
+    parent = thoughtloom.solve(PROBLEM, task="game24", model=model, store=store, strategy="mcts", mcts_iterations=4)
+    node = parent.best_path[1].id
+    with pytest.raises(SpecError, match=f"run {parent.run_id}'s strategy, mcts, cannot start from a node; .* "
+                                        r"\(--strategy\)"):
+        thoughtloom.fork(store, parent.run_id, node, model=model)
+    child = thoughtloom.fork(store, parent.run_id, node, model=model, strategy="dfs")
+    assert child.graph.node(1).content == parent.best_path[1].content and child.run_id != parent.run_id
+
+
 def test_a_run_whose_thoughts_are_not_steps_of_one_path_is_not_forked(tmp_path: Path) -> None:
     from test_search import GOT, got_model
 
@@ -314,7 +326,7 @@ def test_loom_fork_from_the_command_line(parent: dict[str, Any]) -> None:
 
 
 def test_a_strategy_that_cannot_start_from_a_node_is_refused_in_python(parent: dict[str, Any]) -> None:
-    with pytest.raises(SpecError, match="--strategy mcts cannot start from a node; a fork continues with bfs"):
+    with pytest.raises(SpecError, match="--strategy mcts cannot start from a node; a fork continues with one of bfs"):
         thoughtloom.fork(str(parent["store"]), parent["run"], parent["first"], model=parent["model"], strategy="mcts")
     assert run_count(parent["store"]) == 1
 

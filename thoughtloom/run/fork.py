@@ -153,8 +153,9 @@ def forked_spec(spec: RunSpec, changes: Changes, point: ForkPoint) -> RunSpec:
     )
     strategy = forked.config.strategy
     if strategy not in FROM_A_NODE:
-        raise SpecError(f"--strategy {strategy} cannot start from a node; a fork continues with "
-                        f"{', '.join(FROM_A_NODE)}")
+        which = f"--strategy {strategy}" if "strategy" in changes.search else f"run {point.run}'s strategy, {strategy},"
+        raise SpecError(f"{which} cannot start from a node; a fork continues with one of {', '.join(FROM_A_NODE)} "
+                        "(--strategy)")
     depth = len(point.steps)
     if depth >= forked.config.max_depth:
         raise SpecError(f"node #{point.node} of run {point.run} is at depth {depth}, the search's depth limit is "
