@@ -265,11 +265,14 @@ def _commands(run: dict[str, Any], out: Path) -> dict[str, list[str]]:
         "export --manifest": ["export", rid, "--manifest", str(out / "m.json")],
         "import": ["import", str(run["car"])], "resume": ["resume", rid, "--model", run["model"]], "replay": ["replay", rid, "--quiet"],
         "view": ["view", rid, "--out", str(out / "v.html")],
+        "fork": ["fork", rid, "--at", "1", "--model", run["model"]],
+        # Every part of the run read and checked, then refused before any model call (the server is gone).
+        "fork, refused": ["fork", rid, "--at", "1", "--depth", "1", "--model", run["model"]],
     }
 
 
 COMMANDS = ["runs", "runs --json", "show", "show --json", "export --car", "export --manifest", "import", "resume",
-            "replay", "view"]
+            "replay", "view", "fork"]
 
 
 @pytest.fixture(scope="module")
@@ -738,7 +741,8 @@ CRAFTED_CASES: dict[str, Callable[[SQLiteStore, dict[str, Any]], None]] = {
         created_at={"count": 1, "chunks": [link(put_obj(s, {"type": "chunk", "items": ["noon"]}))]})),
 }
 
-CRAFTED_COMMANDS = ["show", "show --json", "view", "export --car", "export --manifest", "resume", "replay"]
+CRAFTED_COMMANDS = ["show", "show --json", "view", "export --car", "export --manifest", "resume", "replay",
+                    "fork, refused"]
 
 
 @pytest.fixture(scope="module")

@@ -14,6 +14,8 @@ _EXPORTS = {
     "asolve": "thoughtloom.api",
     "make_gateway": "thoughtloom.api",
     "areplay": "thoughtloom.api",
+    "fork": "thoughtloom.api",
+    "afork": "thoughtloom.api",
     "Grants": "thoughtloom.run.grants",
     "agent": "thoughtloom.api",
     "research": "thoughtloom.api",
@@ -56,9 +58,11 @@ if TYPE_CHECKING:
     # `X as X`: re-exported names (the lazy __getattr__ below loads them at run time).
     from .api import (
         ResearchStream as ResearchStream,
+        afork as afork,
         agent as agent,
         areplay as areplay,
         asolve as asolve,
+        fork as fork,
         make_gateway as make_gateway,
         research as research,
         solve as solve,

@@ -8,7 +8,7 @@ import functools
 import os
 import warnings
 from collections.abc import AsyncIterator, Callable, Coroutine, Mapping, Sequence
-from dataclasses import fields, replace
+from dataclasses import asdict, fields, replace
 from typing import Any, ParamSpec, TypeVar
 
 from .control.controller import Controller, ControlSettings
@@ -35,8 +35,8 @@ from .tasks.base import Task
 from .tasks.registry import TaskOptions
 from .tools.toolbox import ToolLimits
 
-__all__ = ["Grants", "ResearchStream", "agent", "areplay", "asolve", "make_gateway", "research", "research_tools",
-           "solve"]
+__all__ = ["Grants", "ResearchStream", "afork", "agent", "areplay", "asolve", "fork", "make_gateway", "research",
+           "research_tools", "solve"]
 
 _P = ParamSpec("_P")
 _T = TypeVar("_T")
@@ -173,6 +173,48 @@ async def areplay(store: Any, run: str, *, task: Task[Any] | None = None, config
         spec = replace(spec, task=task if task is not None else spec.task, config=merged)
     result = await execute(spec, session=session, controller=controller)
     return result, session.verdict()
+
+
+async def afork(store: Any, run: str, at: str | int, *, model: str | None = None, grants: Grants = Grants(),
+                budget: BudgetLimits | None = None, profile: str | None = None,
+                role_models: Mapping[str, str] | None = None, control: Mapping[str, Any] | None = None,
+                pricing: Pricing | None = None, model_timeout_s: float | None = None,
+                reasoning_effort: str | None = None, thinking_tokens: int | None = None,
+                sinks: Sequence[EventSink] = (), threads: int | str | None = None,
+                **overrides: Any) -> SearchResult:
+    """Continue a stored run from node `at` with other settings, recorded as a new run in `store` linked to it (async).
+
+    The new run (`result.run_id`) begins with the run's path from the root down to `at` (a node id, or a node
+    CID), and its strategy goes on from there; `loom show` and `loom runs` name its parent, and it replays as
+    any run. Everything not given is the run's: model, budget (a new one of the same size; `budget` replaces
+    the limits it sets), profile, role_models, controller thresholds (`control`: ControlSettings fields),
+    pricing and reasoning controls; keyword `overrides` set SearchConfig fields (strategy, beam, breadth,
+    max_depth, temperature, seed, ...). A stored run is untrusted input: its model, when it is not a named
+    embedded one and `model` does not replace it, and its files are used only when `grants` names them again
+    (as for areplay). Bad input raises RunError, SpecError or GrantError with one line (run/fork.py).
+    """
+    from .run.fork import Changes, open_fork
+    from .run.session import open_block_store
+
+    changes = Changes(
+        model=model, role_models=tuple((role_models or {}).items()), profile=profile, search=overrides,
+        budget={k: v for k, v in asdict(budget).items() if v is not None} if budget is not None else {},
+        control=dict(control or {}), pricing=pricing, model_timeout_s=model_timeout_s,
+        reasoning_effort=reasoning_effort, thinking_tokens=thinking_tokens,
+    )
+    blocks, _, owns = open_block_store(store)
+    try:
+        spec, session = open_fork(blocks, run, at, grants, changes)
+    except BaseException:
+        if owns:
+            blocks.close()
+        raise
+    session.owns_store = owns
+    result = await execute(spec, session=session, sinks=sinks, threads=threads)
+    if result.store_error is not None:  # the result is whole; the stored run is not
+        warnings.warn(f"run {result.run_id or '(none)'} is not stored whole: {result.store_error}", RuntimeWarning,
+                      stacklevel=2)
+    return result
 
 
 _RESEARCH_FIELDS = {f.name for f in fields(ResearchConfig)}
@@ -325,4 +367,8 @@ def _blocking(coroutine_function: Callable[_P, Coroutine[Any, Any, _T]]) -> Call
 solve = _blocking(asolve)
 solve.__doc__ = (
     """Search for an answer (blocking); the arguments are asolve's. Works inside a running event loop too."""
+)
+fork = _blocking(afork)
+fork.__doc__ = (
+    """Continue a stored run from a node with other settings, as a new run (blocking); the arguments are afork's."""
 )

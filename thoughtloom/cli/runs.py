@@ -1,11 +1,12 @@
-"""The `loom` commands over stored runs: runs, show, view, export, import, resume, replay.
+"""The `loom` commands over stored runs: runs, show, view, export, import, resume, replay, fork.
 
 Every command takes `--store PATH` (default: $THOUGHTLOOM_STORE, else ~/.thoughtloom/store.db).
 Runs are named by id, by any unique prefix of it, or `last` (the newest). Bad input (no such run,
 an ambiguous prefix, a corrupt or missing block, an unreadable CAR or manifest) is one line on
 stderr and exit code 2: main() catches store_errors(). `loom resume` and `loom replay` rebuild the run's spec from its
 manifest (thoughtloom.run.session) and run it through `loom solve`'s own command with a session
-that serves the recorded calls.
+that serves the recorded calls; `loom fork` builds a new run from a stored one's (thoughtloom.run.fork)
+and runs it the same way.
 """
 
 from __future__ import annotations
@@ -30,9 +31,7 @@ if TYPE_CHECKING:
 
 
 def add_store_commands(sub: Any) -> None:
-    """Add runs, show, view, export, import, resume and replay to loom's subparsers."""
-    from .solve import add_events_option
-
+    """Add runs, show, view, export, import, resume, replay and fork to loom's subparsers."""
     def store_option(p: argparse.ArgumentParser) -> None:
         p.add_argument("--store", metavar="PATH",
                        help="the run store (default: $THOUGHTLOOM_STORE, else ~/.thoughtloom/store.db)")
@@ -72,21 +71,86 @@ def add_store_commands(sub: Any) -> None:
                        help="run id, unique prefix, or last (the newest run)"
                             + (", or a manifest JSON file" if name == "replay" else ""))
         store_option(p)
-        p.add_argument("--json", action="store_true", help="print the result as one JSON object")
-        p.add_argument("--mermaid", metavar="FILE", help="write the reasoning graph as a Mermaid flowchart")
-        p.add_argument("--mermaid-full", action="store_true", help=MERMAID_FULL_HELP)
-        p.add_argument("--quiet", action="store_true", help="no live progress on stderr")
-        add_events_option(p)
+        _run_output_options(p)
         if name == "resume":  # a replay asks no model
             add_threads_option(p)
         add_grant_options(p, live=name == "resume")
+    add_fork_command(sub, store_option)
 
 
-def add_grant_options(p: argparse.ArgumentParser, *, live: bool) -> None:
+def _run_output_options(p: argparse.ArgumentParser) -> None:
+    """How resume, replay and fork print the run (as `loom solve` does)."""
+    from .solve import add_events_option
+
+    p.add_argument("--json", action="store_true", help="print the result as one JSON object")
+    p.add_argument("--mermaid", metavar="FILE", help="write the reasoning graph as a Mermaid flowchart")
+    p.add_argument("--mermaid-full", action="store_true", help=MERMAID_FULL_HELP)
+    p.add_argument("--quiet", action="store_true", help="no live progress on stderr")
+    add_events_option(p)
+
+
+def add_fork_command(sub: Any, store_option: Callable[[argparse.ArgumentParser], None]) -> None:
+    """Add `loom fork RUN --at NODE [settings]`: its settings default to the parent run's (None: not given)."""
+    from ..search.config import EVALUATIONS
+    from ..search.fork import FROM_A_NODE
+    from .common import MAX_FANOUT, add_price_options, count, number, positive_float, positive_int, unit_float
+
+    p = sub.add_parser(
+        "fork", help="continue a stored run from one of its nodes with other settings, as a new run",
+        description="Continue a stored run from one of its nodes with other settings or another model, recorded "
+                    "as a new run linked to its parent. The new run's graph begins with the parent's path from the "
+                    "root down to NODE; its strategy starts from NODE. Every setting left out is the parent's.")
+    p.add_argument("run", metavar="RUN", help="the parent run: id, unique prefix, or last (the newest run)")
+    p.add_argument("--at", required=True, metavar="NODE",
+                   help="the node to continue from, as 'loom show' prints it (#4 or 4), or its CID (loom show --json)")
+    store_option(p)
+    _run_output_options(p)
+    add_threads_option(p)
+    m = p.add_argument_group("model (default: the parent's, named again when it is not a named embedded one)")
+    m.add_argument("--model", metavar="SPEC", help="the fork's model: a spec as 'loom solve --model' takes")
+    for role in ("generator", "evaluator", "synthesizer"):
+        m.add_argument(f"--{role}-model", metavar="SPEC", help=f"the model the fork's {role} runs on")
+    add_price_options(m)
+    m.add_argument("--timeout", type=positive_float("--timeout", 86_400), metavar="S",
+                   help="seconds one request to a remote model may take")
+    m.add_argument("--reasoning-effort", choices=("low", "medium", "high"), help="a reasoning model's effort")
+    m.add_argument("--thinking-tokens", type=positive_int("--thinking-tokens"), metavar="N",
+                   help="anthropic: extended-thinking budget per sample")
+    s = p.add_argument_group("search settings (default: the parent's)")
+    s.add_argument("--strategy", choices=FROM_A_NODE, help="the strategy that goes on from NODE")
+    for flag, kind in (("breadth", positive_int), ("beam", positive_int), ("depth", positive_int),
+                       ("value-samples", positive_int), ("reasks", count)):
+        s.add_argument(f"--{flag}", type=kind(f"--{flag}", MAX_FANOUT), help=f"as 'loom solve --{flag}'")
+    s.add_argument("--generation", choices=("propose", "sample"), help="as 'loom solve --generation'")
+    s.add_argument("--evaluation", choices=EVALUATIONS, help="as 'loom solve --evaluation'")
+    s.add_argument("--prune-threshold", type=unit_float("--prune-threshold"), help="prune thoughts scoring below this")
+    s.add_argument("--aggregation", choices=("sum", "product", "min", "mean"), help="path score aggregation")
+    s.add_argument("--one-pass", action="store_true", default=None, help="stop after the first pass")
+    s.add_argument("--max-nodes", type=positive_int("--max-nodes"), help="most nodes in the fork's graph")
+    s.add_argument("--concurrency", type=positive_int("--concurrency", MAX_FANOUT), help="model calls in flight")
+    s.add_argument("--temperature", type=number("--temperature", float, lambda v: 0 <= v <= 2, "between 0 and 2"),
+                   help="sampling temperature (0 to 2)")
+    s.add_argument("--seed", type=count("--seed"), help="seed for reproducible sampling")
+    b = p.add_argument_group("budget (default: a new budget the size of the parent's)")
+    b.add_argument("--budget-tokens", type=positive_int("--budget-tokens"), help="hard limit on input+output tokens")
+    b.add_argument("--budget-calls", type=positive_int("--budget-calls"), help="hard limit on model calls")
+    b.add_argument("--budget-usd", type=positive_float("--budget-usd"), help="hard limit in dollars")
+    b.add_argument("--budget-seconds", type=positive_float("--budget-seconds", 1e9), help="hard wall-clock limit")
+    c = p.add_argument_group("self-aware control (default: the parent's)")
+    c.add_argument("--profile", help="another domain profile: its thresholds, checks and grounding policy")
+    for flag in ("acceptable", "goal", "compromise", "min-progress"):
+        c.add_argument(f"--{flag}", type=unit_float(f"--{flag}"), help=f"as 'loom solve --{flag}'")
+    for flag in ("soft-depth", "hard-depth", "stagnation"):
+        c.add_argument(f"--{flag}", type=positive_int(f"--{flag}", MAX_FANOUT), help=f"as 'loom solve --{flag}'")
+    add_grant_options(p, live=True, models=False)
+
+
+def add_grant_options(p: argparse.ArgumentParser, *, live: bool, models: bool = True) -> None:
     """What a stored run is granted again (run/grants.py): a stored run is untrusted, so its model endpoints,
-    files and tools are used only when named here, exactly as the run asks (the error says what it asks)."""
+    files and tools are used only when named here, exactly as the run asks (the error says what it asks).
+    models: whether --model and --ROLE-model are here (loom fork has them among its settings)."""
     g = p.add_argument_group("grants (a stored run uses no endpoint, file or tool it names unless given again here)")
-    if live:  # a replay asks no model and runs no tool
+    if live and models:  # a replay asks no model and runs no tool
         g.add_argument("--model", metavar="SPEC", help="the run's model, when it is not a named embedded one")
         for role in ("generator", "brancher", "evaluator", "synthesizer"):  # run/options.py:ROLE_MODEL_OPTIONS
             g.add_argument(f"--{role}-model", metavar="SPEC", help=f"the model the run's {role} runs on")
@@ -126,6 +190,10 @@ class StoredRunJob:
     def report(self, code: int) -> int:
         """Say what resume or replay did; a replay that diverged exits 1."""
         s = self.session
+        if s.mode == "record":  # a fork
+            fork = self.spec.fork
+            print(f"loom: run {s.run_id} forked from run {fork.run} at node #{fork.node}", file=sys.stderr)
+            return code
         if s.mode == "resume":
             print(f"loom: run {s.run_id} resumed: {s.replayed} recorded calls served from the store, "
                   f"{s.live_calls} new model calls", file=sys.stderr)
@@ -222,13 +290,41 @@ def cmd_replay(args: argparse.Namespace) -> int:
     return cmd_solve(_solve_args(args), StoredRunJob(spec, session, args.json))
 
 
+def cmd_fork(args: argparse.Namespace) -> int:
+    """Continue a stored run from one of its nodes with other settings, recorded as a new run linked to it."""
+    from ..run.fork import Changes, open_fork
+    from ..views.words import counted
+    from .solve import cmd_solve
+
+    changes = Changes.from_options(vars(args))  # before the store opens: a bad pair of prices costs nothing
+    store, path = open_store(args.store)
+
+    def announce(run_id: str) -> None:
+        print(f"loom: run {run_id} stored in {path}", file=sys.stderr, flush=True)
+
+    try:
+        spec, session = _granted(args, lambda grants: open_fork(store, args.run, args.at, grants, changes, cli=True,
+                                                                on_start=announce))
+    except BaseException:
+        store.close()
+        raise
+    session.owns_store = True
+    fork = spec.fork
+    print(f"loom: forking run {fork.run} at node #{fork.node} ({counted(len(fork.steps), 'thought')} copied) into "
+          f"run {session.run_id}", file=sys.stderr)
+    return cmd_solve(_solve_args(args), StoredRunJob(spec, session, args.json))
+
+
 def _row(run: StoredRun) -> dict[str, Any]:
+    from ..run.fork import parent_of
+
     result = run.result or {}
     return {
         "id": run.run_id, "status": run.status, "task": run.manifest.task, "problem": run.manifest.problem,
         "started": run.manifest.created_at, "answer": result.get("answer"), "solved": result.get("solved"),
         "stopped": result.get("termination_reason"), "tokens": run.tokens, "calls": run.head["usage"]["calls"],
         "nodes": run.head["nodes"], "head": run.head_cid, "graph": run.graph_cid,
+        **({"parent": {"run": parent.run, "node": parent.node}} if (parent := parent_of(run.manifest.spec)) else {}),
     }
 
 
@@ -260,6 +356,8 @@ def cmd_runs(args: argparse.Namespace) -> int:
                 else f"({row['stopped'] or 'no answer yet'}) {row['problem']}"
             )
             # Model text, and any field of an imported run: escaped (the answer before it is cut to its column).
+            if "parent" in row:
+                text = f"[fork of {row['parent']['run']} #{row['parent']['node']}] {text}"
             text = terminal_text(" ".join(str(text).split()))[:70]
             print(terminal_text(f"{run_id:<11} {row['status']:<11} {when:<16} {row['task']:<9} {row['tokens']:>8,}  ")
                   + text)
@@ -268,6 +366,7 @@ def cmd_runs(args: argparse.Namespace) -> int:
 
 def cmd_show(args: argparse.Namespace) -> int:
     """Print a stored run's tree (or JSON); --mermaid writes its picture."""
+    from ..run.fork import forks_of, parent_of
     from ..store.runs import RunError, load_graph, open_run
     from ..views.mermaid import to_mermaid
     from ..views.terminal import terminal_json, terminal_text
@@ -286,9 +385,11 @@ def cmd_show(args: argparse.Namespace) -> int:
                                               errors="backslashreplace")
             except OSError as exc:
                 raise RunError(f"cannot write --mermaid {args.mermaid}: {exc.strerror or exc}") from None
+        forks = forks_of(store, run.run_id)
         if args.json:
             print(terminal_json({
-                **_row(run), "manifest": {k: v for k, v in asdict(run.manifest).items()},
+                **_row(run), "forks": [{"run": f.run, "node": f.node} for f in forks],
+                "manifest": {k: v for k, v in asdict(run.manifest).items()},
                 "result": result,
                 "nodes": [{"id": n.id, "kind": n.kind.value, "status": n.status.value, "score": n.score,
                            "depth": n.depth, "parents": graph.parents(n.id), "content": n.content,
@@ -298,6 +399,13 @@ def cmd_show(args: argparse.Namespace) -> int:
         m = run.manifest
         lines = [f"run {run.run_id} · {run.status} · {m.task} · model {m.model} · head {run.head_cid}",
                  f"problem: {' '.join(m.problem.split())[:200]}"]
+        parent = parent_of(m.spec)
+        if parent is not None:
+            copied = {0: "", 1: ": #1 below is its path, copied"}.get(
+                parent.copied, f": #1 to #{parent.copied} below are its path, copied")
+            lines.append(f"forked from run {parent.run} at node #{parent.node}{copied}")
+        if forks:
+            lines.append(f"forks: {', '.join(f'{f.run} at #{f.node}' for f in forks)}")
         if result:
             answer = result.get("answer")
             lines.append(f"answer: {answer if answer is not None else '(none)'} · stopped: "
@@ -469,4 +577,4 @@ def cmd_import(args: argparse.Namespace) -> int:
 
 
 COMMANDS = {"runs": cmd_runs, "show": cmd_show, "view": cmd_view, "export": cmd_export, "import": cmd_import,
-            "resume": cmd_resume, "replay": cmd_replay}
+            "resume": cmd_resume, "replay": cmd_replay, "fork": cmd_fork}

@@ -262,7 +262,7 @@ async def execute(
                 sinks=[*sinks, *(session.sinks if session is not None else [])], controller=ctrl, grounders=grounders,
                 grounding_policy=spec.grounding, on_context=session.on_context if session is not None else None,
                 tools=tools, processors=processors, research=research_setup(spec, roles),
-                routed_roles=[role for role, _ in spec.role_models], scorer=spec.scorer,
+                routed_roles=[role for role, _ in spec.role_models], scorer=spec.scorer, fork=spec.fork,
             )
             if search_span is not None:
                 search_span.set_attributes({

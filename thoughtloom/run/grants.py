@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 import shlex
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from ..search.config import TOOL_STRATEGIES
@@ -108,9 +108,9 @@ class Need:
         """Whether `grants` names exactly this."""
         given = getattr(grants, self.field)
         if self.field == "model":
-            return given is not None and _same_model(given, self.values[0])
+            return given is not None and same_model(given, self.values[0])
         if self.field == "role_models":
-            return any(f"--{r}-model" == self.flag and _same_model(m, self.values[0]) for r, m in given)
+            return any(f"--{r}-model" == self.flag and same_model(m, self.values[0]) for r, m in given)
         if self.field == "read_roots":
             return {os.path.abspath(r) for r in given} == {os.path.abspath(r) for r in self.values}
         if self.field == "tools":
@@ -208,6 +208,18 @@ def check_grants(spec: RunSpec, grants: Grants, *, live: bool, cli: bool = False
     raise GrantError(f"this run asks for no model endpoint, file or tool; leave out {extra}")
 
 
+def chosen(grants: Grants, model: str | None, role_models: Sequence[tuple[str, str]]) -> Grants:
+    """A fork's grants: the models the caller chose for it are its settings, named by the caller, so they count
+    as granted (those that need a grant) in place of whatever `grants` names for those models."""
+    if model is not None:
+        grants = replace(grants, model=model if _needs_grant(model) else None)
+    if role_models:
+        roles = {r for r, _ in role_models}
+        kept = tuple((r, m) for r, m in grants.role_models if r not in roles)
+        grants = replace(grants, role_models=(*kept, *((r, m) for r, m in role_models if _needs_grant(m))))
+    return grants
+
+
 def _given(grants: Grants) -> set[str]:
     """The Grants fields that name something (tools that need no grant of their own do not count)."""
     out = {name for name in ("model", "knowledge", "knowledge_index", "mcp_config", "tests", "data", "repo",
@@ -246,7 +258,8 @@ def _described(model: str) -> str:
     return model if parsed.base_url is None or parsed.base_url in model else f"{model} at {parsed.base_url}"
 
 
-def _same_model(given: str, asked: str) -> bool:
+def same_model(given: str, asked: str) -> bool:
+    """Whether two model specs name the same model (the same identity: a default URL given or not)."""
     from ..llm.errors import ModelError
     from ..llm.registry import parse_model_spec
 
@@ -263,4 +276,4 @@ def _split(command: str) -> list[str] | None:
         return None
 
 
-__all__ = ["FREE_TOOLS", "GrantError", "Grants", "Need", "check_grants", "grant_flags", "needs"]
+__all__ = ["FREE_TOOLS", "GrantError", "Grants", "Need", "check_grants", "chosen", "grant_flags", "needs", "same_model"]

@@ -46,7 +46,7 @@ from ..store.store import BlockStore
 from ..tools.base import ToolResult, ToolSpec
 from ..tools.toolbox import RecordedTool, Toolbox
 from .grants import GrantError, Grants, check_grants
-from .spec import RunSpec, SpecError, model_pricing, role_pricing, user_scorer
+from .spec import RunSpec, SpecError, model_pricing, pinned_model, role_pricing, user_scorer
 
 if TYPE_CHECKING:
     from ..search.config import SearchConfig
@@ -310,13 +310,15 @@ def recorded_tools(store: BlockStore, graph_cid: CID) -> tuple[list[ToolSpec], l
     return specs, calls
 
 
-def spec_of(manifest: Manifest, grants: Grants, *, live: bool, cli: bool = False) -> RunSpec:
+def spec_of(manifest: Manifest, grants: Grants, *, live: bool, cli: bool = False, model: str | None = None,
+            role_models: tuple[tuple[str, str], ...] = ()) -> RunSpec:
     """The spec a stored run was made with (runs stored with `loom solve`'s options before specs: rebuilt from them),
     once `grants` names again every endpoint, file and tool it asks for (GrantError, one line, otherwise).
 
     The stored run is untrusted input (it may come from anyone's CAR): this is the one place resume and
     replay build a run from it. live: resume (a model is asked, tools run), else replay. cli: a refusal
-    names the command line's flags (else the Python API's Grants fields).
+    names the command line's flags (else the Python API's Grants fields). model, role_models: a fork's
+    own models (the caller's choice, not the stored run's), in place of the run's before `grants` are checked.
     """
     if manifest.spec is not None:
         try:
@@ -336,6 +338,11 @@ def spec_of(manifest: Manifest, grants: Grants, *, live: bool, cli: bool = False
     if spec.model == "local" and manifest.backend.startswith("local:"):
         # Stored before `local` was pinned to a named model: the backend it recorded says which one.
         spec = replace(spec, model=manifest.backend)
+    if model is not None:
+        spec = replace(spec, model=pinned_model(model))
+    if role_models:
+        chosen = dict(role_models)
+        spec = replace(spec, role_models=tuple(sorted({**dict(spec.role_models), **chosen}.items())))
     check_grants(spec, grants, live=live, cli=cli)
     if spec.task_file is not None and isinstance(spec.task, str) and grants.task_file is not None:
         from .taskfile import load_task

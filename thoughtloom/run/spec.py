@@ -30,6 +30,7 @@ from ..search.config import (
     TOOL_STRATEGIES,
     SearchConfig,
 )
+from ..search.fork import ForkPoint
 from ..search.research.config import ROLES, ResearchConfig, ResearchConfigError
 from ..search.scorer import Scorer, ScorerError, ThoughtScorer
 from ..search.strategies.fit import no_decomposition, unsupported_reason
@@ -134,6 +135,8 @@ class RunSpec:
     #: The user's scorer, which scores the thoughts instead of the model (stored by its name; a stored run's
     #: is imported only when the caller names it again, run/grants.py).
     scorer: ThoughtScorer | None = None
+    #: A fork's start: its parent run's path down to the node it continues from (search/fork.py; run/fork.py).
+    fork: ForkPoint | None = None
 
     @property
     def task_name(self) -> str:
@@ -170,6 +173,7 @@ class RunSpec:
             **({"thinking_tokens": self.thinking_tokens} if self.thinking_tokens is not None else {}),
             **({"task_file": self.stored_task_file} if self.stored_task_file is not None else {}),
             **({"scorer": self.scorer.name} if self.scorer is not None else {}),
+            **({"fork": self.fork.to_dict()} if self.fork is not None else {}),
         }
 
     @property
@@ -218,6 +222,7 @@ class RunSpec:
                 model_timeout_s=data.get("model_timeout_s"), reasoning_effort=data.get("reasoning_effort"),
                 thinking_tokens=data.get("thinking_tokens"), task_file=data.get("task_file"),
                 scorer=ThoughtScorer(data["scorer"]) if data.get("scorer") else None,
+                fork=ForkPoint.from_dict(data["fork"]) if data.get("fork") is not None else None,
             )
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise SpecError(f"not a run spec: {exc}") from None
@@ -234,6 +239,7 @@ _STORED_TYPES: dict[str, tuple[type, ...]] = {
     "research": (dict, _NONE), "role_models": (list, _NONE), "pricing": (dict, _NONE),
     "model_timeout_s": (int, float, _NONE), "task_file": (str, _NONE),
     "reasoning_effort": (str, _NONE), "thinking_tokens": (int, _NONE), "scorer": (str, _NONE),
+    "fork": (dict, _NONE),
 }
 #: Task options kept as paths or text, and the test command's words.
 _OPTION_TYPES: dict[str, tuple[type, ...]] = {

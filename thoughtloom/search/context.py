@@ -201,6 +201,8 @@ class SearchContext:
             task.root_content(problem), NodeKind.INPUT, creator="input"
         )
         self.root = root.id
+        #: Where the strategy's first pass starts: the root, or a fork's node (search/fork.py).
+        self.start = root.id
         #: The problem as grounders see it.
         self.problem_text = root.content
         self._steps[self.root] = ()

@@ -35,8 +35,8 @@ Pass = Callable[[SearchContext, Sequence[int]], Awaitable[None]]
 
 
 async def continued(ctx: SearchContext, run_pass: Pass) -> None:
-    """Run a strategy's pass from the root, then further passes while one ends short with budget left."""
-    await run_pass(ctx, [ctx.root])
+    """Run a strategy's pass from the root (a fork: its node), then more passes while one ends short, budget left."""
+    await run_pass(ctx, [ctx.start])
     if ctx.config.one_pass:
         return
     widened: dict[int, int] = {}  # widenings made per node, for free-text samples' seeds

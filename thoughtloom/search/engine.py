@@ -17,6 +17,7 @@ from ..tasks.evaluation import Evaluation
 from .config import SearchConfig
 from .context import SearchContext, SearchController
 from .events import BudgetSpent, EventBus, EventSink, SearchStarted, SearchStopped
+from .fork import ForkPoint, graft
 from .operators import synthesize
 from .paths import ScoredPaths
 from .result import GroundingStats, PathStep, SearchResult, SearchStats, SearchUsage, role_usage
@@ -92,6 +93,7 @@ async def search(
     research: ResearchSetup | None = None,
     routed_roles: Collection[str] = (),
     scorer: ThoughtScorer | None = None,
+    fork: ForkPoint | None = None,
 ) -> SearchResult:
     """Search for an answer to problem_text; always returns the best found and why it stopped.
 
@@ -105,7 +107,8 @@ async def search(
     `routed_roles`: roles (generator, evaluator, synthesizer; brancher for research) whose calls go
     to a model of their own (the gateway's backend routes them; see thoughtloom.llm.routing), and
     `result.usage.roles` says what each model was charged. `scorer`: the user's scorer, which scores the
-    thoughts in place of the model's evaluation (search/scorer.py).
+    thoughts in place of the model's evaluation (search/scorer.py). `fork`: a stored run's path to
+    copy below the root, the strategy starting from its end (search/fork.py).
     Cancelled (Ctrl-C), it returns what it has with termination_reason "interrupted" and makes
     no further model call.
 
@@ -145,6 +148,8 @@ async def search(
     if controller is not None:
         controller.attach(ctx)
         ctx.goal_quality = controller.goal_quality
+    if fork is not None:
+        graft(ctx, fork)
     if not task.programmatic_answer:
         gateway.budget.hold(SYNTHESIS_RESERVE_TOKENS)
     interrupted = False
