@@ -1,0 +1,245 @@
+"""Streaming replies through a real OpenAI-compatible HTTP server on 127.0.0.1: deltas, budgets, cancels, limits."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from typing import Any
+
+import pytest
+from conftest import BackendFactory
+from openai_server import FakeOpenAIServer, Reply, always
+
+from thoughtloom.llm.budget import BudgetLimits, least_tokens
+from thoughtloom.llm.errors import BudgetExceeded, ModelError, ModelTimeout
+from thoughtloom.llm.gateway import Gateway, RetryPolicy
+from thoughtloom.llm.streaming import Deltas, StreamGuard, stream_setting
+from thoughtloom.llm.types import Completion, GenerateRequest, Prompt, Usage
+
+LONG = "The quick brown fox jumps over the lazy dog. " * 40
+
+
+def watched(n: int = 1, max_tokens: int = 256, **kwargs: Any) -> tuple[GenerateRequest, list[tuple[int, str]]]:
+    """A request with a text sink, and the list the sink fills."""
+    got: list[tuple[int, str]] = []
+    request = GenerateRequest(Prompt(text="Say something."), n=n, max_tokens=max_tokens,
+                              on_text=lambda i, t: got.append((i, t)), **kwargs)
+    return request, got
+
+
+def chat_reply(text: str, usage: dict[str, int] | None = None) -> Reply:
+    body: dict[str, Any] = {"id": "x", "object": "chat.completion", "created": 0, "model": "m",
+                            "choices": [{"index": 0, "message": {"role": "assistant", "content": text},
+                                         "finish_reason": "stop"}]}
+    if usage is not None:
+        body["usage"] = usage
+    return Reply(200, body)
+
+
+# --- the reply is the same, the text arrives as it is written --------------------------------
+
+
+async def test_a_watched_chat_request_streams_and_returns_the_whole_reply(
+    server: FakeOpenAIServer, backend_for: BackendFactory
+) -> None:
+    server.script(chat_reply("one two three four five", {"prompt_tokens": 7, "completion_tokens": 5,
+                                                         "total_tokens": 12}))
+    request, got = watched()
+    completion = await backend_for(api="chat").generate(request)
+    assert completion.texts == ("one two three four five",)
+    assert completion.usage == Usage(7, 5)
+    body = server.seen[0].body
+    assert body["stream"] is True and body["stream_options"] == {"include_usage": True}
+    assert "".join(t for _, t in got) == "one two three four five"
+    assert server.streamed > 3
+
+
+async def test_n_completion_samples_stream_each_to_its_index(
+    server: FakeOpenAIServer, backend_for: BackendFactory
+) -> None:
+    request, got = watched(n=3)
+    completion = await backend_for(api="completions").generate(request)
+    assert completion.texts == ("text 0", "text 1", "text 2")
+    assert completion.usage == Usage(11, 9)
+    assert {i: "".join(t for j, t in got if j == i) for i in range(3)} == {0: "text 0", 1: "text 1", 2: "text 2"}
+
+
+async def test_an_unwatched_request_is_not_streamed(server: FakeOpenAIServer, backend_for: BackendFactory) -> None:
+    await backend_for(api="chat").generate(GenerateRequest(Prompt(text="hi")))
+    assert "stream" not in server.seen[0].body
+
+
+async def test_stream_off_sends_a_plain_request_even_when_watched(
+    server: FakeOpenAIServer, backend_for: BackendFactory
+) -> None:
+    request, got = watched()
+    completion = await backend_for(api="chat", stream=False).generate(request)
+    assert completion.texts == ("sample 0",) and "stream" not in server.seen[0].body and got == []
+
+
+def test_deltas_are_coalesced_by_time_and_size() -> None:
+    now = [0.0]
+    got: list[tuple[int, str]] = []
+    deltas = Deltas(lambda i, t: got.append((i, t)), interval_s=0.05, max_chars=10, clock=lambda: now[0])
+    deltas.add(0, "ab")  # the first piece goes at once (the interval since "never" has passed)
+    deltas.add(0, "cd")
+    deltas.add(1, "x")
+    now[0] = 0.01
+    deltas.add(0, "ef")
+    assert got == [(0, "ab")]
+    now[0] = 0.06
+    deltas.add(0, "g")
+    assert got == [(0, "ab"), (0, "cdefg"), (1, "x")]
+    deltas.add(0, "0123456789")  # the size cap hands it on before the interval
+    deltas.add(1, "y")
+    deltas.flush()
+    assert got[3:] == [(0, "0123456789"), (1, "y")]
+
+
+def test_the_stream_setting_follows_the_caller_then_the_environment() -> None:
+    assert stream_setting(None, {}) is True
+    assert stream_setting(None, {"THOUGHTLOOM_STREAM": "0"}) is False
+    assert stream_setting(True, {"THOUGHTLOOM_STREAM": "off"}) is True
+    assert stream_setting(False, {}) is False
+
+
+# --- budgets count what went on the wire ------------------------------------------------------
+
+
+async def test_a_stream_without_its_usage_chunk_is_charged_the_floor_from_its_bytes(
+    server: FakeOpenAIServer, backend_for: BackendFactory
+) -> None:
+    server.script(chat_reply(LONG))  # no usage at all: the stream has no usage chunk
+    gateway = Gateway(backend_for(api="chat"), BudgetLimits(tokens=100_000))
+    request, _ = watched(max_tokens=1000)
+    completion = await gateway.generate(request)
+    assert completion.texts == (LONG,)
+    assert gateway.budget.spent.output_tokens >= len(LONG.encode()) // 4
+
+
+async def test_a_stream_whose_usage_chunk_lies_is_charged_at_least_the_floor(
+    server: FakeOpenAIServer, backend_for: BackendFactory
+) -> None:
+    server.script(chat_reply(LONG, {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}))
+    gateway = Gateway(backend_for(api="chat"), BudgetLimits(tokens=100_000))
+    request, _ = watched(max_tokens=1000)
+    await gateway.generate(request)
+    assert gateway.budget.spent.output_tokens >= least_tokens(LONG) > 1
+
+
+async def test_a_cancel_mid_stream_closes_the_response_and_counts_the_tokens_received(
+    server: FakeOpenAIServer, backend_for: BackendFactory
+) -> None:
+    server.script(chat_reply(LONG, {"prompt_tokens": 10, "completion_tokens": 450, "total_tokens": 460}))
+    server.chunk_delay_s = 0.01  # ~450 events: several seconds to send them all
+    gateway = Gateway(backend_for(api="chat"), BudgetLimits(tokens=100_000))
+    request, got = watched(max_tokens=600)
+    call = asyncio.ensure_future(gateway.generate(request))
+    while sum(len(t) for _, t in got) < 40:
+        await asyncio.sleep(0.01)
+    received = "".join(t for _, t in got)
+    started = time.monotonic()
+    call.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await call
+    # The response is closed: the server finds the connection gone well before its stream would end.
+    for _ in range(100):
+        if server.hung_up:
+            break
+        await asyncio.sleep(0.02)
+    assert server.hung_up == 1 and time.monotonic() - started < 2.0
+    assert server.streamed < len(LONG) // server.piece_chars
+    # Counted: the tokens received, and all the server may have made before it saw the hang-up (the request's bound).
+    spent = gateway.budget.spent
+    assert spent.output_tokens >= least_tokens(received) and spent.output_tokens == 600
+    assert gateway.budget.spent_of("calls") == 1
+
+
+async def test_the_wall_clock_budget_cuts_a_stream_off(
+    server: FakeOpenAIServer, backend_for: BackendFactory
+) -> None:
+    server.script(chat_reply(LONG))
+    server.chunk_delay_s = 0.01
+    gateway = Gateway(backend_for(api="chat"), BudgetLimits(wall_s=0.3), retry=RetryPolicy(max_attempts=1))
+    request, got = watched(max_tokens=600)
+    started = time.monotonic()
+    with pytest.raises(BudgetExceeded):
+        await gateway.generate(request)
+    assert time.monotonic() - started < 1.5 and got
+    for _ in range(100):
+        if server.hung_up:
+            break
+        await asyncio.sleep(0.02)
+    assert server.hung_up == 1
+    assert gateway.budget.spent.output_tokens == 600
+
+
+# --- an untrusted stream ----------------------------------------------------------------------
+
+
+async def test_a_malformed_event_is_a_one_line_error(server: FakeOpenAIServer, backend_for: BackendFactory) -> None:
+    chunk = {"id": "x", "object": "chat.completion.chunk", "choices": [{"index": 0, "delta": {"content": "hi"}}]}
+    server.script(Reply(200, {}, sse=[f"data: {json.dumps(chunk)}", "data: {not json", "data: [DONE]"]))
+    request, _ = watched()
+    with pytest.raises(ModelError, match="not valid JSON") as caught:
+        await backend_for(api="chat").generate(request)
+    assert "\n" not in str(caught.value)
+
+
+async def test_a_chunk_whose_choices_are_not_a_list_is_refused(
+    server: FakeOpenAIServer, backend_for: BackendFactory
+) -> None:
+    server.script(Reply(200, {}, sse=['data: {"id": "x", "choices": "lots"}', "data: [DONE]"]))
+    request, _ = watched()
+    with pytest.raises(ModelError, match="choices are not a list"):
+        await backend_for(api="chat").generate(request)
+
+
+async def test_a_choice_index_that_was_not_asked_for_is_refused(
+    server: FakeOpenAIServer, backend_for: BackendFactory
+) -> None:
+    chunk = {"id": "x", "choices": [{"index": 7, "delta": {"content": "hi"}}]}
+    server.script(Reply(200, {}, sse=[f"data: {json.dumps(chunk)}", "data: [DONE]"]))
+    request, _ = watched()
+    with pytest.raises(ModelError, match="choice 7 of a request for 1"):
+        await backend_for(api="chat").generate(request)
+
+
+async def test_a_stream_longer_than_max_tokens_can_be_is_refused(
+    server: FakeOpenAIServer, backend_for: BackendFactory
+) -> None:
+    server.script(chat_reply("x" * 2000))
+    server.piece_chars = 500
+    request, _ = watched(max_tokens=10)  # at most 1,280 bytes
+    with pytest.raises(ModelError, match="more than 1,280 bytes"):
+        await backend_for(api="chat").generate(request)
+
+
+async def test_a_stream_of_endless_empty_events_is_refused() -> None:
+    guard = StreamGuard("http://x", 1, 4)
+    with pytest.raises(ModelError, match="streamed more than"):
+        for _ in range(1000):
+            guard.event()
+
+
+async def test_a_stream_that_never_ends_times_out(server: FakeOpenAIServer, backend_for: BackendFactory) -> None:
+    # Keep-alive comments forever: every read gets a byte, only the stream's own deadline ends it.
+    server.script(Reply(200, {}, sse=[": ping"] * 10_000))
+    server.chunk_delay_s = 0.01
+    request, _ = watched()
+    started = time.monotonic()
+    with pytest.raises(ModelTimeout, match="still streaming after 0.5s"):
+        await backend_for(api="chat", timeout_s=0.5).generate(request)
+    assert time.monotonic() - started < 2.0
+
+
+async def test_a_completion_from_a_stream_equals_the_one_without(
+    server: FakeOpenAIServer, backend_for: BackendFactory
+) -> None:
+    server.responder = always("a reply with ünïcode ✓ and more words")
+    streamed, _ = watched(n=2)
+    plain = GenerateRequest(Prompt(text="Say something."), n=2)
+    one: Completion = await backend_for(api="chat").generate(streamed)
+    two: Completion = await backend_for(api="chat").generate(plain)
+    assert one == two
