@@ -3,19 +3,27 @@
 from __future__ import annotations
 
 import asyncio
+import io
 import json
 import time
 from typing import Any
 
 import pytest
 from conftest import BackendFactory
-from openai_server import FakeOpenAIServer, Reply, always
+from inprocess import loom_here
+from openai_server import FakeOpenAIServer, Reply, always, serve
+
+from thoughtloom.api import areplay, solve
 
 from thoughtloom.llm.budget import BudgetLimits, least_tokens
 from thoughtloom.llm.errors import BudgetExceeded, ModelError, ModelTimeout
 from thoughtloom.llm.gateway import Gateway, RetryPolicy
 from thoughtloom.llm.streaming import Deltas, StreamGuard, stream_setting
 from thoughtloom.llm.types import Completion, GenerateRequest, Prompt, Usage
+from thoughtloom.search.events import BudgetSpent, EventBus, ThoughtDelta
+from thoughtloom.store.sqlite import SQLiteStore
+from thoughtloom.views.events_log import EventLog
+from thoughtloom.views.progress import ProgressDisplay
 
 LONG = "The quick brown fox jumps over the lazy dog. " * 40
 
@@ -243,3 +251,80 @@ async def test_a_completion_from_a_stream_equals_the_one_without(
     one: Completion = await backend_for(api="chat").generate(streamed)
     two: Completion = await backend_for(api="chat").generate(plain)
     assert one == two
+
+
+# --- deltas reach observers: --events, the live view; replay does without them --------------------
+
+ANSWER = "Six times seven is forty-two, so the answer is 42."
+
+
+def events_of(path: Any) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def test_events_carry_each_reply_as_it_is_written(capsys: pytest.CaptureFixture[str], tmp_path: Any) -> None:
+    target = tmp_path / "events.jsonl"
+    with serve(FakeOpenAIServer(responder=always(ANSWER))) as server:
+        out = loom_here(capsys, "solve", "--model", f"openai-compatible:{server.url}@m", "--task", "general",
+                        "--depth", "1", "--breadth", "1", "--quiet", "--no-store", "--events", str(target),
+                        "What is six times seven?")
+    assert out.returncode == 0, out.stderr
+    deltas = [e for e in events_of(target) if e["type"] == "thought_delta"]
+    assert deltas and all(s.body.get("stream") is True for s in server.seen)
+    written: dict[tuple[int, int], str] = {}
+    for event in deltas:
+        assert set(event) == {"t", "type", "call", "purpose", "sample", "text"}
+        key = (event["call"], event["sample"])
+        written[key] = written.get(key, "") + event["text"]
+    assert set(written.values()) == {ANSWER} and len({call for call, _ in written}) == len(server.seen)
+    # Coalesced: far fewer events than the server sent pieces.
+    assert len(deltas) < server.streamed / 2
+
+
+def test_no_stream_sends_whole_requests_and_no_deltas(capsys: pytest.CaptureFixture[str], tmp_path: Any) -> None:
+    target = tmp_path / "events.jsonl"
+    with serve(FakeOpenAIServer(responder=always(ANSWER))) as server:
+        out = loom_here(capsys, "solve", "--model", f"openai-compatible:{server.url}@m", "--task", "general",
+                        "--depth", "1", "--breadth", "1", "--quiet", "--no-store", "--no-stream", "--events",
+                        str(target), "What is six times seven?")
+    assert out.returncode == 0, out.stderr
+    assert not any(e["type"] == "thought_delta" for e in events_of(target))
+    assert server.seen and not any("stream" in s.body for s in server.seen)
+
+
+def test_a_run_recorded_while_streaming_replays_exactly_without_a_model(tmp_path: Any) -> None:
+    store = str(tmp_path / "runs.db")
+    log = io.StringIO()
+    with serve(FakeOpenAIServer(responder=always(ANSWER))) as server:
+        result = solve("What is six times seven?", task="general", model=f"openai-compatible:{server.url}@m",
+                       controller=False, breadth=2, beam=1, max_depth=2, store=store, sinks=[EventLog(log)])
+        live_calls = len(server.seen)
+        assert all(s.body.get("stream") is True for s in server.seen)
+        with SQLiteStore(store) as opened:
+            replayed, verdict = asyncio.run(areplay(opened, str(result.run_id)))
+    assert '"thought_delta"' in log.getvalue()
+    assert verdict.identical, str(verdict)
+    assert verdict.model_calls == 0 and len(server.seen) == live_calls
+    assert replayed.answer == result.answer and replayed.usage == result.usage
+
+
+def test_the_live_view_shows_the_end_of_the_reply_being_written() -> None:
+    display = ProgressDisplay(io.StringIO())
+    display(ThoughtDelta(0, "generate", 0, "first words of a long thought, "))
+    display(ThoughtDelta(0, "generate", 0, "and its latest words"))
+    display(ThoughtDelta(0, "generate", 1, "another sample"))
+    assert display.status().endswith("· generate: first words of a long thought, and its latest words")
+    width = len(display._counts() + " · generate: and its latest words")
+    assert display.status(width=width).endswith(" · generate: and its latest words")
+    display(BudgetSpent("generate", 10, 10, None, 1, 0.0, 0, None))
+    assert "generate:" not in display.status()
+
+
+def test_only_sinks_that_ask_for_deltas_get_them() -> None:
+    seen: list[str] = []
+    plain = EventBus([seen.append])  # type: ignore[list-item]
+    assert not plain.deltas
+    plain.emit(ThoughtDelta(0, "generate", 0, "x"))
+    assert seen == []
+    plain.subscribe(EventLog(io.StringIO()))
+    assert plain.deltas
