@@ -187,6 +187,31 @@ def _sse_events(body: dict[str, Any], piece_chars: int, with_usage: bool) -> lis
     return events
 
 
+def _anthropic_events(body: dict[str, Any], piece_chars: int) -> list[str]:
+    """A Messages API answer as its stream sends it: message_start (input usage), each block's deltas, and
+    message_delta (output usage), each an `event:` line and a `data:` line."""
+    def event(kind: str, data: dict[str, Any]) -> str:
+        return f"event: {kind}\ndata: " + json.dumps({"type": kind, **data})
+
+    usage = body.get("usage") or {}
+    start = {**body, "content": [], "stop_reason": None,
+             "usage": {"input_tokens": usage.get("input_tokens", 0), "output_tokens": 1}}
+    events = [event("message_start", {"message": start})]
+    for index, block in enumerate(body.get("content", [])):
+        kind = block.get("type")
+        field_name = "thinking" if kind == "thinking" else "text"
+        text = block.get(field_name, "")
+        events.append(event("content_block_start", {"index": index, "content_block": {**block, field_name: ""}}))
+        for at in range(0, len(text), piece_chars):
+            delta = {"type": f"{field_name}_delta", field_name: text[at:at + piece_chars]}
+            events.append(event("content_block_delta", {"index": index, "delta": delta}))
+        events.append(event("content_block_stop", {"index": index}))
+    events.append(event("message_delta", {"delta": {"stop_reason": body.get("stop_reason"), "stop_sequence": None},
+                                          "usage": {"output_tokens": usage.get("output_tokens", 0)}}))
+    events.append(event("message_stop", {}))
+    return events
+
+
 def _handler(server: FakeOpenAIServer) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         def do_POST(self) -> None:
@@ -228,8 +253,12 @@ def _handler(server: FakeOpenAIServer) -> type[BaseHTTPRequestHandler]:
 
         def _stream(self, reply: Reply, with_usage: bool) -> None:
             """The reply as server-sent events (see FakeOpenAIServer)."""
-            events = reply.sse if reply.sse is not None else _sse_events(reply.body or {}, server.piece_chars,
-                                                                         with_usage)
+            if reply.sse is not None:
+                events = reply.sse
+            elif self.path == "/v1/messages":
+                events = _anthropic_events(reply.body or {}, server.piece_chars)
+            else:
+                events = _sse_events(reply.body or {}, server.piece_chars, with_usage)
             try:
                 self.send_response(200)
                 self.send_header("Content-Type", "text/event-stream")

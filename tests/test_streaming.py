@@ -12,12 +12,15 @@ import pytest
 from conftest import BackendFactory
 from inprocess import loom_here
 from openai_server import FakeOpenAIServer, Reply, always, serve
+from test_anthropic_backend import message, root
 
 from thoughtloom.api import areplay, solve
 
+from thoughtloom.llm.anthropic_backend import AnthropicBackend
 from thoughtloom.llm.budget import BudgetLimits, least_tokens
 from thoughtloom.llm.errors import BudgetExceeded, ModelError, ModelTimeout
 from thoughtloom.llm.gateway import Gateway, RetryPolicy
+from thoughtloom.llm.registry import make_backend
 from thoughtloom.llm.streaming import Deltas, StreamGuard, stream_setting
 from thoughtloom.llm.types import Completion, GenerateRequest, Prompt, Usage
 from thoughtloom.search.events import BudgetSpent, EventBus, ThoughtDelta
@@ -28,10 +31,11 @@ from thoughtloom.views.progress import ProgressDisplay
 LONG = "The quick brown fox jumps over the lazy dog. " * 40
 
 
-def watched(n: int = 1, max_tokens: int = 256, **kwargs: Any) -> tuple[GenerateRequest, list[tuple[int, str]]]:
+def watched(n: int = 1, max_tokens: int = 256, prompt: Prompt = Prompt(text="Say something."),
+            **kwargs: Any) -> tuple[GenerateRequest, list[tuple[int, str]]]:
     """A request with a text sink, and the list the sink fills."""
     got: list[tuple[int, str]] = []
-    request = GenerateRequest(Prompt(text="Say something."), n=n, max_tokens=max_tokens,
+    request = GenerateRequest(prompt, n=n, max_tokens=max_tokens,
                               on_text=lambda i, t: got.append((i, t)), **kwargs)
     return request, got
 
@@ -328,3 +332,72 @@ def test_only_sinks_that_ask_for_deltas_get_them() -> None:
     assert seen == []
     plain.subscribe(EventLog(io.StringIO()))
     assert plain.deltas
+
+
+# --- Anthropic's event stream ----------------------------------------------------------------------
+
+
+def anthropic_backend(server: FakeOpenAIServer, **settings: Any) -> AnthropicBackend:
+    made = make_backend("anthropic:claude-test", {"ANTHROPIC_API_KEY": "k", "ANTHROPIC_BASE_URL": root(server)},
+                        **settings)
+    assert isinstance(made, AnthropicBackend)
+    return made
+
+
+async def test_an_anthropic_reply_streams_its_text_never_its_thinking() -> None:
+    def answer(seen: Any) -> Reply:
+        reply = message(ANSWER, input_tokens=21, output_tokens=1_200)
+        assert reply.body is not None
+        reply.body["content"] = [{"type": "thinking", "thinking": "SECRET THOUGHTS", "signature": "s"},
+                                 *reply.body["content"]]
+        return reply
+
+    with serve(FakeOpenAIServer(responder=answer)) as server:
+        backend = anthropic_backend(server, thinking_tokens=1_024)
+        request, got = watched(max_tokens=300)
+        streamed = await backend.generate(request)
+        plain = await backend.generate(GenerateRequest(Prompt(text="Say something."), max_tokens=300))
+        await backend.aclose()
+    assert server.seen[0].body["stream"] is True and "stream" not in server.seen[1].body
+    assert streamed == plain and streamed.texts == (ANSWER,)
+    assert streamed.usage.input_tokens == 21 and streamed.usage.output_tokens == 1_200
+    assert streamed.usage.reasoning_tokens > 0
+    assert "".join(t for _, t in got) == ANSWER and "SECRET" not in "".join(t for _, t in got)
+
+
+async def test_an_anthropic_stream_cancelled_mid_way_is_closed_and_charged() -> None:
+    with serve(FakeOpenAIServer(responder=lambda seen: message(LONG, output_tokens=450))) as server:
+        server.chunk_delay_s = 0.01
+        gateway = Gateway(anthropic_backend(server), BudgetLimits(tokens=100_000))
+        request, got = watched(max_tokens=600)
+        call = asyncio.ensure_future(gateway.generate(request))
+        while not got:
+            await asyncio.sleep(0.01)
+        call.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await call
+        for _ in range(100):
+            if server.hung_up:
+                break
+            await asyncio.sleep(0.02)
+        await gateway.aclose()
+    assert server.hung_up == 1
+    assert gateway.budget.spent.output_tokens == 600
+
+
+# --- the embedded model's token loop --------------------------------------------------------------
+
+
+@pytest.mark.local_model
+async def test_the_embedded_model_streams_each_sample_and_returns_what_it_would_unwatched() -> None:
+    from thoughtloom.llm.local import LocalLlamaBackend
+    from thoughtloom.llm.models import GEMMA_3_270M
+
+    backend = LocalLlamaBackend(embedded=GEMMA_3_270M, n_ctx=512)
+    prompt = Prompt(text="Country: France\nCapital: Paris\n\nCountry: Japan\nCapital:")
+    request, got = watched(n=2, max_tokens=24, prompt=prompt, temperature=0.8, seed=3, stop=("\n\n",))
+    streamed = await backend.generate(request)
+    plain = await backend.generate(GenerateRequest(prompt, 2, 24, 0.8, ("\n\n",), 3))
+    assert streamed == plain
+    assert [("".join(t for i, t in got if i == s)) for s in range(2)] == list(streamed.texts)
+    assert len(got) > 2  # token by token (coalesced), not the reply at once
