@@ -15,7 +15,6 @@ from openai_server import FakeOpenAIServer, Reply, always, serve
 from test_anthropic_backend import message, root
 
 from thoughtloom.api import areplay, solve
-
 from thoughtloom.llm.anthropic_backend import AnthropicBackend
 from thoughtloom.llm.budget import BudgetLimits, least_tokens
 from thoughtloom.llm.errors import BudgetExceeded, ModelError, ModelTimeout
@@ -29,9 +28,10 @@ from thoughtloom.views.events_log import EventLog
 from thoughtloom.views.progress import ProgressDisplay
 
 LONG = "The quick brown fox jumps over the lazy dog. " * 40
+SAY = Prompt(text="Say something.")
 
 
-def watched(n: int = 1, max_tokens: int = 256, prompt: Prompt = Prompt(text="Say something."),
+def watched(n: int = 1, max_tokens: int = 256, prompt: Prompt = SAY,
             **kwargs: Any) -> tuple[GenerateRequest, list[tuple[int, str]]]:
     """A request with a text sink, and the list the sink fills."""
     got: list[tuple[int, str]] = []
@@ -401,3 +401,13 @@ async def test_the_embedded_model_streams_each_sample_and_returns_what_it_would_
     assert streamed == plain
     assert [("".join(t for i, t in got if i == s)) for s in range(2)] == list(streamed.texts)
     assert len(got) > 2  # token by token (coalesced), not the reply at once
+
+
+async def test_samples_a_server_sends_in_follow_up_requests_keep_their_own_index(
+    server: FakeOpenAIServer, backend_for: BackendFactory
+) -> None:
+    server.max_choices = 1  # a server that ignores n: the gateway asks again for the rest
+    request, got = watched(n=3)
+    completion = await Gateway(backend_for(api="chat")).generate(request)
+    assert len(server.seen) == 3 and completion.texts == ("sample 0",) * 3
+    assert sorted({i for i, _ in got}) == [0, 1, 2]

@@ -32,7 +32,6 @@ from ..search.events import (
 )
 from .terminal import terminal_text
 
-
 #: Characters of the reply being written kept for the status line (which is cut to the terminal's width).
 WRITING_TAIL = 200
 
