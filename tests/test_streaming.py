@@ -50,6 +50,31 @@ def chat_reply(text: str, usage: dict[str, int] | None = None) -> Reply:
     return Reply(200, body)
 
 
+async def hang_up_seen(server: FakeOpenAIServer) -> None:
+    """Wait (up to 2 s) until the server finds one stream's connection closed by the client."""
+    for _ in range(100):
+        if server.hung_up:
+            break
+        await asyncio.sleep(0.02)
+    assert server.hung_up == 1
+
+
+async def cancel_mid_stream(gateway: Gateway, server: FakeOpenAIServer) -> tuple[float, str]:
+    """Start a watched call of up to 600 tokens, cancel it once 40 characters arrived, and wait for the
+    server to see the hang-up: when the cancel came, and the text received before it."""
+    request, got = watched(max_tokens=600)
+    call = asyncio.ensure_future(gateway.generate(request))
+    while sum(len(t) for _, t in got) < 40:
+        await asyncio.sleep(0.01)
+    received = "".join(t for _, t in got)
+    started = time.monotonic()
+    call.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await call
+    await hang_up_seen(server)
+    return started, received
+
+
 # --- the reply is the same, the text arrives as it is written --------------------------------
 
 
@@ -147,21 +172,9 @@ async def test_a_cancel_mid_stream_closes_the_response_and_counts_the_tokens_rec
     server.script(chat_reply(LONG, {"prompt_tokens": 10, "completion_tokens": 450, "total_tokens": 460}))
     server.chunk_delay_s = 0.01  # ~450 events: several seconds to send them all
     gateway = Gateway(backend_for(api="chat"), BudgetLimits(tokens=100_000))
-    request, got = watched(max_tokens=600)
-    call = asyncio.ensure_future(gateway.generate(request))
-    while sum(len(t) for _, t in got) < 40:
-        await asyncio.sleep(0.01)
-    received = "".join(t for _, t in got)
-    started = time.monotonic()
-    call.cancel()
-    with pytest.raises(asyncio.CancelledError):
-        await call
+    started, received = await cancel_mid_stream(gateway, server)
     # The response is closed: the server finds the connection gone well before its stream would end.
-    for _ in range(100):
-        if server.hung_up:
-            break
-        await asyncio.sleep(0.02)
-    assert server.hung_up == 1 and time.monotonic() - started < 2.0
+    assert time.monotonic() - started < 2.0
     assert server.streamed < len(LONG) // server.piece_chars
     # Counted: the tokens received, and all the server may have made before it saw the hang-up (the request's bound).
     spent = gateway.budget.spent
@@ -180,11 +193,7 @@ async def test_the_wall_clock_budget_cuts_a_stream_off(
     with pytest.raises(BudgetExceeded):
         await gateway.generate(request)
     assert time.monotonic() - started < 2.5 and got  # the whole stream would take 4.5 s
-    for _ in range(100):
-        if server.hung_up:
-            break
-        await asyncio.sleep(0.02)
-    assert server.hung_up == 1
+    await hang_up_seen(server)
     assert gateway.budget.spent.output_tokens == 600
 
 
@@ -384,19 +393,8 @@ async def test_an_anthropic_stream_cancelled_mid_way_is_closed_and_charged() -> 
     with serve(FakeOpenAIServer(responder=lambda seen: message(LONG, output_tokens=450))) as server:
         server.chunk_delay_s = 0.01
         gateway = Gateway(anthropic_backend(server), BudgetLimits(tokens=100_000))
-        request, got = watched(max_tokens=600)
-        call = asyncio.ensure_future(gateway.generate(request))
-        while not got:
-            await asyncio.sleep(0.01)
-        call.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await call
-        for _ in range(100):
-            if server.hung_up:
-                break
-            await asyncio.sleep(0.02)
+        await cancel_mid_stream(gateway, server)
         await gateway.aclose()
-    assert server.hung_up == 1
     assert gateway.budget.spent.output_tokens == 600
 
 
