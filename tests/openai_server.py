@@ -177,9 +177,12 @@ def _sse_events(body: dict[str, Any], piece_chars: int, with_usage: bool) -> lis
         for start in range(0, max(len(text), 1), piece_chars):
             piece = text[start:start + piece_chars]
             part = {"index": index, "delta": {"content": piece}} if chat else {"index": index, "text": piece}
+            # The last piece of a choice says why it ended, as OpenAI's stream does.
+            last = start + piece_chars >= len(text)
+            part["finish_reason"] = (choice.get("finish_reason") or "stop") if last else None
             obj = "chat.completion.chunk" if chat else "text_completion"
             events.append("data: " + json.dumps({"id": "x", "object": obj, "created": 0, "model": "m",
-                                                 "choices": [{**part, "finish_reason": None}]}))
+                                                 "choices": [part]}))
     if with_usage and body.get("usage") is not None:
         events.append("data: " + json.dumps({"id": "x", "object": "chat.completion.chunk", "created": 0,
                                              "model": "m", "choices": [], "usage": body["usage"]}))

@@ -221,6 +221,32 @@ async def test_an_error_the_server_sends_mid_stream_is_a_one_line_error(
     assert "\n" not in str(caught.value) and got == [(0, "hi")]
 
 
+async def test_a_stream_that_breaks_off_after_text_is_charged_its_reservation(
+    server: FakeOpenAIServer, backend_for: BackendFactory
+) -> None:
+    # The text arrived, then garbage: the server may have made every token, whatever it says (nothing here).
+    chunk = {"id": "x", "choices": [{"index": 0, "delta": {"content": LONG}}]}
+    server.script(Reply(200, {}, sse=[f"data: {json.dumps(chunk)}", "data: {not json"]))
+    gateway = Gateway(backend_for(api="chat"), retry=RetryPolicy(max_attempts=1))
+    request, _ = watched(max_tokens=700)
+    with pytest.raises(ModelError, match="not valid JSON"):
+        await gateway.generate(request)
+    assert gateway.budget.spent.output_tokens == 700
+
+
+async def test_a_stream_that_ends_before_its_reply_did_is_an_error_to_retry(
+    server: FakeOpenAIServer, backend_for: BackendFactory
+) -> None:
+    # The connection closes after some text, with no finish_reason and no [DONE]: not a whole reply.
+    chunk = {"id": "x", "choices": [{"index": 0, "delta": {"content": "The answer is 4"}, "finish_reason": None}]}
+    server.script(Reply(200, {}, sse=[f"data: {json.dumps(chunk)}"]))
+    gateway = Gateway(backend_for(api="chat"), retry=RetryPolicy(max_attempts=2, base_delay_s=0.0))
+    request, _ = watched(max_tokens=50)
+    completion = await gateway.generate(request)  # the retry gets the whole reply
+    assert completion.texts == ("sample 0",) and len(server.seen) == 2
+    assert gateway.budget.spent.output_tokens >= 50  # the broken stream: its reservation
+
+
 async def test_a_chunk_whose_choices_are_not_a_list_is_refused(
     server: FakeOpenAIServer, backend_for: BackendFactory
 ) -> None:

@@ -11,7 +11,7 @@ import json
 from typing import TYPE_CHECKING, Any
 
 from .budget import Pricing, estimate_tokens
-from .errors import ModelConfigError, ModelError, ModelTimeout, ModelUnreachable
+from .errors import ModelConfigError, ModelError, ModelTimeout, ModelUnreachable, cut_short
 from .http_errors import MAX_CONNECT_TIMEOUT_S, one_line, status_error
 from .sdk_client import LazySdkClient
 from .streaming import Deltas, StreamGuard
@@ -143,19 +143,27 @@ class AnthropicBackend(LazySdkClient):
                     elif kind == "message_delta":
                         # Cumulative: the last one counts the whole reply.
                         output_tokens = getattr(getattr(event, "usage", None), "output_tokens", None)
-        except anthropic.AnthropicError as exc:
-            raise self._map_error(exc) from exc
+                    elif kind == "message_stop":
+                        guard.finished.add(0)
+                guard.text(0, "")  # a reply with no text still has to have ended (joined below)
         except TimeoutError as exc:
             raise ModelTimeout(f"model endpoint {where} was still streaming after {self.timeout_s:g}s; "
                                "retrying, or raise --timeout if the model is slow") from exc
-        except ValueError as exc:
-            raise ModelError(f"model endpoint {self.base_url} streamed an event that is not valid JSON "
-                             f"({one_line(exc)}); check that the base URL is Anthropic's API (without /v1)") from exc
+        except (anthropic.AnthropicError, ValueError, ModelError) as exc:
+            error = (exc if isinstance(exc, ModelError) else self._map_error(exc)
+                     if isinstance(exc, anthropic.AnthropicError) else
+                     ModelError(f"model endpoint {self.base_url} streamed an event that is not valid JSON "
+                                f"({one_line(exc)}); check that the base URL is Anthropic's API (without /v1)"))
+            if guard.started:
+                cut_short(error)
+            if error is exc:
+                raise
+            raise error from exc
         finally:
             deltas.flush()
             if stream is not None:
                 await stream.close()
-        text = self._reply_text("".join(guard.texts.get(0, ())))
+        text = self._reply_text(guard.joined()[0])
         if not isinstance(input_tokens, int):
             input_tokens = estimate_tokens("".join(m.get("content", "") for m in params["messages"])
                                            + params.get("system", ""))

@@ -630,7 +630,7 @@ class Gateway:
         return [self._unanswered(outcome, w) for w in worst]
 
     def _unanswered(self, exc: BaseException, worst: Usage) -> Usage | None:
-        if isinstance(exc, (asyncio.CancelledError, _CutOff, ModelTimeout)):
+        if isinstance(exc, (asyncio.CancelledError, _CutOff, ModelTimeout)) or getattr(exc, "cut_short", False):
             return worst
         if isinstance(exc, BudgetExceeded):
             return None  # refused before anything was sent (a replay's emulated wall clock)

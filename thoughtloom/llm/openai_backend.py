@@ -23,6 +23,7 @@ from .errors import (
     ModelTimeout,
     ModelUnreachable,
     TransientModelError,
+    cut_short,
 )
 from .http_errors import MAX_CONNECT_TIMEOUT_S, one_line, status_error
 from .sdk_client import LazySdkClient
@@ -297,15 +298,37 @@ class OpenAIBackend(LazySdkClient):
                         text = text if isinstance(text, str) else ""
                         guard.text(index, text)
                         deltas.add(index, text)
+                        if getattr(choice, "finish_reason", None):
+                            guard.finished.add(index)
         except TimeoutError as exc:
             raise ModelTimeout(f"model endpoint {where} was still streaming after {self.timeout_s:g}s; "
                                "retrying, or raise the timeout if the model is slow") from exc
+        except Exception as exc:
+            error = self._stream_error(exc, where)
+            if guard.started:
+                cut_short(error)
+            if error is exc:
+                raise
+            raise error from exc
         finally:
             deltas.flush()
             if stream is not None:
                 await stream.close()
         texts = tuple(self._reply_text(t) for t in guard.joined())
         return _Sampled(texts, _usage(SimpleNamespace(usage=usage), prompt_text, texts))
+
+    def _stream_error(self, exc: Exception, where: str) -> ModelError:
+        """What an exception raised while streaming means (the SDK's errors mapped as any reply's)."""
+        import openai
+
+        if isinstance(exc, ModelError):
+            return exc
+        if isinstance(exc, openai.OpenAIError):
+            return self._map_error(exc)
+        if isinstance(exc, ValueError):  # the SDK lets JSON decoding errors through
+            return ModelError(f"model endpoint {where} streamed an event that is not valid JSON ({one_line(exc)}); "
+                              "check that the base URL is an OpenAI-compatible API, or use --no-stream")
+        raise exc
 
     async def _ollama_generate(self, client: AsyncOpenAI, request: GenerateRequest, seed: int | None) -> _Sampled:
         """A completion with a reply schema through Ollama's native /api/generate, whose `format` takes

@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from .budget import MAX_TOKEN_BYTES, utf8_size
-from .errors import ModelError
+from .errors import ModelError, TransientModelError, cut_short
 from .text import valid_text
 
 #: Where a streamed reply's text goes as it arrives: (sample index, the text added since the last call).
@@ -81,8 +81,15 @@ class StreamGuard:
     n: int
     max_tokens: int
     texts: dict[int, list[str]] = field(default_factory=dict)
+    #: The samples whose end the stream said (a finish reason, a stop event).
+    finished: set[int] = field(default_factory=set)
     _sizes: dict[int, int] = field(default_factory=dict)
     _events: int = 0
+
+    @property
+    def started(self) -> bool:
+        """Whether any event arrived (a failure from then on cuts a reply short: see ModelError.cut_short)."""
+        return self._events > 0
 
     def event(self) -> None:
         """Count one event of the stream (ModelError past the cap)."""
@@ -106,5 +113,11 @@ class StreamGuard:
         self.texts.setdefault(sample, []).append(text)
 
     def joined(self) -> tuple[str, ...]:
-        """The texts received, in sample order (samples that sent nothing left out)."""
+        """The texts received, in sample order (samples that sent nothing left out); a TransientModelError
+        (to retry, charged in full) when a sample that began never said it ended: the connection dropped."""
+        unfinished = sorted(set(self.texts) - self.finished)
+        if unfinished:
+            raise cut_short(TransientModelError(
+                f"model endpoint {self.where} ended its stream before reply {unfinished[0]} did (no finish "
+                "reason: the connection may have dropped); retrying (or use --no-stream)"))
         return tuple("".join(self.texts[i]) for i in sorted(self.texts))
