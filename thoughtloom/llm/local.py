@@ -371,7 +371,6 @@ def _choice_grammar(choices: Sequence[str]) -> bytes:
     return ("root ::= " + " | ".join(literal(c) for c in dict.fromkeys(choices))).encode("utf-8")
 
 
-
 class _Watch:
     """A watched request's text, token by token: the engine's worker thread posts each sample's bytes so far
     (`post`), and this event loop hands the new text on, coalesced. What is shown stops short of what a stop
