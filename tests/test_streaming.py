@@ -18,7 +18,7 @@ from test_anthropic_backend import message, root
 from thoughtloom.api import areplay, solve
 from thoughtloom.llm.anthropic_backend import AnthropicBackend
 from thoughtloom.llm.budget import BudgetLimits, least_tokens
-from thoughtloom.llm.errors import BudgetExceeded, ModelError, ModelTimeout
+from thoughtloom.llm.errors import BudgetExceeded, ModelError, ModelTimeout, TransientModelError
 from thoughtloom.llm.gateway import Gateway, RetryPolicy
 from thoughtloom.llm.registry import make_backend
 from thoughtloom.llm.streaming import Deltas, StreamGuard, stream_setting
@@ -450,3 +450,18 @@ async def test_samples_a_server_sends_in_follow_up_requests_keep_their_own_index
     completion = await Gateway(backend_for(api="chat")).generate(request)
     assert len(server.seen) == 3 and completion.texts == ("sample 0",) * 3
     assert sorted({i for i, _ in got}) == [0, 1, 2]
+
+
+async def test_an_anthropic_stream_without_message_stop_is_an_error_to_retry() -> None:
+    start = {"type": "message_start", "message": {"id": "m", "type": "message", "role": "assistant", "content": [],
+                                                  "model": "c", "usage": {"input_tokens": 5, "output_tokens": 1}}}
+    delta = {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "The answer"}}
+    with serve(FakeOpenAIServer(responder=lambda seen: message("hello"))) as server:
+        server.script(Reply(200, {}, sse=[f"event: message_start\ndata: {json.dumps(start)}",
+                                          f"event: content_block_delta\ndata: {json.dumps(delta)}"]))
+        backend = anthropic_backend(server)
+        request, _ = watched(max_tokens=50)
+        with pytest.raises(TransientModelError, match="ended its stream before reply 0 did") as caught:
+            await backend.generate(request)
+        await backend.aclose()
+    assert caught.value.cut_short
