@@ -15,12 +15,16 @@ from typing import Any
 
 @dataclass
 class Reply:
-    """A scripted HTTP answer: status, JSON body, an optional delay and extra headers."""
+    """A scripted HTTP answer: status, JSON body, an optional delay and extra headers.
+
+    `sse`: the raw server-sent-event lines to send instead of streaming the body (a hostile stream).
+    """
 
     status: int = 200
     body: dict[str, Any] | None = None
     delay_s: float = 0.0
     headers: dict[str, str] = field(default_factory=dict)
+    sse: list[str] | None = None
 
 
 @dataclass
@@ -47,6 +51,11 @@ class FakeOpenAIServer:
     server and Ollama do; `usage` replaces the usage it reports (a hostile server's numbers);
     `delay_s` delays every unscripted answer; `peak_in_flight` is the most requests it was
     serving at once.
+
+    A request with `stream: true` is answered 200 with server-sent events: its reply's choices cut into
+    pieces of `piece_chars` characters, one event each, `chunk_delay_s` apart, then the usage (when asked
+    by stream_options and the reply has some) and `[DONE]`. `streamed` counts the events of text sent,
+    `hung_up` the streams the client closed before their end.
     """
 
     replies: list[Reply] = field(default_factory=list)
@@ -60,6 +69,10 @@ class FakeOpenAIServer:
     lock: threading.Lock = field(default_factory=threading.Lock)
     in_flight: int = 0
     peak_in_flight: int = 0
+    piece_chars: int = 4
+    chunk_delay_s: float = 0.0
+    streamed: int = 0
+    hung_up: int = 0
 
     def script(self, *replies: Reply) -> FakeOpenAIServer:
         """Answer the next requests with these replies, in order."""
@@ -153,6 +166,55 @@ def _merge_batch(n: int, replies: list[Reply]) -> Reply:
     return Reply(200, {**first, "choices": choices, "usage": usage}, max(r.delay_s for r in replies))
 
 
+def _sse_events(body: dict[str, Any], piece_chars: int, with_usage: bool) -> list[str]:
+    """A reply body as OpenAI's stream sends it: `data:` lines of chunks, the usage chunk, `[DONE]`."""
+    events: list[str] = []
+    for choice in body.get("choices", []):
+        index = choice.get("index", 0)
+        chat = "message" in choice
+        text = (choice.get("message") or {}).get("content") if chat else choice.get("text")
+        text = text or ""
+        for start in range(0, max(len(text), 1), piece_chars):
+            piece = text[start:start + piece_chars]
+            part = {"index": index, "delta": {"content": piece}} if chat else {"index": index, "text": piece}
+            # The last piece of a choice says why it ended, as OpenAI's stream does.
+            last = start + piece_chars >= len(text)
+            part["finish_reason"] = (choice.get("finish_reason") or "stop") if last else None
+            obj = "chat.completion.chunk" if chat else "text_completion"
+            events.append("data: " + json.dumps({"id": "x", "object": obj, "created": 0, "model": "m",
+                                                 "choices": [part]}))
+    if with_usage and body.get("usage") is not None:
+        events.append("data: " + json.dumps({"id": "x", "object": "chat.completion.chunk", "created": 0,
+                                             "model": "m", "choices": [], "usage": body["usage"]}))
+    events.append("data: [DONE]")
+    return events
+
+
+def _anthropic_events(body: dict[str, Any], piece_chars: int) -> list[str]:
+    """A Messages API answer as its stream sends it: message_start (input usage), each block's deltas, and
+    message_delta (output usage), each an `event:` line and a `data:` line."""
+    def event(kind: str, data: dict[str, Any]) -> str:
+        return f"event: {kind}\ndata: " + json.dumps({"type": kind, **data})
+
+    usage = body.get("usage") or {}
+    start = {**body, "content": [], "stop_reason": None,
+             "usage": {"input_tokens": usage.get("input_tokens", 0), "output_tokens": 1}}
+    events = [event("message_start", {"message": start})]
+    for index, block in enumerate(body.get("content", [])):
+        kind = block.get("type")
+        field_name = "thinking" if kind == "thinking" else "text"
+        text = block.get(field_name, "")
+        events.append(event("content_block_start", {"index": index, "content_block": {**block, field_name: ""}}))
+        for at in range(0, len(text), piece_chars):
+            delta = {"type": f"{field_name}_delta", field_name: text[at:at + piece_chars]}
+            events.append(event("content_block_delta", {"index": index, "delta": delta}))
+        events.append(event("content_block_stop", {"index": index}))
+    events.append(event("message_delta", {"delta": {"stop_reason": body.get("stop_reason"), "stop_sequence": None},
+                                          "usage": {"output_tokens": usage.get("output_tokens", 0)}}))
+    events.append(event("message_stop", {}))
+    return events
+
+
 def _handler(server: FakeOpenAIServer) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         def do_POST(self) -> None:
@@ -177,6 +239,9 @@ def _handler(server: FakeOpenAIServer) -> type[BaseHTTPRequestHandler]:
             finally:
                 with server.lock:
                     server.in_flight -= 1
+            if body.get("stream") and reply.status == 200:
+                self._stream(reply, bool((body.get("stream_options") or {}).get("include_usage")))
+                return
             data = json.dumps(reply.body or {}).encode()
             try:
                 self.send_response(reply.status)
@@ -188,6 +253,31 @@ def _handler(server: FakeOpenAIServer) -> type[BaseHTTPRequestHandler]:
                 self.wfile.write(data)
             except (BrokenPipeError, ConnectionResetError):
                 pass  # the client gave up (timeout tests)
+
+        def _stream(self, reply: Reply, with_usage: bool) -> None:
+            """The reply as server-sent events (see FakeOpenAIServer)."""
+            if reply.sse is not None:
+                events = reply.sse
+            elif self.path == "/v1/messages":
+                events = _anthropic_events(reply.body or {}, server.piece_chars)
+            else:
+                events = _sse_events(reply.body or {}, server.piece_chars, with_usage)
+            try:
+                self.send_response(200)
+                self.send_header("Content-Type", "text/event-stream")
+                self.send_header("Connection", "close")
+                self.end_headers()
+                for event in events:
+                    if server.chunk_delay_s:
+                        time.sleep(server.chunk_delay_s)
+                    self.wfile.write(f"{event}\n\n".encode())
+                    self.wfile.flush()
+                    with server.lock:
+                        server.streamed += 1
+            except (BrokenPipeError, ConnectionResetError):
+                with server.lock:
+                    server.hung_up += 1
+            self.close_connection = True
 
         def log_message(self, format: str, *args: Any) -> None:
             pass

@@ -105,6 +105,13 @@ def add_threads_option(s: Any) -> None:
                         "more for reading prompts, the load re-read every second)")
 
 
+def add_stream_option(s: Any) -> None:
+    """--no-stream, on every command that runs a model for a search."""
+    s.add_argument("--no-stream", action="store_true",
+                   help="send each request whole instead of streaming the reply (for servers that cannot stream; "
+                        "the progress line and --events then show no text as it is written; env THOUGHTLOOM_STREAM=0)")
+
+
 def unit_float(name: str):
     """A number from 0 to 1."""
     return number(name, float, lambda v: 0.0 <= v <= 1.0, "between 0 and 1")

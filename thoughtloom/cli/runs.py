@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .common import MERMAID_FULL_HELP, add_threads_option, open_store
+from .common import MERMAID_FULL_HELP, add_stream_option, add_threads_option, open_store
 
 # Only argparse work happens at import (build_parser imports this module): `loom --help` stays
 # instant; the store, blocks and runs modules load inside the commands.
@@ -74,6 +74,7 @@ def add_store_commands(sub: Any) -> None:
         _run_output_options(p)
         if name == "resume":  # a replay asks no model
             add_threads_option(p)
+            add_stream_option(p)
         add_grant_options(p, live=name == "resume")
     add_fork_command(sub, store_option)
 
@@ -216,6 +217,7 @@ def _solve_args(args: argparse.Namespace) -> argparse.Namespace:
         no_store=True,
         interactive=False,
         threads=getattr(args, "threads", None),
+        no_stream=getattr(args, "no_stream", False),
     )
 
 

@@ -15,6 +15,7 @@ from .common import (
     MERMAID_FULL_HELP,
     UsageError,
     add_price_options,
+    add_stream_option,
     add_threads_option,
     count,
     nonnegative_float,
@@ -129,6 +130,7 @@ def add_model_option(s: Any) -> None:
     )
     add_price_options(s)
     add_threads_option(s)
+    add_stream_option(s)
     s.add_argument("--timeout", type=positive_float("--timeout", 86_400), metavar="S",
                    help="seconds one request to a remote model may take before it is retried (default 120)")
     s.add_argument("--reasoning-effort", choices=("low", "medium", "high"),
@@ -292,7 +294,7 @@ def cmd_solve(args: argparse.Namespace, stored: Any = None, *, sinks: Sequence[A
         result = asyncio.run(execute(
             spec, sinks=sinks, handler=InteractiveHandler() if interactive else None,
             session=stored.session if stored is not None else None, progress=progress,
-            threads=threads,
+            threads=threads, stream=False if getattr(args, "no_stream", False) else None,
             on_stored=announce if store is not None else None,
         ))
     finally:

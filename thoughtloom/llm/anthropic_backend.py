@@ -11,9 +11,10 @@ import json
 from typing import TYPE_CHECKING, Any
 
 from .budget import Pricing, estimate_tokens
-from .errors import ModelConfigError, ModelError, ModelTimeout, ModelUnreachable
+from .errors import ModelConfigError, ModelError, ModelTimeout, ModelUnreachable, cut_short
 from .http_errors import MAX_CONNECT_TIMEOUT_S, one_line, status_error
 from .sdk_client import LazySdkClient
+from .streaming import Deltas, StreamGuard
 from .types import Completion, GenerateRequest, Usage
 
 if TYPE_CHECKING:
@@ -48,6 +49,7 @@ class AnthropicBackend(LazySdkClient):
         *,
         key_env: str | None = "ANTHROPIC_API_KEY",
         thinking_tokens: int | None = None,
+        stream: bool = True,
     ) -> None:
         if timeout_s <= 0:
             raise ValueError(f"timeout_s must be positive, got {timeout_s}")
@@ -65,6 +67,8 @@ class AnthropicBackend(LazySdkClient):
         #: Extended thinking's budget per sample (0: no thinking). Anthropic wants max_tokens above it, so
         #: each request asks for the reply's max_tokens plus this; the gateway reserves both as output.
         self.thinking_tokens = thinking_tokens or 0
+        #: Stream a request someone watches (GenerateRequest.on_text) as the Messages API's event stream.
+        self.stream = stream
         self._client: AsyncAnthropic | None = None
         self._sem: asyncio.Semaphore | None = None
 
@@ -75,6 +79,8 @@ class AnthropicBackend(LazySdkClient):
         import anthropic
 
         async with sem:
+            if self.stream and request.on_text is not None:
+                return await self._streamed(client, params, request)
             try:
                 response = await client.messages.create(**params)
             except anthropic.AnthropicError as exc:
@@ -98,6 +104,71 @@ class AnthropicBackend(LazySdkClient):
         # output_tokens includes the thinking, which the API does not count apart: what the reply's own text
         # does not account for was thinking (an estimate; the budget charges output_tokens as reported).
         thought = any(getattr(block, "type", None) in ("thinking", "redacted_thinking") for block in blocks)
+        reasoning = max(0, output_tokens - estimate_tokens(text)) if thought else 0
+        return Completion((text,), Usage(input_tokens, output_tokens, reasoning), self.name)
+
+    async def _streamed(self, client: AsyncAnthropic, params: dict[str, Any], request: GenerateRequest) -> Completion:
+        """One Messages request answered as its event stream: the text blocks' deltas handed to the request's
+        sink as they come (coalesced; thinking is never shown), the whole reply returned as `generate`'s would
+        be. The response is closed however the stream ends. Usage the stream does not report is estimated from
+        the texts (the gateway's floor then applies, as for any server that does not count)."""
+        import anthropic
+
+        assert request.on_text is not None
+        where = f"{self.base_url} (model {self.model})"
+        guard = StreamGuard(where, 1, request.max_tokens + self.thinking_tokens)
+        deltas = Deltas(request.on_text)
+        input_tokens: Any = None
+        output_tokens: Any = None
+        thought = False
+        stream: Any = None
+        try:
+            async with asyncio.timeout(self.timeout_s):
+                stream = await client.messages.create(**params, stream=True)
+                async for event in stream:
+                    guard.event()
+                    kind = getattr(event, "type", None)
+                    if kind == "message_start":
+                        input_tokens = getattr(getattr(getattr(event, "message", None), "usage", None),
+                                               "input_tokens", None)
+                    elif kind == "content_block_start":
+                        block = getattr(getattr(event, "content_block", None), "type", None)
+                        thought = thought or block in ("thinking", "redacted_thinking")
+                    elif kind == "content_block_delta":
+                        delta = getattr(event, "delta", None)
+                        text = getattr(delta, "text", None) if getattr(delta, "type", None) == "text_delta" else None
+                        if isinstance(text, str):
+                            guard.text(0, text)
+                            deltas.add(0, text)
+                    elif kind == "message_delta":
+                        # Cumulative: the last one counts the whole reply.
+                        output_tokens = getattr(getattr(event, "usage", None), "output_tokens", None)
+                    elif kind == "message_stop":
+                        guard.finished.add(0)
+                guard.text(0, "")  # a reply with no text still has to have ended (joined below)
+        except TimeoutError as exc:
+            raise ModelTimeout(f"model endpoint {where} was still streaming after {self.timeout_s:g}s; "
+                               "retrying, or raise --timeout if the model is slow") from exc
+        except (anthropic.AnthropicError, ValueError, ModelError) as exc:
+            error = (exc if isinstance(exc, ModelError) else self._map_error(exc)
+                     if isinstance(exc, anthropic.AnthropicError) else
+                     ModelError(f"model endpoint {self.base_url} streamed an event that is not valid JSON "
+                                f"({one_line(exc)}); check that the base URL is Anthropic's API (without /v1)"))
+            if guard.started:
+                cut_short(error)
+            if error is exc:
+                raise
+            raise error from exc
+        finally:
+            deltas.flush()
+            if stream is not None:
+                await stream.close()
+        text = self._reply_text(guard.joined()[0])
+        if not isinstance(input_tokens, int):
+            input_tokens = estimate_tokens("".join(m.get("content", "") for m in params["messages"])
+                                           + params.get("system", ""))
+        if not isinstance(output_tokens, int):
+            output_tokens = estimate_tokens(text)
         reasoning = max(0, output_tokens - estimate_tokens(text)) if thought else 0
         return Completion((text,), Usage(input_tokens, output_tokens, reasoning), self.name)
 

@@ -8,6 +8,16 @@ from .types import Usage
 class ModelError(Exception):
     """A model call failed in a way retrying will not fix."""
 
+    #: The reply had begun to arrive (a stream) when the call failed: the server may have generated every
+    #: token, so the request is charged in full, like one that got no answer (see `cut_short`).
+    cut_short: bool = False
+
+
+def cut_short(error: ModelError) -> ModelError:
+    """`error`, marked as ending a reply that had begun to arrive (see ModelError.cut_short)."""
+    error.cut_short = True
+    return error
+
 
 class TransientModelError(ModelError):
     """A model call failed in a way that may pass on retry (timeout, 429, 5xx)."""

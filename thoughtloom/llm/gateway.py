@@ -108,6 +108,13 @@ def _clamp(value: int, bound: int) -> int:
     return value if 0 <= value <= bound else bound
 
 
+def _shifted(sink: Callable[[int, str], None] | None, by: int) -> Callable[[int, str], None] | None:
+    """A follow-up request's text sink: its samples are the call's samples from `by` on."""
+    if sink is None or by == 0:
+        return sink
+    return lambda sample, text: sink(sample + by, text)
+
+
 def _sent_forms(prompt: Prompt, form: str | None) -> list[tuple[str, int]]:
     """The text a prompt goes out as and its number of chat messages, for each form it may go out in:
     the backend's `prompt_form` ("text" or "chat"), else every form the prompt has."""
@@ -504,7 +511,8 @@ class Gateway:
             # Each request gets its own seed: with the caller's seed repeated, a seeded server
             # would return the same sample every time.
             subs = [
-                replace(request, n=size, seed=None if request.seed is None else request.seed + extra + k + 1)
+                replace(request, n=size, seed=None if request.seed is None else request.seed + extra + k + 1,
+                        on_text=_shifted(request.on_text, len(texts) + sum(sizes[:k])))
                 for k, size in enumerate(sizes)
             ]
             extra += len(subs)
@@ -622,7 +630,7 @@ class Gateway:
         return [self._unanswered(outcome, w) for w in worst]
 
     def _unanswered(self, exc: BaseException, worst: Usage) -> Usage | None:
-        if isinstance(exc, (asyncio.CancelledError, _CutOff, ModelTimeout)):
+        if isinstance(exc, (asyncio.CancelledError, _CutOff, ModelTimeout)) or getattr(exc, "cut_short", False):
             return worst
         if isinstance(exc, BudgetExceeded):
             return None  # refused before anything was sent (a replay's emulated wall clock)

@@ -40,7 +40,7 @@ import os
 import threading
 import time
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -177,7 +177,8 @@ class Job:
     """One request to the engine; `future` resolves to a Decoded (completion) or a list of log-probabilities (score)."""
 
     def __init__(self, prompt: list[int], units: list[Any], *, max_tokens: int = 0, temperature: float = 0.0,
-                 stops: Sequence[bytes] = (), grammar: bytes | None = None, logprobs: int | None = None) -> None:
+                 stops: Sequence[bytes] = (), grammar: bytes | None = None, logprobs: int | None = None,
+                 on_text: Callable[[int, bytes], None] | None = None) -> None:
         self.prompt = prompt
         self.units = units
         self.max_tokens = max_tokens
@@ -186,6 +187,8 @@ class Job:
         self.longest_stop = max((len(s) for s in self.stops), default=0)
         self.grammar = grammar
         self.logprobs = logprobs
+        #: Called from the worker thread with a sample's index and its text so far, each time it grows.
+        self.on_text = on_text
         self.future: concurrent.futures.Future[Any] = concurrent.futures.Future()
         #: Set by the caller to stop the job at the next step.
         self.cancelled = threading.Event()
@@ -324,11 +327,12 @@ class Engine:
     # --- jobs -------------------------------------------------------------------------------
 
     def complete(self, prompt: list[int], seeds: Sequence[int], max_tokens: int, temperature: float,
-                 stop: Sequence[str] = (), grammar: bytes | None = None, logprobs: int | None = None) -> Job:
-        """Submit one completion of `prompt` per seed (constrained by a GBNF grammar when given)."""
+                 stop: Sequence[str] = (), grammar: bytes | None = None, logprobs: int | None = None,
+                 on_text: Callable[[int, bytes], None] | None = None) -> Job:
+        """Submit one completion of `prompt` per seed (constrained by a GBNF grammar when given; on_text: see Job)."""
         units = [_Sample(seed) for seed in seeds]
         job = Job(prompt, units, max_tokens=max_tokens, temperature=temperature,
-                  stops=[s.encode("utf-8") for s in stop if s], grammar=grammar, logprobs=logprobs)
+                  stops=[s.encode("utf-8") for s in stop if s], grammar=grammar, logprobs=logprobs, on_text=on_text)
         return self._submit(job)
 
     def score(self, prompt: list[int], continuations: Sequence[list[int]]) -> Job:
@@ -794,6 +798,8 @@ class Engine:
                 self._end_sample(job, unit, "stop")
                 return
         unit.out = text
+        if job.on_text is not None:
+            job.on_text(job.units.index(unit), text)
         if unit.generated >= job.max_tokens:
             self._end_sample(job, unit, "length")
         else:

@@ -39,6 +39,7 @@ from .models import (
     ensure_model,
     model_file,
 )
+from .streaming import Deltas, TextSink
 from .threads import thread_policy
 from .types import Completion, GenerateRequest, Prompt, Usage, choice_text
 
@@ -159,6 +160,7 @@ class LocalLlamaBackend:
         n_threads: int | None = None,
         name: str | None = None,
         progress: Callable[[str], None] | None = None,
+        stream: bool = True,
     ) -> None:
         if n_ctx is not None and n_ctx < 16:
             raise ValueError(f"n_ctx must be >= 16, got {n_ctx}")
@@ -179,6 +181,8 @@ class LocalLlamaBackend:
         )
         self._chat = embedded.chat if chat is None and embedded is not None else chat
         self._progress = progress
+        #: Hand a watched request (GenerateRequest.on_text) its samples' text token by token (coalesced).
+        self.stream = stream
         self._engine_: Engine | None = None
         self._template: ChatTemplate | None = None
 
@@ -274,8 +278,16 @@ class LocalLlamaBackend:
         seeds = [base + i for i in range(request.n)]
         grammar = (_choice_grammar(request.choices) if request.choices
                    else _grammar(request.schema) if request.schema is not None else None)
-        done = await self._run(lambda: engine.complete(prompt, seeds, request.max_tokens, request.temperature,
-                                                       stop, grammar, request.logprobs), "generation")
+        watch = _Watch(request.on_text, stop, request.n) if self.stream and request.on_text is not None else None
+        try:
+            done = await self._run(lambda: engine.complete(prompt, seeds, request.max_tokens, request.temperature,
+                                                           stop, grammar, request.logprobs,
+                                                           watch.post if watch else None), "generation")
+            if watch is not None:
+                watch.finish(done.texts)
+        finally:
+            if watch is not None:
+                watch.close()
         # The prompt is reported once per call, not once per sample: it is evaluated once for all
         # samples (like a hosted API's `n`), and the gateway reserves it once. Output tokens are
         # every token sampled, including an end-of-text token and one that completed a stop string.
@@ -357,3 +369,42 @@ def _choice_grammar(choices: Sequence[str]) -> bytes:
                              else c for c in text) + '"'
 
     return ("root ::= " + " | ".join(literal(c) for c in dict.fromkeys(choices))).encode("utf-8")
+
+
+class _Watch:
+    """A watched request's text, token by token: the engine's worker thread posts each sample's bytes so far
+    (`post`), and this event loop hands the new text on, coalesced. What is shown stops short of what a stop
+    string may still cut and of a character not yet whole; `finish` shows the rest of the final texts."""
+
+    def __init__(self, sink: TextSink, stop: Sequence[str], n: int) -> None:
+        self.deltas = Deltas(sink)
+        self.loop = asyncio.get_running_loop()
+        self.hold = max((len(s.encode()) for s in stop if s), default=1) - 1
+        self.shown = [""] * n
+        self.open = True
+
+    def post(self, sample: int, out: bytes) -> None:
+        """In the engine's worker thread: a sample's text grew to `out`."""
+        try:
+            self.loop.call_soon_threadsafe(self._grown, sample, out)
+        except RuntimeError:
+            pass  # the loop is closed: nobody watches any more, and the worker must go on
+
+    def _grown(self, sample: int, out: bytes) -> None:
+        self._show(sample, out[: len(out) - self.hold].decode("utf-8", "ignore"))
+
+    def _show(self, sample: int, text: str) -> None:
+        shown = self.shown[sample]
+        if self.open and len(text) > len(shown) and text.startswith(shown):
+            self.deltas.add(sample, text[len(shown):])
+            self.shown[sample] = text
+
+    def finish(self, texts: Sequence[str]) -> None:
+        """The rest of each sample's final text (what the stop strings left of the part held back)."""
+        for sample, text in enumerate(texts):
+            self._show(sample, text)
+
+    def close(self) -> None:
+        """Hand on what waits; text the worker decoded after a cancel is not shown."""
+        self.deltas.flush()
+        self.open = False

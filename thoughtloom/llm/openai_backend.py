@@ -10,8 +10,9 @@ import asyncio
 import json
 import socket
 import zlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any, Literal
 
 from .budget import Pricing, estimate_tokens
@@ -22,9 +23,11 @@ from .errors import (
     ModelTimeout,
     ModelUnreachable,
     TransientModelError,
+    cut_short,
 )
 from .http_errors import MAX_CONNECT_TIMEOUT_S, one_line, status_error
 from .sdk_client import LazySdkClient
+from .streaming import Deltas, StreamGuard
 from .types import Completion, GenerateRequest, Usage
 
 if TYPE_CHECKING:
@@ -71,6 +74,7 @@ class OpenAIBackend(LazySdkClient):
         batch: bool = True,
         schema_param: SchemaParam = "response_format",
         reasoning_effort: str | None = None,
+        stream: bool = True,
     ) -> None:
         if api not in ("chat", "completions"):
             raise ModelConfigError(f"unknown OpenAI API {api!r}; use 'chat' or 'completions'")
@@ -93,6 +97,8 @@ class OpenAIBackend(LazySdkClient):
         self.reasoning_effort = reasoning_effort
         #: The environment variable the key came from, named when the server rejects it.
         self.key_env = key_env
+        #: Stream a request someone watches (GenerateRequest.on_text) as server-sent events.
+        self.stream = stream
         self._client: AsyncOpenAI | None = None
         self._sem: asyncio.Semaphore | None = None
         # OpenAI's reasoning models refuse max_tokens; switched once on the first such refusal.
@@ -235,8 +241,13 @@ class OpenAIBackend(LazySdkClient):
             if self.reasoning_effort is not None:
                 params["reasoning_effort"] = self.reasoning_effort
             messages = request.prompt.as_messages()
+            sent = [{"role": m.role, "content": m.content} for m in messages]
+            if self.stream and request.on_text is not None:
+                return await self._streamed(request, n, "".join(m.content for m in messages), _chat_delta,
+                                            lambda **more: client.chat.completions.create(
+                                                messages=sent, **params, **more))  # type: ignore[arg-type]
             response = await client.chat.completions.create(
-                messages=[{"role": m.role, "content": m.content} for m in messages],  # type: ignore[misc]
+                messages=sent,  # type: ignore[arg-type]
                 **params,
             )
             choices = _choices(response)
@@ -248,10 +259,76 @@ class OpenAIBackend(LazySdkClient):
         else:
             params["max_tokens"] = request.max_tokens
             prompt_text = request.prompt.as_text()
+            if self.stream and request.on_text is not None:
+                return await self._streamed(request, n, prompt_text, _text_delta,
+                                            lambda **more: client.completions.create(
+                                                prompt=prompt_text, **params, **more))
             response = await client.completions.create(prompt=prompt_text, **params)
             choices = _choices(response)
             texts = tuple(self._reply_text(getattr(c, "text", None) or "") for c in choices)
         return _Sampled(texts, _usage(response, prompt_text, texts))
+
+    async def _streamed(self, request: GenerateRequest, n: int, prompt_text: str, delta_of: Callable[[Any], Any],
+                        create: Callable[..., Any]) -> _Sampled:
+        """One request answered as server-sent events (`stream: true`, usage in the last chunk): each choice's
+        text handed to the request's sink as it comes (coalesced), the whole texts returned as a reply would
+        be. The response is closed however the stream ends: finished, refused, cut off or cancelled."""
+        assert request.on_text is not None
+        where = f"{self.base_url} (model {self.model})"
+        guard = StreamGuard(where, n, request.max_tokens)
+        deltas = Deltas(request.on_text)
+        usage: Any = None
+        stream: Any = None
+        try:
+            # The whole stream within the timeout: a server can keep a stream alive forever one byte at a time.
+            async with asyncio.timeout(self.timeout_s):
+                stream = await create(stream=True, stream_options={"include_usage": True})
+                async for chunk in stream:
+                    guard.event()
+                    usage = getattr(chunk, "usage", None) or usage
+                    choices = getattr(chunk, "choices", None) or []
+                    if not isinstance(choices, list):
+                        raise ModelError(f"model endpoint {where} streamed a chunk whose choices are not a list "
+                                         f"({one_line(choices)}); check the server, or use --no-stream")
+                    for choice in choices:
+                        index, text = getattr(choice, "index", None), delta_of(choice)
+                        if not isinstance(index, int):
+                            raise ModelError(f"model endpoint {where} streamed a choice without an index "
+                                             f"({one_line(choice)}); check the server, or use --no-stream")
+                        text = text if isinstance(text, str) else ""
+                        guard.text(index, text)
+                        deltas.add(index, text)
+                        if getattr(choice, "finish_reason", None):
+                            guard.finished.add(index)
+        except TimeoutError as exc:
+            raise ModelTimeout(f"model endpoint {where} was still streaming after {self.timeout_s:g}s; "
+                               "retrying, or raise the timeout if the model is slow") from exc
+        except Exception as exc:
+            error = self._stream_error(exc, where)
+            if guard.started:
+                cut_short(error)
+            if error is exc:
+                raise
+            raise error from exc
+        finally:
+            deltas.flush()
+            if stream is not None:
+                await stream.close()
+        texts = tuple(self._reply_text(t) for t in guard.joined())
+        return _Sampled(texts, _usage(SimpleNamespace(usage=usage), prompt_text, texts))
+
+    def _stream_error(self, exc: Exception, where: str) -> ModelError:
+        """What an exception raised while streaming means (the SDK's errors mapped as any reply's)."""
+        import openai
+
+        if isinstance(exc, ModelError):
+            return exc
+        if isinstance(exc, openai.OpenAIError):
+            return self._map_error(exc)
+        if isinstance(exc, ValueError):  # the SDK lets JSON decoding errors through
+            return ModelError(f"model endpoint {where} streamed an event that is not valid JSON ({one_line(exc)}); "
+                              "check that the base URL is an OpenAI-compatible API, or use --no-stream")
+        raise exc
 
     async def _ollama_generate(self, client: AsyncOpenAI, request: GenerateRequest, seed: int | None) -> _Sampled:
         """A completion with a reply schema through Ollama's native /api/generate, whose `format` takes
@@ -324,6 +401,16 @@ def _choices(response: Any) -> list[Any]:
         )
     ordered = sorted(enumerate(choices), key=lambda pair: (_index(pair[1], pair[0]), pair[0]))
     return [choice for _, choice in ordered]
+
+
+def _chat_delta(choice: Any) -> Any:
+    """A streamed chat choice's new text."""
+    return getattr(getattr(choice, "delta", None), "content", None)
+
+
+def _text_delta(choice: Any) -> Any:
+    """A streamed completion choice's new text."""
+    return getattr(choice, "text", None)
 
 
 def _index(choice: Any, position: int) -> int:

@@ -42,6 +42,7 @@ from .budget import FREE, Pricing
 from .errors import ModelConfigError
 from .models import DEFAULT_EMBEDDED, EMBEDDED_MODELS, EmbeddedModel, find_model
 from .openai_backend import OpenAIBackend, SchemaParam
+from .streaming import stream_setting
 from .threads import threads_setting
 from .types import Backend
 
@@ -314,6 +315,7 @@ def make_backend(
     progress: Callable[[str], None] | None = None,
     reasoning_effort: str | None = None,
     thinking_tokens: int | None = None,
+    stream: bool | None = None,
 ) -> Backend:
     """Build the Backend a model spec names; raises ModelConfigError for bad specs or missing keys.
 
@@ -323,20 +325,23 @@ def make_backend(
     with, a number or "auto" (None: $THOUGHTLOOM_THREADS, else auto: following the load; a remote
     model ignores it). progress receives one-line messages about slow first-use steps (assembling
     the local model). reasoning_effort / thinking_tokens: a reasoning model's controls, for the
-    endpoints that take them (see check_reasoning).
+    endpoints that take them (see check_reasoning). stream: whether a reply someone watches is streamed
+    (None: $THOUGHTLOOM_STREAM, else on; see thoughtloom.llm.streaming).
     """
     env = os.environ if env is None else env
     parsed = parse_model_spec(spec, env)
     check_reasoning(parsed, reasoning_effort, thinking_tokens)
+    streams = stream_setting(stream, env)
     if parsed.is_local:
-        return local_backend(parsed, n_threads=threads_setting(threads, env), progress=progress)
+        return local_backend(parsed, n_threads=threads_setting(threads, env), progress=progress, stream=streams)
     assert parsed.api in ("chat", "completions")
     key, key_env = _api_key(parsed, env)
     timeout: _Timeout = {"timeout_s": timeout_s} if timeout_s is not None else {}
     if parsed.provider == "anthropic":
         return AnthropicBackend(model=parsed.model, api_key=key, base_url=parsed.base_url,
                                 pricing=pricing if pricing is not None else known_pricing(parsed),
-                                name=parsed.identity, key_env=key_env, thinking_tokens=thinking_tokens, **timeout)
+                                name=parsed.identity, key_env=key_env, thinking_tokens=thinking_tokens, stream=streams,
+                                **timeout)
     return OpenAIBackend(
         model=parsed.model,
         base_url=parsed.base_url,
@@ -349,6 +354,7 @@ def make_backend(
         batch=parsed.provider != "ollama",
         schema_param=_SCHEMA_PARAMS.get(parsed.provider, "response_format"),
         reasoning_effort=reasoning_effort,
+        stream=streams,
         **timeout,
     )
 
@@ -359,9 +365,10 @@ def local_backend(
     n_ctx: int | None = None,
     n_threads: int | None = None,
     progress: Callable[[str], None] | None = None,
+    stream: bool = True,
 ) -> LocalLlamaBackend:
     """The in-process backend a local spec names (n_ctx: None for the model's window; n_threads: None follows the
-    load)."""
+    load; stream: hand a watched request its tokens' text as they are decoded)."""
     if not spec.is_local:
         raise ModelConfigError(f"{spec.identity} is not an embedded model (local, local:NAME or local:PATH)")
     # Deferred: llama.cpp bindings are an optional extra and slow to import.
@@ -369,7 +376,7 @@ def local_backend(
 
     embedded = spec.embedded
     if embedded is not None:
-        return LocalLlamaBackend(embedded=embedded, n_ctx=n_ctx, n_threads=n_threads, progress=progress)
+        return LocalLlamaBackend(embedded=embedded, n_ctx=n_ctx, n_threads=n_threads, progress=progress, stream=stream)
     chat = None if spec.api is None else spec.api == "chat"
     return LocalLlamaBackend(model_path=os.path.expanduser(spec.model), chat=chat, n_ctx=n_ctx, n_threads=n_threads,
-                             progress=progress)
+                             progress=progress, stream=stream)

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from typing import Protocol, TypeVar, dataclass_transform, runtime_checkable
 
 _T = TypeVar("_T")
@@ -16,7 +16,7 @@ _T = TypeVar("_T")
 # assigns to their fields after construction; `dataclasses.replace` makes a changed copy.
 # A function marked `dataclass_transform` (not a bare `dataclass(...)` value) so type checkers
 # see each class's generated __init__ and check every construction.
-@dataclass_transform(eq_default=True)
+@dataclass_transform(eq_default=True, field_specifiers=(field,))
 def value_type(cls: type[_T]) -> type[_T]:
     """Make `cls` a slotted, value-hashed dataclass (see above)."""
     return dataclass(slots=True, unsafe_hash=True)(cls)
@@ -109,6 +109,10 @@ class GenerateRequest:
     #: a chat reply ignores the stop strings, which tasks write for the text form. Backends that
     #: read one form only ignore it.
     form: str | None = None
+    #: Where the reply's text goes as it is written, (sample index, new text), for a backend that
+    #: streams (see thoughtloom.llm.streaming); None: nobody watches, nothing is streamed. Not part of
+    #: the request's value: never compared, hashed, cached or recorded.
+    on_text: Callable[[int, str], None] | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         if self.n < 1:

@@ -121,18 +121,18 @@ def _bottom(backend: Backend, slots: ModelLimit | None) -> Backend:
 
 
 def live_backend(spec: RunSpec, progress: Callable[[str], None] | None = None,
-                 threads: int | str | None = None) -> Backend:
+                 threads: int | str | None = None, stream: bool | None = None) -> Backend:
     """The model a spec names, built now (a missing key or a bad spec fails here); a Backend object as given.
 
     With roles on models of their own, a RoutedBackend sends each role's calls to its model. threads:
-    CPU threads of the embedded models built here (see make_backend).
+    CPU threads of the embedded models built here; stream: whether they stream watched replies (see make_backend).
     """
     from ..llm.registry import make_backend
 
     # A Backend object is the caller's: they close it.
     main = SharedBackend(spec.model) if not isinstance(spec.model, str) else make_backend(
         spec.model, pricing=spec.pricing, timeout_s=spec.model_timeout_s, threads=threads, progress=progress,
-        reasoning_effort=spec.reasoning_effort, thinking_tokens=spec.thinking_tokens)
+        reasoning_effort=spec.reasoning_effort, thinking_tokens=spec.thinking_tokens, stream=stream)
     if not spec.role_models:
         return main
     from ..llm.routing import RoutedBackend
@@ -148,7 +148,7 @@ def live_backend(spec: RunSpec, progress: Callable[[str], None] | None = None,
             else:
                 routes[role] = built[model] = make_backend(model, timeout_s=spec.model_timeout_s, threads=threads,
                                                            progress=progress, reasoning_effort=spec.reasoning_effort,
-                                                           thinking_tokens=spec.thinking_tokens)
+                                                           thinking_tokens=spec.thinking_tokens, stream=stream)
     except BaseException:
         for backend in (main, *routes.values()):
             _close_soon(backend)
@@ -205,6 +205,7 @@ async def execute(
     processors: ProcessorRegistry | None = None,
     roles: ResearchRoles | None = None,
     threads: int | str | None = None,
+    stream: bool | None = None,
 ) -> SearchResult:
     """Run the spec's search; the result carries the stored run's id and store when it was recorded.
 
@@ -217,7 +218,8 @@ async def execute(
     processors: the agent strategy's processors by kind (default: the built-in ones). roles: the
     research strategy's brancher, evaluator and synthesizer given as functions (default: the built-in ones).
     threads: CPU threads of an embedded model this run loads, a number or "auto" (None:
-    $THOUGHTLOOM_THREADS, else auto); a runtime setting, not part of the stored run.
+    $THOUGHTLOOM_THREADS, else auto); a runtime setting, not part of the stored run. stream: whether the model
+    streams replies a sink watches (None: $THOUGHTLOOM_STREAM, else on); a runtime setting too.
     """
     if spec.scorer is not None and spec.scorer.call is None:
         # A stored run's scorer, by name only: imported when the caller names it again (run/session.py:spec_of).
@@ -236,7 +238,7 @@ async def execute(
         backend: Backend | None = None
         if session is None or session.needs_live_model:
             # Spans (with the otel extra) time the model itself: inside the shared concurrency limit.
-            backend = _bottom(traced(live_backend(spec, progress, threads)), slots)
+            backend = _bottom(traced(live_backend(spec, progress, threads, stream)), slots)
         if session is not None:
             backend = session.wrap(backend)
         assert backend is not None

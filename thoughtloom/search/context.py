@@ -7,6 +7,7 @@ import logging
 import zlib
 from collections import deque
 from collections.abc import Callable, Collection, Hashable, Iterable, Mapping, Sequence
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ..graph import EdgeKind, NodeKind, NodeStatus, ThoughtGraph
@@ -29,6 +30,7 @@ from .events import (
     NodePruned,
     NodeRevived,
     NodeScored,
+    ThoughtDelta,
     ThoughtGrounded,
     ThoughtRejected,
     ThoughtRepaired,
@@ -150,6 +152,8 @@ class SearchContext:
         self.expanded: set[int] = set()
         #: Why each pruned thought was cut (a later pass may bring back those the beam held back).
         self.prune_reasons: dict[int, str] = {}
+        #: Calls whose reply was sent to the bus as it was written (numbers ThoughtDelta.call).
+        self._watched_calls = 0
         self.counts = {
             "proposed": 0,
             "rejected": 0,
@@ -292,7 +296,7 @@ class SearchContext:
         # Positional (keywords cost twice as much, once per call): prompt, n, max_tokens,
         # temperature, stop, seed, purpose, schema, route, choices, score_choices (test_search.py checks each
         # field arrives where it belongs).
-        return GenerateRequest(
+        request = GenerateRequest(
             query.prompt,
             1 if score else n,
             1 if score else query.max_tokens,
@@ -307,6 +311,13 @@ class SearchContext:
             choices if choices and (score or self.gateway.follows_choices) else (),
             score,
         )
+        return request if not self.bus.deltas else self._watched(request)
+
+    def _watched(self, request: GenerateRequest) -> GenerateRequest:
+        """The request, with its reply's text sent to the event bus as it is written (ThoughtDelta)."""
+        call, bus, purpose = self._watched_calls, self.bus, request.purpose
+        self._watched_calls += 1
+        return replace(request, on_text=lambda sample, text: bus.emit(ThoughtDelta(call, purpose, sample, text)))
 
     async def ask(self, query: Query, n: int, purpose: str, key: object,
                   role: str | None = None) -> Answer | None:

@@ -193,6 +193,23 @@ class BudgetSpent(Event):
 
 
 @dataclass(slots=True)
+class ThoughtDelta(Event):
+    """A model reply as it is written (a backend that streams): the text a sample gained since its last delta.
+
+    Sent only to sinks that ask for them (`wants_deltas = True`), coalesced (about every 50 ms), and
+    never stored: the reply itself arrives whole with the call. `call` numbers the search's watched
+    calls from 0, so a viewer can put each call's pieces together; a call the gateway retries starts
+    its text again.
+    """
+
+    type: ClassVar[str] = "thought_delta"
+    call: int
+    purpose: str
+    sample: int
+    text: str
+
+
+@dataclass(slots=True)
 class SearchStopped(Event):
     """The search ended; the counts are the result's (SearchStats), so a display can end on them."""
 
@@ -226,6 +243,12 @@ class EventBus:
     sinks: list[EventSink] = field(default_factory=list)
     #: indexes of the sinks that have raised: their first failure is logged in full, later ones briefly.
     failed: set[int] = field(default_factory=set)
+    #: Whether a sink asks for ThoughtDelta events (an attribute `wants_deltas = True`): only then are
+    #: model calls streamed to the bus.
+    deltas: bool = False
+
+    def __post_init__(self) -> None:
+        self.deltas = any(getattr(sink, "wants_deltas", False) for sink in self.sinks)
 
     def __bool__(self) -> bool:
         return bool(self.sinks)
@@ -233,10 +256,14 @@ class EventBus:
     def subscribe(self, sink: EventSink) -> None:
         """Add a listener."""
         self.sinks.append(sink)
+        self.deltas = self.deltas or bool(getattr(sink, "wants_deltas", False))
 
     def emit(self, event: Event) -> None:
         """Deliver an event to every sink, in subscription order; a sink that raises is logged and skipped."""
+        deltas = type(event) is ThoughtDelta
         for i, sink in enumerate(self.sinks):
+            if deltas and not getattr(sink, "wants_deltas", False):
+                continue  # a sink that did not ask for the text as it is written (the run recorder) never sees it
             try:
                 sink(event)
             except Exception as exc:  # a user's display or logger must not end the search it watches

@@ -17,6 +17,9 @@ class EventLog:
     that cannot be written (a full disk) never stops the search: the log stops writing and `error` says why.
     """
 
+    #: The replies' text as it is written (ThoughtDelta) goes into the log too.
+    wants_deltas = True
+
     def __init__(self, stream: TextIO) -> None:
         self.stream = stream
         self._start: float | None = None

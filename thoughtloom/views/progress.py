@@ -25,11 +25,15 @@ from ..search.events import (
     SearchContinued,
     SearchStarted,
     SearchStopped,
+    ThoughtDelta,
     ThoughtGrounded,
     ThoughtRejected,
     ToolCalled,
 )
 from .terminal import terminal_text
+
+#: Characters of the reply being written kept for the status line (which is cut to the terminal's width).
+WRITING_TAIL = 200
 
 
 class ProgressDisplay:
@@ -47,6 +51,10 @@ class ProgressDisplay:
         self.console = Console(file=self.stream, force_terminal=self.tty, highlight=False, markup=False,
                                emoji=False)
         self.interval_s = 0.1 if self.tty else interval_s
+        #: On a terminal the status line shows the reply being written (off one, it would be a line a token).
+        self.wants_deltas = self.tty
+        #: The call being written (ThoughtDelta.call), what it is for, and its latest text.
+        self.writing: tuple[int, str, str] | None = None
         self.nodes = 0
         self.depth = 0
         self.max_depth = 0
@@ -71,7 +79,9 @@ class ProgressDisplay:
 
     def __call__(self, event: Event) -> None:
         """Update counters from one event and redraw when due."""
-        if isinstance(event, NodeAdded):
+        if isinstance(event, ThoughtDelta):
+            self._written(event)
+        elif isinstance(event, NodeAdded):
             self.nodes += 1
             self.depth = max(self.depth, event.depth)
             self.kinds[event.kind] = self.kinds.get(event.kind, 0) + 1
@@ -102,6 +112,7 @@ class ProgressDisplay:
             self.rejected += 1
         elif isinstance(event, BudgetSpent):
             self.tokens, self.limit, self.calls = event.spent_tokens, event.token_limit, event.calls
+            self.writing = None  # a call ended: what was being written is a reply now
         elif isinstance(event, SearchStarted):
             self.limit = event.token_limit
             self._line(f"loom: {event.task} · {event.strategy} · {event.problem!r}")
@@ -132,8 +143,29 @@ class ProgressDisplay:
             return
         self._draw()
 
-    def status(self) -> str:
-        """The current status line."""
+    def _written(self, event: ThoughtDelta) -> None:
+        """Follow the reply being written: the latest call's text (sample 0's; other samples are alike)."""
+        if event.sample != 0:
+            return
+        if self.writing is None or self.writing[0] != event.call:
+            self.writing = (event.call, event.purpose, "")
+        # Only the end is shown: the tail of a long reply is what is moving.
+        self.writing = (event.call, event.purpose, (self.writing[2] + event.text)[-WRITING_TAIL:])
+
+    def status(self, width: int | None = None) -> str:
+        """The current status line, and the end of the reply being written when a backend streams one
+        (as much of its end as fits in `width` columns, when given)."""
+        line = terminal_text(self._counts())
+        if self.writing is None:
+            return line
+        _, purpose, text = self.writing
+        head = f"{line} · {terminal_text(purpose or 'model')}: "
+        text = terminal_text(" ".join(text.split()))
+        room = len(text) if width is None else max(width - len(head), 0)
+        return head + (text[-room:] if room else "")
+
+    def _counts(self) -> str:
+        """The status line's counts for the kind of search."""
         if self.flow is not None:
             return self._research_status()
         if self.done or self.tool_calls:
@@ -167,7 +199,7 @@ class ProgressDisplay:
         if not force and now - self._last < self.interval_s:
             return
         self._last = now
-        status = Text(terminal_text(self.status()))
+        status = Text(self.status(max(self.console.width - 1, 1) if self.tty else None))
         if self.tty:
             # One column short of the width: a line that fills the last column wraps on some terminals.
             status.truncate(max(self.console.width - 1, 1), overflow="ellipsis")
