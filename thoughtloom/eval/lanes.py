@@ -122,10 +122,28 @@ class LaneOutcome:
 
 
 def available_strategies() -> set[str]:
-    """Engine strategies registered right now (another module may add `recursive`)."""
-    from ..search.strategies import STRATEGY_FUNCTIONS
+    """Engine strategies registered right now: built in, and installed (search/strategies/registry.py)."""
+    from ..search.strategies.registry import strategy_names
 
-    return set(STRATEGY_FUNCTIONS)
+    return set(strategy_names())
+
+
+def lane_strategy(lane: str) -> str | None:
+    """The engine strategy a search lane runs: a built-in lane's (SEARCH_LANES), or the installed strategy
+    the lane is named after; None for a lane that runs no search strategy."""
+    if lane in SEARCH_LANES:
+        return SEARCH_LANES[lane]
+    if lane in ALL_LANES:
+        return None
+    from ..search.strategies.registry import installed_names
+
+    return lane if lane in installed_names() else None
+
+
+def check_lane_name(lane: str) -> None:
+    """Raise LaneError for a name that is no lane (a built-in one, or an installed strategy's)."""
+    if lane not in ALL_LANES and lane_strategy(lane) is None:
+        raise LaneError(f"unknown lane {lane!r}; choose from: {', '.join(ALL_LANES)}, or an installed strategy's name")
 
 
 def registered_tasks() -> set[str]:
@@ -137,8 +155,7 @@ def registered_tasks() -> set[str]:
 
 def check_lane(lane: str, dataset: Dataset) -> None:
     """Raise LaneError when `lane` cannot run on `dataset` (before any model is loaded)."""
-    if lane not in ALL_LANES:
-        raise LaneError(f"unknown lane {lane!r}; choose from: {', '.join(ALL_LANES)}")
+    check_lane_name(lane)
     family = dataset.spec.prompts
     if lane == AGENT_LANE:
         if "agent" not in available_strategies():
@@ -155,18 +172,16 @@ def check_lane(lane: str, dataset: Dataset) -> None:
             raise LaneError(f"lane research needs problems that bring their own documents; {dataset.name}'s do not "
                             f"(it runs on {sets})")
         return
-    if lane in SEARCH_LANES:
-        if SEARCH_LANES[lane] not in available_strategies():
-            raise LaneError(
-                f"lane {lane} needs the {SEARCH_LANES[lane]} strategy, which is not registered in this build"
-            )
+    if (strategy := lane_strategy(lane)) is not None:
+        if strategy not in available_strategies():
+            raise LaneError(f"lane {lane} needs the {strategy} strategy, which is not registered in this build")
         if dataset.task_object is None and dataset.spec.task not in registered_tasks():
             raise LaneError(f"lane {lane} needs task {dataset.spec.task} for {dataset.name}, which is not registered")
         if lane == CHANCE_LANE and not dataset.task().lists_choices:
             listing = sorted({spec.task for spec in DATASETS.values() if _lists_choices(spec.task)})
             raise LaneError(f"lane random needs a task that lists its valid steps; {dataset.spec.task} does not "
                             f"(it runs on {', '.join(listing)})")
-        unfit = _unfit(SEARCH_LANES[lane], dataset)
+        unfit = _unfit(strategy, dataset)
         if unfit is not None:
             raise LaneError(f"lane {lane} does not apply: {unfit}")
         return
@@ -192,7 +207,7 @@ def check_lane(lane: str, dataset: Dataset) -> None:
 
 def check_params(lane: str, params: dict[str, Any]) -> None:
     """Raise LaneError on a parameter the lane does not take or a value it cannot run with (before any call)."""
-    engine = lane in SEARCH_LANES or lane in (AGENT_LANE, RESEARCH_LANE)
+    engine = lane_strategy(lane) is not None or lane in (AGENT_LANE, RESEARCH_LANE)
     from ..search.config import SearchConfig
     from ..search.research.config import ResearchConfig
 
@@ -235,7 +250,7 @@ def check_params(lane: str, params: dict[str, Any]) -> None:
 
 def _unfit(strategy: str, dataset: Dataset) -> str | None:
     """Why the engine strategy cannot search this data set (with the task its lane runs), or None."""
-    from ..search.strategies.fit import unsupported_reason
+    from ..search.strategies.registry import unsupported_reason
 
     return unsupported_reason(strategy, lane_task(strategy, dataset))
 
@@ -244,7 +259,7 @@ def lane_task(strategy: str, dataset: Dataset, control: bool = False) -> Any:
     """The task a search lane runs: the data set's (for the random control, built with what it lists its
     steps from), or its prose task where the strategy writes a free-text answer that the data set's task
     cannot take (cove on GSM8K runs the general task)."""
-    from ..search.strategies.fit import unsupported_reason
+    from ..search.strategies.registry import unsupported_reason
     from ..tasks.registry import get_task
 
     task = dataset.task(control)
@@ -279,14 +294,15 @@ def search_spec(lane: str, dataset: Dataset, problem: Problem, backend: Backend,
             return resolve(agent_task(problem), task="agent", model=backend, budget=limits, store=store,
                            search={"strategy": "agent", **search}, tools=AGENT_TOOLS[dataset.spec.prompts],
                            knowledge=knowledge)
-        task = dataset.code_task() if dataset.spec.prompts == "code" else lane_task(SEARCH_LANES[lane], dataset,
+        strategy = lane_strategy(lane) or lane
+        task = dataset.code_task() if dataset.spec.prompts == "code" else lane_task(strategy, dataset,
                                                                                      lane == CHANCE_LANE)
         if lane == CHANCE_LANE:
             from ..llm.chance import ChanceBackend
 
             backend = ChanceBackend(backend, seed=seed or 0)
         return resolve(problem.text, task=task, model=backend, budget=limits, store=store,
-                       search={"strategy": SEARCH_LANES[lane], **search},
+                       search={"strategy": strategy, **search},
                        role_models=(role_models or None) if lane in ROLE_LANES else None)
     except SpecError as exc:
         raise LaneError(f"lane {lane}: {exc}") from None
@@ -324,7 +340,7 @@ async def run_lane(
 
     gateways: list[Gateway] = []
     try:
-        if lane in SEARCH_LANES or lane in (AGENT_LANE, RESEARCH_LANE):
+        if lane_strategy(lane) is not None or lane in (AGENT_LANE, RESEARCH_LANE):
             outcome = await _search(lane, dataset, problem, backend, limits, params, temperature, seed, slots,
                                     store, gateways.append, role_models)
         else:

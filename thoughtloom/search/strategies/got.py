@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from ..context import SearchContext
 from ..operators import aggregate, refine
-from .common import expand_all, next_level, rank
+from .base import BuiltinStrategy
+from .common import STEP_NEEDS, expand_all, next_level, rank
+from .fit import needs_merges
 
 
 async def run_got(ctx: SearchContext) -> None:
@@ -28,3 +30,6 @@ async def run_got(ctx: SearchContext) -> None:
             if merged is not None:
                 children.append(merged)
         frontier = await next_level(ctx, frontier, children)
+
+
+STRATEGIES = (BuiltinStrategy("got", run_got, STEP_NEEDS, needs_merges),)
