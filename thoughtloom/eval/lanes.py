@@ -181,7 +181,10 @@ def check_lane(lane: str, dataset: Dataset) -> None:
             listing = sorted({spec.task for spec in DATASETS.values() if _lists_choices(spec.task)})
             raise LaneError(f"lane random needs a task that lists its valid steps; {dataset.spec.task} does not "
                             f"(it runs on {', '.join(listing)})")
-        unfit = _unfit(strategy, dataset)
+        try:
+            unfit = _unfit(strategy, dataset)
+        except ValueError as exc:  # an installed strategy that cannot be loaded (registry.StrategyError)
+            raise LaneError(f"lane {lane}: {exc}") from None
         if unfit is not None:
             raise LaneError(f"lane {lane} does not apply: {unfit}")
         return

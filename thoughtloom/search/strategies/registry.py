@@ -3,8 +3,8 @@
 The built-in strategies are declared in their own modules (each a `STRATEGIES` tuple) and listed
 here once, in the order `--strategy` shows them. Installed packages add strategies through the
 `thoughtloom.strategies` entry-point group, looked up only when a name is not built in and loaded
-only when chosen (a broken one is refused in one line when chosen, and warned about, not fatal,
-where strategies are listed). A strategy not installed can be named by its class,
+only when chosen (a broken one is refused in one line then; `loom bench` leaves its lane out with
+the reason). A strategy not installed can be named by its class,
 `module:Class` or `file.py:Class`, or passed as an object (`solve(..., strategy=MyStrategy())`).
 
 A run with a strategy that is not built in records it as a `ChosenStrategy` (its name, where its
@@ -14,7 +14,6 @@ class is loaded from, its settings) so resume and replay build the same strategy
 from __future__ import annotations
 
 import os
-import warnings
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, is_dataclass
 from typing import Any
@@ -62,17 +61,6 @@ def strategy_names() -> tuple[str, ...]:
     return (*built_in_names(), *installed_names())
 
 
-def installed_strategies() -> dict[str, Strategy]:
-    """The installed strategies, loaded; a broken one is one warning and left out."""
-    found: dict[str, Strategy] = {}
-    for name in installed_names():
-        try:
-            found[name] = build(name)
-        except StrategyError as exc:
-            warnings.warn(str(exc), RuntimeWarning, stacklevel=2)
-    return found
-
-
 def strategy_named(name: str) -> Strategy:
     """The strategy a name chooses: built-in, installed, or a `module:Class` / `file.py:Class` reference."""
     return _built_in(name) or build(name)
@@ -97,14 +85,10 @@ def no_decomposition(task: Task[Any]) -> str:
 
 
 def needs_of(name: str) -> Needs:
-    """What the strategy of this name needs (a strategy that cannot be found needs nothing)."""
+    """What the built-in strategy of this name needs (any other name: nothing; a run asks its own strategy,
+    RunSpec.needs)."""
     builtin = _built_in(name)
-    if builtin is not None:
-        return builtin.needs
-    try:
-        return build(name).needs
-    except StrategyError:
-        return Needs()
+    return builtin.needs if builtin is not None else Needs()
 
 
 def build(name: str, settings: Mapping[str, Any] | None = None, source: str | None = None) -> Strategy:
