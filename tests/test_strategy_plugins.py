@@ -180,6 +180,25 @@ def test_solve_takes_a_strategy_object_and_its_settings_are_stored_and_replayed(
     assert "identical graph" in capsys.readouterr().out
 
 
+def test_an_object_of_an_importable_class_not_installed_is_recorded_by_its_class_and_replayed(
+        site: Path, server: FakeOpenAIServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "my_strategies.py").write_text(
+        "from greedy_strategy import GreedyStrategy\n\n\nclass Wide(GreedyStrategy):\n    name = 'wide'\n",
+        encoding="utf-8")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    from my_strategies import Wide
+
+    server.responder = reach_reply
+    store = tmp_path / "runs.db"
+    result = asyncio.run(asolve("3 10", task="reach", model=f"openai-compatible:{server.url}@m#completions",
+                                strategy=Wide(width=2), store=str(store)))
+    spec = manifest_spec(str(result.run_id), store, tmp_path)
+    assert spec["strategy"] == {"name": "wide", "source": "my_strategies:Wide", "settings": {"width": 2}}
+    assert main(["replay", str(result.run_id), "--store", str(store), "--quiet"]) == 0
+    assert "identical graph" in capsys.readouterr().out
+
+
 def test_a_strategy_object_may_not_take_a_built_in_name(site: Path) -> None:
     from greedy_strategy import GreedyStrategy
 

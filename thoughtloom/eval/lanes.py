@@ -60,10 +60,6 @@ AGENT_LANE = "agent"
 #: The lane that runs the research strategy (Research Flow) on a question over the problem's own documents.
 RESEARCH_LANE = "research"
 ALL_LANES = (*SAMPLING_LANES, *SEARCH_LANES, AGENT_LANE, RESEARCH_LANE)
-#: Lanes whose search has the operators' roles (generator, evaluator, synthesizer), so a protocol's
-#: role models apply to them; every other lane runs on the protocol's model alone (the random
-#: control above all: it must not be given a model's judgement).
-ROLE_LANES = ("tot", "dfs", "mcts", "got")
 #: Prompt families whose problems bring their own documents, sentence by sentence (the research lane's corpus).
 RESEARCH_SETS: tuple[str, ...] = ("hotpotqa",)
 #: The agent lane's tools by prompt family: math word problems get the exact calculator and
@@ -138,6 +134,21 @@ def lane_strategy(lane: str) -> str | None:
     from ..search.strategies.registry import installed_names
 
     return lane if lane in installed_names() else None
+
+
+def role_lane(lane: str) -> bool:
+    """True for a search lane whose strategy has roles of its own (the operators' generator, evaluator,
+    synthesizer), so a protocol's role models apply to it; every other lane runs on the protocol's model
+    alone (the random control above all: it must not be given a model's judgement)."""
+    from ..search.strategies.registry import StrategyError, strategy_named
+
+    strategy = lane_strategy(lane)
+    if lane == CHANCE_LANE or strategy is None:
+        return False
+    try:
+        return bool(strategy_named(strategy).needs.roles)
+    except StrategyError:  # a broken installed strategy: its lane is left out (check_lane says why)
+        return False
 
 
 def check_lane_name(lane: str) -> None:
@@ -306,7 +317,7 @@ def search_spec(lane: str, dataset: Dataset, problem: Problem, backend: Backend,
             backend = ChanceBackend(backend, seed=seed or 0)
         return resolve(problem.text, task=task, model=backend, budget=limits, store=store,
                        search={"strategy": strategy, **search},
-                       role_models=(role_models or None) if lane in ROLE_LANES else None)
+                       role_models=(role_models or None) if role_lane(lane) else None)
     except SpecError as exc:
         raise LaneError(f"lane {lane}: {exc}") from None
 
@@ -337,7 +348,7 @@ async def run_lane(
     """Run one lane on one problem under a fresh budget over `backend`; never raises for model trouble.
 
     slots: the model-concurrency limit all lanes share. store: search lanes record their runs there.
-    role_models: role -> model spec, for the lanes with roles (ROLE_LANES).
+    role_models: role -> model spec, for the lanes with roles (role_lane).
     """
     from ..run.execute import lane_gateway
 

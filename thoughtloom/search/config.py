@@ -28,7 +28,8 @@ class SearchConfig:
     `dataclasses.replace`, which passes them all) is used as it is.
     """
 
-    #: A strategy's name: built in (search/strategies), installed, or a user's (module:Class).
+    #: A strategy's name: a built-in one (search/strategies), an installed one, or a user's strategy's own
+    #: (RunSpec.strategy says where that one comes from).
     strategy: str = "bfs"
     #: Branching factor: thoughts generated per expansion.
     breadth: int = 5

@@ -114,6 +114,13 @@ def build(name: str, settings: Mapping[str, Any] | None = None, source: str | No
     return made
 
 
+def _installed_value(name: str) -> str | None:
+    """What an installed package registers under `name` (`module:Class`), not loaded; None: nothing."""
+    from importlib.metadata import entry_points
+
+    return next((e.value for e in entry_points(group=ENTRY_POINT_GROUP) if e.name == name), None)
+
+
 def _entry_point(name: str) -> tuple[Any, str]:
     """The factory an installed package registers under `name`, and where it is."""
     from importlib.metadata import entry_points
@@ -165,8 +172,9 @@ class ChosenStrategy:
             raise StrategyError(f"a strategy's name must be a non-empty string; got {name!r}")
         if name in built_in_names():
             raise StrategyError(f"strategy {name!r}: a built-in strategy has that name; give yours another")
-        installed = name in installed_names() and type(choice).__module__ != "__main__"
-        return cls(name, None if installed else _class_reference(choice), settings_of(choice), choice)
+        reference = _class_reference(choice)
+        installed = reference is not None and _installed_value(name) == reference  # found again by its name
+        return cls(name, None if installed else reference, settings_of(choice), choice)
 
     def load(self) -> Strategy:
         """The strategy, made from its record when a stored run named it (StrategyError, one line, when it is
