@@ -16,12 +16,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from openai_server import FakeOpenAIServer
+from openai_server import FakeOpenAIServer, Reply, Seen
 from test_task_plugins import EXAMPLES, install_fake_distribution, reach_reply
 
 from thoughtloom import Strategy, asolve
 from thoughtloom.cli.main import main
 from thoughtloom.run.spec import RunSpec, SpecError, resolve
+from thoughtloom.search.result import SearchResult
 from thoughtloom.search.strategies.registry import built_in_strategies, strategy_names
 
 GREEDY_FILE = str(EXAMPLES / "greedy_strategy.py")
@@ -142,6 +143,28 @@ def test_a_stored_run_records_its_strategys_name_and_settings_and_replays_with_n
     assert main(["replay", run, "--store", str(store), "--quiet"]) == 0
     assert "identical graph" in capsys.readouterr().out
     assert len(server.seen) == calls
+
+
+def test_an_interrupted_run_of_an_installed_strategy_resumes_with_it_and_finishes(
+        site: Path, server: FakeOpenAIServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    def slow(seen: Seen) -> Reply:
+        reply = reach_reply(seen)
+        return Reply(reply.status, reply.body, delay_s=0.3)
+
+    server.responder = slow
+    store = tmp_path / "runs.db"
+    model = f"openai-compatible:{server.url}@m#completions"
+
+    async def interrupted() -> SearchResult:  # cancelled (Ctrl-C) midway: the engine returns what it has
+        return await asyncio.wait_for(asolve("3 10", task="reach", model=model, strategy="greedy", store=str(store),
+                                             concurrency=1), 0.8)
+
+    result = asyncio.run(interrupted())
+    assert result.termination_reason == "interrupted"
+    server.responder = reach_reply
+    out = solved(["resume", str(result.run_id), "--store", str(store), "--quiet", "--json", "--model", model], capsys)
+    assert out["config"]["strategy"] == "greedy"
+    assert out["termination_reason"] == "goal_reached" and str(out["answer"]).endswith("= 10")
 
 
 def test_a_run_of_a_strategy_named_by_its_file_replays_from_that_file(
