@@ -4,8 +4,8 @@ The built-in strategies are declared in their own modules (each a `STRATEGIES` t
 here once, in the order `--strategy` shows them. Installed packages add strategies through the
 `thoughtloom.strategies` entry-point group, looked up only when a name is not built in and loaded
 only when chosen (a broken one is refused in one line then; `loom bench` leaves its lane out with
-the reason). A strategy not installed can be named by its class,
-`module:Class` or `file.py:Class`, or passed as an object (`solve(..., strategy=MyStrategy())`).
+the reason). A strategy not installed can be named by its class, `module:Class` or
+`file.py:Class`, or passed as an object (`solve(..., strategy=MyStrategy())`).
 
 A run with a strategy that is not built in records it as a `ChosenStrategy` (its name, where its
 class is loaded from, its settings) so resume and replay build the same strategy again.
@@ -31,6 +31,7 @@ class StrategyError(ValueError):
 
 def built_in_strategies() -> tuple[BuiltinStrategy, ...]:
     """The built-in strategies, in the order they are offered."""
+    # Imported when asked: the CLI imports this module for its errors without loading every strategy.
     from ..agent import scheduler
     from ..research import explorer
     from . import best_first, bfs, cove, dfs, got, mcts, recursive
@@ -114,18 +115,22 @@ def build(name: str, settings: Mapping[str, Any] | None = None, source: str | No
     return made
 
 
-def _installed_value(name: str) -> str | None:
-    """What an installed package registers under `name` (`module:Class`), not loaded; None: nothing."""
+def _entry(name: str) -> Any:
+    """The entry point an installed package registers under `name` (not loaded), or None."""
     from importlib.metadata import entry_points
 
-    return next((e.value for e in entry_points(group=ENTRY_POINT_GROUP) if e.name == name), None)
+    return next((e for e in entry_points(group=ENTRY_POINT_GROUP) if e.name == name), None)
+
+
+def _installed_value(name: str) -> str | None:
+    """What an installed package registers under `name` (`module:Class`); None: nothing."""
+    entry = _entry(name)
+    return None if entry is None else str(entry.value)
 
 
 def _entry_point(name: str) -> tuple[Any, str]:
     """The factory an installed package registers under `name`, and where it is."""
-    from importlib.metadata import entry_points
-
-    entry = next((e for e in entry_points(group=ENTRY_POINT_GROUP) if e.name == name), None)
+    entry = _entry(name)
     if entry is None:
         raise StrategyError(f"unknown strategy {name!r}: not built in or installed; choose one of: "
                             f"{', '.join(strategy_names())} (or name a class, module:Class or file.py:Class)")
