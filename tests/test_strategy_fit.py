@@ -13,7 +13,7 @@ from thoughtloom.eval.report import format_table, summarize
 from thoughtloom.eval.store import Record
 from thoughtloom.llm.fake import ScriptedBackend
 from thoughtloom.run.spec import SpecError
-from thoughtloom.search.strategies.fit import fitting, unsupported_reason
+from thoughtloom.search.strategies.registry import fitting, unsupported_reason
 from thoughtloom.tasks.registry import get_task
 
 

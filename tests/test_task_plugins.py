@@ -23,13 +23,15 @@ ROOT = Path(__file__).parents[1]
 EXAMPLES = ROOT / "examples"
 
 
-def install_fake_distribution(site: Path, entries: dict[str, str]) -> None:
-    """A distribution `loom-user-tasks` registering `entries` (name -> module:Class) as thoughtloom tasks."""
-    info = site / "loom_user_tasks-0.1.dist-info"
+def install_fake_distribution(site: Path, entries: dict[str, str], group: str = "thoughtloom.tasks",
+                              name: str = "loom-user-tasks") -> Path:
+    """A distribution `name` registering `entries` (name -> module:Class) in the entry-point `group`; its folder."""
+    info = site / f"{name.replace('-', '_')}-0.1.dist-info"
     info.mkdir(parents=True)
-    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: loom-user-tasks\nVersion: 0.1\n", encoding="utf-8")
-    lines = "".join(f"{name} = {target}\n" for name, target in entries.items())
-    (info / "entry_points.txt").write_text(f"[thoughtloom.tasks]\n{lines}", encoding="utf-8")
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: 0.1\n", encoding="utf-8")
+    lines = "".join(f"{entry} = {target}\n" for entry, target in entries.items())
+    (info / "entry_points.txt").write_text(f"[{group}]\n{lines}", encoding="utf-8")
+    return info
 
 
 @pytest.fixture

@@ -47,6 +47,9 @@ _EXPORTS = {
     # Your own scorer's result and protocol (solve(..., scorer=fn), --scorer).
     "Scored": "thoughtloom.search.scorer",
     "Scorer": "thoughtloom.search.scorer",
+    # Your own strategy's protocol and what it declares it needs (solve(..., strategy=obj), --strategy).
+    "Strategy": "thoughtloom.search.strategies.base",
+    "Needs": "thoughtloom.search.strategies.base",
     "compare_strategies": "thoughtloom.eval.runner",
     # An application that starts MCP servers or sandboxes calls it once (loom's own main does).
     "make_process_private": "thoughtloom.grounding.neighbours",
@@ -85,6 +88,7 @@ if TYPE_CHECKING:
     from .search.result import SearchResult as SearchResult
     from .search.scorer import Scored as Scored, Scorer as Scorer
     from .search.stop import StopReason as StopReason
+    from .search.strategies.base import Needs as Needs, Strategy as Strategy
     from .tasks.base import ProblemError as ProblemError, Task as Task
     from .tasks.query import Query as Query, Verdict as Verdict
     from .tasks.registry import get_task as get_task

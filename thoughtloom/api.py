@@ -100,6 +100,8 @@ async def asolve(
     scorer: your own scorer, a plain or async function `f(thought, path)` giving a score in [0, 1] (or
     `Scored(score, reasoning)`), or its `module:function` reference as `--scorer`: it scores the thoughts
     instead of the model (no evaluation call); a stored run records it by name (search/scorer.py).
+    `strategy` (one of the overrides): a strategy's name, or your own `thoughtloom.Strategy` object or its
+    `module:Class` reference; a stored run records its name and settings (docs/search.md).
     """
     spec = resolve(
         problem, task=task, model=model, profile=profile, task_options=task_options, config=config,

@@ -318,10 +318,10 @@ def cmd_bench(args: argparse.Namespace) -> int:
         say(f"run directory {out} · {counted(sum(len(v) for v in protocol.problems.values()), 'problem')} x "
             f"{counted(len(protocol.lanes), 'lane')} · budget {protocol.budget_tokens or '-'} tokens per problem")
         if protocol.role_models:
-            from ..eval.lanes import ROLE_LANES
+            from ..eval.lanes import role_lane
 
             roles = ", ".join(f"{role} on {model}" for role, model in protocol.role_models.items())
-            with_roles = [p.lane for p in protocol.lanes if p.lane in ROLE_LANES]
+            with_roles = [p.lane for p in protocol.lanes if role_lane(p.lane)]
             # Not progress: said even with --quiet, as the table's lanes ran on different models.
             print(f"loom bench: roles: {roles} in lanes {', '.join(with_roles) or '(none of these)'}; every other "
                   f"call runs on {protocol.model}", file=sys.stderr, flush=True)

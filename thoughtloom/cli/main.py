@@ -160,6 +160,7 @@ def _run(args: argparse.Namespace) -> int:
     from ..llm.errors import ModelError
     from ..run.spec import SpecError
     from ..search.scorer import ScorerError
+    from ..search.strategies.registry import StrategyError
     from ..tasks.base import ProblemError, UnsupportedOperation
     from ..tasks.registry import TaskOptionError, UnknownTask
     from .agent import cmd_agent
@@ -187,7 +188,7 @@ def _run(args: argparse.Namespace) -> int:
     def reported() -> tuple[type[Exception], ...]:
         """Errors reported as one line with exit code 2 (called only once one was raised: the store loads then)."""
         return (UsageError, SpecError, ProblemError, UnknownTask, UnknownProfile, UnsupportedOperation, ModelError,
-                TaskOptionError, SandboxUnavailable, ScorerError, *store_errors())
+                TaskOptionError, SandboxUnavailable, ScorerError, StrategyError, *store_errors())
 
     from .otel import exported_spans
 

@@ -93,7 +93,6 @@ def _run_output_options(p: argparse.ArgumentParser) -> None:
 def add_fork_command(sub: Any, store_option: Callable[[argparse.ArgumentParser], None]) -> None:
     """Add `loom fork RUN --at NODE [settings]`: its settings default to the parent run's (None: not given)."""
     from ..search.config import EVALUATIONS
-    from ..search.fork import FROM_A_NODE
     from .common import MAX_FANOUT, add_price_options, count, number, positive_float, positive_int, unit_float
 
     p = sub.add_parser(
@@ -118,7 +117,8 @@ def add_fork_command(sub: Any, store_option: Callable[[argparse.ArgumentParser],
     m.add_argument("--thinking-tokens", type=positive_int("--thinking-tokens"), metavar="N",
                    help="anthropic: extended-thinking budget per sample")
     s = p.add_argument_group("search settings (default: the parent's)")
-    s.add_argument("--strategy", choices=FROM_A_NODE, help="the strategy that goes on from NODE")
+    s.add_argument("--strategy", metavar="NAME",
+                   help="the strategy that goes on from NODE: one that starts from a node (bfs, dfs, best_first)")
     for flag, kind in (("breadth", positive_int), ("beam", positive_int), ("depth", positive_int),
                        ("value-samples", positive_int), ("reasks", count)):
         s.add_argument(f"--{flag}", type=kind(f"--{flag}", MAX_FANOUT), help=f"as 'loom solve --{flag}'")

@@ -52,10 +52,11 @@ def add_solve_parser(sub: Any) -> None:
                         "defaults (see docs/tasks.md)")
     s.add_argument("--problem", dest="problem_id", metavar="ID", help="a benchmark problem by id, e.g. HumanEval/0")
     add_model_option(s)
-    s.add_argument("--strategy", choices=("bfs", "tree_of_thoughts", "breadth_first", "dfs", "best_first", "mcts",
-                                          "got", "recursive", "cove"),
-                   help="search strategy (default: the task's, else bfs); tree_of_thoughts and breadth_first are "
-                        "bfs without the beam cut; cove: Chain of Verification")
+    s.add_argument("--strategy", type=solve_strategy, metavar="NAME",
+                   help="search strategy (default: the task's, else bfs): bfs, dfs, mcts, got ... (an unknown name "
+                        "lists them; tree_of_thoughts and breadth_first are bfs without the beam cut; cove: Chain of "
+                        "Verification), one an installed package adds, or your own class, module:Class or "
+                        "file.py:Class (see docs/search.md)")
     s.add_argument("--breadth", type=positive_int("--breadth", MAX_FANOUT), help="thoughts generated per expansion")
     s.add_argument("--beam", type=positive_int("--beam", MAX_FANOUT), help="thoughts kept per level (beam width)")
     s.add_argument("--depth", type=positive_int("--depth", MAX_FANOUT),
@@ -118,6 +119,15 @@ def add_solve_parser(sub: Any) -> None:
                    metavar="X",
                    help="score multiplier (>= 1) for a verified thought (default: the profile's)")
     add_output_options(s)
+
+
+def solve_strategy(name: str) -> str:
+    """--strategy NAME: any strategy but those that call tools, which have commands of their own (loom agent ...)."""
+    from ..search.strategies.registry import built_in_strategies
+
+    if any(s.name == name and s.needs.tools for s in built_in_strategies()):
+        raise argparse.ArgumentTypeError(f"{name} calls tools: run it with loom {name}")
+    return name
 
 
 def add_model_option(s: Any) -> None:

@@ -34,11 +34,11 @@ from typing import TYPE_CHECKING, Any
 
 from ..graph import NodeStatus
 from ..llm.budget import LIMIT_NAMES, BudgetLimits
-from ..search.config import DEPTH_STRATEGIES
 from ..search.continuation import held_back
 from ..search.events import ControlDecision
 from ..search.operators import value_many
 from ..search.stop import StopReason
+from ..search.strategies.registry import needs_of
 from .depth import DepthPolicy
 from .failures import DetectorLimits, FailureAnticipator
 from .feedback import AutomaticHandler, FeedbackHandler
@@ -419,7 +419,7 @@ class Controller:
         goal or acceptable thought yet, answers not all complete within the limit, and (held) some
         thought the limit alone keeps from being expanded."""
         assert self.policy is not None
-        if ctx.max_depth >= self.policy.hard_limit or ctx.config.strategy not in DEPTH_STRATEGIES or ctx.goals:
+        if ctx.max_depth >= self.policy.hard_limit or not needs_of(ctx.config.strategy).grows_depth or ctx.goals:
             return False
         if state.best is not None and state.best.quality >= self.settings.acceptable_threshold:
             return False

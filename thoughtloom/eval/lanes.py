@@ -60,10 +60,6 @@ AGENT_LANE = "agent"
 #: The lane that runs the research strategy (Research Flow) on a question over the problem's own documents.
 RESEARCH_LANE = "research"
 ALL_LANES = (*SAMPLING_LANES, *SEARCH_LANES, AGENT_LANE, RESEARCH_LANE)
-#: Lanes whose search has the operators' roles (generator, evaluator, synthesizer), so a protocol's
-#: role models apply to them; every other lane runs on the protocol's model alone (the random
-#: control above all: it must not be given a model's judgement).
-ROLE_LANES = ("tot", "dfs", "mcts", "got")
 #: Prompt families whose problems bring their own documents, sentence by sentence (the research lane's corpus).
 RESEARCH_SETS: tuple[str, ...] = ("hotpotqa",)
 #: The agent lane's tools by prompt family: math word problems get the exact calculator and
@@ -122,10 +118,43 @@ class LaneOutcome:
 
 
 def available_strategies() -> set[str]:
-    """Engine strategies registered right now (another module may add `recursive`)."""
-    from ..search.strategies import STRATEGY_FUNCTIONS
+    """Engine strategies registered right now: built in, and installed (search/strategies/registry.py)."""
+    from ..search.strategies.registry import strategy_names
 
-    return set(STRATEGY_FUNCTIONS)
+    return set(strategy_names())
+
+
+def lane_strategy(lane: str) -> str | None:
+    """The engine strategy a search lane runs: a built-in lane's (SEARCH_LANES), or the installed strategy
+    the lane is named after; None for a lane that runs no search strategy."""
+    if lane in SEARCH_LANES:
+        return SEARCH_LANES[lane]
+    if lane in ALL_LANES:
+        return None
+    from ..search.strategies.registry import installed_names
+
+    return lane if lane in installed_names() else None
+
+
+def role_lane(lane: str) -> bool:
+    """True for a search lane whose strategy has roles of its own (the operators' generator, evaluator,
+    synthesizer), so a protocol's role models apply to it; every other lane runs on the protocol's model
+    alone (the random control above all: it must not be given a model's judgement)."""
+    from ..search.strategies.registry import StrategyError, strategy_named
+
+    strategy = lane_strategy(lane)
+    if lane == CHANCE_LANE or strategy is None:
+        return False
+    try:
+        return bool(strategy_named(strategy).needs.roles)
+    except StrategyError:  # a broken installed strategy: its lane is left out (check_lane says why)
+        return False
+
+
+def check_lane_name(lane: str) -> None:
+    """Raise LaneError for a name that is no lane (a built-in one, or an installed strategy's)."""
+    if lane not in ALL_LANES and lane_strategy(lane) is None:
+        raise LaneError(f"unknown lane {lane!r}; choose from: {', '.join(ALL_LANES)}, or an installed strategy's name")
 
 
 def registered_tasks() -> set[str]:
@@ -137,8 +166,7 @@ def registered_tasks() -> set[str]:
 
 def check_lane(lane: str, dataset: Dataset) -> None:
     """Raise LaneError when `lane` cannot run on `dataset` (before any model is loaded)."""
-    if lane not in ALL_LANES:
-        raise LaneError(f"unknown lane {lane!r}; choose from: {', '.join(ALL_LANES)}")
+    check_lane_name(lane)
     family = dataset.spec.prompts
     if lane == AGENT_LANE:
         if "agent" not in available_strategies():
@@ -155,18 +183,19 @@ def check_lane(lane: str, dataset: Dataset) -> None:
             raise LaneError(f"lane research needs problems that bring their own documents; {dataset.name}'s do not "
                             f"(it runs on {sets})")
         return
-    if lane in SEARCH_LANES:
-        if SEARCH_LANES[lane] not in available_strategies():
-            raise LaneError(
-                f"lane {lane} needs the {SEARCH_LANES[lane]} strategy, which is not registered in this build"
-            )
+    if (strategy := lane_strategy(lane)) is not None:
+        if strategy not in available_strategies():
+            raise LaneError(f"lane {lane} needs the {strategy} strategy, which is not registered in this build")
         if dataset.task_object is None and dataset.spec.task not in registered_tasks():
             raise LaneError(f"lane {lane} needs task {dataset.spec.task} for {dataset.name}, which is not registered")
         if lane == CHANCE_LANE and not dataset.task().lists_choices:
             listing = sorted({spec.task for spec in DATASETS.values() if _lists_choices(spec.task)})
             raise LaneError(f"lane random needs a task that lists its valid steps; {dataset.spec.task} does not "
                             f"(it runs on {', '.join(listing)})")
-        unfit = _unfit(SEARCH_LANES[lane], dataset)
+        try:
+            unfit = _unfit(strategy, dataset)
+        except ValueError as exc:  # an installed strategy that cannot be loaded (registry.StrategyError)
+            raise LaneError(f"lane {lane}: {exc}") from None
         if unfit is not None:
             raise LaneError(f"lane {lane} does not apply: {unfit}")
         return
@@ -192,7 +221,7 @@ def check_lane(lane: str, dataset: Dataset) -> None:
 
 def check_params(lane: str, params: dict[str, Any]) -> None:
     """Raise LaneError on a parameter the lane does not take or a value it cannot run with (before any call)."""
-    engine = lane in SEARCH_LANES or lane in (AGENT_LANE, RESEARCH_LANE)
+    engine = lane_strategy(lane) is not None or lane in (AGENT_LANE, RESEARCH_LANE)
     from ..search.config import SearchConfig
     from ..search.research.config import ResearchConfig
 
@@ -235,7 +264,7 @@ def check_params(lane: str, params: dict[str, Any]) -> None:
 
 def _unfit(strategy: str, dataset: Dataset) -> str | None:
     """Why the engine strategy cannot search this data set (with the task its lane runs), or None."""
-    from ..search.strategies.fit import unsupported_reason
+    from ..search.strategies.registry import unsupported_reason
 
     return unsupported_reason(strategy, lane_task(strategy, dataset))
 
@@ -244,7 +273,7 @@ def lane_task(strategy: str, dataset: Dataset, control: bool = False) -> Any:
     """The task a search lane runs: the data set's (for the random control, built with what it lists its
     steps from), or its prose task where the strategy writes a free-text answer that the data set's task
     cannot take (cove on GSM8K runs the general task)."""
-    from ..search.strategies.fit import unsupported_reason
+    from ..search.strategies.registry import unsupported_reason
     from ..tasks.registry import get_task
 
     task = dataset.task(control)
@@ -279,15 +308,16 @@ def search_spec(lane: str, dataset: Dataset, problem: Problem, backend: Backend,
             return resolve(agent_task(problem), task="agent", model=backend, budget=limits, store=store,
                            search={"strategy": "agent", **search}, tools=AGENT_TOOLS[dataset.spec.prompts],
                            knowledge=knowledge)
-        task = dataset.code_task() if dataset.spec.prompts == "code" else lane_task(SEARCH_LANES[lane], dataset,
+        strategy = lane_strategy(lane) or lane
+        task = dataset.code_task() if dataset.spec.prompts == "code" else lane_task(strategy, dataset,
                                                                                      lane == CHANCE_LANE)
         if lane == CHANCE_LANE:
             from ..llm.chance import ChanceBackend
 
             backend = ChanceBackend(backend, seed=seed or 0)
         return resolve(problem.text, task=task, model=backend, budget=limits, store=store,
-                       search={"strategy": SEARCH_LANES[lane], **search},
-                       role_models=(role_models or None) if lane in ROLE_LANES else None)
+                       search={"strategy": strategy, **search},
+                       role_models=(role_models or None) if role_lane(lane) else None)
     except SpecError as exc:
         raise LaneError(f"lane {lane}: {exc}") from None
 
@@ -318,13 +348,13 @@ async def run_lane(
     """Run one lane on one problem under a fresh budget over `backend`; never raises for model trouble.
 
     slots: the model-concurrency limit all lanes share. store: search lanes record their runs there.
-    role_models: role -> model spec, for the lanes with roles (ROLE_LANES).
+    role_models: role -> model spec, for the lanes with roles (role_lane).
     """
     from ..run.execute import lane_gateway
 
     gateways: list[Gateway] = []
     try:
-        if lane in SEARCH_LANES or lane in (AGENT_LANE, RESEARCH_LANE):
+        if lane_strategy(lane) is not None or lane in (AGENT_LANE, RESEARCH_LANE):
             outcome = await _search(lane, dataset, problem, backend, limits, params, temperature, seed, slots,
                                     store, gateways.append, role_models)
         else:

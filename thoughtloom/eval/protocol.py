@@ -73,7 +73,7 @@ class Protocol:
     #: what a dollar budget and the report's cost are counted at (None: the known price list's, if any).
     price_in: float | None = None
     price_out: float | None = None
-    #: Roles of the search lanes that support them (ROLE_LANES) run on a model of their own:
+    #: Roles of the search lanes that support them (eval/lanes.py:role_lane) run on a model of their own:
     #: {"evaluator": "local:qwen2.5-coder-1.5b", ...}; every other call goes to `model`.
     role_models: dict[str, str] = field(default_factory=dict)
     #: How a user's own data sets ("TASK:FILE") are read and scored: {"fields": {ROLE: FIELD}, "metric": NAME,

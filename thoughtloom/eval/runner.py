@@ -28,12 +28,12 @@ from ..views.words import counted
 from .citations import support_precision
 from .datasets import Dataset, Labels, Problem, load_dataset
 from .lanes import (
-    ALL_LANES,
     LANE_DEFAULTS,
     LaneError,
     LaneOutcome,
     LaneSpend,
     check_lane,
+    check_lane_name,
     check_params,
     run_lane,
 )
@@ -85,8 +85,7 @@ def build_protocol(opts: BenchOptions, datasets: dict[str, Dataset] | None = Non
     }
     not_applicable: dict[str, dict[str, str]] = {}
     for lane in opts.lanes:
-        if lane not in ALL_LANES:
-            raise LaneError(f"unknown lane {lane!r}; choose from: {', '.join(ALL_LANES)}")
+        check_lane_name(lane)
         for t in opts.tasks:
             try:
                 check_lane(lane, datasets[t])

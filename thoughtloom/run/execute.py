@@ -31,13 +31,13 @@ from ..llm.tracing import search_attributes, span, traced
 from ..llm.types import Backend
 from ..llm.wrapper import SharedBackend
 from ..search.agent.processors import ProcessorRegistry
-from ..search.config import TOOL_STRATEGIES
 from ..search.context import SearchController
 from ..search.engine import search
 from ..search.events import EventSink
 from ..search.research.explorer import ResearchSetup
 from ..search.research.roles import ResearchRoles
 from ..search.result import SearchResult
+from ..search.strategies.registry import StrategyError
 from ..tools.toolbox import Toolbox
 from .gateway import build_gateway
 from .session import RunSession, record_session
@@ -63,7 +63,7 @@ def build_controller(spec: RunSpec, handler: FeedbackHandler | None = None) -> C
 def open_knowledge(spec: RunSpec) -> KnowledgeBase | None:
     """The spec's knowledge base for grounding: None without `knowledge`, or where the strategy reads the
     folder through its docs tool (the agent, the research flow; a replay of them must not need the folder)."""
-    if spec.knowledge is None or spec.config.strategy in TOOL_STRATEGIES:
+    if spec.knowledge is None or spec.needs.tools:
         return None
     from ..grounding.knowledge import KnowledgeBase, KnowledgeBaseError
 
@@ -90,7 +90,7 @@ def spec_grounders(spec: RunSpec, free_text: bool = True, kb: KnowledgeBase | No
         out.append(CitationGrounder(ResearchGrounder(kb, min_coverage=threshold),
                                     CitationChecker(kb, min_coverage=threshold),
                                     required=spec.checks.require_citations))
-    if spec.checks.check_consistency and free_text and spec.config.strategy not in TOOL_STRATEGIES:
+    if spec.checks.check_consistency and free_text and not spec.needs.tools:
         from ..grounding.consistency import ConsistencyGrounder
 
         out.append(ConsistencyGrounder(min_coverage=threshold))
@@ -225,6 +225,11 @@ async def execute(
         # A stored run's scorer, by name only: imported when the caller names it again (run/session.py:spec_of).
         raise SpecError(f"scorer {spec.scorer.name} is named but not imported; give it again "
                         f"(--scorer {spec.scorer.name}, or the function)")
+    try:
+        # A strategy that is not built in (a stored run's is made again here, before anything is stored).
+        strategy = spec.strategy.load() if spec.strategy is not None else None
+    except StrategyError as exc:
+        raise SpecError(str(exc)) from None
     task = spec.task_object()
     kb = open_knowledge(spec)
     grounders = spec_grounders(spec, task.free_text_steps, kb)
@@ -254,7 +259,7 @@ async def execute(
         on_gateway(gateway)
     tools: Toolbox | None = None
     try:
-        if spec.config.strategy in TOOL_STRATEGIES:
+        if spec.needs.tools:
             live_tools = await build_tools(spec) if session is None or session.needs_live_model else None
             tools = session.wrap_tools(live_tools) if session is not None else live_tools
         with span(f"invoke_agent thoughtloom {spec.config.strategy}",
@@ -265,6 +270,7 @@ async def execute(
                 grounding_policy=spec.grounding, on_context=session.on_context if session is not None else None,
                 tools=tools, processors=processors, research=research_setup(spec, roles),
                 routed_roles=[role for role, _ in spec.role_models], scorer=spec.scorer, fork=spec.fork,
+                strategy=strategy,
             )
             if search_span is not None:
                 search_span.set_attributes({

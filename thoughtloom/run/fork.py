@@ -25,7 +25,9 @@ from typing import Any, NamedTuple
 
 from ..graph import NodeKind, NodeStatus
 from ..llm.budget import Pricing
-from ..search.fork import FROM_A_NODE, STEPWISE, ForkPoint, ForkStep
+from ..search.fork import ForkPoint, ForkStep
+from ..search.strategies.base import Needs
+from ..search.strategies.registry import built_in_strategies
 from ..store.runs import RunError, StoredGraph, StoredRun, load_graph, open_run, run_ids
 from ..store.store import BlockStore
 from .grants import Grants, chosen, same_model
@@ -126,9 +128,9 @@ def fork_point(store: BlockStore, run: StoredRun, at: str | int) -> ForkPoint:
 def forked_spec(spec: RunSpec, changes: Changes, point: ForkPoint) -> RunSpec:
     """The parent's (granted) spec with the changes laid over it, resolved again, starting at the fork point."""
     searched = spec.config.strategy
-    if searched not in STEPWISE:
+    if not spec.needs.one_path:
         raise SpecError(f"run {point.run} searched with {searched}, whose thoughts are not steps of one path; a fork "
-                        f"continues runs of {', '.join(STEPWISE)}")
+                        f"continues runs of {_declaring(lambda needs: needs.one_path)}")
     model_changed = changes.model is not None
     keep_profile = changes.profile is None
     control: Mapping[str, Any] | bool = False
@@ -152,10 +154,10 @@ def forked_spec(spec: RunSpec, changes: Changes, point: ForkPoint) -> RunSpec:
         thinking_tokens=changes.thinking_tokens or spec.thinking_tokens, scorer=spec.scorer,
     )
     strategy = forked.config.strategy
-    if strategy not in FROM_A_NODE:
+    if not forked.needs.from_node:
         which = f"--strategy {strategy}" if "strategy" in changes.search else f"run {point.run}'s strategy, {strategy},"
-        raise SpecError(f"{which} cannot start from a node; a fork continues with one of {', '.join(FROM_A_NODE)} "
-                        "(--strategy)")
+        able = _declaring(lambda needs: needs.from_node)
+        raise SpecError(f"{which} cannot start from a node; a fork continues with one of {able} (--strategy)")
     depth = len(point.steps)
     if depth >= forked.config.max_depth:
         raise SpecError(f"node #{point.node} of run {point.run} is at depth {depth}, the search's depth limit is "
@@ -229,3 +231,8 @@ def forks_of(store: BlockStore, run_id: str) -> list[Parent]:
 
 __all__ = ["BUDGET_OPTIONS", "Changes", "Parent", "fork_point", "forked_spec", "forks_of", "node_of", "open_fork",
            "parent_of"]
+
+
+def _declaring(need: Callable[[Needs], bool]) -> str:
+    """The built-in strategies whose needs pass `need`, for an error line."""
+    return ", ".join(s.name for s in built_in_strategies() if need(s.needs))

@@ -20,7 +20,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from ..search.config import TOOL_STRATEGIES
 from ..search.scorer import Scorer, scorer_name
 from .options import ROLE_MODEL_OPTIONS, tool_names
 from .spec import RunSpec, SpecError
@@ -152,7 +151,7 @@ def needs(spec: RunSpec, *, live: bool) -> list[Need]:
         for role, model in spec.role_models:
             if _needs_grant(model):
                 out.append(Need(f"{role} model {_described(model)}", f"--{role}-model", (model,), "role_models"))
-    tool_run = spec.config.strategy in TOOL_STRATEGIES
+    tool_run = spec.needs.tools
     if spec.knowledge is not None and (live or not tool_run):
         out.append(Need(f"the documents in {spec.knowledge}", "--knowledge", (spec.knowledge,), "knowledge"))
         if spec.knowledge_index is not None:

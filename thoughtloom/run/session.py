@@ -24,7 +24,6 @@ from typing import TYPE_CHECKING, Any
 from ..llm.budget import Pricing
 from ..llm.errors import ModelError
 from ..llm.types import Backend
-from ..search.config import TOOL_STRATEGIES
 from ..store.blocks import CID
 from ..store.manifest import Manifest, code_version, plain_options, prompt_hashes
 from ..store.memory import MemoryStore
@@ -405,7 +404,7 @@ def resume_session(store: BlockStore, store_path: str | None, run: StoredRun, gr
             make = _replay_backend(store, held.manifest, held.head, held.calls_cid)
             recorder = RunRecorder(store, held.manifest, prev=held.head_cid, seq=int(held.head["seq"]) + 1,
                                    started=True)
-            tools = recorded_tools(store, held.graph_cid) if spec.config.strategy in TOOL_STRATEGIES else None
+            tools = recorded_tools(store, held.graph_cid) if spec.needs.tools else None
     except BaseException:
         if hold is not None:
             hold.release()
@@ -445,7 +444,7 @@ def replay_session(store: BlockStore, store_path: str | None, manifest: Manifest
         reason = (head.get("result") or {}).get("termination_reason")
         make = _replay_backend(store, manifest, head, calls_cid,
                                after_recording="wall_s" if reason == "budget_wall_s" else None)
-        tools = recorded_tools(store, expected) if spec.config.strategy in TOOL_STRATEGIES else None
+        tools = recorded_tools(store, expected) if spec.needs.tools else None
     recorder = RunRecorder(MemoryStore(), replace(manifest), started=True)
     return spec, RunSession("replay", store, store_path, recorder, manifest, make_replay=make,
                             expected_graph=expected, source_store=store, recorded_tools=tools)

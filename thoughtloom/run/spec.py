@@ -24,16 +24,20 @@ from ..grounding.sandbox import SandboxLimits
 from ..grounding.types import Grounder
 from ..llm.budget import BudgetLimits, Pricing
 from ..llm.types import Backend
-from ..search.config import (
-    OPERATOR_ROLES,
-    OPERATOR_STRATEGIES,
-    TOOL_STRATEGIES,
-    SearchConfig,
-)
+from ..search.config import OPERATOR_ROLES, SearchConfig
 from ..search.fork import ForkPoint
 from ..search.research.config import ROLES, ResearchConfig, ResearchConfigError
 from ..search.scorer import Scorer, ScorerError, ThoughtScorer
-from ..search.strategies.fit import no_decomposition, unsupported_reason
+from ..search.strategies.base import Needs, Strategy
+from ..search.strategies.registry import (
+    ChosenStrategy,
+    StrategyError,
+    built_in_names,
+    built_in_strategies,
+    needs_of,
+    no_decomposition,
+    strategy_named,
+)
 from ..tasks.base import Task
 from ..tasks.general import FileTask
 from ..tasks.math import is_math_question
@@ -137,6 +141,14 @@ class RunSpec:
     scorer: ThoughtScorer | None = None
     #: A fork's start: its parent run's path down to the node it continues from (search/fork.py; run/fork.py).
     fork: ForkPoint | None = None
+    #: A strategy that is not built in (installed, a class reference, a user's object), named by
+    #: `config.strategy`: where it comes from and its settings (a stored run's is made when it runs).
+    strategy: ChosenStrategy | None = None
+
+    @property
+    def needs(self) -> Needs:
+        """What the run's strategy needs (StrategyError, one line, for a stored run's strategy not installed)."""
+        return self.strategy.load().needs if self.strategy is not None else needs_of(self.config.strategy)
 
     @property
     def task_name(self) -> str:
@@ -174,6 +186,7 @@ class RunSpec:
             **({"task_file": self.stored_task_file} if self.stored_task_file is not None else {}),
             **({"scorer": self.scorer.name} if self.scorer is not None else {}),
             **({"fork": self.fork.to_dict()} if self.fork is not None else {}),
+            **({"strategy": self.strategy.to_dict()} if self.strategy is not None else {}),
         }
 
     @property
@@ -223,6 +236,7 @@ class RunSpec:
                 thinking_tokens=data.get("thinking_tokens"), task_file=data.get("task_file"),
                 scorer=ThoughtScorer(data["scorer"]) if data.get("scorer") else None,
                 fork=ForkPoint.from_dict(data["fork"]) if data.get("fork") is not None else None,
+                strategy=ChosenStrategy.from_dict(data["strategy"]) if data.get("strategy") else None,
             )
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise SpecError(f"not a run spec: {exc}") from None
@@ -240,6 +254,7 @@ _STORED_TYPES: dict[str, tuple[type, ...]] = {
     "model_timeout_s": (int, float, _NONE), "task_file": (str, _NONE),
     "reasoning_effort": (str, _NONE), "thinking_tokens": (int, _NONE), "scorer": (str, _NONE),
     "fork": (dict, _NONE),
+    "strategy": (dict, _NONE),
 }
 #: Task options kept as paths or text, and the test command's words.
 _OPTION_TYPES: dict[str, tuple[type, ...]] = {
@@ -300,7 +315,8 @@ def _plain(options: TaskOptions) -> dict[str, Any]:
     return out
 
 
-def implied_task(options: TaskOptions, problem: str, profile_task: str | None, strategy: str | None = None) -> str:
+def implied_task(options: TaskOptions, problem: str, profile_task: str | None,
+                 strategy: str | Strategy | None = None) -> str:
     """The task when none is named: from the options given, a benchmark id's prefix, the profile, a
     question about numbers (math, unless the strategy asked for cannot search it: cove and recursive
     work in prose), else general."""
@@ -313,7 +329,7 @@ def implied_task(options: TaskOptions, problem: str, profile_task: str | None, s
         return prefix
     if profile_task:
         return profile_task
-    if is_math_question(problem) and (strategy is None or unsupported_reason(strategy, get_task("math")) is None):
+    if is_math_question(problem) and (strategy is None or _fits(strategy, get_task("math"))):
         return "math"
     return "general"
 
@@ -397,6 +413,8 @@ def resolve(
         raise SpecError("empty task name; choose one of the tasks 'loom tasks' lists")
     task_obj = get_task(task_ref, options) if isinstance(task_ref, str) else task_ref
     explicit = {k: v for k, v in (search or {}).items() if v is not None}
+    # A strategy given as an object stands outside SearchConfig, which names it (below).
+    given_strategy = explicit.pop("strategy") if not isinstance(explicit.get("strategy", ""), str) else None
     try:
         defaults = {**task_obj.search_defaults, **prof.search}
         if prof.hard_depth is not None:
@@ -420,10 +438,12 @@ def resolve(
             policy = replace(prof.grounding, **{k: v for k, v in (grounding or {}).items() if v is not None})
     except (TypeError, ValueError) as exc:
         raise SpecError(str(exc)) from None
+    chosen, config = _chosen_strategy(given_strategy if given_strategy is not None else config.strategy, config)
+    strategy = chosen.load() if chosen is not None else strategy_named(config.strategy)
     parsed = task_obj.parse_problem(problem)  # fail fast, before any model loads
     if config.strategy == "recursive" and not task_obj.free_text_steps and task_obj.recursion(parsed) is None:
         raise SpecError(no_decomposition(task_obj))
-    unfit = unsupported_reason(config.strategy, task_obj)
+    unfit = strategy.unfit(task_obj)
     if unfit is not None:
         raise SpecError(f"--strategy {config.strategy}: {unfit}")
     if knowledge_index is not None and knowledge is None:
@@ -432,14 +452,14 @@ def resolve(
         raise SpecError(f"--retrieval {retrieval}: use one of {', '.join(RETRIEVALS)}")
     if retrieval != "bm25" and knowledge is None:
         raise SpecError(f"--retrieval {retrieval} needs --knowledge DIR, the documents it ranks")
-    if domain.require_citations and knowledge is None and config.strategy not in TOOL_STRATEGIES:
+    if domain.require_citations and knowledge is None and not strategy.needs.tools:
         raise SpecError(f"profile {prof.name} requires citations: give --knowledge DIR, the folder of documents "
                         "the thoughts cite and are checked against")
-    names = _tool_names(tools, config.strategy, knowledge, mcp_config, read_roots)
+    names = _tool_names(tools, config.strategy, knowledge, mcp_config, read_roots, strategy.needs)
     research_config = _research(research, config.strategy)
-    roles = _role_models(role_models, config.strategy)
-    if scorer is not None and config.strategy not in OPERATOR_STRATEGIES:
-        raise SpecError(f"--scorer scores the thoughts of {', '.join(OPERATOR_STRATEGIES)}; --strategy "
+    roles = _role_models(role_models, config.strategy, strategy.needs)
+    if scorer is not None and not strategy.needs.operators:
+        raise SpecError(f"--scorer scores the thoughts of {', '.join(_operator_strategies())}; --strategy "
                         f"{config.strategy} scores its own way")
     if model_timeout_s is not None and not 0 < model_timeout_s < float("inf"):
         raise SpecError(f"the model timeout must be a positive number of seconds; got {model_timeout_s}")
@@ -457,8 +477,35 @@ def resolve(
         read_roots=tuple(os.path.abspath(r) for r in read_roots), research=research_config, role_models=roles,
         pricing=pricing, model_timeout_s=model_timeout_s, reasoning_effort=reasoning_effort,
         thinking_tokens=thinking_tokens,
-        scorer=user_scorer(scorer) if scorer is not None else None,
+        scorer=user_scorer(scorer) if scorer is not None else None, strategy=chosen,
     )
+
+
+def _fits(strategy: str | Strategy, task: Task[Any]) -> bool:
+    """True when the strategy (a name or an object) can search the task; SpecError for an unknown name."""
+    if not isinstance(strategy, str):
+        return not isinstance(strategy, Strategy) or strategy.unfit(task) is None  # a non-strategy: refused later
+    try:
+        return strategy_named(strategy).unfit(task) is None
+    except StrategyError as exc:
+        raise SpecError(str(exc)) from None
+
+
+def _chosen_strategy(choice: str | Strategy, config: SearchConfig) -> tuple[ChosenStrategy | None, SearchConfig]:
+    """A strategy that is not built in, made now, and the config naming it; (None, config) for a built-in one;
+    SpecError (one line) for one that is unknown or cannot be made."""
+    if isinstance(choice, str) and choice in built_in_names():
+        return None, config
+    try:
+        chosen = ChosenStrategy.of(choice)
+    except StrategyError as exc:
+        raise SpecError(str(exc)) from None
+    return chosen, config if config.strategy == chosen.name else replace(config, strategy=chosen.name)
+
+
+def _operator_strategies() -> list[str]:
+    """The built-in strategies whose thoughts the operators score (a user's scorer applies to them)."""
+    return [s.name for s in built_in_strategies() if s.needs.operators]
 
 
 def user_scorer(scorer: Scorer | str | ThoughtScorer) -> ThoughtScorer:
@@ -558,21 +605,15 @@ def _research(research: ResearchConfig | Mapping[str, Any] | None, strategy: str
         raise SpecError(f"not a research setting: {exc}") from None
 
 
-def strategy_roles(strategy: str) -> tuple[str, ...]:
-    """The roles that may run on a model of their own in a strategy (none for recursive and agent)."""
-    if strategy == "research":
-        return ROLES
-    return OPERATOR_ROLES if strategy in OPERATOR_STRATEGIES else ()
-
-
-def _role_models(role_models: Mapping[str, str] | None, strategy: str) -> tuple[tuple[str, str], ...]:
+def _role_models(role_models: Mapping[str, str] | None, strategy: str,
+                 needs: Needs) -> tuple[tuple[str, str], ...]:
     """(role, model spec) pairs, checked: roles the strategy has, and specs that parse."""
     if not role_models:
         return ()
-    roles = strategy_roles(strategy)
+    roles = needs.roles
     if not roles:
         raise SpecError(f"--strategy {strategy} has no roles that run on a model of their own; a model per role is "
-                        f"for {', '.join(OPERATOR_STRATEGIES)} ({', '.join(OPERATOR_ROLES)}) and research "
+                        f"for {', '.join(_operator_strategies())} ({', '.join(OPERATOR_ROLES)}) and research "
                         f"({', '.join(ROLES)})")
     return role_model_pairs(role_models, roles, f"--strategy {strategy}")
 
@@ -598,7 +639,7 @@ def role_model_pairs(role_models: Mapping[str, str], roles: Sequence[str], where
 
 
 def _tool_names(tools: Sequence[str], strategy: str, knowledge: Any, mcp_config: Any,
-                read_roots: Sequence[Any]) -> tuple[str, ...]:
+                read_roots: Sequence[Any], needs: Needs) -> tuple[str, ...]:
     """The granted tools, checked against what each needs (one-line SpecErrors)."""
     from ..tools.base import ToolConfigError
     from ..tools.registry import check_grant, parse_tool_names
@@ -607,7 +648,7 @@ def _tool_names(tools: Sequence[str], strategy: str, knowledge: Any, mcp_config:
         return ()
     try:
         names = parse_tool_names(",".join(tools))
-        if strategy not in TOOL_STRATEGIES:
+        if not needs.tools:
             raise SpecError("tools are called by the agent and the research flow (loom agent, loom research); "
                             f"--strategy {strategy} does not call them")
         return tuple(check_grant(names, knowledge=knowledge, read_roots=read_roots, mcp_config=mcp_config))

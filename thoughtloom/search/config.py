@@ -3,22 +3,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
-from typing import Any, Literal
+from typing import Any
 
 from ..tasks.hops import bridge_hops_error
 
-StrategyName = Literal["bfs", "tree_of_thoughts", "breadth_first", "dfs", "best_first", "mcts", "got", "recursive",
-                       "agent", "research", "cove"]
-STRATEGIES: tuple[str, ...] = ("bfs", "tree_of_thoughts", "breadth_first", "dfs", "best_first", "mcts", "got",
-                               "recursive", "agent", "research", "cove")
-#: Strategies that call tools (the others are given none).
-TOOL_STRATEGIES: tuple[str, ...] = ("agent", "research")
-#: Strategies whose model calls are the operators' (search/operators.py), and the roles those calls
-#: are made in: each may run on a model of its own (RunSpec.role_models, `--evaluator-model` ...).
-OPERATOR_STRATEGIES: tuple[str, ...] = ("bfs", "tree_of_thoughts", "breadth_first", "dfs", "best_first", "mcts", "got")
+#: The operators' roles (search/operators.py): each may run on a model of its own (RunSpec.role_models,
+#: `--evaluator-model` ...) in the strategies that use the operators (strategies/common.py:STEP_NEEDS).
 OPERATOR_ROLES: tuple[str, ...] = ("generator", "evaluator", "synthesizer")
-#: Strategies that grow the thought tree step by step up to `max_depth` (the controller may raise it).
-DEPTH_STRATEGIES: tuple[str, ...] = ("bfs", "tree_of_thoughts", "breadth_first", "dfs", "best_first", "mcts", "got")
 AGENT_ORDERS: tuple[str, ...] = ("breadth_first", "depth_first", "best_first")
 FAILURE_POLICIES: tuple[str, ...] = ("replan", "skip", "fail")
 AGGREGATIONS: tuple[str, ...] = ("sum", "product", "min", "mean")
@@ -37,6 +28,8 @@ class SearchConfig:
     `dataclasses.replace`, which passes them all) is used as it is.
     """
 
+    #: A strategy's name: a built-in one (search/strategies), an installed one, or a user's strategy's own
+    #: (RunSpec.strategy says where that one comes from).
     strategy: str = "bfs"
     #: Branching factor: thoughts generated per expansion.
     breadth: int = 5
@@ -106,7 +99,9 @@ class SearchConfig:
             if getattr(self, name) not in options:
                 raise ValueError(f"{name} must be one of {', '.join(options)}; got {getattr(self, name)!r}")
 
-        choice("strategy", STRATEGIES)
+        if not isinstance(self.strategy, str) or not self.strategy.strip():
+            # Which names exist is the registry's (search/strategies/registry.py), checked where a run is resolved.
+            raise ValueError(f"strategy must be a strategy's name; got {self.strategy!r}")
         choice("aggregation", AGGREGATIONS)
         choice("generation", GENERATIONS)
         choice("evaluation", EVALUATIONS)

@@ -23,7 +23,8 @@ from .paths import ScoredPaths
 from .result import GroundingStats, PathStep, SearchResult, SearchStats, SearchUsage, role_usage
 from .scorer import ThoughtScorer
 from .stop import StopReason
-from .strategies import STRATEGY_FUNCTIONS
+from .strategies.base import Strategy
+from .strategies.registry import strategy_named
 
 if TYPE_CHECKING:
     from ..tools.toolbox import Toolbox
@@ -94,6 +95,7 @@ async def search(
     routed_roles: Collection[str] = (),
     scorer: ThoughtScorer | None = None,
     fork: ForkPoint | None = None,
+    strategy: Strategy | None = None,
 ) -> SearchResult:
     """Search for an answer to problem_text; always returns the best found and why it stopped.
 
@@ -108,7 +110,8 @@ async def search(
     to a model of their own (the gateway's backend routes them; see thoughtloom.llm.routing), and
     `result.usage.roles` says what each model was charged. `scorer`: the user's scorer, which scores the
     thoughts in place of the model's evaluation (search/scorer.py). `fork`: a stored run's path to
-    copy below the root, the strategy starting from its end (search/fork.py).
+    copy below the root, the strategy starting from its end (search/fork.py). `strategy`: the strategy object
+    to run (a user's); None: the one `config.strategy` names (search/strategies/registry.py).
     Cancelled (Ctrl-C), it returns what it has with termination_reason "interrupted" and makes
     no further model call.
 
@@ -120,6 +123,7 @@ async def search(
     does not finish in it leaves `solved` None and stats.answer_check "timeout".
     """
     config = config or SearchConfig()
+    runner = strategy if strategy is not None else strategy_named(config.strategy)
     budget = gateway.budget
     parsed = task.parse_problem(problem_text)
     try:
@@ -155,7 +159,7 @@ async def search(
     interrupted = False
     try:
         if not ctx.stopped:
-            await _within_wall(budget, STRATEGY_FUNCTIONS[config.strategy](ctx), WALL_GRACE_S)
+            await _within_wall(budget, runner.run(ctx), WALL_GRACE_S)
     except _WallDeadline:
         ctx.stop(StopReason.BUDGET_WALL_S)
     except asyncio.CancelledError:

@@ -16,13 +16,8 @@ from typing import TYPE_CHECKING, Any, TypeGuard
 
 from ..graph import NodeKind
 
-if TYPE_CHECKING:  # loom's parser reads FROM_A_NODE: importing this module stays light
+if TYPE_CHECKING:
     from .context import SearchContext
-
-#: Strategies whose passes start from a frontier of nodes (search/continuation.py): a fork starts them at its node.
-FROM_A_NODE: tuple[str, ...] = ("bfs", "tree_of_thoughts", "breadth_first", "dfs", "best_first")
-#: Strategies whose thoughts are the task's steps along their primary path (so a path can be copied as steps).
-STEPWISE: tuple[str, ...] = (*FROM_A_NODE, "mcts")
 
 
 class ForkError(ValueError):
@@ -113,4 +108,4 @@ def graft(ctx: SearchContext, point: ForkPoint) -> int:
     return parent
 
 
-__all__ = ["FROM_A_NODE", "STEPWISE", "ForkError", "ForkPoint", "ForkStep", "graft"]
+__all__ = ["ForkError", "ForkPoint", "ForkStep", "graft"]

@@ -1,7 +1,7 @@
 """A user's own scorer: a plain or async function that scores thoughts in place of the model's evaluation.
 
 `solve(..., scorer=fn)` and `loom solve --scorer module:function` (or `file.py:function`) give one to
-the strategies whose calls are the operators' (search.config.OPERATOR_STRATEGIES). It is called with
+the strategies whose calls are the operators' (Needs.operators, search/strategies/base.py). It is called with
 the thought and its path (the texts from the root: the problem as posed first, the thought last) and
 returns a score in [0, 1]: a number, a (score, reasoning) pair, or `Scored`. No model call scores a
 thought then: it stands in for value, vote and prior alike (a task's exact values still come first).

@@ -23,6 +23,7 @@ import importlib
 import importlib.util
 import math
 import re
+import sys
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field, replace
 from fractions import Fraction
@@ -224,6 +225,8 @@ def load_function(reference: str, base_dir: str | None = None, what: str = "chec
             if spec is None or spec.loader is None:
                 raise CheckerError(f"{what} {reference}: cannot load {path}")
             module = importlib.util.module_from_spec(spec)
+            # Registered as an import would be: a dataclass in it looks its module up by name.
+            sys.modules[spec.name] = module
             spec.loader.exec_module(module)
         else:
             module = importlib.import_module(module_name)

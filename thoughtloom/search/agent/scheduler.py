@@ -28,6 +28,7 @@ from ...tools.toolbox import Toolbox
 from ..context import SearchContext
 from ..events import NodeProcessed, NodeScored
 from ..stop import StopReason
+from ..strategies.base import BuiltinStrategy, Needs
 from .kinds import default_processors
 from .processors import (
     AgentEnv,
@@ -287,3 +288,7 @@ async def run_agent(ctx: SearchContext) -> None:
     ctx.graph.node(ctx.root).extra["agent_summary"] = summary
     if ctx.stop_reason is None:
         ctx.stop(StopReason.GOAL_REACHED if ctx.goals else StopReason.FRONTIER_EXHAUSTED)
+
+
+#: The agent runs on its own task (the run layer checks it), with the tools it is granted.
+STRATEGIES = (BuiltinStrategy("agent", run_agent, Needs(tools=True)),)

@@ -40,7 +40,8 @@ from ..agent.processors import AgentEnv, ProcessorRegistry, keep_grant
 from ..context import SearchContext
 from ..events import FlowTransitioned, InsightFound, NodeScored
 from ..stop import StopReason
-from .config import ResearchConfig
+from ..strategies.base import BuiltinStrategy, Needs
+from .config import ROLES, ResearchConfig
 from .evidence import Findings, Gatherer, check_citations
 from .flow import FlowMachine, FlowState, Transition
 from .merge import (
@@ -673,3 +674,7 @@ async def run_research(ctx: SearchContext) -> None:
         await flow.run()
     finally:
         ctx.research_result = flow.result()
+
+
+#: Research Flow runs on its own task (the run layer checks it), with its tools and roles of its own.
+STRATEGIES = (BuiltinStrategy("research", run_research, Needs(tools=True, roles=ROLES)),)

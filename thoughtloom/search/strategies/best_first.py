@@ -10,6 +10,9 @@ from ..context import SearchContext
 from ..continuation import continued
 from ..operators import expand
 from ..stop import StopReason
+from .base import BuiltinStrategy
+from .common import STEP_NEEDS
+from .fit import needs_steps
 
 
 def _priority(ctx: SearchContext, node_id: int) -> float:
@@ -49,3 +52,6 @@ async def _from(ctx: SearchContext, start: Sequence[int]) -> None:
             task.cancel()
         if running:
             await asyncio.gather(*running, return_exceptions=True)
+
+
+STRATEGIES = (BuiltinStrategy("best_first", run_best_first, STEP_NEEDS, needs_steps),)

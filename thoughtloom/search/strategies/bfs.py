@@ -12,7 +12,9 @@ from collections.abc import Sequence
 
 from ..context import SearchContext
 from ..continuation import continued
-from .common import Keep, expand_all, keep_all, keep_beam, keep_promising, next_level
+from .base import BuiltinStrategy
+from .common import STEP_NEEDS, Keep, expand_all, keep_all, keep_beam, keep_promising, next_level
+from .fit import needs_steps
 
 
 async def run_bfs(ctx: SearchContext) -> None:
@@ -39,3 +41,10 @@ async def _by_level(ctx: SearchContext, keep: Keep) -> None:
             frontier = await next_level(ctx, frontier, children, keep)
 
     await continued(ctx, one_pass)
+
+
+STRATEGIES = (
+    BuiltinStrategy("bfs", run_bfs, STEP_NEEDS, needs_steps),
+    BuiltinStrategy("tree_of_thoughts", run_tree_of_thoughts, STEP_NEEDS, needs_steps, variant_of="bfs"),
+    BuiltinStrategy("breadth_first", run_breadth_first, STEP_NEEDS, needs_steps, variant_of="bfs"),
+)

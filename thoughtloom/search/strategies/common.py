@@ -4,11 +4,18 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 
+from ..config import OPERATOR_ROLES
 from ..context import SearchContext
 from ..continuation import OUTSIDE_BEAM
 from ..eager import eager_gather
 from ..operators import expand
 from ..stop import StopReason
+from .base import Needs
+
+#: The step-by-step strategies' needs: their calls are the operators', in the operators' roles, they
+#: grow the tree step by step (the controller may let them go deeper), and their thoughts are the steps of
+#: one path, searched from a frontier a fork can start at (mcts and got say otherwise).
+STEP_NEEDS = Needs(roles=OPERATOR_ROLES, grows_depth=True, operators=True, one_path=True, from_node=True)
 
 
 async def expand_all(ctx: SearchContext, node_ids: Sequence[int]) -> list[int]:

@@ -29,6 +29,8 @@ from ...tasks.cove import (
 )
 from ..context import SearchContext
 from ..stop import StopReason
+from .base import BuiltinStrategy
+from .fit import needs_free_text_answer
 
 
 async def run_cove(ctx: SearchContext) -> None:
@@ -119,3 +121,6 @@ def _settle(ctx: SearchContext, node_id: int) -> None:
     """Make this node the search's answer as it stands (the engine then makes no synthesis call)."""
     ctx.answers[node_id] = ctx.graph.node(node_id).content
     ctx.best_id = node_id
+
+
+STRATEGIES = (BuiltinStrategy("cove", run_cove, fit=needs_free_text_answer),)

@@ -10,7 +10,9 @@ from ..continuation import continued
 from ..events import Backtracked
 from ..operators import expand
 from ..stop import StopReason
-from .common import rank
+from .base import BuiltinStrategy
+from .common import STEP_NEEDS, rank
+from .fit import needs_steps
 
 
 async def run_dfs(ctx: SearchContext) -> None:
@@ -40,3 +42,6 @@ async def _visit(ctx: SearchContext, node_id: int) -> None:
             return
     if node_id != ctx.root and ctx.bus:
         ctx.bus.emit(Backtracked(node_id, ctx.graph.parents(node_id)[0]))
+
+
+STRATEGIES = (BuiltinStrategy("dfs", run_dfs, STEP_NEEDS, needs_steps),)

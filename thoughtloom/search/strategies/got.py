@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from ..context import SearchContext
 from ..operators import aggregate, refine
-from .common import expand_all, next_level, rank
+from .base import BuiltinStrategy
+from .common import STEP_NEEDS, expand_all, next_level, rank
+from .fit import needs_merges
 
 
 async def run_got(ctx: SearchContext) -> None:
@@ -28,3 +32,6 @@ async def run_got(ctx: SearchContext) -> None:
             if merged is not None:
                 children.append(merged)
         frontier = await next_level(ctx, frontier, children)
+
+
+STRATEGIES = (BuiltinStrategy("got", run_got, replace(STEP_NEEDS, one_path=False, from_node=False), needs_merges),)

@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import asyncio
 import math
+from dataclasses import replace
 
 from ...graph import NodeStatus
 from ..context import SearchContext
 from ..operators import expand
 from ..stop import StopReason
+from .base import BuiltinStrategy
+from .common import STEP_NEEDS
+from .fit import needs_steps
 
 
 class _Tree:
@@ -74,3 +78,6 @@ async def run_mcts(ctx: SearchContext) -> None:
             ctx.stop(StopReason.FRONTIER_EXHAUSTED)
             return
     ctx.stop(StopReason.ITERATIONS)
+
+
+STRATEGIES = (BuiltinStrategy("mcts", run_mcts, replace(STEP_NEEDS, from_node=False), needs_steps),)

@@ -8,7 +8,8 @@ from ...tasks.base import UnsupportedOperation
 from ...tasks.recursion.hooks import RecursiveHooks
 from ..context import SearchContext
 from ..recursive.solver import Solver
-from .fit import no_decomposition
+from .base import BuiltinStrategy
+from .fit import needs_decomposition
 
 
 async def run_recursive(ctx: SearchContext) -> None:
@@ -16,7 +17,8 @@ async def run_recursive(ctx: SearchContext) -> None:
     hooks = ctx.task.recursion(ctx.problem)
     if hooks is None:
         if not ctx.task.free_text_steps:
-            raise UnsupportedOperation(no_decomposition(ctx.task))
+            # The run layer refused this before (with the strategies that fit); a direct search() ends here.
+            raise UnsupportedOperation(needs_decomposition("--strategy recursive", ctx.task))
         hooks = RecursiveHooks(ctx.problem_text)
     solver = Solver(ctx, hooks)
     root_goal = hooks.root_goal()
@@ -39,3 +41,6 @@ async def run_recursive(ctx: SearchContext) -> None:
     if errors is not None:
         summary["errors"] = errors
     ctx.graph.node(ctx.root).extra["recursion_summary"] = summary
+
+
+STRATEGIES = (BuiltinStrategy("recursive", run_recursive, fit=needs_decomposition),)

@@ -1,0 +1,95 @@
+"""What a strategy is: the `Strategy` protocol, what it needs of a run (`Needs`), and the built-ins' form.
+
+A strategy decides which thoughts to work on next over the search's graph, through the same
+context (`ctx`: ask the model, expand, score, stop) as every other. Each one says what makes it
+differ, so nothing outside it lists strategy names: its name, its settings (a frozen dataclass;
+None for the built-ins, whose settings are SearchConfig's), what it needs (tools, roles of their
+own, a depth the controller may grow, the operators' calls), whether a task has the prompts it
+needs (`unfit`), and `run(ctx)`. The registry (registry.py) finds them by name.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+if TYPE_CHECKING:
+    from ...tasks.base import Task
+    from ..context import SearchContext
+
+
+@dataclass(frozen=True, slots=True)
+class Needs:
+    """What a strategy needs of a run besides a model and a task."""
+
+    #: It calls tools: the run grants it the tools asked for (the others are given none).
+    tools: bool = False
+    #: Roles whose calls may run on a model of their own (RunSpec.role_models, `--evaluator-model` ...).
+    roles: tuple[str, ...] = ()
+    #: It grows the thought tree step by step up to `max_depth`, which the controller may raise.
+    grows_depth: bool = False
+    #: Its calls are the operators' (search/operators.py), so a user's scorer can stand in for the evaluator.
+    operators: bool = False
+    #: Its thoughts are the task's steps along their primary path, so `loom fork` can copy a path of them.
+    one_path: bool = False
+    #: Its passes start from a frontier of nodes (search/continuation.py), so a fork can start it at its node.
+    from_node: bool = False
+
+
+@runtime_checkable
+class Strategy(Protocol):
+    """A search strategy: `solve(..., strategy=MyStrategy())`, or installed under `thoughtloom.strategies`.
+
+    Its class is built with its settings' fields as keyword arguments when a stored run is replayed
+    (`cls(**asdict(settings))`), so a frozen dataclass that is its own settings is the simplest form.
+    """
+
+    @property
+    def name(self) -> str:
+        """The name runs record and `--strategy` / bench lanes use."""
+        ...
+
+    @property
+    def settings(self) -> Any:
+        """Its settings: a frozen dataclass instance (recorded with the run), or None."""
+        ...
+
+    @property
+    def needs(self) -> Needs:
+        """What it needs of a run."""
+        ...
+
+    def unfit(self, task: Task[Any]) -> str | None:
+        """Why it cannot search `task` (one line naming what the task lacks), or None when it can."""
+        ...
+
+    def run(self, ctx: SearchContext) -> Awaitable[None]:
+        """Search (an `async def` is one): add, score and settle thoughts through `ctx` until done or stopped."""
+        ...
+
+
+#: A built-in strategy's search, and its fit check (the strategy's name, the task: a reason or None).
+Runner = Callable[["SearchContext"], Awaitable[None]]
+FitCheck = Callable[[str, "Task[Any]"], "str | None"]
+
+
+@dataclass(frozen=True, slots=True)
+class BuiltinStrategy:
+    """A built-in strategy: a search function with its declaration (settings: SearchConfig's fields)."""
+
+    name: str
+    runner: Runner
+    needs: Needs = Needs()
+    fit: FitCheck | None = None
+    #: A variant of another strategy (tree_of_thoughts of bfs): left out where strategies are suggested.
+    variant_of: str | None = None
+    settings: None = None
+
+    def unfit(self, task: Task[Any]) -> str | None:
+        """Why this strategy cannot search `task`, or None."""
+        return self.fit(self.name, task) if self.fit is not None else None
+
+    def run(self, ctx: SearchContext) -> Awaitable[None]:
+        """The search (the runner's coroutine itself: no wrapper on the engine's path)."""
+        return self.runner(ctx)
