@@ -14,7 +14,7 @@ from .budget import Pricing, estimate_tokens
 from .errors import ModelConfigError, ModelError, ModelTimeout, ModelUnreachable
 from .http_errors import MAX_CONNECT_TIMEOUT_S, one_line, status_error
 from .sdk_client import LazySdkClient
-from .types import Completion, GenerateRequest, Usage
+from .types import Capabilities, Completion, GenerateRequest, Usage
 
 if TYPE_CHECKING:
     from anthropic import AsyncAnthropic
@@ -32,8 +32,6 @@ class AnthropicBackend(LazySdkClient):
     The SDK exposes no temperature or seed for Messages, so sampling is the model's own.
     """
 
-    #: Which form of a Prompt this backend sends (see the Backend protocol).
-    prompt_form = "chat"
     supports_batch = False
 
     def __init__(
@@ -58,13 +56,13 @@ class AnthropicBackend(LazySdkClient):
         self.base_url = (base_url or DEFAULT_BASE_URL).rstrip("/")
         self.timeout_s = timeout_s
         self.max_concurrency = max_concurrency
-        self.pricing = pricing
         self.name = name or f"anthropic:{model}"
         #: The environment variable the key came from, named when the server rejects it.
         self.key_env = key_env
-        #: Extended thinking's budget per sample (0: no thinking). Anthropic wants max_tokens above it, so
-        #: each request asks for the reply's max_tokens plus this; the gateway reserves both as output.
-        self.thinking_tokens = thinking_tokens or 0
+        # thinking_tokens: extended thinking's budget per sample (0: no thinking). Anthropic wants max_tokens
+        # above it, so each request asks for the reply's max_tokens plus this; the gateway reserves both as output.
+        self.capabilities = Capabilities(prompt_form="chat", native_tools=True, thinking_tokens=thinking_tokens or 0,
+                                         pricing=pricing)
         self._client: AsyncAnthropic | None = None
         self._sem: asyncio.Semaphore | None = None
 
@@ -105,10 +103,10 @@ class AnthropicBackend(LazySdkClient):
         messages = request.prompt.as_messages()
         system = "\n\n".join(m.content for m in messages if m.role == "system")
         turns = [{"role": m.role, "content": m.content} for m in messages if m.role != "system"]
-        params: dict[str, Any] = {"model": self.model, "max_tokens": request.max_tokens + self.thinking_tokens,
-                                  "messages": turns}
-        if self.thinking_tokens:
-            params["thinking"] = {"type": "enabled", "budget_tokens": self.thinking_tokens}
+        thinking = self.capabilities.thinking_tokens
+        params: dict[str, Any] = {"model": self.model, "max_tokens": request.max_tokens + thinking, "messages": turns}
+        if thinking:
+            params["thinking"] = {"type": "enabled", "budget_tokens": thinking}
         if system:
             params["system"] = system
         # As with OpenAI's chat: completion-form stop strings would cut a chat reply short.

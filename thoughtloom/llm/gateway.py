@@ -15,7 +15,7 @@ from .cache import ResponseCache, sample_key
 from .errors import BatchRefused, BudgetExceeded, ModelError, ModelTimeout, TransientModelError
 from .inline import Later, call_inline, cancellable
 from .slots import Slots
-from .types import NO_USAGE, Backend, Completion, GenerateRequest, Message, Prompt, Usage
+from .types import NO_USAGE, Backend, Capabilities, Completion, GenerateRequest, Message, Prompt, Usage, capabilities_of
 
 T = TypeVar("T")
 
@@ -164,9 +164,7 @@ class Gateway:
         # Set once a prompt had to be bounded by its bytes: the backend does not count its own tokens
         # (a server), so what it reports is checked against what the texts must cost (see _checked).
         self._uncounted = False
-        #: Tokens a reasoning model may think per sample on top of a request's max_tokens (a backend's
-        #: `thinking_tokens`: Anthropic's thinking budget): reserved and bounded as output, which it is billed as.
-        self.thinking_tokens = int(getattr(backend, "thinking_tokens", None) or 0)
+        self._capabilities: Capabilities | None = None
 
     @property
     def cost_known(self) -> bool:
@@ -184,14 +182,27 @@ class Gateway:
         return pricing.cost(usage.input_tokens, usage.output_tokens) if pricing else 0.0
 
     @property
+    def capabilities(self) -> Capabilities:
+        """What the backend declares it can do (read on first use: the embedded model's form needs the model)."""
+        if self._capabilities is None:
+            self._capabilities = capabilities_of(self.backend)
+        return self._capabilities
+
+    @property
     def scores_choices(self) -> bool:
         """True when the backend answers score_choices requests from the model's distribution."""
-        return bool(getattr(self.backend, "scores_choices", False))
+        return self.capabilities.scores_choices
 
     @property
     def follows_choices(self) -> bool:
         """True when the backend's samples keep to a request's choices (else it is sent none)."""
-        return bool(getattr(self.backend, "follows_choices", False))
+        return self.capabilities.follows_choices
+
+    @property
+    def thinking_tokens(self) -> int:
+        """Tokens a reasoning model may think per sample on top of a request's max_tokens (Anthropic's
+        thinking budget): reserved and bounded as output, which it is billed as."""
+        return self.capabilities.thinking_tokens
 
     @property
     def batches(self) -> bool:
@@ -358,7 +369,7 @@ class Gateway:
         counted = self.backend.count_tokens(request.prompt)
         if counted is None:
             self._uncounted = True
-            counted = prompt_token_bound(request.prompt, getattr(self.backend, "prompt_form", None))
+            counted = prompt_token_bound(request.prompt, self.capabilities.prompt_form)
         if request.score_choices:
             # Scoring reads every choice after the prompt; no token is shorter than one byte.
             counted += sum(len(c.encode()) for c in request.choices)

@@ -25,7 +25,7 @@ from .errors import (
 )
 from .http_errors import MAX_CONNECT_TIMEOUT_S, one_line, status_error
 from .sdk_client import LazySdkClient
-from .types import Completion, GenerateRequest, Usage
+from .types import Capabilities, Completion, GenerateRequest, Usage
 
 if TYPE_CHECKING:
     from openai import AsyncOpenAI
@@ -86,11 +86,8 @@ class OpenAIBackend(LazySdkClient):
         self.api: Api = api
         self.timeout_s = timeout_s
         self.max_concurrency = max_concurrency
-        self.pricing = pricing
         self.name = name or f"openai-compatible:{self.base_url}@{model}"
         self.schema_param: SchemaParam = schema_param
-        #: How hard a reasoning model thinks (low, medium, high; None: the server's default), sent on chat.
-        self.reasoning_effort = reasoning_effort
         #: The environment variable the key came from, named when the server rejects it.
         self.key_env = key_env
         self._client: AsyncOpenAI | None = None
@@ -101,8 +98,14 @@ class OpenAIBackend(LazySdkClient):
         #: list of prompts); chat has no such form. Switched off for good if a server answers a
         #: batch with the wrong number of choices.
         self.supports_batch = batch and api == "completions"
-        #: Which form of a Prompt this backend sends (see the Backend protocol).
-        self.prompt_form = "chat" if api == "chat" else "text"
+        self.capabilities = Capabilities(
+            prompt_form="chat" if api == "chat" else "text",
+            # The chat endpoint's `tools` field (OpenAI, vLLM, llama.cpp's server and Ollama take it).
+            native_tools=api == "chat",
+            # How hard a reasoning model thinks (low, medium, high; None: the server's default), sent on chat.
+            reasoning_effort=reasoning_effort,
+            pricing=pricing,
+        )
 
     # --- Backend protocol ---------------------------------------------------------------
 
@@ -232,8 +235,8 @@ class OpenAIBackend(LazySdkClient):
         params.update(self._schema_params(request))
         if self.api == "chat":
             params[self._token_param] = request.max_tokens
-            if self.reasoning_effort is not None:
-                params["reasoning_effort"] = self.reasoning_effort
+            if self.capabilities.reasoning_effort is not None:
+                params["reasoning_effort"] = self.capabilities.reasoning_effort
             messages = request.prompt.as_messages()
             response = await client.chat.completions.create(
                 messages=[{"role": m.role, "content": m.content} for m in messages],  # type: ignore[misc]

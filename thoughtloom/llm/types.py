@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol, TypeVar, dataclass_transform, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, TypeVar, dataclass_transform, runtime_checkable
+
+if TYPE_CHECKING:
+    from .budget import Pricing
 
 _T = TypeVar("_T")
 
@@ -91,13 +94,13 @@ class GenerateRequest:
     #: model). Part of the cache and replay keys when set.
     route: str | None = None
     #: The reply must be one of these texts (a task's valid next steps, a verdict's words).
-    #: Backends that can constrain decoding (llama.cpp grammars) do (`follows_choices`); the
+    #: Backends that can constrain decoding (llama.cpp grammars) do (Capabilities.follows_choices); the
     #: search sends choices only to those and to backends that score them, so a request holds
     #: what goes on the wire. Part of the cache and replay keys when set.
     choices: tuple[str, ...] = ()
     #: Instead of samples, return how likely each of `choices` is as the whole reply: one text,
     #: `choice_text(probabilities)`, computed from the model's distribution in one forward pass.
-    #: Only for backends with `scores_choices = True` (see Backend).
+    #: Only for backends whose capabilities say `scores_choices` (see Capabilities).
     score_choices: bool = False
     #: Report the log-probability of each generated token and of this many alternatives
     #: (OpenAI's `logprobs`); None: none. Such requests are answered by the backend, never the cache.
@@ -109,6 +112,10 @@ class GenerateRequest:
     #: a chat reply ignores the stop strings, which tasks write for the text form. Backends that
     #: read one form only ignore it.
     form: str | None = None
+    #: Function definitions the model may call (`function_definitions_text`), sent natively to a backend
+    #: whose capabilities say `native_tools`; its reply is then `tool_calls_text(...)`, the calls the model
+    #: made and any text. None: no tools on the wire. Part of the cache and replay keys when set.
+    tools: str | None = None
 
     def __post_init__(self) -> None:
         if self.n < 1:
@@ -200,6 +207,48 @@ def parse_choice_text(text: str, choices: Sequence[str]) -> dict[str, float] | N
     return {c: w / total for c, w in weights.items()}
 
 
+@dataclass(frozen=True, slots=True)
+class Capabilities:
+    """What a backend can do and how it is billed, declared in one place (read with `capabilities_of`).
+
+    Wrappers pass their inner backend's on; a wrapper that changes one (routing to several models,
+    a replay) declares its own. The defaults are what any backend can be assumed to do.
+    """
+
+    #: Which form of a Prompt the backend sends: "text" (completion text with the request's stop
+    #: strings) or "chat" (messages, ending at the end of turn); None: unknown or both. The gateway
+    #: bounds an uncounted prompt by that form, and replays match on it.
+    prompt_form: str | None = None
+    #: Answers `score_choices` requests from the model's own distribution (GenerateRequest.score_choices).
+    scores_choices: bool = False
+    #: Its samples keep to GenerateRequest.choices (a grammar); a backend without it is sent no choices.
+    follows_choices: bool = False
+    #: Takes function definitions (GenerateRequest.tools) and answers with the model's tool calls
+    #: (an endpoint's `tools` field: OpenAI-compatible chat, Anthropic messages).
+    native_tools: bool = False
+    #: The reasoning effort it sends a reasoning model ("low", "medium", "high"; None: the server's default).
+    reasoning_effort: str | None = None
+    #: Tokens a reasoning model may think per sample on top of a request's max_tokens (Anthropic's thinking
+    #: budget; 0: none): the gateway reserves and bounds them as output, which they are billed as.
+    thinking_tokens: int = 0
+    #: Sends replies token by token as they are written.
+    streams: bool = False
+    #: The model's price (None: unknown, so a dollar cost is unknown, not $0).
+    pricing: Pricing | None = None
+    #: The price of each role's own model, when roles run on models of their own (see llm.routing).
+    route_pricing: tuple[tuple[str, Pricing | None], ...] = ()
+
+
+#: What a backend that declares nothing is assumed to do.
+NO_CAPABILITIES = Capabilities()
+
+
+def capabilities_of(backend: object) -> Capabilities:
+    """A backend's declared capabilities (the defaults for one written before backends declared them)."""
+    declared = getattr(backend, "capabilities", None)
+    return declared if isinstance(declared, Capabilities) else NO_CAPABILITIES
+
+
 @runtime_checkable
 class Backend(Protocol):
     """A language model that can answer GenerateRequests."""
@@ -211,13 +260,10 @@ class Backend(Protocol):
         """How many calls the backend can usefully serve at once (the embedded model: 1); an attribute or a property."""
         ...
 
-    # Optional: `prompt_form = "text"` or `"chat"`: which form of a Prompt the backend sends
-    # (completion text with the request's stop strings, or chat messages ending at the end of
-    # turn); the gateway bounds an uncounted prompt by that form, and replays match on it.
-    # Optional: `scores_choices = True` when the backend answers `score_choices` requests from
-    # the model's own distribution (see GenerateRequest.score_choices).
-    # Optional: `follows_choices = True` when its samples keep to GenerateRequest.choices
-    # (a grammar); a backend without it is sent no choices, which it would ignore.
+    @property
+    def capabilities(self) -> Capabilities:
+        """What the backend can do (see Capabilities); an attribute or a property."""
+        ...
 
     async def generate(self, request: GenerateRequest) -> Completion:
         """Return up to request.n samples and the real token usage, as one request to the model

@@ -23,7 +23,7 @@ from ..grounding.knowledge import RETRIEVALS
 from ..grounding.sandbox import SandboxLimits
 from ..grounding.types import Grounder
 from ..llm.budget import BudgetLimits, Pricing
-from ..llm.types import Backend
+from ..llm.types import Backend, capabilities_of
 from ..search.config import (
     OPERATOR_ROLES,
     OPERATOR_STRATEGIES,
@@ -468,7 +468,7 @@ def model_pricing(model: str | Backend, given: Pricing | None = None) -> Pricing
     if given is not None:
         return given
     if not isinstance(model, str):
-        return getattr(model, "pricing", None)
+        return capabilities_of(model).pricing
     from ..llm.errors import ModelError
     from ..llm.registry import known_pricing, parse_model_spec
 
