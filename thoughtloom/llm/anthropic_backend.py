@@ -14,6 +14,7 @@ from .budget import Pricing, estimate_tokens
 from .errors import ModelConfigError, ModelError, ModelTimeout, ModelUnreachable
 from .http_errors import MAX_CONNECT_TIMEOUT_S, one_line, status_error
 from .sdk_client import LazySdkClient
+from .tool_calls import ToolCall, arguments_text, read_definitions, tool_calls_text
 from .types import Capabilities, Completion, GenerateRequest, Usage
 
 if TYPE_CHECKING:
@@ -46,6 +47,7 @@ class AnthropicBackend(LazySdkClient):
         *,
         key_env: str | None = "ANTHROPIC_API_KEY",
         thinking_tokens: int | None = None,
+        native_tools: bool = True,
     ) -> None:
         if timeout_s <= 0:
             raise ValueError(f"timeout_s must be positive, got {timeout_s}")
@@ -61,8 +63,8 @@ class AnthropicBackend(LazySdkClient):
         self.key_env = key_env
         # thinking_tokens: extended thinking's budget per sample (0: no thinking). Anthropic wants max_tokens
         # above it, so each request asks for the reply's max_tokens plus this; the gateway reserves both as output.
-        self.capabilities = Capabilities(prompt_form="chat", native_tools=True, thinking_tokens=thinking_tokens or 0,
-                                         pricing=pricing)
+        self.capabilities = Capabilities(prompt_form="chat", native_tools=native_tools,
+                                         thinking_tokens=thinking_tokens or 0, pricing=pricing)
         self._client: AsyncAnthropic | None = None
         self._sem: asyncio.Semaphore | None = None
 
@@ -86,6 +88,8 @@ class AnthropicBackend(LazySdkClient):
         # Only text blocks are the answer: thinking blocks are the model's reasoning, billed but never shown.
         text = self._reply_text("".join(getattr(block, "text", "") or ""
                                         for block in blocks if getattr(block, "type", None) == "text"))
+        if request.tools is not None:
+            text = self._reply_text(_tool_use_reply(blocks, text))
         usage = getattr(response, "usage", None)
         input_tokens = getattr(usage, "input_tokens", None)
         output_tokens = getattr(usage, "output_tokens", None)
@@ -112,6 +116,9 @@ class AnthropicBackend(LazySdkClient):
         # As with OpenAI's chat: completion-form stop strings would cut a chat reply short.
         if request.stop and request.form == "chat":
             params["stop_sequences"] = list(request.stop)
+        if request.tools is not None:
+            params["tools"] = [{"name": f.name, "description": f.description, "input_schema": f.parameters}
+                               for f in read_definitions(request.tools)]
         schema = _structured_schema(request.schema) if request.schema is not None else None
         if schema is not None:
             params["output_config"] = {"format": {"type": "json_schema", "schema": schema}}
@@ -149,6 +156,13 @@ class AnthropicBackend(LazySdkClient):
             return status_error(where, exc.status_code, said, exc.response.headers, self.key_env,
                                 "check the model name")
         return ModelError(f"model endpoint {where} failed: {one_line(exc)}")
+
+
+def _tool_use_reply(blocks: Any, text: str) -> str:
+    """A reply's tool_use blocks (each a function name and its input) and its text, as `tool_calls_text`."""
+    calls = [ToolCall(str(getattr(block, "name", None) or ""), arguments_text(getattr(block, "input", None) or {}))
+             for block in blocks if getattr(block, "type", None) == "tool_use"]
+    return tool_calls_text(calls, text)
 
 
 def _structured_schema(text: str) -> dict[str, Any] | None:

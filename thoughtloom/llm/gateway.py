@@ -103,6 +103,10 @@ class _CutOff(BudgetExceeded):
     """The wall-clock limit stopped a call already running (so it is charged in full)."""
 
 
+#: Tokens a server's template may add around a request's function definitions.
+TOOLS_PREAMBLE_TOKENS = 64
+
+
 def _clamp(value: int, bound: int) -> int:
     """A reported token count, or the bound when it is negative or above it."""
     return value if 0 <= value <= bound else bound
@@ -373,6 +377,10 @@ class Gateway:
         if request.score_choices:
             # Scoring reads every choice after the prompt; no token is shorter than one byte.
             counted += sum(len(c.encode()) for c in request.choices)
+        if request.tools is not None:
+            # The function definitions are read as prompt too (no token is shorter than one byte), in a
+            # preamble the server's template adds (OpenAI's "# Tools" namespace), bounded by a margin.
+            counted += utf8_size(request.tools) + TOOLS_PREAMBLE_TOKENS
         return counted
 
     def _out_bound(self, request: GenerateRequest) -> int:

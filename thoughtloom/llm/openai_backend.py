@@ -25,6 +25,7 @@ from .errors import (
 )
 from .http_errors import MAX_CONNECT_TIMEOUT_S, one_line, status_error
 from .sdk_client import LazySdkClient
+from .tool_calls import ToolCall, arguments_text, read_definitions, tool_calls_text
 from .types import Capabilities, Completion, GenerateRequest, Usage
 
 if TYPE_CHECKING:
@@ -71,9 +72,12 @@ class OpenAIBackend(LazySdkClient):
         batch: bool = True,
         schema_param: SchemaParam = "response_format",
         reasoning_effort: str | None = None,
+        native_tools: bool | None = None,
     ) -> None:
         if api not in ("chat", "completions"):
             raise ModelConfigError(f"unknown OpenAI API {api!r}; use 'chat' or 'completions'")
+        if native_tools and api != "chat":
+            raise ModelConfigError("native tool calling needs the chat endpoint; the completions endpoint has no tools")
         if timeout_s <= 0:
             raise ValueError(f"timeout_s must be positive, got {timeout_s}")
         if max_concurrency < 1:
@@ -100,8 +104,9 @@ class OpenAIBackend(LazySdkClient):
         self.supports_batch = batch and api == "completions"
         self.capabilities = Capabilities(
             prompt_form="chat" if api == "chat" else "text",
-            # The chat endpoint's `tools` field (OpenAI, vLLM, llama.cpp's server and Ollama take it).
-            native_tools=api == "chat",
+            # The chat endpoint's `tools` field; None: on OpenAI's own API, where it is known to work (other
+            # servers take it only when set up for it: llama.cpp's --jinja, vLLM's tool-call parser).
+            native_tools=api == "chat" and (native_tools if native_tools is not None else base_url is None),
             # How hard a reasoning model thinks (low, medium, high; None: the server's default), sent on chat.
             reasoning_effort=reasoning_effort,
             pricing=pricing,
@@ -238,14 +243,16 @@ class OpenAIBackend(LazySdkClient):
             if self.capabilities.reasoning_effort is not None:
                 params["reasoning_effort"] = self.capabilities.reasoning_effort
             messages = request.prompt.as_messages()
+            if request.tools is not None:
+                params["tools"] = _function_tools(request.tools)
             response = await client.chat.completions.create(
                 messages=[{"role": m.role, "content": m.content} for m in messages],  # type: ignore[misc]
                 **params,
             )
             choices = _choices(response)
-            texts = tuple(self._reply_text(getattr(getattr(c, "message", None), "content", None) or "")
-                          for c in choices)
-            prompt_text = "".join(m.content for m in messages)
+            texts = tuple(self._chat_reply(getattr(c, "message", None), request) for c in choices)
+            # The function definitions are read as prompt too (a server that reports no usage is estimated so).
+            prompt_text = "".join(m.content for m in messages) + (request.tools or "")
         elif request.schema is not None and self.schema_param == "ollama":
             return await self._ollama_generate(client, request, seed)
         else:
@@ -255,6 +262,16 @@ class OpenAIBackend(LazySdkClient):
             choices = _choices(response)
             texts = tuple(self._reply_text(getattr(c, "text", None) or "") for c in choices)
         return _Sampled(texts, _usage(response, prompt_text, texts))
+
+    def _chat_reply(self, message: Any, request: GenerateRequest) -> str:
+        """A chat choice's reply text; with function definitions sent, its calls and text as `tool_calls_text`."""
+        content = getattr(message, "content", None) or ""
+        if request.tools is None:
+            return self._reply_text(content)
+        functions = [getattr(call, "function", None) for call in getattr(message, "tool_calls", None) or ()]
+        calls = [ToolCall(str(getattr(f, "name", None) or ""), _arguments(getattr(f, "arguments", None)))
+                 for f in functions]
+        return self._reply_text(tool_calls_text(calls, content))
 
     async def _ollama_generate(self, client: AsyncOpenAI, request: GenerateRequest, seed: int | None) -> _Sampled:
         """A completion with a reply schema through Ollama's native /api/generate, whose `format` takes
@@ -315,6 +332,18 @@ class OpenAIBackend(LazySdkClient):
                                 "check the model name, that the base URL ends in /v1, and that the server "
                                 f"offers the {self.api} API (#chat or #completions)")
         return ModelError(f"model endpoint {where} failed: {type(exc).__name__}: {one_line(exc)}")
+
+
+def _function_tools(definitions: str) -> list[dict[str, Any]]:
+    """A request's function definitions in the chat endpoint's `tools` form."""
+    return [{"type": "function", "function": {"name": f.name, "description": f.description,
+                                              "parameters": f.parameters}}
+            for f in read_definitions(definitions)]
+
+
+def _arguments(value: Any) -> str:
+    """A call's arguments as JSON text: as the server sent them (checked by the agent), or a server's object as JSON."""
+    return value if isinstance(value, str) else arguments_text(value if value is not None else {})
 
 
 def _choices(response: Any) -> list[Any]:

@@ -4,10 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol, TypeVar, dataclass_transform, runtime_checkable
-
-if TYPE_CHECKING:
-    from .budget import Pricing
+from typing import Protocol, TypeVar, dataclass_transform, runtime_checkable
 
 _T = TypeVar("_T")
 
@@ -205,6 +202,24 @@ def parse_choice_text(text: str, choices: Sequence[str]) -> dict[str, float] | N
     weights = {c: math.exp(logps[c] - top) if c in logps else 0.0 for c in choices}
     total = sum(weights.values())
     return {c: w / total for c, w in weights.items()}
+
+
+@dataclass(frozen=True, slots=True)
+class Pricing:
+    """Dollars per million tokens (llm.budget prices calls with it)."""
+
+    input_per_mtok: float
+    output_per_mtok: float
+
+    def __post_init__(self) -> None:
+        for name in ("input_per_mtok", "output_per_mtok"):
+            value = getattr(self, name)
+            if not (isinstance(value, int | float) and 0 <= value < float("inf")):
+                raise ValueError(f"price {name} must be a finite number >= 0 (USD per million tokens), got {value!r}")
+
+    def cost(self, input_tokens: int, output_tokens: int) -> float:
+        """Dollar cost of so many tokens."""
+        return (input_tokens * self.input_per_mtok + output_tokens * self.output_per_mtok) / 1e6
 
 
 @dataclass(frozen=True, slots=True)

@@ -125,6 +125,8 @@ class RunSpec:
     reasoning_effort: str | None = None
     #: Anthropic's extended-thinking budget per sample, in tokens (at least 1024); None: no thinking.
     thinking_tokens: int | None = None
+    #: How the agent's tool calls reach the model: auto, native or text (see llm.registry.native_tools).
+    tool_calling: str = "auto"
     #: Where the run is recorded (a SQLite path or a BlockStore); None: not stored.
     store: Any = None
     run_id: str | None = None
@@ -168,6 +170,7 @@ class RunSpec:
             **({"model_timeout_s": self.model_timeout_s} if self.model_timeout_s is not None else {}),
             **({"reasoning_effort": self.reasoning_effort} if self.reasoning_effort is not None else {}),
             **({"thinking_tokens": self.thinking_tokens} if self.thinking_tokens is not None else {}),
+            **({"tool_calling": self.tool_calling} if self.tool_calling != "auto" else {}),
             **({"task_file": self.stored_task_file} if self.stored_task_file is not None else {}),
             **({"scorer": self.scorer.name} if self.scorer is not None else {}),
         }
@@ -217,6 +220,7 @@ class RunSpec:
                 pricing=Pricing(**data["pricing"]) if data.get("pricing") else None,
                 model_timeout_s=data.get("model_timeout_s"), reasoning_effort=data.get("reasoning_effort"),
                 thinking_tokens=data.get("thinking_tokens"), task_file=data.get("task_file"),
+                tool_calling=data.get("tool_calling") or "auto",
                 scorer=ThoughtScorer(data["scorer"]) if data.get("scorer") else None,
             )
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
@@ -234,6 +238,7 @@ _STORED_TYPES: dict[str, tuple[type, ...]] = {
     "research": (dict, _NONE), "role_models": (list, _NONE), "pricing": (dict, _NONE),
     "model_timeout_s": (int, float, _NONE), "task_file": (str, _NONE),
     "reasoning_effort": (str, _NONE), "thinking_tokens": (int, _NONE), "scorer": (str, _NONE),
+    "tool_calling": (str, _NONE),
 }
 #: Task options kept as paths or text, and the test command's words.
 _OPTION_TYPES: dict[str, tuple[type, ...]] = {
@@ -353,6 +358,7 @@ def resolve(
     reasoning_effort: str | None = None,
     thinking_tokens: int | None = None,
     scorer: Scorer | str | ThoughtScorer | None = None,
+    tool_calling: str = "auto",
 ) -> RunSpec:
     """The one way to build a RunSpec: task defaults, then the profile, then the explicit settings.
 
@@ -372,6 +378,8 @@ def resolve(
     run on a model of their own, by model spec (the search strategies' generator, evaluator and
     synthesizer; the research strategy's brancher, evaluator and synthesizer). `reasoning_effort`,
     `thinking_tokens`: a reasoning model's controls, for every model of the run (see llm.registry.check_reasoning).
+    `tool_calling`: auto, native or text, how the agent's tool calls reach every model of the run
+    (see llm.registry.native_tools).
     `scorer`: a function of (thought, path), or its `module:function` / `file.py:function` reference, that
     scores the thoughts of the operator strategies instead of the model (search/scorer.py).
     Raises UnknownProfile / UnknownTask / TaskOptionError / ProblemError / SpecError with one line.
@@ -438,6 +446,7 @@ def resolve(
     if model_timeout_s is not None and not 0 < model_timeout_s < float("inf"):
         raise SpecError(f"the model timeout must be a positive number of seconds; got {model_timeout_s}")
     _check_reasoning(model, roles, reasoning_effort, thinking_tokens)
+    _check_tool_calling(model, roles, tool_calling)
     if budget is not None and budget.cost_usd is not None:
         _check_priced(model, pricing, roles)
     return RunSpec(
@@ -450,7 +459,7 @@ def resolve(
         mcp_config=os.path.abspath(mcp_config) if mcp_config is not None else None,
         read_roots=tuple(os.path.abspath(r) for r in read_roots), research=research_config, role_models=roles,
         pricing=pricing, model_timeout_s=model_timeout_s, reasoning_effort=reasoning_effort,
-        thinking_tokens=thinking_tokens,
+        thinking_tokens=thinking_tokens, tool_calling=tool_calling,
         scorer=user_scorer(scorer) if scorer is not None else None,
     )
 
@@ -506,6 +515,25 @@ def _check_reasoning(model: str | Backend, roles: Sequence[tuple[str, str]], rea
     try:
         for spec in (model, *(m for _, m in roles)):
             check_reasoning(parse_model_spec(spec), reasoning_effort, thinking_tokens)
+    except ModelConfigError as exc:
+        raise SpecError(str(exc)) from None
+
+
+def _check_tool_calling(model: str | Backend, roles: Sequence[tuple[str, str]], tool_calling: str) -> None:
+    """Refuse a tool-calling mode a model of the run cannot take, before any model loads (SpecError, one line)."""
+    from ..llm.errors import ModelConfigError
+    from ..llm.registry import TOOL_CALLING, native_tools, parse_model_spec
+
+    if tool_calling not in TOOL_CALLING:
+        raise SpecError(f"--tool-calling {tool_calling!r}: use one of {', '.join(TOOL_CALLING)}")
+    if tool_calling == "auto":
+        return
+    if not isinstance(model, str):
+        raise SpecError("--tool-calling configures a model spec; a Backend object declares its own "
+                        "(OpenAIBackend(native_tools=...), AnthropicBackend(native_tools=...))")
+    try:
+        for spec in (model, *(m for _, m in roles)):
+            native_tools(parse_model_spec(spec), tool_calling)
     except ModelConfigError as exc:
         raise SpecError(str(exc)) from None
 
