@@ -269,3 +269,72 @@ async def test_anthropic_gets_the_functions_as_tools_and_its_tool_use_blocks_are
     calls_made, text = read_tool_calls(completion.texts[0]) or ([], "")
     assert text == "Adding." and calls_made == [ToolCall("calc", json.dumps({"expression": "300 + 300"},
                                                                              separators=(",", ":")))]
+
+
+# --- the run's setting ----------------------------------------------------------------------------------
+
+
+def test_a_run_records_its_tool_calling_mode_and_leaves_the_default_out() -> None:
+    from thoughtloom.run.spec import RunSpec, resolve
+
+    url = "openai-compatible:http://127.0.0.1:9/v1@m"
+    native = resolve(TRIP, task="agent", model=url, search={"strategy": "agent"}, tools=["calc"],
+                     tool_calling="native")
+    assert native.to_dict()["tool_calling"] == "native"
+    assert RunSpec.from_dict(native.to_dict()).tool_calling == "native"
+    auto = resolve(TRIP, task="agent", model=url, search={"strategy": "agent"}, tools=["calc"])
+    assert "tool_calling" not in auto.to_dict()  # the stored form of every run before the option is unchanged
+    assert RunSpec.from_dict(auto.to_dict()).tool_calling == "auto"
+
+
+def test_a_backend_object_with_a_tool_calling_mode_is_refused_in_one_line() -> None:
+    from thoughtloom.llm.fake import ScriptedBackend
+    from thoughtloom.run.spec import SpecError, resolve
+
+    with pytest.raises(SpecError, match=r"declares its own \(OpenAIBackend\(native_tools=...\)"):
+        resolve(TRIP, task="agent", model=ScriptedBackend(), search={"strategy": "agent"}, tools=["calc"],
+                tool_calling="text")
+
+
+class Clock:
+    """A tool named as an MCP server's tools are (server.tool): not a valid function name."""
+
+    spec = ToolSpec("time.now", "the time now", {"type": "object", "properties": {"zone": {"type": "string"}},
+                                                 "required": ["zone"]})
+
+    async def call(self, args: dict[str, Any]) -> str:
+        return f"noon in {args['zone']}"
+
+
+def clock_server(seen: Seen) -> Reply:
+    if seen.body.get("tools"):
+        choice = tool_call_choice(0, seen.body["tools"][0]["function"]["name"], '{"zone": "Europe/Lisbon"}')
+    else:
+        text = "\n".join(m["content"] for m in seen.body["messages"])
+        answer = ("1. [time.now] Get the time in Lisbon.\n2. Say it. (after 1)" if "Tools:" in text
+                  else "It is noon in Lisbon." if "Final answer:" in text
+                  else "VERDICT: ok\nREASON: fine" if "VERDICT" in text else "ok")
+        choice = {"index": 0, "message": {"role": "assistant", "content": answer}, "finish_reason": "stop"}
+    return Reply(200, {"id": "x", "object": "chat.completion", "created": 0, "model": "m", "choices": [choice],
+                       "usage": {"prompt_tokens": 100, "completion_tokens": 20, "total_tokens": 120}})
+
+
+async def test_a_dotted_tool_name_goes_out_as_a_valid_function_name_and_its_call_comes_back(
+        server: FakeOpenAIServer) -> None:
+    from thoughtloom.run.gateway import build_gateway
+    from thoughtloom.search.config import SearchConfig
+    from thoughtloom.search.engine import search
+    from thoughtloom.tasks.agent import AgentTask
+    from thoughtloom.tools import Toolbox
+
+    server.responder = clock_server
+    backend = OpenAIBackend("m", base_url=server.url, native_tools=True)
+    try:
+        result = await search(AgentTask(), "Tell me the time in Lisbon", build_gateway(backend),
+                              SearchConfig(strategy="agent"), tools=Toolbox([Clock()]))
+    finally:
+        await backend.aclose()
+    sent = [t["function"]["name"] for s in server.seen for t in s.body.get("tools") or ()]
+    assert sent == [function_names(["time.now"])["time.now"]] and FUNCTION_NAME.match(sent[0])
+    call = by_content(result, "Get the time").extra["tool_calls"][0]
+    assert (call["tool"], call["status"], call["output"]) == ("time.now", "ok", "noon in Europe/Lisbon")

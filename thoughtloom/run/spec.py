@@ -445,8 +445,7 @@ def resolve(
                         f"{config.strategy} scores its own way")
     if model_timeout_s is not None and not 0 < model_timeout_s < float("inf"):
         raise SpecError(f"the model timeout must be a positive number of seconds; got {model_timeout_s}")
-    _check_reasoning(model, roles, reasoning_effort, thinking_tokens)
-    _check_tool_calling(model, roles, tool_calling)
+    _check_model_settings(model, roles, reasoning_effort, thinking_tokens, tool_calling)
     if budget is not None and budget.cost_usd is not None:
         _check_priced(model, pricing, roles)
     return RunSpec(
@@ -501,39 +500,29 @@ def _check_priced(model: str | Backend, pricing: Pricing | None, roles: Sequence
                         "and --price-out (USD per million tokens, for --model) or budget in tokens (--budget-tokens)")
 
 
-def _check_reasoning(model: str | Backend, roles: Sequence[tuple[str, str]], reasoning_effort: str | None,
-                     thinking_tokens: int | None) -> None:
-    """Refuse reasoning settings that a model of the run cannot take, before any model loads (SpecError, one line)."""
+def _check_model_settings(model: str | Backend, roles: Sequence[tuple[str, str]], reasoning_effort: str | None,
+                          thinking_tokens: int | None, tool_calling: str) -> None:
+    """Refuse reasoning settings or a tool-calling mode that a model of the run cannot take, before any model
+    loads (SpecError, one line)."""
     from ..llm.errors import ModelConfigError
-    from ..llm.registry import check_reasoning, parse_model_spec
-
-    if reasoning_effort is None and thinking_tokens is None:
-        return
-    if not isinstance(model, str):
-        raise SpecError("--reasoning-effort and --thinking-tokens configure a model spec; a Backend object takes "
-                        "its own (OpenAIBackend(reasoning_effort=...), AnthropicBackend(thinking_tokens=...))")
-    try:
-        for spec in (model, *(m for _, m in roles)):
-            check_reasoning(parse_model_spec(spec), reasoning_effort, thinking_tokens)
-    except ModelConfigError as exc:
-        raise SpecError(str(exc)) from None
-
-
-def _check_tool_calling(model: str | Backend, roles: Sequence[tuple[str, str]], tool_calling: str) -> None:
-    """Refuse a tool-calling mode a model of the run cannot take, before any model loads (SpecError, one line)."""
-    from ..llm.errors import ModelConfigError
-    from ..llm.registry import TOOL_CALLING, native_tools, parse_model_spec
+    from ..llm.registry import TOOL_CALLING, check_reasoning, native_tools, parse_model_spec
 
     if tool_calling not in TOOL_CALLING:
         raise SpecError(f"--tool-calling {tool_calling!r}: use one of {', '.join(TOOL_CALLING)}")
-    if tool_calling == "auto":
+    reasoning = reasoning_effort is not None or thinking_tokens is not None
+    if not reasoning and tool_calling == "auto":
         return
     if not isinstance(model, str):
-        raise SpecError("--tool-calling configures a model spec; a Backend object declares its own "
+        raise SpecError("--reasoning-effort and --thinking-tokens configure a model spec; a Backend object takes "
+                        "its own (OpenAIBackend(reasoning_effort=...), AnthropicBackend(thinking_tokens=...))"
+                        if reasoning else
+                        "--tool-calling configures a model spec; a Backend object declares its own "
                         "(OpenAIBackend(native_tools=...), AnthropicBackend(native_tools=...))")
     try:
         for spec in (model, *(m for _, m in roles)):
-            native_tools(parse_model_spec(spec), tool_calling)
+            parsed = parse_model_spec(spec)
+            check_reasoning(parsed, reasoning_effort, thinking_tokens)
+            native_tools(parsed, tool_calling)
     except ModelConfigError as exc:
         raise SpecError(str(exc)) from None
 
