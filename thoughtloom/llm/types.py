@@ -109,7 +109,7 @@ class GenerateRequest:
     #: a chat reply ignores the stop strings, which tasks write for the text form. Backends that
     #: read one form only ignore it.
     form: str | None = None
-    #: Function definitions the model may call (`function_definitions_text`), sent natively to a backend
+    #: Function definitions the model may call (llm.tool_calls.definitions_text), sent natively to a backend
     #: whose capabilities say `native_tools`; its reply is then `tool_calls_text(...)`, the calls the model
     #: made and any text. None: no tools on the wire. Part of the cache and replay keys when set.
     tools: str | None = None
