@@ -338,3 +338,15 @@ async def test_a_dotted_tool_name_goes_out_as_a_valid_function_name_and_its_call
     assert sent == [function_names(["time.now"])["time.now"]] and FUNCTION_NAME.match(sent[0])
     call = by_content(result, "Get the time").extra["tool_calls"][0]
     assert (call["tool"], call["status"], call["output"]) == ("time.now", "ok", "noon in Europe/Lisbon")
+
+
+def test_loom_agent_with_tool_calling_native_sends_the_tools_as_functions(
+        server: FakeOpenAIServer, capsys: pytest.CaptureFixture[str]) -> None:
+    server.responder = trip_server(calls('{"expression": "300 + 300"}'))
+    code = main(["agent", TRIP, "--quiet", "--no-store", "--json", "--tools", "calc",
+                 "--model", f"openai-compatible:{server.url}@m#chat", "--tool-calling", "native"])
+    out = capsys.readouterr()
+    assert code == 0, out.err
+    assert [s.body["tools"][0]["function"]["name"] for s in server.seen if s.body.get("tools")] == ["calc"]
+    calls_made = [c for n in json.loads(out.out)["agent"]["nodes"] for c in n.get("tool_calls", [])]
+    assert [(c["tool"], c["output"]) for c in calls_made] == [("calc", "300 + 300 = 600")]
