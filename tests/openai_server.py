@@ -50,7 +50,8 @@ class FakeOpenAIServer:
     so clients must sort them. `max_choices = 1` is a server that ignores n, as the llama.cpp
     server and Ollama do; `usage` replaces the usage it reports (a hostile server's numbers);
     `delay_s` delays every unscripted answer; `peak_in_flight` is the most requests it was
-    serving at once.
+    serving at once. A chat request that carries `tools` is answered, choice by choice, with a
+    call of its first function with `tool_arguments`, as a function-calling server does.
 
     A request with `stream: true` is answered 200 with server-sent events: its reply's choices cut into
     pieces of `piece_chars` characters, one event each, `chunk_delay_s` apart, then the usage (when asked
@@ -73,6 +74,7 @@ class FakeOpenAIServer:
     chunk_delay_s: float = 0.0
     streamed: int = 0
     hung_up: int = 0
+    tool_arguments: str = "{}"
 
     def script(self, *replies: Reply) -> FakeOpenAIServer:
         """Answer the next requests with these replies, in order."""
@@ -100,8 +102,11 @@ class FakeOpenAIServer:
         n = int(seen.body.get("n") or 1)
         count = min(n, self.max_choices)
         chat = seen.path.endswith("/chat/completions")
+        tools = seen.body.get("tools") if chat else None
         choices = [
-            {"index": i, "message": {"role": "assistant", "content": f"sample {i}"}, "finish_reason": "stop"}
+            tool_call_choice(i, tools[0]["function"]["name"], self.tool_arguments)
+            if tools
+            else {"index": i, "message": {"role": "assistant", "content": f"sample {i}"}, "finish_reason": "stop"}
             if chat
             else {"index": i, "text": f"text {i}", "finish_reason": "stop", "logprobs": None}
             for i in reversed(range(count))
@@ -118,6 +123,13 @@ class FakeOpenAIServer:
         elif self.send_usage:
             body["usage"] = {"prompt_tokens": 11, "completion_tokens": 3 * count, "total_tokens": 11 + 3 * count}
         return Reply(200, body, self.delay_s)
+
+
+def tool_call_choice(index: int, name: str, arguments: str, content: str | None = None) -> dict[str, Any]:
+    """A chat choice that calls one function, as OpenAI's API answers a request with tools."""
+    call = {"id": f"call_{index}", "type": "function", "function": {"name": name, "arguments": arguments}}
+    return {"index": index, "message": {"role": "assistant", "content": content, "tool_calls": [call]},
+            "finish_reason": "tool_calls"}
 
 
 def completions_of(respond: Callable[[Any, int], str]) -> Callable[[Seen], Reply]:

@@ -425,6 +425,33 @@ def test_the_cache_digest_of_a_request_without_a_pinned_form_is_unchanged() -> N
     assert digest(key) == "18db043bfa47b0bf8a4594cc3424a8132fee21b8a64d6adeddce9b1d4d1a47b3"
 
 
+TOOLS = '[{"description":"exact arithmetic","name":"calc","parameters":{"type":"object"}}]'
+
+
+async def test_a_request_with_function_definitions_is_not_answered_from_one_without() -> None:
+    fake = counting_backend()
+    gw = gateway(fake, cache=MemoryCache())
+    await gw.generate(req())
+    await gw.generate(req(tools=TOOLS))
+    await gw.generate(req(tools=TOOLS))  # the same definitions: answered from the cache
+    assert len(fake.calls) == 2
+
+
+def test_function_definitions_change_the_cache_digest_and_leave_the_others_as_they_were() -> None:
+    from thoughtloom.llm.cache import digest
+
+    plain = GenerateRequest(Prompt(text="hi"), max_tokens=4, temperature=0.5, seed=1)
+    with_tools = GenerateRequest(Prompt(text="hi"), max_tokens=4, temperature=0.5, seed=1, tools=TOOLS)
+    assert digest(sample_key("m", plain, 0)) == "18db043bfa47b0bf8a4594cc3424a8132fee21b8a64d6adeddce9b1d4d1a47b3"
+    assert digest(sample_key("m", with_tools, 0)) != digest(sample_key("m", plain, 0))
+
+
+async def test_function_definitions_are_reserved_as_prompt() -> None:
+    # 40 tokens hold the 3-word prompt and its 4-token reply, not the definitions the server also reads.
+    assert await attempt(gateway(counting_backend(), BudgetLimits(tokens=40)), req(max_tokens=4)) is not None
+    assert await attempt(gateway(counting_backend(), BudgetLimits(tokens=40)), req(max_tokens=4, tools=TOOLS)) is None
+
+
 async def test_a_sample_cut_short_by_the_budget_is_not_cached_as_a_full_answer() -> None:
     fake = counting_backend()
     budget = Budget(BudgetLimits(tokens=100))

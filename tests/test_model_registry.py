@@ -190,19 +190,19 @@ def test_completions_endpoint_is_part_of_the_backend_name() -> None:
 def test_known_openai_models_get_list_prices() -> None:
     backend = make_backend("openai:gpt-4o-mini", {"OPENAI_API_KEY": "k"})
     assert isinstance(backend, OpenAIBackend)
-    assert backend.pricing == Pricing(0.15, 0.60)
+    assert backend.capabilities.pricing == Pricing(0.15, 0.60)
 
 
 def test_unknown_models_have_no_price() -> None:
     backend = make_backend("openai:gpt-9-ultra", {"OPENAI_API_KEY": "k"})
     assert isinstance(backend, OpenAIBackend)
-    assert backend.pricing is None
+    assert backend.capabilities.pricing is None
 
 
 def test_an_explicit_price_overrides_the_table() -> None:
     backend = make_backend("openai:gpt-4o", {"OPENAI_API_KEY": "k"}, pricing=Pricing(1.0, 2.0))
     assert isinstance(backend, OpenAIBackend)
-    assert backend.pricing == Pricing(1.0, 2.0)
+    assert backend.capabilities.pricing == Pricing(1.0, 2.0)
 
 
 def test_making_a_remote_backend_opens_no_connection() -> None:

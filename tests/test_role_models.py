@@ -145,7 +145,7 @@ def test_a_call_budget_counts_the_requests_of_every_roles_model(servers: dict[st
 
 def test_each_routed_call_is_priced_at_its_own_models_price() -> None:
     cheap, dear = ScriptedBackend(default="x"), ScriptedBackend(default="x")
-    cheap.pricing, dear.pricing = Pricing(1.0, 1.0), Pricing(100.0, 100.0)  # type: ignore[attr-defined]
+    cheap.pricing, dear.pricing = Pricing(1.0, 1.0), Pricing(100.0, 100.0)
     gateway = build_gateway(RoutedBackend(cheap, {"evaluator": dear}))
     prompt = Prompt(text="one two three")  # 3 words in, 1 out: 4 tokens each
 
@@ -161,7 +161,7 @@ def test_each_routed_call_is_priced_at_its_own_models_price() -> None:
 
 def test_a_dollar_budget_reserves_a_routed_call_at_its_own_models_price() -> None:
     cheap, dear = ScriptedBackend(default="x"), ScriptedBackend(default="x")
-    cheap.pricing, dear.pricing = Pricing(1.0, 1.0), Pricing(1000.0, 1000.0)  # type: ignore[attr-defined]
+    cheap.pricing, dear.pricing = Pricing(1.0, 1.0), Pricing(1000.0, 1000.0)
     # 3 + 8 tokens reserved: $0.000011 on the cheap model, $0.011 on the dear one.
     gateway = build_gateway(RoutedBackend(cheap, {"evaluator": dear}), BudgetLimits(cost_usd=0.001))
     prompt = Prompt(text="one two three")

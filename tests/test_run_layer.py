@@ -108,6 +108,25 @@ def test_a_wrapper_forwards_every_attribute_it_does_not_override() -> None:
     assert LimitedBackend(inner, SharedSlots(1)).max_concurrency == 1  # what the limit changes, it overrides
 
 
+def test_wrappers_pass_the_capabilities_of_the_backend_they_wrap_on() -> None:
+    from thoughtloom.llm.types import capabilities_of
+
+    inner = ScriptedBackend(scores_choices=True, native_tools=True)
+    for wrapper in (BackendWrapper(inner), LimitedBackend(inner, SharedSlots(2)), RecordingBackend(inner, None)):
+        assert capabilities_of(wrapper) == inner.capabilities
+
+
+def test_a_run_with_role_models_can_do_only_what_every_model_can() -> None:
+    from thoughtloom.llm.budget import Pricing
+    from thoughtloom.llm.routing import RoutedBackend
+
+    run = ScriptedBackend(scores_choices=True, follows_choices=True, native_tools=True, pricing=Pricing(1, 2))
+    role = ScriptedBackend(scores_choices=True, pricing=Pricing(3, 4))
+    routed = RoutedBackend(run, {"evaluator": role}).capabilities
+    assert (routed.scores_choices, routed.follows_choices, routed.native_tools) == (True, False, False)
+    assert routed.pricing == Pricing(1, 2) and routed.route_pricing == (("evaluator", Pricing(3, 4)),)
+
+
 def test_the_recording_wrapper_is_a_backend_wrapper() -> None:
     assert issubclass(RecordingBackend, BackendWrapper)
 

@@ -68,6 +68,7 @@ async def asolve(
     reasoning_effort: str | None = None,
     thinking_tokens: int | None = None,
     scorer: Scorer | str | None = None,
+    tool_calling: str = "auto",
     **overrides: Any,
 ) -> SearchResult:
     """Search for an answer (async); the same run `loom solve` makes with the same settings.
@@ -102,6 +103,8 @@ async def asolve(
     instead of the model (no evaluation call); a stored run records it by name (search/scorer.py).
     `strategy` (one of the overrides): a strategy's name, or your own `thoughtloom.Strategy` object or its
     `module:Class` reference; a stored run records its name and settings (docs/search.md).
+    tool_calling: how the agent's tool calls reach the model, as `--tool-calling`: "auto" (function calling
+    on OpenAI's and Anthropic's APIs, JSON replies elsewhere), "native" or "text" (docs/agent.md).
     """
     spec = resolve(
         problem, task=task, model=model, profile=profile, task_options=task_options, config=config,
@@ -109,7 +112,7 @@ async def asolve(
         control=controller.settings if isinstance(controller, Controller) else controller, answers=answers,
         grounding=grounding_policy, checks=checks, knowledge=knowledge, grounders=grounders, store=store,
         run_id=run_id, role_models=role_models, pricing=pricing, model_timeout_s=model_timeout_s,
-        reasoning_effort=reasoning_effort, thinking_tokens=thinking_tokens, scorer=scorer,
+        reasoning_effort=reasoning_effort, thinking_tokens=thinking_tokens, scorer=scorer, tool_calling=tool_calling,
     )
     result = await execute(spec, sinks=sinks, handler=handler,
                            controller=controller if isinstance(controller, Controller) else None, threads=threads)
@@ -137,6 +140,7 @@ async def agent(
     store: Any = None,
     run_id: str | None = None,
     threads: int | str | None = None,
+    tool_calling: str = "auto",
     **overrides: Any,
 ) -> SearchResult:
     """Work an open task as a graph of typed steps with tools (async); the same run `loom agent` makes.
@@ -145,13 +149,14 @@ async def agent(
     knowledge and read_roots are what mcp, docs and files need. processors: a registry with your own
     processors (start from thoughtloom.search.agent.kinds.default_processors()). Keyword
     `overrides` set SearchConfig fields (beam = steps in progress at once, agent_order, on_failure,
-    max_nodes, seed, ...). The rest (threads included) is as in asolve.
+    max_nodes, seed, ...). tool_calling: "auto", "native" or "text", as `--tool-calling` (docs/agent.md).
+    The rest (threads included) is as in asolve.
     """
     spec = resolve(
         task, task="agent", model=model, profile=profile, search={"strategy": "agent", **overrides}, budget=budget,
         control=controller.settings if isinstance(controller, Controller) else controller, knowledge=knowledge,
         store=store, run_id=run_id, tools=tools, tool_limits=tool_limits, mcp_config=mcp_config,
-        read_roots=read_roots,
+        read_roots=read_roots, tool_calling=tool_calling,
     )
     return await execute(spec, sinks=sinks, handler=handler, processors=processors,
                          controller=controller if isinstance(controller, Controller) else None, threads=threads)

@@ -149,6 +149,10 @@ def add_model_option(s: Any) -> None:
     s.add_argument("--thinking-tokens", type=positive_int("--thinking-tokens"), metavar="N",
                    help="extended-thinking budget per sample for anthropic: models (at least 1024), on top of each "
                    "reply's max tokens; thinking is billed and budgeted as output, never part of the answer")
+    s.add_argument("--tool-calling", choices=("auto", "native", "text"), default="auto",
+                   help="how the agent's tool calls reach the model: native sends the tools as function definitions "
+                   "(the endpoint's tools field), text asks for a JSON reply; auto (default): native on OpenAI's and "
+                   "Anthropic's APIs, text elsewhere (see docs/agent.md)")
 
 
 def add_role_options(s: Any, roles: dict[str, str]) -> None:

@@ -15,7 +15,8 @@ from .errors import ModelConfigError, ModelError, ModelTimeout, ModelUnreachable
 from .http_errors import MAX_CONNECT_TIMEOUT_S, one_line, status_error
 from .sdk_client import LazySdkClient
 from .streaming import Deltas, StreamGuard
-from .types import Completion, GenerateRequest, Usage
+from .tool_calls import ToolCall, arguments_text, read_definitions, tool_calls_text
+from .types import Capabilities, Completion, GenerateRequest, Usage
 
 if TYPE_CHECKING:
     from anthropic import AsyncAnthropic
@@ -33,8 +34,6 @@ class AnthropicBackend(LazySdkClient):
     The SDK exposes no temperature or seed for Messages, so sampling is the model's own.
     """
 
-    #: Which form of a Prompt this backend sends (see the Backend protocol).
-    prompt_form = "chat"
     supports_batch = False
 
     def __init__(
@@ -50,6 +49,7 @@ class AnthropicBackend(LazySdkClient):
         key_env: str | None = "ANTHROPIC_API_KEY",
         thinking_tokens: int | None = None,
         stream: bool = True,
+        native_tools: bool = True,
     ) -> None:
         if timeout_s <= 0:
             raise ValueError(f"timeout_s must be positive, got {timeout_s}")
@@ -60,13 +60,14 @@ class AnthropicBackend(LazySdkClient):
         self.base_url = (base_url or DEFAULT_BASE_URL).rstrip("/")
         self.timeout_s = timeout_s
         self.max_concurrency = max_concurrency
-        self.pricing = pricing
         self.name = name or f"anthropic:{model}"
         #: The environment variable the key came from, named when the server rejects it.
         self.key_env = key_env
-        #: Extended thinking's budget per sample (0: no thinking). Anthropic wants max_tokens above it, so
-        #: each request asks for the reply's max_tokens plus this; the gateway reserves both as output.
-        self.thinking_tokens = thinking_tokens or 0
+        # thinking_tokens: extended thinking's budget per sample (0: no thinking). Anthropic wants max_tokens
+        # above it, so each request asks for the reply's max_tokens plus this; the gateway reserves both as output.
+        self.capabilities = Capabilities(prompt_form="chat", native_tools=native_tools,
+                                         thinking_tokens=thinking_tokens or 0, pricing=pricing,
+                                         streams=stream)
         #: Stream a request someone watches (GenerateRequest.on_text) as the Messages API's event stream.
         self.stream = stream
         self._client: AsyncAnthropic | None = None
@@ -79,7 +80,8 @@ class AnthropicBackend(LazySdkClient):
         import anthropic
 
         async with sem:
-            if self.stream and request.on_text is not None:
+            # A reply with tool calls is read whole: its tool_use blocks are not text to show.
+            if self.stream and request.on_text is not None and request.tools is None:
                 return await self._streamed(client, params, request)
             try:
                 response = await client.messages.create(**params)
@@ -94,6 +96,8 @@ class AnthropicBackend(LazySdkClient):
         # Only text blocks are the answer: thinking blocks are the model's reasoning, billed but never shown.
         text = self._reply_text("".join(getattr(block, "text", "") or ""
                                         for block in blocks if getattr(block, "type", None) == "text"))
+        if request.tools is not None:
+            text = self._reply_text(_tool_use_reply(blocks, text))
         usage = getattr(response, "usage", None)
         input_tokens = getattr(usage, "input_tokens", None)
         output_tokens = getattr(usage, "output_tokens", None)
@@ -116,7 +120,7 @@ class AnthropicBackend(LazySdkClient):
 
         assert request.on_text is not None
         where = f"{self.base_url} (model {self.model})"
-        guard = StreamGuard(where, 1, request.max_tokens + self.thinking_tokens)
+        guard = StreamGuard(where, 1, request.max_tokens + self.capabilities.thinking_tokens)
         deltas = Deltas(request.on_text)
         input_tokens: Any = None
         output_tokens: Any = None
@@ -176,15 +180,18 @@ class AnthropicBackend(LazySdkClient):
         messages = request.prompt.as_messages()
         system = "\n\n".join(m.content for m in messages if m.role == "system")
         turns = [{"role": m.role, "content": m.content} for m in messages if m.role != "system"]
-        params: dict[str, Any] = {"model": self.model, "max_tokens": request.max_tokens + self.thinking_tokens,
-                                  "messages": turns}
-        if self.thinking_tokens:
-            params["thinking"] = {"type": "enabled", "budget_tokens": self.thinking_tokens}
+        thinking = self.capabilities.thinking_tokens
+        params: dict[str, Any] = {"model": self.model, "max_tokens": request.max_tokens + thinking, "messages": turns}
+        if thinking:
+            params["thinking"] = {"type": "enabled", "budget_tokens": thinking}
         if system:
             params["system"] = system
         # As with OpenAI's chat: completion-form stop strings would cut a chat reply short.
         if request.stop and request.form == "chat":
             params["stop_sequences"] = list(request.stop)
+        if request.tools is not None:
+            params["tools"] = [{"name": f.name, "description": f.description, "input_schema": f.parameters}
+                               for f in read_definitions(request.tools)]
         schema = _structured_schema(request.schema) if request.schema is not None else None
         if schema is not None:
             params["output_config"] = {"format": {"type": "json_schema", "schema": schema}}
@@ -222,6 +229,13 @@ class AnthropicBackend(LazySdkClient):
             return status_error(where, exc.status_code, said, exc.response.headers, self.key_env,
                                 "check the model name")
         return ModelError(f"model endpoint {where} failed: {one_line(exc)}")
+
+
+def _tool_use_reply(blocks: Any, text: str) -> str:
+    """A reply's tool_use blocks (each a function name and its input) and its text, as `tool_calls_text`."""
+    calls = [ToolCall(str(getattr(block, "name", None) or ""), arguments_text(getattr(block, "input", None) or {}))
+             for block in blocks if getattr(block, "type", None) == "tool_use"]
+    return tool_calls_text(calls, text)
 
 
 def _structured_schema(text: str) -> dict[str, Any] | None:

@@ -10,7 +10,7 @@ from dataclasses import dataclass, replace
 from typing import TypeVar
 
 from .errors import BudgetExceeded
-from .types import Usage
+from .types import Pricing, Usage
 
 T = TypeVar("T")
 
@@ -44,24 +44,6 @@ def estimate_tokens(text: str) -> int:
     least_tokens: a text of 1-3 bytes is one token)."""
     size = utf8_size(text)
     return max(size // BYTES_PER_TOKEN, -(-size // MAX_TOKEN_BYTES))
-
-
-@dataclass(frozen=True, slots=True)
-class Pricing:
-    """Dollars per million tokens."""
-
-    input_per_mtok: float
-    output_per_mtok: float
-
-    def __post_init__(self) -> None:
-        for name in ("input_per_mtok", "output_per_mtok"):
-            value = getattr(self, name)
-            if not (isinstance(value, int | float) and 0 <= value < float("inf")):
-                raise ValueError(f"price {name} must be a finite number >= 0 (USD per million tokens), got {value!r}")
-
-    def cost(self, input_tokens: int, output_tokens: int) -> float:
-        """Dollar cost of so many tokens."""
-        return (input_tokens * self.input_per_mtok + output_tokens * self.output_per_mtok) / 1e6
 
 
 #: The price of a model that runs in-process: tokens cost no dollars.

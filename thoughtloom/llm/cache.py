@@ -33,19 +33,24 @@ def sample_key(model: str, request: GenerateRequest, index: int) -> SampleKey:
         request.form,
         # A distribution over the choices and a sample constrained to them are different replies.
         *((("choices", request.choices, request.score_choices),) if request.choices else ()),
+        # Function definitions on the wire make the reply the model's calls: another sample.
+        *((("tools", request.tools),) if request.tools is not None else ()),
     )
 
 
 def digest(key: SampleKey) -> str:
     """A stable hex digest of a sample key, the same in every process (for persistent caches)."""
-    model, text, messages, max_tokens, temperature, stop, seed, index, schema, form, *choices = key
+    model, text, messages, max_tokens, temperature, stop, seed, index, schema, form, *tail = key
+    choices = [t for t in tail if t[0] == "choices"]  # type: ignore[index]
+    tools = [t[1] for t in tail if t[0] == "tools"]  # type: ignore[index]
     assert isinstance(stop, tuple) and (messages is None or isinstance(messages, tuple))  # as sample_key builds them
     # Fields added later join only when set, so keys persisted before them keep their digests.
     payload = json.dumps(
         [model, text, [[m.role, m.content] for m in messages] if messages else None,
          max_tokens, temperature, list(stop), seed, index, *([schema] if schema is not None else []),
          *([{"form": form}] if form is not None else []),
-         *([[list(c[1]), c[2]] for c in choices])],  # type: ignore[index]
+         *([[list(c[1]), c[2]] for c in choices]),  # type: ignore[index]
+         *([{"tools": t} for t in tools])],
         ensure_ascii=False, separators=(",", ":"),
     )
     return hashlib.sha256(payload.encode()).hexdigest()

@@ -20,7 +20,7 @@ from typing import Any
 
 from .budget import estimate_tokens
 from .errors import ModelError
-from .types import Completion, GenerateRequest, Prompt, Usage, choice_text
+from .types import Capabilities, Completion, GenerateRequest, Prompt, Usage, capabilities_of, choice_text
 
 
 def _estimate(text: str) -> int:
@@ -32,13 +32,13 @@ class ChanceBackend:
     """A Backend that picks uniformly at random among each request's choices (the `random` control lane)."""
 
     max_concurrency: int = 1_000_000
-    scores_choices: bool = True
-    follows_choices: bool = True
 
     def __init__(self, counter: Any = None, *, name: str = "random", seed: int = 0) -> None:
         self.counter = counter
         self.name = name
-        self.prompt_form = getattr(counter, "prompt_form", None)
+        # It scores and keeps to choices by construction; it reads the prompt as its counter does.
+        self.capabilities = Capabilities(prompt_form=None if counter is None else capabilities_of(counter).prompt_form,
+                                         scores_choices=True, follows_choices=True)
         self._rng = random.Random(seed)
 
     def count_tokens(self, prompt: Prompt) -> int | None:

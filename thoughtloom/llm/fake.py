@@ -6,8 +6,9 @@ import asyncio
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from .budget import Pricing
 from .errors import ModelError
-from .types import Completion, GenerateRequest, Prompt, Usage
+from .types import Capabilities, Completion, GenerateRequest, Prompt, Usage
 
 Responder = Callable[[GenerateRequest, int], str]
 
@@ -53,10 +54,19 @@ class ScriptedBackend:
     scores_choices: bool = False
     #: Be sent the choices of sampled requests (the rules or responder then keep to them).
     follows_choices: bool = False
+    #: Be sent function definitions (the rules or responder then write `tool_calls_text(...)` replies).
+    native_tools: bool = False
+    pricing: Pricing | None = None
     calls: list[GenerateRequest] = field(default_factory=list)
     batch_sizes: list[int] = field(default_factory=list)
     in_flight: int = 0
     peak_in_flight: int = 0
+
+    @property
+    def capabilities(self) -> Capabilities:
+        """What the fields above declare (a test may change them before it builds a gateway)."""
+        return Capabilities(scores_choices=self.scores_choices, follows_choices=self.follows_choices,
+                            native_tools=self.native_tools, pricing=self.pricing)
 
     def on(self, when: str, *replies: str) -> ScriptedBackend:
         """Answer prompts containing `when` with these replies in turn."""

@@ -15,7 +15,7 @@ from .cache import ResponseCache, sample_key
 from .errors import BatchRefused, BudgetExceeded, ModelError, ModelTimeout, TransientModelError
 from .inline import Later, call_inline, cancellable
 from .slots import Slots
-from .types import NO_USAGE, Backend, Completion, GenerateRequest, Message, Prompt, Usage
+from .types import NO_USAGE, Backend, Capabilities, Completion, GenerateRequest, Message, Prompt, Usage, capabilities_of
 
 T = TypeVar("T")
 
@@ -103,6 +103,10 @@ class _CutOff(BudgetExceeded):
     """The wall-clock limit stopped a call already running (so it is charged in full)."""
 
 
+#: Tokens a server's template may add around a request's function definitions.
+TOOLS_PREAMBLE_TOKENS = 64
+
+
 def _clamp(value: int, bound: int) -> int:
     """A reported token count, or the bound when it is negative or above it."""
     return value if 0 <= value <= bound else bound
@@ -171,9 +175,7 @@ class Gateway:
         # Set once a prompt had to be bounded by its bytes: the backend does not count its own tokens
         # (a server), so what it reports is checked against what the texts must cost (see _checked).
         self._uncounted = False
-        #: Tokens a reasoning model may think per sample on top of a request's max_tokens (a backend's
-        #: `thinking_tokens`: Anthropic's thinking budget): reserved and bounded as output, which it is billed as.
-        self.thinking_tokens = int(getattr(backend, "thinking_tokens", None) or 0)
+        self._capabilities: Capabilities | None = None
 
     @property
     def cost_known(self) -> bool:
@@ -191,14 +193,27 @@ class Gateway:
         return pricing.cost(usage.input_tokens, usage.output_tokens) if pricing else 0.0
 
     @property
+    def capabilities(self) -> Capabilities:
+        """What the backend declares it can do (read on first use: the embedded model's form needs the model)."""
+        if self._capabilities is None:
+            self._capabilities = capabilities_of(self.backend)
+        return self._capabilities
+
+    @property
     def scores_choices(self) -> bool:
         """True when the backend answers score_choices requests from the model's distribution."""
-        return bool(getattr(self.backend, "scores_choices", False))
+        return self.capabilities.scores_choices
 
     @property
     def follows_choices(self) -> bool:
         """True when the backend's samples keep to a request's choices (else it is sent none)."""
-        return bool(getattr(self.backend, "follows_choices", False))
+        return self.capabilities.follows_choices
+
+    @property
+    def thinking_tokens(self) -> int:
+        """Tokens a reasoning model may think per sample on top of a request's max_tokens (Anthropic's
+        thinking budget): reserved and bounded as output, which it is billed as."""
+        return self.capabilities.thinking_tokens
 
     @property
     def batches(self) -> bool:
@@ -365,10 +380,14 @@ class Gateway:
         counted = self.backend.count_tokens(request.prompt)
         if counted is None:
             self._uncounted = True
-            counted = prompt_token_bound(request.prompt, getattr(self.backend, "prompt_form", None))
+            counted = prompt_token_bound(request.prompt, self.capabilities.prompt_form)
         if request.score_choices:
             # Scoring reads every choice after the prompt; no token is shorter than one byte.
             counted += sum(len(c.encode()) for c in request.choices)
+        if request.tools is not None:
+            # The function definitions are read as prompt too (no token is shorter than one byte), in a
+            # preamble the server's template adds (OpenAI's "# Tools" namespace), bounded by a margin.
+            counted += utf8_size(request.tools) + TOOLS_PREAMBLE_TOKENS
         return counted
 
     def _out_bound(self, request: GenerateRequest) -> int:

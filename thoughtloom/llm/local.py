@@ -24,10 +24,11 @@ import re
 import secrets
 import threading
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from .budget import FREE, Pricing
+from .budget import FREE
 from .chat_template import ChatTemplate
 from .errors import ModelConfigError, ModelError
 from .llama_engine import Engine, Job, one_line
@@ -41,7 +42,7 @@ from .models import (
 )
 from .streaming import Deltas, TextSink
 from .threads import thread_policy
-from .types import Completion, GenerateRequest, Prompt, Usage, choice_text
+from .types import Capabilities, Completion, GenerateRequest, Prompt, Usage, choice_text
 
 _INSTALL_HINT = (
     f"run `bash scripts/setup.sh`, or `CMAKE_ARGS=\"{CMAKE_ARGS}\" pip install 'thoughtloom[local]'`"
@@ -131,6 +132,17 @@ def _looks_instruct(engine: Engine) -> bool:
     return any(_INSTRUCT.search(engine.meta(k) or "") for k in ("general.finetune", "general.name"))
 
 
+def _local_capabilities(prompt_form: str) -> Capabilities:
+    # score_choices requests are answered from the model's next-token distribution, samples keep to a
+    # request's choices (a grammar of them); tools go through the text protocol (no function-call format).
+    # An in-process model costs no dollars, so a dollar budget holds (and a cost is never unknown).
+    return Capabilities(prompt_form=prompt_form, scores_choices=True, follows_choices=True, pricing=FREE)
+
+
+_CHAT_CAPABILITIES = _local_capabilities("chat")
+_TEXT_CAPABILITIES = _local_capabilities("text")
+
+
 class LocalLlamaBackend:
     """A Backend that runs a GGUF model in-process: a named embedded model (default) or a file.
 
@@ -143,12 +155,6 @@ class LocalLlamaBackend:
     # Calls in flight are decoded together by the engine's worker, one batch per step; a few
     # calls fill a batch (each brings n samples), more would only wait in its queue.
     max_concurrency: int = 8
-    #: An in-process model costs no dollars, so a dollar budget holds (and a cost is never unknown).
-    pricing: Pricing = FREE
-    #: score_choices requests are answered from the model's next-token distribution.
-    scores_choices: bool = True
-    #: Samples keep to the request's choices (a grammar of them).
-    follows_choices: bool = True
 
     def __init__(
         self,
@@ -213,9 +219,10 @@ class LocalLlamaBackend:
         return bool(self._chat)
 
     @property
-    def prompt_form(self) -> str:
-        """"chat" or "text": which form of a Prompt this backend reads (see the Backend protocol)."""
-        return "chat" if self.chat else "text"
+    def capabilities(self) -> Capabilities:
+        """What the embedded model does (knowing its prompt form loads the model if that is not yet known)."""
+        known = _CHAT_CAPABILITIES if self.chat else _TEXT_CAPABILITIES
+        return replace(known, streams=True) if self.stream else known
 
     def stop(self) -> None:
         """Stop the model's engine (its worker thread) before the process exits; no call works after it."""

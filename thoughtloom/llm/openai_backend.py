@@ -28,7 +28,8 @@ from .errors import (
 from .http_errors import MAX_CONNECT_TIMEOUT_S, one_line, status_error
 from .sdk_client import LazySdkClient
 from .streaming import Deltas, StreamGuard
-from .types import Completion, GenerateRequest, Usage
+from .tool_calls import ToolCall, arguments_text, read_definitions, tool_calls_text
+from .types import Capabilities, Completion, GenerateRequest, Usage
 
 if TYPE_CHECKING:
     from openai import AsyncOpenAI
@@ -75,9 +76,12 @@ class OpenAIBackend(LazySdkClient):
         schema_param: SchemaParam = "response_format",
         reasoning_effort: str | None = None,
         stream: bool = True,
+        native_tools: bool | None = None,
     ) -> None:
         if api not in ("chat", "completions"):
             raise ModelConfigError(f"unknown OpenAI API {api!r}; use 'chat' or 'completions'")
+        if native_tools and api != "chat":
+            raise ModelConfigError("native tool calling needs the chat endpoint; the completions endpoint has no tools")
         if timeout_s <= 0:
             raise ValueError(f"timeout_s must be positive, got {timeout_s}")
         if max_concurrency < 1:
@@ -90,11 +94,8 @@ class OpenAIBackend(LazySdkClient):
         self.api: Api = api
         self.timeout_s = timeout_s
         self.max_concurrency = max_concurrency
-        self.pricing = pricing
         self.name = name or f"openai-compatible:{self.base_url}@{model}"
         self.schema_param: SchemaParam = schema_param
-        #: How hard a reasoning model thinks (low, medium, high; None: the server's default), sent on chat.
-        self.reasoning_effort = reasoning_effort
         #: The environment variable the key came from, named when the server rejects it.
         self.key_env = key_env
         #: Stream a request someone watches (GenerateRequest.on_text) as server-sent events.
@@ -107,8 +108,16 @@ class OpenAIBackend(LazySdkClient):
         #: list of prompts); chat has no such form. Switched off for good if a server answers a
         #: batch with the wrong number of choices.
         self.supports_batch = batch and api == "completions"
-        #: Which form of a Prompt this backend sends (see the Backend protocol).
-        self.prompt_form = "chat" if api == "chat" else "text"
+        self.capabilities = Capabilities(
+            prompt_form="chat" if api == "chat" else "text",
+            # The chat endpoint's `tools` field; None: on OpenAI's own API, where it is known to work (other
+            # servers take it only when set up for it: llama.cpp's --jinja, vLLM's tool-call parser).
+            native_tools=api == "chat" and (native_tools if native_tools is not None else base_url is None),
+            # How hard a reasoning model thinks (low, medium, high; None: the server's default), sent on chat.
+            reasoning_effort=reasoning_effort,
+            streams=stream,
+            pricing=pricing,
+        )
 
     # --- Backend protocol ---------------------------------------------------------------
 
@@ -238,11 +247,13 @@ class OpenAIBackend(LazySdkClient):
         params.update(self._schema_params(request))
         if self.api == "chat":
             params[self._token_param] = request.max_tokens
-            if self.reasoning_effort is not None:
-                params["reasoning_effort"] = self.reasoning_effort
+            if self.capabilities.reasoning_effort is not None:
+                params["reasoning_effort"] = self.capabilities.reasoning_effort
             messages = request.prompt.as_messages()
             sent = [{"role": m.role, "content": m.content} for m in messages]
-            if self.stream and request.on_text is not None:
+            if request.tools is not None:  # a reply with tool calls is read whole (its deltas are not text)
+                params["tools"] = _function_tools(request.tools)
+            elif self.stream and request.on_text is not None:
                 return await self._streamed(request, n, "".join(m.content for m in messages), _chat_delta,
                                             lambda **more: client.chat.completions.create(
                                                 messages=sent, **params, **more))  # type: ignore[arg-type]
@@ -251,9 +262,9 @@ class OpenAIBackend(LazySdkClient):
                 **params,
             )
             choices = _choices(response)
-            texts = tuple(self._reply_text(getattr(getattr(c, "message", None), "content", None) or "")
-                          for c in choices)
-            prompt_text = "".join(m.content for m in messages)
+            texts = tuple(self._chat_reply(getattr(c, "message", None), request) for c in choices)
+            # The function definitions are read as prompt too (a server that reports no usage is estimated so).
+            prompt_text = "".join(m.content for m in messages) + (request.tools or "")
         elif request.schema is not None and self.schema_param == "ollama":
             return await self._ollama_generate(client, request, seed)
         else:
@@ -330,6 +341,16 @@ class OpenAIBackend(LazySdkClient):
                               "check that the base URL is an OpenAI-compatible API, or use --no-stream")
         raise exc
 
+    def _chat_reply(self, message: Any, request: GenerateRequest) -> str:
+        """A chat choice's reply text; with function definitions sent, its calls and text as `tool_calls_text`."""
+        content = getattr(message, "content", None) or ""
+        if request.tools is None:
+            return self._reply_text(content)
+        functions = [getattr(call, "function", None) for call in getattr(message, "tool_calls", None) or ()]
+        calls = [ToolCall(str(getattr(f, "name", None) or ""), _arguments(getattr(f, "arguments", None)))
+                 for f in functions]
+        return self._reply_text(tool_calls_text(calls, content))
+
     async def _ollama_generate(self, client: AsyncOpenAI, request: GenerateRequest, seed: int | None) -> _Sampled:
         """A completion with a reply schema through Ollama's native /api/generate, whose `format` takes
         the schema; the prompt and settings as Ollama's /v1/completions would pass them on. One sample:
@@ -389,6 +410,18 @@ class OpenAIBackend(LazySdkClient):
                                 "check the model name, that the base URL ends in /v1, and that the server "
                                 f"offers the {self.api} API (#chat or #completions)")
         return ModelError(f"model endpoint {where} failed: {type(exc).__name__}: {one_line(exc)}")
+
+
+def _function_tools(definitions: str) -> list[dict[str, Any]]:
+    """A request's function definitions in the chat endpoint's `tools` form."""
+    return [{"type": "function", "function": {"name": f.name, "description": f.description,
+                                              "parameters": f.parameters}}
+            for f in read_definitions(definitions)]
+
+
+def _arguments(value: Any) -> str:
+    """A call's arguments as JSON text: as the server sent them (checked by the agent), or a server's object as JSON."""
+    return value if isinstance(value, str) else arguments_text(value if value is not None else {})
 
 
 def _choices(response: Any) -> list[Any]:

@@ -305,6 +305,30 @@ def check_reasoning(spec: ModelSpec, reasoning_effort: str | None, thinking_toke
                                    f"{MIN_THINKING_TOKENS} tokens")
 
 
+#: How the agent's tool calls reach a model: `auto` sends them as function definitions where that is known to work
+#: (OpenAI's own API, Anthropic's), `native` wherever the endpoint has a `tools` field, `text` never (a JSON reply).
+TOOL_CALLING = ("auto", "native", "text")
+
+
+def native_tools(spec: ModelSpec, tool_calling: str) -> bool:
+    """Whether the model's backend sends tools as function definitions under `tool_calling` (see TOOL_CALLING).
+
+    OpenAI-compatible servers take the `tools` field only when set up for it (llama.cpp's with --jinja,
+    vLLM's with a tool-call parser, Ollama's for some models), so `auto` keeps the text protocol there.
+    ModelConfigError (one line) for an unknown mode, or `native` for a model whose endpoint has no such field.
+    """
+    if tool_calling not in TOOL_CALLING:
+        raise ModelConfigError(f"--tool-calling {tool_calling!r}: use one of {', '.join(TOOL_CALLING)}")
+    takes = not spec.is_local and spec.api == "chat"
+    if tool_calling == "native" and not takes:
+        raise ModelConfigError(f"--tool-calling native: {spec.identity} has no function-calling field (the embedded "
+                               "model and #completions endpoints read tools as text); use --tool-calling text or auto")
+    if tool_calling == "auto":
+        return takes and (spec.provider == "anthropic"
+                          or (spec.provider == "openai" and spec.base_url == OPENAI_BASE_URL))
+    return tool_calling == "native"
+
+
 def make_backend(
     spec: str,
     env: Mapping[str, str] | None = None,
@@ -316,6 +340,7 @@ def make_backend(
     reasoning_effort: str | None = None,
     thinking_tokens: int | None = None,
     stream: bool | None = None,
+    tool_calling: str = "auto",
 ) -> Backend:
     """Build the Backend a model spec names; raises ModelConfigError for bad specs or missing keys.
 
@@ -326,12 +351,14 @@ def make_backend(
     model ignores it). progress receives one-line messages about slow first-use steps (assembling
     the local model). reasoning_effort / thinking_tokens: a reasoning model's controls, for the
     endpoints that take them (see check_reasoning). stream: whether a reply someone watches is streamed
-    (None: $THOUGHTLOOM_STREAM, else on; see thoughtloom.llm.streaming).
+    (None: $THOUGHTLOOM_STREAM, else on; see thoughtloom.llm.streaming). tool_calling: how the agent's
+    tool calls reach the model (see native_tools).
     """
     env = os.environ if env is None else env
     parsed = parse_model_spec(spec, env)
     check_reasoning(parsed, reasoning_effort, thinking_tokens)
     streams = stream_setting(stream, env)
+    functions = native_tools(parsed, tool_calling)
     if parsed.is_local:
         return local_backend(parsed, n_threads=threads_setting(threads, env), progress=progress, stream=streams)
     assert parsed.api in ("chat", "completions")
@@ -341,7 +368,7 @@ def make_backend(
         return AnthropicBackend(model=parsed.model, api_key=key, base_url=parsed.base_url,
                                 pricing=pricing if pricing is not None else known_pricing(parsed),
                                 name=parsed.identity, key_env=key_env, thinking_tokens=thinking_tokens, stream=streams,
-                                **timeout)
+                                native_tools=functions, **timeout)
     return OpenAIBackend(
         model=parsed.model,
         base_url=parsed.base_url,
@@ -355,6 +382,7 @@ def make_backend(
         schema_param=_SCHEMA_PARAMS.get(parsed.provider, "response_format"),
         reasoning_effort=reasoning_effort,
         stream=streams,
+        native_tools=functions,
         **timeout,
     )
 

@@ -11,10 +11,30 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 
 from .errors import ModelConfigError
-from .types import Backend, Completion, GenerateRequest, Prompt
+from .types import Backend, Capabilities, Completion, GenerateRequest, Prompt, capabilities_of
 from .wrapper import BackendWrapper
+
+
+def routed_capabilities(run: Capabilities, roles: Mapping[str, Capabilities]) -> Capabilities:
+    """What a run whose roles may go to other models can ask of every one of them."""
+    every = (run, *roles.values())
+    # One form when every model reads the same; else None, so that the gateway bounds an
+    # uncounted prompt by the larger of its forms, whichever model reads it.
+    forms = {c.prompt_form for c in every}
+    return replace(
+        run,
+        prompt_form=forms.pop() if len(forms) == 1 else None,
+        # A distribution (or a call, a stream) can be asked for only if every model can give one.
+        scores_choices=all(c.scores_choices for c in every),
+        follows_choices=all(c.follows_choices for c in every),
+        native_tools=all(c.native_tools for c in every),
+        streams=all(c.streams for c in every),
+        # `pricing` is the run's model's; each role's own model has its own price.
+        route_pricing=tuple((role, c.pricing) for role, c in roles.items()),
+    )
 
 
 class RoutedBackend(BackendWrapper):
@@ -23,15 +43,8 @@ class RoutedBackend(BackendWrapper):
     def __init__(self, inner: Backend, routes: Mapping[str, Backend]) -> None:
         super().__init__(inner)
         self.routes = dict(routes)
-        # A distribution can be asked for only if every model can give one.
-        self.scores_choices = all(getattr(b, "scores_choices", False) for b in (inner, *self.routes.values()))
-        self.follows_choices = all(getattr(b, "follows_choices", False) for b in (inner, *self.routes.values()))
-        # `pricing` (forwarded) is the run's model's; each role's own model has its own price.
-        self.route_pricing = {role: getattr(b, "pricing", None) for role, b in self.routes.items()}
-        # One form when every model reads the same; else None, so that the gateway bounds an
-        # uncounted prompt by the larger of its forms, whichever model reads it.
-        forms = {getattr(b, "prompt_form", None) for b in (inner, *self.routes.values())}
-        self.prompt_form = forms.pop() if len(forms) == 1 else None
+        self.capabilities = routed_capabilities(capabilities_of(inner),
+                                                {role: capabilities_of(b) for role, b in self.routes.items()})
 
     def _backend(self, request: GenerateRequest) -> Backend:
         if request.route is None:

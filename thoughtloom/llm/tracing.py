@@ -13,7 +13,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager, nullcontext
 from typing import Any
 
-from .types import Backend, Completion, GenerateRequest
+from .types import Backend, Completion, GenerateRequest, capabilities_of
 from .wrapper import BackendWrapper
 
 try:
@@ -63,7 +63,7 @@ class TracedBackend(BackendWrapper):
 
     def _attributes(self, request: GenerateRequest) -> dict[str, Any]:
         provider, model = model_of(self.inner.name)
-        form = request.form or getattr(self.inner, "prompt_form", "text")
+        form = request.form or capabilities_of(self.inner).prompt_form or "text"
         attributes: dict[str, Any] = {
             "gen_ai.operation.name": "chat" if form == "chat" else "text_completion",
             "gen_ai.provider.name": provider, "gen_ai.request.model": model,

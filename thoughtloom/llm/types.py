@@ -91,13 +91,13 @@ class GenerateRequest:
     #: model). Part of the cache and replay keys when set.
     route: str | None = None
     #: The reply must be one of these texts (a task's valid next steps, a verdict's words).
-    #: Backends that can constrain decoding (llama.cpp grammars) do (`follows_choices`); the
+    #: Backends that can constrain decoding (llama.cpp grammars) do (Capabilities.follows_choices); the
     #: search sends choices only to those and to backends that score them, so a request holds
     #: what goes on the wire. Part of the cache and replay keys when set.
     choices: tuple[str, ...] = ()
     #: Instead of samples, return how likely each of `choices` is as the whole reply: one text,
     #: `choice_text(probabilities)`, computed from the model's distribution in one forward pass.
-    #: Only for backends with `scores_choices = True` (see Backend).
+    #: Only for backends whose capabilities say `scores_choices` (see Capabilities).
     score_choices: bool = False
     #: Report the log-probability of each generated token and of this many alternatives
     #: (OpenAI's `logprobs`); None: none. Such requests are answered by the backend, never the cache.
@@ -109,6 +109,10 @@ class GenerateRequest:
     #: a chat reply ignores the stop strings, which tasks write for the text form. Backends that
     #: read one form only ignore it.
     form: str | None = None
+    #: Function definitions the model may call (llm.tool_calls.definitions_text), sent natively to a backend
+    #: whose capabilities say `native_tools`; its reply is then `tool_calls_text(...)`, the calls the model
+    #: made and any text. None: no tools on the wire. Part of the cache and replay keys when set.
+    tools: str | None = None
     #: Where the reply's text goes as it is written, (sample index, new text), for a backend that
     #: streams (see thoughtloom.llm.streaming); None: nobody watches, nothing is streamed. Not part of
     #: the request's value: never compared, hashed, cached or recorded.
@@ -204,6 +208,66 @@ def parse_choice_text(text: str, choices: Sequence[str]) -> dict[str, float] | N
     return {c: w / total for c, w in weights.items()}
 
 
+@dataclass(frozen=True, slots=True)
+class Pricing:
+    """Dollars per million tokens (llm.budget prices calls with it)."""
+
+    input_per_mtok: float
+    output_per_mtok: float
+
+    def __post_init__(self) -> None:
+        for name in ("input_per_mtok", "output_per_mtok"):
+            value = getattr(self, name)
+            if not (isinstance(value, int | float) and 0 <= value < float("inf")):
+                raise ValueError(f"price {name} must be a finite number >= 0 (USD per million tokens), got {value!r}")
+
+    def cost(self, input_tokens: int, output_tokens: int) -> float:
+        """Dollar cost of so many tokens."""
+        return (input_tokens * self.input_per_mtok + output_tokens * self.output_per_mtok) / 1e6
+
+
+@dataclass(frozen=True, slots=True)
+class Capabilities:
+    """What a backend can do and how it is billed, declared in one place (read with `capabilities_of`).
+
+    Wrappers pass their inner backend's on; a wrapper that changes one (routing to several models,
+    a replay) declares its own. The defaults are what any backend can be assumed to do.
+    """
+
+    #: Which form of a Prompt the backend sends: "text" (completion text with the request's stop
+    #: strings) or "chat" (messages, ending at the end of turn); None: unknown or both. The gateway
+    #: bounds an uncounted prompt by that form, and replays match on it.
+    prompt_form: str | None = None
+    #: Answers `score_choices` requests from the model's own distribution (GenerateRequest.score_choices).
+    scores_choices: bool = False
+    #: Its samples keep to GenerateRequest.choices (a grammar); a backend without it is sent no choices.
+    follows_choices: bool = False
+    #: Takes function definitions (GenerateRequest.tools) and answers with the model's tool calls
+    #: (an endpoint's `tools` field: OpenAI-compatible chat, Anthropic messages).
+    native_tools: bool = False
+    #: The reasoning effort it sends a reasoning model ("low", "medium", "high"; None: the server's default).
+    reasoning_effort: str | None = None
+    #: Tokens a reasoning model may think per sample on top of a request's max_tokens (Anthropic's thinking
+    #: budget; 0: none): the gateway reserves and bounds them as output, which they are billed as.
+    thinking_tokens: int = 0
+    #: Sends replies token by token as they are written.
+    streams: bool = False
+    #: The model's price (None: unknown, so a dollar cost is unknown, not $0).
+    pricing: Pricing | None = None
+    #: The price of each role's own model, when roles run on models of their own (see llm.routing).
+    route_pricing: tuple[tuple[str, Pricing | None], ...] = ()
+
+
+#: What a backend that declares nothing is assumed to do.
+NO_CAPABILITIES = Capabilities()
+
+
+def capabilities_of(backend: object) -> Capabilities:
+    """A backend's declared capabilities (the defaults for one written before backends declared them)."""
+    declared = getattr(backend, "capabilities", None)
+    return declared if isinstance(declared, Capabilities) else NO_CAPABILITIES
+
+
 @runtime_checkable
 class Backend(Protocol):
     """A language model that can answer GenerateRequests."""
@@ -215,13 +279,10 @@ class Backend(Protocol):
         """How many calls the backend can usefully serve at once (the embedded model: 1); an attribute or a property."""
         ...
 
-    # Optional: `prompt_form = "text"` or `"chat"`: which form of a Prompt the backend sends
-    # (completion text with the request's stop strings, or chat messages ending at the end of
-    # turn); the gateway bounds an uncounted prompt by that form, and replays match on it.
-    # Optional: `scores_choices = True` when the backend answers `score_choices` requests from
-    # the model's own distribution (see GenerateRequest.score_choices).
-    # Optional: `follows_choices = True` when its samples keep to GenerateRequest.choices
-    # (a grammar); a backend without it is sent no choices, which it would ignore.
+    @property
+    def capabilities(self) -> Capabilities:
+        """What the backend can do (see Capabilities); an attribute or a property."""
+        ...
 
     async def generate(self, request: GenerateRequest) -> Completion:
         """Return up to request.n samples and the real token usage, as one request to the model

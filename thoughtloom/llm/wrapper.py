@@ -1,7 +1,7 @@
 """A backend around another backend: the base of the limiting, recording and replaying wrappers.
 
 A wrapper forwards every attribute it does not define itself to the backend it wraps (name,
-max_concurrency, supports_batch, pricing, and any a backend adds later), so a
+max_concurrency, supports_batch, capabilities, and any a backend adds later), so a
 wrapper never has to copy, and can never forget, what the backend it wraps declares. Wrappers
 are composed when a run is built (see thoughtloom.run.execute), never patched into a gateway.
 """

@@ -132,7 +132,8 @@ def live_backend(spec: RunSpec, progress: Callable[[str], None] | None = None,
     # A Backend object is the caller's: they close it.
     main = SharedBackend(spec.model) if not isinstance(spec.model, str) else make_backend(
         spec.model, pricing=spec.pricing, timeout_s=spec.model_timeout_s, threads=threads, progress=progress,
-        reasoning_effort=spec.reasoning_effort, thinking_tokens=spec.thinking_tokens, stream=stream)
+        reasoning_effort=spec.reasoning_effort, thinking_tokens=spec.thinking_tokens, stream=stream,
+        tool_calling=spec.tool_calling)
     if not spec.role_models:
         return main
     from ..llm.routing import RoutedBackend
@@ -148,7 +149,8 @@ def live_backend(spec: RunSpec, progress: Callable[[str], None] | None = None,
             else:
                 routes[role] = built[model] = make_backend(model, timeout_s=spec.model_timeout_s, threads=threads,
                                                            progress=progress, reasoning_effort=spec.reasoning_effort,
-                                                           thinking_tokens=spec.thinking_tokens, stream=stream)
+                                                           thinking_tokens=spec.thinking_tokens, stream=stream,
+                                                           tool_calling=spec.tool_calling)
     except BaseException:
         for backend in (main, *routes.values()):
             _close_soon(backend)

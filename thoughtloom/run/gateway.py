@@ -7,7 +7,7 @@ from collections.abc import Callable
 from ..llm.budget import BudgetLimits, Pricing
 from ..llm.cache import MemoryCache
 from ..llm.gateway import Gateway, RetryPolicy
-from ..llm.types import Backend
+from ..llm.types import Backend, capabilities_of
 
 
 def build_gateway(
@@ -20,9 +20,9 @@ def build_gateway(
 ) -> Gateway:
     """A gateway with a fresh budget and response cache over `backend` (its own pricing unless given,
     and its roles' models' prices when some roles run on models of their own)."""
+    declared = capabilities_of(backend)
     return Gateway(backend, budget, concurrency=concurrency, cache=MemoryCache(), retry=retry,
-                   pricing=pricing or getattr(backend, "pricing", None),
-                   route_pricing=getattr(backend, "route_pricing", None))
+                   pricing=pricing or declared.pricing, route_pricing=dict(declared.route_pricing))
 
 
 def make_gateway(

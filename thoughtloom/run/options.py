@@ -147,7 +147,7 @@ def spec_from_options(options: Mapping[str, Any]) -> RunSpec:
         role_models={role: options[opt] for opt, role in ROLE_MODEL_OPTIONS.items() if options.get(opt)} or None,
         pricing=pricing_of(options), model_timeout_s=options.get("timeout"),
         reasoning_effort=options.get("reasoning_effort"), thinking_tokens=options.get("thinking_tokens"),
-        scorer=options.get("scorer"),
+        scorer=options.get("scorer"), tool_calling=options.get("tool_calling") or "auto",
     )
 
 

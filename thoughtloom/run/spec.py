@@ -23,7 +23,7 @@ from ..grounding.knowledge import RETRIEVALS
 from ..grounding.sandbox import SandboxLimits
 from ..grounding.types import Grounder
 from ..llm.budget import BudgetLimits, Pricing
-from ..llm.types import Backend
+from ..llm.types import Backend, capabilities_of
 from ..search.config import OPERATOR_ROLES, SearchConfig
 from ..search.fork import ForkPoint
 from ..search.research.config import ROLES, ResearchConfig, ResearchConfigError
@@ -130,6 +130,8 @@ class RunSpec:
     reasoning_effort: str | None = None
     #: Anthropic's extended-thinking budget per sample, in tokens (at least 1024); None: no thinking.
     thinking_tokens: int | None = None
+    #: How the agent's tool calls reach the model: auto, native or text (see llm.registry.native_tools).
+    tool_calling: str = "auto"
     #: Where the run is recorded (a SQLite path or a BlockStore); None: not stored.
     store: Any = None
     run_id: str | None = None
@@ -183,6 +185,7 @@ class RunSpec:
             **({"model_timeout_s": self.model_timeout_s} if self.model_timeout_s is not None else {}),
             **({"reasoning_effort": self.reasoning_effort} if self.reasoning_effort is not None else {}),
             **({"thinking_tokens": self.thinking_tokens} if self.thinking_tokens is not None else {}),
+            **({"tool_calling": self.tool_calling} if self.tool_calling != "auto" else {}),
             **({"task_file": self.stored_task_file} if self.stored_task_file is not None else {}),
             **({"scorer": self.scorer.name} if self.scorer is not None else {}),
             **({"fork": self.fork.to_dict()} if self.fork is not None else {}),
@@ -234,6 +237,7 @@ class RunSpec:
                 pricing=Pricing(**data["pricing"]) if data.get("pricing") else None,
                 model_timeout_s=data.get("model_timeout_s"), reasoning_effort=data.get("reasoning_effort"),
                 thinking_tokens=data.get("thinking_tokens"), task_file=data.get("task_file"),
+                tool_calling=data.get("tool_calling") or "auto",
                 scorer=ThoughtScorer(data["scorer"]) if data.get("scorer") else None,
                 fork=ForkPoint.from_dict(data["fork"]) if data.get("fork") is not None else None,
                 strategy=ChosenStrategy.from_dict(data["strategy"]) if data.get("strategy") else None,
@@ -255,6 +259,7 @@ _STORED_TYPES: dict[str, tuple[type, ...]] = {
     "reasoning_effort": (str, _NONE), "thinking_tokens": (int, _NONE), "scorer": (str, _NONE),
     "fork": (dict, _NONE),
     "strategy": (dict, _NONE),
+    "tool_calling": (str, _NONE),
 }
 #: Task options kept as paths or text, and the test command's words.
 _OPTION_TYPES: dict[str, tuple[type, ...]] = {
@@ -375,6 +380,7 @@ def resolve(
     reasoning_effort: str | None = None,
     thinking_tokens: int | None = None,
     scorer: Scorer | str | ThoughtScorer | None = None,
+    tool_calling: str = "auto",
 ) -> RunSpec:
     """The one way to build a RunSpec: task defaults, then the profile, then the explicit settings.
 
@@ -394,6 +400,8 @@ def resolve(
     run on a model of their own, by model spec (the search strategies' generator, evaluator and
     synthesizer; the research strategy's brancher, evaluator and synthesizer). `reasoning_effort`,
     `thinking_tokens`: a reasoning model's controls, for every model of the run (see llm.registry.check_reasoning).
+    `tool_calling`: auto, native or text, how the agent's tool calls reach every model of the run
+    (see llm.registry.native_tools).
     `scorer`: a function of (thought, path), or its `module:function` / `file.py:function` reference, that
     scores the thoughts of the operator strategies instead of the model (search/scorer.py).
     Raises UnknownProfile / UnknownTask / TaskOptionError / ProblemError / SpecError with one line.
@@ -463,7 +471,7 @@ def resolve(
                         f"{config.strategy} scores its own way")
     if model_timeout_s is not None and not 0 < model_timeout_s < float("inf"):
         raise SpecError(f"the model timeout must be a positive number of seconds; got {model_timeout_s}")
-    _check_reasoning(model, roles, reasoning_effort, thinking_tokens)
+    _check_model_settings(model, roles, reasoning_effort, thinking_tokens, tool_calling)
     if budget is not None and budget.cost_usd is not None:
         _check_priced(model, pricing, roles)
     return RunSpec(
@@ -476,7 +484,7 @@ def resolve(
         mcp_config=os.path.abspath(mcp_config) if mcp_config is not None else None,
         read_roots=tuple(os.path.abspath(r) for r in read_roots), research=research_config, role_models=roles,
         pricing=pricing, model_timeout_s=model_timeout_s, reasoning_effort=reasoning_effort,
-        thinking_tokens=thinking_tokens,
+        thinking_tokens=thinking_tokens, tool_calling=tool_calling,
         scorer=user_scorer(scorer) if scorer is not None else None, strategy=chosen,
     )
 
@@ -521,7 +529,7 @@ def model_pricing(model: str | Backend, given: Pricing | None = None) -> Pricing
     if given is not None:
         return given
     if not isinstance(model, str):
-        return getattr(model, "pricing", None)
+        return capabilities_of(model).pricing
     from ..llm.errors import ModelError
     from ..llm.registry import known_pricing, parse_model_spec
 
@@ -545,20 +553,29 @@ def _check_priced(model: str | Backend, pricing: Pricing | None, roles: Sequence
                         "and --price-out (USD per million tokens, for --model) or budget in tokens (--budget-tokens)")
 
 
-def _check_reasoning(model: str | Backend, roles: Sequence[tuple[str, str]], reasoning_effort: str | None,
-                     thinking_tokens: int | None) -> None:
-    """Refuse reasoning settings that a model of the run cannot take, before any model loads (SpecError, one line)."""
+def _check_model_settings(model: str | Backend, roles: Sequence[tuple[str, str]], reasoning_effort: str | None,
+                          thinking_tokens: int | None, tool_calling: str) -> None:
+    """Refuse reasoning settings or a tool-calling mode that a model of the run cannot take, before any model
+    loads (SpecError, one line)."""
     from ..llm.errors import ModelConfigError
-    from ..llm.registry import check_reasoning, parse_model_spec
+    from ..llm.registry import TOOL_CALLING, check_reasoning, native_tools, parse_model_spec
 
-    if reasoning_effort is None and thinking_tokens is None:
+    if tool_calling not in TOOL_CALLING:
+        raise SpecError(f"--tool-calling {tool_calling!r}: use one of {', '.join(TOOL_CALLING)}")
+    reasoning = reasoning_effort is not None or thinking_tokens is not None
+    if not reasoning and tool_calling == "auto":
         return
     if not isinstance(model, str):
         raise SpecError("--reasoning-effort and --thinking-tokens configure a model spec; a Backend object takes "
-                        "its own (OpenAIBackend(reasoning_effort=...), AnthropicBackend(thinking_tokens=...))")
+                        "its own (OpenAIBackend(reasoning_effort=...), AnthropicBackend(thinking_tokens=...))"
+                        if reasoning else
+                        "--tool-calling configures a model spec; a Backend object declares its own "
+                        "(OpenAIBackend(native_tools=...), AnthropicBackend(native_tools=...))")
     try:
         for spec in (model, *(m for _, m in roles)):
-            check_reasoning(parse_model_spec(spec), reasoning_effort, thinking_tokens)
+            parsed = parse_model_spec(spec)
+            check_reasoning(parsed, reasoning_effort, thinking_tokens)
+            native_tools(parsed, tool_calling)
     except ModelConfigError as exc:
         raise SpecError(str(exc)) from None
 

@@ -294,7 +294,8 @@ class SearchContext:
         # The backend's capabilities are read only for a query with choices: this runs once per call.
         score = bool(choices) and self.gateway.scores_choices
         # Positional (keywords cost twice as much, once per call): prompt, n, max_tokens,
-        # temperature, stop, seed, purpose, schema, route, choices, score_choices (test_search.py checks each
+        # temperature, stop, seed, purpose, schema, route, choices, score_choices, logprobs, form, tools
+        # (test_search.py checks each
         # field arrives where it belongs).
         request = GenerateRequest(
             query.prompt,
@@ -310,6 +311,9 @@ class SearchContext:
             role if role is not None and role in self.routed_roles else None,
             choices if choices and (score or self.gateway.follows_choices) else (),
             score,
+            None,  # logprobs
+            None,  # form
+            query.tools,
         )
         return request if not self.bus.deltas else self._watched(request)
 

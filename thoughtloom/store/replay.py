@@ -35,11 +35,11 @@ from __future__ import annotations
 import asyncio
 from collections import deque
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from ..llm.errors import BatchRefused, BudgetExceeded, ModelError, ModelTimeout, TransientModelError
-from ..llm.types import Backend, Completion, GenerateRequest, Prompt
+from ..llm.types import NO_CAPABILITIES, Backend, Completion, GenerateRequest, Prompt, capabilities_of
 from ..llm.wrapper import BackendWrapper
 from .blocks import CID
 from .runs import RecordedCall, load_graph, prompt_digest, read_text, request_key
@@ -61,6 +61,9 @@ def _cut_off(message: str) -> Exception:
 
 class OfflineBackend:
     """What a pure replay wraps: the recorded backend's identity, and no model behind it."""
+
+    #: It can do nothing itself: the ReplayBackend over it declares what the recorded run did.
+    capabilities = NO_CAPABILITIES
 
     def __init__(self, name: str, max_concurrency: int) -> None:
         self.name = name
@@ -106,21 +109,27 @@ class ReplayBackend(BackendWrapper):
         thinking_tokens: int = 0,
     ) -> None:
         super().__init__(live if live is not None else OfflineBackend(name, max_concurrency))
-        # The live run's thinking budget: the gateway bounds each answer's output by it, as it did then.
-        self.thinking_tokens = thinking_tokens
         self.resuming = live is not None
         self.name = name
         self.max_concurrency = max_concurrency
         self.supports_batch = supports_batch
-        # A run that scored choices asks for distributions again, and gets the recorded ones.
-        self.scores_choices = any(c.scored for c in calls) or bool(getattr(live, "scores_choices", False))
-        # A run whose samples kept to choices sends them again; one recorded without (an API that
-        # ignores them, or a run from before requests had choices) does not.
-        self.follows_choices = (any(c.choices and not c.scored for c in calls)
-                                or bool(getattr(live, "follows_choices", False)))
-        self.pricing = pricing
-        # The prices of the roles' own models (a run with a model per role), as the live run had them.
-        self.route_pricing = dict(route_pricing or {})
+        own = capabilities_of(live)
+        self.capabilities = replace(
+            own,
+            # A run that scored choices asks for distributions again, and gets the recorded ones.
+            scores_choices=any(c.scored for c in calls) or own.scores_choices,
+            # A run whose samples kept to choices sends them again; one recorded without (an API that
+            # ignores them, or a run from before requests had choices) does not.
+            follows_choices=(any(c.choices and not c.scored for c in calls)
+                             or own.follows_choices),
+            # A run that sent its tools as function definitions sends them again, and reads the recorded calls.
+            native_tools=any(c.tools is not None for c in calls) or own.native_tools,
+            # The live run's thinking budget: the gateway bounds each answer's output by it, as it did then.
+            thinking_tokens=thinking_tokens,
+            pricing=pricing,
+            # The prices of the roles' own models (a run with a model per role), as the live run had them.
+            route_pricing=tuple(dict(route_pricing or {}).items()),
+        )
         self.counts = dict(counts or {})
         self.stall_s = stall_s
         self.after_recording = after_recording
@@ -187,7 +196,7 @@ class ReplayBackend(BackendWrapper):
     def _key(self, request: GenerateRequest, schema: str | None) -> tuple[Any, ...]:
         return request_key(request.prompt, request.n, request.max_tokens, request.temperature, request.stop,
                            request.seed, self.form, schema, request.route, request.form, request.choices,
-                           request.score_choices)
+                           request.score_choices, request.tools)
 
     async def _turn(self, call: RecordedCall, size: int) -> None:
         """Wait until this recorded exchange is the next to answer, then advance past it."""

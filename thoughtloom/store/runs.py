@@ -323,19 +323,21 @@ def _read_chunks(store: BlockStore, obj: Any, item: Shape | None = None) -> list
 def request_key(prompt: Prompt, n: int, max_tokens: int, temperature: float, stop: Sequence[str],
                 seed: int | None, form: str | None = None, schema: str | None = None,
                 route: str | None = None, pinned: str | None = None, choices: tuple[str, ...] = (),
-                scored: bool = False) -> tuple[Any, ...]:
+                scored: bool = False, tools: str | None = None) -> tuple[Any, ...]:
     """What identifies a backend request when replaying (the purpose is not part of it).
 
     form: the prompt form the recorded backend read ("text": the completion text and its stops;
     "chat": the messages, which end at the end of turn); None when unknown: both forms count.
     A run is then still replayable after a change to the form its model never saw. A reply
     schema is part of the key when there is one, and so is the route (which of the run's models answered)
-    and the reply's choices (and whether they were scored rather than sampled).
+    and the reply's choices (and whether they were scored rather than sampled), and the function
+    definitions sent with it (tools: the reply is then the model's calls).
     pinned: the form the request itself pinned (GenerateRequest.form), which the backend read
     whatever its own, with the stop strings applying in either form.
     """
     tail = (((schema,) if schema is not None else ()) + ((("route", route),) if route is not None else ())
-            + ((("choices", tuple(choices), scored),) if choices else ()))
+            + ((("choices", tuple(choices), scored),) if choices else ())
+            + ((("tools", tools),) if tools is not None else ()))
     if pinned is not None:
         read = prompt.as_text() if pinned == "text" else None, prompt.as_messages() if pinned == "chat" else None
         return (*read, n, max_tokens, float(temperature), tuple(stop), seed, *tail, ("form", pinned))
@@ -371,11 +373,12 @@ class RecordedCall:
     pinned_form: str | None = None  # the prompt form the request pinned (GenerateRequest.form)
     choices: tuple[str, ...] = ()  # the replies allowed
     scored: bool = False  # the reply is the choices' distribution, not a sample
+    tools: str | None = None  # the function definitions sent (the reply is then the model's calls)
 
     def key(self, form: str | None = None) -> tuple[Any, ...]:
         """The request key this exchange answers (see request_key for `form`)."""
         return request_key(self.prompt, self.n, self.max_tokens, self.temperature, self.stop, self.seed, form,
-                           self.schema, self.route, self.pinned_form, self.choices, self.scored)
+                           self.schema, self.route, self.pinned_form, self.choices, self.scored, self.tools)
 
 
 def _prompt_block(prompt: Prompt, blocks: list[Block]) -> Link:
@@ -391,10 +394,10 @@ CALL = {
     "texts": list_of(TEXT_OR_LINK), "usage": list_of(WHOLE, 2),
     "error": optional(record({"kind": TEXT, "message": TEXT})), "batch": optional(COUNT), "schema": optional(TEXT),
     "route": optional(TEXT), "form": optional(TEXT), "choices": optional(list_of(TEXT)), "scored": optional(BOOL),
-    "reasoning": optional(COUNT),
+    "reasoning": optional(COUNT), "tools": optional(TEXT_OR_LINK),
 }
 #: Call fields a run may lack (stored before they existed, or left out when unset).
-CALL_OPTIONAL = ("error", "batch", "schema", "route", "form", "choices", "scored", "reasoning")
+CALL_OPTIONAL = ("error", "batch", "schema", "route", "form", "choices", "scored", "reasoning", "tools")
 
 
 def _read_prompt(store: BlockStore, cid: CID) -> Prompt:
@@ -426,7 +429,7 @@ def _load_calls(store: BlockStore, calls_cid: CID) -> list[RecordedCall]:
             usage=Usage(c["usage"][0], c["usage"][1], c.get("reasoning") or 0),
             error_kind=error.get("kind"), error=error.get("message"), batch=c.get("batch"), schema=c.get("schema"),
             route=c.get("route"), pinned_form=c.get("form"), choices=tuple(c.get("choices") or ()),
-            scored=bool(c.get("scored")),
+            scored=bool(c.get("scored")), tools=_read_text(store, c.get("tools")),
         ))
     out.sort(key=lambda r: r.rank)
     return out
@@ -575,6 +578,7 @@ class RunRecorder:
             # Of the output tokens, the reasoning ones: only when there are some, so other records keep their form.
             **({"reasoning": usage.reasoning_tokens} if usage.reasoning_tokens else {}),
             **({"scored": True} if request.score_choices else {}),
+            **({"tools": _text(request.tools, blocks)} if request.tools is not None else {}),
         }
         self._completed += 1
         self._calls.append(_put(obj, blocks))

@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from ..llm.text import valid_value
+from ..llm.tool_calls import FunctionDefinition, definitions_text, function_names, read_tool_calls
+from ..llm.types import Message, Prompt
 from .base import ProblemError, Query, Task, few_shot_query, one_line
 from .query import json_object, schema_text
 
@@ -301,6 +303,53 @@ def tool_query(task: str, step: str, context: Context, tools: Sequence[ToolDescr
         schema=tool_call_schema(tools),
         temperature=TOOL_TEMPERATURE,
     )
+
+
+_NATIVE_TOOL_SYSTEM = (
+    "You do one step of a task by calling the tool you are given. Take its arguments from the task and the "
+    "earlier results; call it once. Use only numbers that the task or the results give."
+)
+
+
+def native_tool_query(task: str, step: str, context: Context, tools: Sequence[ToolDescription]) -> Query:
+    """Ask for a tool call through the endpoint's function calling: the tools go as function definitions
+    (names made valid by llm.tool_calls.function_names), the reply is the model's calls."""
+    names = function_names(t.name for t in tools)
+    functions = [FunctionDefinition(names[t.name], t.description, _sorted(t.parameters)) for t in tools]
+    user = f"Task: {task}\nEarlier results:\n{context.render()}\nStep: {step}"
+    return Query(Prompt(messages=(Message("system", _NATIVE_TOOL_SYSTEM), Message("user", user))),
+                 max_tokens=256, temperature=TOOL_TEMPERATURE, tools=definitions_text(functions))
+
+
+def parse_native_tool_call(reply: str, tools: Mapping[str, ToolDescription]) -> ToolChoice:
+    """The first call a native tool-calling reply makes, its function name mapped back to the tool's.
+
+    A reply without calls is read as the text protocol's call (a model that wrote its call out, a
+    server that ignored the tools). Raises ToolCallError for an unknown function, arguments that are
+    not a JSON object, or no call at all: the model's reply is untrusted input.
+    """
+    got = read_tool_calls(reply)
+    if got is None:
+        return parse_tool_call(reply, tools)
+    calls, text = got
+    if not calls:
+        if text.strip():
+            return parse_tool_call(text, tools)
+        raise ToolCallError("the reply made no tool call")
+    tool_of = {function: name for name, function in function_names(tools).items()}
+    call = calls[0]
+    name = tool_of.get(call.name)
+    if name is None:
+        raise ToolCallError(f"the reply calls {one_line(call.name, 64)!r}, which is not one of the functions "
+                            f"offered ({', '.join(sorted(tool_of))})")
+    try:
+        args = json.loads(call.arguments)
+    except ValueError as exc:
+        raise ToolCallError(f"the arguments of {name} are not valid JSON ({one_line(str(exc), 80)}): "
+                            f"{one_line(call.arguments, 80)}") from None
+    if not isinstance(args, dict):
+        raise ToolCallError(f"the arguments of {name} are not a JSON object: {one_line(call.arguments, 80)}")
+    return ToolChoice(name, args)
 
 
 _CALL_LINE = re.compile(r"^\s*`*\s*([A-Za-z][\w.:-]*)\s*(?::|\()\s*(.*?)\s*\)?\s*`*\s*$", re.DOTALL)

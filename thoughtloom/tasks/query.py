@@ -24,6 +24,9 @@ class Query:
     #: The engine then lets the model choose among them: their distribution in one pass where
     #: the backend can score choices, otherwise samples constrained to them where it can.
     choices: tuple[str, ...] = ()
+    #: Function definitions (llm.tool_calls.definitions_text) sent through the endpoint's function calling;
+    #: the reply is then the calls the model made (llm.tool_calls.read_tool_calls).
+    tools: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -24,7 +24,9 @@ from ...tasks.agent import (
     critique_query,
     decompose_query,
     hypothesis_query,
+    native_tool_query,
     parse_critique,
+    parse_native_tool_call,
     parse_plan,
     parse_tool_call,
     plan_query,
@@ -191,15 +193,17 @@ class EvidenceProcessor:
         context = env.context(node)
         tokens = 0
         feedback = ""
+        # The endpoint's function calling where the backend takes it (see docs/agent.md), else a JSON reply.
+        native = env.native_tools
+        ask, parse = (native_tool_query, parse_native_tool_call) if native else (tool_query, parse_tool_call)
         for _ in range(2):  # one retry, told what was wrong with the first call
-            got = await env.ask(tool_query(env.task, node.content + feedback, context, [spec]), "tool_choice",
-                                node.id)
+            got = await env.ask(ask(env.task, node.content + feedback, context, [spec]), "tool_choice", node.id)
             if got is None:
                 return _no_model("tool choice")
             reply, used = got
             tokens += used
             try:
-                choice = parse_tool_call(reply, {spec.name: spec})
+                choice = parse(reply, {spec.name: spec})
             except ToolCallError as exc:
                 env.counts["malformed_tool_calls"] += 1
                 feedback = f"\n(Your last reply was not a call: {exc}.)"

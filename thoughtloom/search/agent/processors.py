@@ -173,6 +173,11 @@ class AgentEnv:
                                                             "malformed_tool_calls": 0})
 
     @property
+    def native_tools(self) -> bool:
+        """Whether tool calls go through the endpoint's function calling (the backend declares it takes them)."""
+        return self.ctx.gateway.capabilities.native_tools
+
+    @property
     def task(self) -> str:
         """The task text."""
         return str(self.ctx.problem)
