@@ -29,7 +29,13 @@ ANSWER = "Rayleigh scattering: air scatters blue light more than red."
 
 
 def reply_to(prompt: str) -> str:
-    """What the scripted model writes for a prompt of the general task, by what the prompt asks."""
+    """What the scripted model writes for a prompt of the general task or the research flow, by what it asks."""
+    if "Hypotheses (" in prompt:
+        return "1. Rayleigh scattering - air scatters blue light most.\n2. Ocean - the sky reflects the sea."
+    if "\nHypotheses:\n" in prompt:
+        return "ANSWER: Rayleigh scattering\nWHY: air scatters blue light most."
+    if "\nHypothesis: " in prompt:
+        return "1: SUPPORTS 0.9 known"
     if prompt.rstrip().endswith("Give the final answer."):
         return ANSWER
     if "Evaluate the last step." in prompt:
@@ -102,7 +108,15 @@ def test_a_streamed_strategy_sends_its_answer_as_chunks_and_its_run_id(model: Fa
     assert chunks[-1].usage is not None and chunks[-1].usage.total_tokens > 0
 
 
-def test_the_run_id_returned_shows_and_replays_the_stored_run(model: FakeOpenAIServer, tmp_path: Path,
+def test_research_served_streams_its_synthesis(model: FakeOpenAIServer) -> None:
+    with running(None, service(model)) as url, client(url) as c:
+        chunks = list(c.chat.completions.create(model="research", messages=ASK, stream=True))  # type: ignore[arg-type]
+    assert "".join(ch.choices[0].delta.content or "" for ch in chunks) == "Rayleigh scattering"
+    assert (chunks[-1].model_extra or {})["thoughtloom"]["strategy"] == "research"
+    assert any("Hypotheses (" in seen.body["messages"][-1]["content"] for seen in model.seen)
+
+
+def test_the_run_id_returned_shows_views_and_replays_the_stored_run(model: FakeOpenAIServer, tmp_path: Path,
                                                              capsys: pytest.CaptureFixture[str]) -> None:
     store = str(tmp_path / "runs.db")
     with running(None, service(model, store=store)) as url, client(url) as c:
@@ -111,6 +125,9 @@ def test_the_run_id_returned_shows_and_replays_the_stored_run(model: FakeOpenAIS
     assert (raw.parse().model_extra or {})["thoughtloom"]["run_id"] == run_id
     shown = loom_here(capsys, "show", run_id, "--store", store)
     assert shown.returncode == 0 and QUESTION in shown.stdout
+    page = tmp_path / "run.html"
+    assert loom_here(capsys, "view", run_id, "--store", store, "--out", str(page)).returncode == 0
+    assert QUESTION in page.read_text(encoding="utf-8")
     calls = len(model.seen)
     replayed = loom_here(capsys, "replay", run_id, "--store", store, "--json")
     assert replayed.returncode == 0, replayed.stderr
@@ -214,6 +231,14 @@ def test_an_unknown_strategy_to_serve_is_a_one_line_usage_error(capsys: pytest.C
     proc = loom_here(capsys, "serve", "--model", f"openai-compatible:{model.url}@m", "--strategies", "tot,nope")
     assert proc.returncode == 2
     assert proc.stderr.count("\n") == 1 and "--strategies: 'nope' is not a strategy" in proc.stderr
+
+
+def test_a_remote_model_without_its_key_is_a_one_line_usage_error_before_serving(
+        capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    proc = loom_here(capsys, "serve", "--model", "openai:gpt-4o-mini", "--strategies", "tot", "--port", "0")
+    assert proc.returncode == 2
+    assert proc.stderr.count("\n") == 1 and "OPENAI_API_KEY is not set" in proc.stderr
 
 
 def test_loom_serve_strategies_over_a_remote_model_answers_an_openai_client(model: FakeOpenAIServer,
