@@ -11,7 +11,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +22,8 @@ from machine import scaled
 from openai_server import FakeOpenAIServer, Reply, Seen, serve
 from serving import running
 
+from thoughtloom.llm.fake import ScriptedBackend
+from thoughtloom.llm.types import Prompt
 from thoughtloom.run.service import ServiceSettings, StrategyService, served_names
 
 QUESTION = "Why is the sky blue?"
@@ -29,17 +31,20 @@ ANSWER = "Rayleigh scattering: air scatters blue light more than red."
 
 
 def reply_to(prompt: str) -> str:
-    """What the scripted model writes for a prompt of the general task or the research flow, by what it asks."""
+    """What the scripted model writes for a prompt of the general task (chat or completion form) or the research
+    flow, by what it asks."""
     if "Hypotheses (" in prompt:
         return "1. Rayleigh scattering - air scatters blue light most.\n2. Ocean - the sky reflects the sea."
     if "\nHypotheses:\n" in prompt:
         return "ANSWER: Rayleigh scattering\nWHY: air scatters blue light most."
     if "\nHypothesis: " in prompt:
         return "1: SUPPORTS 0.9 known"
-    if prompt.rstrip().endswith("Give the final answer."):
+    if "Give the final answer." in prompt or prompt.endswith("\nFinal answer:"):  # chat / completion forms
         return ANSWER
     if "Evaluate the last step." in prompt:
         return '{"reasoning": "on topic", "score": 8, "is_promising": true}'
+    if "Quality of the last step" in prompt:
+        return "8"
     return "Sunlight meets the air's molecules. Final answer: " + ANSWER
 
 
@@ -106,6 +111,32 @@ def test_a_streamed_strategy_sends_its_answer_as_chunks_and_its_run_id(model: Fa
     assert [ch.choices[0].finish_reason for ch in finish] == ["stop"]
     assert (finish[0].model_extra or {})["thoughtloom"]["run_id"] == run_id
     assert chunks[-1].usage is not None and chunks[-1].usage.total_tokens > 0
+
+
+@dataclass
+class ServedScripted(ScriptedBackend):
+    """A scripted Backend that is also a model the server can serve (as the embedded one is)."""
+
+    n_ctx: int = 4096
+    chat: bool = True
+
+    def prompt_tokens(self, prompt: Prompt, form: str | None = None) -> list[int]:
+        return list(range(len(prompt.as_text().split())))
+
+
+def test_searches_run_on_the_model_the_server_serves(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    served = ServedScripted(responder=lambda request, _: reply_to(request.prompt.as_text()))
+    store = str(tmp_path / "runs.db")
+    searches = StrategyService(ServiceSettings(names=("tot",), model=served, store=store))
+    with running(served, searches) as url, client(url) as c:
+        assert [m.id for m in c.models.list()] == ["fake:scripted", "tot"]
+        raw = c.chat.completions.with_raw_response.create(model="tot", messages=ASK)  # type: ignore[arg-type]
+        plain = c.chat.completions.create(model="fake:scripted", messages=ASK)  # type: ignore[arg-type]
+    assert raw.parse().choices[0].message.content == ANSWER
+    assert plain.choices[0].message.content == reply_to(QUESTION)  # the model itself, one call
+    assert len(served.calls) > 2  # the search's calls went to the served model, and the plain one
+    shown = loom_here(capsys, "show", raw.headers["x-thoughtloom-run-id"], "--store", store, "--json")
+    assert json.loads(shown.stdout)["manifest"]["model"] == "fake:scripted"
 
 
 def test_research_served_streams_its_synthesis(model: FakeOpenAIServer) -> None:
