@@ -264,6 +264,13 @@ def test_an_unknown_strategy_to_serve_is_a_one_line_usage_error(capsys: pytest.C
     assert proc.stderr.count("\n") == 1 and "--strategies: 'nope' is not a strategy" in proc.stderr
 
 
+def test_a_store_without_strategies_is_a_one_line_usage_error_before_the_model_loads(
+        capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    proc = loom_here(capsys, "serve", "--store", str(tmp_path / "runs.db"), "--port", "0")
+    assert proc.returncode == 2
+    assert proc.stderr.count("\n") == 1 and "--store records served searches; add --strategies" in proc.stderr
+
+
 def test_a_remote_model_without_its_key_is_a_one_line_usage_error_before_serving(
         capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)

@@ -117,11 +117,13 @@ def _searches(args: argparse.Namespace, backend: Backend | None) -> StrategyServ
     from ..run.service import StrategyService
 
     if args.strategies is None:
+        if args.store is not None:
+            raise UsageError("--store records served searches; add --strategies LIST, the strategies to serve")
         return None
-    return StrategyService(service_settings(args, backend if backend is not None else args.model))
+    return StrategyService(_settings(args, backend if backend is not None else args.model))
 
 
-def service_settings(args: argparse.Namespace, model: str | Backend) -> ServiceSettings:
+def _settings(args: argparse.Namespace, model: str | Backend) -> ServiceSettings:
     """The operator's settings for served searches, from the command line (UsageError, one line, when wrong)."""
     from ..llm.errors import ModelError
     from ..llm.registry import make_backend

@@ -633,8 +633,9 @@ def _search_ask(body: dict[str, Any]) -> SearchAsk:
         if body.get(name):
             raise ApiError(400, f"{what} is not supported by a served search", param=name,
                            code="unsupported_parameter")
-    if _integer(body, "n", 1, 1, 1) != 1:
-        raise ApiError(400, "a served search gives one answer (n: 1)", param="n", code="invalid_value")
+    if body.get("n") not in (None, 1):
+        raise ApiError(400, f"a served search gives one answer (n: 1); got n: {_show(body.get('n'))}", param="n",
+                       code="invalid_value")
     if _schema(body) is not None:
         raise ApiError(400, "response_format other than text is not supported by a served search",
                        param="response_format", code="unsupported_parameter")
