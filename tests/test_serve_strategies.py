@@ -178,6 +178,19 @@ def test_a_requests_budget_is_a_hard_limit_on_its_search(model: FakeOpenAIServer
     assert small.choices[0].finish_reason == "length" and small.choices[0].message.content == ""
 
 
+def test_a_requests_seconds_are_a_hard_limit_and_more_than_the_cap_is_a_400(model: FakeOpenAIServer) -> None:
+    model.responder = lambda seen: replace(scripted(seen), delay_s=0.5)  # the search makes 4 calls
+    with running(None, service(model, max_seconds=60)) as url, client(url) as c:
+        short = c.chat.completions.create(model="tot", messages=ASK,  # type: ignore[arg-type]
+                                          extra_body={"thoughtloom": {"budget_seconds": 0.7}})
+        with pytest.raises(openai.BadRequestError) as refused:
+            c.chat.completions.create(model="tot", messages=ASK,  # type: ignore[arg-type]
+                                      extra_body={"thoughtloom": {"budget_seconds": 61}})
+    assert (short.model_extra or {})["thoughtloom"]["stop_reason"] == "budget_wall_s"
+    assert len(model.seen) < 4
+    assert isinstance(refused.value.body, dict) and refused.value.body["param"] == "thoughtloom.budget_seconds"
+
+
 def test_a_request_asking_more_than_the_servers_cap_is_a_400_before_any_model_call(
         model: FakeOpenAIServer) -> None:
     with running(None, service(model, max_tokens=1_000)) as url, client(url) as c:
