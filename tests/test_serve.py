@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import socket
@@ -13,58 +12,24 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import openai
 import pytest
 from machine import scaled
+from serving import running
 
 from thoughtloom.llm.budget import Budget, BudgetLimits
 from thoughtloom.llm.gateway import Gateway
 from thoughtloom.llm.local import LocalLlamaBackend
 from thoughtloom.llm.models import GEMMA_3_270M, QWEN_CODER_05B, parts_installed
 from thoughtloom.llm.registry import make_backend
-from thoughtloom.llm.serve import OpenAIServer
 from thoughtloom.llm.types import GenerateRequest, Message, Prompt
 
 pytestmark = pytest.mark.local_model
 
 CAPITALS = "Country: France\nCapital: Paris\n\nCountry: Japan\nCapital:"
 TIMES = [{"role": "user", "content": "What is 12 times 3? Reply with the number only."}]
-
-
-@contextmanager
-def running(model: LocalLlamaBackend) -> Iterator[str]:
-    """A real server on a free 127.0.0.1 port, its own event loop in a thread; yields the base URL."""
-    started: dict[str, object] = {}
-    ready = threading.Event()
-
-    async def main() -> None:
-        async with OpenAIServer(model, "127.0.0.1", 0) as server:
-            started["url"], started["task"] = server.url, asyncio.current_task()
-            ready.set()
-            await server.serve_forever()
-
-    loop = asyncio.new_event_loop()
-
-    def run() -> None:
-        try:
-            loop.run_until_complete(main())
-        except asyncio.CancelledError:
-            pass
-        finally:
-            ready.set()
-
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
-    assert ready.wait(60) and "url" in started
-    try:
-        yield str(started["url"])
-    finally:
-        loop.call_soon_threadsafe(started["task"].cancel)  # type: ignore[union-attr]
-        thread.join(60)
-        loop.close()
 
 
 @pytest.fixture(scope="module")

@@ -1,5 +1,5 @@
 """`loom serve`: an embedded model behind an OpenAI-compatible HTTP endpoint, loaded once and shared by other
-processes."""
+processes; with --strategies, searches served as models too (thoughtloom/run/service.py)."""
 
 from __future__ import annotations
 
@@ -12,10 +12,12 @@ import sys
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from .common import UsageError, add_threads_option, count, number, positive_int
+from .common import UsageError, add_threads_option, count, number, positive_float, positive_int
 
 if TYPE_CHECKING:
     from ..llm.serve import OpenAIServer, ServeAccess
+    from ..llm.types import Backend
+    from ..run.service import ServiceSettings, StrategyService
 
 #: Where the API key is read from when --api-key is not given (an option shows in the process list; this does not).
 KEY_VARIABLE = "THOUGHTLOOM_SERVE_KEY"
@@ -49,6 +51,21 @@ def add_serve_parser(sub: Any) -> None:
     add_threads_option(p)
     p.add_argument("--ctx", type=number("--ctx", int, lambda v: 16 <= v <= 1 << 20, "from 16 to 1,048,576"),
                    metavar="N", help="context window in tokens, prompt plus reply (default: the model's)")
+    s = p.add_argument_group(
+        "search as a service", "serve strategies as models: a chat request naming one (e.g. tot) runs that search over "
+        "--model on its last user message and answers with the search's answer")
+    s.add_argument("--strategies", metavar="LIST",
+                   help="strategies served as models, comma-separated (tot, bfs, research, cove, ...), or all; with a "
+                        "remote --model (openai-compatible:URL@MODEL, ...) only these are served")
+    s.add_argument("--store", metavar="PATH",
+                   help="record every served search in this run store; replies then carry the run id for loom "
+                        "show/view/replay (default: not stored)")
+    s.add_argument("--search-tokens", type=positive_int("--search-tokens"), default=20_000, metavar="N",
+                   help="most tokens one search may spend; a request may ask for fewer, never more (default 20000)")
+    s.add_argument("--search-seconds", type=positive_float("--search-seconds"), default=300.0, metavar="S",
+                   help="most seconds one search may take; a request may ask for fewer (default 300)")
+    s.add_argument("--max-searches", type=positive_int("--max-searches", 1_000), default=2, metavar="N",
+                   help="searches running at once; more are answered 503 (default 2)")
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
@@ -59,34 +76,80 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from ..views.terminal import terminal_text
 
     spec = parse_model_spec(args.model)
-    if not spec.is_local:
+    if not spec.is_local and args.strategies is None:
         raise UsageError(f"loom serve serves an embedded model (--model local, local:NAME or local:PATH); "
-                         f"{args.model} is a remote model, which its own server already serves")
+                         f"{args.model} is a remote model, which its own server already serves (to serve searches "
+                         "over it, add --strategies)")
 
     def say(message: str) -> None:
         print(terminal_text(f"loom: {message}"), file=sys.stderr)
 
     access = _access(args, os.environ)
-    backend = local_backend(spec, n_ctx=args.ctx, n_threads=threads_setting(args.threads, os.environ), progress=say)
+    backend = local_backend(spec, n_ctx=args.ctx, n_threads=threads_setting(args.threads, os.environ),
+                            progress=say) if spec.is_local else None
+    searches = _searches(args, backend)
     limits = ServeLimits(max_connections=args.max_connections, max_queue=args.max_queue)
-    server = OpenAIServer(backend, args.host, args.port, access=access, limits=limits)
+    server = OpenAIServer(backend, args.host, args.port, access=access, limits=limits, searches=searches)
     try:
         server.bind()  # before loading: a busy port is reported at once, not after the model loads
     except OSError as exc:  # a busy port, an address this machine does not have
         reason = os.strerror(exc.errno) if exc.errno and exc.errno > 0 else exc.strerror or str(exc)
         raise UsageError(f"cannot listen on {args.host}:{args.port}: {reason}") from None
-    backend.load()  # before the URL is printed: a client that reads it finds the model ready
+    if backend is not None:
+        backend.load()  # before the URL is printed: a client that reads it finds the model ready
     if access.api_key is not None:
         say("requests need the API key (Authorization: Bearer KEY)")
     elif not _loopback(args.host):
         say(f"warning: no API key (--api-key or ${KEY_VARIABLE}); anyone who can reach {server.url} can use the model")
+    served = ([backend.name] if backend is not None else []) + list(searches.names if searches is not None else ())
     try:
-        asyncio.run(_serve(server, backend.name))
+        asyncio.run(_serve(server, ", ".join(served)))
     except (KeyboardInterrupt, asyncio.CancelledError):
         pass  # Ctrl-C or SIGTERM: the way to stop a server, not an error
     finally:
-        backend.stop()  # the engine's thread must not be decoding while the process exits
+        if backend is not None:
+            backend.stop()  # the engine's thread must not be decoding while the process exits
     return 0
+
+
+def _searches(args: argparse.Namespace, backend: Backend | None) -> StrategyService | None:
+    """The searches served as models (None without --strategies), checked before any model loads."""
+    from ..run.service import StrategyService
+
+    if args.strategies is None:
+        if args.store is not None:
+            raise UsageError("--store records served searches; add --strategies LIST, the strategies to serve")
+        return None
+    return StrategyService(_settings(args, backend if backend is not None else args.model))
+
+
+def _settings(args: argparse.Namespace, model: str | Backend) -> ServiceSettings:
+    """The operator's settings for served searches, from the command line (UsageError, one line, when wrong)."""
+    from ..llm.errors import ModelError
+    from ..llm.registry import make_backend
+    from ..run.service import ServiceSettings, served_names
+    from ..store.store import StoreError
+    from .common import open_store
+
+    try:
+        names = served_names(args.strategies)
+    except ValueError as exc:
+        raise UsageError(f"--strategies: {exc}") from None
+    if isinstance(model, str):
+        try:  # a missing key or an unusable spec is the operator's to fix, now, not every client's later
+            asyncio.run(make_backend(model).aclose())
+        except ModelError as exc:
+            raise UsageError(f"--model {model}: {exc}") from None
+    store = None
+    if args.store is not None:
+        try:
+            opened, path = open_store(args.store, must_exist=False)
+        except StoreError as exc:
+            raise UsageError(f"--store: {exc}") from None
+        opened.close()
+        store = str(path)
+    return ServiceSettings(names=names, model=model, store=store, max_tokens=args.search_tokens,
+                           max_seconds=args.search_seconds, max_runs=args.max_searches)
 
 
 async def _serve(server: OpenAIServer, name: str) -> None:

@@ -10,6 +10,11 @@ each connection is a task of its own, so several clients are answered at once, a
 goes away mid-request cancels its generation. The standard library is enough: the protocol is a
 handful of JSON routes, and non-streaming replies need no framework.
 
+`ServedSearches` adds searches served as models: a chat request naming one (`tot`, `research`, ...)
+runs that search per request (thoughtloom/run/service.py builds it, through the one run path), and
+its answer comes back as a chat completion, or as server-sent events when `stream` is true; the
+stored run's id rides in the `X-Thoughtloom-Run-Id` header and the reply's `thoughtloom` object.
+
 What the server cannot honour it refuses with OpenAI's error shape and a 4xx status (streaming,
 tools, logit_bias, echo, ...); fields that only tune sampling (top_p, the penalties) or are
 bookkeeping (user, metadata) are ignored, as unknown fields are.
@@ -31,10 +36,10 @@ import math
 import secrets
 import socket
 import time
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import AsyncIterator, Callable, Coroutine, Mapping, Sequence
+from dataclasses import dataclass, field
 from http import HTTPStatus
-from typing import Any, Protocol, Self
+from typing import Any, Protocol, Self, TypeVar
 from urllib.parse import urlsplit
 
 from .errors import ModelError
@@ -42,6 +47,7 @@ from .text import encodes
 from .types import Completion, GenerateRequest, Message, Prompt, TokenLogprob
 
 log = logging.getLogger(__name__)
+_T = TypeVar("_T")
 
 #: Most samples one request may ask for (OpenAI's own limit is 128; on a CPU 16 is already slow).
 MAX_N = 16
@@ -62,6 +68,11 @@ MAX_JSON_DEPTH = 100
 TRANSCRIPT_TURNS = ("\nUSER:", "\nASSISTANT:", "\nSYSTEM:")
 #: What a logprob that JSON cannot carry (-inf) is reported as.
 MIN_LOGPROB = -9999.0
+#: While a streamed search runs, a comment line goes out this often: proxies keep the connection, and a
+#: client that went away is found.
+KEEPALIVE_S = 10.0
+#: The header a served search's stored run id is sent in.
+RUN_ID_HEADER = "X-Thoughtloom-Run-Id"
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,6 +138,44 @@ class ServedModel(Protocol):
 
     async def generate(self, request: GenerateRequest) -> Completion:
         """Samples for one request."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class SearchAsk:
+    """One request for a served search: which, the problem, and the budget it asks for (None: the server's cap)."""
+
+    name: str
+    problem: str
+    tokens: int | None = None
+    seconds: float | None = None
+    #: The request field the token budget came from (named in an error about it).
+    tokens_param: str = "thoughtloom.budget_tokens"
+
+
+@dataclass(frozen=True, slots=True)
+class SearchReply:
+    """A served search's answer: its final text, the stored run's id (None: not stored), and what it spent."""
+
+    answer: str
+    run_id: str | None
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    finish_reason: str = "stop"
+    #: The reply's `thoughtloom` object: the strategy, why the search stopped, the run id.
+    details: Mapping[str, Any] = field(default_factory=dict)
+
+
+class ServedSearches(Protocol):
+    """Searches served as models (thoughtloom.run.service.StrategyService has all of it)."""
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """The model names that run a search."""
+        ...
+
+    async def run(self, ask: SearchAsk, started: Callable[[str | None], None]) -> SearchReply:
+        """Check the ask (ApiError to refuse it), search, and answer; `started(run_id)` once the run has begun."""
         ...
 
 
@@ -350,35 +399,41 @@ def _refuse_unsupported(body: dict[str, Any], chat: bool) -> None:
             raise _unsupported("best_of", "best_of other than n")
 
 
-class OpenAIEndpoint:
-    """OpenAI's API over one served model: routes, request checks, and replies in OpenAI's shapes."""
+#: A reply's headers beyond those every reply carries.
+Headers = tuple[tuple[str, str], ...]
 
-    def __init__(self, model: ServedModel, max_queue: int) -> None:
+
+class OpenAIEndpoint:
+    """OpenAI's API over one served model and the served searches: routes, request checks, replies in OpenAI's shapes.
+
+    `model` None serves only the searches (they run over a model served elsewhere).
+    """
+
+    def __init__(self, model: ServedModel | None, max_queue: int, searches: ServedSearches | None = None) -> None:
         self.model = model
+        self.searches = searches
         #: The id clients name; the spec without "local:" is accepted too.
-        self.model_id = model.name
-        self._names = {model.name, model.name.removeprefix("local:")}
+        self.model_id = model.name if model is not None else ""
+        self._names = {model.name, model.name.removeprefix("local:")} if model is not None else set()
+        self._searches = frozenset(searches.names) if searches is not None else frozenset()
         self._created = int(time.time())
+        concurrency = max(1, model.max_concurrency) if model is not None else 1
         # The server issues as many generate() calls at once as the backend says it can serve;
         # the rest wait here, where a client that goes away is dropped without touching the model.
-        self._slots = asyncio.Semaphore(max(1, model.max_concurrency))
+        self._slots = asyncio.Semaphore(concurrency)
         # Requests at the model (generating or waiting); past the bound a client is told to come back.
         self._admitted = 0
-        self._most_admitted = max(1, model.max_concurrency) + max_queue
+        self._most_admitted = concurrency + max_queue
 
-    async def handle(self, method: str, target: str, body: bytes) -> tuple[int, dict[str, Any]]:
-        """Answer one HTTP request: (status, JSON body). Never raises but for cancellation."""
+    async def handle(self, method: str, target: str, body: bytes) -> tuple[int, dict[str, Any], Headers] | SearchStream:
+        """Answer one HTTP request: (status, JSON body, headers), or a stream to send; raises only when cancelled."""
         try:
-            return 200, await self._route(method, target.split("?", 1)[0], body)
-        except ApiError as exc:
-            return exc.status, exc.body()
-        except ModelError as exc:
-            return 500, ApiError(500, str(exc), kind="server_error", code="model_error").body()
-        except Exception as exc:  # a bug must cost one request, not the server
-            log.exception("request %s %s failed", method, ascii(target))
-            return 500, ApiError(500, f"internal error: {type(exc).__name__}: {exc}", kind="server_error").body()
+            answer = await self._route(method, target.split("?", 1)[0], body)
+            return answer if isinstance(answer, SearchStream) else (200, *answer)
+        except Exception as exc:
+            return (*_failure(exc, f"request {method} {ascii(target)}"), ())
 
-    async def _route(self, method: str, path: str, body: bytes) -> dict[str, Any]:
+    async def _route(self, method: str, path: str, body: bytes) -> tuple[dict[str, Any], Headers] | SearchStream:
         routes = {"/v1/models": ("GET",), "/v1/completions": ("POST",), "/v1/chat/completions": ("POST",)}
         model_path = path.startswith("/v1/models/")
         allowed = ("GET",) if model_path else routes.get(path)
@@ -388,10 +443,13 @@ class OpenAIEndpoint:
         if method not in allowed:
             raise ApiError(405, f"{path} takes {' or '.join(allowed)}, not {method}", code="method_not_allowed")
         if path == "/v1/models":
-            return {"object": "list", "data": [self._model_card()]}
+            cards = [self._model_card(self.model_id)] if self.model is not None else []
+            return {"object": "list", "data": cards + [self._model_card(n) for n in sorted(self._searches)]}, ()
         if model_path:
-            self._check_model(path.removeprefix("/v1/models/"))
-            return self._model_card()
+            name = path.removeprefix("/v1/models/")
+            if name not in self._searches:
+                self._check_model(name)
+            return self._model_card(name if name in self._searches else self.model_id), ()
         if self._admitted >= self._most_admitted:
             raise ApiError(503, f"the server is busy: {self._admitted} requests are at the model; retry shortly",
                            kind="server_error", code="queue_full")
@@ -399,19 +457,47 @@ class OpenAIEndpoint:
         try:
             # In a thread: parsing and checking a body of megabytes takes a while, and the loop serves other clients.
             request = await asyncio.to_thread(_json_object, body)
+            if request.get("model") in self._searches:
+                if path == "/v1/completions":
+                    raise ApiError(400, f"{request['model']} is a search: ask it through /v1/chat/completions",
+                                   param="model", code="unsupported_endpoint")
+                return await self.search(request)
             if path == "/v1/completions":
-                return await self.completions(request)
-            return await self.chat_completions(request)
+                return await self.completions(request), ()
+            return await self.chat_completions(request), ()
         finally:
             self._admitted -= 1
 
-    def _model_card(self) -> dict[str, Any]:
-        return {"id": self.model_id, "object": "model", "created": self._created, "owned_by": "thoughtloom"}
+    def _model_card(self, name: str) -> dict[str, Any]:
+        return {"id": name, "object": "model", "created": self._created, "owned_by": "thoughtloom"}
 
-    def _check_model(self, name: Any) -> None:
-        if name is not None and name not in self._names:
-            raise ApiError(404, f"The model {_show(name)} does not exist; this server serves {self.model_id}",
+    def _check_model(self, name: Any) -> ServedModel:
+        """The served model when a request names it (or names none); a 404 otherwise."""
+        if self.model is None or (name is not None and name not in self._names):
+            served = ", ".join(([self.model_id] if self.model is not None else []) + sorted(self._searches))
+            raise ApiError(404, f"The model {_show(name)} does not exist; this server serves {served}",
                            param="model", code="model_not_found")
+        return self.model
+
+    async def search(self, body: dict[str, Any]) -> tuple[dict[str, Any], Headers] | SearchStream:
+        """POST /v1/chat/completions naming a served search: its answer, whole or as a stream of events."""
+        assert self.searches is not None
+        ask = _search_ask(body)
+        stream = body.get("stream")
+        if stream is not None and not isinstance(stream, bool):
+            raise ApiError(400, f"stream must be true or false; got {_show(stream)}", param="stream",
+                           code="invalid_type")
+        options = body.get("stream_options")
+        if options is not None and not isinstance(options, dict):
+            raise ApiError(400, "stream_options must be an object", param="stream_options", code="invalid_type")
+        reply_id = f"chatcmpl-{secrets.token_hex(12)}"
+        if stream:
+            return SearchStream(self.searches, ask, reply_id, bool((options or {}).get("include_usage")))
+        reply = await self.searches.run(ask, lambda _: None)
+        return {"id": reply_id, "object": "chat.completion", "created": int(time.time()), "model": ask.name,
+                "choices": [{"index": 0, "message": {"role": "assistant", "content": reply.answer, "refusal": None},
+                             "logprobs": None, "finish_reason": reply.finish_reason}],
+                "usage": _search_usage(reply), "thoughtloom": dict(reply.details)}, _run_header(reply.run_id)
 
     async def completions(self, body: dict[str, Any]) -> dict[str, Any]:
         """POST /v1/completions: one choice per sample, prompt by prompt (choice i*n+j is prompt i's sample j)."""
@@ -437,7 +523,7 @@ class OpenAIEndpoint:
 
     async def chat_completions(self, body: dict[str, Any]) -> dict[str, Any]:
         """POST /v1/chat/completions: one assistant message per sample."""
-        self._check_model(body.get("model"))
+        model = self._check_model(body.get("model"))
         _refuse_unsupported(body, chat=True)
         messages = _messages(body)
         wants_logprobs = body.get("logprobs")
@@ -454,7 +540,7 @@ class OpenAIEndpoint:
         stop = _stop(body)
         # A chat model reads the turns through its template; a base model continues a transcript,
         # and its reply ends where it would start the next turn.
-        form = "chat" if self.model.chat else "text"
+        form = "chat" if model.chat else "text"
         if form == "text":
             stop = (*stop, *TRANSCRIPT_TURNS)
         requests = await self._requests(body, [Prompt(messages=messages)], form, stop, max_tokens=max_tokens,
@@ -474,20 +560,21 @@ class OpenAIEndpoint:
                         max_tokens: int | None, param: str, top: int | None, schema: str | None = None
                         ) -> list[GenerateRequest]:
         """The backend requests for a validated body; every prompt must fit the context with its reply."""
+        model = self._check_model(body.get("model"))
         n = _integer(body, "n", 1, 1, MAX_N)
         temperature = _number(body, "temperature", 1.0, 0.0, 2.0)
         seed = _integer(body, "seed", None, -(1 << 63), (1 << 63) - 1)
         requests = []
         for prompt in prompts:
             # In a thread: a long prompt takes a while to tokenize, and the loop serves other clients.
-            size = len(await asyncio.to_thread(self.model.prompt_tokens, prompt, form))
+            size = len(await asyncio.to_thread(model.prompt_tokens, prompt, form))
             if size == 0:
                 raise ApiError(400, f"the {param} is empty", param=param, code="invalid_value")
             # Chat without max_tokens: as long as the context allows, as OpenAI does.
-            wanted = max_tokens if max_tokens is not None else self.model.n_ctx - size
-            if wanted < 1 or size + wanted > self.model.n_ctx:
+            wanted = max_tokens if max_tokens is not None else model.n_ctx - size
+            if wanted < 1 or size + wanted > model.n_ctx:
                 raise ApiError(
-                    400, f"This model's maximum context length is {self.model.n_ctx} tokens. However, you requested "
+                    400, f"This model's maximum context length is {model.n_ctx} tokens. However, you requested "
                          f"{size + max(wanted, 0)} tokens ({size} in the {param}, {max(wanted, 0)} in the completion). "
                          f"Please reduce the length of the {param} or completion.",
                     param=param, code="context_length_exceeded")
@@ -498,9 +585,11 @@ class OpenAIEndpoint:
 
     async def _generate(self, requests: list[GenerateRequest]) -> list[Completion]:
         """The requests' completions, generated concurrently as the backend allows; one failure cancels the rest."""
+        model = self._check_model(None)
+
         async def one(request: GenerateRequest) -> Completion:
             async with self._slots:
-                return await self.model.generate(request)
+                return await model.generate(request)
 
         if len(requests) == 1:
             return [await one(requests[0])]
@@ -521,6 +610,134 @@ def _usage(done: Sequence[Completion]) -> dict[str, int]:
     prompt = sum(c.usage.input_tokens for c in done)
     completion = sum(c.usage.output_tokens for c in done)
     return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
+
+
+def _failure(exc: Exception, what: str) -> tuple[int, dict[str, Any]]:
+    """The status and JSON error body for a request that failed: its own refusal, the model's failure, or a bug."""
+    if isinstance(exc, ApiError):
+        return exc.status, exc.body()
+    if isinstance(exc, ModelError):
+        return 500, ApiError(500, str(exc), kind="server_error", code="model_error").body()
+    log.error("%s failed", what, exc_info=exc)  # a bug must cost one request, not the server
+    return 500, ApiError(500, f"internal error: {type(exc).__name__}: {exc}", kind="server_error").body()
+
+
+#: What a served search refuses: fields whose meaning a search cannot honour (silently dropping them would mislead).
+_SEARCH_UNSUPPORTED = {"tools": "tool calling", "functions": "tool calling", "logprobs": "logprobs",
+                       "top_logprobs": "logprobs", "logit_bias": "logit_bias", "audio": "audio output"}
+
+
+def _search_ask(body: dict[str, Any]) -> SearchAsk:
+    """A served search's request: the problem (the last user turn) and the budget it asks for."""
+    for name, what in _SEARCH_UNSUPPORTED.items():
+        if body.get(name):
+            raise ApiError(400, f"{what} is not supported by a served search", param=name,
+                           code="unsupported_parameter")
+    if body.get("n") not in (None, 1):
+        raise ApiError(400, f"a served search gives one answer (n: 1); got n: {_show(body.get('n'))}", param="n",
+                       code="invalid_value")
+    if _schema(body) is not None:
+        raise ApiError(400, "response_format other than text is not supported by a served search",
+                       param="response_format", code="unsupported_parameter")
+    users = [m.content for m in _messages(body) if m.role == "user"]
+    if not users or not users[-1].strip():
+        raise ApiError(400, "a served search needs the problem as a non-empty user message", param="messages",
+                       code="invalid_value")
+    extension = body.get("thoughtloom")
+    if extension is None:
+        extension = {}
+    if not isinstance(extension, dict):
+        raise ApiError(400, "thoughtloom must be an object such as {\"budget_tokens\": 5000}", param="thoughtloom",
+                       code="invalid_type")
+    unknown = sorted(set(extension) - {"budget_tokens", "budget_seconds"})
+    if unknown:
+        raise ApiError(400, f"thoughtloom.{unknown[0]} is not a setting; a request may set budget_tokens and "
+                            "budget_seconds", param=f"thoughtloom.{unknown[0]}", code="invalid_value")
+    most = 1 << 62
+    param = "thoughtloom.budget_tokens"
+    tokens = _integer(extension, "budget_tokens", None, 1, most)
+    for name in ("max_completion_tokens", "max_tokens"):
+        if tokens is None:
+            tokens, param = _integer(body, name, None, 1, most), name
+    seconds = extension.get("budget_seconds")
+    if seconds is not None:
+        seconds = _number(extension, "budget_seconds", 0.0, 1e-3, 1e12)
+    return SearchAsk(str(body["model"]), users[-1], tokens, seconds, param)
+
+
+def _search_usage(reply: SearchReply) -> dict[str, int]:
+    return {"prompt_tokens": reply.prompt_tokens, "completion_tokens": reply.completion_tokens,
+            "total_tokens": reply.prompt_tokens + reply.completion_tokens}
+
+
+def _run_header(run_id: str | None) -> Headers:
+    return ((RUN_ID_HEADER, run_id),) if run_id is not None else ()
+
+
+class SearchStream:
+    """A served search answered as server-sent events (OpenAI's chat.completion.chunk objects, then [DONE]).
+
+    `start()` runs the search until it has begun (its run stored) and gives the head's headers, or
+    raises ApiError while a plain error reply can still be sent; `frames()` then yields the events:
+    the assistant's role at once, a comment every KEEPALIVE_S while the search runs, the answer, the
+    finish (with the `thoughtloom` object), usage when asked, and [DONE]. `aclose()` cancels the search.
+    """
+
+    def __init__(self, searches: ServedSearches, ask: SearchAsk, reply_id: str, include_usage: bool) -> None:
+        self.searches, self.ask, self.reply_id, self.include_usage = searches, ask, reply_id, include_usage
+        self._created = int(time.time())
+        self._run: asyncio.Task[SearchReply] | None = None
+
+    async def start(self) -> Headers:
+        """Begin the search; the head's headers once it runs (ApiError, ModelError ... when it fails first)."""
+        begun: asyncio.Future[str | None] = asyncio.get_running_loop().create_future()
+
+        def started(run_id: str | None) -> None:
+            if not begun.done():
+                begun.set_result(run_id)
+
+        self._run = asyncio.create_task(self.searches.run(self.ask, started))
+        waits: set[asyncio.Future[Any]] = {self._run, begun}
+        await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+        if begun.done():
+            return _run_header(begun.result())
+        begun.cancel()
+        return _run_header(self._run.result().run_id)  # raises what the search raised before it began
+
+    def _chunk(self, delta: dict[str, Any], finish: str | None = None, **extra: Any) -> bytes:
+        chunk = {"id": self.reply_id, "object": "chat.completion.chunk", "created": self._created,
+                 "model": self.ask.name, "choices": [{"index": 0, "delta": delta, "logprobs": None,
+                                                      "finish_reason": finish}], **extra}
+        return _event(chunk)
+
+    async def frames(self) -> AsyncIterator[bytes]:
+        """The events after the head, as bytes to send."""
+        assert self._run is not None, "start() first"
+        yield self._chunk({"role": "assistant", "content": ""})
+        while not (await asyncio.wait({self._run}, timeout=KEEPALIVE_S))[0]:
+            yield b": searching\n\n"
+        try:
+            reply = self._run.result()
+        except Exception as exc:  # after the head: OpenAI's clients read an error event as the call's error
+            yield _event(_failure(exc, f"search {self.ask.name}")[1])
+            return
+        if reply.answer:
+            yield self._chunk({"content": reply.answer})
+        yield self._chunk({}, reply.finish_reason, thoughtloom=dict(reply.details))
+        if self.include_usage:
+            yield _event({"id": self.reply_id, "object": "chat.completion.chunk", "created": self._created,
+                          "model": self.ask.name, "choices": [], "usage": _search_usage(reply)})
+        yield b"data: [DONE]\n\n"
+
+    async def aclose(self) -> None:
+        """Cancel the search if it still runs (the client went away, or the server closes)."""
+        if self._run is not None and not self._run.done():
+            self._run.cancel()
+            await asyncio.wait({self._run})
+
+
+def _event(data: dict[str, Any]) -> bytes:
+    return b"data: " + _utf8(json.dumps(data, ensure_ascii=False)) + b"\n\n"
 
 
 def _json_object(body: bytes) -> dict[str, Any]:
@@ -753,7 +970,8 @@ def names_this_server(host_header: str, bound: str, port: int) -> bool:
 class OpenAIServer:
     """The HTTP side of `OpenAIEndpoint`: HTTP/1.1 with keep-alive, one task per connection, on the running loop.
 
-    Use as `async with OpenAIServer(model, host, port) as server:` then `await server.serve_forever()`.
+    Use as `async with OpenAIServer(model, host, port) as server:` then `await server.serve_forever()`;
+    `searches` adds the searches served as models (`model` None: only them).
     `bind()` takes the address beforehand (OSError for a busy port), so a caller can fail fast
     before loading the model; connections that arrive meanwhile wait in the listen queue.
     Every request is checked before its body is read: its Host, its Origin, the API key (`access`),
@@ -761,9 +979,10 @@ class OpenAIServer:
     connection closed.
     """
 
-    def __init__(self, model: ServedModel, host: str = "127.0.0.1", port: int = 8000, *,
-                 access: ServeAccess = ServeAccess(), limits: ServeLimits = ServeLimits()) -> None:
-        self.endpoint = OpenAIEndpoint(model, limits.max_queue)
+    def __init__(self, model: ServedModel | None, host: str = "127.0.0.1", port: int = 8000, *,
+                 access: ServeAccess = ServeAccess(), limits: ServeLimits = ServeLimits(),
+                 searches: ServedSearches | None = None) -> None:
+        self.endpoint = OpenAIEndpoint(model, limits.max_queue, searches)
         self.host = host
         self.port = port
         self.access = access
@@ -876,12 +1095,17 @@ class OpenAIServer:
                                          "request_timeout") from None
                 except _HttpError as exc:
                     return exc
-                answer: tuple[int, dict[str, Any] | None] | None = (
-                    (204, None) if preflight else await self._answer(conn, request, body))
+                answer: tuple[int, dict[str, Any] | None, Headers] | SearchStream | None = (
+                    (204, None, ()) if preflight else await self._answer(conn, request, body))
                 del body  # not held while the connection waits for its next request
                 if answer is None:
                     return None  # the client went away; its generation was cancelled
-                writer.write(_response(*answer, request.keep_alive, cors + preflight))
+                if isinstance(answer, SearchStream):
+                    # The stream ends with the connection: its length is not known when its head goes out.
+                    await self._watched(conn, self._send_stream(writer, answer, cors))
+                    return None
+                status, payload, extra = answer
+                writer.write(_response(status, payload, request.keep_alive, cors + preflight + extra))
                 async with asyncio.timeout(self.limits.read_timeout_s):  # a client that never reads its reply
                     await writer.drain()
             finally:
@@ -952,19 +1176,43 @@ class OpenAIServer:
             pass
 
     async def _answer(self, conn: _Connection, request: _Request,
-                      body: bytes) -> tuple[int, dict[str, Any]] | None:
+                      body: bytes) -> tuple[int, dict[str, Any], Headers] | SearchStream | None:
         """The endpoint's answer, or None when the client hung up first (then the work is cancelled)."""
-        work = asyncio.create_task(self.endpoint.handle(request.method, request.target, body))
+        return await self._watched(conn, self.endpoint.handle(request.method, request.target, body))
+
+    async def _watched(self, conn: _Connection, work: Coroutine[Any, Any, _T]) -> _T | None:
+        """The work's result, or None when the client hung up first (then the work is cancelled)."""
+        task = asyncio.create_task(work)
         gone = asyncio.create_task(conn.hang_up())
         try:
-            await asyncio.wait({work, gone}, return_when=asyncio.FIRST_COMPLETED)
-            if not work.done() and gone.exception() is None and not gone.result():
-                await asyncio.wait({work})  # it sent more than a head: no longer watched, its request still answered
+            await asyncio.wait({task, gone}, return_when=asyncio.FIRST_COMPLETED)
+            if not task.done() and gone.exception() is None and not gone.result():
+                await asyncio.wait({task})  # it sent more than a head: no longer watched, its request still answered
         finally:
-            for t in (work, gone):
+            for t in (task, gone):
                 t.cancel()  # no-op for the one that finished
-            await asyncio.wait({work, gone})
-        return None if work.cancelled() else work.result()
+            await asyncio.wait({task, gone})
+        return None if task.cancelled() else task.result()
+
+    async def _send_stream(self, writer: asyncio.StreamWriter, stream: SearchStream, cors: Headers) -> None:
+        """Send a search's events as they come; a failure before the search begins is a plain JSON error."""
+        try:
+            try:
+                headers = await stream.start()
+            except Exception as exc:
+                status, payload = _failure(exc, f"search {stream.ask.name}")
+                writer.write(_response(status, payload, False, cors))
+                await writer.drain()
+                return
+            lines = ["HTTP/1.1 200 OK", "Content-Type: text/event-stream; charset=utf-8", "Cache-Control: no-cache",
+                     "Connection: close", *(f"{name}: {value}" for name, value in (*headers, *cors))]
+            writer.write(("\r\n".join(lines) + "\r\n\r\n").encode("latin-1"))
+            async for frame in stream.frames():
+                writer.write(frame)
+                async with asyncio.timeout(self.limits.read_timeout_s):  # a client that never reads its events
+                    await writer.drain()
+        finally:
+            await stream.aclose()
 
 
 def _family(host: str) -> socket.AddressFamily:
