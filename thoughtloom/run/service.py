@@ -15,9 +15,8 @@ from dataclasses import dataclass
 from ..llm.budget import BudgetLimits
 from ..llm.serve import ApiError, SearchAsk, SearchReply
 from ..llm.types import Backend
-from ..search.config import STRATEGIES
 from ..search.stop import StopReason
-from ..search.strategies.fit import unsupported_reason
+from ..search.strategies.registry import built_in_names, unsupported_reason
 from ..tasks.registry import get_task
 from .execute import execute
 from .spec import research_tools, resolve
@@ -34,7 +33,7 @@ _OUT_OF_BUDGET = frozenset({StopReason.BUDGET_TOKENS, StopReason.BUDGET_CALLS})
 def servable_strategies() -> tuple[str, ...]:
     """The strategies that can search a free-form problem (the general task) and need no operator grant."""
     general = get_task("general")
-    return tuple(s for s in STRATEGIES if s not in UNSERVED and unsupported_reason(s, general) is None)
+    return tuple(s for s in built_in_names() if s not in UNSERVED and unsupported_reason(s, general) is None)
 
 
 def served_names(given: str) -> tuple[str, ...]:
