@@ -17,7 +17,7 @@ from thoughtloom.cli.main import main
 from thoughtloom.run.spec import SpecError
 from thoughtloom.run.taskfile import TaskFileError
 from thoughtloom.store.blocks import link
-from thoughtloom.store.runs import head_ref, history
+from thoughtloom.store.runs import head_ref, history, run_ids
 from thoughtloom.store.sqlite import SQLiteStore
 from thoughtloom.store.store import get_obj, put_obj
 from thoughtloom.tasks.checkers import Checker
@@ -144,3 +144,21 @@ def test_a_bare_general_task_with_instructions_is_not_stored_without_its_declara
         solve(PROBLEM, task=GeneralTask(instructions="Be brief."), model=f"openai-compatible:{server.url}@m",
               budget=BudgetLimits(tokens=4000), store=str(tmp_path / "runs.db"))
     assert server.seen == []
+
+
+def test_the_python_task_example_in_the_docs_runs_and_its_run_replays(
+        server: FakeOpenAIServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    from docs_examples import blocks
+
+    page = Path(__file__).resolve().parents[1] / "docs" / "tasks.md"
+    block = next(b for b in blocks(page) if b.info == "python" and "units = task(" in b.text)
+    server.responder = always("Final answer: 3000")
+    monkeypatch.chdir(tmp_path)
+    exec(block.text.replace("openai:gpt-4o-mini", f"openai-compatible:{server.url}@m"), {})  # noqa: S102
+    assert capsys.readouterr().out == "3000 True\n"
+    assert any("A kilogram is 1000 g" in json.dumps(seen.body) for seen in server.seen)
+    with SQLiteStore(tmp_path / "runs.db") as s:
+        [run] = run_ids(s)  # the one run the example stored
+    assert main(["replay", run, "--store", "runs.db", "--quiet"]) == 0
+    assert "identical graph" in capsys.readouterr().out
