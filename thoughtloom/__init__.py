@@ -39,6 +39,9 @@ _EXPORTS = {
     "get_task": "thoughtloom.tasks.registry",
     # A task declared in a TOML file (docs/tasks.md).
     "load_task": "thoughtloom.run.taskfile",
+    # The same task declared in Python: instructions, examples, prompts, checker (docs/tasks.md).
+    "task": "thoughtloom.run.taskfile",
+    "TaskExample": "thoughtloom.tasks.general",
     # What a user's own task is written with (see examples/custom_task.py).
     "Task": "thoughtloom.tasks.base",
     "Query": "thoughtloom.tasks.query",
@@ -78,7 +81,7 @@ if TYPE_CHECKING:
     from .run.execute import execute as execute
     from .run.grants import Grants as Grants
     from .run.spec import RunSpec as RunSpec, resolve as resolve
-    from .run.taskfile import load_task as load_task
+    from .run.taskfile import load_task as load_task, task as task
     from .search.agent.kinds import default_processors as default_processors
     from .search.agent.processors import ProcessorRegistry as ProcessorRegistry
     from .search.config import SearchConfig as SearchConfig
@@ -90,6 +93,7 @@ if TYPE_CHECKING:
     from .search.stop import StopReason as StopReason
     from .search.strategies.base import Needs as Needs, Strategy as Strategy
     from .tasks.base import ProblemError as ProblemError, Task as Task
+    from .tasks.general import TaskExample as TaskExample
     from .tasks.query import Query as Query, Verdict as Verdict
     from .tasks.registry import get_task as get_task
     from .tools.base import ToolSpec as ToolSpec

@@ -342,6 +342,16 @@ def spec_of(manifest: Manifest, grants: Grants, *, live: bool, cli: bool = False
     if role_models:
         chosen = dict(role_models)
         spec = replace(spec, role_models=tuple(sorted({**dict(spec.role_models), **chosen}.items())))
+    declared = (manifest.spec or {}).get("task_declared")
+    if declared is not None:
+        from .taskfile import declared_task
+
+        # Text, not a grant: checked as a task file is; a custom checker in it is only a name until loaded().
+        task = declared_task(declared, f"run {manifest.run_id}: task_declared")
+        if task.name != spec.task:
+            raise SpecError(f"run {manifest.run_id}: task_declared declares task {task.name!r}; the run ran task "
+                            f"{spec.task!r}")
+        spec = replace(spec, task=task)
     check_grants(spec, grants, live=live, cli=cli)
     if spec.task_file is not None and isinstance(spec.task, str) and grants.task_file is not None:
         from .taskfile import load_task

@@ -39,7 +39,7 @@ from ..search.strategies.registry import (
     strategy_named,
 )
 from ..tasks.base import Task
-from ..tasks.general import FileTask
+from ..tasks.general import FileTask, GeneralTask
 from ..tasks.math import is_math_question
 from ..tasks.registry import TaskOptions, get_task
 from ..tools.toolbox import ToolLimits
@@ -187,6 +187,8 @@ class RunSpec:
             **({"thinking_tokens": self.thinking_tokens} if self.thinking_tokens is not None else {}),
             **({"tool_calling": self.tool_calling} if self.tool_calling != "auto" else {}),
             **({"task_file": self.stored_task_file} if self.stored_task_file is not None else {}),
+            # A task declared in Python: its prompts and examples make the run's requests (session.spec_of rebuilds it).
+            **({"task_declared": declared} if (declared := _declared(self.task)) is not None else {}),
             **({"scorer": self.scorer.name} if self.scorer is not None else {}),
             **({"fork": self.fork.to_dict()} if self.fork is not None else {}),
             **({"strategy": self.strategy.to_dict()} if self.strategy is not None else {}),
@@ -260,6 +262,7 @@ _STORED_TYPES: dict[str, tuple[type, ...]] = {
     "fork": (dict, _NONE),
     "strategy": (dict, _NONE),
     "tool_calling": (str, _NONE),
+    "task_declared": (dict, _NONE),
 }
 #: Task options kept as paths or text, and the test command's words.
 _OPTION_TYPES: dict[str, tuple[type, ...]] = {
@@ -302,6 +305,18 @@ _UNCHECKED = DomainChecks()
 def _known(cls: type, data: Mapping[str, Any]) -> dict[str, Any]:
     names = {f.name for f in fields(cls) if f.init}
     return {k: v for k, v in data.items() if k in names}
+
+
+def _declared(task: str | Task[Any]) -> dict[str, Any] | None:
+    """A task declared in Python, as a stored run keeps it (None for a task by name or read from a file).
+
+    A bare GeneralTask with settings of its own has no declaration a stored run could rebuild it from: refused."""
+    if isinstance(task, FileTask):
+        return task.declared()
+    if type(task) is GeneralTask and (task.instructions or task.examples or task.prompts or task.checker):
+        raise SpecError("a GeneralTask with instructions, examples, prompts or a checker cannot be stored; declare "
+                        "it as thoughtloom.task(name=..., instructions=..., ...) and a stored run keeps it whole")
+    return None
 
 
 def _plain(options: TaskOptions) -> dict[str, Any]:

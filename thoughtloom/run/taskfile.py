@@ -24,11 +24,12 @@ It lives in the run layer because its search defaults are checked as SearchConfi
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import string
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +44,8 @@ _NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_-]{0,63}$")
 _KEYS = ("name", "description", "instructions", "checker", "prompts", "examples", "search")
 #: SearchConfig fields a task file may not set: the run's own, not the task's.
 _RUN_ONLY = ("temperature", "seed")
+#: The most a stored run's task declaration may hold (as JSON): a received manifest is anyone's.
+MAX_DECLARATION_BYTES = 1 << 20
 
 
 class TaskFileError(SpecError):
@@ -66,8 +69,9 @@ def load_task(path: str | os.PathLike[str]) -> FileTask:
     return task_from(data, where, str(Path(where).resolve().parent))
 
 
-def task_from(data: Mapping[str, Any], where: str, base_dir: str | None = None) -> FileTask:
-    """The task a task file's parsed TOML declares; `where` names the file in errors."""
+def task_from(data: Mapping[str, Any], where: str, base_dir: str | None = None, *, source: bool = True) -> FileTask:
+    """The task a task file's parsed TOML declares; `where` names the file in errors (source: `where` is that file,
+    else the task is declared in Python and a stored run keeps its declaration)."""
     unknown = [key for key in data if key not in _KEYS]
     if unknown:
         raise TaskFileError(f"{where}: unknown key {unknown[0]!r}; a task file has {', '.join(_KEYS)}")
@@ -84,10 +88,60 @@ def task_from(data: Mapping[str, Any], where: str, base_dir: str | None = None) 
     except CheckerError as exc:
         raise TaskFileError(str(exc)) from None
     return file_task(
-        name, _text(data, "description", where) or f"task file {Path(where).name}", where, _search(data, where),
-        instructions=_text(data, "instructions", where), examples=_examples(data.get("examples", []), where),
-        prompts=prompts, checker=checker,
+        name, _text(data, "description", where) or f"task file {Path(where).name}", where if source else "",
+        _search(data, where), declaration=data, instructions=_text(data, "instructions", where),
+        examples=_examples(data.get("examples", []), where), prompts=prompts, checker=checker,
     )
+
+
+def task(
+    name: str, *, instructions: str = "", examples: Sequence[TaskExample | tuple[Any, ...] | Mapping[str, Any]] = (),
+    prompts: Mapping[str, str] | None = None, checker: str | Mapping[str, Any] | None = None,
+    search: Mapping[str, Any] | None = None, description: str = "",
+) -> FileTask:
+    """A task declared in Python as a task file declares it (the same keys, checks and one-line TaskFileError).
+
+    examples: (problem, answer) or (problem, answer, reasoning) pairs, TaskExamples or tables; checker: a kind
+    ("numeric"), a table ({"kind": "numeric", "tolerance": 0.01}) or "module:function" (imported only when
+    `task.checker.loaded()` is called). A stored run keeps all of it, so replay and resume rebuild the task."""
+    where = "task()"
+    data: dict[str, Any] = {"name": name, "description": description or f"task {name}, declared in Python"}
+    if instructions:
+        data["instructions"] = instructions
+    if examples:
+        data["examples"] = [_example(item, f"{where}: examples[{i}]") for i, item in enumerate(examples, 1)]
+    if prompts is not None:
+        data["prompts"] = dict(prompts) if isinstance(prompts, Mapping) else prompts
+    if checker is not None:
+        data["checker"] = dict(checker) if isinstance(checker, Mapping) else checker
+    if search is not None:
+        data["search"] = dict(search) if isinstance(search, Mapping) else search
+    return task_from(data, where, source=False)
+
+
+def declared_task(data: Any, where: str) -> FileTask:
+    """The task a stored run's declaration (FileTask.declared) gives; the manifest is anyone's, so the declaration
+    is capped in size and checked as a task file is (TaskFileError, one line naming `where`)."""
+    if not isinstance(data, Mapping):
+        raise TaskFileError(f"{where}: expected a table of a task's keys; got {_shown(data)}")
+    try:
+        size = len(json.dumps(data))
+    except (TypeError, ValueError, RecursionError):
+        raise TaskFileError(f"{where}: not plain data (text, numbers, lists and tables)") from None
+    if size > MAX_DECLARATION_BYTES:
+        raise TaskFileError(f"{where}: {size} bytes; a stored task declaration holds at most {MAX_DECLARATION_BYTES}")
+    return task_from(data, where, source=False)
+
+
+def _example(item: Any, where: str) -> Any:
+    """A Python example as a task file's table (a table, or anything else, is left for _examples to check)."""
+    if isinstance(item, TaskExample):
+        return {"problem": item.problem, "answer": item.answer, "reasoning": item.reasoning}
+    if isinstance(item, (tuple, list)):
+        if len(item) not in (2, 3):
+            raise TaskFileError(f"{where}: expected (problem, answer[, reasoning]); got {len(item)} items")
+        return dict(zip(("problem", "answer", "reasoning"), item, strict=False))
+    return dict(item) if isinstance(item, Mapping) else item
 
 
 def _text(data: Mapping[str, Any], key: str, where: str, *, required: bool = False) -> str:
@@ -186,4 +240,4 @@ def _shown(value: Any) -> str:
     return f"{type(value).__name__} {str(value)[:40]!r}" if value is not None else "nothing"
 
 
-__all__ = ["TaskFileError", "load_task", "task_from"]
+__all__ = ["MAX_DECLARATION_BYTES", "TaskFileError", "declared_task", "load_task", "task", "task_from"]

@@ -8,6 +8,7 @@ task file declares (run/taskfile.py builds a `FileTask` from one).
 
 from __future__ import annotations
 
+import copy
 import json
 import re
 from collections.abc import Mapping, Sequence
@@ -260,16 +261,26 @@ class FileTask(GeneralTask):
 
     name = "file"
     description = "a task declared in a task file"
-    #: The file it was read from.
+    #: The file it was read from ("" for a task declared in Python: thoughtloom.task).
     source: ClassVar[str] = ""
+    #: What declared it, as a task file's keys (plain data): a stored run of a task declared in Python keeps it
+    #: to rebuild the task (run/taskfile.py:declared_task).
+    declaration: ClassVar[Mapping[str, Any]] = {}
+
+    def declared(self) -> dict[str, Any] | None:
+        """The declaration a stored run keeps, for a task declared in Python (None: one read from a file, which a
+        stored run names instead)."""
+        return None if self.source else copy.deepcopy(dict(self.declaration))
 
 
 def file_task(
-    name: str, description: str, source: str, search_defaults: Mapping[str, Any], **settings: Any
+    name: str, description: str, source: str, search_defaults: Mapping[str, Any],
+    declaration: Mapping[str, Any] | None = None, **settings: Any
 ) -> FileTask:
     """A FileTask named `name`, with the general task's search defaults under the file's own."""
     cls = type(f"FileTask_{name}", (FileTask,), {
         "name": name, "description": description, "source": source,
+        "declaration": copy.deepcopy(dict(declaration or {})),
         "search_defaults": {**GeneralTask.search_defaults, **search_defaults},
     })
     task: FileTask = cls(**settings)
