@@ -419,7 +419,7 @@ def check_text_options(args: argparse.Namespace) -> None:
 def format_text(result: Any) -> str:
     """A result as `loom solve` prints it: answer, best path, how it stopped, grounding, recursion, control."""
     from ..views.terminal import terminal_text
-    from ..views.words import counted
+    from ..words import counted
 
     lines = []
     if result.answer is not None:
