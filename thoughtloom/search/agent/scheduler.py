@@ -30,7 +30,7 @@ from ...words import counted
 from ..context import SearchContext
 from ..events import NodeProcessed, NodeScored
 from ..stop import StopReason
-from ..strategies.base import BuiltinStrategy, Needs
+from ..strategies.base import BuiltinStrategy, Needs, root_record
 from .kinds import default_processors
 from .processors import (
     AgentEnv,
@@ -325,7 +325,7 @@ class AgentTrace:
     @classmethod
     def read(cls, graph: ThoughtGraph) -> AgentTrace | None:
         """The trace an agent run left on the graph, or None."""
-        summary = graph.node(0).extra.get("agent_summary") if len(graph) else None
+        summary = root_record(graph, "agent_summary")
         if summary is None:
             return None
         return cls(summary, tuple(

@@ -30,7 +30,7 @@ from ...tasks.cove import (
 )
 from ..context import SearchContext
 from ..stop import StopReason
-from .base import BuiltinStrategy
+from .base import BuiltinStrategy, root_record
 from .fit import needs_free_text_answer
 
 
@@ -151,7 +151,7 @@ class CoveTrace:
     @classmethod
     def read(cls, graph: ThoughtGraph) -> CoveTrace | None:
         """The trace a CoVe search left on the graph, or None."""
-        record = graph.node(0).extra.get("cove") if len(graph) else None
+        record = root_record(graph, "cove")
         if record is None:
             return None
         made = {creator: [n for n in graph if n.creator == creator]

@@ -10,7 +10,7 @@ from ...tasks.base import UnsupportedOperation
 from ...tasks.recursion.hooks import RecursiveHooks
 from ..context import SearchContext
 from ..recursive.solver import Solver
-from .base import BuiltinStrategy
+from .base import BuiltinStrategy, root_record
 from .fit import needs_decomposition
 
 
@@ -72,7 +72,7 @@ class RecursionTrace:
     @classmethod
     def read(cls, graph: ThoughtGraph) -> RecursionTrace | None:
         """The trace a recursive search left on the graph's root, or None."""
-        summary = graph.node(0).extra.get("recursion_summary") if len(graph) else None
+        summary = root_record(graph, "recursion_summary")
         if summary is None:
             return None
         return cls(summary, tuple(RecursionNode(n.id, n.kind.value, n.status.value, n.extra["recursion"])
