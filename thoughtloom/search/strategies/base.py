@@ -94,6 +94,7 @@ def root_record(graph: ThoughtGraph, key: str) -> Any:
     """What a strategy recorded on the graph's root under `key`, or None (an empty graph has no root)."""
     return graph.node(0).extra.get(key) if len(graph) else None
 
+
 #: A built-in strategy's search, and its fit check (the strategy's name, the task: a reason or None).
 Runner = Callable[["SearchContext"], Awaitable[None]]
 FitCheck = Callable[[str, "Task[Any]"], "str | None"]
