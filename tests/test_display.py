@@ -19,7 +19,7 @@ from thoughtloom.search.events import NodeAdded, NodePruned, NodeRevived, Search
 from thoughtloom.search.research.records import ResearchStats
 from thoughtloom.views.insights import research_lines
 from thoughtloom.views.progress import ProgressDisplay
-from thoughtloom.views.words import counted, plural
+from thoughtloom.words import counted, plural
 
 _STATUS = re.compile(r"nodes (\d+) \(pruned (\d+), rejected (\d+)\) · depth (\d+)")
 

@@ -10,8 +10,8 @@ ROOT = Path(__file__).parents[1] / "thoughtloom"
 #: Each layer may import its own and lower layers (a higher number may import a lower one).
 LAYERS = {
     # tools sits between tasks and search: a search may grant tools; tools never see a search.
-    # _version, checkout and filelocks import nothing of thoughtloom: any layer may use them.
-    "_version": 0, "checkout": 0, "filelocks": 0, "graph": 0, "llm": 1, "grounding": 2, "tasks": 3, "tools": 3.5, "search": 4, "control": 5, "store": 6, "run": 7,
+    # _version, checkout, filelocks and words import nothing of thoughtloom: any layer may use them.
+    "_version": 0, "checkout": 0, "filelocks": 0, "words": 0, "graph": 0, "llm": 1, "grounding": 2, "tasks": 3, "tools": 3.5, "search": 4, "control": 5, "store": 6, "run": 7,
     "eval": 8, "views": 8, "api": 9, "cli": 9, "__main__": 10, "": 10,
 }
 

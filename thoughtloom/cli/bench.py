@@ -266,7 +266,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     from ..eval.store import MANIFEST_FILE, ResultsStore
     from ..llm.errors import ModelError
     from ..llm.limits import NO_SHARED_SLOTS
-    from ..views.words import counted
+    from ..words import counted
     from .solve import resolved_threads
 
     say = (lambda msg: None) if args.quiet else (lambda msg: print(f"loom bench: {msg}", file=sys.stderr, flush=True))

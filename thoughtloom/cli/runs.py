@@ -295,7 +295,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
 def cmd_fork(args: argparse.Namespace) -> int:
     """Continue a stored run from one of its nodes with other settings, recorded as a new run linked to it."""
     from ..run.fork import Changes, open_fork
-    from ..views.words import counted
+    from ..words import counted
     from .solve import cmd_solve
 
     changes = Changes.from_options(vars(args))  # before the store opens: a bad pair of prices costs nothing
@@ -372,7 +372,7 @@ def cmd_show(args: argparse.Namespace) -> int:
     from ..store.runs import RunError, load_graph, open_run
     from ..views.mermaid import to_mermaid
     from ..views.terminal import terminal_json, terminal_text
-    from ..views.words import counted
+    from ..words import counted
 
     store, _ = open_store(args.store)
     with store:

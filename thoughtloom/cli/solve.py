@@ -417,9 +417,10 @@ def check_text_options(args: argparse.Namespace) -> None:
 
 
 def format_text(result: Any) -> str:
-    """A result as `loom solve` prints it: answer, best path, how it stopped, grounding, recursion, control."""
+    """A result as `loom solve` prints it: answer, best path, how it stopped, grounding, the strategy's trace,
+    control."""
     from ..views.terminal import terminal_text
-    from ..views.words import counted
+    from ..words import counted
 
     lines = []
     if result.answer is not None:
@@ -488,27 +489,9 @@ def format_text(result: Any) -> str:
             f"{g.grounding_failed} failed"
             + (f" · {g.grounder_errors} grounder errors" if g.grounder_errors else "")
         )
-    recursion = result.recursion()
-    if recursion is not None:
-        r = recursion["summary"]
-        errors = f"errors {r['errors']} · " if "errors" in r else ""
-        lines.append(
-            f"recursion: {errors}verified {str(r['verified']).lower()} · goals {r['goals']} · decompositions "
-            f"{r['decompositions']} · recompositions {r['recompositions']} (failed {r['recompositions_failed']}) · "
-            f"invalid plans {r['invalid_plans']} · cycles {r['cycles']} · backtracks {r['backtracks']} · "
-            f"retries {r['retries']}"
-        )
-    trace = result.agent()
+    trace = result.trace
     if trace is not None:
-        a = trace["summary"]
-        lines.append(
-            f"agent: {counted(a['processed'], 'step')} worked ({a['succeeded']} succeeded, {a['failed']} failed, "
-            f"{a['replanned']} replanned, {a['cancelled']} cancelled) · tool calls {a['tool_calls']} "
-            f"({a['tool_failures']} failed, {a['malformed_tool_calls']} malformed replies) · order {a['order']}"
-        )
-        for node in trace["nodes"][1:]:
-            if node["status"] in ("failed", "cancelled"):
-                lines.append(f"  #{node['node']} {node['kind']} {node['status']}: {node.get('error', '')}")
+        lines.extend(trace.lines())
     if result.research is not None:
         from ..views.insights import research_lines
 

@@ -24,7 +24,7 @@ from ..llm.limits import ModelLimit, SharedSlots
 from ..llm.types import Backend
 from ..search.result import SearchResult
 from ..tasks.answers import unlabelled
-from ..views.words import counted
+from ..words import counted
 from .citations import support_precision
 from .datasets import Dataset, Labels, Problem, load_dataset
 from .lanes import (

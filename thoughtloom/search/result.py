@@ -13,6 +13,7 @@ from ..llm.gateway import CallRecord
 from ..tasks.evaluation import Evaluation
 from .paths import ScoredPath, ScoredPaths
 from .stop import StopReason
+from .strategies.base import Trace
 
 #: An evaluator's score below this on the step an answer comes from is a doubt worth saying beside
 #: the answer (the default compromise threshold: lower is not even a compromise).
@@ -267,49 +268,39 @@ class SearchResult:
             **({"control": self.control} if self.control is not None else {}),
             **({"grounding": [{"node": n, **r.to_dict()} for n, r in self.grounding.items()]}
                if self.grounding else {}),
-            **({"recursion": self.recursion()} if self.recursion() is not None else {}),
-            **({"agent": self.agent()} if self.agent() is not None else {}),
-            **({"cove": self.cove()} if self.cove() is not None else {}),
+            **({trace.key: trace.to_dict()} if (trace := self.trace) is not None else {}),
             **({"research": self.research.to_dict()} if self.research is not None else {}),
         }
 
+    @property
+    def trace(self) -> Trace | None:
+        """The run's strategy's trace (recursive, agent, cove), read from the graph; None when it keeps none."""
+        from .strategies.registry import trace_of
+
+        return trace_of(str(self.config.get("strategy")), self.graph)
+
     def recursion(self) -> dict[str, Any] | None:
-        """The recursive strategy's trace: its summary and every node's goal, contract and verification."""
-        summary = self.graph.node(0).extra.get("recursion_summary") if len(self.graph) else None
-        if summary is None:
-            return None
-        nodes = [
-            {"node": n.id, "kind": n.kind.value, "status": n.status.value, **n.extra["recursion"]}
-            for n in self.graph if "recursion" in n.extra
-        ]
-        return {"summary": summary, "nodes": nodes}
+        """The recursive strategy's trace as plain data: its summary and every node's goal, contract and
+        verification."""
+        from .strategies.recursive import RecursionTrace
+
+        return _data(RecursionTrace.read(self.graph))
 
     def cove(self) -> dict[str, Any] | None:
-        """CoVe's trace: the draft, each question with its own answer (None: unanswered), the revision."""
-        record = self.graph.node(0).extra.get("cove") if len(self.graph) else None
-        if record is None:
-            return None
-        made = {creator: [n for n in self.graph if n.creator == creator]
-                for creator in ("cove:draft", "cove:plan", "cove:revise")}
-        checks = []
-        for question in made["cove:plan"]:
-            answers = [self.graph.node(c).content for c in self.graph.children(question.id)
-                       if self.graph.node(c).creator == "cove:verify"]
-            checks.append(
-                {"node": question.id, "question": question.content, "answer": answers[0] if answers else None}
-            )
-        return {**record, "draft": made["cove:draft"][0].content if made["cove:draft"] else None, "checks": checks,
-                "revision": made["cove:revise"][0].content if made["cove:revise"] else None}
+        """CoVe's trace as plain data: the draft, each question with its own answer (None: unanswered), the
+        revision."""
+        from .strategies.cove import CoveTrace
+
+        return _data(CoveTrace.read(self.graph))
 
     def agent(self) -> dict[str, Any] | None:
-        """The agent's trace: its summary and every worked node's kind, status, result, error and tool calls."""
-        summary = self.graph.node(0).extra.get("agent_summary") if len(self.graph) else None
-        if summary is None:
-            return None
-        nodes = [
-            {"node": n.id, "kind": n.extra.get("kind", n.kind.value), "status": n.status.value, "step": n.content,
-             "after": [p for p in self.graph.parents(n.id) if self.graph.edge(p, n.id).kind.value == "dependency"],
-             **{k: n.extra[k] for k in ("text", "error", "result", "tool_calls") if k in n.extra}}
-            for n in self.graph
-        ]
-        return {"summary": summary, "nodes": nodes}
+        """The agent's trace as plain data: its summary and every worked node's kind, status, result, error and
+        tool calls."""
+        from .agent.scheduler import AgentTrace
+
+        return _data(AgentTrace.read(self.graph))
+
+
+def _data(trace: Trace | None) -> dict[str, Any] | None:
+    """A trace's plain data, or None."""
+    return trace.to_dict() if trace is not None else None

@@ -17,8 +17,8 @@ from ..control.types import (
     FailureAction,
     SearchState,
 )
+from ..words import counted
 from .terminal import terminal_text
-from .words import counted
 
 
 @dataclass(slots=True)

@@ -6,8 +6,8 @@ import sys
 from typing import Any, TextIO
 
 from ..search.events import Event, InsightFound
+from ..words import counted
 from .terminal import terminal_text
-from .words import counted
 
 #: Characters of an insight shown on its line.
 INSIGHT_CHARS = 160

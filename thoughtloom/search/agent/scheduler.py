@@ -20,15 +20,17 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterable
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, ClassVar
 
-from ...graph import EdgeKind, Node, NodeStatus
+from ...graph import EdgeKind, Node, NodeStatus, ThoughtGraph
 from ...graph.types import CycleError
 from ...tools.toolbox import Toolbox
+from ...words import counted
 from ..context import SearchContext
 from ..events import NodeProcessed, NodeScored
 from ..stop import StopReason
-from ..strategies.base import BuiltinStrategy, Needs
+from ..strategies.base import BuiltinStrategy, Needs, root_record
 from .kinds import default_processors
 from .processors import (
     AgentEnv,
@@ -290,5 +292,62 @@ async def run_agent(ctx: SearchContext) -> None:
         ctx.stop(StopReason.GOAL_REACHED if ctx.goals else StopReason.FRONTIER_EXHAUSTED)
 
 
+#: The keys of a worked node's extra the trace shows, in this order, when it has them.
+_SHOWN = ("text", "error", "result", "tool_calls")
+
+
+@dataclass(frozen=True, slots=True)
+class AgentStep:
+    """One node the agent worked: id, kind, status, the step, the nodes it waited for, and what came of it
+    (`shown`: its text, error, result and tool calls, those it has)."""
+
+    node: int
+    kind: str
+    status: str
+    step: str
+    after: tuple[int, ...]
+    shown: dict[str, Any]
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain data."""
+        return {"node": self.node, "kind": self.kind, "status": self.status, "step": self.step,
+                "after": list(self.after), **self.shown}
+
+
+@dataclass(frozen=True, slots=True)
+class AgentTrace:
+    """The agent's trace: its summary (counts, order) and every node it worked, the task node first."""
+
+    key: ClassVar[str] = "agent"
+    summary: dict[str, Any]
+    nodes: tuple[AgentStep, ...]
+
+    @classmethod
+    def read(cls, graph: ThoughtGraph) -> AgentTrace | None:
+        """The trace an agent run left on the graph, or None."""
+        summary = root_record(graph, "agent_summary")
+        if summary is None:
+            return None
+        return cls(summary, tuple(
+            AgentStep(n.id, n.extra.get("kind", n.kind.value), n.status.value, n.content,
+                      tuple(p for p in graph.parents(n.id) if graph.edge(p, n.id).kind is EdgeKind.DEPENDENCY),
+                      {k: n.extra[k] for k in _SHOWN if k in n.extra})
+            for n in graph))
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain data: the summary and the nodes."""
+        return {"summary": self.summary, "nodes": [n.to_dict() for n in self.nodes]}
+
+    def lines(self) -> list[str]:
+        """The summary's counts, then each step that failed or was cancelled, with its error."""
+        a = self.summary
+        out = [f"agent: {counted(a['processed'], 'step')} worked ({a['succeeded']} succeeded, {a['failed']} failed, "
+               f"{a['replanned']} replanned, {a['cancelled']} cancelled) · tool calls {a['tool_calls']} "
+               f"({a['tool_failures']} failed, {a['malformed_tool_calls']} malformed replies) · order {a['order']}"]
+        out.extend(f"  #{n.node} {n.kind} {n.status}: {n.shown.get('error', '')}" for n in self.nodes[1:]
+                   if n.status in ("failed", "cancelled"))
+        return out
+
+
 #: The agent runs on its own task (the run layer checks it), with the tools it is granted.
-STRATEGIES = (BuiltinStrategy("agent", run_agent, Needs(tools=True)),)
+STRATEGIES = (BuiltinStrategy("agent", run_agent, Needs(tools=True), trace=AgentTrace.read),)

@@ -5,16 +5,18 @@ context (`ctx`: ask the model, expand, score, stop) as every other. Each one say
 differ, so nothing outside it lists strategy names: its name, its settings (a frozen dataclass;
 None for the built-ins, whose settings are SearchConfig's), what it needs (tools, roles of their
 own, a depth the controller may grow, the operators' calls), whether a task has the prompts it
-needs (`unfit`), and `run(ctx)`. The registry (registry.py) finds them by name.
+needs (`unfit`), and `run(ctx)`. The registry (registry.py) finds them by name. A built-in strategy
+that keeps a record of what it did besides its thoughts reads it back from the graph as a `Trace`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
+    from ...graph import ThoughtGraph
     from ...tasks.base import Task
     from ..context import SearchContext
 
@@ -69,6 +71,30 @@ class Strategy(Protocol):
         ...
 
 
+class Trace(Protocol):
+    """What a strategy did besides its thoughts, read back from the graph: `--json` data and `loom solve` lines."""
+
+    #: The key its data has in a result's `to_dict` ("recursion", "agent", "cove").
+    key: ClassVar[str]
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain data, as `--json` prints it and a stored run keeps it."""
+        ...
+
+    def lines(self) -> list[str]:
+        """The lines `loom solve` prints for it (the caller escapes them for the terminal)."""
+        ...
+
+
+#: How a strategy reads its trace from a search's graph: None when the graph holds none.
+TraceReader = Callable[["ThoughtGraph"], "Trace | None"]
+
+
+def root_record(graph: ThoughtGraph, key: str) -> Any:
+    """What a strategy recorded on the graph's root under `key`, or None (an empty graph has no root)."""
+    return graph.node(0).extra.get(key) if len(graph) else None
+
+
 #: A built-in strategy's search, and its fit check (the strategy's name, the task: a reason or None).
 Runner = Callable[["SearchContext"], Awaitable[None]]
 FitCheck = Callable[[str, "Task[Any]"], "str | None"]
@@ -84,6 +110,8 @@ class BuiltinStrategy:
     fit: FitCheck | None = None
     #: A variant of another strategy (tree_of_thoughts of bfs): left out where strategies are suggested.
     variant_of: str | None = None
+    #: How it reads its trace from the graph, when it keeps one.
+    trace: TraceReader | None = None
     settings: None = None
 
     def unfit(self, task: Task[Any]) -> str | None:

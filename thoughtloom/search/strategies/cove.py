@@ -14,9 +14,10 @@ until a revision replaces it, so a budget stop still answers. The root keeps wha
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, ClassVar
 
-from ...graph import EdgeKind, NodeKind
+from ...graph import EdgeKind, NodeKind, ThoughtGraph
 from ...tasks.cove import (
     answer_query,
     draft_query,
@@ -29,7 +30,7 @@ from ...tasks.cove import (
 )
 from ..context import SearchContext
 from ..stop import StopReason
-from .base import BuiltinStrategy
+from .base import BuiltinStrategy, root_record
 from .fit import needs_free_text_answer
 
 
@@ -123,4 +124,54 @@ def _settle(ctx: SearchContext, node_id: int) -> None:
     ctx.best_id = node_id
 
 
-STRATEGIES = (BuiltinStrategy("cove", run_cove, fit=needs_free_text_answer),)
+@dataclass(frozen=True, slots=True)
+class CoveCheck:
+    """One verification question (its node) and its own answer (None: unanswered)."""
+
+    node: int
+    question: str
+    answer: str | None
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain data."""
+        return {"node": self.node, "question": self.question, "answer": self.answer}
+
+
+@dataclass(frozen=True, slots=True)
+class CoveTrace:
+    """CoVe's trace: its counts as the root records them, the draft, each check, the revision."""
+
+    key: ClassVar[str] = "cove"
+    #: The root's record: questions planned (on topic), answered, revised, off_topic (once planned).
+    record: dict[str, Any]
+    draft: str | None
+    checks: tuple[CoveCheck, ...]
+    revision: str | None
+
+    @classmethod
+    def read(cls, graph: ThoughtGraph) -> CoveTrace | None:
+        """The trace a CoVe search left on the graph, or None."""
+        record = root_record(graph, "cove")
+        if record is None:
+            return None
+        made = {creator: [n for n in graph if n.creator == creator]
+                for creator in ("cove:draft", "cove:plan", "cove:revise")}
+        checks = []
+        for question in made["cove:plan"]:
+            answers = [graph.node(c).content for c in graph.children(question.id)
+                       if graph.node(c).creator == "cove:verify"]
+            checks.append(CoveCheck(question.id, question.content, answers[0] if answers else None))
+        return cls(record, made["cove:draft"][0].content if made["cove:draft"] else None, tuple(checks),
+                   made["cove:revise"][0].content if made["cove:revise"] else None)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain data: the record's counts, the draft, the checks, the revision."""
+        return {**self.record, "draft": self.draft, "checks": [c.to_dict() for c in self.checks],
+                "revision": self.revision}
+
+    def lines(self) -> list[str]:
+        """None: the best path shows the draft, the questions and the revision already."""
+        return []
+
+
+STRATEGIES = (BuiltinStrategy("cove", run_cove, fit=needs_free_text_answer, trace=CoveTrace.read),)

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, ClassVar
 
+from ...graph import ThoughtGraph
 from ...tasks.base import UnsupportedOperation
 from ...tasks.recursion.hooks import RecursiveHooks
 from ..context import SearchContext
 from ..recursive.solver import Solver
-from .base import BuiltinStrategy
+from .base import BuiltinStrategy, root_record
 from .fit import needs_decomposition
 
 
@@ -43,4 +45,53 @@ async def run_recursive(ctx: SearchContext) -> None:
     ctx.graph.node(ctx.root).extra["recursion_summary"] = summary
 
 
-STRATEGIES = (BuiltinStrategy("recursive", run_recursive, fit=needs_decomposition),)
+@dataclass(frozen=True, slots=True)
+class RecursionNode:
+    """One node of a recursive search: its id, kind and status, and its recursion record (goal, contract,
+    verification, notes)."""
+
+    node: int
+    kind: str
+    status: str
+    record: dict[str, Any]
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain data: the record's keys beside the node's."""
+        return {"node": self.node, "kind": self.kind, "status": self.status, **self.record}
+
+
+@dataclass(frozen=True, slots=True)
+class RecursionTrace:
+    """The recursive strategy's trace: its summary (counts, verified, mode, tokens per level) and every node's
+    record."""
+
+    key: ClassVar[str] = "recursion"
+    summary: dict[str, Any]
+    nodes: tuple[RecursionNode, ...]
+
+    @classmethod
+    def read(cls, graph: ThoughtGraph) -> RecursionTrace | None:
+        """The trace a recursive search left on the graph's root, or None."""
+        summary = root_record(graph, "recursion_summary")
+        if summary is None:
+            return None
+        return cls(summary, tuple(RecursionNode(n.id, n.kind.value, n.status.value, n.extra["recursion"])
+                                  for n in graph if "recursion" in n.extra))
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain data: the summary and the nodes."""
+        return {"summary": self.summary, "nodes": [n.to_dict() for n in self.nodes]}
+
+    def lines(self) -> list[str]:
+        """One line of the summary's counts."""
+        r = self.summary
+        errors = f"errors {r['errors']} · " if "errors" in r else ""
+        return [
+            f"recursion: {errors}verified {str(r['verified']).lower()} · goals {r['goals']} · decompositions "
+            f"{r['decompositions']} · recompositions {r['recompositions']} (failed {r['recompositions_failed']}) · "
+            f"invalid plans {r['invalid_plans']} · cycles {r['cycles']} · backtracks {r['backtracks']} · "
+            f"retries {r['retries']}"
+        ]
+
+
+STRATEGIES = (BuiltinStrategy("recursive", run_recursive, fit=needs_decomposition, trace=RecursionTrace.read),)

@@ -16,11 +16,14 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, is_dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ...tasks.base import Task
 from ...tasks.checkers import CheckerError, is_reference, load_function
-from .base import BuiltinStrategy, Needs, Strategy
+from .base import BuiltinStrategy, Needs, Strategy, Trace
+
+if TYPE_CHECKING:
+    from ...graph import ThoughtGraph
 
 ENTRY_POINT_GROUP = "thoughtloom.strategies"
 
@@ -90,6 +93,12 @@ def needs_of(name: str) -> Needs:
     RunSpec.needs)."""
     builtin = _built_in(name)
     return builtin.needs if builtin is not None else Needs()
+
+
+def trace_of(name: str, graph: ThoughtGraph) -> Trace | None:
+    """The trace the built-in strategy of this name left on `graph`; None when it keeps none (any other name: None)."""
+    builtin = _built_in(name)
+    return builtin.trace(graph) if builtin is not None and builtin.trace is not None else None
 
 
 def build(name: str, settings: Mapping[str, Any] | None = None, source: str | None = None) -> Strategy:
