@@ -56,7 +56,18 @@ def test_the_question_own_year_does_not_fit() -> None:
 
 def test_a_description_does_not_fit_a_person_question() -> None:
     assert not fits("a Bangladeshi-British cultural practitioner", T.PERSON, "Who was known as Aladin?")
+
+
+def test_a_capitalised_name_fits_a_person_question() -> None:
     assert fits("Eenasul Fateh", T.PERSON, "Who was known as Aladin?")
+
+
+def test_a_bridge_entity_named_in_the_sentence_beats_the_question_words() -> None:
+    passages = [("Steven Galson", "# Steven Galson\nHe served as Assistant Secretary for Health from 2001 to 2007."),
+                ("Richard Nixon", "# Richard Nixon\nRichard Nixon was President of the United States from 1969 until "
+                 "1974.")]
+    question = "Roger Egeberg was Assistant Secretary for Health under a president who served during what years?"
+    assert typed_span(question, passages, entities=["Richard Nixon"]) == "1969 until 1974"
 
 
 def test_a_year_is_re_extracted_from_the_sentence_that_shares_the_question_words() -> None:

@@ -3,9 +3,9 @@
 `answer_type` reads the expected type from the question's words ("In what year ...?" a year, "how
 many" a number, "Who ...?" a person); `fits` says whether a candidate answer can be of that type (a
 title such as "Arnold Schwarzenegger filmography" is no year); `typed_span` re-extracts a span of
-the type from passages: the one whose sentence shares the most of the question's words, nearest to
-them, a passage that names a given entity (the bridge the lane found) first on a tie. The span rules
-every HotpotQA lane shares (tasks/answers.span_answer) use all three, so every lane is held to them.
+the type from passages: one in a sentence naming a given entity (the bridge the lane answered with)
+first, else the one whose sentence shares the most of the question's words, nearest to them. The span
+rules every HotpotQA lane shares (tasks/answers.span_answer) use all three, so every lane is held to them.
 """
 
 from __future__ import annotations
