@@ -484,6 +484,12 @@ def test_a_year_question_answered_with_a_title_answers_with_the_year_and_cites_i
     assert any(ref.startswith("docs:argo.md") for ref in result.answer.citations) and result.answer.flagged == ()
 
 
+def test_an_answer_the_synthesis_gives_uncited_gets_no_citation_added(docs: str) -> None:
+    _, _, result = run(model=world(synth="ANSWER: Argus\nWHY: it is the builder.", judged={}), knowledge=docs,
+                       confidence_threshold=0.99, exploration_budget=3)
+    assert (result.answer.answer, result.answer.citations) == ("Argus", ())
+
+
 def final_checks(synth: str, docs: str) -> Any:
     """The final answer of a run whose synthesizer replies `synth`, and its citation checks by the ref as written."""
     _, _, result = run(model=world(synth=synth), knowledge=docs, confidence_threshold=0.99, exploration_budget=3)

@@ -113,6 +113,8 @@ class ResearchFlow:
         self.answer: Synthesis | None = None
         self.record: dict[str, Any] = root.extra.setdefault("research", {})
         self.record.update({"config": self.config.to_dict(), "transitions": [], "insights": []})
+        #: The answers (by answer_key) the type check read from the passages as hypotheses, not the model.
+        self.read_spans: set[str] = set()
         #: A comparison question ("same nationality?", "which is older, X or Y?"): settled by comparing facts.
         self.comparison = comparison_of(self.question)
 
@@ -405,6 +407,7 @@ class ResearchFlow:
         span = typed_span(self.question, self._read(), entities, kind)
         if span is None:
             return unfit
+        self.read_spans.add(answer_key(span))
         return [Proposal(f"{span} - the {kind.value} the passages give", span), *unfit]
 
     def _read(self) -> list[tuple[str, str]]:
@@ -565,8 +568,14 @@ class ResearchFlow:
         ctx = self.ctx
         if synthesis.final:
             # The answer first (the span rules may pick another member's), then its citations checked against it.
-            synthesis = self._checked(self._cite_span(replace(synthesis, answer=self._final_answer(synthesis,
-                                                                                                   members))))
+            given = synthesis.answer or synthesis.content
+            synthesis = replace(synthesis, answer=self._final_answer(synthesis, members))
+            key = answer_key(synthesis.answer)
+            if key in self.read_spans or f" {key} " not in f" {answer_key(given)} ":
+                # A span read from the passages (by the brancher's type check or the answer rules), or another
+                # member's than the synthesis said: the passage that holds it.
+                synthesis = self._cite_span(synthesis)
+            synthesis = self._checked(synthesis)
         # The members that say what the synthesis says come first: the first parent is the path
         # `loom solve`'s best path and `loom show` follow to the answer.
         said = answer_key(synthesis.answer or synthesis.content)
@@ -661,8 +670,8 @@ class ResearchFlow:
         return span_answer(self.question, said, others, self._read()) or said
 
     def _cite_span(self, synthesis: Synthesis) -> Synthesis:
-        """A final answer no citation names (a span the answer rules read from the passages) cites the first passage
-        read that holds it."""
+        """A final answer no citation names cites the first passage read that holds it (for an answer the synthesis
+        did not give: a span the answer rules read from the passages, or another member's)."""
         read = dict(self._read())
         answer = synthesis.answer
         if answer is None or answer_key(answer) in ("yes", "no") or any(
