@@ -54,6 +54,10 @@ def test_the_question_own_year_does_not_fit() -> None:
     assert not fits("1990", T.YEAR, "In what year was the driver born in 1990 first on the podium?")
 
 
+def test_the_year_of_a_season_the_question_names_does_not_fit() -> None:
+    assert not fits("2011", T.YEAR, "The 2011–12 VCU Rams represented a university founded in what year?")
+
+
 def test_a_description_does_not_fit_a_person_question() -> None:
     assert not fits("a Bangladeshi-British cultural practitioner", T.PERSON, "Who was known as Aladin?")
 

@@ -60,6 +60,7 @@ _MONTH = (r"(?:January|February|March|April|May|June|July|August|September|Octob
 # A year stands alone: not inside a larger number, not a season ("2012–13"), not glued to letters ("VJM04").
 _YEAR_CORE = r"(?<![\w.,–-])(?:1[0-9]{3}|20[0-9]{2})(?!\w|,\d|\s*[–—-]\s*\d{2}\b)"
 _YEAR = re.compile(_YEAR_CORE)
+_ANY_YEAR = re.compile(r"(?<!\d)(?:1[0-9]{3}|20[0-9]{2})(?!\d)")
 _DATE = re.compile(rf"(?<!\w)(?:\d{{1,2}}\s+{_MONTH},?\s+|{_MONTH}\s+(?:\d{{1,2}}(?:st|nd|rd|th)?,?\s+)?)?"
                    rf"(?:1[0-9]{{3}}|20[0-9]{{2}})(?!\w|,\d)")
 _PERIOD = re.compile(rf"{_YEAR_CORE}\s*(?:–|—|-|to|until|till|through)\s*(?:(?:1[0-9]{{3}}|20[0-9]{{2}})(?!\w|,\d)|"
@@ -115,10 +116,15 @@ def _years(text: str) -> set[str]:
     return {m.group(0) for m in _YEAR.finditer(text)}
 
 
+def _stated(question: str) -> set[str]:
+    """The years and numbers the question states, a season's ("2011–12": 2011) included: never its answer."""
+    return set(_ANY_YEAR.findall(question)) | {m.group(0) for m in _NUMBER.finditer(question)}
+
+
 def fits(candidate: str, kind: AnswerType, question: str) -> bool:
     """True when the candidate can be an answer of this type: a year (or date, period, number) it states that
     the question does not; a person's or a place's name capitalised and without digits; anything for the rest."""
-    asked = _years(question) | {m.group(0) for m in _NUMBER.finditer(question)}
+    asked = _stated(question)
     if kind in (AnswerType.YEAR, AnswerType.PERIOD):
         return bool(_years(candidate) - asked)
     if kind is AnswerType.DATE:
@@ -181,7 +187,7 @@ def typed_span(question: str, passages: Sequence[tuple[str, str]], entities: Ite
     if kind not in EXTRACTABLE:
         return None
     terms = _terms(question)
-    asked = _years(question) | {m.group(0) for m in _NUMBER.finditer(question)}
+    asked = _stated(question)
     names = [e for e in entities if e and e.strip()]
     best: tuple[bool, float, int, str] | None = None
     for order, (title, text) in enumerate(passages):
