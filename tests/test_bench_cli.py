@@ -324,3 +324,18 @@ def test_bench_hotpotqa_scores_the_span_of_a_labelled_answer_and_never_a_yes_to_
         answers = [r["answer"] for r in sorted(records, key=lambda r: r["index"]) if r["lane"] == lane]
         # As a user gets them: the span alone, and no answer rather than a "yes" to a "What ..." question.
         assert answers == ["yes", "Chief of Protocol", None]
+
+
+def test_bench_hotpotqa_answers_a_year_question_given_a_title_with_the_year_its_paragraphs_give(
+        server: FakeOpenAIServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # Question 12 asks "What year ...?"; the model answers with a document's title, as research did (issue 33).
+    server.responder = chat_by_question({"What year did Guns N Roses perform a promo for a movie starring Arnold "
+                                         "Schwarzenegger as a former New York Police detective?":
+                                         "Answer: Arnold Schwarzenegger filmography"})
+    out = tmp_path / "run"
+    code = main(["bench", "--tasks", "hotpotqa", "--lanes", "io", "--model", f"openai-compatible:{server.url}@m",
+                 "--data-dir", str(DATA), "--out", str(out), "--ids", "12", "--budget-tokens", "20000", "--quiet",
+                 "--no-plot"])
+    assert code == 0
+    (record,) = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+    assert (record["answer"], record["solved"]) == ("1999", True)

@@ -47,14 +47,19 @@ JUDGED = {
 SYNTH = "ANSWER: Argus\nWHY: the passage names Argus as the builder [docs:argo.md:1-2]."
 
 
+def written(folder: Path, files: dict[str, str]) -> str:
+    """A knowledge folder holding these files (name -> text)."""
+    folder.mkdir()
+    for name, text in files.items():
+        (folder / name).write_text(text)
+    return str(folder)
+
+
 @pytest.fixture
 def docs(tmp_path: Path) -> str:
-    folder = tmp_path / "docs"
-    folder.mkdir()
-    (folder / "argo.md").write_text("# The Argo\nThe Argo was built by Argus, with the help of Athena.\n")
-    (folder / "jason.md").write_text("# Jason\nJason led the Argonauts; he did not build the ship.\n")
-    (folder / "athena.md").write_text("# Athena\nAthena helped Argus build the Argo.\n")
-    return str(folder)
+    return written(tmp_path / "docs", {"argo.md": "# The Argo\nThe Argo was built by Argus, with the help of Athena.\n",
+                                       "jason.md": "# Jason\nJason led the Argonauts; he did not build the ship.\n",
+                                       "athena.md": "# Athena\nAthena helped Argus build the Argo.\n"})
 
 
 def world(root: str = ROOT, judged: dict[str, str] | None = None, children: str | None = None,
@@ -448,6 +453,41 @@ def test_the_final_synthesis_answers_with_the_span_alone(docs: str) -> None:
     _, _, result = run(model=world(synth='ANSWER: **Final answer:** "Argus." He built it.\nWHY: [docs:argo.md:1-2].'),
                        knowledge=docs, confidence_threshold=0.99, exploration_budget=3)
     assert result.answer.answer == "Argus"
+
+
+YEAR_QUESTION = "In what year was the ship Argus built launched?"
+#: The brancher answers a year question with a title: what research did on HotpotQA (issue 33).
+TITLE_ROOT = "1. The Argo - the ship of the legend."
+TITLE_SYNTH = "ANSWER: The Argo\nWHY: the passage is about the Argo [docs:argo.md:1-2]."
+
+
+@pytest.fixture
+def dated(tmp_path: Path) -> str:
+    return written(tmp_path / "dated", {"argo.md": "# The Argo\nThe Argo was the ship Argus built. It was launched "
+                                                   "in 1299.\n",
+                                        "jason.md": "# Jason\nJason was born in 1280 and led the Argonauts.\n"})
+
+
+def test_a_year_question_whose_brancher_gives_no_year_tests_the_year_the_passages_give(dated: str) -> None:
+    _, _, result = run(YEAR_QUESTION, model=world(root=TITLE_ROOT, synth=TITLE_SYNTH), knowledge=dated,
+                       confidence_threshold=0.99, exploration_budget=3)
+    first = sorted((h for h in result.tree.values() if h.depth == 1), key=lambda h: h.id)
+    assert [h.answer for h in first] == ["1299", "The Argo"]
+    assert first[1].prior == pytest.approx(0.25)  # the title's confidence halved: it is no year
+
+
+def test_a_year_question_answered_with_a_title_answers_with_the_year_and_cites_its_passage(dated: str) -> None:
+    synth = "ANSWER: The Argo\nWHY: it is the ship of the legend."  # cites nothing
+    _, _, result = run(YEAR_QUESTION, model=world(root=TITLE_ROOT, synth=synth, judged={}), knowledge=dated,
+                       confidence_threshold=0.99, exploration_budget=3)
+    assert result.answer.answer == "1299"
+    assert any(ref.startswith("docs:argo.md") for ref in result.answer.citations) and result.answer.flagged == ()
+
+
+def test_an_answer_the_synthesis_gives_uncited_gets_no_citation_added(docs: str) -> None:
+    _, _, result = run(model=world(synth="ANSWER: Argus\nWHY: it is the builder.", judged={}), knowledge=docs,
+                       confidence_threshold=0.99, exploration_budget=3)
+    assert (result.answer.answer, result.answer.citations) == ("Argus", ())
 
 
 def final_checks(synth: str, docs: str) -> Any:

@@ -664,12 +664,15 @@ def _corpus(files: dict[str, str]) -> Iterator[str]:
 def final_answer(dataset: Dataset, problem: Problem, answer: str | None) -> str | None:
     """A lane's answer as the product gives it to a user: on HotpotQA the span its answer line names, by
     the answer rules every lane shares (tasks/answers.span_answer: no label, yes or no only to a yes/no
-    question, never a file name or the question's own subject); other data sets' answers as read."""
+    question, never a file name or the question's own subject, a span of the type the question asks for);
+    other data sets' answers as read."""
     if dataset.spec.prompts != "hotpotqa" or answer is None:
         return answer
     # The question alone (a problem's text also holds the paragraphs, whose names may be the answer).
     question = problem.question or problem.text.rsplit("Question:", 1)[-1]
-    return span_answer(question, answer)
+    # The paragraphs every lane was given: where no span of the answer fits the type the question asks for (a
+    # year, a number), the span of that type they give (answer_types.typed_span), the same rule for every lane.
+    return span_answer(question, answer, passages=problem.documents)
 
 
 def agent_answer(dataset: Dataset, problem: Problem, answer: str | None) -> str | None:

@@ -12,19 +12,15 @@ from __future__ import annotations
 import re
 import string
 from collections import Counter
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from fractions import Fraction
+
+from .answer_types import AnswerType, answer_type, fits, is_yes_no, offers_choice, typed_span
 
 _LABEL = re.compile(r"^\s*(?:the\s+)?(?:final\s+)?answer\s*(?:is\s*:?|:)\s*", re.IGNORECASE)
 # A label as a chat model decorates it too ("**Answer**:", "**Final answer:**", "ANSWER =", "A:").
 _SPAN_LABEL = re.compile(r"^\s*[*_`#>\s]*(?:(?:the\s+)?(?:(?:final|short|correct)\s+)?answer\s*[*_`]*\s*"
                          r"(?:is\s*[*_`]*\s*:?|[:=])|a\s*:)\s*[*_`]*\s*", re.IGNORECASE)
-_YES_NO_QUESTION = re.compile(r"^(is|are|was|were|am|do|does|did|can|could|has|have|had|will|would|should|shall|"
-                              r"may|might|must)\b", re.IGNORECASE)
-_WH = re.compile(r"\b(who|whom|whose|what|which|when|where|why|how)\b", re.IGNORECASE)
-_BOTH_SAME = re.compile(r"\b(both|same)\b", re.IGNORECASE)
-# "Is X or Y older?" asks to choose one of the two named; "either" and "both" keep it a yes/no question.
-_CHOICE = re.compile(r"\bor\b", re.IGNORECASE)
 # A leading yes or no: the word alone, or before punctuation ("No, they were not"; "No one" is no "no").
 _YES_NO_WORD = re.compile(r"^(yes|no|true|false)(?:\s*[,.;:!\u2013\u2014-]+\s*|\s*$)", re.IGNORECASE)
 #: A reference to a file: what the agent or a search result names a document by, never an answer.
@@ -58,6 +54,8 @@ _MARKER = r"^[ \t]*(?:the[ \t]+)?(?:final[ \t]+)?(?:{words})[ \t]*(?:is[ \t]*:?|
 #: Words a span keeps at most (HotpotQA answers are a few words; its longest dev answers are about ten).
 SPAN_WORDS = 12
 _PUNCTUATION = frozenset(string.punctuation)
+#: A span fitting a year, date, period or number question longer than this many words is cut to the span of the type.
+TYPED_WORDS = 4
 
 
 def unlabelled(answer: str | None) -> str | None:
@@ -69,16 +67,6 @@ def unlabelled(answer: str | None) -> str | None:
     while (stripped := _LABEL.sub("", rest, count=1)) != rest:
         rest = stripped
     return rest if rest.strip() else answer
-
-
-def is_yes_no(question: str) -> bool:
-    """True for a question answered by yes or no: it opens with an auxiliary verb ("Were ...?", "Is ...?")
-    and does not ask to choose between two named ("Is X or Y older?"), or it asks whether two are
-    "both" or "the same" without a question word."""
-    text = " ".join(question.split())
-    if _YES_NO_QUESTION.match(text):
-        return not _CHOICE.search(text) or _BOTH_SAME.search(text) is not None or "either" in text.lower()
-    return _BOTH_SAME.search(text) is not None and _WH.search(text) is None
 
 
 def _key(text: str) -> str:
@@ -144,13 +132,17 @@ def _subject(span: str, question: str) -> bool:
     return f" {_key(span)} " in f" {_key(question)} "
 
 
-def span_answer(question: str, answer: str | None, alternatives: Iterable[str | None] = ()) -> str | None:
+def span_answer(question: str, answer: str | None, alternatives: Iterable[str | None] = (),
+                passages: Sequence[tuple[str, str]] = ()) -> str | None:
     """The answer by the span rules: labels, quotes, citations and a closing period taken off; a yes/no
     question answered "yes" or "no"; any other question never by a bare yes or no or a file name, but by
     the short span (first sentence, before any explanation) of the first line or part of a line that is
     neither, else of an alternative (e.g. other hypotheses), passing over the question's own words
-    (unless it asks to choose between two it names) while a better candidate follows; None when
-    nothing is left."""
+    (unless it asks to choose between two it names) while a better candidate follows. The first such
+    span that fits the type the question asks for (answer_types: a year for "In what year ...?") wins;
+    when none fits, a span of that type read from the (title, text) passages given, the entities the
+    candidates named first (answer_types.typed_span); else the first span as the rules above read it;
+    None when nothing is left. A fitting span of many words is cut to the span of the type it holds."""
     texts = [t for t in (answer, *alternatives) if t is not None and t.strip()]
     if is_yes_no(question):
         for text in texts:
@@ -159,10 +151,13 @@ def span_answer(question: str, answer: str | None, alternatives: Iterable[str | 
                 if found:
                     return "yes" if found.group(1).lower() in ("yes", "true") else "no"
         # No yes or no said: the answer as given, shortened (scored as the wrong answer it is).
-        first = next((_short(line) for line in _lines(texts[0])), "") if texts else ""
-        return first or None
-    choice = bool(_CHOICE.search(question))
+        given = next((_short(line) for line in _lines(texts[0])), "") if texts else ""
+        return given or None
+    choice = offers_choice(question)
+    kind = answer_type(question)
+    first: str | None = None
     subject: str | None = None
+    unfit: list[str] = []
     for text in texts:
         for line in _lines(text):
             # "Yes, Chief of Protocol": what follows the yes is the answer the question asked for.
@@ -171,10 +166,22 @@ def span_answer(question: str, answer: str | None, alternatives: Iterable[str | 
                 span = _short(_unlabel_span(piece))
                 if _refused(span):
                     continue
-                if choice or not _subject(span, question):
-                    return span
-                subject = subject or span
-    return subject
+                if not choice and _subject(span, question):
+                    subject = subject or span
+                elif fits(span, kind, question):
+                    return _typed_part(question, kind, span)
+                else:
+                    first = first or span
+                    unfit.append(span)
+    typed = typed_span(question, passages, unfit, kind) if passages else None
+    return typed or first or subject
+
+
+def _typed_part(question: str, kind: AnswerType, span: str) -> str:
+    """The span of the type inside a span of more than TYPED_WORDS words that fits it ("released in 2000": 2000)."""
+    if len(span.split()) <= TYPED_WORDS:
+        return span
+    return typed_span(question, [("", span)], (), kind) or span
 
 
 # --- reading answers (shared with the benchmark scorers) ------------------------------------

@@ -20,7 +20,8 @@ from datetime import datetime
 from typing import Any
 
 from ...graph import EdgeKind, NodeKind, NodeStatus
-from ...grounding.citations import find_references
+from ...grounding.citations import CitationStatus, find_references
+from ...tasks.answer_types import EXTRACTABLE, answer_type, fits, typed_span
 from ...tasks.answers import is_yes_no, span_answer
 from ...tasks.base import Query
 from ...tasks.comparison import choice_of, comparison_of
@@ -30,6 +31,7 @@ from ...tasks.research import (
     SynthesisReply,
     answer_key,
     branch_query,
+    contains_span,
     parse_proposals,
     parse_synthesis,
     synthesis_query,
@@ -42,7 +44,7 @@ from ..events import FlowTransitioned, InsightFound, NodeScored
 from ..stop import StopReason
 from ..strategies.base import BuiltinStrategy, Needs
 from .config import ROLES, ResearchConfig
-from .evidence import Findings, Gatherer, check_citations
+from .evidence import Findings, Gatherer, check_citations, cited_passage
 from .flow import FlowMachine, FlowState, Transition
 from .merge import (
     Candidate,
@@ -112,6 +114,8 @@ class ResearchFlow:
         self.answer: Synthesis | None = None
         self.record: dict[str, Any] = root.extra.setdefault("research", {})
         self.record.update({"config": self.config.to_dict(), "transitions": [], "insights": []})
+        #: The answers (by answer_key) the type check read from the passages as hypotheses, not the model.
+        self.read_spans: set[str] = set()
         #: A comparison question ("same nationality?", "which is older, X or Y?"): settled by comparing facts.
         self.comparison = comparison_of(self.question)
 
@@ -387,7 +391,29 @@ class ResearchFlow:
         if got is None:
             return [], 0
         reply, tokens = got
-        return parse_proposals(reply, request.n), tokens
+        return self._typed(parse_proposals(reply, request.n), parent), tokens
+
+    def _typed(self, proposals: list[Proposal], parent: Hypothesis) -> list[Proposal]:
+        """The proposals by the answer type the question asks for (answer_types): those that fit first, the others
+        with half the confidence they state; when none fits a year, date, period or number question, the span of
+        that type the passages read so far give (the passage naming the proposals' or the parent's entity first)
+        comes first, as one more hypothesis to test."""
+        kind = answer_type(self.question)
+        fitting = [p for p in proposals if fits(p.answer or p.content, kind, self.question)]
+        unfit = [replace(p, confidence=(p.confidence if p.confidence is not None else 0.5) / 2)
+                 for p in proposals if p not in fitting]
+        if fitting or kind not in EXTRACTABLE:
+            return fitting + unfit
+        entities = [p.answer or p.content for p in proposals] + ([parent.answer] if parent.answer else [])
+        span = typed_span(self.question, self._read(), entities, kind)
+        if span is None:
+            return unfit
+        self.read_spans.add(answer_key(span))
+        return [Proposal(f"{span} - the {kind.value} the passages give", span), *unfit]
+
+    def _read(self) -> list[tuple[str, str]]:
+        """Every passage the run has read, as (source, text), the question's first."""
+        return list(dict.fromkeys([*self.passages, *self.gatherer.read.items()]))
 
     def _expand(self, parent: Hypothesis, proposals: list[Proposal], tokens: int) -> None:
         ctx = self.ctx
@@ -543,7 +569,14 @@ class ResearchFlow:
         ctx = self.ctx
         if synthesis.final:
             # The answer first (the span rules may pick another member's), then its citations checked against it.
-            synthesis = self._checked(replace(synthesis, answer=self._final_answer(synthesis, members)))
+            given = synthesis.answer or synthesis.content
+            synthesis = replace(synthesis, answer=self._final_answer(synthesis, members))
+            key = answer_key(synthesis.answer)
+            if key in self.read_spans or f" {key} " not in f" {answer_key(given)} ":
+                # A span read from the passages (by the brancher's type check or the answer rules), or another
+                # member's than the synthesis said: the passage that holds it.
+                synthesis = self._cite_span(synthesis)
+            synthesis = self._checked(synthesis)
         # The members that say what the synthesis says come first: the first parent is the path
         # `loom solve`'s best path and `loom show` follow to the answer.
         said = answer_key(synthesis.answer or synthesis.content)
@@ -635,7 +668,19 @@ class ResearchFlow:
         member of the merge they accept; as written when they accept none."""
         said = synthesis.answer or synthesis.content
         others = [c.answer or c.content for c in sorted(members, key=lambda c: (-c.confidence, c.node_id))]
-        return span_answer(self.question, said, others) or said
+        return span_answer(self.question, said, others, self._read()) or said
+
+    def _cite_span(self, synthesis: Synthesis) -> Synthesis:
+        """A final answer no citation names cites the first passage read that holds it (for an answer the synthesis
+        did not give: a span the answer rules read from the passages, or another member's)."""
+        read = dict(self._read())
+        answer = synthesis.answer
+        if answer is None or answer_key(answer) in ("yes", "no") or any(
+                not isinstance(found := cited_passage(ref, read), CitationStatus) and contains_span(found.text, answer)
+                for ref in synthesis.citations):
+            return synthesis
+        source = next((ref for ref, text in read.items() if contains_span(text, answer)), None)
+        return replace(synthesis, citations=(*synthesis.citations, source)) if source is not None else synthesis
 
     def result(self) -> ResearchResult:
         """What the flow found so far: the answer, the tree, the insights and the metrics."""
