@@ -245,7 +245,7 @@ class Controller:
         """The search as the detectors and policies see it now."""
         budget = ctx.gateway.budget
         spent = budget.spent.total - self._spent_before
-        expansions = ctx.counts["expansions"]
+        expansions = ctx.counts.expansions
         best = ctx.best_quality_id
         history = ctx.quality_history()
         # Live thoughts only, each once (a re-scored thought is appended again), oldest first.
@@ -266,11 +266,11 @@ class Controller:
             tokens_left=budget.tokens_left(),
             best=self._view(ctx, best) if best is not None else None,
             score_history=history,
-            generated=ctx.counts["proposed"],
-            rejected=ctx.counts["rejected"],
-            duplicates=ctx.counts["duplicates"],
-            grounded=ctx.counts["grounded"],
-            grounding_failed=ctx.counts["grounding_failed"],
+            generated=ctx.counts.proposed,
+            rejected=ctx.counts.rejected,
+            duplicates=ctx.counts.duplicates,
+            grounded=ctx.counts.grounded,
+            grounding_failed=ctx.counts.grounding_failed,
             value_spreads=list(ctx.value_spreads),
             recent=[self._view(ctx, n) for n in recent[-RECENT_WINDOW:]],
             tokens_per_expansion=(spent / expansions) if expansions else None,

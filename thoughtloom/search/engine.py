@@ -20,7 +20,7 @@ from .events import BudgetSpent, EventBus, EventSink, SearchStarted, SearchStopp
 from .fork import ForkPoint, graft
 from .operators import synthesize
 from .paths import ScoredPaths
-from .result import GroundingStats, PathStep, SearchResult, SearchStats, SearchUsage, role_usage
+from .result import PathStep, SearchResult, SearchStats, SearchUsage, role_usage
 from .scorer import ThoughtScorer
 from .stop import StopReason
 from .strategies.base import Strategy
@@ -178,7 +178,7 @@ async def search(
     elif best is not None and not (interrupted and not task.programmatic_answer):
         answer, answer_node = await synthesize(ctx, best)
     if bus:
-        bus.emit(SearchStopped(reason, best, len(ctx.graph), ctx.counts["pruned"], ctx.counts["rejected"],
+        bus.emit(SearchStopped(reason, best, len(ctx.graph), ctx.counts.pruned, ctx.counts.rejected,
                                ctx.deepest()))
     path_ids = (
         ctx.graph.path_to_root(answer_node if answer_node is not None else best) if best is not None else [ctx.root]
@@ -210,17 +210,9 @@ async def search(
         except TimeoutError:
             solved = None
             answer_check = "timeout"
-    counts = ctx.counts
-    stats = SearchStats(
-        nodes=len(ctx.graph), pruned=counts["pruned"], rejected=counts["rejected"], repaired=counts["repaired"],
-        duplicates=counts["duplicates"], expansions=counts["expansions"], reasks=counts["reasks"],
-        continuations=counts["continuations"],
-        parse_failures=counts["parse_failures"],
-        max_depth=ctx.deepest(),
-        wall_s=round(time.monotonic() - started, 3),
-        grounding=GroundingStats(counts["grounded"], counts["verified"], counts["grounding_failed"],
-                                 counts["grounder_errors"]) if all_grounders else None,
-        answer_check=answer_check,
+    stats = SearchStats.of(
+        ctx.counts, nodes=len(ctx.graph), max_depth=ctx.deepest(), wall_s=round(time.monotonic() - started, 3),
+        grounded=bool(all_grounders), answer_check=answer_check,
     )
     return SearchResult(
         task=task.name,

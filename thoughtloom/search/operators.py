@@ -114,12 +114,12 @@ async def expand(ctx: SearchContext, node_id: int) -> list[int]:
     if ctx.stopped or node_id in ctx.expanded:
         return []
     ctx.expanded.add(node_id)
-    ctx.counts["expansions"] += 1
+    ctx.counts.expansions += 1
     children: list[int] = []
     priors: dict[int, float] = {}
     for attempt in range(1 + ctx.config.reasks):
         if attempt:
-            ctx.counts["reasks"] += 1
+            ctx.counts.reasks += 1
         got = await generate(ctx, node_id, attempt)
         if got is None:
             return []
@@ -146,7 +146,7 @@ async def widen(ctx: SearchContext, node_id: int, times: int) -> list[int]:
     """
     if ctx.stopped:
         return []
-    ctx.counts["expansions"] += 1
+    ctx.counts.expansions += 1
     query = _generation_query(ctx, node_id)
     # Free-text steps: the first call's samples are the children made already; a re-ask's
     # attempts are numbered up to `reasks`, so a widening's seed is one none of them had.
@@ -217,7 +217,7 @@ def _add_children(ctx: SearchContext, node_id: int, proposals: Proposals,
             _sampled(ctx, child, times - 1)
         seen[key] = child
         children.append((child, raw))
-    ctx.counts["proposed"] += proposed
+    ctx.counts.proposed += proposed
     return children, rejected, list(dict.fromkeys(revoted))
 
 

@@ -419,7 +419,7 @@ class Solver:
                      contract=plan.contract.to_dict() if plan.contract else None, source=plan.source,
                      verification=Verification(False, 0.0, (reason,)).to_dict(), score=0.0, invalid=reason)
         self._finish(nid, False, reason)
-        self.ctx.counts["rejected"] += 1
+        self.ctx.counts.rejected += 1
         if self.ctx.bus:
             self.ctx.bus.emit(ThoughtRejected(nid, reason))
 
