@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..graph import NodeStatus
 from ..llm.budget import LIMIT_NAMES, BudgetLimits
+from ..search.context import EXTRA as CONTEXT_EXTRA
 from ..search.continuation import held_back
 from ..search.events import ControlDecision
 from ..search.operators import value_many
@@ -509,7 +510,7 @@ class Controller:
         candidates = [
             n.id for n in ctx.graph
             if len(ctx.steps(n.id)) == target and n.id not in ctx.expanded and n.score is not None
-            and n.status in (_S.SUCCEEDED, _S.PRUNED) and n.extra.get("rejected") is None
+            and n.status in (_S.SUCCEEDED, _S.PRUNED) and n.extra.get(CONTEXT_EXTRA.rejected) is None
         ]
         candidates.sort(key=lambda n: -ctx.quality(n))
         chosen = candidates[: ctx.beam]

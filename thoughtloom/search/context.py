@@ -7,8 +7,8 @@ import logging
 import zlib
 from collections import deque
 from collections.abc import Callable, Collection, Hashable, Iterable, Mapping, Sequence
-from dataclasses import replace
-from typing import TYPE_CHECKING, Any, Protocol
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from ..graph import EdgeKind, NodeKind, NodeStatus, ThoughtGraph
 from ..grounding.adjust import GroundingPolicy
@@ -48,6 +48,17 @@ _S = NodeStatus
 
 #: What a model call gave the search: its texts and the tokens it cost.
 Answer = tuple[list[str], int]
+
+
+@dataclass(frozen=True, slots=True)
+class ContextExtra:
+    """The node.extra keys the context writes: what grounding found, why a thought was rejected."""
+
+    grounding: str = "grounding"
+    rejected: str = "rejected"
+
+
+EXTRA: Final = ContextExtra()
 
 
 class SearchController(Protocol):
@@ -475,7 +486,7 @@ class SearchContext:
                     grounder.name, False, None, f"the grounder failed: {type(exc).__name__}: {exc}", 0.0
                 )
         self.grounding[node_id] = result
-        node.extra["grounding"] = result.to_dict()
+        node.extra[EXTRA.grounding] = result.to_dict()
         if result.grounded and result.verified is not None:
             self.counts.grounded += 1
             if result.verified:
@@ -554,7 +565,7 @@ class SearchContext:
         nid = self.add_thought([parent], content, creator, kind=NodeKind.HYPOTHESIS)
         if nid is None:
             return
-        self.graph.node(nid).extra["rejected"] = reason
+        self.graph.node(nid).extra[EXTRA.rejected] = reason
         self.graph.set_status(nid, _S.FAILED)
         self.counts.rejected += 1
         if self.bus:

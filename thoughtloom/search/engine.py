@@ -18,7 +18,7 @@ from .config import SearchConfig
 from .context import SearchContext, SearchController
 from .events import BudgetSpent, EventBus, EventSink, SearchStarted, SearchStopped
 from .fork import ForkPoint, graft
-from .operators import synthesize
+from .operators import EXTRA as OPERATOR_EXTRA, synthesize
 from .paths import ScoredPaths
 from .result import PathStep, SearchResult, SearchStats, SearchUsage, role_usage
 from .scorer import ThoughtScorer
@@ -185,7 +185,8 @@ async def search(
     )
     best_path = [
         PathStep(n.id, n.kind.value, n.content, n.score,
-                 Evaluation.from_dict(n.extra["evaluation"]) if "evaluation" in n.extra else None)
+                 Evaluation.from_dict(n.extra[OPERATOR_EXTRA.evaluation]) if OPERATOR_EXTRA.evaluation in n.extra
+                 else None)
         for n in (ctx.graph.node(i) for i in path_ids)
     ]
     spent = budget.spent

@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from typing import Final
 
 from ..graph import EdgeKind, NodeKind, NodeStatus
 from ..llm.inline import Later
@@ -30,6 +31,19 @@ _S = NodeStatus
 GENERATOR, EVALUATOR, SYNTHESIZER = "generator", "evaluator", "synthesizer"
 #: Each re-ask samples this much hotter than the search's temperature, up to the maximum.
 REASK_HEAT, MAX_REASK_TEMPERATURE = 0.3, 1.3
+
+
+@dataclass(frozen=True, slots=True)
+class OperatorExtra:
+    """The node.extra keys the operators write: how many samples gave a thought, its evaluation, a vote's
+    account."""
+
+    samples: str = "samples"
+    evaluation: str = "evaluation"
+    tally: str = "tally"
+
+
+EXTRA: Final = OperatorExtra()
 
 
 async def generate(ctx: SearchContext, node_id: int, attempt: int = 0) -> Proposals | None:
@@ -224,7 +238,7 @@ def _add_children(ctx: SearchContext, node_id: int, proposals: Proposals,
 def _sampled(ctx: SearchContext, node_id: int, more: int) -> None:
     """Count `more` samples beyond the first that gave this thought (node.extra["samples"])."""
     extra = ctx.graph.node(node_id).extra
-    extra["samples"] = extra.get("samples", 1) + more
+    extra[EXTRA.samples] = extra.get(EXTRA.samples, 1) + more
 
 
 async def evaluate(ctx: SearchContext, parent_id: int, node_ids: Sequence[int],
@@ -351,7 +365,7 @@ async def _user_scores(ctx: SearchContext, scorer: ThoughtScorer, node_ids: Sequ
     node = ctx.graph.node
     for node_id, scored in zip(node_ids, got, strict=True):
         if scored.reasoning:
-            node(node_id).extra["evaluation"] = Evaluation(scored.score, scored.reasoning).to_dict()
+            node(node_id).extra[EXTRA.evaluation] = Evaluation(scored.score, scored.reasoning).to_dict()
     await settle_scores(ctx, [(node_id, scored.score) for node_id, scored in zip(node_ids, got, strict=True)])
 
 
@@ -384,7 +398,7 @@ def _take_value(
     if evaluation.explained:
         # Kept on the node (and so in a stored run): why the evaluator scored it so, and whether
         # it found the thought worth expanding (the tree_of_thoughts strategy prunes on that).
-        ctx.graph.node(node_id).extra["evaluation"] = evaluation.to_dict()
+        ctx.graph.node(node_id).extra[EXTRA.evaluation] = evaluation.to_dict()
     return evaluation.score
 
 
@@ -431,14 +445,14 @@ async def _tally(ctx: SearchContext, parent_id: int, node_ids: Sequence[int]) ->
     for n in node_ids:
         graph.set_status(n, _S.IN_PROGRESS)
     everyone = [c for c in graph.children(parent_id) if graph.node(c).status is not _S.FAILED]
-    thoughts = [Sampled(graph.node(c).content, graph.node(c).extra.get("samples", 1)) for c in everyone]
+    thoughts = [Sampled(graph.node(c).content, graph.node(c).extra.get(EXTRA.samples, 1)) for c in everyone]
     tally = await ctx.task.tally(ctx.problem, ctx.steps(parent_id), thoughts)
     if tally is None:
         return False
     # An agreement the task counted is a goal as a passed test is: the score alone does not decide it.
     ctx.prove_goals(everyone[i] for i in tally.agreed)
     for node_id, note in zip(everyone, tally.notes, strict=False):
-        graph.node(node_id).extra["tally"] = note
+        graph.node(node_id).extra[EXTRA.tally] = note
     await settle_scores(ctx, list(zip(everyone, tally.shares, strict=False)))
     return True
 

@@ -11,6 +11,7 @@ from ..grounding.types import GroundingResult
 from ..llm.budget import Spend
 from ..llm.gateway import CallRecord
 from ..tasks.evaluation import Evaluation
+from .agent.scheduler import EXTRA as AGENT_EXTRA
 from .counts import SearchCounts
 from .paths import ScoredPath, ScoredPaths
 from .stop import StopReason
@@ -241,12 +242,12 @@ class SearchResult:
         if self.answer is None or self.solved is not None:
             return None
         tallied = next((n for n in (self.graph.node(s.id) for s in reversed(self.best_path) if s.id in self.graph)
-                        if "tally" in n.extra), None)
+                        if AGENT_EXTRA.tally in n.extra), None)
         if tallied is not None:
             # A counted vote: doubtful when it never reached the task's quorum (the search: no goal;
             # the agent, whose vote is followed by its solution either way, says so on the vote).
-            agreed = tallied.extra.get("agreed", self.goal_node is not None)
-            return None if agreed else f"the samples did not agree enough: {tallied.extra['tally']}"
+            agreed = tallied.extra.get(AGENT_EXTRA.agreed, self.goal_node is not None)
+            return None if agreed else f"the samples did not agree enough: {tallied.extra[AGENT_EXTRA.tally]}"
         step = next((s for s in reversed(self.best_path) if s.evaluation is not None), None)
         if step is None or step.evaluation is None:
             return None
