@@ -6,7 +6,7 @@ from dataclasses import FrozenInstanceError, asdict
 
 import pytest
 
-from thoughtloom.search.agent.scheduler import EXTRA as AGENT
+from thoughtloom.search.agent.processors import EXTRA as AGENT
 from thoughtloom.search.context import EXTRA as CONTEXT
 from thoughtloom.search.operators import EXTRA as OPERATORS
 from thoughtloom.search.recursive.solver import EXTRA as RECURSION

@@ -11,7 +11,7 @@ from ..grounding.types import GroundingResult
 from ..llm.budget import Spend
 from ..llm.gateway import CallRecord
 from ..tasks.evaluation import Evaluation
-from .agent.scheduler import EXTRA as AGENT_EXTRA
+from .agent.processors import EXTRA as AGENT_EXTRA
 from .counts import SearchCounts
 from .paths import ScoredPath, ScoredPaths
 from .stop import StopReason

@@ -21,7 +21,7 @@ from itertools import pairwise
 from typing import Any
 
 from ..graph import NodeStatus, ThoughtGraph
-from ..search.agent.scheduler import EXTRA as AGENT
+from ..search.agent.processors import EXTRA as AGENT
 from ..search.context import EXTRA as CONTEXT
 from ..search.recursive.solver import EXTRA as RECURSION
 from ..search.research.explorer import EXTRA as RESEARCH

@@ -10,7 +10,7 @@ from collections.abc import Collection, Iterable
 from itertools import pairwise
 
 from ..graph import EdgeKind, NodeKind, NodeStatus, ThoughtGraph
-from ..search.agent.scheduler import EXTRA as AGENT
+from ..search.agent.processors import EXTRA as AGENT
 from ..search.context import EXTRA as CONTEXT
 from ..search.recursive.solver import EXTRA as RECURSION
 from ..search.research.explorer import EXTRA as RESEARCH

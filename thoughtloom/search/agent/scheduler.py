@@ -20,19 +20,18 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterable
-from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any
 
 from ...graph import EdgeKind, Node, NodeStatus
 from ...graph.types import CycleError
-from ...tools.toolbox import TOOL_CALLS, Toolbox
+from ...tools.toolbox import Toolbox
 from ..context import SearchContext
 from ..events import NodeProcessed, NodeScored
-from ..operators import EXTRA as OPERATOR_EXTRA
 from ..stop import StopReason
 from ..strategies.base import BuiltinStrategy, Needs
 from .kinds import default_processors
 from .processors import (
+    EXTRA,
     AgentEnv,
     NewNode,
     ProcessorRegistry,
@@ -43,29 +42,6 @@ from .processors import (
 )
 
 _S = NodeStatus
-
-
-@dataclass(frozen=True, slots=True)
-class AgentExtra:
-    """The node.extra keys the scheduler writes: what a node's processor gave (status, text, result, error,
-    tool calls, a vote's tally), what it made, its own kind's name, refused edges and its retry."""
-
-    status: str = "status"
-    text: str = "text"
-    result: str = "result"
-    error: str = "error"
-    tool_calls: str = TOOL_CALLS
-    tally: str = OPERATOR_EXTRA.tally
-    #: Whether a counted vote reached its quorum.
-    agreed: str = "agreed"
-    made: str = "made"
-    #: A node of a user's own kind: stored as its base kind with the name here.
-    kind: str = "kind"
-    refused_edges: str = "refused_edges"
-    retried_as: str = "retried_as"
-
-
-EXTRA: Final = AgentExtra()
 
 
 def _priority(order: str, node: Node) -> tuple[Any, ...]:
