@@ -10,6 +10,7 @@ from typing import Any
 
 from ..grounding.knowledge import RETRIEVALS
 from ..search.config import EVALUATIONS
+from ..search.operators import EXTRA as OPERATOR_EXTRA
 from .common import (
     MAX_FANOUT,
     MERMAID_FULL_HELP,
@@ -445,7 +446,7 @@ def format_text(result: Any) -> str:
         grounded = result.grounding.get(step.id)
         mark = "" if grounded is None else {True: "  ✓", False: "  ✗", None: "  ?"}[grounded.verified]
         lines.append(f"  {step.id:>4}  {step.kind:<12} {content}{score}{mark}")
-        tally = result.graph.node(step.id).extra.get("tally") if step.id in result.graph else None
+        tally = result.graph.node(step.id).extra.get(OPERATOR_EXTRA.tally) if step.id in result.graph else None
         if tally and tally != shown_tally:  # an answer carries the account of the vote it came from
             lines.append(f"{'':>20}vote: {tally[:140]}")
             shown_tally = tally

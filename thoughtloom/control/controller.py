@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..graph import NodeStatus
 from ..llm.budget import LIMIT_NAMES, BudgetLimits
+from ..search.context import EXTRA as CONTEXT_EXTRA
 from ..search.continuation import held_back
 from ..search.events import ControlDecision
 from ..search.operators import value_many
@@ -245,7 +246,7 @@ class Controller:
         """The search as the detectors and policies see it now."""
         budget = ctx.gateway.budget
         spent = budget.spent.total - self._spent_before
-        expansions = ctx.counts["expansions"]
+        expansions = ctx.counts.expansions
         best = ctx.best_quality_id
         history = ctx.quality_history()
         # Live thoughts only, each once (a re-scored thought is appended again), oldest first.
@@ -266,11 +267,11 @@ class Controller:
             tokens_left=budget.tokens_left(),
             best=self._view(ctx, best) if best is not None else None,
             score_history=history,
-            generated=ctx.counts["proposed"],
-            rejected=ctx.counts["rejected"],
-            duplicates=ctx.counts["duplicates"],
-            grounded=ctx.counts["grounded"],
-            grounding_failed=ctx.counts["grounding_failed"],
+            generated=ctx.counts.proposed,
+            rejected=ctx.counts.rejected,
+            duplicates=ctx.counts.duplicates,
+            grounded=ctx.counts.grounded,
+            grounding_failed=ctx.counts.grounding_failed,
             value_spreads=list(ctx.value_spreads),
             recent=[self._view(ctx, n) for n in recent[-RECENT_WINDOW:]],
             tokens_per_expansion=(spent / expansions) if expansions else None,
@@ -509,7 +510,7 @@ class Controller:
         candidates = [
             n.id for n in ctx.graph
             if len(ctx.steps(n.id)) == target and n.id not in ctx.expanded and n.score is not None
-            and n.status in (_S.SUCCEEDED, _S.PRUNED) and n.extra.get("rejected") is None
+            and n.status in (_S.SUCCEEDED, _S.PRUNED) and n.extra.get(CONTEXT_EXTRA.rejected) is None
         ]
         candidates.sort(key=lambda n: -ctx.quality(n))
         chosen = candidates[: ctx.beam]

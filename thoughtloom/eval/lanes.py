@@ -36,6 +36,7 @@ from ..search.result import SearchResult
 from ..search.stop import StopReason
 from ..tasks import prontoqa
 from ..tasks.answers import span_answer
+from ..tools.toolbox import TOOL_CALLS
 from .citations import Fact, cited_facts, corpus_file, sentence_files
 from .datasets import DATASETS, VALIDATED_FAMILIES, Dataset, Problem
 from .prompts import answer_from, calculator_call, own_turn, stated_answer
@@ -599,7 +600,7 @@ async def _search(lane: str, dataset: Dataset, problem: Problem, backend: Backen
         return LaneOutcome(None, stop_reason=LaneStop.PROBLEM_ERROR, error=str(exc))
     except UnsupportedOperation as exc:
         return LaneOutcome(None, stop_reason=LaneStop.UNSUPPORTED, error=str(exc))
-    tool_calls = sum(len(n.extra.get("tool_calls") or ()) for n in result.graph)
+    tool_calls = sum(len(n.extra.get(TOOL_CALLS) or ()) for n in result.graph)
     if lane == AGENT_LANE:
         return LaneOutcome(agent_answer(dataset, problem, result.answer), stop_reason=result.termination_reason,
                            error=result.error, run_id=result.run_id, graph=result.graph_cid, tool_calls=tool_calls,

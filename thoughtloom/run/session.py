@@ -43,7 +43,7 @@ from ..store.runs import (
 from ..store.shapes import BOOL, MAP, NUMBER, TEXT, checked, list_of, optional, record
 from ..store.store import BlockStore
 from ..tools.base import ToolResult, ToolSpec
-from ..tools.toolbox import RecordedTool, Toolbox
+from ..tools.toolbox import TOOL_CALLS, RecordedTool, Toolbox
 from .grants import GrantError, Grants, check_grants
 from .spec import RunSpec, SpecError, model_pricing, pinned_model, role_pricing, user_scorer
 
@@ -303,7 +303,7 @@ def recorded_tools(store: BlockStore, graph_cid: CID) -> tuple[list[ToolSpec], l
             for s in extra.get("tools") or ():
                 checked(s, f"graph {graph_cid}: node {node.id}: a tool", {"name": TEXT})
                 specs.append(ToolSpec(s["name"], s.get("description") or "", dict(s.get("parameters") or {})))
-            for c in extra.get("tool_calls") or ():
+            for c in extra.get(TOOL_CALLS) or ():
                 calls.append(ToolResult.from_dict(checked(c, f"graph {graph_cid}: node {node.id}: a tool call",
                                                           {"tool": TEXT, "status": TEXT})))
     return specs, calls

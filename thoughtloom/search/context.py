@@ -7,8 +7,8 @@ import logging
 import zlib
 from collections import deque
 from collections.abc import Callable, Collection, Hashable, Iterable, Mapping, Sequence
-from dataclasses import replace
-from typing import TYPE_CHECKING, Any, Protocol
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from ..graph import EdgeKind, NodeKind, NodeStatus, ThoughtGraph
 from ..grounding.adjust import GroundingPolicy
@@ -21,6 +21,7 @@ from ..llm.slots import Slots
 from ..llm.types import Completion, GenerateRequest
 from ..tasks.base import Query, Task
 from .config import SearchConfig
+from .counts import SearchCounts
 from .eager import eager_gather
 from .events import (
     DuplicateMerged,
@@ -47,6 +48,17 @@ _S = NodeStatus
 
 #: What a model call gave the search: its texts and the tokens it cost.
 Answer = tuple[list[str], int]
+
+
+@dataclass(frozen=True, slots=True)
+class ContextExtra:
+    """The node.extra keys the context writes: what grounding found, why a thought was rejected."""
+
+    grounding: str = "grounding"
+    rejected: str = "rejected"
+
+
+EXTRA: Final = ContextExtra()
 
 
 class SearchController(Protocol):
@@ -154,21 +166,8 @@ class SearchContext:
         self.prune_reasons: dict[int, str] = {}
         #: Calls whose reply was sent to the bus as it was written (numbers ThoughtDelta.call).
         self._watched_calls = 0
-        self.counts = {
-            "proposed": 0,
-            "rejected": 0,
-            "repaired": 0,
-            "duplicates": 0,
-            "pruned": 0,
-            "expansions": 0,
-            "reasks": 0,
-            "parse_failures": 0,
-            "grounded": 0,
-            "verified": 0,
-            "grounding_failed": 0,
-            "grounder_errors": 0,
-            "continuations": 0,
-        }
+        #: What this search counted as it went; the result's stats are read from it.
+        self.counts = SearchCounts()
         self.grounders = tuple(grounders)
         self.grounding_policy = grounding_policy or GroundingPolicy()
         #: What grounding found, by node.
@@ -396,7 +395,7 @@ class SearchContext:
         enforces schemas (a reply constrained to choices is not JSON, and is not counted)."""
         if request.schema is None or request.choices:
             return
-        self.counts["parse_failures"] += sum(1 for text in texts if not _is_json_object(text))
+        self.counts.parse_failures += sum(1 for text in texts if not _is_json_object(text))
 
     def _model_failed(self, exc: ModelError) -> None:
         if self._successful_calls == 0:
@@ -480,17 +479,20 @@ class SearchContext:
                 result = await grounder.ground(thought)
             except Exception as exc:
                 # A grounder that breaks must cost one thought its check, not the whole search.
-                self.counts["grounder_errors"] += 1
+                self.counts.grounder_errors += 1
                 logger.info("grounder %s failed on node %d: %s: %s", grounder.name, node_id, type(exc).__name__, exc)
                 logger.debug("the grounder's traceback", exc_info=True)
                 result = GroundingResult(
                     grounder.name, False, None, f"the grounder failed: {type(exc).__name__}: {exc}", 0.0
                 )
         self.grounding[node_id] = result
-        node.extra["grounding"] = result.to_dict()
+        node.extra[EXTRA.grounding] = result.to_dict()
         if result.grounded and result.verified is not None:
-            self.counts["grounded"] += 1
-            self.counts["verified" if result.verified else "grounding_failed"] += 1
+            self.counts.grounded += 1
+            if result.verified:
+                self.counts.verified += 1
+            else:
+                self.counts.grounding_failed += 1
         if self.task.grounded_goal(self.problem, steps, result):
             self._grounded_goals.add(node_id)
         return result
@@ -535,7 +537,7 @@ class SearchContext:
             if note is not None:
                 self.bus.emit(ThoughtRepaired(node.id, note))
         if note is not None:
-            self.counts["repaired"] += 1
+            self.counts.repaired += 1
         return node.id
 
     def add_solution(self, node_id: int, answer: str) -> int:
@@ -563,9 +565,9 @@ class SearchContext:
         nid = self.add_thought([parent], content, creator, kind=NodeKind.HYPOTHESIS)
         if nid is None:
             return
-        self.graph.node(nid).extra["rejected"] = reason
+        self.graph.node(nid).extra[EXTRA.rejected] = reason
         self.graph.set_status(nid, _S.FAILED)
-        self.counts["rejected"] += 1
+        self.counts.rejected += 1
         if self.bus:
             self.bus.emit(ThoughtRejected(nid, reason))
 
@@ -577,7 +579,7 @@ class SearchContext:
         graph = self.graph
         if existing != parent and parent not in graph.parents(existing) and not graph.reaches(existing, parent):
             graph.add_edge(parent, existing, EdgeKind.ELABORATION)
-        self.counts["duplicates"] += 1
+        self.counts.duplicates += 1
         if self.bus:
             self.bus.emit(DuplicateMerged(parent, existing))
         return True
@@ -683,7 +685,7 @@ class SearchContext:
         if self.graph.node(node_id).status is _S.PRUNED:
             self.graph.set_status(node_id, _S.SUCCEEDED)
             self.prune_reasons.pop(node_id, None)
-            self.counts["pruned"] -= 1
+            self.counts.pruned -= 1
             if self.bus:
                 self.bus.emit(NodeRevived(node_id))
 
@@ -691,7 +693,7 @@ class SearchContext:
         """Cut a thought from the search."""
         self.graph.set_status(node_id, _S.PRUNED)
         self.prune_reasons[node_id] = reason
-        self.counts["pruned"] += 1
+        self.counts.pruned += 1
         if self.bus:
             self.bus.emit(NodePruned(node_id, reason))
 

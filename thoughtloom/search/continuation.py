@@ -70,7 +70,7 @@ async def continued(ctx: SearchContext, run_pass: Pass) -> None:
 
 def _announce(ctx: SearchContext, ended: str, how: str, frontier: Sequence[int]) -> None:
     """Count a continuation and tell the event sinks where it starts."""
-    ctx.counts["continuations"] += 1
+    ctx.counts.continuations += 1
     if ctx.bus:
         ctx.bus.emit(SearchContinued(ended, how, tuple(frontier), len(ctx.steps(frontier[0]))))
 

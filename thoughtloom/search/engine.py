@@ -18,9 +18,9 @@ from .config import SearchConfig
 from .context import SearchContext, SearchController
 from .events import BudgetSpent, EventBus, EventSink, SearchStarted, SearchStopped
 from .fork import ForkPoint, graft
-from .operators import synthesize
+from .operators import EXTRA as OPERATOR_EXTRA, synthesize
 from .paths import ScoredPaths
-from .result import GroundingStats, PathStep, SearchResult, SearchStats, SearchUsage, role_usage
+from .result import PathStep, SearchResult, SearchStats, SearchUsage, role_usage
 from .scorer import ThoughtScorer
 from .stop import StopReason
 from .strategies.base import Strategy
@@ -178,14 +178,15 @@ async def search(
     elif best is not None and not (interrupted and not task.programmatic_answer):
         answer, answer_node = await synthesize(ctx, best)
     if bus:
-        bus.emit(SearchStopped(reason, best, len(ctx.graph), ctx.counts["pruned"], ctx.counts["rejected"],
+        bus.emit(SearchStopped(reason, best, len(ctx.graph), ctx.counts.pruned, ctx.counts.rejected,
                                ctx.deepest()))
     path_ids = (
         ctx.graph.path_to_root(answer_node if answer_node is not None else best) if best is not None else [ctx.root]
     )
     best_path = [
         PathStep(n.id, n.kind.value, n.content, n.score,
-                 Evaluation.from_dict(n.extra["evaluation"]) if "evaluation" in n.extra else None)
+                 Evaluation.from_dict(n.extra[OPERATOR_EXTRA.evaluation]) if OPERATOR_EXTRA.evaluation in n.extra
+                 else None)
         for n in (ctx.graph.node(i) for i in path_ids)
     ]
     spent = budget.spent
@@ -210,17 +211,9 @@ async def search(
         except TimeoutError:
             solved = None
             answer_check = "timeout"
-    counts = ctx.counts
-    stats = SearchStats(
-        nodes=len(ctx.graph), pruned=counts["pruned"], rejected=counts["rejected"], repaired=counts["repaired"],
-        duplicates=counts["duplicates"], expansions=counts["expansions"], reasks=counts["reasks"],
-        continuations=counts["continuations"],
-        parse_failures=counts["parse_failures"],
-        max_depth=ctx.deepest(),
-        wall_s=round(time.monotonic() - started, 3),
-        grounding=GroundingStats(counts["grounded"], counts["verified"], counts["grounding_failed"],
-                                 counts["grounder_errors"]) if all_grounders else None,
-        answer_check=answer_check,
+    stats = SearchStats.of(
+        ctx.counts, nodes=len(ctx.graph), max_depth=ctx.deepest(), wall_s=round(time.monotonic() - started, 3),
+        grounded=bool(all_grounders), answer_check=answer_check,
     )
     return SearchResult(
         task=task.name,

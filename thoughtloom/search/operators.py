@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from typing import Final
 
 from ..graph import EdgeKind, NodeKind, NodeStatus
 from ..llm.inline import Later
@@ -30,6 +31,19 @@ _S = NodeStatus
 GENERATOR, EVALUATOR, SYNTHESIZER = "generator", "evaluator", "synthesizer"
 #: Each re-ask samples this much hotter than the search's temperature, up to the maximum.
 REASK_HEAT, MAX_REASK_TEMPERATURE = 0.3, 1.3
+
+
+@dataclass(frozen=True, slots=True)
+class OperatorExtra:
+    """The node.extra keys the operators write: how many samples gave a thought, its evaluation, a vote's
+    account."""
+
+    samples: str = "samples"
+    evaluation: str = "evaluation"
+    tally: str = "tally"
+
+
+EXTRA: Final = OperatorExtra()
 
 
 async def generate(ctx: SearchContext, node_id: int, attempt: int = 0) -> Proposals | None:
@@ -114,12 +128,12 @@ async def expand(ctx: SearchContext, node_id: int) -> list[int]:
     if ctx.stopped or node_id in ctx.expanded:
         return []
     ctx.expanded.add(node_id)
-    ctx.counts["expansions"] += 1
+    ctx.counts.expansions += 1
     children: list[int] = []
     priors: dict[int, float] = {}
     for attempt in range(1 + ctx.config.reasks):
         if attempt:
-            ctx.counts["reasks"] += 1
+            ctx.counts.reasks += 1
         got = await generate(ctx, node_id, attempt)
         if got is None:
             return []
@@ -146,7 +160,7 @@ async def widen(ctx: SearchContext, node_id: int, times: int) -> list[int]:
     """
     if ctx.stopped:
         return []
-    ctx.counts["expansions"] += 1
+    ctx.counts.expansions += 1
     query = _generation_query(ctx, node_id)
     # Free-text steps: the first call's samples are the children made already; a re-ask's
     # attempts are numbered up to `reasks`, so a widening's seed is one none of them had.
@@ -217,14 +231,14 @@ def _add_children(ctx: SearchContext, node_id: int, proposals: Proposals,
             _sampled(ctx, child, times - 1)
         seen[key] = child
         children.append((child, raw))
-    ctx.counts["proposed"] += proposed
+    ctx.counts.proposed += proposed
     return children, rejected, list(dict.fromkeys(revoted))
 
 
 def _sampled(ctx: SearchContext, node_id: int, more: int) -> None:
     """Count `more` samples beyond the first that gave this thought (node.extra["samples"])."""
     extra = ctx.graph.node(node_id).extra
-    extra["samples"] = extra.get("samples", 1) + more
+    extra[EXTRA.samples] = extra.get(EXTRA.samples, 1) + more
 
 
 async def evaluate(ctx: SearchContext, parent_id: int, node_ids: Sequence[int],
@@ -351,7 +365,7 @@ async def _user_scores(ctx: SearchContext, scorer: ThoughtScorer, node_ids: Sequ
     node = ctx.graph.node
     for node_id, scored in zip(node_ids, got, strict=True):
         if scored.reasoning:
-            node(node_id).extra["evaluation"] = Evaluation(scored.score, scored.reasoning).to_dict()
+            node(node_id).extra[EXTRA.evaluation] = Evaluation(scored.score, scored.reasoning).to_dict()
     await settle_scores(ctx, [(node_id, scored.score) for node_id, scored in zip(node_ids, got, strict=True)])
 
 
@@ -384,7 +398,7 @@ def _take_value(
     if evaluation.explained:
         # Kept on the node (and so in a stored run): why the evaluator scored it so, and whether
         # it found the thought worth expanding (the tree_of_thoughts strategy prunes on that).
-        ctx.graph.node(node_id).extra["evaluation"] = evaluation.to_dict()
+        ctx.graph.node(node_id).extra[EXTRA.evaluation] = evaluation.to_dict()
     return evaluation.score
 
 
@@ -431,14 +445,14 @@ async def _tally(ctx: SearchContext, parent_id: int, node_ids: Sequence[int]) ->
     for n in node_ids:
         graph.set_status(n, _S.IN_PROGRESS)
     everyone = [c for c in graph.children(parent_id) if graph.node(c).status is not _S.FAILED]
-    thoughts = [Sampled(graph.node(c).content, graph.node(c).extra.get("samples", 1)) for c in everyone]
+    thoughts = [Sampled(graph.node(c).content, graph.node(c).extra.get(EXTRA.samples, 1)) for c in everyone]
     tally = await ctx.task.tally(ctx.problem, ctx.steps(parent_id), thoughts)
     if tally is None:
         return False
     # An agreement the task counted is a goal as a passed test is: the score alone does not decide it.
     ctx.prove_goals(everyone[i] for i in tally.agreed)
     for node_id, note in zip(everyone, tally.notes, strict=False):
-        graph.node(node_id).extra["tally"] = note
+        graph.node(node_id).extra[EXTRA.tally] = note
     await settle_scores(ctx, list(zip(everyone, tally.shares, strict=False)))
     return True
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from ..graph import ThoughtGraph
@@ -11,6 +11,8 @@ from ..grounding.types import GroundingResult
 from ..llm.budget import Spend
 from ..llm.gateway import CallRecord
 from ..tasks.evaluation import Evaluation
+from .agent.processors import EXTRA as AGENT_EXTRA
+from .counts import SearchCounts
 from .paths import ScoredPath, ScoredPaths
 from .stop import StopReason
 from .strategies.base import Trace
@@ -132,6 +134,10 @@ class GroundingStats:
     grounder_errors: int = 0
 
 
+#: The names of what a search counts (SearchCounts), which SearchStats reports under the same names.
+_COUNTED = frozenset(f.name for f in fields(SearchCounts))
+
+
 @dataclass(frozen=True, slots=True)
 class SearchStats:
     """The shape of a search: nodes by fate, expansions, depth reached, wall time, grounding counts."""
@@ -155,6 +161,18 @@ class SearchStats:
     grounding: GroundingStats | None = None
     #: "timeout" when checking the final answer did not finish in its allowance (the answer is unchecked).
     answer_check: str | None = None
+
+    @classmethod
+    def of(
+        cls, counts: SearchCounts, *, nodes: int, max_depth: int, wall_s: float, grounded: bool,
+        answer_check: str | None = None,
+    ) -> SearchStats:
+        """The stats of a search from what it counted (each field from the count of its name); `grounded`:
+        whether a grounder ran, else `grounding` is None."""
+        counted = {f.name: getattr(counts, f.name) for f in fields(cls) if f.name in _COUNTED}
+        grounding = GroundingStats(**{f.name: getattr(counts, f.name) for f in fields(GroundingStats)})
+        return cls(nodes=nodes, max_depth=max_depth, wall_s=wall_s, grounding=grounding if grounded else None,
+                   answer_check=answer_check, **counted)
 
     def to_dict(self) -> dict[str, Any]:
         """Plain data for JSON output: the grounding counts sit beside the others, as before wall_s."""
@@ -225,12 +243,12 @@ class SearchResult:
         if self.answer is None or self.solved is not None:
             return None
         tallied = next((n for n in (self.graph.node(s.id) for s in reversed(self.best_path) if s.id in self.graph)
-                        if "tally" in n.extra), None)
+                        if AGENT_EXTRA.tally in n.extra), None)
         if tallied is not None:
             # A counted vote: doubtful when it never reached the task's quorum (the search: no goal;
             # the agent, whose vote is followed by its solution either way, says so on the vote).
-            agreed = tallied.extra.get("agreed", self.goal_node is not None)
-            return None if agreed else f"the samples did not agree enough: {tallied.extra['tally']}"
+            agreed = tallied.extra.get(AGENT_EXTRA.agreed, self.goal_node is not None)
+            return None if agreed else f"the samples did not agree enough: {tallied.extra[AGENT_EXTRA.tally]}"
         step = next((s for s in reversed(self.best_path) if s.evaluation is not None), None)
         if step is None or step.evaluation is None:
             return None

@@ -15,12 +15,15 @@ import time
 from collections import defaultdict, deque
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 from ..llm.text import valid_text
 from .base import Tool, ToolConfigError, ToolError, ToolResult, ToolSpec, canonical_args
 
 logger = logging.getLogger(__name__)
+
+#: The node.extra key a node's tool calls are recorded under (see the module docstring).
+TOOL_CALLS: Final = "tool_calls"
 
 #: Seconds one tool call may take before it is cancelled.
 DEFAULT_TIMEOUT_S = 30.0

@@ -21,6 +21,10 @@ from itertools import pairwise
 from typing import Any
 
 from ..graph import NodeStatus, ThoughtGraph
+from ..search.agent.processors import EXTRA as AGENT
+from ..search.context import EXTRA as CONTEXT
+from ..search.recursive.solver import EXTRA as RECURSION
+from ..search.research.explorer import EXTRA as RESEARCH
 from .terminal import terminal_text
 
 #: Layout grid: pixels between depths (rows) and between neighbours in a row.
@@ -31,7 +35,8 @@ COLUMN_GAP = 36
 FOLD_ABOVE = 200
 
 #: node.extra keys the panel shows in their own sections; the rest go under "other metadata".
-_SECTIONS = ("grounding", "evidence", "recursion", "tool_calls", "hypothesis", "text", "rejected", "error")
+_SECTIONS = (CONTEXT.grounding, RESEARCH.evidence, RECURSION.recursion, AGENT.tool_calls, RESEARCH.hypothesis,
+             AGENT.text, CONTEXT.rejected, AGENT.error)
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,14 +111,14 @@ def picture_data(picture: RunPicture, best_path: Iterable[int] = (), goals: Iter
     nodes = []
     for node in graph:
         extra = dict(node.extra)
-        kind = extra.get("kind") if isinstance(extra.get("kind"), str) else node.kind.value
+        kind = extra.get(AGENT.kind) if isinstance(extra.get(AGENT.kind), str) else node.kind.value
         nodes.append({
             "id": node.id, "col": columns[node.id], "depth": node.depth, "kind": kind, "base_kind": node.kind.value,
             "status": node.status.value, "score": node.score, "content": node.content,
             "best": node.id in best_set, "goal": node.id in goal_set, "tokens": node.cost_tokens,
             "parents": graph.parents(node.id), "parent": graph.primary_parent(node.id),
             "sections": {k: extra.pop(k) for k in _SECTIONS if k in extra},
-            "other": {k: v for k, v in extra.items() if k != "kind"},
+            "other": {k: v for k, v in extra.items() if k != AGENT.kind},
         })
     edges = [{"src": e.src, "dst": e.dst, "kind": e.kind.value, "weight": e.weight,
               "best": (e.src, e.dst) in best_edges} for e in graph.edges]

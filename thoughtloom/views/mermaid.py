@@ -10,6 +10,10 @@ from collections.abc import Collection, Iterable
 from itertools import pairwise
 
 from ..graph import EdgeKind, NodeKind, NodeStatus, ThoughtGraph
+from ..search.agent.processors import EXTRA as AGENT
+from ..search.context import EXTRA as CONTEXT
+from ..search.recursive.solver import EXTRA as RECURSION
+from ..search.research.explorer import EXTRA as RESEARCH
 from .terminal import terminal_text
 
 MAX_LABEL = 70
@@ -133,35 +137,35 @@ def _render(graph: ThoughtGraph, keep: Collection[int] | None, best: list[int], 
     for node in graph:
         if keep is not None and node.id not in keep:
             continue
-        kind = node.extra.get("kind")  # an agent node of a user's own kind
+        kind = node.extra.get(AGENT.kind)  # an agent node of a user's own kind
         label = f"{_escape(kind) if isinstance(kind, str) else node.kind.value}: {_escape(node.content)}"
-        result = node.extra.get("text")
+        result = node.extra.get(AGENT.text)
         if isinstance(result, str) and result != node.content:  # what an agent step gave
             label += f"<br/>→ {_escape(result)}"
-        tools = node.extra.get("tool_calls")
+        tools = node.extra.get(AGENT.tool_calls)
         if tools:
             label += "<br/>🔧 " + ", ".join(
                 f"{_escape(str(c.get('tool')))} {_escape(str(c.get('status')))}" for c in tools
             )
-        hypothesis = node.extra.get("hypothesis")
+        hypothesis = node.extra.get(RESEARCH.hypothesis)
         if hypothesis is not None:  # research: how sure, how promising, where it stands
             label += (f"<br/>confidence {hypothesis['confidence']:.2f} · promise {hypothesis['promise']:.2f} · "
                       f"{_escape(str(hypothesis['status']))}")
         elif node.score is not None:
             label += f"<br/>score {node.score:.2f}"
-        evidence = node.extra.get("evidence")
+        evidence = node.extra.get(RESEARCH.evidence)
         if evidence is not None:
             label += f"<br/>📄 {_escape(str(evidence.get('source')))}"
-        grounding = node.extra.get("grounding")
+        grounding = node.extra.get(CONTEXT.grounding)
         if grounding is not None:
             label += f"<br/>{_grounding_badge(grounding)}"
             if grounding.get("verified") is not None:
                 (members["verified"] if grounding["verified"] else members["refuted"]).append(f"n{node.id}")
-        record = node.extra.get("recursion")
+        record = node.extra.get(RECURSION.recursion)
         if record is not None and _recursion_badge(record):
             label += f"<br/>{_recursion_badge(record)}"
         if node.status in (NodeStatus.PRUNED, NodeStatus.FAILED, NodeStatus.CANCELLED):
-            reason = node.extra.get("rejected") or node.extra.get("error")
+            reason = node.extra.get(CONTEXT.rejected) or node.extra.get(AGENT.error)
             label += f"<br/><i>{node.status.value}" + (f": {_escape(reason)}" if reason else "") + "</i>"
         if record is not None and node.kind is NodeKind.DECOMPOSITION:
             lines.append(f'    n{node.id}[/"{label}"\\]')

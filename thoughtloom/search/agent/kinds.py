@@ -42,6 +42,7 @@ from ...tasks.recursion.contract import ChildSpec
 from ...tools.base import ToolResult
 from ...tools.builtin import plain_arithmetic, program_stdout
 from .processors import (
+    EXTRA,
     AgentEnv,
     NewEdge,
     NewNode,
@@ -487,9 +488,9 @@ class VoteProcessor:
 
 def _ballot(node: Node) -> Ballot:
     """A computation node as a ballot: its answer (None when it failed) and the code it ran."""
-    result = node.extra.get("result") or {}
+    result = node.extra.get(EXTRA.result) or {}
     code = result.get("code") or result.get("expression") or ""
-    answer = result.get("answer") if node.extra.get("status") == "succeeded" else None
+    answer = result.get("answer") if node.extra.get(EXTRA.status) == "succeeded" else None
     return Ballot(answer if isinstance(answer, str) else None, str(code))
 
 
@@ -593,18 +594,18 @@ class SolutionProcessor:
         if not answer_from:
             return failed("a solution needs an answer to depend on")
         source = graph.node(answer_from[-1])
-        if source.extra.get("status") != "succeeded":
+        if source.extra.get(EXTRA.status) != "succeeded":
             # Under "skip" and "replan" a failed node lets its dependents run: its content is a step's
             # description ("Put the results together ..."), never an answer.
-            return failed(f"the {kind_of(source)} it depends on failed: {source.extra.get('error') or 'no result'}")
+            return failed(f"the {kind_of(source)} it depends on failed: {source.extra.get(EXTRA.error) or 'no result'}")
         answer = env.text(answer_from[-1])
-        problems = [str(r) for c in critiques if (graph.node(c).extra.get("result") or {}).get("refutes")
-                    for r in (graph.node(c).extra["result"].get("reasons") or ["refuted"])]
+        problems = [str(r) for c in critiques if (graph.node(c).extra.get(EXTRA.result) or {}).get("refutes")
+                    for r in (graph.node(c).extra[EXTRA.result].get("reasons") or ["refuted"])]
         if not problems:
             # A vote's account travels with the answer it chose (the last round's vote, not the path's first).
-            tally = source.extra.get("tally")
+            tally = source.extra.get(EXTRA.tally)
             return succeeded(answer, result={"revised": False}, tally=tally if isinstance(tally, str) else None,
-                             agreed=source.extra.get("agreed") if isinstance(tally, str) else None)
+                             agreed=source.extra.get(EXTRA.agreed) if isinstance(tally, str) else None)
         got = await env.ask(revise_query(env.task, answer, problems), "revise", node.id)
         if got is None:
             return succeeded(answer, result={"revised": False, "note": "kept unrevised: no model reply"})

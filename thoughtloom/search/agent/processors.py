@@ -13,15 +13,39 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Final, Protocol, runtime_checkable
 
 from ...graph import EdgeKind, Node, NodeKind
 from ...tasks.agent import Context
 from ...tasks.base import Query
 from ...tools.base import ToolResult
-from ...tools.toolbox import Toolbox
+from ...tools.toolbox import TOOL_CALLS, Toolbox
 from ..context import SearchContext
 from ..events import ToolCalled
+from ..operators import EXTRA as OPERATOR_EXTRA
+
+
+@dataclass(frozen=True, slots=True)
+class AgentExtra:
+    """The node.extra keys the scheduler writes from a ProcessorResult (status, text, result, error, tool
+    calls, a vote's tally), with what the node made, its own kind's name, refused edges and its retry."""
+
+    status: str = "status"
+    text: str = "text"
+    result: str = "result"
+    error: str = "error"
+    tool_calls: str = TOOL_CALLS
+    tally: str = OPERATOR_EXTRA.tally
+    #: Whether a counted vote reached its quorum.
+    agreed: str = "agreed"
+    made: str = "made"
+    #: A node of a user's own kind: stored as its base kind with the name here.
+    kind: str = "kind"
+    refused_edges: str = "refused_edges"
+    retried_as: str = "retried_as"
+
+
+EXTRA: Final = AgentExtra()
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,7 +54,7 @@ class NewNode:
 
     after: the nodes it depends on, by id, or by "@i" for the i-th node of the same result (so a
     plan can add steps that depend on each other). kind: a registered kind name; a kind that is not
-    a NodeKind is stored as `base` with the name in extra["kind"].
+    a NodeKind is stored as `base` with the name in extra[EXTRA.kind].
     """
 
     kind: str
@@ -104,7 +128,7 @@ class Processor(Protocol):
 
 def kind_of(node: Node) -> str:
     """The kind name a node is processed as: a registered custom kind, else its NodeKind."""
-    custom = node.extra.get("kind")
+    custom = node.extra.get(EXTRA.kind)
     return custom if isinstance(custom, str) else node.kind.value
 
 
@@ -185,7 +209,7 @@ class AgentEnv:
     def text(self, node_id: int) -> str:
         """What dependents read of a node: its result text, else its content."""
         node = self.ctx.graph.node(node_id)
-        return str(node.extra.get("text") or node.content)
+        return str(node.extra.get(EXTRA.text) or node.content)
 
     def label(self, node_id: int) -> str:
         """How a node is named to the model: 'step N' for a plan step, else its kind."""
@@ -205,9 +229,9 @@ class AgentEnv:
             parent = self.ctx.graph.node(p)
             if skip_input and kind_of(parent) in ("input", "plan"):
                 continue
-            error = parent.extra.get("error")
+            error = parent.extra.get(EXTRA.error)
             items.append(
-                (self.label(p), f"(failed: {error})" if error and not parent.extra.get("text") else self.text(p))
+                (self.label(p), f"(failed: {error})" if error and not parent.extra.get(EXTRA.text) else self.text(p))
             )
         return Context(tuple(items))
 

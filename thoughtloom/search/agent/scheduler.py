@@ -33,6 +33,7 @@ from ..stop import StopReason
 from ..strategies.base import BuiltinStrategy, Needs, root_record
 from .kinds import default_processors
 from .processors import (
+    EXTRA,
     AgentEnv,
     NewNode,
     ProcessorRegistry,
@@ -155,19 +156,19 @@ class Scheduler:
         node = graph.node(node_id)
         node.cost_tokens += result.cost_tokens
         extra = node.extra
-        extra["status"] = result.status
+        extra[EXTRA.status] = result.status
         if result.text:
-            extra["text"] = result.text
+            extra[EXTRA.text] = result.text
         if result.result:
-            extra["result"] = dict(result.result)
+            extra[EXTRA.result] = dict(result.result)
         if result.error is not None:
-            extra["error"] = result.error
+            extra[EXTRA.error] = result.error
         if result.tool_calls:
-            extra.setdefault("tool_calls", []).extend(dict(c) for c in result.tool_calls)
+            extra.setdefault(EXTRA.tool_calls, []).extend(dict(c) for c in result.tool_calls)
         if result.tally is not None:
-            extra["tally"] = result.tally
+            extra[EXTRA.tally] = result.tally
             if result.agreed is not None:
-                extra["agreed"] = result.agreed
+                extra[EXTRA.agreed] = result.agreed
         self.counts["processed"] += 1
         if result.ok:
             if node.status is not _S.SUCCEEDED:  # the task node starts succeeded (the engine's root)
@@ -182,7 +183,7 @@ class Scheduler:
             for edge in result.new_edges:
                 self._add_edge(edge.src, edge.dst, edge.kind, edge.weight)
             if added or result.new_edges:  # what this node's work made, kept with it
-                extra["made"] = {"nodes": added,
+                extra[EXTRA.made] = {"nodes": added,
                                  "edges": [[e.src, e.dst, e.kind.value] for e in result.new_edges]}
             if kind_of(node) == "solution":
                 ctx.answers[node_id] = result.text
@@ -215,7 +216,7 @@ class Scheduler:
                 break
             extra = graph.node(nid).extra
             if spec.kind != base.value:
-                extra["kind"] = spec.kind
+                extra[EXTRA.kind] = spec.kind
             extra.update(spec.data)
             ids.append(nid)
         return ids
@@ -245,20 +246,21 @@ class Scheduler:
                 graph.add_edge(src, dst, kind, weight)
         except (CycleError, ValueError) as exc:
             self.counts["refused_edges"] += 1
-            graph.node(dst).extra.setdefault("refused_edges", []).append(f"{src}->{dst} {kind.value}: {exc}")
+            graph.node(dst).extra.setdefault(EXTRA.refused_edges, []).append(f"{src}->{dst} {kind.value}: {exc}")
 
     def _on_failure(self, node: Node, result: ProcessorResult) -> None:
         ctx, graph = self.ctx, self.ctx.graph
         if self.policy == "replan" and "retry_of" not in node.extra and not ctx.stopped:
             parents = [p for p in graph.parents(node.id) if graph.edge(p, node.id).kind is EdgeKind.DEPENDENCY]
             keep = {k: v for k, v in node.extra.items()
-                    if k not in ("kind", "status", "text", "result", "error", "tool_calls", "refused_edges")}
+                    if k not in (EXTRA.kind, EXTRA.status, EXTRA.text, EXTRA.result, EXTRA.error, EXTRA.tool_calls,
+                                 EXTRA.refused_edges)}
             retry = NewNode(kind_of(node), node.content, tuple(parents or [node.id]),
                             data={**keep, "retry_of": node.id, "feedback": result.error or "the step failed"})
             added = self._add_nodes(node, [retry], creator="agent:replan")
             if added:
                 nid = added[0]
-                node.extra["retried_as"] = nid
+                node.extra[EXTRA.retried_as] = nid
                 self._add_edge(node.id, nid, EdgeKind.REFINEMENT)
                 self._wire_dependents(node.id, [nid])  # its dependents wait for the retry
                 self.counts["replanned"] += 1
@@ -271,7 +273,7 @@ class Scheduler:
         for child in graph.children(node_id):
             c = graph.node(child)
             if c.status in (_S.PENDING, _S.READY) and graph.edge(node_id, child).kind is EdgeKind.DEPENDENCY:
-                c.extra["error"] = f"cancelled: node {node_id}, which it depends on, failed"
+                c.extra[EXTRA.error] = f"cancelled: node {node_id}, which it depends on, failed"
                 graph.set_status(child, _S.CANCELLED)
                 self.counts["cancelled"] += 1
                 self._fail_dependents(child)

@@ -13,13 +13,13 @@ import asyncio
 from collections import Counter, defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, Final
 
 from ...graph import EdgeKind, NodeKind, NodeStatus
 from ...tasks.base import Query
 from ...tasks.recursion.contract import ContractError, FailurePolicy, check_contract
 from ...tasks.recursion.hooks import Goal, Plan, RecursiveHooks, Verification
-from ..context import SearchContext
+from ..context import EXTRA as CONTEXT_EXTRA, SearchContext
 from ..events import Backtracked, NodeScored, ThoughtRejected
 
 _S = NodeStatus
@@ -27,6 +27,17 @@ _S = NodeStatus
 W_PLAN, W_CHILDREN, W_VERIFY = 0.2, 0.3, 0.5
 #: Verification of a leaf that has a typed output but no checker: present, not proven.
 UNCHECKED = Verification(True, 0.6, ("typed output; no checker for this goal",))
+
+
+@dataclass(frozen=True, slots=True)
+class RecursionExtra:
+    """The node.extra keys the solver writes: each node's recursion record, why a branch failed."""
+
+    recursion: str = "recursion"
+    rejected: str = CONTEXT_EXTRA.rejected
+
+
+EXTRA: Final = RecursionExtra()
 
 
 @dataclass(slots=True)
@@ -373,14 +384,14 @@ class Solver:
                                     edge_kind=EdgeKind.AGGREGATION)
 
     def _record(self, node: int, **fields: Any) -> None:
-        record = self.ctx.graph.node(node).extra.setdefault("recursion", {
+        record = self.ctx.graph.node(node).extra.setdefault(EXTRA.recursion, {
             "goal": None, "mode": None, "children": [], "contract": None, "result": None,
             "verification": None, "score": None,
         })
         record.update(fields)
 
     def _note(self, node: int, note: str) -> None:
-        self.ctx.graph.node(node).extra.setdefault("recursion", {}).setdefault("notes", []).append(note)
+        self.ctx.graph.node(node).extra.setdefault(EXTRA.recursion, {}).setdefault("notes", []).append(note)
 
     def _score(self, node: int, score: float) -> None:
         # Inner nodes are scored here, not through ctx.set_score: only root-level results compete
@@ -407,7 +418,7 @@ class Solver:
         if graph.node(node).status is _S.IN_PROGRESS:
             graph.set_status(node, _S.SUCCEEDED if ok else _S.FAILED)
         if not ok and reason:
-            graph.node(node).extra["rejected"] = reason
+            graph.node(node).extra[EXTRA.rejected] = reason
 
     def _cut(self, node: int, plan: Plan, reason: str) -> None:
         """Record an invalid decomposition as a failed node with the reason, and cut its branch."""
@@ -419,7 +430,7 @@ class Solver:
                      contract=plan.contract.to_dict() if plan.contract else None, source=plan.source,
                      verification=Verification(False, 0.0, (reason,)).to_dict(), score=0.0, invalid=reason)
         self._finish(nid, False, reason)
-        self.ctx.counts["rejected"] += 1
+        self.ctx.counts.rejected += 1
         if self.ctx.bus:
             self.ctx.bus.emit(ThoughtRejected(nid, reason))
 

@@ -17,7 +17,7 @@ import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
-from typing import Any
+from typing import Any, Final
 
 from ...graph import EdgeKind, NodeKind, NodeStatus
 from ...grounding.citations import CitationStatus, find_references
@@ -36,7 +36,7 @@ from ...tasks.research import (
     parse_synthesis,
     synthesis_query,
 )
-from ...tools.toolbox import Toolbox
+from ...tools.toolbox import TOOL_CALLS, Toolbox
 from ..agent.kinds import DOCS_TOOL
 from ..agent.processors import AgentEnv, ProcessorRegistry, keep_grant
 from ..context import SearchContext
@@ -78,6 +78,22 @@ _S = NodeStatus
 
 
 @dataclass(frozen=True, slots=True)
+class ResearchExtra:
+    """The node.extra keys research writes: its record and hops on the task node, each hypothesis's,
+    evidence's and synthesis's record, and the tool calls a node made."""
+
+    research: str = "research"
+    hops: str = "hops"
+    evidence: str = "evidence"
+    hypothesis: str = "hypothesis"
+    synthesis: str = "synthesis"
+    tool_calls: str = TOOL_CALLS
+
+
+EXTRA: Final = ResearchExtra()
+
+
+@dataclass(frozen=True, slots=True)
 class ResearchSetup:
     """What a research run is given besides the search config: its settings and the caller's roles.
 
@@ -112,7 +128,7 @@ class ResearchFlow:
         self.pruned_by: dict[str, int] = {}
         self.stopped_by: str | None = None
         self.answer: Synthesis | None = None
-        self.record: dict[str, Any] = root.extra.setdefault("research", {})
+        self.record: dict[str, Any] = root.extra.setdefault(EXTRA.research, {})
         self.record.update({"config": self.config.to_dict(), "transitions": [], "insights": []})
         #: The answers (by answer_key) the type check read from the passages as hypotheses, not the model.
         self.read_spans: set[str] = set()
@@ -228,10 +244,10 @@ class ResearchFlow:
         root = self.ctx.graph.node(self.ctx.root)
         root.cost_tokens += found.tokens
         if found.calls:
-            root.extra.setdefault("tool_calls", []).extend(found.calls)
+            root.extra.setdefault(EXTRA.tool_calls, []).extend(found.calls)
         if hops:
             # Which bridge entity was searched and how it was found, or why none was (as the agent's question).
-            root.extra["hops"] = hops
+            root.extra[EXTRA.hops] = hops
         self.tree[self.ctx.root].explored_at = datetime.now()
 
     async def _compare(self) -> None:
@@ -242,7 +258,7 @@ class ResearchFlow:
         compared, calls, tokens = await self.gatherer.settle(self.comparison, root, self.passages)
         node = self.ctx.graph.node(root)
         node.cost_tokens += tokens
-        node.extra.setdefault("tool_calls", []).extend(calls)
+        node.extra.setdefault(EXTRA.tool_calls, []).extend(calls)
         self.record["comparison"] = compared.to_dict()
         if compared.answer is not None:
             self._insight("discovery", f"{compared.answer}: {compared.why()}", 1.0, root,
@@ -289,7 +305,7 @@ class ResearchFlow:
         node = graph.node(h.id)
         node.cost_tokens += found.tokens
         if found.calls:
-            node.extra.setdefault("tool_calls", []).extend(found.calls)
+            node.extra.setdefault(EXTRA.tool_calls, []).extend(found.calls)
         for e in found.evidence:
             if not self._has_room():
                 self.stopped_by = self.stopped_by or "max_nodes"
@@ -300,7 +316,7 @@ class ResearchFlow:
             self.ctx.graph.succeed(nid)
             graph.set_edge(h.id, nid, edge, round(e.weight, 4))
             evidence = replace(e, node_id=nid)
-            graph.node(nid).extra["evidence"] = {k: v for k, v in evidence.to_dict().items() if k != "node"}
+            graph.node(nid).extra[EXTRA.evidence] = {k: v for k, v in evidence.to_dict().items() if k != "node"}
             h.evidence.append(evidence)
             kind: InsightType = "evidence" if e.supports else "contradiction"
             self._insight(kind, e.content, e.weight, h.id, e.source)
@@ -326,7 +342,7 @@ class ResearchFlow:
 
     def _keep(self, h: Hypothesis) -> None:
         """Mirror a hypothesis's record into its node (no times: the stored run must replay the same)."""
-        self.ctx.graph.node(h.id).extra["hypothesis"] = {
+        self.ctx.graph.node(h.id).extra[EXTRA.hypothesis] = {
             "answer": h.answer, "prior": round(h.prior, 4), "confidence": round(h.confidence, 4),
             "promise": round(h.promise, 4), "factors": {k: round(v, 4) for k, v in h.factors.items()},
             "status": h.status.value, "explored": h.explored, "pruned_reason": h.pruned_reason,
@@ -588,7 +604,7 @@ class ResearchFlow:
         if nid is not None:
             self.ctx.graph.succeed(nid)
             synthesis = replace(synthesis, node_id=nid)
-            ctx.graph.node(nid).extra["synthesis"] = {k: v for k, v in synthesis.to_dict().items() if k != "node"}
+            ctx.graph.node(nid).extra[EXTRA.synthesis] = {k: v for k, v in synthesis.to_dict().items() if k != "node"}
             ctx.graph.node(nid).score = synthesis.confidence
         for c in members:
             h = self.tree.get(c.node_id)

@@ -8,7 +8,7 @@ from ..config import OPERATOR_ROLES
 from ..context import SearchContext
 from ..continuation import OUTSIDE_BEAM
 from ..eager import eager_gather
-from ..operators import expand
+from ..operators import EXTRA as OPERATOR_EXTRA, expand
 from ..stop import StopReason
 from .base import Needs
 
@@ -53,7 +53,7 @@ def keep_promising(ctx: SearchContext, candidates: Iterable[int]) -> list[int]:
     """Every expandable candidate its evaluator did not call unpromising, best first; those it did are pruned."""
     kept = []
     for c in keep_all(ctx, candidates):
-        evaluation = ctx.graph.node(c).extra.get("evaluation")
+        evaluation = ctx.graph.node(c).extra.get(OPERATOR_EXTRA.evaluation)
         if evaluation is not None and evaluation["is_promising"] is False:
             ctx.prune(c, "its evaluator found it not worth expanding")
         else:
