@@ -7,33 +7,28 @@ most of the budget, fewer are then left than one more expansion costs, and a dep
 1/3 of a solution (quality = score x depth / 3), usually far less. With the acceptable bar at 0.14
 the best thought is within the negotiator's near gap (0.15) of it, so the controller asks for more
 tokens rather than proposing a compromise; --auto-approve-tokens answers without a terminal.
+
+Both run `loom solve` in this process (tests/inprocess.py): the model loads once for the two.
 """
 
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
-from machine import scaled
+from inprocess import loom_here
 
 BUDGET = 1_500
 ALLOWANCE = 800
 
 
 @pytest.mark.local_model
-def test_embedded_model_run_asks_for_more_tokens_and_the_automatic_handler_grants_them() -> None:
-    proc = subprocess.run(
-        [sys.executable, "-m", "thoughtloom", "solve", "--task", "game24", "4 9 10 13", "--json", "--quiet",
-         "--model", "local:gemma-3-270m",
-         "--seed", "1", "--evaluation", "value", "--budget-tokens", str(BUDGET), "--auto-approve-tokens", str(ALLOWANCE),
-         "--acceptable", "0.14", "--compromise", "0"],
-        capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=scaled(600), check=False,
-        env={**os.environ}, cwd=Path(__file__).parents[1],
-    )
+def test_embedded_model_run_asks_for_more_tokens_and_the_automatic_handler_grants_them(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    proc = loom_here(capsys, "solve", "--task", "game24", "4 9 10 13", "--json", "--quiet",
+                     "--model", "local:gemma-3-270m", "--seed", "1", "--evaluation", "value",
+                     "--budget-tokens", str(BUDGET), "--auto-approve-tokens", str(ALLOWANCE),
+                     "--acceptable", "0.14", "--compromise", "0")
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)
     assert out["model"].startswith("local:")
@@ -57,17 +52,14 @@ def test_embedded_model_run_asks_for_more_tokens_and_the_automatic_handler_grant
 
 
 @pytest.mark.local_model
-def test_embedded_model_run_goes_one_level_past_its_depth_when_the_automatic_answers_allow_it() -> None:
+def test_embedded_model_run_goes_one_level_past_its_depth_when_the_automatic_answers_allow_it(
+        capsys: pytest.CaptureFixture[str]) -> None:
     # Game of 24 with --depth 2: a two-step thought is at most 2/3 of a solution, never acceptable,
     # and still has two numbers to combine, so at the limit the controller asks; --auto-deeper 1
     # answers, the search's limit rises from 2 to 3 (within the hard depth 2 + 3), and it goes on.
-    proc = subprocess.run(
-        [sys.executable, "-m", "thoughtloom", "solve", "--task", "game24", "4 9 10 13", "--json", "--quiet",
-         "--no-store", "--model", "local:gemma-3-270m", "--seed", "1", "--depth", "2", "--budget-tokens", "6000",
-         "--auto-deeper", "1"],
-        capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=scaled(600), check=False,
-        env={**os.environ}, cwd=Path(__file__).parents[1],
-    )
+    proc = loom_here(capsys, "solve", "--task", "game24", "4 9 10 13", "--json", "--quiet",
+                     "--no-store", "--model", "local:gemma-3-270m", "--seed", "1", "--depth", "2",
+                     "--budget-tokens", "6000", "--auto-deeper", "1")
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)
     control = out["control"]

@@ -7,12 +7,10 @@ import ast
 import csv
 import json
 import re
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 from benchdata import data_dir, needs
+from inprocess import loom_here
 from machine import scaled
 
 from thoughtloom.cli.main import main
@@ -28,7 +26,6 @@ from thoughtloom.tasks.got import intersection_errors, keyword_errors, sorting_e
 from thoughtloom.tasks.registry import TaskOptions
 from thoughtloom.views.mermaid import to_mermaid
 
-ROOT = Path(__file__).resolve().parents[1]
 _GOT_FILES = ("got/sorting/sorting_032.csv", "got/sorting/sorting_064.csv", "got/sorting/sorting_128.csv",
               "got/set_intersection/set_intersection_032.csv", "got/set_intersection/set_intersection_064.csv",
               "got/set_intersection/set_intersection_128.csv", "got/keyword_counting/countries.csv")
@@ -202,12 +199,12 @@ def test_cli_rejects_size_for_a_task_without_sizes(capsys):
 
 
 @pytest.mark.local_model
-def test_sorting_32_runs_end_to_end_on_the_embedded_model_and_reports_its_error_count():
-    proc = subprocess.run(
-        [sys.executable, "-m", "thoughtloom", "solve", "--task", "sorting", "--size", "32", "--strategy", "recursive",
-         "--json", "--quiet", "--budget-tokens", "12000"],
-        capture_output=True, text=True, timeout=scaled(300), cwd=ROOT,
-    )
+@pytest.mark.timeout(scaled(300))
+def test_sorting_32_runs_end_to_end_on_the_embedded_model_and_reports_its_error_count(capsys):
+    # In this process (the model stays loaded for the suite's other embedded tests); `loom solve` in a
+    # subprocess is tested elsewhere.
+    proc = loom_here(capsys, "solve", "--task", "sorting", "--size", "32", "--strategy", "recursive",
+                     "--json", "--quiet", "--budget-tokens", "12000")
     assert proc.returncode == 0, proc.stderr
     data = json.loads(proc.stdout)
     summary = data["recursion"]["summary"]

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from inprocess import loom_here
 from openai_server import FakeOpenAIServer, Reply, always, error_body, serve
 from test_anthropic_backend import message, root
 from test_agent import TRIP, served, trip_model
@@ -143,53 +144,58 @@ async def test_tool_output_and_tool_errors_with_lone_surrogates_come_back_as_val
 # --- the command line -------------------------------------------------------------------------------
 
 
-def test_solve_with_lone_surrogates_in_every_reply_exits_0_with_the_answer(broken_model: str) -> None:
-    proc = loom("solve", "--model", broken_model, "--depth", "1", "--breadth", "2", "--budget-calls", "6",
-                PROBLEM)
+def test_solve_with_lone_surrogates_in_every_reply_exits_0_with_the_answer(
+        broken_model: str, capsys: pytest.CaptureFixture[str]) -> None:
+    proc = loom_here(capsys, "solve", "--model", broken_model, "--depth", "1", "--breadth", "2", "--budget-calls", "6",
+                     PROBLEM)
     assert proc.returncode == 0, proc.stderr
     assert "Traceback" not in proc.stderr
     assert "answer:" in proc.stdout and "\ufffd" in proc.stdout
     assert "U+FFFD" in proc.stderr  # the warning says what was replaced
 
 
-def test_solve_json_with_lone_surrogates_in_every_reply_prints_valid_json(broken_model: str) -> None:
-    proc = loom("solve", "--model", broken_model, "--depth", "1", "--breadth", "2", "--budget-calls", "6",
-                "--json", "--quiet", PROBLEM)
+def test_solve_json_with_lone_surrogates_in_every_reply_prints_valid_json(
+        broken_model: str, capsys: pytest.CaptureFixture[str]) -> None:
+    proc = loom_here(capsys, "solve", "--model", broken_model, "--depth", "1", "--breadth", "2", "--budget-calls", "6",
+                     "--json", "--quiet", PROBLEM)
     assert proc.returncode == 0, proc.stderr
     assert "\ufffd" in json.loads(proc.stdout)["answer"]
 
 
-def test_a_run_whose_replies_held_lone_surrogates_is_stored_shown_and_viewed(broken_model: str,
-                                                                            tmp_path: Path) -> None:
-    proc = loom("solve", "--model", broken_model, "--depth", "1", "--breadth", "2", "--budget-calls", "6",
-                "--quiet", PROBLEM)
+def test_a_run_whose_replies_held_lone_surrogates_is_stored_shown_and_viewed(
+        broken_model: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    proc = loom_here(capsys, "solve", "--model", broken_model, "--depth", "1", "--breadth", "2", "--budget-calls", "6",
+                     "--quiet", PROBLEM)
     assert proc.returncode == 0, proc.stderr
-    run_id = json.loads(loom("runs", "--json").stdout.splitlines()[0])["id"]
-    assert json.loads(loom("runs", "--json").stdout.splitlines()[0])["status"] == "finished"
-    shown = loom("show", run_id)
+    run_id = json.loads(loom_here(capsys, "runs", "--json").stdout.splitlines()[0])["id"]
+    assert json.loads(loom_here(capsys, "runs", "--json").stdout.splitlines()[0])["status"] == "finished"
+    shown = loom_here(capsys, "show", run_id)
     assert shown.returncode == 0, shown.stderr
     assert "\ufffd" in shown.stdout
     page = tmp_path / "run.html"
-    viewed = loom("view", run_id, "--out", str(page))
+    viewed = loom_here(capsys, "view", run_id, "--out", str(page))
     assert viewed.returncode == 0, viewed.stderr
     assert "\ufffd" in page.read_text(encoding="utf-8")
 
 
-def test_a_server_error_with_lone_surrogates_is_one_line_exit_2(server: FakeOpenAIServer) -> None:
+def test_a_server_error_with_lone_surrogates_is_one_line_exit_2(
+        server: FakeOpenAIServer, capsys: pytest.CaptureFixture[str]) -> None:
     server.responder = lambda seen: Reply(400, error_body(f"no {LONE} such thing"))
-    proc = loom("solve", "--model", f"openai-compatible:{server.url}@m", "--quiet", "--depth", "1", PROBLEM)
+    proc = loom_here(capsys, "solve", "--model", f"openai-compatible:{server.url}@m", "--quiet", "--depth", "1",
+                     PROBLEM)
     assert_one_line_error(proc, "no \ufffd such thing")
 
 
-def test_an_agent_tool_call_escaping_a_lone_surrogate_does_not_crash_the_run(server: FakeOpenAIServer) -> None:
+def test_an_agent_tool_call_escaping_a_lone_surrogate_does_not_crash_the_run(
+        server: FakeOpenAIServer, capsys: pytest.CaptureFixture[str]) -> None:
     script = trip_model()
     script.on("Step: Add up", '{"tool": "calc", "args": {"expression": "300 + 300 \\ud800"}}')
     server.responder = served(script)
-    proc = loom("agent", TRIP, "--quiet", "--json", "--tools", "calc", "--model",
-                f"openai-compatible:{server.url}@scripted#chat")
+    proc = loom_here(capsys, "agent", TRIP, "--quiet", "--json", "--tools", "calc", "--model",
+                     f"openai-compatible:{server.url}@scripted#chat")
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["answer"]
-    run = json.loads(loom("runs", "--json").stdout.splitlines()[0])
+    run = json.loads(loom_here(capsys, "runs", "--json").stdout.splitlines()[0])
     assert run["status"] == "finished"
 
 

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from inprocess import loom_here
 from machine import scaled
 from openai_server import FakeOpenAIServer, Reply, Seen
 from test_cli import assert_one_line_error, loom
@@ -61,8 +62,9 @@ def scripted(server: FakeOpenAIServer, steps: list[str], seen: list[str] | None 
     return f"openai-compatible:{server.url}@scripted#completions"
 
 
-def solve_json(*args: str) -> dict:
-    proc = loom("solve", *args, "--json", "--quiet")
+def solve_json(capsys: pytest.CaptureFixture[str], *args: str) -> dict:
+    """`loom solve ARGS --json --quiet` run in this process (the subprocess form is tested once, below)."""
+    proc = loom_here(capsys, "solve", *args, "--json", "--quiet")
     assert proc.returncode == 0, proc.stderr
     return json.loads(proc.stdout)
 
@@ -140,9 +142,10 @@ def test_the_debugging_profiles_regression_tests_reach_the_debug_task(tmp_path: 
     assert off.task_options.regression_tests is False and off.task_object().regression_tests is False
 
 
-def test_a_fix_that_breaks_another_test_fails_when_the_suite_runs(server: FakeOpenAIServer, tmp_path: Path) -> None:
+def test_a_fix_that_breaks_another_test_fails_when_the_suite_runs(
+        server: FakeOpenAIServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     model = model_spec(server, lambda p: BREAKS_MUL if "(fixed)" in p else "add() in calc.py subtracts.")
-    out = solve_json("--profile", "debugging", "--repo", str(repo(tmp_path)), "--failing-test", FAILING,
+    out = solve_json(capsys, "--profile", "debugging", "--repo", str(repo(tmp_path)), "--failing-test", FAILING,
                      "--model", model, "--breadth", "1", "--depth", "2")
     fix = next(g for g in out["grounding"] if g.get("details", {}).get("kind") == "fix")
     assert fix["verified"] is False and fix["details"]["suite"]["failed"] == 1
@@ -150,9 +153,9 @@ def test_a_fix_that_breaks_another_test_fails_when_the_suite_runs(server: FakeOp
 
 
 def test_without_regression_tests_a_fix_is_judged_by_the_failing_test_alone(
-        server: FakeOpenAIServer, tmp_path: Path) -> None:
+        server: FakeOpenAIServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     model = model_spec(server, lambda p: BREAKS_MUL if "(fixed)" in p else "add() in calc.py subtracts.")
-    out = solve_json("--profile", "debugging", "--repo", str(repo(tmp_path)), "--failing-test", FAILING,
+    out = solve_json(capsys, "--profile", "debugging", "--repo", str(repo(tmp_path)), "--failing-test", FAILING,
                      "--model", model, "--breadth", "1", "--depth", "2", "--no-regression-tests")
     fix = next(g for g in out["grounding"] if g.get("details", {}).get("kind") == "fix")
     assert fix["verified"] is True and fix["details"]["suite"] is None
@@ -173,10 +176,10 @@ def test_the_research_profile_needs_a_knowledge_folder() -> None:
 
 
 def test_the_research_profile_poses_the_problem_with_the_passages_to_cite(
-        server: FakeOpenAIServer, tmp_path: Path) -> None:
+        server: FakeOpenAIServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     seen: list[str] = []
     model = scripted(server, [CITED_TRUE], seen)
-    out = solve_json("--profile", "research_synthesis", "--knowledge", str(docs(tmp_path)), "--model", model,
+    out = solve_json(capsys, "--profile", "research_synthesis", "--knowledge", str(docs(tmp_path)), "--model", model,
                      "--breadth", "1", "--depth", "1", QUESTION)
     assert "[physics.md:5] Water: Water boils at 100 degrees Celsius at sea level." in seen[0]  # after its title
     assert "as [file:line]" in seen[0]
@@ -184,9 +187,9 @@ def test_the_research_profile_poses_the_problem_with_the_passages_to_cite(
 
 
 def test_the_research_profile_grounds_claims_and_checks_their_citations(
-        server: FakeOpenAIServer, tmp_path: Path) -> None:
+        server: FakeOpenAIServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     model = scripted(server, [CITED_TRUE, MADE_UP_SOURCE])
-    out = solve_json("--profile", "research_synthesis", "--knowledge", str(docs(tmp_path)), "--model", model,
+    out = solve_json(capsys, "--profile", "research_synthesis", "--knowledge", str(docs(tmp_path)), "--model", model,
                      "--breadth", "2", "--depth", "1", QUESTION)
     by_ref = {g["details"]["citation_check"]["checks"][0]["ref"]: g for g in out["grounding"]}
     good, bad = by_ref["physics.md:5"], by_ref["chemistry.md:2"]
@@ -199,11 +202,11 @@ def test_the_research_profile_grounds_claims_and_checks_their_citations(
 
 
 def test_the_research_profile_does_not_verify_a_claim_that_cites_nothing(
-        server: FakeOpenAIServer, tmp_path: Path) -> None:
+        server: FakeOpenAIServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     model = scripted(server, [UNCITED_TRUE])
     args = ["--knowledge", str(docs(tmp_path)), "--model", model, "--breadth", "1", "--depth", "1", QUESTION]
-    required = solve_json("--profile", "research_synthesis", *args)["grounding"][0]
-    plain = solve_json(*args)["grounding"][0]
+    required = solve_json(capsys, "--profile", "research_synthesis", *args)["grounding"][0]
+    plain = solve_json(capsys, *args)["grounding"][0]
     assert plain["verified"] is True
     assert required["verified"] is None
     assert required["details"]["citation_check"]["uncited_claims"] == [UNCITED_TRUE]
@@ -211,13 +214,13 @@ def test_the_research_profile_does_not_verify_a_claim_that_cites_nothing(
 
 
 def test_the_research_profiles_cross_reference_threshold_refuses_a_partial_match(
-        server: FakeOpenAIServer, tmp_path: Path) -> None:
+        server: FakeOpenAIServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     # "Copper conducts electricity." covers 2 of the claim's 3 terms: enough for the judge's 2/3, not for 0.7.
     model = scripted(server, ["Copper conducts heat [metals.md:1]."])
     args = ["--knowledge", str(docs(tmp_path)), "--model", model, "--breadth", "1", "--depth", "1",
             "What does copper conduct?"]
-    loose = solve_json(*args)["grounding"][0]
-    strict = solve_json("--profile", "research_synthesis", *args)["grounding"][0]
+    loose = solve_json(capsys, *args)["grounding"][0]
+    strict = solve_json(capsys, "--profile", "research_synthesis", *args)["grounding"][0]
     assert loose["verified"] is True
     assert strict["verified"] is False
     assert strict["details"]["citation_check"]["checks"][0]["status"] == "unrelated"

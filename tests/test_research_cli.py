@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from benchdata import hotpot_paragraphs
+from inprocess import loom_here
 from machine import scaled
 from openai_server import FakeOpenAIServer, Reply, Seen
 
@@ -80,8 +81,9 @@ def test_loom_research_prints_insights_then_the_cited_synthesis(docs: str, model
     assert "citations: docs:" in proc.stdout and "stopped by confidence_threshold" in proc.stdout
 
 
-def test_loom_research_json_is_the_research_result(docs: str, model: str) -> None:
-    proc = loom("research", QUESTION, "--knowledge", docs, "--model", model, "--json", "--quiet", "--no-store")
+def test_loom_research_json_is_the_research_result(docs: str, model: str, capsys: pytest.CaptureFixture[str]) -> None:
+    proc = loom_here(capsys, "research", QUESTION, "--knowledge", docs, "--model", model, "--json", "--quiet",
+                     "--no-store")
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)
     assert out["answer"]["answer"] == "Argus" and out["answer"]["citations"][0].startswith("docs:")
@@ -91,7 +93,8 @@ def test_loom_research_json_is_the_research_result(docs: str, model: str) -> Non
     assert out["run"]["usage"]["calls"] >= 4 and out["run"]["termination_reason"] == "confidence_reached"
 
 
-def test_loom_research_shows_which_final_citations_were_verified(docs: str, server: FakeOpenAIServer) -> None:
+def test_loom_research_shows_which_final_citations_were_verified(
+        docs: str, server: FakeOpenAIServer, capsys: pytest.CaptureFixture[str]) -> None:
     def ghost(seen: Seen) -> Reply:
         asked = seen.body["messages"][-1]["content"]
         if "Hypotheses:" in asked and "Hypotheses (" not in asked:
@@ -100,24 +103,26 @@ def test_loom_research_shows_which_final_citations_were_verified(docs: str, serv
 
     server.responder = ghost
     model = f"openai-compatible:{server.url}@scripted#chat"
-    text = loom("research", QUESTION, "--knowledge", docs, "--model", model, "--quiet", "--no-store")
+    text = loom_here(capsys, "research", QUESTION, "--knowledge", docs, "--model", model, "--quiet", "--no-store")
     assert text.returncode == 0, text.stderr
     cited = next(line for line in text.stdout.splitlines() if line.startswith("  citations: "))
     assert "docs:argo.md:1-2" in cited and "ghost" not in cited
     assert "  not verified: docs:ghost.md:7 (no_source: no passage of that document was read in this run)" \
         in text.stdout.splitlines()
-    out = json.loads(loom("research", QUESTION, "--knowledge", docs, "--model", model, "--json", "--quiet",
-                          "--no-store").stdout)
+    out = json.loads(loom_here(capsys, "research", QUESTION, "--knowledge", docs, "--model", model, "--json",
+                               "--quiet", "--no-store").stdout)
     checks = {c["ref"]: c["valid"] for c in out["answer"]["citation_checks"]}
     assert checks["docs:argo.md:1-2"] is True and checks["docs:ghost.md:7"] is False
 
 
-def test_a_stored_research_run_replays_from_the_cli(docs: str, model: str, tmp_path: Path) -> None:
+def test_a_stored_research_run_replays_from_the_cli(
+        docs: str, model: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     store = str(tmp_path / "runs.db")
-    proc = loom("research", QUESTION, "--knowledge", docs, "--model", model, "--json", "--quiet", "--store", store)
+    proc = loom_here(capsys, "research", QUESTION, "--knowledge", docs, "--model", model, "--json", "--quiet",
+                     "--store", store)
     assert proc.returncode == 0, proc.stderr
     run_id = json.loads(proc.stdout)["run"]["run_id"]
-    replay = loom("replay", run_id, "--store", store)
+    replay = loom_here(capsys, "replay", run_id, "--store", store)
     assert replay.returncode == 0, replay.stderr
     assert "identical" in (replay.stdout + replay.stderr)
 
@@ -160,20 +165,21 @@ def test_a_knowledge_folder_with_hostile_entries_still_answers_from_the_good_fil
     (("--bridge-hops", "-1"), "--bridge-hops must be at least 0"),
     (("--brancher-model", "nosuch:thing"), "--brancher-model"),
 ])
-def test_bad_research_settings_are_one_line_errors(docs: str, args: tuple[str, ...], said: str) -> None:
-    proc = loom("research", QUESTION, "--knowledge", docs, "--no-store", *args)
+def test_bad_research_settings_are_one_line_errors(
+        docs: str, args: tuple[str, ...], said: str, capsys: pytest.CaptureFixture[str]) -> None:
+    proc = loom_here(capsys, "research", QUESTION, "--knowledge", docs, "--no-store", *args)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1 and said in proc.stderr
 
 
-def test_an_anti_pattern_allowed_explicitly_runs(docs: str, model: str) -> None:
-    proc = loom("research", QUESTION, "--knowledge", docs, "--model", model, "--max-branches", "12", "--allow",
-                "unbounded_branching", "--quiet", "--no-store")
+def test_an_anti_pattern_allowed_explicitly_runs(docs: str, model: str, capsys: pytest.CaptureFixture[str]) -> None:
+    proc = loom_here(capsys, "research", QUESTION, "--knowledge", docs, "--model", model, "--max-branches", "12",
+                     "--allow", "unbounded_branching", "--quiet", "--no-store")
     assert proc.returncode == 0, proc.stderr
 
 
-def test_an_empty_question_is_a_one_line_error() -> None:
-    proc = loom("research", "  ", "--no-store")
+def test_an_empty_question_is_a_one_line_error(capsys: pytest.CaptureFixture[str]) -> None:
+    proc = loom_here(capsys, "research", "  ", "--no-store")
     assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1 and "empty" in proc.stderr
 
 
@@ -185,11 +191,13 @@ def test_model_text_in_an_insight_is_escaped_for_the_terminal() -> None:
 
 
 @pytest.mark.local_model
-def test_loom_research_streams_insights_and_a_cited_synthesis_on_the_embedded_model(tmp_path: Path) -> None:
+@pytest.mark.timeout(scaled(900))
+def test_loom_research_streams_insights_and_a_cited_synthesis_on_the_embedded_model(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     folder = tmp_path / "paragraphs"
     row = hotpot_paragraphs(0, folder)
-    proc = loom("research", row["question"], "--knowledge", str(folder), "--quiet", "--no-store", "--seed", "1",
-                timeout=scaled(900))
+    proc = loom_here(capsys, "research", row["question"], "--knowledge", str(folder), "--quiet", "--no-store",
+                     "--seed", "1")
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.startswith("[discovery]") and "[evidence]" in proc.stdout
     assert re.search(r"^synthesis \(.+\): ", proc.stdout, re.MULTILINE)
