@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import replace
@@ -29,6 +30,7 @@ from thoughtloom.eval.sources import (
     BLOCKSWORLD_STEP_FILES,
     SOURCES,
     BlocksworldAssembly,
+    FetchError,
     fetch,
 )
 from thoughtloom.llm.budget import BudgetLimits
@@ -441,6 +443,24 @@ def test_a_missing_upstream_instance_is_a_one_line_error_naming_it(
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "instance-192.pddl" in err
     assert not (cache / "blocksworld").exists()
+
+
+def test_a_failed_instance_download_stops_the_downloads_not_yet_started() -> None:
+    instances = [[f"LLMs-Planning/bw/instance-{i}.pddl", "(pick-up a)\n", 2] for i in range(200)]
+    fetched: list[str] = []
+
+    def get(url: str, cap: int) -> bytes:
+        if "/rap/" in url:
+            return json.dumps(instances if url.endswith("step_2.json") else []).encode()
+        fetched.append(url)
+        if url.endswith("/instance-0.pddl"):
+            raise FetchError(f"cannot download {url}: HTTP 404")
+        time.sleep(0.05)
+        return b"(define (problem p) (:init (handempty) (ontable a) (clear a)) (:goal (holding a)))"
+
+    with pytest.raises(FetchError, match="instance-0.pddl"):
+        BlocksworldAssembly("http://up/rap", "http://up/planbench")(get)
+    assert len(fetched) < 50  # the 200 queued downloads were not all made
 
 
 def test_an_upstream_step_list_that_is_not_its_layout_is_a_one_line_error(

@@ -144,6 +144,7 @@ class BlocksworldAssembly:
                  for version in ("v1", "v2")}
         entries = [r for n in BLOCKSWORLD_STEP_FILES for r in listed(f"full_data/step_{n}.json")]
         files = [instance(r) for r in entries]
+        # Executor.map cancels the downloads not yet started when one fails (each could wait out its deadline).
         with ThreadPoolExecutor(_BW_PARALLEL) as pool:
             pddls = list(pool.map(lambda f: get(f"{self.planbench}/{f}", _BW_PDDL_CAP).decode("utf-8"), files))
         lines = [json.dumps(_blocksworld_row(f, str(plan), int(str(steps)), pddl, f in tests["v1"], f in tests["v2"]))
