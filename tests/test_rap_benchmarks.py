@@ -6,6 +6,10 @@ from __future__ import annotations
 
 import json
 import re
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -21,7 +25,14 @@ from thoughtloom.eval.datasets import (
     load_dataset,
 )
 from thoughtloom.eval.lanes import run_lane
-from thoughtloom.eval.sources import SOURCES, FetchError, fetch
+from thoughtloom.eval.sources import (
+    BLOCKSWORLD_SPLIT_STEPS,
+    BLOCKSWORLD_STEP_FILES,
+    SOURCES,
+    BlocksworldAssembly,
+    FetchError,
+    fetch,
+)
 from thoughtloom.llm.budget import BudgetLimits
 from thoughtloom.llm.fake import ScriptedBackend
 from thoughtloom.tasks.base import ProblemError
@@ -355,8 +366,6 @@ def test_data_fetch_from_a_mirror_writes_the_checked_file_that_bench_then_reads(
 @has_data
 def test_prontoqa_is_fetched_from_its_upstream_original_checked_against_the_pin(
         cache: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from dataclasses import replace
-
     pinned = SOURCES["prontoqa"].files[0]
     (tmp_path / "up").mkdir()
     (tmp_path / "up" / "345hop_random_true.json").write_bytes((DATA / PQ_FILE).read_bytes())
@@ -367,13 +376,117 @@ def test_prontoqa_is_fetched_from_its_upstream_original_checked_against_the_pin(
     assert (cache / PQ_FILE).read_bytes() == (DATA / PQ_FILE).read_bytes()
 
 
-def test_blocksworld_without_a_mirror_says_in_one_line_where_to_fetch_it(
-        cache: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    with pytest.raises(FetchError, match="no single upstream file"):
-        fetch("blocksworld")
-    assert main(["data", "fetch", "blocksworld"]) == 2
+INSTANCE_192 = "llm_planning_analysis/instances/blocksworld/generated_basic/instance-192.pddl"
+
+
+def upstream_blocksworld(folder: Path) -> None:
+    """llm-reasoners' step lists and test splits (under rap/) and the PlanBench instances they name (under
+    planbench/), in their repositories' layouts, written into `folder` from the data folder's assembled file."""
+    rows = [json.loads(line) for line in (DATA / BW_FILE).read_text().splitlines()]
+
+    def listed(path: str, picked: list[dict[str, object]]) -> None:
+        (folder / "rap" / path).parent.mkdir(parents=True, exist_ok=True)
+        entries = [[f"LLMs-Planning/{r['instance_file']}", r["gold_plan"], r["n_steps"]] for r in picked]
+        (folder / "rap" / path).write_text(json.dumps(entries))
+
+    for n in BLOCKSWORLD_STEP_FILES:
+        listed(f"full_data/step_{n}.json", [r for r in rows if r["n_steps"] == n])
+    for version, flag in (("v1", "in_test_v1_hard"), ("v2", "in_test_v2_easy")):
+        for n in BLOCKSWORLD_SPLIT_STEPS:
+            listed(f"split_{version}/split_{version}_step_{n}_data.json",
+                   [r for r in rows if r["n_steps"] == n and r[flag]])
+    for r in rows:
+        instance = folder / "planbench" / str(r["instance_file"])
+        instance.parent.mkdir(parents=True, exist_ok=True)
+        instance.write_text(str(r["pddl"]))
+
+
+@contextmanager
+def blocksworld_upstream(folder: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """`folder` (as upstream_blocksworld writes it) served from 127.0.0.1 as the set's upstream, with today's pin."""
+    pinned = SOURCES["blocksworld"].files[0]
+    with mirror(folder) as url:
+        local = replace(pinned, assemble=BlocksworldAssembly(f"{url}/rap", f"{url}/planbench"))
+        monkeypatch.setitem(SOURCES, "blocksworld", replace(SOURCES["blocksworld"], files=(local,)))
+        yield
+
+
+@has_data
+def test_blocksworld_is_assembled_from_its_upstream_files_into_the_pinned_file_byte_for_byte(
+        cache: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    upstream_blocksworld(tmp_path / "up")
+    with blocksworld_upstream(tmp_path / "up", monkeypatch):
+        assert main(["data", "fetch", "blocksworld"]) == 0
+    assert (cache / BW_FILE).read_bytes() == (DATA / BW_FILE).read_bytes()
+
+
+@has_data
+def test_a_changed_upstream_instance_is_refused_in_one_line_and_nothing_is_written(
+        cache: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    upstream_blocksworld(tmp_path / "up")
+    instance = tmp_path / "up" / "planbench" / INSTANCE_192
+    instance.write_text(instance.read_text().replace("(on d a)", "(on d b)"))
+    with blocksworld_upstream(tmp_path / "up", monkeypatch):
+        assert main(["data", "fetch", "blocksworld"]) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "--from URL" in err
+    assert err.count("\n") == 1 and "refused blocksworld/blocksworld.jsonl" in err and "pinned" in err
+    assert not (cache / "blocksworld").exists()
+
+
+@has_data
+def test_a_missing_upstream_instance_is_a_one_line_error_naming_it(
+        cache: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    upstream_blocksworld(tmp_path / "up")
+    (tmp_path / "up" / "planbench" / INSTANCE_192).unlink()
+    with blocksworld_upstream(tmp_path / "up", monkeypatch):
+        assert main(["data", "fetch", "blocksworld"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "instance-192.pddl" in err
+    assert not (cache / "blocksworld").exists()
+
+
+def test_a_failed_instance_download_stops_the_downloads_not_yet_started() -> None:
+    instances = [[f"LLMs-Planning/bw/instance-{i}.pddl", "(pick-up a)\n", 2] for i in range(200)]
+    fetched: list[str] = []
+
+    def get(url: str, cap: int) -> bytes:
+        if "/rap/" in url:
+            return json.dumps(instances if url.endswith("step_2.json") else []).encode()
+        fetched.append(url)
+        if url.endswith("/instance-0.pddl"):
+            raise FetchError(f"cannot download {url}: HTTP 404")
+        time.sleep(0.05)
+        return b"(define (problem p) (:init (handempty) (ontable a) (clear a)) (:goal (holding a)))"
+
+    with pytest.raises(FetchError, match="instance-0.pddl"):
+        BlocksworldAssembly("http://up/rap", "http://up/planbench")(get)
+    assert len(fetched) < 50  # the 200 queued downloads were not all made
+
+
+def test_an_upstream_step_list_that_is_not_its_layout_is_a_one_line_error(
+        cache: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    for path in [f"full_data/step_{n}.json" for n in BLOCKSWORLD_STEP_FILES] + [
+            f"split_{v}/split_{v}_step_{n}_data.json" for v in ("v1", "v2") for n in BLOCKSWORLD_SPLIT_STEPS]:
+        (tmp_path / "up" / "rap" / path).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / "up" / "rap" / path).write_text("<html>moved</html>")
+    with blocksworld_upstream(tmp_path / "up", monkeypatch):
+        assert main(["data", "fetch", "blocksworld"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "not the layout this version reads" in err
+
+
+def test_data_list_says_blocksworld_is_assembled_and_its_result_checked(
+        cache: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["data", "list"]) == 0
+    line = next(ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("blocksworld "))
+    assert "[assembled from several upstream files: the result is checked]" in line
+
+
+def test_blocksworld_is_assembled_from_both_repositories_at_pinned_commits() -> None:
+    assembly = SOURCES["blocksworld"].files[0].assemble
+    assert isinstance(assembly, BlocksworldAssembly)
+    assert "/maitrix-org/llm-reasoners/f94e5ac2cb9788c3d7d7dbf2173884ed4088e4b2/" in assembly.rap_data
+    assert assembly.planbench.endswith("/karthikv792/LLMs-Planning/34e6841f81ca7708f2f8b8241504bfe8a908e40b")
 
 
 def test_a_bucket_without_its_file_names_the_fetch_command_of_the_whole_set(

@@ -71,8 +71,8 @@ def _list(data_dir: Any) -> int:
     for name, src in SOURCES.items():
         state = "here" if is_present(src, data_dir) else "not fetched"
         checked = "" if all(f.original_pinned for f in src.files) else " [original unpinned: its split is checked]"
-        checked += " [assembled from several sources: fetched from a mirror]" if any(f.assembled for f in src.files) \
-            else ""
+        checked += " [assembled from several upstream files: the result is checked]" \
+            if any(f.assemble for f in src.files) else ""
         print(f"{name:<21}{src.split:<7}{state:<13}{src.licence:<14}{src.origin}{checked}")
     bundled = [n for n, spec in DATASETS.items() if spec.path is None]
     for name in bundled:

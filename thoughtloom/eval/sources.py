@@ -8,8 +8,11 @@ data
 directory's own layout (`--from URL` or $THOUGHTLOOM_DATA_URL) replaces the upstream hosts;
 its files are checked against the same pinned checksums, so a mirror cannot change the data.
 
+Blocksworld has no single upstream file: it is assembled from llm-reasoners' step lists and the
+PlanBench instances they name (BlocksworldAssembly), and the assembled file is what is pinned.
+
 Every checksum here is of bytes someone can reproduce: the upstream file as its repository
-holds it, or the file the split writes from it. What is written is always checked; an original is
+holds it, or the file the split (or the assembly) writes from it. What is written is always checked; an original is
 checked too where its bytes could be pinned (for MBPP and HotpotQA they could not be proven here, so
 only their splits, which rewrite the JSON in one canonical layout, are).
 """
@@ -21,13 +24,16 @@ import hashlib
 import io
 import json
 import os
+import re
 import secrets
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
 from ..llm.download import UNPINNED_MAX_BYTES, DownloadError, default_deadline, stream
+from ..tasks.blocksworld import COLORS, action_text, fact_text, statement_of, statement_prompt
 from ..tasks.datadir import cache_data_dir
 
 #: A base URL replacing the upstream hosts: it serves the data directory's layout (game24/24_dev.csv ...).
@@ -45,6 +51,8 @@ _GOT = "https://raw.githubusercontent.com/spcl/graph-of-thoughts/363421c61c7bc11
 _GSM = "https://raw.githubusercontent.com/openai/grade-school-math/3101c7d5072418e28b9008a6636bde82a006892c"
 _MBPP = "https://raw.githubusercontent.com/google-research/google-research/30adf0ec5f35f9609c2f1d896005e184195d9146"
 _RAP = "https://raw.githubusercontent.com/maitrix-org/llm-reasoners/f94e5ac2cb9788c3d7d7dbf2173884ed4088e4b2"
+# The LLMs-Planning commit _RAP's checkout pins as its submodule: the PlanBench instances its step lists name.
+_PLANBENCH = "https://raw.githubusercontent.com/karthikv792/LLMs-Planning/34e6841f81ca7708f2f8b8241504bfe8a908e40b"
 
 
 #: The size of the ToT 24.csv at _TOT's commit (its git object; the split of it reproduces both pinned files).
@@ -92,6 +100,93 @@ def hotpotqa_first50(original: bytes) -> bytes:
     return json.dumps(out, ensure_ascii=False).encode("utf-8")
 
 
+#: Downloads one upstream part of an assembled file: (URL, most bytes it may have) -> its bytes.
+Get = Callable[[str, int], bytes]
+
+#: RAP's step buckets as llm-reasoners' full_data holds them, and those its test splits (v1 hard, v2 easy) list.
+BLOCKSWORLD_STEP_FILES = (2, 4, 6, 8, 10, 12, 14, 16)
+BLOCKSWORLD_SPLIT_STEPS = (2, 4, 6, 8, 10, 12)
+# The upstream parts are small (step lists <= 33 kB, instances <= 0.5 kB); what is assembled is pinned, so
+# these only bound a download.
+_BW_LIST_CAP = 1 << 16
+_BW_PDDL_CAP = 1 << 13
+_BW_PARALLEL = 8
+_PDDL_ATOM = re.compile(r"\(\s*([^()\s]+)((?:\s+[^()\s]+)*)\s*\)")
+
+
+@dataclass(frozen=True, slots=True)
+class BlocksworldAssembly:
+    """How blocksworld.jsonl is assembled: llm-reasoners' step lists joined with each PlanBench instance.
+
+    For each `full_data/step_N.json` entry (instance path, gold plan, length), in bucket order, one JSON
+    line: the instance's PDDL as LLMs-Planning holds it, its initial and goal facts and gold plan in
+    PlanBench's words (llm-reasoners' bw_utils: facts sorted by predicate then arguments, a-l named by
+    bw_config.yaml's colours), the question as its `fill_template` writes it, and whether RAP's hard (v1)
+    and easy (v2) test splits hold it.
+    """
+
+    #: llm-reasoners' examples/CoT/blocksworld/data folder (step lists and splits).
+    rap_data: str
+    #: LLMs-Planning's root at the commit llm-reasoners pins (the instance paths are relative to it).
+    planbench: str
+
+    def __call__(self, get: Get) -> bytes:
+        """The assembled file, its parts downloaded with `get`."""
+        def listed(path: str) -> list[list[object]]:
+            rows = json.loads(get(f"{self.rap_data}/{path}", _BW_LIST_CAP).decode("utf-8"))
+            return [list(r) for r in rows]
+
+        def instance(entry: list[object]) -> str:
+            return str(entry[0]).split("LLMs-Planning/", 1)[1]
+
+        tests = {version: {instance(r) for n in BLOCKSWORLD_SPLIT_STEPS
+                           for r in listed(f"split_{version}/split_{version}_step_{n}_data.json")}
+                 for version in ("v1", "v2")}
+        entries = [r for n in BLOCKSWORLD_STEP_FILES for r in listed(f"full_data/step_{n}.json")]
+        files = [instance(r) for r in entries]
+        # Executor.map cancels the downloads not yet started when one fails (each could wait out its deadline).
+        with ThreadPoolExecutor(_BW_PARALLEL) as pool:
+            pddls = list(pool.map(lambda f: get(f"{self.planbench}/{f}", _BW_PDDL_CAP).decode("utf-8"), files))
+        lines = [json.dumps(_blocksworld_row(f, str(plan), int(str(steps)), pddl, f in tests["v1"], f in tests["v2"]))
+                 for f, (_, plan, steps), pddl in zip(files, entries, pddls, strict=True)]
+        return "".join(line + "\n" for line in lines).encode("utf-8")
+
+
+def _blocksworld_row(file: str, plan: str, steps: int, pddl: str, hard: bool, easy: bool) -> dict[str, object]:
+    """One line of blocksworld.jsonl, as the assembly writes it."""
+    init, goal = (_facts_text(_pddl_atoms(pddl, part)) for part in ("init", "goal"))
+    actions = [a.strip("(").strip(")").split(" ") for a in plan.split("\n")[:-1]]
+    return {"instance": file.split("blocksworld/", 1)[1], "instance_file": file, "n_steps": steps,
+            "gold_plan": plan, "gold_plan_text": "".join(action_text((a[0], *map(_colour, a[1:]))) + "\n"
+                                                         for a in actions),
+            "init_text": init, "goal_text": goal, "question": f"\n{statement_prompt(statement_of(init, goal))}\n",
+            "in_test_v1_hard": hard, "in_test_v2_easy": easy, "pddl": pddl}
+
+
+def _colour(name: str) -> str:
+    """PlanBench's colour for a PDDL block name (a-l)."""
+    return COLORS[ord(name) - ord("a")]
+
+
+def _pddl_atoms(pddl: str, part: str) -> list[tuple[str, ...]]:
+    """The atoms of a PDDL problem's (:init ...) or (:goal ...) section, as (predicate, *objects)."""
+    start = pddl.index(f"(:{part}")
+    depth = 0
+    for end in range(start, len(pddl)):
+        depth += {"(": 1, ")": -1}.get(pddl[end], 0)
+        if depth == 0:
+            break
+    body = pddl[start + len(part) + 2:end]
+    return [(m[1].lower(), *m[2].split()) for m in _PDDL_ATOM.finditer(body) if m[1].lower() != "and"]
+
+
+def _facts_text(atoms: list[tuple[str, ...]]) -> str:
+    """Facts in PlanBench's words, as bw_utils.parse_problem lists them: sorted, joined by commas and a last "and"."""
+    ordered = sorted(atoms, key=lambda a: a[0] + " " + " ".join(a[1:]))
+    words = [fact_text((a[0], *map(_colour, a[1:]))) for a in ordered]
+    return ", ".join(words[:-1]) + f" and {words[-1]}" if len(words) > 1 else words[0]
+
+
 @dataclass(frozen=True, slots=True)
 class DataFile:
     """One file of a data set: where it goes, its pinned checksum, and the public original it comes from."""
@@ -112,9 +207,9 @@ class DataFile:
     size: int | None = None
     #: The pinned size of the upstream original a split reads; None: the cap is UNPINNED_MAX_BYTES.
     upstream_size: int | None = None
-    #: Why no single upstream file is this file (it is assembled from several public sources): it is then
-    #: fetched from a mirror only (--from / $THOUGHTLOOM_DATA_URL), checked against `sha256`; None: it has one.
-    assembled: str | None = None
+    #: How the file is assembled from several upstream files (`upstream` then names the main one), the
+    #: result checked against `sha256`; None: it is one upstream file (split or not).
+    assemble: Callable[[Get], bytes] | None = None
 
     @property
     def original_pinned(self) -> bool:
@@ -215,12 +310,13 @@ SOURCES: dict[str, DataSource] = {
                   "f72eaf608740f69b2115f967150b864677ea94b08b7b17a935dc81781147aae7",
                   f"{_RAP}/examples/CoT/prontoqa/data/345hop_random_true.json", size=3_281_978),),
         "PrOntoQA 3-5 hop, true ontology (via maitrix-org/llm-reasoners), 500 examples", "Apache-2.0", "all"),
+    # Assembled from llm-reasoners' step lists and splits and the 602 PlanBench instances they name, both
+    # at pinned commits; the result reproduces the data folder's file byte for byte.
     "blocksworld": DataSource(
         "blocksworld",
         (DataFile("blocksworld/blocksworld.jsonl", "25133f0824fc44cd5ba9cf60ac6952d76cd2e78980808cb2e736f7e51867b1c9",
                   f"{_RAP}/examples/CoT/blocksworld/data/full_data/", size=1_013_417,
-                  assembled="llm-reasoners' full_data/step_N.json lists (instance, gold plan, steps) joined with "
-                            "each PlanBench instance's PDDL and its text (karthikv792/LLMs-Planning)"),),
+                  assemble=BlocksworldAssembly(f"{_RAP}/examples/CoT/blocksworld/data", _PLANBENCH)),),
         "Blocksworld (PlanBench instances, llm-reasoners RAP's 602 problems of 2-16 steps)", "Apache2, MIT",
         "all"),
 }
@@ -260,7 +356,8 @@ def fetch(name: str, dest: Path | None = None, base_url: str | None = None,
     """Download a set into `dest` (default: the cache dir), checked against its pinned checksums; the files written.
 
     `base_url` (default: $THOUGHTLOOM_DATA_URL) is a mirror serving the data directory's layout; without
-    one, each file comes from its upstream original and the set's standard split is applied. Each
+    one, each file comes from its upstream original and the set's standard split is applied (or is
+    assembled from its upstream parts, each held in memory under its cap). Each
     download ends at `deadline_s` (default: scaled to the file's pinned size, see
     llm.download.default_deadline) and is refused one byte past the pinned size (UNPINNED_MAX_BYTES
     where no size is pinned). A failed fetch leaves the files already in `dest` as they were.
@@ -268,10 +365,6 @@ def fetch(name: str, dest: Path | None = None, base_url: str | None = None,
     src = source(name)
     dest = dest or cache_data_dir()
     base = base_url if base_url is not None else os.environ.get(DATA_URL_ENV) or None
-    assembled = next((f for f in src.files if f.assembled is not None), None)
-    if not base and assembled is not None:
-        raise FetchError(f"{assembled.path} has no single upstream file ({assembled.assembled}); fetch it from a "
-                         f"mirror of the data directory: {fetch_command(name)} --from URL (or ${DATA_URL_ENV})")
     written = []
     for f in src.files:
         target = dest / f.path
@@ -293,6 +386,14 @@ def fetch(name: str, dest: Path | None = None, base_url: str | None = None,
 def _fetch_file(f: DataFile, base: str | None, target: Path, deadline_s: float | None) -> None:
     """Download one file of a set from the mirror `base` or its upstream (split as the set says), check it,
     and rename it into place."""
+    if not base and f.assemble is not None:
+        assemble = f.assemble
+        data = _derived(f, lambda: assemble(lambda url, cap: _get(url, cap, deadline_s)), "assemble")
+        try:
+            _write(target, _checked(data, f.sha256, f"{f.path} (assembled from {f.upstream} and the files it names)"))
+        except OSError as exc:
+            raise FetchError(f"cannot write {target}: {exc.strerror or exc}") from None
+        return
     split = None if base else f.split
     sha256: str | None  # None: an original checked only after its split
     if base:
@@ -306,7 +407,10 @@ def _fetch_file(f: DataFile, base: str | None, target: Path, deadline_s: float |
         if sha256 is not None:
             _checked_sha(got, sha256, what)
         if split is not None:
-            data = _checked(_split(f, part.read_bytes()), f.sha256, f"{f.path} (split of {f.upstream})")
+            split_f = split
+            original = part.read_bytes()
+            data = _checked(_derived(f, lambda: split_f(original), "split"), f.sha256,
+                            f"{f.path} (split of {f.upstream})")
             _write(target, data)
         else:
             part.replace(target)
@@ -364,13 +468,24 @@ def _write(target: Path, data: bytes) -> None:
         part.unlink(missing_ok=True)
 
 
-def _split(f: DataFile, original: bytes) -> bytes:
-    """The split of a downloaded original, or a one-line FetchError when it is not the layout the split reads."""
-    assert f.split is not None
+def _get(url: str, cap: int, deadline_s: float | None) -> bytes:
+    """The body of `url` (at most `cap` bytes, an upper bound, not a pinned size), or a one-line FetchError."""
+    deadline = default_deadline(cap) if deadline_s is None else deadline_s
     try:
-        return f.split(original)
+        return b"".join(stream(url, max_bytes=cap, deadline_s=deadline, pinned=False))
+    except DownloadError as exc:
+        raise FetchError(str(exc)) from None
+
+
+def _derived(f: DataFile, make: Callable[[], bytes], verb: str) -> bytes:
+    """What `make` derives from downloaded originals (a split, an assembly), or a one-line FetchError when
+    an original is not the layout it reads."""
+    try:
+        return make()
+    except FetchError:  # a download of the assembly's that failed says so itself
+        raise
     except (ValueError, KeyError, IndexError, TypeError) as exc:  # UnicodeDecodeError and JSON errors included
-        raise FetchError(f"cannot split {f.upstream}: it is not the layout this version reads ({type(exc).__name__}: "
+        raise FetchError(f"cannot {verb} {f.upstream}: it is not the layout this version reads ({type(exc).__name__}: "
                          f"{str(exc)[:120]})") from None
 
 
