@@ -499,20 +499,9 @@ def format_text(result: Any) -> str:
         lines.extend(research_lines(result.research))
     if result.error:
         lines.append(f"model error: {result.error}")
-    control = result.control
-    if control:
-        from ..control.types import amount_text, more_text
+    if result.control:
+        from ..control.report import control_lines
 
-        for req in control["budget_requests"]:
-            limit = req.get("limit", "tokens")
-            granted = f"{req['granted']:,}" if limit == "tokens" else amount_text(limit, req["granted"])
-            answer = f"approved {granted}" if req["approved"] else "denied"
-            lines.append(f"budget request: {more_text(limit, req['amount'])} -> {answer}. {req['justification']}")
-        if control["compromise"]:
-            c = control["compromise"]
-            verdict = {True: "accepted", False: "rejected", None: "offered"}[c["accepted"]]
-            lines.append(f"compromise {verdict}: {c['explanation']}")
-        for act in control["actions"]:
-            lines.append(f"controller: {act['mode']}: {act['action']}")
+        lines.extend(control_lines(result.control))
     # Answers, steps, evidence and justifications are model text or program output.
     return "\n".join(terminal_text(line) for line in lines)
