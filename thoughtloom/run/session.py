@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 from ..llm.budget import Pricing
 from ..llm.errors import ModelError
 from ..llm.types import Backend
+from ..search.agent.processors import EXTRA as AGENT_EXTRA
 from ..store.blocks import CID
 from ..store.manifest import Manifest, code_version, plain_options, prompt_hashes
 from ..store.memory import MemoryStore
@@ -281,11 +282,12 @@ def record_session(spec: RunSpec, task: Task[Any], *, on_start: Callable[[str], 
     return RunSession("record", store, path, recorder, manifest, owns_store=owns, hold=hold)
 
 
-#: A granted tool and a tool call as an agent run's nodes keep them (node.extra "tools", "tool_calls").
+#: A granted tool and a tool call as an agent run's nodes keep them (node.extra AGENT_EXTRA.tools, TOOL_CALLS).
 TOOL_SPEC = {"name": TEXT, "description": optional(TEXT), "parameters": optional(MAP)}
 TOOL_CALL = {"tool": TEXT, "status": TEXT, "args": optional(MAP), "output": optional(TEXT), "error": optional(TEXT),
              "truncated": optional(BOOL), "elapsed_s": optional(NUMBER)}
-TOOLS_OF_A_NODE = {"tools": optional(list_of(record(TOOL_SPEC))), "tool_calls": optional(list_of(record(TOOL_CALL)))}
+TOOLS_OF_A_NODE = {AGENT_EXTRA.tools: optional(list_of(record(TOOL_SPEC))),
+                   TOOL_CALLS: optional(list_of(record(TOOL_CALL)))}
 
 
 def recorded_tools(store: BlockStore, graph_cid: CID) -> tuple[list[ToolSpec], list[ToolResult]]:
@@ -300,7 +302,7 @@ def recorded_tools(store: BlockStore, graph_cid: CID) -> tuple[list[ToolSpec], l
         for node in graph:
             extra = checked(node.extra, f"graph {graph_cid}: node {node.id}", TOOLS_OF_A_NODE,
                             optional_fields=TOOLS_OF_A_NODE)
-            for s in extra.get("tools") or ():
+            for s in extra.get(AGENT_EXTRA.tools) or ():
                 checked(s, f"graph {graph_cid}: node {node.id}: a tool", {"name": TEXT})
                 specs.append(ToolSpec(s["name"], s.get("description") or "", dict(s.get("parameters") or {})))
             for c in extra.get(TOOL_CALLS) or ():

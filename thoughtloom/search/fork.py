@@ -12,12 +12,22 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypeGuard
+from typing import TYPE_CHECKING, Any, Final, TypeGuard
 
 from ..graph import NodeKind
 
 if TYPE_CHECKING:
     from .context import SearchContext
+
+
+@dataclass(frozen=True, slots=True)
+class ForkExtra:
+    """The node.extra key a fork writes on each copied thought: where it came from (run and node id there)."""
+
+    forked_from: str = "forked_from"
+
+
+EXTRA: Final = ForkExtra()
 
 
 class ForkError(ValueError):
@@ -99,7 +109,7 @@ def graft(ctx: SearchContext, point: ForkPoint) -> int:
             raise ForkError(f"the fork's path of {len(point.steps)} thoughts does not fit in max_nodes "
                             f"{ctx.config.max_nodes}")
         # The parent's metadata (evaluations, grounding) is not copied: it is untrusted data the search would read.
-        ctx.graph.node(nid).extra["forked_from"] = {"run": point.run, "node": step.node}
+        ctx.graph.node(nid).extra[EXTRA.forked_from] = {"run": point.run, "node": step.node}
         score(nid, step.score)
         ctx.revive(nid)
         ctx.seen[ctx.task.state_key(ctx.problem, ctx.steps(nid))] = nid

@@ -96,7 +96,7 @@ class InputProcessor:
         text = "\n".join(f"{s.number}. " + (f"[{s.tool}] " if s.tool else "") + s.text
                          + (f" (after {', '.join(map(str, s.after))})" if s.after else "") for s in steps)
         return succeeded(text, cost_tokens=tokens, result={"mode": "plan"}, new_nodes=(
-            NewNode("plan", text, (node.id,), data={"steps": [s.to_dict() for s in steps]}),
+            NewNode("plan", text, (node.id,), data={EXTRA.steps: [s.to_dict() for s in steps]}),
         ))
 
 
@@ -115,13 +115,13 @@ def compute_round(task_node: int, tools: Sequence[str], earlier: tuple[int, ...]
     """One round: COMPUTE_SAMPLES computations and a vote over them and the `earlier` ones."""
     if CODE_TOOL in tools:
         work = [NewNode(PROGRAM_KIND, "Compute the answer with a program", (task_node,), base=NodeKind.CODE,
-                        data={"sample": i + 1, "tool": CODE_TOOL}) for i in range(COMPUTE_SAMPLES)]
+                        data={EXTRA.sample: i + 1, EXTRA.tool: CODE_TOOL}) for i in range(COMPUTE_SAMPLES)]
     else:
         work = [NewNode(EXPRESSION_KIND, "Compute the answer with one arithmetic expression", (task_node,),
-                        base=NodeKind.EVIDENCE, data={"sample": i + 1, "tool": CALC_TOOL})
+                        base=NodeKind.EVIDENCE, data={EXTRA.sample: i + 1, EXTRA.tool: CALC_TOOL})
                 for i in range(COMPUTE_SAMPLES)]
     vote = NewNode(VOTE_KIND, "Vote on the computed answers", (*earlier, *(f"@{i}" for i in range(COMPUTE_SAMPLES))),
-                   base=NodeKind.SYNTHESIS, data={"round": number})
+                   base=NodeKind.SYNTHESIS, data={EXTRA.round: number})
     return (*work, vote)
 
 
@@ -140,7 +140,7 @@ class PlanProcessor:
     async def run(self, node: Node, env: AgentEnv) -> ProcessorResult:
         """Turn the plan into nodes; a plan whose dependencies form a cycle is refused with the reason."""
         steps = [PlanStep(int(s["number"]), str(s["text"]), tuple(int(a) for a in s.get("after") or ()),
-                          s.get("tool")) for s in node.extra.get("steps") or ()]
+                          s.get("tool")) for s in node.extra.get(EXTRA.steps) or ()]
         if not steps:
             return failed("the plan has no steps")
         why = check_plan(steps)
@@ -150,9 +150,9 @@ class PlanProcessor:
         new: list[NewNode] = []
         for s in steps:
             after: tuple[int | str, ...] = (node.id, *(f"@{index[a]}" for a in s.after))
-            data: dict[str, Any] = {"step": s.number}
+            data: dict[str, Any] = {EXTRA.step: s.number}
             if s.tool is not None:
-                data["tool"] = s.tool
+                data[EXTRA.tool] = s.tool
             new.append(NewNode(step_kind(s), s.text, after, data=data))
         synth = len(new)
         # The synthesis reads every step's result, not only the last ones.
@@ -183,7 +183,7 @@ class EvidenceProcessor:
 
     async def run(self, node: Node, env: AgentEnv) -> ProcessorResult:
         """Call the step's tool (asking the model for its arguments when they are not the step itself)."""
-        tool = node.extra.get("tool") or (DOCS_TOOL if DOCS_TOOL in env.tools else None)
+        tool = node.extra.get(EXTRA.tool) or (DOCS_TOOL if DOCS_TOOL in env.tools else None)
         if tool is None or tool not in env.tools:
             return failed(f"the step needs the {tool or 'a'} tool, which was not granted (--tools)")
         if tool == DOCS_TOOL:
@@ -258,7 +258,7 @@ class QuestionProcessor:
         reply, used = got
         tokens += used
         text = reply.strip()
-        spec = node.extra.get("spec")
+        spec = node.extra.get(EXTRA.spec)
         if spec is not None:
             value: Any = text
             if spec.get("type") in ("number", "integer"):
@@ -357,7 +357,7 @@ class DecompositionProcessor:
             m = _TYPED.search(s.text)
             kind = m.group(1).lower() if m else "text"
             text = s.text[: m.start()].rstrip() if m else s.text
-            new.append(NewNode("question", text, (node.id,), data={"spec": {"type": kind}, "step": s.number}))
+            new.append(NewNode("question", text, (node.id,), data={EXTRA.spec: {"type": kind}, EXTRA.step: s.number}))
         new.append(NewNode("synthesis", f"Recompose the answers to: {node.content}",
                            tuple(f"@{i}" for i in range(len(subs)))))
         return succeeded(reply.strip(), cost_tokens=tokens, new_nodes=tuple(new),
@@ -476,7 +476,7 @@ class VoteProcessor:
         tally = count.note(answer, "computations gave") + (
             "" if given == len(ballots) else f"; {len(ballots) - given} gave none")
         agreed = count.winner == answer
-        number = int(node.extra.get("round", 1))
+        number = int(node.extra.get(EXTRA.round, 1))
         # No quorum yet: another round, whose vote counts these computations too (the solution waits
         # for it); this vote's answer stands if the budget stops the run first.
         again = () if agreed or number >= COMPUTE_ROUNDS or env.ctx.stopped else compute_round(

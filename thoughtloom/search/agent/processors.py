@@ -27,8 +27,9 @@ from ..operators import EXTRA as OPERATOR_EXTRA
 
 @dataclass(frozen=True, slots=True)
 class AgentExtra:
-    """The node.extra keys the scheduler writes from a ProcessorResult (status, text, result, error, tool
-    calls, a vote's tally), with what the node made, its own kind's name, refused edges and its retry."""
+    """The node.extra keys an agent run writes: those the scheduler writes from a ProcessorResult (status, text,
+    result, error, tool calls, a vote's tally), what the node made, its own kind's name, refused edges, its
+    retry, the built-in kinds' node data, the granted tools and the run's summary on the task node."""
 
     status: str = "status"
     text: str = "text"
@@ -43,6 +44,20 @@ class AgentExtra:
     kind: str = "kind"
     refused_edges: str = "refused_edges"
     retried_as: str = "retried_as"
+    #: A replan's retry: the failed node's id and why it failed.
+    retry_of: str = "retry_of"
+    feedback: str = "feedback"
+    #: The built-in kinds' node data: a plan's steps, a step's number, its tool, a question's spec,
+    #: a sample's number and a vote's round.
+    steps: str = "steps"
+    step: str = "step"
+    tool: str = "tool"
+    spec: str = "spec"
+    sample: str = "sample"
+    round: str = "round"
+    #: On the task node: the granted tools' specs (so a replay runs none) and the run's counts.
+    tools: str = "tools"
+    agent_summary: str = "agent_summary"
 
 
 EXTRA: Final = AgentExtra()
@@ -181,8 +196,8 @@ class ProcessorRegistry:
 def keep_grant(ctx: SearchContext, tools: Toolbox) -> None:
     """Keep the granted tools' specs on the task node, so a replay asks with the same prompts and runs no tool."""
     root = ctx.graph.node(ctx.root)
-    if "tools" not in root.extra:
-        root.extra["tools"] = [t.to_dict() for t in tools.specs]
+    if EXTRA.tools not in root.extra:
+        root.extra[EXTRA.tools] = [t.to_dict() for t in tools.specs]
 
 
 @dataclass
@@ -214,7 +229,7 @@ class AgentEnv:
     def label(self, node_id: int) -> str:
         """How a node is named to the model: 'step N' for a plan step, else its kind."""
         node = self.ctx.graph.node(node_id)
-        step = node.extra.get("step")
+        step = node.extra.get(EXTRA.step)
         return f"step {step}" if step is not None else kind_of(node)
 
     def dependencies(self, node_id: int) -> list[int]:

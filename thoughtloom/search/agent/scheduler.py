@@ -250,13 +250,13 @@ class Scheduler:
 
     def _on_failure(self, node: Node, result: ProcessorResult) -> None:
         ctx, graph = self.ctx, self.ctx.graph
-        if self.policy == "replan" and "retry_of" not in node.extra and not ctx.stopped:
+        if self.policy == "replan" and EXTRA.retry_of not in node.extra and not ctx.stopped:
             parents = [p for p in graph.parents(node.id) if graph.edge(p, node.id).kind is EdgeKind.DEPENDENCY]
             keep = {k: v for k, v in node.extra.items()
                     if k not in (EXTRA.kind, EXTRA.status, EXTRA.text, EXTRA.result, EXTRA.error, EXTRA.tool_calls,
                                  EXTRA.refused_edges)}
             retry = NewNode(kind_of(node), node.content, tuple(parents or [node.id]),
-                            data={**keep, "retry_of": node.id, "feedback": result.error or "the step failed"})
+                            data={**keep, EXTRA.retry_of: node.id, EXTRA.feedback: result.error or "the step failed"})
             added = self._add_nodes(node, [retry], creator="agent:replan")
             if added:
                 nid = added[0]
@@ -289,13 +289,13 @@ async def run_agent(ctx: SearchContext) -> None:
     scheduler = Scheduler(ctx, registry, tools)
     await scheduler.run()
     summary = {**scheduler.counts, **scheduler.env.counts, "order": ctx.order}
-    ctx.graph.node(ctx.root).extra["agent_summary"] = summary
+    ctx.graph.node(ctx.root).extra[EXTRA.agent_summary] = summary
     if ctx.stop_reason is None:
         ctx.stop(StopReason.GOAL_REACHED if ctx.goals else StopReason.FRONTIER_EXHAUSTED)
 
 
 #: The keys of a worked node's extra the trace shows, in this order, when it has them.
-_SHOWN = ("text", "error", "result", "tool_calls")
+_SHOWN = (EXTRA.text, EXTRA.error, EXTRA.result, EXTRA.tool_calls)
 
 
 @dataclass(frozen=True, slots=True)
@@ -327,11 +327,11 @@ class AgentTrace:
     @classmethod
     def read(cls, graph: ThoughtGraph) -> AgentTrace | None:
         """The trace an agent run left on the graph, or None."""
-        summary = root_record(graph, "agent_summary")
+        summary = root_record(graph, EXTRA.agent_summary)
         if summary is None:
             return None
         return cls(summary, tuple(
-            AgentStep(n.id, n.extra.get("kind", n.kind.value), n.status.value, n.content,
+            AgentStep(n.id, n.extra.get(EXTRA.kind, n.kind.value), n.status.value, n.content,
                       tuple(p for p in graph.parents(n.id) if graph.edge(p, n.id).kind is EdgeKind.DEPENDENCY),
                       {k: n.extra[k] for k in _SHOWN if k in n.extra})
             for n in graph))

@@ -8,14 +8,14 @@ none shown the draft; planned questions that share nothing with the problem or t
 dropped. Every call goes through `ctx.ask`, so the budget, the cache, the record and replay
 apply as to any strategy. The best answer so far is always settled: the draft
 until a revision replaces it, so a budget stop still answers. The root keeps what happened in
-`extra["cove"]`.
+`extra[EXTRA.cove]` ("cove").
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Final
 
 from ...graph import EdgeKind, NodeKind, ThoughtGraph
 from ...tasks.cove import (
@@ -34,13 +34,23 @@ from .base import BuiltinStrategy, root_record
 from .fit import needs_free_text_answer
 
 
+@dataclass(frozen=True, slots=True)
+class CoveExtra:
+    """The node.extra key cove writes: its record (questions, answered, revised, off_topic) on the root."""
+
+    cove: str = "cove"
+
+
+EXTRA: Final = CoveExtra()
+
+
 async def run_cove(ctx: SearchContext) -> None:
     """Draft, plan verification questions, answer them independently, revise; the revision is the answer."""
     # cove writes its own final answer, so the engine makes no synthesis call to hold tokens back for.
     ctx.gateway.budget.release_hold()
     problem = ctx.problem_text
     record: dict[str, Any] = {"questions": 0, "answered": 0, "revised": False}
-    ctx.graph.node(ctx.root).extra["cove"] = record
+    ctx.graph.node(ctx.root).extra[EXTRA.cove] = record
     draft = await _step(ctx, [ctx.root], draft_query(problem), "draft", problem, NodeKind.HYPOTHESIS,
                         EdgeKind.ELABORATION)
     if draft is not None:
@@ -151,7 +161,7 @@ class CoveTrace:
     @classmethod
     def read(cls, graph: ThoughtGraph) -> CoveTrace | None:
         """The trace a CoVe search left on the graph, or None."""
-        record = root_record(graph, "cove")
+        record = root_record(graph, EXTRA.cove)
         if record is None:
             return None
         made = {creator: [n for n in graph if n.creator == creator]

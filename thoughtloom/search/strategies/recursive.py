@@ -3,15 +3,26 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Final
 
 from ...graph import ThoughtGraph
 from ...tasks.base import UnsupportedOperation
 from ...tasks.recursion.hooks import RecursiveHooks
 from ..context import SearchContext
-from ..recursive.solver import Solver
+from ..recursive.solver import EXTRA as SOLVER_EXTRA, Solver
 from .base import BuiltinStrategy, root_record
 from .fit import needs_decomposition
+
+
+@dataclass(frozen=True, slots=True)
+class RecursiveExtra:
+    """The node.extra keys the recursive strategy writes: its summary on the root (each node's own record is
+    the solver's, SOLVER_EXTRA.recursion)."""
+
+    recursion_summary: str = "recursion_summary"
+
+
+EXTRA: Final = RecursiveExtra()
 
 
 async def run_recursive(ctx: SearchContext) -> None:
@@ -42,7 +53,7 @@ async def run_recursive(ctx: SearchContext) -> None:
     errors = hooks.errors(root_goal, chosen.value if chosen is not None else None)
     if errors is not None:
         summary["errors"] = errors
-    ctx.graph.node(ctx.root).extra["recursion_summary"] = summary
+    ctx.graph.node(ctx.root).extra[EXTRA.recursion_summary] = summary
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,11 +83,11 @@ class RecursionTrace:
     @classmethod
     def read(cls, graph: ThoughtGraph) -> RecursionTrace | None:
         """The trace a recursive search left on the graph's root, or None."""
-        summary = root_record(graph, "recursion_summary")
+        summary = root_record(graph, EXTRA.recursion_summary)
         if summary is None:
             return None
-        return cls(summary, tuple(RecursionNode(n.id, n.kind.value, n.status.value, n.extra["recursion"])
-                                  for n in graph if "recursion" in n.extra))
+        return cls(summary, tuple(RecursionNode(n.id, n.kind.value, n.status.value, n.extra[SOLVER_EXTRA.recursion])
+                                  for n in graph if SOLVER_EXTRA.recursion in n.extra))
 
     def to_dict(self) -> dict[str, Any]:
         """Plain data: the summary and the nodes."""
