@@ -11,10 +11,10 @@ import json
 from typing import TYPE_CHECKING, Any
 
 from .budget import Pricing, estimate_tokens
-from .errors import ModelConfigError, ModelError, ModelTimeout, ModelUnreachable, cut_short
+from .errors import ModelConfigError, ModelError, ModelTimeout, ModelUnreachable
 from .http_errors import MAX_CONNECT_TIMEOUT_S, one_line, status_error
 from .sdk_client import LazySdkClient
-from .streaming import Deltas, StreamGuard
+from .streaming import Deltas, StreamGuard, watched_stream
 from .tool_calls import ToolCall, arguments_text, read_definitions, tool_calls_text
 from .types import Capabilities, Completion, GenerateRequest, Usage
 
@@ -116,8 +116,6 @@ class AnthropicBackend(LazySdkClient):
         sink as they come (coalesced; thinking is never shown), the whole reply returned as `generate`'s would
         be. The response is closed however the stream ends. Usage the stream does not report is estimated from
         the texts (the gateway's floor then applies, as for any server that does not count)."""
-        import anthropic
-
         assert request.on_text is not None
         where = f"{self.base_url} (model {self.model})"
         guard = StreamGuard(where, 1, request.max_tokens + self.capabilities.thinking_tokens)
@@ -125,48 +123,29 @@ class AnthropicBackend(LazySdkClient):
         input_tokens: Any = None
         output_tokens: Any = None
         thought = False
-        stream: Any = None
-        try:
-            async with asyncio.timeout(self.timeout_s):
-                stream = await client.messages.create(**params, stream=True)
-                async for event in stream:
-                    guard.event()
-                    kind = getattr(event, "type", None)
-                    if kind == "message_start":
-                        input_tokens = getattr(getattr(getattr(event, "message", None), "usage", None),
-                                               "input_tokens", None)
-                    elif kind == "content_block_start":
-                        block = getattr(getattr(event, "content_block", None), "type", None)
-                        thought = thought or block in ("thinking", "redacted_thinking")
-                    elif kind == "content_block_delta":
-                        delta = getattr(event, "delta", None)
-                        text = getattr(delta, "text", None) if getattr(delta, "type", None) == "text_delta" else None
-                        if isinstance(text, str):
-                            guard.text(0, text)
-                            deltas.add(0, text)
-                    elif kind == "message_delta":
-                        # Cumulative: the last one counts the whole reply.
-                        output_tokens = getattr(getattr(event, "usage", None), "output_tokens", None)
-                    elif kind == "message_stop":
-                        guard.finished.add(0)
-                guard.text(0, "")  # a reply with no text still has to have ended (joined below)
-        except TimeoutError as exc:
-            raise ModelTimeout(f"model endpoint {where} was still streaming after {self.timeout_s:g}s; "
-                               "retrying, or raise --timeout if the model is slow") from exc
-        except (anthropic.AnthropicError, ValueError, ModelError) as exc:
-            error = (exc if isinstance(exc, ModelError) else self._map_error(exc)
-                     if isinstance(exc, anthropic.AnthropicError) else
-                     ModelError(f"model endpoint {self.base_url} streamed an event that is not valid JSON "
-                                f"({one_line(exc)}); check that the base URL is Anthropic's API (without /v1)"))
-            if guard.started:
-                cut_short(error)
-            if error is exc:
-                raise
-            raise error from exc
-        finally:
-            deltas.flush()
-            if stream is not None:
-                await stream.close()
+        async with watched_stream(guard, deltas, self.timeout_s, where, self._stream_error) as opened:
+            stream = opened.keep(await client.messages.create(**params, stream=True))
+            async for event in stream:
+                guard.event()
+                kind = getattr(event, "type", None)
+                if kind == "message_start":
+                    input_tokens = getattr(getattr(getattr(event, "message", None), "usage", None),
+                                           "input_tokens", None)
+                elif kind == "content_block_start":
+                    block = getattr(getattr(event, "content_block", None), "type", None)
+                    thought = thought or block in ("thinking", "redacted_thinking")
+                elif kind == "content_block_delta":
+                    delta = getattr(event, "delta", None)
+                    text = getattr(delta, "text", None) if getattr(delta, "type", None) == "text_delta" else None
+                    if isinstance(text, str):
+                        guard.text(0, text)
+                        deltas.add(0, text)
+                elif kind == "message_delta":
+                    # Cumulative: the last one counts the whole reply.
+                    output_tokens = getattr(getattr(event, "usage", None), "output_tokens", None)
+                elif kind == "message_stop":
+                    guard.finished.add(0)
+            guard.text(0, "")  # a reply with no text still has to have ended (joined below)
         text = self._reply_text(guard.joined()[0])
         if not isinstance(input_tokens, int):
             input_tokens = estimate_tokens("".join(m.get("content", "") for m in params["messages"])
@@ -175,6 +154,20 @@ class AnthropicBackend(LazySdkClient):
             output_tokens = estimate_tokens(text)
         reasoning = max(0, output_tokens - estimate_tokens(text)) if thought else 0
         return Completion((text,), Usage(input_tokens, output_tokens, reasoning), self.name)
+
+    def _stream_error(self, exc: Exception) -> ModelError:
+        """What an exception raised while streaming means (the SDK's errors mapped as any reply's); anything
+        else is not the server's doing and is raised as it is."""
+        import anthropic
+
+        if isinstance(exc, ModelError):
+            return exc
+        if isinstance(exc, anthropic.AnthropicError):
+            return self._map_error(exc)
+        if isinstance(exc, ValueError):  # the SDK lets JSON decoding errors through
+            return ModelError(f"model endpoint {self.base_url} streamed an event that is not valid JSON "
+                              f"({one_line(exc)}); check that the base URL is Anthropic's API (without /v1)")
+        raise exc
 
     def _params(self, request: GenerateRequest) -> dict[str, Any]:
         messages = request.prompt.as_messages()

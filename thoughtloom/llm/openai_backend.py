@@ -23,11 +23,10 @@ from .errors import (
     ModelTimeout,
     ModelUnreachable,
     TransientModelError,
-    cut_short,
 )
 from .http_errors import MAX_CONNECT_TIMEOUT_S, one_line, status_error
 from .sdk_client import LazySdkClient
-from .streaming import Deltas, StreamGuard
+from .streaming import Deltas, StreamGuard, watched_stream
 from .tool_calls import ToolCall, arguments_text, read_definitions, tool_calls_text
 from .types import Capabilities, Completion, GenerateRequest, Usage
 
@@ -289,42 +288,26 @@ class OpenAIBackend(LazySdkClient):
         guard = StreamGuard(where, n, request.max_tokens)
         deltas = Deltas(request.on_text)
         usage: Any = None
-        stream: Any = None
-        try:
-            # The whole stream within the timeout: a server can keep a stream alive forever one byte at a time.
-            async with asyncio.timeout(self.timeout_s):
-                stream = await create(stream=True, stream_options={"include_usage": True})
-                async for chunk in stream:
-                    guard.event()
-                    usage = getattr(chunk, "usage", None) or usage
-                    choices = getattr(chunk, "choices", None) or []
-                    if not isinstance(choices, list):
-                        raise ModelError(f"model endpoint {where} streamed a chunk whose choices are not a list "
-                                         f"({one_line(choices)}); check the server, or use --no-stream")
-                    for choice in choices:
-                        index, text = getattr(choice, "index", None), delta_of(choice)
-                        if not isinstance(index, int):
-                            raise ModelError(f"model endpoint {where} streamed a choice without an index "
-                                             f"({one_line(choice)}); check the server, or use --no-stream")
-                        text = text if isinstance(text, str) else ""
-                        guard.text(index, text)
-                        deltas.add(index, text)
-                        if getattr(choice, "finish_reason", None):
-                            guard.finished.add(index)
-        except TimeoutError as exc:
-            raise ModelTimeout(f"model endpoint {where} was still streaming after {self.timeout_s:g}s; "
-                               "retrying, or raise the timeout if the model is slow") from exc
-        except Exception as exc:
-            error = self._stream_error(exc, where)
-            if guard.started:
-                cut_short(error)
-            if error is exc:
-                raise
-            raise error from exc
-        finally:
-            deltas.flush()
-            if stream is not None:
-                await stream.close()
+        async with watched_stream(guard, deltas, self.timeout_s, where,
+                                  lambda exc: self._stream_error(exc, where)) as opened:
+            stream = opened.keep(await create(stream=True, stream_options={"include_usage": True}))
+            async for chunk in stream:
+                guard.event()
+                usage = getattr(chunk, "usage", None) or usage
+                choices = getattr(chunk, "choices", None) or []
+                if not isinstance(choices, list):
+                    raise ModelError(f"model endpoint {where} streamed a chunk whose choices are not a list "
+                                     f"({one_line(choices)}); check the server, or use --no-stream")
+                for choice in choices:
+                    index, text = getattr(choice, "index", None), delta_of(choice)
+                    if not isinstance(index, int):
+                        raise ModelError(f"model endpoint {where} streamed a choice without an index "
+                                         f"({one_line(choice)}); check the server, or use --no-stream")
+                    text = text if isinstance(text, str) else ""
+                    guard.text(index, text)
+                    deltas.add(index, text)
+                    if getattr(choice, "finish_reason", None):
+                        guard.finished.add(index)
         texts = tuple(self._reply_text(t) for t in guard.joined())
         return _Sampled(texts, _usage(SimpleNamespace(usage=usage), prompt_text, texts))
 

@@ -12,12 +12,15 @@ tokens allowed; the backend refuses one still running at its timeout (ModelTimeo
 
 from __future__ import annotations
 
+import asyncio
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
+from typing import Any
 
 from .budget import MAX_TOKEN_BYTES, utf8_size
-from .errors import ModelError, TransientModelError, cut_short
+from .errors import ModelError, ModelTimeout, TransientModelError, cut_short
 from .text import valid_text
 
 #: Where a streamed reply's text goes as it arrives: (sample index, the text added since the last call).
@@ -121,3 +124,42 @@ class StreamGuard:
                 f"model endpoint {self.where} ended its stream before reply {unfinished[0]} did (no finish "
                 "reason: the connection may have dropped); retrying (or use --no-stream)"))
         return tuple("".join(self.texts[i]) for i in sorted(self.texts))
+
+
+class OpenedStream:
+    """The stream a `watched_stream` block opened (kept so it is closed however the block ends)."""
+
+    def __init__(self) -> None:
+        self.stream: Any = None
+
+    def keep(self, stream: Any) -> Any:
+        """Keep `stream` to close at the end of the block; returns it."""
+        self.stream = stream
+        return stream
+
+
+@asynccontextmanager
+async def watched_stream(guard: StreamGuard, deltas: Deltas, timeout_s: float, where: str,
+                         error_of: Callable[[Exception], ModelError]) -> AsyncIterator[OpenedStream]:
+    """The frame every backend reads a stream in: the whole stream within `timeout_s` (a server can keep
+    one alive forever a byte at a time), an error mapped by `error_of` (which re-raises what is not the
+    server's fault) and marked cut short once text came, the pending deltas flushed and the stream closed
+    however the block ends: finished, refused, cut off or cancelled."""
+    opened = OpenedStream()
+    try:
+        async with asyncio.timeout(timeout_s):
+            yield opened
+    except TimeoutError as exc:
+        raise ModelTimeout(f"model endpoint {where} was still streaming after {timeout_s:g}s; "
+                           "retrying, or raise --timeout if the model is slow") from exc
+    except Exception as exc:
+        error = error_of(exc)
+        if guard.started:
+            cut_short(error)
+        if error is exc:
+            raise
+        raise error from exc
+    finally:
+        deltas.flush()
+        if opened.stream is not None:
+            await opened.stream.close()
