@@ -27,13 +27,13 @@ from openai_server import Reply, Seen, serve
 
 from thoughtloom.eval.datasets import load_dataset
 from thoughtloom.eval.ray_sweep import RaySettings, run_protocol_on_ray
+from thoughtloom.eval.results import ResultsStore
 from thoughtloom.eval.runner import (
     BenchOptions,
     build_protocol,
     prepare_run_dir,
     run_protocol,
 )
-from thoughtloom.eval.store import ResultsStore
 from thoughtloom.llm.registry import make_backend
 
 DATA = ROOT.parent / "shared" / "data"

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from thoughtloom import solve
 from thoughtloom.grounding.knowledge import KnowledgeBase
-from thoughtloom.grounding.research import ResearchGrounder
+from thoughtloom.grounding.knowledge_check import ResearchGrounder
 from thoughtloom.llm.fake import ScriptedBackend
 from thoughtloom.tasks.registry import TaskOptions, get_task
 

@@ -233,8 +233,8 @@ def test_a_unit_whose_worker_dies_past_the_retries_is_lane_crashed_and_the_sweep
         ray_address: str, server: FakeOpenAIServer, tmp_path: Path) -> None:
     from thoughtloom.eval.datasets import load_dataset
     from thoughtloom.eval.ray_sweep import RaySettings, run_protocol_on_ray
+    from thoughtloom.eval.results import ResultsStore
     from thoughtloom.eval.runner import BenchOptions, build_protocol, prepare_run_dir
-    from thoughtloom.eval.store import ResultsStore
 
     server.responder = completions({}, delay_s=0.3)
     datasets = {"game24": load_dataset("game24", str(DATA))}

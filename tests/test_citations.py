@@ -18,7 +18,7 @@ from thoughtloom.grounding.citations import (
     with_sources,
 )
 from thoughtloom.grounding.knowledge import KnowledgeBase
-from thoughtloom.grounding.research import ResearchGrounder
+from thoughtloom.grounding.knowledge_check import ResearchGrounder
 from thoughtloom.grounding.types import Thought
 
 TRUE = "Water boils at 100 degrees Celsius at sea level."

@@ -33,7 +33,7 @@ from thoughtloom.eval.sources import (
     game24_test,
 )
 from thoughtloom.tasks.base import ProblemError
-from thoughtloom.tasks.got import find_got_file
+from thoughtloom.tasks.got_paper import find_got_file
 from thoughtloom.tasks.humaneval import find_mbpp
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -19,6 +19,7 @@ from thoughtloom.eval.report import (
     write_json,
     write_plot,
 )
+from thoughtloom.eval.results import ResultsStore
 from thoughtloom.eval.runner import (
     BenchOptions,
     build_protocol,
@@ -26,7 +27,6 @@ from thoughtloom.eval.runner import (
     prepare_run_dir,
     run_protocol,
 )
-from thoughtloom.eval.store import ResultsStore
 from thoughtloom.llm.budget import BudgetLimits
 from thoughtloom.llm.fake import ScriptedBackend
 
@@ -291,7 +291,7 @@ async def test_table_json_csv_and_png_are_written_and_well_formed(tmp_path: Path
 
 
 def test_errors_metric_tasks_report_median_errors_and_solved_count() -> None:
-    from thoughtloom.eval.store import Record
+    from thoughtloom.eval.results import Record
 
     recs = [Record("sorting32", "io", str(i), i, 0, "[]", e == 0, e, None, 0, 10, 8, 2, 1, 0.1, "done")
             for i, e in enumerate([0, 2, 4, 300])]
@@ -301,7 +301,7 @@ def test_errors_metric_tasks_report_median_errors_and_solved_count() -> None:
 
 
 def f1_records() -> list:
-    from thoughtloom.eval.store import Record
+    from thoughtloom.eval.results import Record
 
     return [Record("hotpotqa", "io", str(i), i, 0, "Answer: x", f == 1.0, None, None, 0, 10, 8, 2, 1, 0.1, "done",
                    f1=f) for i, f in enumerate([1.0, 0.5, 0.0, 1.0])]
@@ -335,7 +335,7 @@ def test_f1_csv_and_json_carry_the_mean_f1_and_its_interval(tmp_path: Path) -> N
 
 
 def test_other_metrics_leave_the_f1_columns_empty(tmp_path: Path) -> None:
-    from thoughtloom.eval.store import Record
+    from thoughtloom.eval.results import Record
 
     recs = [Record("game24", "io", "1", 0, 0, "x", True, None, None, 0, 10, 8, 2, 1, 0.1, "done")]
     sums = summarize(recs, {"game24": "rate"}, ["io"], {"game24": 1})

@@ -14,8 +14,8 @@ from thoughtloom.cli.main import main
 from thoughtloom.eval.datasets import DATASETS, Dataset
 from thoughtloom.eval.lanes import LaneError, check_lane, check_params
 from thoughtloom.eval.report import format_table, summarize
+from thoughtloom.eval.results import Record
 from thoughtloom.eval.runner import BenchOptions, build_protocol, run_protocol
-from thoughtloom.eval.store import Record
 from thoughtloom.llm.fake import ScriptedBackend
 from thoughtloom.llm.types import GenerateRequest
 

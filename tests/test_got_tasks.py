@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import asyncio
 import ast
+import asyncio
 import csv
 import json
 import re
@@ -22,7 +22,7 @@ from thoughtloom.llm.types import GenerateRequest
 from thoughtloom.search import SearchConfig, search
 from thoughtloom.tasks import get_task
 from thoughtloom.tasks.base import ProblemError
-from thoughtloom.tasks.got import intersection_errors, keyword_errors, sorting_errors
+from thoughtloom.tasks.got_paper import intersection_errors, keyword_errors, sorting_errors
 from thoughtloom.tasks.registry import TaskOptions
 from thoughtloom.views.mermaid import to_mermaid
 
@@ -101,7 +101,7 @@ def test_a_child_that_fails_verification_is_retried_before_the_merge():
 
 
 def test_the_model_can_merge_following_the_combine_instruction():
-    from thoughtloom.tasks.got import SortingTask
+    from thoughtloom.tasks.got_paper import SortingTask
 
     numbers = [9, 3, 5, 1, 0, 2, 8, 7, 7, 4, 6, 1, 0, 3, 9, 2] * 2
     backend = sorting_model().on("Merge the sorted lists", str(sorted(numbers)))
@@ -113,7 +113,7 @@ def test_the_model_can_merge_following_the_combine_instruction():
 
 
 def test_a_wrong_model_merge_is_caught_by_verification_and_reported_with_its_errors():
-    from thoughtloom.tasks.got import SortingTask
+    from thoughtloom.tasks.got_paper import SortingTask
 
     numbers = [9, 3, 5, 1, 0, 2, 8, 7, 7, 4, 6, 1, 0, 3, 9, 2] * 2
     backend = sorting_model().on("Merge the sorted lists", "[0, 1, 2]").on("Input: [" + ", ".join(map(str, numbers)), "[1]")

@@ -12,7 +12,7 @@ from test_knowledge import CHEMISTRY, WATER
 
 from thoughtloom.grounding.claims import extract_claims, sentences, stem
 from thoughtloom.grounding.knowledge import KnowledgeBase
-from thoughtloom.grounding.research import (
+from thoughtloom.grounding.knowledge_check import (
     LEXICAL_CEILING,
     ClaimStatus,
     ResearchGrounder,

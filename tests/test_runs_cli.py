@@ -196,6 +196,30 @@ def test_a_changed_manifest_replay_reports_the_first_diverging_node(stored: dict
     assert "search config differs: prune_threshold 0.5 (recorded 0.0)" in proc.stdout
 
 
+def _diverging_replay_with_prompt_hashes(stored: dict[str, Any], tmp_path: Path, rewrite: Any) -> str:
+    """Replay an exported manifest made to diverge, its prompt_hashes rewritten; the replay's output."""
+    manifest = tmp_path / "manifest.json"
+    assert loom("export", stored["run"], "--store", str(stored["store"]), "--manifest", str(manifest)).returncode == 0
+    data = json.loads(manifest.read_text())
+    data["prompt_hashes"] = rewrite(data["prompt_hashes"])
+    data["spec"]["config"]["prune_threshold"] = 0.5
+    manifest.write_text(json.dumps(data))
+    proc = loom("replay", str(manifest), "--store", str(stored["store"]), "--quiet")
+    assert proc.returncode == 1 and "DIVERGED" in proc.stdout, proc.stdout + proc.stderr
+    return proc.stdout
+
+
+def test_a_task_module_renamed_since_the_run_is_not_a_prompt_change(stored: dict[str, Any], tmp_path: Path) -> None:
+    out = _diverging_replay_with_prompt_hashes(
+        stored, tmp_path, lambda hashes: {f"{name}_old_name": sha for name, sha in hashes.items()})
+    assert "prompt templates changed" not in out
+
+
+def test_an_edited_task_module_is_named_as_a_prompt_change(stored: dict[str, Any], tmp_path: Path) -> None:
+    out = _diverging_replay_with_prompt_hashes(stored, tmp_path, lambda hashes: {name: "0" * 64 for name in hashes})
+    assert "the task's prompt templates changed since the run" in out
+
+
 def test_bad_inputs_are_one_line_errors(stored: dict[str, Any], tmp_path: Path) -> None:
     store = str(stored["store"])
     assert_one_line_error(loom("show", "zzzz", "--store", store), "no run 'zzzz'")

@@ -10,7 +10,7 @@ from thoughtloom.api import asolve
 from thoughtloom.eval.datasets import DATASETS, Dataset
 from thoughtloom.eval.lanes import LaneError, check_lane
 from thoughtloom.eval.report import format_table, summarize
-from thoughtloom.eval.store import Record
+from thoughtloom.eval.results import Record
 from thoughtloom.llm.fake import ScriptedBackend
 from thoughtloom.run.spec import SpecError
 from thoughtloom.search.strategies.registry import fitting, unsupported_reason

@@ -14,7 +14,7 @@ from typing import Any, ParamSpec, TypeVar
 from .control.controller import Controller, ControlSettings
 from .control.feedback import FeedbackHandler
 from .control.profiles import DomainChecks, DomainProfile
-from .grounding.adjust import GroundingPolicy
+from .grounding.policy import GroundingPolicy
 from .grounding.types import Grounder
 from .llm.budget import BudgetLimits, Pricing
 from .llm.types import Backend

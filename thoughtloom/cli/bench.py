@@ -262,8 +262,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
     from ..eval.lanes import LaneError
     from ..eval.protocol import AuditError, Protocol, ProtocolError, audit
     from ..eval.ray_sweep import ExecutorError
+    from ..eval.results import MANIFEST_FILE, ResultsStore
     from ..eval.runner import build_protocol, prepare_run_dir, run_protocol
-    from ..eval.store import MANIFEST_FILE, ResultsStore
     from ..llm.errors import ModelError
     from ..llm.limits import NO_SHARED_SLOTS
     from ..words import counted
@@ -453,7 +453,7 @@ def _report(protocol: Any, out: Path, checks: list[str], *, plot: bool, say: Any
         write_json,
         write_plot,
     )
-    from ..eval.store import ResultsStore
+    from ..eval.results import ResultsStore
 
     records = [r for r in ResultsStore(out).load().values()
                if r.task in protocol.problems and r.problem_id in set(protocol.problems[r.task])]

@@ -1,4 +1,4 @@
-"""`loom research`: a question grown into a tree of hypotheses tested against documents, insights printed live."""
+"""`loom research`, the research mode's command: hypotheses tested against documents, insights printed live."""
 
 from __future__ import annotations
 

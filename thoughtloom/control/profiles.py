@@ -29,7 +29,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
-from ..grounding.adjust import GroundingPolicy
+from ..grounding.policy import GroundingPolicy
 
 #: Levels past the search's depth limit the controller may ask for when no hard depth is set.
 DEFAULT_DEPTH_MARGIN = 3
@@ -46,7 +46,7 @@ class DomainChecks:
     #: and the profile needs --knowledge (outside the agent and research strategies, which cite through their tools).
     require_citations: bool = False
     #: research: the share of a claim's content words a passage must cover to confirm or refute it
-    #: (None: the research judge's 2/3; see grounding/research.py).
+    #: (None: the research judge's 2/3; see grounding/knowledge_check.py).
     cross_reference_threshold: float | None = None
     #: free-text tasks: each thought's claims are checked against the earlier steps of its path, and a
     #: thought that contradicts them is penalized (grounding/consistency.py).

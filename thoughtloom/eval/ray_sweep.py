@@ -38,8 +38,8 @@ from ..store.memory import MemoryStore
 from .datasets import Dataset, Problem
 from .lanes import LaneOutcome, LaneSpend, LaneStop
 from .protocol import LanePlan, Protocol, audit
+from .results import Record, ResultsStore
 from .runner import RunStats, progress_line, record_of, run_one, work_items
-from .store import Record, ResultsStore
 
 RAY_MISSING = "--executor ray needs Ray, which is not installed: pip install 'thoughtloom[ray]'"
 LOCAL_OBJECT_STORE_BYTES = 200 * 1024 * 1024

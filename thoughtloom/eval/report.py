@@ -10,8 +10,8 @@ from pathlib import Path
 from statistics import fmean
 
 from ..llm.budget import Pricing
+from .results import Record
 from .stats import mean_ci, median, median_ci, wilson
-from .store import Record
 
 SUMMARY_JSON = "summary.json"
 SUMMARY_CSV = "summary.csv"

@@ -38,7 +38,7 @@ from .lanes import (
     run_lane,
 )
 from .protocol import LanePlan, Protocol, ProtocolError, audit, code_version
-from .store import MANIFEST_FILE, Record, ResultsStore
+from .results import MANIFEST_FILE, Record, ResultsStore
 
 Progress = Callable[[str], None]
 

@@ -2,10 +2,10 @@
 a document index for claims) and turning what was found into score adjustments.
 
 Only the light vocabulary is exported here; the sandbox and grounders live in their modules
-(`sandbox`, `code`, `debugging`, `research`) and are imported where they are used.
+(`sandbox`, `code`, `debugging`, `knowledge_check`) and are imported where they are used.
 """
 
-from .adjust import GroundingPolicy
+from .policy import GroundingPolicy
 from .types import Citation, Grounder, GroundingResult, Thought, not_grounded
 
 __all__ = ["Citation", "Grounder", "GroundingPolicy", "GroundingResult", "Thought", "not_grounded"]

@@ -7,7 +7,7 @@ A citation names a document of the `--knowledge` folder and its lines, in the re
 after a sentence's full stop ("... at sea level. [notes.md:5]") backs the sentence before it.
 
 Each citation is checked in three steps, with the knowledge base's own index and the research
-grounder's judge (grounding/research.py), so "supports" means here what it means for a claim
+grounder's judge (grounding/knowledge_check.py), so "supports" means here what it means for a claim
 looked up in the documents:
 
 1. the document: `KnowledgeBase.document_path` (the exact path, or the one document whose path
@@ -35,7 +35,7 @@ from typing import Any
 
 from .claims import extract_claims, sentence_spans
 from .knowledge import EXTENSIONS, KnowledgeBase, KnowledgeBaseError
-from .research import (
+from .knowledge_check import (
     LEXICAL_CEILING,
     SUPPORT_COVERAGE,
     Verdict,

@@ -1,7 +1,7 @@
 """Consistency: a thought checked against the earlier steps of its own path (the design profile's check_consistency).
 
 Each claim of the new thought (`claims.extract_claims`) is judged against every earlier step as a
-passage, by the research grounder's lexical judge (`research.judge_claim`): a step that says the
+passage, by the research grounder's lexical judge (`knowledge_check.judge_claim`): a step that says the
 opposite, negates it or gives another number for the same thing contradicts it. No model is
 involved, and agreement proves nothing (a path can be consistently wrong), so the grounder only
 ever fails a thought: verified is False when a claim contradicts an earlier step, else None
@@ -13,7 +13,7 @@ from __future__ import annotations
 import time
 
 from .claims import extract_claims
-from .research import SUPPORT_COVERAGE, ClaimStatus, judge_claim
+from .knowledge_check import SUPPORT_COVERAGE, ClaimStatus, judge_claim
 from .types import Citation, GroundingResult, Thought, join_evidence, not_grounded
 
 

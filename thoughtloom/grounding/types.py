@@ -2,7 +2,7 @@
 
 Grounders are independent of the search: they get the problem text, the path of steps that
 leads to the thought, and the thought itself, and return a `GroundingResult`. The search turns
-the result into a score adjustment (see `adjust.py`) and keeps the evidence on the node.
+the result into a score adjustment (see `policy.py`) and keeps the evidence on the node.
 """
 
 from __future__ import annotations

@@ -85,7 +85,7 @@ def spec_grounders(spec: RunSpec, free_text: bool = True, kb: KnowledgeBase | No
     kb = kb if kb is not None else open_knowledge(spec)
     if kb is not None:
         from ..grounding.citations import CitationChecker, CitationGrounder
-        from ..grounding.research import ResearchGrounder
+        from ..grounding.knowledge_check import ResearchGrounder
 
         out.append(CitationGrounder(ResearchGrounder(kb, min_coverage=threshold),
                                     CitationChecker(kb, min_coverage=threshold),

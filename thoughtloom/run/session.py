@@ -151,7 +151,9 @@ class RunSession:
         changed = [f"{k} {now.get(k)!r} (recorded {v!r})" for k, v in self.manifest.config.items() if now.get(k) != v]
         if changed:
             self.notes.append("search config differs: " + ", ".join(changed))
-        if self.manifest.prompt_hashes and prompt_hashes(task) != self.manifest.prompt_hashes:
+        # Compared by content: a task module renamed since the run changed no prompt.
+        recorded = sorted(self.manifest.prompt_hashes.values())
+        if recorded and sorted(prompt_hashes(task).values()) != recorded:
             self.notes.append("the task's prompt templates changed since the run")
 
     def wrap(self, live: Backend | None) -> Backend:

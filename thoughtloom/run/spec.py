@@ -18,8 +18,8 @@ from typing import Any
 
 from ..control.controller import ControlSettings
 from ..control.profiles import DomainChecks, DomainProfile, get_profile
-from ..grounding.adjust import GroundingPolicy
 from ..grounding.knowledge import RETRIEVALS
+from ..grounding.policy import GroundingPolicy
 from ..grounding.sandbox import SandboxLimits
 from ..grounding.types import Grounder
 from ..llm.budget import BudgetLimits, Pricing

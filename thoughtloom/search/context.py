@@ -11,7 +11,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from ..graph import EdgeKind, NodeKind, NodeStatus, ThoughtGraph
-from ..grounding.adjust import GroundingPolicy
+from ..grounding.policy import GroundingPolicy
 from ..grounding.types import Grounder, GroundingResult, Thought
 from ..llm.budget import BudgetLimits
 from ..llm.errors import BatchRefused, BudgetExceeded, ModelError

@@ -8,7 +8,7 @@ from collections.abc import Awaitable, Callable, Collection, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..graph import NodeStatus
-from ..grounding.adjust import GroundingPolicy
+from ..grounding.policy import GroundingPolicy
 from ..grounding.types import Grounder
 from ..llm.budget import Budget
 from ..llm.gateway import CallRecord, Gateway

@@ -118,7 +118,7 @@ def _debug(options: TaskOptions) -> Task[Any]:
 
 def _got(name: str) -> Callable[[TaskOptions], Task[Any]]:
     def build(options: TaskOptions) -> Task[Any]:
-        from .got import KeywordCountingTask, SetIntersectionTask, SortingTask
+        from .got_paper import KeywordCountingTask, SetIntersectionTask, SortingTask
 
         if name == "keyword_counting":
             _only(options, name, {"data"})

@@ -1,4 +1,4 @@
-"""Research Flow (seed 004): a question grown into a tree of hypotheses, tested against evidence, pruned and merged."""
+"""The research mode's engine (Research Flow): a tree of hypotheses tested against evidence, pruned and merged."""
 
 from .config import ANTI_PATTERNS, ResearchConfig, ResearchConfigError
 from .explorer import ResearchFlow, ResearchSetup, run_research
