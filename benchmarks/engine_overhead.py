@@ -51,7 +51,7 @@ class ExactSyntheticTask(SyntheticTask):
 
 def _config(depth: int) -> SearchConfig:
     return SearchConfig(strategy="bfs", breadth=BREADTH, beam=10**7, max_depth=depth, value_samples=1,
-                        max_nodes=10**7, concurrency=64)
+                        max_nodes=10**7, concurrency=64, one_pass=True)
 
 
 async def _search(depth: int, mode: str, sinks: list | None) -> tuple[float, SearchResult, int]:
