@@ -45,6 +45,14 @@ async def test_held_back_thoughts_are_taken_deepest_level_first() -> None:
             for n in c.frontier] == [RIGHT]
 
 
+async def test_a_search_given_no_budget_makes_one_pass() -> None:
+    # Nothing to spend: going on would search the whole space at whatever it costs.
+    result, events = await run("game24", "4 5 6 10", game24_model(SCENARIO, DECOY_FIRST), BudgetLimits(),
+                               **BEAM_OF_ONE, one_pass=False)
+    assert result.termination_reason == "max_depth"
+    assert of(events, SearchContinued) == []
+
+
 async def test_a_search_with_nothing_left_to_try_ends_search_exhausted() -> None:
     dead_ends = {**SCENARIO, "6 30": "6 + 30 = 36 (left: 36)"}  # no path reaches 24
     result, _ = await run("game24", "4 5 6 10", game24_model(dead_ends, DECOY_FIRST), **BEAM_OF_ONE, one_pass=False)

@@ -13,7 +13,9 @@ frontier_exhausted) is followed by another, from where the search has not been y
 3. when nothing gives a new thought, the search space is exhausted (`search_exhausted`).
 
 Between passes the budget, the node limit and the controller stop the search as in any pass.
-`SearchConfig.one_pass` (`--one-pass`) keeps the paper's single pass.
+`SearchConfig.one_pass` (`--one-pass`) keeps the paper's single pass, and so does a search given no
+budget at all (no limit on tokens, calls, dollars or seconds; `loom solve` and `loom bench` always
+set one): there is nothing to spend, and going on would search the whole space at whatever it costs.
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ Pass = Callable[[SearchContext, Sequence[int]], Awaitable[None]]
 async def continued(ctx: SearchContext, run_pass: Pass) -> None:
     """Run a strategy's pass from the root (a fork: its node), then more passes while one ends short, budget left."""
     await run_pass(ctx, [ctx.start])
-    if ctx.config.one_pass:
+    if ctx.config.one_pass or not _budgeted(ctx):
         return
     widened: dict[int, int] = {}  # widenings made per node, for free-text samples' seeds
     spent: set[int] = set()  # nodes whose widening gave nothing new
@@ -109,3 +111,9 @@ def _to_widen(ctx: SearchContext, spent: set[int]) -> int | None:
     if not options:
         return None
     return min(options, key=lambda n: (-len(ctx.steps(n)), -(graph.node(n).score or 0.0), n))
+
+
+def _budgeted(ctx: SearchContext) -> bool:
+    """Whether the search was given a budget to spend (a limit on tokens, calls, dollars or seconds)."""
+    limits = ctx.gateway.budget.limits
+    return any(limit is not None for limit in (limits.tokens, limits.calls, limits.cost_usd, limits.wall_s))
