@@ -392,7 +392,9 @@ class Gateway:
 
     def _out_bound(self, request: GenerateRequest) -> int:
         """The most output tokens a request can cost: its samples' max_tokens and their thinking."""
-        return request.n * (request.max_tokens + self.thinking_tokens)
+        # Read on every request: the capabilities once read, not through two properties each time.
+        caps = self._capabilities if self._capabilities is not None else self.capabilities
+        return request.n * (request.max_tokens + caps.thinking_tokens)
 
     def _fit_request(self, request: GenerateRequest) -> tuple[GenerateRequest, int]:
         """Shrink max_tokens to what the budget still allows; return the request and its reservation."""
@@ -493,7 +495,7 @@ class Gateway:
                 completion: Completion) -> Completion:
         """Charge an answered request what it reported (made possible, see _checked) and free its slot."""
         try:
-            usage = self._checked(request, completion.usage, in_bound, completion.texts)
+            usage = self._checked(request, completion.usage, in_bound, completion.texts, out_bound)
             if usage is not completion.usage:
                 completion = replace(completion, usage=usage)
         except BaseException as exc:  # not a Completion: the backend is broken, the request still went out
@@ -655,7 +657,8 @@ class Gateway:
             return None  # refused before anything was sent (a replay's emulated wall clock)
         return NO_USAGE  # the server answered with an error: a call, but no tokens
 
-    def _checked(self, request: GenerateRequest, usage: Usage, input_bound: int, texts: Sequence[str]) -> Usage:
+    def _checked(self, request: GenerateRequest, usage: Usage, input_bound: int, texts: Sequence[str],
+                 out_bound: int | None = None) -> Usage:
         """What an answered request is charged: the usage its backend reported, made possible and believable.
 
         A count below zero or above the request's bound (the prompt bound, n x max_tokens) is
@@ -667,7 +670,8 @@ class Gateway:
         cannot make the budget soft. Honest counts below the estimate (a tokenizer that packs more
         bytes a token) stay as reported. Each kind of correction is logged once, as a warning.
         """
-        out_bound = self._out_bound(request)
+        if out_bound is None:
+            out_bound = self._out_bound(request)
         used_in, used_out = usage.input_tokens, usage.output_tokens
         possible = 0 <= used_in <= input_bound and 0 <= used_out <= out_bound
         if possible and not self._uncounted:
