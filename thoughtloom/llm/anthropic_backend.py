@@ -123,7 +123,10 @@ class AnthropicBackend(LazySdkClient):
         input_tokens: Any = None
         output_tokens: Any = None
         thought = False
-        async with watched_stream(guard, deltas, self.timeout_s, where, self._stream_error) as opened:
+        import anthropic
+
+        async with watched_stream(guard, deltas, self.timeout_s, where, anthropic.AnthropicError, self._map_error,
+                                  "check that the base URL is Anthropic's API (without /v1)") as opened:
             stream = opened.keep(await client.messages.create(**params, stream=True))
             async for event in stream:
                 guard.event()
@@ -154,20 +157,6 @@ class AnthropicBackend(LazySdkClient):
             output_tokens = estimate_tokens(text)
         reasoning = max(0, output_tokens - estimate_tokens(text)) if thought else 0
         return Completion((text,), Usage(input_tokens, output_tokens, reasoning), self.name)
-
-    def _stream_error(self, exc: Exception) -> ModelError:
-        """What an exception raised while streaming means (the SDK's errors mapped as any reply's); anything
-        else is not the server's doing and is raised as it is."""
-        import anthropic
-
-        if isinstance(exc, ModelError):
-            return exc
-        if isinstance(exc, anthropic.AnthropicError):
-            return self._map_error(exc)
-        if isinstance(exc, ValueError):  # the SDK lets JSON decoding errors through
-            return ModelError(f"model endpoint {self.base_url} streamed an event that is not valid JSON "
-                              f"({one_line(exc)}); check that the base URL is Anthropic's API (without /v1)")
-        raise exc
 
     def _params(self, request: GenerateRequest) -> dict[str, Any]:
         messages = request.prompt.as_messages()

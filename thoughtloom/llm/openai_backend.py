@@ -288,8 +288,10 @@ class OpenAIBackend(LazySdkClient):
         guard = StreamGuard(where, n, request.max_tokens)
         deltas = Deltas(request.on_text)
         usage: Any = None
-        async with watched_stream(guard, deltas, self.timeout_s, where,
-                                  lambda exc: self._stream_error(exc, where)) as opened:
+        import openai
+
+        async with watched_stream(guard, deltas, self.timeout_s, where, openai.OpenAIError, self._map_error,
+                                  "check that the base URL is an OpenAI-compatible API, or use --no-stream") as opened:
             stream = opened.keep(await create(stream=True, stream_options={"include_usage": True}))
             async for chunk in stream:
                 guard.event()
@@ -310,19 +312,6 @@ class OpenAIBackend(LazySdkClient):
                         guard.finished.add(index)
         texts = tuple(self._reply_text(t) for t in guard.joined())
         return _Sampled(texts, _usage(SimpleNamespace(usage=usage), prompt_text, texts))
-
-    def _stream_error(self, exc: Exception, where: str) -> ModelError:
-        """What an exception raised while streaming means (the SDK's errors mapped as any reply's)."""
-        import openai
-
-        if isinstance(exc, ModelError):
-            return exc
-        if isinstance(exc, openai.OpenAIError):
-            return self._map_error(exc)
-        if isinstance(exc, ValueError):  # the SDK lets JSON decoding errors through
-            return ModelError(f"model endpoint {where} streamed an event that is not valid JSON ({one_line(exc)}); "
-                              "check that the base URL is an OpenAI-compatible API, or use --no-stream")
-        raise exc
 
     def _chat_reply(self, message: Any, request: GenerateRequest) -> str:
         """A chat choice's reply text; with function definitions sent, its calls and text as `tool_calls_text`."""

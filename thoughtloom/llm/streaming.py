@@ -21,6 +21,7 @@ from typing import Any
 
 from .budget import MAX_TOKEN_BYTES, utf8_size
 from .errors import ModelError, ModelTimeout, TransientModelError, cut_short
+from .http_errors import one_line
 from .text import valid_text
 
 #: Where a streamed reply's text goes as it arrives: (sample index, the text added since the last call).
@@ -140,11 +141,13 @@ class OpenedStream:
 
 @asynccontextmanager
 async def watched_stream(guard: StreamGuard, deltas: Deltas, timeout_s: float, where: str,
-                         error_of: Callable[[Exception], ModelError]) -> AsyncIterator[OpenedStream]:
+                         sdk_error: type[Exception], map_error: Callable[[Exception], ModelError],
+                         check: str) -> AsyncIterator[OpenedStream]:
     """The frame every backend reads a stream in: the whole stream within `timeout_s` (a server can keep
-    one alive forever a byte at a time), an error mapped by `error_of` (which re-raises what is not the
-    server's fault) and marked cut short once text came, the pending deltas flushed and the stream closed
-    however the block ends: finished, refused, cut off or cancelled."""
+    one alive forever a byte at a time); the SDK's errors mapped by `map_error` as any reply's, an event
+    that is not JSON said so with `check` (what to check), anything else raised as it is; an error marked
+    cut short once text came; the pending deltas flushed and the stream closed however the block ends:
+    finished, refused, cut off or cancelled."""
     opened = OpenedStream()
     try:
         async with asyncio.timeout(timeout_s):
@@ -153,7 +156,15 @@ async def watched_stream(guard: StreamGuard, deltas: Deltas, timeout_s: float, w
         raise ModelTimeout(f"model endpoint {where} was still streaming after {timeout_s:g}s; "
                            "retrying, or raise --timeout if the model is slow") from exc
     except Exception as exc:
-        error = error_of(exc)
+        if isinstance(exc, ModelError):
+            error = exc
+        elif isinstance(exc, sdk_error):
+            error = map_error(exc)
+        elif isinstance(exc, ValueError):  # the SDKs let JSON decoding errors through
+            error = ModelError(f"model endpoint {where} streamed an event that is not valid JSON ({one_line(exc)}); "
+                               f"{check}")
+        else:
+            raise
         if guard.started:
             cut_short(error)
         if error is exc:
