@@ -68,8 +68,6 @@ class AnthropicBackend(LazySdkClient):
         self.capabilities = Capabilities(prompt_form="chat", native_tools=native_tools,
                                          thinking_tokens=thinking_tokens or 0, pricing=pricing,
                                          streams=stream)
-        #: Stream a request someone watches (GenerateRequest.on_text) as the Messages API's event stream.
-        self.stream = stream
         self._client: AsyncAnthropic | None = None
         self._sem: asyncio.Semaphore | None = None
 
@@ -81,7 +79,7 @@ class AnthropicBackend(LazySdkClient):
 
         async with sem:
             # A reply with tool calls is read whole: its tool_use blocks are not text to show.
-            if self.stream and request.on_text is not None and request.tools is None:
+            if self.capabilities.streams and request.on_text is not None and request.tools is None:
                 return await self._streamed(client, params, request)
             try:
                 response = await client.messages.create(**params)

@@ -97,8 +97,6 @@ class OpenAIBackend(LazySdkClient):
         self.schema_param: SchemaParam = schema_param
         #: The environment variable the key came from, named when the server rejects it.
         self.key_env = key_env
-        #: Stream a request someone watches (GenerateRequest.on_text) as server-sent events.
-        self.stream = stream
         self._client: AsyncOpenAI | None = None
         self._sem: asyncio.Semaphore | None = None
         # OpenAI's reasoning models refuse max_tokens; switched once on the first such refusal.
@@ -252,7 +250,7 @@ class OpenAIBackend(LazySdkClient):
             sent = [{"role": m.role, "content": m.content} for m in messages]
             if request.tools is not None:  # a reply with tool calls is read whole (its deltas are not text)
                 params["tools"] = _function_tools(request.tools)
-            elif self.stream and request.on_text is not None:
+            elif self.capabilities.streams and request.on_text is not None:
                 return await self._streamed(request, n, "".join(m.content for m in messages), _chat_delta,
                                             lambda **more: client.chat.completions.create(
                                                 messages=sent, **params, **more))  # type: ignore[arg-type]
@@ -269,7 +267,7 @@ class OpenAIBackend(LazySdkClient):
         else:
             params["max_tokens"] = request.max_tokens
             prompt_text = request.prompt.as_text()
-            if self.stream and request.on_text is not None:
+            if self.capabilities.streams and request.on_text is not None:
                 return await self._streamed(request, n, prompt_text, _text_delta,
                                             lambda **more: client.completions.create(
                                                 prompt=prompt_text, **params, **more))
