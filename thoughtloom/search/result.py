@@ -15,7 +15,7 @@ from .agent.processors import EXTRA as AGENT_EXTRA
 from .counts import SearchCounts
 from .paths import ScoredPath, ScoredPaths
 from .stop import StopReason
-from .strategies.base import Trace
+from .trace import Trace
 
 #: An evaluator's score below this on the step an answer comes from is a doubt worth saying beside
 #: the answer (the default compromise threshold: lower is not even a compromise).
