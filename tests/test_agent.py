@@ -274,6 +274,7 @@ def test_a_processor_that_raises_fails_its_node_not_the_run() -> None:
 
 
 def test_the_controller_switches_to_depth_first_when_the_budget_runs_low() -> None:
+    from thoughtloom.control import ControlReport
     from thoughtloom.control.controller import Controller
     from thoughtloom.llm.budget import BudgetLimits
 
@@ -284,7 +285,8 @@ def test_the_controller_switches_to_depth_first_when_the_budget_runs_low() -> No
 
     result = asyncio.run(go())
     assert result.graph.node(0).extra["agent_summary"]["order"] == "depth_first"
-    assert any(d["kind"] == "order" for d in result.control["decisions"])
+    assert isinstance(result.control, ControlReport)
+    assert any(d.kind == "order" for d in result.control.decisions)
     assert result.answer is not None
 
 

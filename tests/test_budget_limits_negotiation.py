@@ -31,6 +31,7 @@ from thoughtloom.control import (
     AutomaticHandler,
     CallbackHandler,
     Controller,
+    ControlReport,
     ControlSettings,
     FeedbackHandler,
 )
@@ -76,18 +77,23 @@ async def run(limits: BudgetLimits, handler: FeedbackHandler, *, pricing: Pricin
     gateway = Gateway(model, Budget(limits, clock=clock) if clock is not None else Budget(limits), pricing=pricing)
     result = await search(ScriptTask(), "sort a list", gateway, CONFIG,
                           controller=Controller(ControlSettings(), handler))
-    assert result.control is not None
     return result, gateway
+
+
+def control_of(result: SearchResult) -> ControlReport:
+    """The controller's report of a run under the built-in Controller."""
+    assert isinstance(result.control, ControlReport)
+    return result.control
 
 
 async def test_a_call_budget_asks_is_granted_and_spends_past_the_original_limit() -> None:
     result, gateway = await run(BudgetLimits(calls=12), AutomaticHandler(approve_calls=10))
-    control: dict[str, Any] = result.control  # type: ignore[assignment]
-    [request] = control["budget_requests"]
-    assert (request["limit"], request["amount"], request["granted"], request["approved"]) == ("calls", 6, 6, True)
-    assert "tokens" not in request  # a calls request is not a token request
-    assert request["situation"]["limit"] == "calls" and request["situation"]["left"] == 3
-    assert "9 calls spent, 3 calls left" in request["justification"]
+    [request] = control_of(result).budget_requests
+    asked = request.request
+    assert (asked.limit, asked.amount, request.granted, request.approved) == ("calls", 6, 6, True)
+    assert "tokens" not in request.to_dict()  # a calls request is not a token request
+    assert asked.situation.limit == "calls" and asked.situation.left == 3
+    assert "9 calls spent, 3 calls left" in asked.justification
     assert gateway.budget.limits.calls == 12 + 6
     assert result.usage.calls > 12 - 3  # past the point where the original limit would have stopped it
     assert result.termination_reason == "goal_reached"
@@ -95,9 +101,9 @@ async def test_a_call_budget_asks_is_granted_and_spends_past_the_original_limit(
 
 async def test_a_denied_call_request_leads_to_the_compromise() -> None:
     result, gateway = await run(BudgetLimits(calls=12), AutomaticHandler())
-    control: dict[str, Any] = result.control  # type: ignore[assignment]
-    assert [(r["limit"], r["approved"]) for r in control["budget_requests"]] == [("calls", False)]
-    assert [d["decision"] for d in control["decisions"] if d["kind"] in ("budget", "compromise")] == [
+    control = control_of(result)
+    assert [(r.request.limit, r.approved) for r in control.budget_requests] == [("calls", False)]
+    assert [d.decision for d in control.decisions if d.kind in ("budget", "compromise")] == [
         "request_increase", "denied", "propose", "accepted"]
     assert result.termination_reason == "compromise_accepted"
     assert gateway.budget.limits.calls == 12
@@ -126,9 +132,8 @@ async def test_a_refused_call_is_negotiated_and_made_once_the_limit_is_raised() 
 async def test_a_dollar_budget_asks_is_granted_and_spends_past_the_original_limit() -> None:
     price = Pricing(input_per_mtok=100.0, output_per_mtok=100.0)  # $0.0001 a token
     result, gateway = await run(BudgetLimits(cost_usd=0.02), AutomaticHandler(approve_usd=1.0), pricing=price)
-    control: dict[str, Any] = result.control  # type: ignore[assignment]
-    [request] = control["budget_requests"]
-    assert (request["limit"], request["amount"], request["granted"]) == ("cost_usd", 0.01, 0.01)
+    [request] = control_of(result).budget_requests
+    assert (request.request.limit, request.request.amount, request.granted) == ("cost_usd", 0.01, 0.01)
     assert gateway.budget.limits.cost_usd == pytest.approx(0.03)
     assert 0.02 < result.usage.cost_usd <= 0.03
     assert result.termination_reason == "goal_reached"
@@ -137,11 +142,10 @@ async def test_a_dollar_budget_asks_is_granted_and_spends_past_the_original_limi
 async def test_a_wall_clock_budget_asks_is_granted_and_runs_past_the_original_limit() -> None:
     clock = Clock()
     result, gateway = await run(BudgetLimits(wall_s=10), AutomaticHandler(approve_seconds=20), clock=clock)
-    control: dict[str, Any] = result.control  # type: ignore[assignment]
-    [request] = control["budget_requests"]
-    assert (request["limit"], request["approved"]) == ("wall_s", True)
-    assert request["amount"] == request["granted"] == 5  # capped at half the original 10 seconds
-    assert "9 seconds spent, 1 seconds left" in request["justification"]
+    [request] = control_of(result).budget_requests
+    assert (request.request.limit, request.approved) == ("wall_s", True)
+    assert request.request.amount == request.granted == 5  # capped at half the original 10 seconds
+    assert "9 seconds spent, 1 seconds left" in request.request.justification
     assert gateway.budget.limits.wall_s == 10 + 5
     assert clock.now == REQUESTS_TO_GOAL > 10  # the fake clock ran past the original limit
     assert result.termination_reason == "goal_reached"
@@ -153,7 +157,7 @@ async def test_no_thought_worth_a_compromise_stops_at_the_limit_it_ran_out_of() 
     flat = await search(ScriptTask(), "sort a list", gateway, CONFIG,
                         controller=Controller(ControlSettings(), AutomaticHandler(approve_calls=10)))
     assert flat.termination_reason == "budget_calls"
-    assert flat.control is not None and flat.control["budget_requests"] == []  # nothing worth paying for
+    assert control_of(flat).budget_requests == ()  # nothing worth paying for
 
 
 # --- from the command line ---------------------------------------------------------------------------

@@ -152,5 +152,5 @@ async def test_no_compromise_is_offered_for_an_intractable_problem_while_held_ba
         assert len(offered) == 1
     else:
         assert offered == []
-        assert controller.actions[-1]["action"] == (  # type: ignore[attr-defined]
+        assert controller.actions[-1].action == (  # type: ignore[attr-defined]
             "no compromise offered: 1 thought is held back by the beam, still to be tried")

@@ -20,9 +20,11 @@ from thoughtloom.control import (
     AutomaticHandler,
     CallbackHandler,
     Controller,
+    ControlReport,
     ControlSettings,
     FeedbackHandler,
 )
+from thoughtloom.control.report import ControlAction, DepthLimits
 from thoughtloom.tasks.similarity import similarity
 from thoughtloom.control.types import (
     BudgetRequest,
@@ -114,17 +116,17 @@ class Run:
         self.result, self.gateway, self.controller, self.events, self.model = (
             result, gateway, controller, events, model,
         )
-        assert result.control is not None
-        self.control: dict[str, Any] = result.control
+        assert isinstance(result.control, ControlReport)
+        self.control: ControlReport = result.control
 
     def decisions(self, kind: str | None = None) -> list[str]:
-        return [d["decision"] for d in self.control["decisions"] if kind is None or d["kind"] == kind]
+        return [d.decision for d in self.control.decisions if kind is None or d.kind == kind]
 
     def modes(self) -> set[str]:
-        return {f["mode"] for f in self.control["anticipated_failures"]}
+        return {f.failure.mode.value for f in self.control.anticipated_failures}
 
-    def actions(self, mode: str) -> list[dict[str, Any]]:
-        return [a for a in self.control["actions"] if a["mode"] == mode]
+    def actions(self, mode: str) -> list[ControlAction]:
+        return [a for a in self.control.actions if a.mode == mode]
 
     def status(self, node_id: int) -> NodeStatus:
         return self.result.graph.node(node_id).status
@@ -183,12 +185,12 @@ async def test_steady_progress_reaches_the_goal_without_asking_for_anything() ->
     r = await run(scripted(padded_child, by_depth({1: 4, 2: 6, 3: 8, 4: 9.6, 5: 10})), tokens=10_000)
     assert r.result.termination_reason == "goal_reached"
     c = r.control
-    assert c["goal_reached"] is True and c["acceptable_reached"] is True
-    assert c["score_history"] == [0.4, 0.6, 0.8, 0.96]
-    assert all(b > a for a, b in zip(c["score_history"], c["score_history"][1:]))
-    assert c["best_quality"] == pytest.approx(0.96)
-    assert c["budget_requests"] == [] and c["compromise"] is None and c["actions"] == []
-    assert not any(d["kind"] in ("budget", "compromise") for d in c["decisions"])
+    assert c.goal_reached is True and c.acceptable_reached is True
+    assert c.score_history == (0.4, 0.6, 0.8, 0.96)
+    assert all(b > a for a, b in zip(c.score_history, c.score_history[1:]))
+    assert c.best_quality == pytest.approx(0.96)
+    assert c.budget_requests == () and c.compromise is None and c.actions == ()
+    assert not any(d.kind in ("budget", "compromise") for d in c.decisions)
     assert r.result.goal_node is not None and r.result.graph.node(r.result.goal_node).score == pytest.approx(0.96)
     assert r.gateway.budget.limits.tokens == 10_000
     assert_budget_kept(r)
@@ -212,15 +214,15 @@ async def test_stagnation_asks_for_feedback_and_goes_deeper(handler: FeedbackHan
     r = await run(scripted(padded_child, by_depth({1: 5, 2: 5, 3: 7, 4: 10, 5: 10})), settings, handler,
                   max_depth=5)
     c = r.control
-    depth = [d for d in c["decisions"] if d["kind"] == "depth"]
-    assert [d["decision"] for d in depth][:2] == ["request_feedback", "continue_deeper"]
-    assert depth[0]["depth"] == 2 and "progress slowing" in depth[0]["reason"] and depth[0]["suggestion"]
-    assert "soft limit moved to 4" in depth[1]["reason"]
+    depth = [d for d in c.decisions if d.kind == "depth"]
+    assert [d.decision for d in depth][:2] == ["request_feedback", "continue_deeper"]
+    assert depth[0].depth == 2 and "progress slowing" in depth[0].reason and depth[0].detail["suggestion"]
+    assert "soft limit moved to 4" in depth[1].reason
     # the hard limit is the search's depth limit plus the default margin of 3 levels
-    assert c["depth_limits"] == {"soft": 4, "hard": 8, "search": 5, "search_at_start": 5}
+    assert c.depth_limits == DepthLimits(soft=4, hard=8, search=5, search_at_start=5)
     assert r.result.stats.max_depth == 4  # past the soft limit of 2
-    assert c["score_history"] == [0.5, 0.5, 0.7, 1.0]
-    assert c["goal_reached"] is True and r.result.termination_reason == "goal_reached"
+    assert c.score_history == (0.5, 0.5, 0.7, 1.0)
+    assert c.goal_reached is True and r.result.termination_reason == "goal_reached"
 
 
 async def test_stagnation_with_no_depth_allowance_stops_at_the_soft_limit() -> None:
@@ -228,7 +230,7 @@ async def test_stagnation_with_no_depth_allowance_stops_at_the_soft_limit() -> N
                   AutomaticHandler(extra_depth=0), max_depth=5)
     assert r.decisions("depth") == ["request_feedback", "stop"]
     assert r.result.termination_reason == "depth_soft_limit"
-    assert r.result.stats.max_depth == 2 and r.control["goal_reached"] is False
+    assert r.result.stats.max_depth == 2 and r.control.goal_reached is False
 
 
 # --- c. budget nearly spent close to acceptable -> request -> approved -> goal --------------------
@@ -248,20 +250,20 @@ async def test_budget_request_approved_raises_the_limit_by_exactly_the_grant_and
     r = await run(scripted(padded_child, by_depth(STEADY)), ControlSettings(),
                   AutomaticHandler(approve_tokens=10_000), tokens=tokens)
     c = r.control
-    assert len(c["budget_requests"]) == 1
-    request = c["budget_requests"][0]
-    assert request["approved"] is True and request["granted"] == request["tokens"] > 0
-    assert request["situation"]["best_score"] == pytest.approx(0.6)
-    assert request["situation"]["tokens_total"] == tokens
-    assert request["situation"]["estimated_tokens_to_acceptable"] is not None
-    assert "0.60 < 0.70 acceptable" in request["justification"]
+    assert len(c.budget_requests) == 1
+    request = c.budget_requests[0]
+    assert request.approved is True and request.granted == request.request.tokens > 0
+    assert request.request.situation.best_score == pytest.approx(0.6)
+    assert request.request.situation.tokens_total == tokens
+    assert request.request.situation.estimated_tokens_to_acceptable is not None
+    assert "0.60 < 0.70 acceptable" in request.request.justification
     assert appear_in_order(r.decisions("budget"), "request_increase", "approved")
     # the hard limit rose by exactly the grant, and the run really used tokens beyond the original
-    assert r.gateway.budget.limits.tokens == tokens + request["granted"]
-    assert r.result.usage.token_limit == tokens + request["granted"]
+    assert r.gateway.budget.limits.tokens == tokens + request.granted
+    assert r.result.usage.token_limit == tokens + request.granted
     assert tokens < r.gateway.budget.spent.total == STEADY_RUN_TOKENS <= r.gateway.budget.limits.tokens
-    assert c["goal_reached"] is True and r.result.termination_reason == "goal_reached"
-    assert c["score_history"] == [0.3, 0.45, 0.6, 1.0]
+    assert c.goal_reached is True and r.result.termination_reason == "goal_reached"
+    assert c.score_history == (0.3, 0.45, 0.6, 1.0)
     refusals = [rec for rec in r.gateway.records if rec.error is not None]
     assert len(refusals) == refused and all("BudgetExceeded" in rec.error for rec in refusals)
     if refused:  # the refused call was made again once the limit was raised
@@ -280,10 +282,10 @@ async def test_a_callback_grant_smaller_than_the_request_raises_the_limit_by_the
     r = await run(scripted(padded_child, by_depth(STEADY)), ControlSettings(), CallbackHandler(on_budget=grant_100),
                   tokens=250)
     assert len(seen) == 1 and seen[0].tokens == 125  # asked for 200, capped at half the original budget
-    request = r.control["budget_requests"][0]
-    assert (request["tokens"], request["granted"], request["approved"]) == (125, 100, True)
+    request = r.control.budget_requests[0]
+    assert (request.request.tokens, request.granted, request.approved) == (125, 100, True)
     assert r.gateway.budget.limits.tokens == 250 + 100
-    assert r.control["goal_reached"] is True
+    assert r.control.goal_reached is True
     assert_budget_kept(r)
 
 
@@ -301,22 +303,22 @@ async def test_denied_request_leads_to_an_accepted_compromise() -> None:
     r = await run(scripted(padded_child, by_depth(STEADY)), ControlSettings(), handler, tokens=250)
     c = r.control
     assert r.result.termination_reason == "compromise_accepted"
-    assert c["goal_reached"] is False
-    assert [(q["approved"], q["granted"]) for q in c["budget_requests"]] == [(False, 0)]
+    assert c.goal_reached is False
+    assert [(q.approved, q.granted) for q in c.budget_requests] == [(False, 0)]
     assert appear_in_order(r.decisions(), "request_increase", "denied", "propose", "accepted")
     assert r.gateway.budget.limits.tokens == 250  # nothing granted, nothing raised
-    compromise = c["compromise"]
-    assert compromise["accepted"] is True
-    assert len(offered) == 1 and offered[0].node_id == compromise["node_id"]
-    best = r.result.graph.node(compromise["node_id"])
-    assert compromise["content"] == best.content and best.score == pytest.approx(0.6)
-    assert compromise["score"] == pytest.approx(0.6)
-    assert compromise["gap_to_acceptable"] == pytest.approx(0.1)
-    assert len(compromise["path"]) == 3 and compromise["path"][-1] == best.content
-    assert compromise["tradeoffs"][0] == "quality slightly below target"
-    assert any("depth 3 of 6" in t for t in compromise["tradeoffs"])
-    assert compromise["explanation"].startswith("Compromise (quality 0.60, 0.10 below acceptable)")
-    assert r.result.best_node == compromise["node_id"]  # the answer is the compromise
+    assert c.compromise is not None and c.compromise.accepted is True
+    compromise = c.compromise.offer
+    assert offered == [compromise]
+    best = r.result.graph.node(compromise.node_id)
+    assert compromise.content == best.content and best.score == pytest.approx(0.6)
+    assert compromise.score == pytest.approx(0.6)
+    assert compromise.gap_to_acceptable == pytest.approx(0.1)
+    assert len(compromise.path) == 3 and compromise.path[-1] == best.content
+    assert compromise.tradeoffs[0] == "quality slightly below target"
+    assert any("depth 3 of 6" in t for t in compromise.tradeoffs)
+    assert compromise.explain().startswith("Compromise (quality 0.60, 0.10 below acceptable)")
+    assert r.result.best_node == compromise.node_id  # the answer is the compromise
     assert_budget_kept(r)
 
 
@@ -324,8 +326,8 @@ async def test_denied_request_and_rejected_compromise_stop_at_the_budget() -> No
     handler = CallbackHandler(on_budget=lambda request: 0, on_compromise=lambda compromise: False)
     r = await run(scripted(padded_child, by_depth(STEADY)), ControlSettings(), handler, tokens=250)
     assert r.result.termination_reason == "budget_tokens"
-    assert r.control["compromise"]["accepted"] is False
-    assert len(r.control["budget_requests"]) == 1  # a denied request is not asked again
+    assert r.control.compromise is not None and r.control.compromise.accepted is False
+    assert len(r.control.budget_requests) == 1  # a denied request is not asked again
     assert "rejected" in r.decisions("compromise")
     assert_budget_kept(r)
 
@@ -337,9 +339,9 @@ async def test_denied_request_with_nothing_to_offer_terminates_once_when_the_tok
     handler = CallbackHandler(on_budget=lambda request: 0, on_compromise=lambda compromise: True)
     r = await run(scripted(padded_child, by_depth(STEADY)), ControlSettings(compromise_threshold=0.65), handler,
                   tokens=230)
-    budget = [(d["decision"], d["tokens_spent"]) for d in r.control["decisions"] if d["kind"] == "budget"]
+    budget = [(d.decision, d.tokens_spent) for d in r.control.decisions if d.kind == "budget"]
     assert budget == [("request_increase", 183), ("denied", 183), ("terminate", 224)]
-    assert r.control["compromise"] is None
+    assert r.control.compromise is None
     assert r.result.termination_reason == "budget_tokens"
     assert_budget_kept(r)
 
@@ -353,12 +355,12 @@ async def test_no_acceptable_thought_terminates_when_the_budget_runs_out() -> No
                   tokens=250)
     c = r.control
     assert r.result.termination_reason == "budget_tokens"
-    terminate = [d for d in c["decisions"] if d["kind"] == "budget" and d["decision"] == "terminate"]
+    terminate = [d for d in c.decisions if d.kind == "budget" and d.decision == "terminate"]
     assert len(terminate) == 1
-    assert "below the compromise threshold 0.50" in terminate[0]["reason"]
-    assert terminate[0]["situation"]["best_score"] == pytest.approx(0.2)
-    assert c["budget_requests"] == [] and c["compromise"] is None
-    assert c["goal_reached"] is False and c["acceptable_reached"] is False
+    assert "below the compromise threshold 0.50" in terminate[0].reason
+    assert terminate[0].detail["situation"]["best_score"] == pytest.approx(0.2)
+    assert c.budget_requests == () and c.compromise is None
+    assert c.goal_reached is False and c.acceptable_reached is False
     assert r.gateway.budget.limits.tokens == 250 and handler.approved == 0
     # the controller saw it coming: flat progress at a poor quality
     assert {"quality_plateau", "budget_exhausted"} <= r.modes()
@@ -395,13 +397,13 @@ async def test_paraphrased_loop_is_detected_and_the_restating_thoughts_are_prune
     # the loop is in other words, not exact repeats
     assert SPLIT_AGAIN != SPLIT and similarity(SPLIT, SPLIT_AGAIN) >= 0.7 and similarity(SPLIT, PARTITION) >= 0.7
     r = await run(scripted(tree(LOOP_TREE), by_content(LOOP_VALUES)), ControlSettings(), beam=2)
-    circular = [f for f in r.control["anticipated_failures"] if f["mode"] == "circular_reasoning"]
-    assert circular, r.control["anticipated_failures"]
+    circular = [f.failure for f in r.control.anticipated_failures if f.failure.mode == "circular_reasoning"]
+    assert circular, r.control.anticipated_failures
     looping = set(r.node_ids(SPLIT_AGAIN) + r.node_ids(PARTITION))
-    assert len(looping) == 2 and set(circular[0]["nodes"]) == looping
-    assert circular[0]["likelihood"] >= 0.6 and "restate" in circular[0]["evidence"]
+    assert len(looping) == 2 and set(circular[0].nodes) == looping
+    assert circular[0].likelihood >= 0.6 and "restate" in circular[0].evidence
     acts = r.actions("circular_reasoning")
-    assert len(acts) == 1 and set(acts[0]["nodes"]) == looping and "pruned 2 thoughts" in acts[0]["action"]
+    assert len(acts) == 1 and set(acts[0].nodes or ()) == looping and "pruned 2 thoughts" in acts[0].action
     for n in looping:
         assert r.status(n) is NodeStatus.PRUNED
         assert r.children(n) == []  # never expanded: the loop was cut
@@ -429,11 +431,11 @@ async def test_without_a_controller_the_paraphrased_loop_takes_the_beam() -> Non
 async def test_plateau_widens_the_beam() -> None:
     flat = dict.fromkeys(range(1, 8), 4)
     r = await run(scripted(padded_child, by_depth(flat)), ControlSettings(), beam=2, max_depth=6)
-    plateau = [f for f in r.control["anticipated_failures"] if f["mode"] == "quality_plateau"]
-    assert plateau and max(f["likelihood"] for f in plateau) >= 0.6
+    plateau = [f.failure for f in r.control.anticipated_failures if f.failure.mode == "quality_plateau"]
+    assert plateau and max(f.likelihood for f in plateau) >= 0.6
     acts = r.actions("quality_plateau")
-    assert acts and acts[0]["action"] == "widened the beam from 2 to 3"
-    widened_at = next(d["depth"] for d in r.control["decisions"] if d.get("mode") == "quality_plateau")
+    assert acts and acts[0].action == "widened the beam from 2 to 3"
+    widened_at = next(d.depth for d in r.control.decisions if d.detail.get("mode") == "quality_plateau")
     # two thoughts a level were expanded before the widening, three right after it
     expanded = Counter(n.depth for n in r.result.graph if r.children(n.id))
     assert expanded[widened_at - 1] == 2
@@ -449,8 +451,8 @@ async def test_a_self_contradicting_evaluator_gets_more_samples_and_thoughts_are
     r = await run(scripted(padded_child, values), ControlSettings(), beam=2, value_samples=3, max_depth=4)
     assert "evaluator_unreliable" in r.modes()
     acts = r.actions("evaluator_unreliable")
-    assert acts and acts[0]["action"].startswith("value samples 3 -> 6; re-scored 2 open thoughts")
-    rescored = acts[0]["nodes"]
+    assert acts and acts[0].action.startswith("value samples 3 -> 6; re-scored 2 open thoughts")
+    rescored = acts[0].nodes or ()
     assert len(rescored) == 2
     for n in rescored:
         assert r.result.graph.node(n).score == pytest.approx(0.7)  # was 0.5 from the wild samples
@@ -475,12 +477,12 @@ async def test_backtrack_when_quality_falls_deeper_revives_an_earlier_thought() 
                          "Fill the table bottom up": 10, "Read the answer from the table": 8,
                          "done": 10, "done too": 10, "done three": 10, "done four": 10})
     r = await run(scripted(children, values), ControlSettings(soft_depth=2), beam=1, max_depth=4)
-    back = [d for d in r.control["decisions"] if d["kind"] == "depth" and d["decision"] == "backtrack"]
-    assert len(back) == 1 and "quality fell from 0.60 at depth 1 to 0.30 at depth 2" in back[0]["reason"]
+    back = [d for d in r.control.decisions if d.kind == "depth" and d.decision == "backtrack"]
+    assert len(back) == 1 and "quality fell from 0.60 at depth 1 to 0.30 at depth 2" in back[0].reason
     revived = r.node_ids(better_later)
     assert len(revived) == 1
     acts = r.actions("depth")
-    assert acts == [{"mode": "depth", "action": "backtracked to depth 1", "nodes": revived}]
+    assert acts == [ControlAction("depth", "backtracked to depth 1", nodes=tuple(revived))]
     assert r.status(revived[0]) is NodeStatus.SUCCEEDED  # was pruned outside the beam, now alive
     assert r.children(revived[0])  # and expanded
     pruned = [e for e in r.events if isinstance(e, NodePruned) and e.node_id == revived[0]]

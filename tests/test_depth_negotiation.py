@@ -24,8 +24,10 @@ from thoughtloom.control import (
     AutomaticHandler,
     CallbackHandler,
     Controller,
+    ControlReport,
     ControlSettings,
 )
+from thoughtloom.control.report import DepthLimits
 from thoughtloom.control.types import (
     DepthAction,
     DepthAnswer,
@@ -45,11 +47,11 @@ QUIET_ANTICIPATION = ControlSettings(act_threshold=1.0)
 async def test_at_the_depth_limit_an_approval_raises_max_depth_and_the_search_goes_deeper() -> None:
     r = await run(scripted(padded_child, by_depth(GOAL_AT_4)), QUIET_ANTICIPATION, AutomaticHandler(extra_depth=2),
                   max_depth=3)
-    depth = [d for d in r.control["decisions"] if d["kind"] == "depth"]
-    assert [d["decision"] for d in depth] == ["request_feedback", "continue_deeper"]
-    assert depth[0]["depth"] == 3 and "depth limit 3 reached without an acceptable thought" in depth[0]["reason"]
-    assert "depth limit raised from 3 to 5 (hard limit 6)" in depth[1]["reason"] and depth[1]["max_depth"] == 5
-    assert r.control["depth_limits"] == {"soft": 5, "hard": 6, "search": 5, "search_at_start": 3}
+    depth = [d for d in r.control.decisions if d.kind == "depth"]
+    assert [d.decision for d in depth] == ["request_feedback", "continue_deeper"]
+    assert depth[0].depth == 3 and "depth limit 3 reached without an acceptable thought" in depth[0].reason
+    assert "depth limit raised from 3 to 5 (hard limit 6)" in depth[1].reason and depth[1].detail["max_depth"] == 5
+    assert r.control.depth_limits == DepthLimits(soft=5, hard=6, search=5, search_at_start=3)
     assert r.result.stats.max_depth == 4  # one level past the limit the search started with
     assert r.result.termination_reason == "goal_reached"
 
@@ -59,14 +61,14 @@ async def test_a_declined_request_ends_the_search_at_its_own_limit() -> None:
     assert r.decisions("depth") == ["request_feedback", "stop"]
     assert r.result.stats.max_depth == 3
     assert r.result.termination_reason == "max_depth"
-    assert r.control["depth_limits"]["search"] == 3
+    assert r.control.depth_limits.search == 3
 
 
 async def test_the_limit_is_never_raised_past_the_hard_depth() -> None:
     settings = ControlSettings(act_threshold=1.0, hard_depth=4)
     r = await run(scripted(padded_child, by_depth({1: 3, 2: 4, 3: 5, 4: 5.5, 5: 10})), settings,
                   AutomaticHandler(extra_depth=5), max_depth=3)
-    assert r.control["depth_limits"]["hard"] == 4 and r.control["depth_limits"]["search"] == 4
+    assert r.control.depth_limits.hard == 4 and r.control.depth_limits.search == 4
     assert r.result.stats.max_depth == 4  # the goal at depth 5 stays out of reach
     assert r.result.termination_reason == "max_depth"
 
@@ -104,7 +106,7 @@ async def test_no_question_when_every_answer_is_complete_at_the_limit() -> None:
 async def test_a_zero_margin_keeps_the_old_fixed_limit() -> None:
     r = await run(scripted(padded_child, by_depth(GOAL_AT_4)), ControlSettings(act_threshold=1.0, depth_margin=0),
                   AutomaticHandler(extra_depth=2), max_depth=3)
-    assert r.control["depth_limits"] == {"soft": 3, "hard": 3, "search": 3, "search_at_start": 3}
+    assert r.control.depth_limits == DepthLimits(soft=3, hard=3, search=3, search_at_start=3)
     assert "request_feedback" not in r.decisions("depth")
     assert r.result.termination_reason == "max_depth"
 
@@ -123,8 +125,8 @@ def test_solve_goes_deeper_when_its_automatic_answers_approve() -> None:
     result = solve("sort a list", task=ScriptTask(), model=scripted(padded_child, by_depth(GOAL_AT_4)),
                    generation="sample", breadth=2, beam=1, max_depth=3, value_samples=1, one_pass=True,
                    answers=AutoAnswers(extra_depth=1))
-    assert result.control is not None
-    assert result.control["depth_limits"]["search_at_start"] == 3 and result.control["depth_limits"]["search"] == 4
+    assert isinstance(result.control, ControlReport)
+    assert result.control.depth_limits.search_at_start == 3 and result.control.depth_limits.search == 4
     assert result.stats.max_depth == 4
     assert result.termination_reason == "goal_reached"
 
@@ -132,7 +134,7 @@ def test_solve_goes_deeper_when_its_automatic_answers_approve() -> None:
 def test_solve_without_an_allowance_stops_at_the_tasks_depth() -> None:
     result = solve("sort a list", task=ScriptTask(), model=scripted(padded_child, by_depth(GOAL_AT_4)),
                    generation="sample", breadth=2, beam=1, max_depth=3, value_samples=1, one_pass=True)
-    assert result.control is not None and result.control["depth_limits"]["hard"] == 6
+    assert isinstance(result.control, ControlReport) and result.control.depth_limits.hard == 6
     assert result.stats.max_depth == 3 and result.termination_reason == "max_depth"
 
 

@@ -30,6 +30,7 @@ from thoughtloom.control import (
     AutomaticHandler,
     CallbackHandler,
     Controller,
+    ControlReport,
     ControlSettings,
 )
 from thoughtloom.control.failures import DetectorLimits, FailureAnticipator
@@ -66,10 +67,10 @@ async def test_a_foreseen_depth_limit_is_put_to_the_handler_and_an_approval_rais
     first = asked[0]
     assert first.raises_limit and "likely to reach the depth limit 4" in first.reason
     assert "Ask to raise the depth limit" in first.suggestion and "(the hard limit is 7)" in first.suggestion
-    assert r.actions("depth_exceeded")[0]["action"] == "asked to raise the depth limit: now 6 (was 4)"
-    raised = next(d for d in r.control["decisions"] if d["decision"] == "continue_deeper")
-    assert raised["depth"] == 2  # asked two levels before the limit, not at it
-    assert r.control["depth_limits"]["search"] == 7  # raised again later, up to the hard limit 4 + 3
+    assert r.actions("depth_exceeded")[0].action == "asked to raise the depth limit: now 6 (was 4)"
+    raised = next(d for d in r.control.decisions if d.decision == "continue_deeper")
+    assert raised.depth == 2  # asked two levels before the limit, not at it
+    assert r.control.depth_limits.search == 7  # raised again later, up to the hard limit 4 + 3
     assert r.result.stats.max_depth == 7  # the search went past the limit it started with
 
 
@@ -85,7 +86,7 @@ async def test_a_failure_nothing_prevents_is_put_to_the_handler_which_aborts() -
                   CallbackHandler(on_failure=abort), max_depth=4)
     assert [f.mode for f in seen] == [FailureMode.DEPTH_EXCEEDED]
     assert "cannot be raised" in seen[0].prevention and "raise the depth limit" not in seen[0].prevention
-    assert r.actions("depth_exceeded")[0]["action"] == "no deeper limit asked: the depth limit 4 is the hard limit"
+    assert r.actions("depth_exceeded")[0].action == "no deeper limit asked: the depth limit 4 is the hard limit"
     assert r.decisions("failure")[-1] == "abort"
     assert r.result.termination_reason == "anticipated_failure"
     assert r.result.stats.max_depth == 2  # stopped two levels before the limit, with its best answer
@@ -143,15 +144,15 @@ async def test_a_foreseen_budget_exhaustion_asks_for_tokens_before_they_are_shor
     config = SearchConfig(strategy="bfs", generation="sample", breadth=2, beam=1, max_depth=6, value_samples=1,
                           one_pass=True)
     result = await search(ScriptTask(), "sort a list", gateway, config, controller=controller)
-    assert result.control is not None
+    assert isinstance(result.control, ControlReport)
     [request] = requests
     assert request.limit == "tokens" and request.situation.left is not None
     assert request.situation.left > 200  # far more than an expansion costs: asked early, not when short
-    asked = next(d for d in result.control["decisions"] if d["decision"] == "request_increase")
-    assert "asking early" in asked["reason"]
+    asked = next(d for d in result.control.decisions if d.decision == "request_increase")
+    assert "asking early" in asked.reason
     assert gateway.budget.limits.tokens == gateway_tokens + request.amount
-    act = result.control["actions"][0]
-    assert act["mode"] == "budget_exhausted" and act["action"].endswith("before they run out: granted")
+    act = result.control.actions[0]
+    assert act.mode == "budget_exhausted" and act.action.endswith("before they run out: granted")
 
 
 async def test_a_denied_early_request_is_not_repeated_when_the_tokens_are_really_short() -> None:
@@ -159,8 +160,8 @@ async def test_a_denied_early_request_is_not_repeated_when_the_tokens_are_really
     handler = CallbackHandler(on_budget=lambda request: asked.append(request) or 0,
                               on_failure=lambda failure, state: FailureAction.CONTINUE)
     r = await run(scripted(padded_child, by_depth(STEADY)), ControlSettings(), handler, tokens=200)
-    assert len(asked) == 1 and r.control["budget_requests"][0]["approved"] is False
-    assert r.actions("budget_exhausted")[0]["action"].endswith("before they run out: denied")
+    assert len(asked) == 1 and r.control.budget_requests[0].approved is False
+    assert r.actions("budget_exhausted")[0].action.endswith("before they run out: denied")
     assert r.decisions("budget") == ["request_increase", "denied"]  # the negotiator did not ask again
 
 

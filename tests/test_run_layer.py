@@ -13,6 +13,7 @@ from test_cli import game24_server_reply, loom
 
 from thoughtloom import solve
 from thoughtloom.api import asolve
+from thoughtloom.control import ControlReport
 from thoughtloom.control.controller import ControlSettings
 from thoughtloom.control.profiles import get_profile
 from thoughtloom.llm.fake import ScriptedBackend
@@ -177,7 +178,7 @@ def test_asolve_applies_a_profile_exactly_as_the_cli_flag() -> None:
     profile = get_profile("strategic_planning")
     assert result.config["beam"] == profile.search["beam"]
     assert result.config["max_depth"] == profile.hard_depth
-    assert result.control is not None and result.control["profile"] == "strategic_planning"
+    assert isinstance(result.control, ControlReport) and result.control.profile == "strategic_planning"
 
 
 def test_solve_works_inside_a_running_event_loop() -> None:
@@ -279,15 +280,15 @@ def test_a_controller_built_from_a_profile_runs_with_that_profiles_search_settin
     controller = Controller(ControlSettings.from_profile(get_profile("strategic_planning")))
     result = solve("plan a launch", task="general", model=fake, controller=controller, max_depth=1)
     assert result.config["beam"] == get_profile("strategic_planning").search["beam"]
-    assert result.control is not None and result.control["thresholds"]["acceptable"] == 0.65
+    assert isinstance(result.control, ControlReport) and result.control.thresholds.acceptable == 0.65
 
 
 def test_python_runs_the_controller_with_the_profile_by_default() -> None:
     fake = ScriptedBackend(responder=lambda request, index: "7" if "scale of 0 to 10" in request.prompt.as_text()
                            else "a step")
     result = solve("a question", model=fake, max_depth=1)
-    assert result.control is not None and result.control["profile"] == "default"
-    assert result.control["depth_limits"]["hard"] == 1 + 3  # the default profile's depth negotiation
+    assert isinstance(result.control, ControlReport) and result.control.profile == "default"
+    assert result.control.depth_limits.hard == 1 + 3  # the default profile's depth negotiation
     assert solve("a question", model=fake, max_depth=1, controller=False).control is None
 
 

@@ -148,6 +148,14 @@ def test_the_controller_decisions_reach_the_page(budget_store: Path, tmp_path: P
     assert data["control"]["thresholds"]["acceptable"] == 0.7
 
 
+def test_a_run_stored_before_the_report_had_the_search_depths_shows_its_report_as_stored(tmp_path: Path) -> None:
+    store = tmp_path / "legacy.db"  # a game24 run stored when depth_limits had only soft and hard
+    store.write_bytes((Path(__file__).parent / "fixtures" / "legacy_run.db").read_bytes())
+    control = view(store, "2v1md2n810", tmp_path / "run.html")["control"]
+    assert control["depth_limits"] == {"hard": 3, "soft": 3}
+    assert control["thresholds"] == {"acceptable": 0.7, "compromise": 0.5, "goal": 0.95}
+
+
 def test_the_token_budget_the_run_started_with_is_on_the_timeline(budget_store: Path, tmp_path: Path) -> None:
     assert view(budget_store, "budget1", tmp_path / "run.html")["limits"] == {"tokens": 60}
 

@@ -499,9 +499,7 @@ def format_text(result: Any) -> str:
         lines.extend(research_lines(result.research))
     if result.error:
         lines.append(f"model error: {result.error}")
-    if result.control:
-        from ..control.report import control_lines
-
-        lines.extend(control_lines(result.control))
+    if result.control is not None:
+        lines.extend(result.control.lines())
     # Answers, steps, evidence and justifications are model text or program output.
     return "\n".join(terminal_text(line) for line in lines)

@@ -45,6 +45,16 @@ from .failures import DetectorLimits, FailureAnticipator
 from .feedback import AutomaticHandler, FeedbackHandler
 from .negotiation import BudgetNegotiator, Negotiation
 from .profiles import DEFAULT_DEPTH_MARGIN, DomainProfile
+from .report import (
+    Anticipation,
+    BudgetRequestOutcome,
+    CompromiseOutcome,
+    ControlAction,
+    ControlReport,
+    Decision,
+    DepthLimits,
+    Thresholds,
+)
 from .types import (
     UNITS,
     Allowance,
@@ -156,10 +166,10 @@ class Controller:
         self.anticipator = anticipator or FailureAnticipator()
         self.policy: DepthPolicy | None = None
         self.limits: DetectorLimits | None = None
-        self.timeline: list[dict[str, Any]] = []
-        self.budget_requests: list[dict[str, Any]] = []
-        self.anticipated: list[dict[str, Any]] = []
-        self.actions: list[dict[str, Any]] = []
+        self.timeline: list[Decision] = []
+        self.budget_requests: list[BudgetRequestOutcome] = []
+        self.anticipated: list[Anticipation] = []
+        self.actions: list[ControlAction] = []
         self.compromise: Compromise | None = None
         self.compromise_accepted: bool | None = None
         self.original_tokens: int | None = None
@@ -210,12 +220,8 @@ class Controller:
 
     def record(self, ctx: SearchContext, kind: str, decision: str, reason: str, **detail: Any) -> None:
         """Keep a decision in the timeline and tell the event stream."""
-        entry = {
-            "kind": kind, "decision": decision, "reason": reason,
-            "tokens_spent": ctx.gateway.budget.spent.total - self._spent_before,
-            "depth": len(ctx.quality_history()), **detail,
-        }
-        self.timeline.append(entry)
+        self.timeline.append(Decision(kind, decision, reason, ctx.gateway.budget.spent.total - self._spent_before,
+                                      len(ctx.quality_history()), detail))
         if ctx.bus:
             ctx.bus.emit(ControlDecision(kind, decision, reason))
 
@@ -356,10 +362,7 @@ class Controller:
         with ctx.gateway.budget.paused():
             granted = await self.handler.request_budget(request)
         granted = max(0, int(granted) if limit in ("tokens", "calls") else granted)
-        self.budget_requests.append({
-            "limit": limit, "amount": request.amount, **token_detail, "justification": request.justification,
-            "situation": situation, "granted": granted, "approved": granted > 0,
-        })
+        self.budget_requests.append(BudgetRequestOutcome(request, granted))
         if granted > 0:
             ctx.gateway.budget.raise_limit(granted, limit)
             self.record(ctx, "budget", "approved", f"{_LIMIT_WORD[limit]} limit raised by {_amount(limit, granted)}",
@@ -516,14 +519,13 @@ class Controller:
         chosen = candidates[: ctx.beam]
         for n in chosen:
             ctx.revive(n)
-        self.actions.append({"mode": "depth", "action": f"backtracked to depth {target}", "nodes": chosen})
+        self.actions.append(ControlAction("depth", f"backtracked to depth {target}", nodes=tuple(chosen)))
         return chosen or None
 
     # --- failures -----------------------------------------------------------------------
 
     def _note_failure(self, ctx: SearchContext, failure: AnticipatedFailure) -> None:
-        entry = {"checkpoint": self._checkpoints, **failure.to_dict()}
-        self.anticipated.append(entry)
+        self.anticipated.append(Anticipation(self._checkpoints, failure))
         if ctx.bus:
             ctx.bus.emit(
                 ControlDecision(
@@ -614,19 +616,18 @@ class Controller:
                 # The search will try these before it ends: a compromise now would cut that short.
                 action = (f"no compromise offered: {waiting} thought{'s are' if waiting != 1 else ' is'} held back by "
                           "the beam, still to be tried")
-                self.actions.append({"mode": mode.value, "action": action, "likelihood": failure.likelihood})
+                self.actions.append(ControlAction(mode.value, action, failure.likelihood))
                 self.record(ctx, "failure", "act", action, mode=mode.value)
                 return True
             if compromise is not None and compromise.node_id != self._rejected_compromise:
                 action = "offered the best thought as a compromise"
-                self.actions.append({"mode": mode.value, "action": action, "likelihood": failure.likelihood})
+                self.actions.append(ControlAction(mode.value, action, failure.likelihood))
                 self.record(ctx, "failure", "act", action, mode=mode.value)
                 await self._offer(ctx, compromise, f"problem looks intractable: {failure.evidence}")
                 return False  # accepted: the search stopped; rejected: the handler may still abort
             prevented = False
             action = "no thought good enough to offer as a compromise"
-        self.actions.append({"mode": mode.value, "action": action, "likelihood": failure.likelihood,
-                             "nodes": list(nodes)})
+        self.actions.append(ControlAction(mode.value, action, failure.likelihood, tuple(nodes)))
         self.record(ctx, "failure", "act", action, mode=mode.value)
         return prevented
 
@@ -666,29 +667,28 @@ class Controller:
 
     # --- report -------------------------------------------------------------------------
 
-    def report(self, ctx: SearchContext) -> dict[str, Any]:
+    def report(self, ctx: SearchContext) -> ControlReport:
         """Everything the controller saw and did, for the result and --json."""
         s = self.settings
         best = ctx.best_quality_id
         best_quality = ctx.quality(best) if best is not None else 0.0
-        return {
-            "profile": self.profile,
-            "thresholds": {"acceptable": s.acceptable_threshold, "goal": s.goal_threshold,
-                           "compromise": s.compromise_threshold},
-            "depth_limits": {"soft": self.policy.soft_limit if self.policy else None,
-                             "hard": self.policy.hard_limit if self.policy else None,
-                             "search": ctx.max_depth, "search_at_start": self.original_depth},
-            "goal_reached": bool(ctx.goals),
-            "acceptable_reached": best_quality >= s.acceptable_threshold,
-            "best_quality": round(best_quality, 4),
-            "budget_requests": self.budget_requests,
-            "compromise": None if self.compromise is None else {
-                **self.compromise.to_dict(), "accepted": self.compromise_accepted},
-            "anticipated_failures": self.anticipated,
-            "actions": self.actions,
-            "score_history": [round(q, 4) for q in ctx.quality_history()],
-            "decisions": self.timeline,
-        }
+        return ControlReport(
+            profile=self.profile,
+            thresholds=Thresholds(s.acceptable_threshold, s.goal_threshold, s.compromise_threshold),
+            depth_limits=DepthLimits(self.policy.soft_limit if self.policy else None,
+                                     self.policy.hard_limit if self.policy else None,
+                                     ctx.max_depth, self.original_depth),
+            goal_reached=bool(ctx.goals),
+            acceptable_reached=best_quality >= s.acceptable_threshold,
+            best_quality=round(best_quality, 4),
+            budget_requests=tuple(self.budget_requests),
+            compromise=(None if self.compromise is None
+                        else CompromiseOutcome(self.compromise, self.compromise_accepted)),
+            anticipated_failures=tuple(self.anticipated),
+            actions=tuple(self.actions),
+            score_history=tuple(round(q, 4) for q in ctx.quality_history()),
+            decisions=tuple(self.timeline),
+        )
 
 
 #: How decision lines name a limit: "token limit raised by 1,200", "call budget increase denied".

@@ -43,6 +43,7 @@ logger = logging.getLogger(__name__)
 if TYPE_CHECKING:
     from ..tools.toolbox import Toolbox
     from .scorer import ThoughtScorer
+    from .trace import Trace
 
 _S = NodeStatus
 
@@ -82,8 +83,8 @@ class SearchController(Protocol):
         when it was made): True to retry it (that limit was raised)."""
         ...
 
-    def report(self, ctx: SearchContext) -> dict[str, Any]:
-        """What the controller saw and did, for the result."""
+    def report(self, ctx: SearchContext) -> Trace:
+        """What the controller saw and did, for the result (SearchResult.control)."""
         ...
 
 

@@ -15,7 +15,7 @@ from .agent.processors import EXTRA as AGENT_EXTRA
 from .counts import SearchCounts
 from .paths import ScoredPath, ScoredPaths
 from .stop import StopReason
-from .strategies.base import Trace
+from .trace import Trace
 
 #: An evaluator's score below this on the step an answer comes from is a doubt worth saying beside
 #: the answer (the default compromise threshold: lower is not even a compromise).
@@ -208,8 +208,9 @@ class SearchResult:
     best_node: int | None = None
     answer_node: int | None = None
     error: str | None = None
-    #: The controller's report (decisions, budget requests, compromise, failures), when one ran.
-    control: dict[str, Any] | None = None
+    #: The controller's report (decisions, budget requests, compromise, failures), when one ran: the
+    #: built-in Controller's is a thoughtloom.control.ControlReport.
+    control: Trace | None = None
     #: What grounding found, by node id (empty when no grounder ran).
     grounding: dict[int, GroundingResult] = field(default_factory=dict)
     #: The stored run's id, the store holding it and its graph's CID, when the run was recorded.
@@ -283,7 +284,7 @@ class SearchResult:
             **({"run_id": self.run_id, "store": self.store, "graph_cid": self.graph_cid}
                if self.run_id is not None else {}),
             **({"store_error": self.store_error} if self.store_error is not None else {}),
-            **({"control": self.control} if self.control is not None else {}),
+            **({"control": self.control.to_dict()} if self.control is not None else {}),
             **({"grounding": [{"node": n, **r.to_dict()} for n, r in self.grounding.items()]}
                if self.grounding else {}),
             **({trace.key: trace.to_dict()} if (trace := self.trace) is not None else {}),

@@ -731,7 +731,8 @@ def summarize(result: SearchResult) -> dict[str, Any]:
         "termination_reason": str(result.termination_reason), "error": result.error, "model": result.model,
         "best_path": [s.id for s in result.best_path], "goal_node": result.goal_node,
         "best_node": result.best_node, "answer_node": result.answer_node,
-        "usage": result.usage.to_dict(), "stats": result.stats.to_dict(), "control": result.control,
+        "usage": result.usage.to_dict(), "stats": result.stats.to_dict(),
+        "control": result.control.to_dict() if result.control is not None else None,
     })
 
 

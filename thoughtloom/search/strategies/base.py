@@ -6,19 +6,20 @@ differ, so nothing outside it lists strategy names: its name, its settings (a fr
 None for the built-ins, whose settings are SearchConfig's), what it needs (tools, roles of their
 own, a depth the controller may grow, the operators' calls), whether a task has the prompts it
 needs (`unfit`), and `run(ctx)`. The registry (registry.py) finds them by name. A built-in strategy
-that keeps a record of what it did besides its thoughts reads it back from the graph as a `Trace`.
+that keeps a record of what it did besides its thoughts reads it back from the graph as a `Trace` (trace.py).
 """
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
     from ...graph import ThoughtGraph
     from ...tasks.base import Task
     from ..context import SearchContext
+    from ..trace import Trace
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,21 +69,6 @@ class Strategy(Protocol):
 
     def run(self, ctx: SearchContext) -> Awaitable[None]:
         """Search (an `async def` is one): add, score and settle thoughts through `ctx` until done or stopped."""
-        ...
-
-
-class Trace(Protocol):
-    """What a strategy did besides its thoughts, read back from the graph: `--json` data and `loom solve` lines."""
-
-    #: The key its data has in a result's `to_dict` ("recursion", "agent", "cove").
-    key: ClassVar[str]
-
-    def to_dict(self) -> dict[str, Any]:
-        """Plain data, as `--json` prints it and a stored run keeps it."""
-        ...
-
-    def lines(self) -> list[str]:
-        """The lines `loom solve` prints for it (the caller escapes them for the terminal)."""
         ...
 
 

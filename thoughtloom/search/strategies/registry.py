@@ -20,7 +20,8 @@ from typing import TYPE_CHECKING, Any
 
 from ...tasks.base import Task
 from ...tasks.checkers import CheckerError, is_reference, load_function
-from .base import BuiltinStrategy, Needs, Strategy, Trace
+from ..trace import Trace
+from .base import BuiltinStrategy, Needs, Strategy
 
 if TYPE_CHECKING:
     from ...graph import ThoughtGraph
