@@ -25,6 +25,7 @@ from .scorer import ThoughtScorer
 from .stop import StopReason
 from .strategies.base import Strategy
 from .strategies.registry import strategy_named
+from .strategy_api import StrategyContext
 
 if TYPE_CHECKING:
     from ..tools.toolbox import Toolbox
@@ -143,7 +144,7 @@ async def search(
     routes_before = dict(gateway.budget.routes)
     if bus:
         bus.emit(SearchStarted(task.name, problem_text, config.strategy, gateway.budget.limits.tokens))
-    ctx = SearchContext(task, problem, gateway, config, bus, controller, all_grounders, grounding_policy, tools,
+    ctx = StrategyContext(task, problem, gateway, config, bus, controller, all_grounders, grounding_policy, tools,
                         processors, research, routed_roles, scorer)
     if out_of_time:
         ctx.stop(StopReason.BUDGET_WALL_S)
