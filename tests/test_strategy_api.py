@@ -113,3 +113,26 @@ async def test_a_strategy_that_reaches_past_the_api_fails_under_it() -> None:
 def test_a_strategy_typed_against_the_api_satisfies_the_strategy_protocol(greedy: Any) -> None:
     assert isinstance(greedy(), Strategy)
     assert inspect.signature(greedy.run).parameters["ctx"].annotation in ("SearchAPI", SearchAPI)
+
+
+# --- what a run hands one kind of strategy (search/handoff.py) ---------------------------------------
+
+
+def test_a_strategy_reads_back_what_the_run_handed_it_by_its_type() -> None:
+    from thoughtloom.search.agent.processors import ProcessorRegistry
+    from thoughtloom.search.handoff import ByType
+    from thoughtloom.search.research.explorer import ResearchSetup
+
+    registry, setup = ProcessorRegistry(), ResearchSetup()
+    handed = ByType([None, registry, setup])
+    assert handed.get(ProcessorRegistry) is registry and handed.get(ResearchSetup) is setup
+    assert ByType().get(ResearchSetup) is None
+
+
+def test_what_a_strategy_leaves_replaces_what_it_left_before() -> None:
+    from thoughtloom.search.handoff import ByType
+
+    left = ByType()
+    left.put([1])
+    left.put([2])
+    assert left.get(list) == [2]

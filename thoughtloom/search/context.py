@@ -26,6 +26,7 @@ from .config import SearchConfig
 from .counts import SearchCounts
 from .events import DuplicateMerged, EventBus, NodeAdded, NodePruned, NodeRevived, ThoughtRejected, ThoughtRepaired
 from .grounding_step import Grounding
+from .handoff import ByType
 from .scoring import Scoring
 from .stop import StopReason
 
@@ -99,22 +100,19 @@ class SearchContext(ModelCalls, Grounding, Scoring):
         grounders: Sequence[Grounder] = (),
         grounding_policy: GroundingPolicy | None = None,
         tools: Toolbox | None = None,
-        # A search.agent ProcessorRegistry; not named here, as the agent package builds on this module.
-        processors: Any = None,
-        # A search.research ResearchSetup (the research strategy's settings and roles), for the same reason.
-        research: Any = None,
+        strategy_inputs: Iterable[object] = (),
         routed_roles: Collection[str] = (),
         user_scorer: ThoughtScorer | None = None,
     ) -> None:
         self.task = task
         #: The user's scorer: it scores every thought the model would have evaluated (None: the model does).
         self.user_scorer = user_scorer
-        #: The agent strategy's tools and processors (None: no tools; the built-in processors).
+        #: The tools the run granted (None: none).
         self.tools = tools
-        self.processors = processors
-        #: The research strategy's setup, and the ResearchResult it leaves for the engine's result.
-        self.research = research
-        self.research_result: Any = None
+        #: What the run hands one kind of strategy (the agent's processors, the research setup), by type;
+        #: and what a strategy leaves for the engine's result (a ResearchResult).
+        self.strategy_inputs = ByType(strategy_inputs)
+        self.strategy_outputs = ByType()
         #: Roles that run on a model of their own: their calls carry the role as their route.
         self.routed_roles = frozenset(routed_roles)
         self.problem = problem
