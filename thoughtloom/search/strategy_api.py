@@ -112,11 +112,13 @@ class SearchAPI(Protocol):
         kind: NodeKind | None = None,
         edge_kind: EdgeKind = EdgeKind.ELABORATION,
         cost_tokens: int = 0,
-        note: str | None = None,
         replaces_last: bool = False,
-        steps: tuple[str, ...] | None = None,
     ) -> int | None:
-        """Add a thought below its parents (the first is its path's): its id, or None past max_nodes."""
+        """Add a thought below its parents (the first is its path's): its id, or None past max_nodes.
+
+        kind: the task's thought_kind when None; replaces_last: it stands in for the first parent's
+        last step (a merge or a refinement) rather than adding one.
+        """
 
     def set_score(self, node_id: int, score: float) -> None:
         """Score a thought in [0, 1]: its path score, goal status and threshold pruning follow."""
