@@ -1,8 +1,10 @@
 """A search strategy of your own: greedy search, which follows only the best child of each thought.
 
 A strategy is any object with a name, its settings, what it needs of a run, a fit check for a task
-and `run(ctx)` (the `thoughtloom.Strategy` protocol); it works through the same context and
-operators as the built-in ones (`expand` asks the model for a thought's children and scores them).
+and `run(ctx)` (the `thoughtloom.Strategy` protocol). `ctx` is what a strategy may use of its
+search, the `thoughtloom.SearchAPI` protocol: the same operators as the built-in strategies
+(`ctx.expand` asks the model for a thought's children and scores them), the model, the tools, the
+graph, its scores and frontier, and `ctx.stop` with a typed reason.
 A frozen dataclass that is its own settings is the simplest form: a stored run records the fields
 and builds `GreedyStrategy(**fields)` again to resume or replay.
 
@@ -18,11 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from thoughtloom import Needs, Task
-from thoughtloom.search.context import SearchContext
-from thoughtloom.search.operators import expand
-from thoughtloom.search.stop import StopReason
-from thoughtloom.search.strategies.common import rank
+from thoughtloom import Needs, SearchAPI, StopReason, Task
 from thoughtloom.search.strategies.fit import needs_steps
 
 
@@ -50,11 +48,11 @@ class GreedyStrategy:
         """It writes thoughts step by step, so the task needs step prompts (as bfs does)."""
         return needs_steps(self.name, task)
 
-    async def run(self, ctx: SearchContext) -> None:
+    async def run(self, ctx: SearchAPI) -> None:
         """Follow the best children down until a goal, the depth limit or the budget stops it."""
         frontier = [ctx.root]
         while frontier and not ctx.stopped:
-            children = [c for node in frontier if ctx.expandable(node) for c in await expand(ctx, node)]
-            frontier = rank(ctx, children)[: self.width]
+            children = [c for node in frontier if ctx.expandable(node) for c in await ctx.expand(node)]
+            frontier = ctx.rank(children)[: self.width]
         if not ctx.stopped:
             ctx.stop(StopReason.FRONTIER_EXHAUSTED)

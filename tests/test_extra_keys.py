@@ -9,6 +9,7 @@ import pytest
 from thoughtloom.search.agent.processors import EXTRA as AGENT
 from thoughtloom.search.context import EXTRA as CONTEXT
 from thoughtloom.search.fork import EXTRA as FORK
+from thoughtloom.search.grounding_step import EXTRA as GROUNDING
 from thoughtloom.search.operators import EXTRA as OPERATORS
 from thoughtloom.search.recursive.solver import EXTRA as RECURSION
 from thoughtloom.search.research.explorer import EXTRA as RESEARCH
@@ -18,7 +19,8 @@ from thoughtloom.search.strategies.recursive import EXTRA as RECURSIVE
 # Stored runs and `--json` graphs carry these names: renaming one would break every stored run.
 STORED = {
     OPERATORS: {"samples", "evaluation", "tally"},
-    CONTEXT: {"grounding", "rejected"},
+    CONTEXT: {"rejected"},
+    GROUNDING: {"grounding"},
     RECURSION: {"recursion", "rejected"},
     RESEARCH: {"research", "hops", "evidence", "hypothesis", "synthesis", "tool_calls"},
     AGENT: {"status", "text", "result", "error", "tool_calls", "tally", "agreed", "made", "kind",
@@ -30,7 +32,7 @@ STORED = {
 }
 
 
-@pytest.mark.parametrize("keys", list(STORED), ids=["operators", "context", "recursion", "research", "agent",
+@pytest.mark.parametrize("keys", list(STORED), ids=["operators", "context", "grounding", "recursion", "research", "agent",
                                                        "recursive", "cove", "fork"])
 def test_each_key_is_stored_under_its_own_name(keys):
     assert {name: name for name in STORED[keys]} == asdict(keys)

@@ -139,9 +139,9 @@ class _Checker:
 
 async def test_grounding_a_thought_is_logged_with_its_verdict(caplog: pytest.LogCaptureFixture) -> None:
     gateway = Gateway(scripted_game24(ONE_PATH), BudgetLimits(tokens=100_000))
-    with caplog.at_level(logging.INFO, logger="thoughtloom.search.context"):
+    with caplog.at_level(logging.INFO, logger="thoughtloom.search.grounding_step"):
         await search(get_task("game24"), "4 5 6 10", gateway, SearchConfig(strategy="bfs"), grounders=[_Checker()])
-    assert any("grounded by checker: verified" in m for m in _records(caplog, "thoughtloom.search.context"))
+    assert any("grounded by checker: verified" in m for m in _records(caplog, "thoughtloom.search.grounding_step"))
 
 
 async def test_a_failed_tool_call_is_logged_with_its_status(caplog: pytest.LogCaptureFixture) -> None:

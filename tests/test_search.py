@@ -16,7 +16,8 @@ from thoughtloom.llm.fake import ScriptedBackend
 from thoughtloom.llm.gateway import Gateway
 from thoughtloom.llm.types import GenerateRequest
 from thoughtloom.search import SearchConfig, SearchResult, search
-from thoughtloom.search.context import combine, overrides
+from thoughtloom.search.context import overrides
+from thoughtloom.search.scoring import combine
 from thoughtloom.search.events import (
     Backtracked,
     BudgetSpent,

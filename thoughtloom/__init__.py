@@ -53,6 +53,8 @@ _EXPORTS = {
     # Your own strategy's protocol and what it declares it needs (solve(..., strategy=obj), --strategy).
     "Strategy": "thoughtloom.search.strategies.base",
     "Needs": "thoughtloom.search.strategies.base",
+    # What a strategy's run(ctx) may use of its search.
+    "SearchAPI": "thoughtloom.search.strategy_api",
     "compare_strategies": "thoughtloom.eval.runner",
     # An application that starts MCP servers or sandboxes calls it once (loom's own main does).
     "make_process_private": "thoughtloom.grounding.neighbours",
@@ -92,6 +94,7 @@ if TYPE_CHECKING:
     from .search.scorer import Scored as Scored, Scorer as Scorer
     from .search.stop import StopReason as StopReason
     from .search.strategies.base import Needs as Needs, Strategy as Strategy
+    from .search.strategy_api import SearchAPI as SearchAPI
     from .tasks.base import ProblemError as ProblemError, Task as Task
     from .tasks.general import TaskExample as TaskExample
     from .tasks.query import Query as Query, Verdict as Verdict

@@ -20,11 +20,13 @@ from .events import BudgetSpent, EventBus, EventSink, SearchStarted, SearchStopp
 from .fork import ForkPoint, graft
 from .operators import EXTRA as OPERATOR_EXTRA, synthesize
 from .paths import ScoredPaths
+from .research.records import ResearchResult
 from .result import PathStep, SearchResult, SearchStats, SearchUsage, role_usage
 from .scorer import ThoughtScorer
 from .stop import StopReason
 from .strategies.base import Strategy
 from .strategies.registry import strategy_named
+from .strategy_api import StrategyContext
 
 if TYPE_CHECKING:
     from ..tools.toolbox import Toolbox
@@ -143,8 +145,8 @@ async def search(
     routes_before = dict(gateway.budget.routes)
     if bus:
         bus.emit(SearchStarted(task.name, problem_text, config.strategy, gateway.budget.limits.tokens))
-    ctx = SearchContext(task, problem, gateway, config, bus, controller, all_grounders, grounding_policy, tools,
-                        processors, research, routed_roles, scorer)
+    ctx = StrategyContext(task, problem, gateway, config, bus, controller, all_grounders, grounding_policy, tools,
+                          (processors, research), routed_roles, scorer)
     if out_of_time:
         ctx.stop(StopReason.BUDGET_WALL_S)
     if on_context is not None:
@@ -235,7 +237,7 @@ async def search(
         error=ctx.error,
         control=controller.report(ctx) if controller is not None else None,
         grounding={n: r for n, r in sorted(ctx.grounding.items())},
-        research=ctx.research_result,
+        research=ctx.strategy_outputs.get(ResearchResult),
         best_path_total=ctx.path_score(path_ids[-1]),
         # The path scores alone, not the context: a result outlives its search.
         paths=ScoredPaths(ctx.graph, ctx.path_scores.get),

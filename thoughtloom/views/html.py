@@ -23,6 +23,7 @@ from typing import Any
 from ..graph import NodeStatus, ThoughtGraph
 from ..search.agent.processors import EXTRA as AGENT
 from ..search.context import EXTRA as CONTEXT
+from ..search.grounding_step import EXTRA as GROUNDING
 from ..search.recursive.solver import EXTRA as RECURSION
 from ..search.research.explorer import EXTRA as RESEARCH
 from .terminal import terminal_text
@@ -35,7 +36,7 @@ COLUMN_GAP = 36
 FOLD_ABOVE = 200
 
 #: node.extra keys the panel shows in their own sections; the rest go under "other metadata".
-_SECTIONS = (CONTEXT.grounding, RESEARCH.evidence, RECURSION.recursion, AGENT.tool_calls, RESEARCH.hypothesis,
+_SECTIONS = (GROUNDING.grounding, RESEARCH.evidence, RECURSION.recursion, AGENT.tool_calls, RESEARCH.hypothesis,
              AGENT.text, CONTEXT.rejected, AGENT.error)
 
 

@@ -12,6 +12,7 @@ from itertools import pairwise
 from ..graph import EdgeKind, NodeKind, NodeStatus, ThoughtGraph
 from ..search.agent.processors import EXTRA as AGENT
 from ..search.context import EXTRA as CONTEXT
+from ..search.grounding_step import EXTRA as GROUNDING
 from ..search.recursive.solver import EXTRA as RECURSION
 from ..search.research.explorer import EXTRA as RESEARCH
 from .terminal import terminal_text
@@ -156,7 +157,7 @@ def _render(graph: ThoughtGraph, keep: Collection[int] | None, best: list[int], 
         evidence = node.extra.get(RESEARCH.evidence)
         if evidence is not None:
             label += f"<br/>📄 {_escape(str(evidence.get('source')))}"
-        grounding = node.extra.get(CONTEXT.grounding)
+        grounding = node.extra.get(GROUNDING.grounding)
         if grounding is not None:
             label += f"<br/>{_grounding_badge(grounding)}"
             if grounding.get("verified") is not None:

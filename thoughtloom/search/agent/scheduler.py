@@ -281,7 +281,9 @@ class Scheduler:
 
 async def run_agent(ctx: SearchContext) -> None:
     """The agent strategy: work the graph from the task node with the registered processors and the run's tools."""
-    registry = ctx.processors if ctx.processors is not None else default_processors()
+    registry = ctx.strategy_inputs.get(ProcessorRegistry)
+    if registry is None:
+        registry = default_processors()
     tools = ctx.tools if ctx.tools is not None else Toolbox()
     if ctx.order is None:
         ctx.order = ctx.config.agent_order

@@ -727,14 +727,16 @@ class ResearchFlow:
 
 async def run_research(ctx: SearchContext) -> None:
     """The research strategy: a hypothesis tree grown, tested, pruned and merged over the run's tools."""
-    setup = ctx.research if ctx.research is not None else ResearchSetup()
+    setup = ctx.strategy_inputs.get(ResearchSetup)
+    if setup is None:
+        setup = ResearchSetup()
     tools = ctx.tools if ctx.tools is not None else Toolbox()
     keep_grant(ctx, tools)
     flow = ResearchFlow(ctx, setup, tools)
     try:
         await flow.run()
     finally:
-        ctx.research_result = flow.result()
+        ctx.strategy_outputs.put(flow.result())
 
 
 #: Research Flow runs on its own task (the run layer checks it), with its tools and roles of its own.

@@ -1,7 +1,8 @@
 """What a strategy is: the `Strategy` protocol, what it needs of a run (`Needs`), and the built-ins' form.
 
 A strategy decides which thoughts to work on next over the search's graph, through the same
-context (`ctx`: ask the model, expand, score, stop) as every other. Each one says what makes it
+context (`ctx`: ask the model, expand, score, stop; what a strategy may use is the `SearchAPI`
+protocol, strategy_api.py) as every other. Each one says what makes it
 differ, so nothing outside it lists strategy names: its name, its settings (a frozen dataclass;
 None for the built-ins, whose settings are SearchConfig's), what it needs (tools, roles of their
 own, a depth the controller may grow, the operators' calls), whether a task has the prompts it
@@ -13,12 +14,13 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, cast, runtime_checkable
 
 if TYPE_CHECKING:
     from ...graph import ThoughtGraph
     from ...tasks.base import Task
     from ..context import SearchContext
+    from ..strategy_api import SearchAPI
     from ..trace import Trace
 
 
@@ -67,7 +69,7 @@ class Strategy(Protocol):
         """Why it cannot search `task` (one line naming what the task lacks), or None when it can."""
         ...
 
-    def run(self, ctx: SearchContext) -> Awaitable[None]:
+    def run(self, ctx: SearchAPI) -> Awaitable[None]:
         """Search (an `async def` is one): add, score and settle thoughts through `ctx` until done or stopped."""
         ...
 
@@ -104,6 +106,7 @@ class BuiltinStrategy:
         """Why this strategy cannot search `task`, or None."""
         return self.fit(self.name, task) if self.fit is not None else None
 
-    def run(self, ctx: SearchContext) -> Awaitable[None]:
+    def run(self, ctx: SearchAPI) -> Awaitable[None]:
         """The search (the runner's coroutine itself: no wrapper on the engine's path)."""
-        return self.runner(ctx)
+        # A built-in is the engine's own: it works with the whole context the engine gives every strategy.
+        return self.runner(cast("SearchContext", ctx))

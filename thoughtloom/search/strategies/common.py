@@ -26,18 +26,9 @@ async def expand_all(ctx: SearchContext, node_ids: Sequence[int]) -> list[int]:
     return [c for cs in results for c in cs]
 
 
-def rank(ctx: SearchContext, node_ids: Iterable[int]) -> list[int]:
-    """Best first: by own score, then path score, then age (older first, for determinism)."""
-    graph = ctx.graph
-    return sorted(
-        node_ids,
-        key=lambda n: (-(graph.node(n).score or 0.0), -(ctx.path_score(n) or 0.0), n),
-    )
-
-
 def keep_beam(ctx: SearchContext, candidates: Iterable[int]) -> list[int]:
     """The best `beam` expandable candidates; the others are pruned."""
-    ranked = rank(ctx, (c for c in candidates if ctx.expandable(c)))
+    ranked = ctx.rank(c for c in candidates if ctx.expandable(c))
     beam = ctx.beam
     for dropped in ranked[beam:]:
         ctx.prune(dropped, OUTSIDE_BEAM)
@@ -46,7 +37,7 @@ def keep_beam(ctx: SearchContext, candidates: Iterable[int]) -> list[int]:
 
 def keep_all(ctx: SearchContext, candidates: Iterable[int]) -> list[int]:
     """Every expandable candidate, best first (no beam cut: only the prune threshold has removed any)."""
-    return rank(ctx, (c for c in candidates if ctx.expandable(c)))
+    return ctx.rank(c for c in candidates if ctx.expandable(c))
 
 
 def keep_promising(ctx: SearchContext, candidates: Iterable[int]) -> list[int]:

@@ -11,7 +11,7 @@ from ..events import Backtracked
 from ..operators import expand
 from ..stop import StopReason
 from .base import BuiltinStrategy
-from .common import STEP_NEEDS, rank
+from .common import STEP_NEEDS
 from .fit import needs_steps
 
 
@@ -34,7 +34,7 @@ async def _visit(ctx: SearchContext, node_id: int) -> None:
         return
     children = await expand(ctx, node_id)
     await ctx.checkpoint()  # DFS backtracks by itself: a revived frontier is not needed here
-    for child in rank(ctx, children):
+    for child in ctx.rank(children):
         if ctx.graph.node(child).status is not NodeStatus.SUCCEEDED:
             continue
         await _visit(ctx, child)

@@ -7,7 +7,7 @@ from dataclasses import replace
 from ..context import SearchContext
 from ..operators import aggregate, refine
 from .base import BuiltinStrategy
-from .common import STEP_NEEDS, expand_all, next_level, rank
+from .common import STEP_NEEDS, expand_all, next_level
 from .fit import needs_merges
 
 
@@ -19,7 +19,7 @@ async def run_got(ctx: SearchContext) -> None:
         children = await expand_all(ctx, frontier)
         if ctx.stopped:
             return
-        top = rank(ctx, children)[: cfg.aggregate_k]
+        top = ctx.rank(children)[: cfg.aggregate_k]
         if len(top) >= 2:
             merged = await aggregate(ctx, top)
             for _ in range(cfg.refine_rounds):
