@@ -476,7 +476,8 @@ def test_a_huge_calculation_the_model_asks_for_ends_within_the_runs_budget(serve
     assert proc.returncode == 0, proc.stderr
     assert took < scaled(30), took  # a hang guard: the calculation alone held the event loop for 15-118 s
     out = json.loads(proc.stdout)
-    assert out["stats"]["wall_s"] <= 5 + 3, out["stats"]  # the budget, overrun by one tool call at most
+    # The budget, overrun by one tool call at most (and what a loaded machine adds to finishing the run).
+    assert out["stats"]["wall_s"] <= 5 + 3 + scaled(0.5), out["stats"]
     assert "agent" in out, out["termination_reason"]
     calls = [c for n in out["agent"]["nodes"] for c in n.get("tool_calls", [])]
     assert any("too large to compute exactly" in (c.get("error") or "") for c in calls), calls
