@@ -84,12 +84,15 @@ def test_for_name_equals_value_examples_call_the_function_with_its_own_parameter
         '    For num = "A", c = 1, after some prose, the result should be (\'a\', False)\n'
         '    For other = 3, c = 1 the output should be 5\n    """\n'
     )
-    assert docstring_tests(prompt, "f") == ('assert f(num = "AB", c = 2) == 1', "assert f(num = \"A\", c = 1) == ('a', False)")
+    assert docstring_tests(prompt, "f") == (
+        'assert f(num = "AB", c = 2) == 1', "assert f(num = \"A\", c = 1) == ('a', False)",
+    )
 
 
 def test_input_output_examples_become_asserts() -> None:
     prompt = (
-        'def f(arr, k):\n    """\n    Example 1:\n        Input: arr = [4, 2], k = 1\n        Output: [4] # the largest\n\n'
+        'def f(arr, k):\n    """\n    Example 1:\n        Input: arr = [4, 2], k = 1\n'
+        '        Output: [4] # the largest\n\n'
         '    Example 2:\n        Input: [1, 2], 2\n        Output: [2, 1]\n    Example 3:\n        Input: [1]\n'
         '        Output: []\n    """\n'
     )
