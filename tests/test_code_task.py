@@ -174,6 +174,21 @@ async def test_a_program_cut_off_before_its_end_never_outranks_one_that_ran() ->
     assert result.answer is not None and result.answer.rstrip().endswith(HE0_WRONG.strip())
 
 
+async def test_the_answer_is_the_program_that_passed_most_tests_not_the_latest_revision() -> None:
+    # HumanEval/47 in the bench: the first programs passed 1 of 2 examples (one example is wrong
+    # in the data set), their revisions passed none, and the deepest revision was returned.
+    def reply(request, index: int) -> str:
+        if "An earlier version failed" in request.prompt.as_text():
+            return f"    return None  # attempt {index}\n"  # passes neither example
+        return HE0_WRONG  # `return False`: passes the first example only
+
+    task = get_task("humaneval")
+    result = await search(task, "HumanEval/0", Gateway(ScriptedBackend(responder=reply)),
+                          SearchConfig(**task.search_defaults))
+    assert result.termination_reason != "goal_reached"
+    assert result.answer is not None and result.answer.rstrip().endswith(HE0_WRONG.strip())
+
+
 def test_an_unknown_humaneval_id_is_a_one_line_problem_error() -> None:
     with pytest.raises(ProblemError, match="no humaneval problem 'HumanEval/999'"):
         get_task("humaneval").parse_problem("HumanEval/999")

@@ -68,6 +68,7 @@ class CodeTask(Task[CodeProblem]):
     name: ClassVar[str] = "code"
     description: ClassVar[str] = "write a Python function; programs are run against the visible tests in a sandbox"
     programmatic_answer: ClassVar[bool] = True
+    whole_answers: ClassVar[bool] = True
     search_defaults: ClassVar[dict[str, Any]] = {
         "generation": "sample", "breadth": 3, "beam": 2, "max_depth": 3, "value_samples": 1, "temperature": 0.8,
     }
