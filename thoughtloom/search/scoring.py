@@ -87,6 +87,7 @@ class Scoring:
         sinks = self.bus.sinks
         by_quality, by_goal, grounded_goals = self._qualities, self._goals, self._grounded_goals
         prune_threshold, stop_on_goal = self.config.prune_threshold, self.config.stop_on_goal
+        whole_answers = task.whole_answers
 
         def score_one(node_id: int, score: float) -> None:
             if not 0.0 <= score <= 1.0:  # out of range: clamped; NaN -> 0
@@ -132,10 +133,12 @@ class Scoring:
                         self.stop(StopReason.GOAL_REACHED)
                 elif score < prune_threshold:
                     self.prune(node_id, f"score {score:.2f} below threshold {prune_threshold:.2f}")
-            # The best thought so far: goals first, then scored above zero, deeper, better path, older.
+            # The best thought so far: goals first, then scored above zero, deeper, better path, older
+            # (where each thought is a whole answer: better scored, then older, at any depth).
             best = self._best_key
             if best is None or goal or not best[0]:  # a non-goal never beats a goal
-                key = (goal, score > 0.0, depth, path or 0.0, -node_id)
+                key = (goal, score > 0.0, score, 0, -node_id) if whole_answers else \
+                    (goal, score > 0.0, depth, path or 0.0, -node_id)
                 if best is None or key > best:
                     self._best_key = key
                     self.best_id = node_id

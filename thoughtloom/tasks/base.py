@@ -84,6 +84,9 @@ class Task(Generic[P]):
     #: True when the task's step and value prompts list every valid reply (Query.choices): the
     #: model then chooses among them, and the `random` control lane can choose by chance.
     lists_choices: ClassVar[bool] = False
+    #: True when every thought is a whole answer (a program), not a step toward one: a deeper
+    #: thought is then a revision, not progress, and the best thought is the best scored at any depth.
+    whole_answers: ClassVar[bool] = False
 
     # --- problem ------------------------------------------------------------------------
 

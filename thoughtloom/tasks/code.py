@@ -14,7 +14,9 @@ from __future__ import annotations
 import ast
 import builtins
 import doctest
+import io
 import re
+import tokenize
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,7 +24,7 @@ from typing import Any, ClassVar
 
 from ..graph import NodeKind
 from ..grounding.code import CodeGrounder, extract_code
-from ..grounding.sandbox import Sandbox, SandboxLimits, SandboxUnavailable, sandbox_missing
+from ..grounding.sandbox import Sandbox, SandboxLimits, SandboxUnavailable, check_syntax, sandbox_missing
 from ..grounding.testrun import run_tests
 from ..grounding.types import Grounder, GroundingResult
 from ..llm.types import Message, Prompt
@@ -66,6 +68,7 @@ class CodeTask(Task[CodeProblem]):
     name: ClassVar[str] = "code"
     description: ClassVar[str] = "write a Python function; programs are run against the visible tests in a sandbox"
     programmatic_answer: ClassVar[bool] = True
+    whole_answers: ClassVar[bool] = True
     search_defaults: ClassVar[dict[str, Any]] = {
         "generation": "sample", "breadth": 3, "beam": 2, "max_depth": 3, "value_samples": 1, "temperature": 0.8,
     }
@@ -160,8 +163,12 @@ class CodeTask(Task[CodeProblem]):
         return NodeKind.CODE
 
     def exact_value(self, problem: CodeProblem, steps: Sequence[str]) -> float | None:
-        """A neutral prior, with no model call: running the tests (grounding) moves it."""
-        return PRIOR
+        """A neutral prior, with no model call: running the tests (grounding) moves it.
+
+        A program that does not compile (a reply cut off by its token limit) gets 0: no grounder
+        can run it, so the prior would stay and rank it above every program that ran and failed a test.
+        """
+        return PRIOR if steps and check_syntax(steps[-1]).ok else 0.0
 
     # --- answer -------------------------------------------------------------------------
 
@@ -188,32 +195,162 @@ async def passes(sandbox: Sandbox, program: str, check: str, *, names: Collectio
 
 # --- tests the search may see ---------------------------------------------------------------
 
-_CALL_ARROW = re.compile(
-    r"^\s*(?P<call>[A-Za-z_]\w*\(.*\))\s*(?:==>|=>|➞|->|==|=|should return|returns?)\s*(?P<want>.+?)\s*$"
+#: Bullets and words a prose example may start with: `* f(x) => y`, `for f(x) == y`, `assert f(x) => y`.
+_PROSE_LEAD = re.compile(r"^\s*(?:[*\-•]\s+|for\s+|assert\s+)?", re.IGNORECASE)
+#: What follows a prose example's call: an arrow, `==`, `# returns`, `should return`, then the result.
+_RESULT = re.compile(r"^\s*(?:#\s*(?:=>|->|returns?:?)?|==>|=>|➞|->|==|=|should return|returns?)\s*(?P<want>\S.*?)\s*$")
+#: `For num = "AB" the output should be 1.`: the arguments by the function's own parameter names.
+_FOR_NAMES = re.compile(
+    r"^\s*For\s+(?P<args>[A-Za-z_]\w*\s*=.+?),?\s+the\s+(?:output|result)\s+should\s+be\s+(?P<want>\S.*?)\s*$",
+    re.IGNORECASE,
 )
+_INPUT = re.compile(r"^\s*Input\s*:\s*(?P<args>\S.*?)\s*$")
+_OUTPUT = re.compile(r"^\s*Output\s*:\s*(?P<want>\S.*?)\s*$")
+#: Lines an `Output:` may follow its `Input:` by.
+_OUTPUT_WITHIN = 2
 
 
 def docstring_tests(prompt: str, entry_point: str) -> tuple[str, ...]:
-    """Asserts made from the examples in a function's docstring (doctest `>>>` and `f(x) ➞ y` lines)."""
+    """Asserts made from the examples in a function's docstring: doctest `>>>` lines, else the prose
+    forms (`f(x) ➞ y`, `f(x) # returns y`, `For x = 1 the output should be y`, `Input:`/`Output:` pairs)."""
     tests: list[str] = []
     for example in doctest.DocTestParser().get_examples(prompt):
         # The docstring's closing quotes follow the last example's output without a blank line.
-        source, want = example.source.strip(), example.want.split('"""')[0].split("'''")[0].strip()
+        source, want = _without_comment(example.source.strip()), example.want.split('"""')[0].split("'''")[0].strip()
         if entry_point in source and want and _is_test_expr(source, entry_point) and _is_test_expr(want, entry_point):
             tests.append(f"assert {source} == {want}")
+        elif not want and _is_checked_call(source, entry_point):
+            tests.append(f"assert {source}")  # `>>> f(x) == y`: the example is its own check
     if not tests:
-        for line in prompt.splitlines():
-            m = _CALL_ARROW.match(line)
-            if m is None:
-                continue
-            call, want = m.group("call"), m.group("want")
-            if (
-                call.startswith(entry_point + "(")
-                and _is_test_expr(call, entry_point)
-                and _is_test_expr(want, entry_point)
-            ):
-                tests.append(f"assert {m.group('call')} == {m.group('want')}")
+        tests = _prose_tests(prompt, entry_point)
     return tuple(dict.fromkeys(tests))
+
+
+def _prose_tests(prompt: str, entry_point: str) -> list[str]:
+    """Asserts from examples written as prose (HumanEval writes a quarter of its docstrings so)."""
+    params = _parameters(prompt, entry_point)
+    lines = prompt.splitlines()
+    tests: list[str] = []
+    for i, line in enumerate(lines):
+        rest = _PROSE_LEAD.sub("", line, count=1)
+        if (found := _call_prefix(rest, entry_point)) is not None:
+            call, after = found
+            m = _RESULT.match(after)
+            want = _result(m.group("want"), entry_point) if m else None
+            if want is not None:
+                tests.append(f"assert {call} == {want}")
+            continue
+        if params is None:
+            continue
+        if (m := _FOR_NAMES.match(line)) is not None:
+            args, want = _arguments(m.group("args"), entry_point, params), _result(m.group("want"), entry_point)
+        elif (m := _INPUT.match(line)) is not None:
+            args, want = _arguments(m.group("args"), entry_point, params), None
+            following = [ln for ln in lines[i + 1 : i + 1 + _OUTPUT_WITHIN] if ln.strip()]
+            if following and (out := _OUTPUT.match(following[0])) is not None:
+                want = _result(out.group("want"), entry_point)
+        else:
+            continue
+        if args is not None and want is not None:
+            tests.append(f"assert {entry_point}({args}) == {want}")
+    return tests
+
+
+def _call_prefix(text: str, entry_point: str) -> tuple[str, str] | None:
+    """The call of the function `text` starts with, and what follows it (None: it starts with none)."""
+    if not text.startswith(entry_point + "("):
+        return None
+    for i, ch in enumerate(text):
+        if ch != ")":
+            continue
+        try:
+            body = ast.parse(text[: i + 1], mode="eval").body
+        except SyntaxError:
+            continue
+        # The shortest prefix that parses is the call itself: `f(g(1)) -> 2` is not cut at `f(g(1)`.
+        if isinstance(body, ast.Call) and _is_test_expr(text[: i + 1], entry_point):
+            return text[: i + 1], text[i + 1 :]
+        return None
+    return None
+
+
+def _result(text: str, entry_point: str) -> str | None:
+    """The value a prose example gives, read as a Python expression (None when it is not one).
+
+    Tried in turn: the text without a `# comment` and a final period (a sentence's: `should be 1.`);
+    the text; without a trailing `(explanation)`; what follows the last `=` (`f(x) -> 19 - 5 - 6 = 8`).
+    `true`/`false` are the booleans.
+    """
+    text = text.strip()
+    plain = text.split(" #")[0].strip().removesuffix(".")
+    candidates = [plain, text, re.sub(r"\s*\([^()]*\)\s*$", "", plain)]
+    if "=" in plain:
+        candidates.append(plain.rsplit("=", 1)[1])
+    for candidate in candidates:
+        candidate = candidate.strip()
+        candidate = {"true": "True", "false": "False"}.get(candidate.lower(), candidate)
+        if candidate and _is_test_expr(candidate, entry_point):
+            return candidate
+    return None
+
+
+def _arguments(text: str, entry_point: str, params: Sequence[str]) -> str | None:
+    """The arguments of a prose example as a call's (`x = 1, k = 2` or `[1, 2], 3`), None unless they fit
+    the function: every parameter by its own name, or one positional value for each parameter.
+
+    Prose may follow the arguments (`For N = 150, the sum of digits will be 6 ...`): the longest
+    run of comma-separated parts that fits is taken.
+    """
+    parts = text.split(",")
+    for end in range(len(parts), 0, -1):
+        args = ",".join(parts[:end]).strip()
+        try:
+            call = ast.parse(f"{entry_point}({args})", mode="eval").body
+        except SyntaxError:
+            continue
+        if not isinstance(call, ast.Call) or not _is_test_expr(f"{entry_point}({args})", entry_point):
+            continue
+        named = {k.arg for k in call.keywords}
+        if (not call.args and named == set(params)) or (not call.keywords and len(call.args) == len(params)):
+            return args
+    return None
+
+
+def _parameters(prompt: str, entry_point: str) -> list[str] | None:
+    """The function's parameter names, from its definition in the prompt (None: it does not parse)."""
+    try:
+        tree = ast.parse(prompt)
+    except SyntaxError:
+        return None
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == entry_point:
+            return [a.arg for a in (*node.args.posonlyargs, *node.args.args, *node.args.kwonlyargs)]
+    return None
+
+
+def _without_comment(source: str) -> str:
+    """A one-line doctest source without its trailing `# comment` (`f(x) # f(x) = 1 + 2x`)."""
+    try:
+        tokens = list(tokenize.generate_tokens(io.StringIO(source).readline))
+    except (tokenize.TokenError, SyntaxError):
+        return source
+    comment = next((t for t in tokens if t.type == tokenize.COMMENT), None)
+    if comment is None or "\n" in source:
+        return source
+    return source[: comment.start[1]].rstrip()
+
+
+def _is_checked_call(source: str, entry_point: str) -> bool:
+    """`f(x) == y`: a comparison of a call of the function with a value."""
+    try:
+        body = ast.parse(source, mode="eval").body
+    except SyntaxError:
+        return False
+    return (
+        isinstance(body, ast.Compare) and len(body.ops) == 1 and isinstance(body.ops[0], ast.Eq)
+        and isinstance(body.left, ast.Call) and isinstance(body.left.func, ast.Name)
+        and body.left.func.id == entry_point and _is_test_expr(source, entry_point)
+    )
 
 
 def _is_test_expr(text: str, entry_point: str) -> bool:
