@@ -170,7 +170,10 @@ class Gateway:
         self.route_pricing = dict(route_pricing or {})
         self.listener = listener
         self.records: list[CallRecord] = []
-        self._rng = random.Random(rng_seed)
+        # The retries' jitter, seeded when first needed: most gateways never retry, and seeding a
+        # Random costs as much as a dozen calls (the harness makes a gateway per search).
+        self._rng_seed = rng_seed
+        self._rng: random.Random | None = None
         self._warned: set[str] = set()
         # Set once a prompt had to be bounded by its bytes: the backend does not count its own tokens
         # (a server), so what it reports is checked against what the texts must cost (see _checked).
@@ -413,6 +416,8 @@ class Gateway:
 
     async def _back_off(self, attempt: int, exc: TransientModelError) -> None:
         """Wait before retry number `attempt`, saying so in the log."""
+        if self._rng is None:
+            self._rng = random.Random(self._rng_seed)
         delay = self.retry.delay(attempt, self._rng, exc)
         logger.info("%s: transient error (attempt %d of %d): %s; retrying in %.2fs",
                        self.backend.name, attempt, self.retry.max_attempts, exc, delay)
@@ -447,8 +452,10 @@ class Gateway:
         limits = self.budget.limits
         try:
             if limits.tokens is None and request.route is None and self.pricing is None:
-                # Nothing to shrink and nothing to price (the common local case): the helpers' work inline.
-                out_bound = self._out_bound(request)
+                # Nothing to shrink and nothing to price (the common local case): the helpers' work inline,
+                # _out_bound's too (the capabilities once read).
+                caps = self._capabilities if self._capabilities is not None else self.capabilities
+                out_bound = request.n * (request.max_tokens + caps.thinking_tokens)
                 in_bound = self._input_bound(request)
                 record.attempts += 1
                 reserved_cost = 0.0
@@ -495,9 +502,13 @@ class Gateway:
                 completion: Completion) -> Completion:
         """Charge an answered request what it reported (made possible, see _checked) and free its slot."""
         try:
-            usage = self._checked(request, completion.usage, in_bound, completion.texts, out_bound)
-            if usage is not completion.usage:
-                completion = replace(completion, usage=usage)
+            usage = completion.usage
+            # _checked's first test, inline (this runs once per request): a backend that counts its own
+            # tokens and reports a possible usage is charged it as reported, without the call.
+            if self._uncounted or not (0 <= usage.input_tokens <= in_bound and 0 <= usage.output_tokens <= out_bound):
+                usage = self._checked(request, usage, in_bound, completion.texts, out_bound)
+                if usage is not completion.usage:
+                    completion = replace(completion, usage=usage)
         except BaseException as exc:  # not a Completion: the backend is broken, the request still went out
             self._settle_unanswered(request, reserved_cost, in_bound, out_bound, exc)
             raise
