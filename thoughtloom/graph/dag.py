@@ -167,7 +167,10 @@ class ThoughtGraph:
 
     def succeed(self, node_id: int) -> None:
         """Mark a node succeeded, passing through ready and in_progress when it has not reached them."""
-        node = self.node(node_id)
+        try:  # node(), inline: this runs once per scored thought
+            node = self._nodes[node_id]
+        except KeyError:
+            raise UnknownNode(node_id) from None
         # The hot path of every scored thought: ready -> in_progress -> succeeded and
         # in_progress -> succeeded are legal, and a childless node wakes nobody.
         if (node.status is NodeStatus.READY or node.status is NodeStatus.IN_PROGRESS) and node_id not in self._children:
