@@ -92,9 +92,9 @@ class _Open:
 
     request: GenerateRequest
     record: CallRecord
-    keys: list[Any]
+    keys: Sequence[Any]
     texts: list[str | None]
-    missing: list[int]  # samples the cache did not answer
+    missing: Sequence[int]  # samples the cache did not answer
     sub: GenerateRequest | None  # what the backend must still answer (None: nothing, or done)
     t0: float
 
@@ -102,6 +102,9 @@ class _Open:
 class _CutOff(BudgetExceeded):
     """The wall-clock limit stopped a call already running (so it is charged in full)."""
 
+
+#: The missing samples of a one-sample call the cache did not answer.
+_FIRST = (0,)
 
 #: Tokens a server's template may add around a request's function definitions.
 TOOLS_PREAMBLE_TOKENS = 64
@@ -243,7 +246,8 @@ class Gateway:
         elif n == 1:  # the common case, without the comprehensions
             key = sample_key(record.model, request, 0)
             text = cache.get(key)
-            keys, texts, missing = [key], [text], [0] if text is None else []
+            # Tuples where nothing is changed later (texts is filled in): no list made per call.
+            keys, texts, missing = (key,), [text], _FIRST if text is None else ()
         else:
             keys = [sample_key(record.model, request, i) for i in range(n)]
             texts = [cache.get(k) for k in keys]
