@@ -20,7 +20,7 @@ def sample_key(model: str, request: GenerateRequest, index: int) -> SampleKey:
     """
     # A role's own model answers a routed request: the same prompt to another model is another sample.
     # A pinned prompt form is another reading of the prompt (GenerateRequest.form): another sample.
-    key = (
+    key: SampleKey = (
         model if request.route is None else f"{model}#{request.route}",
         request.prompt.text,
         request.prompt.messages,

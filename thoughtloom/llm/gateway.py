@@ -11,7 +11,7 @@ from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
 from .budget import Budget, BudgetLimits, Pricing, Reservation, estimate_tokens, least_tokens, utf8_size
-from .cache import ResponseCache, sample_key
+from .cache import ResponseCache, SampleKey, sample_key
 from .errors import BatchRefused, BudgetExceeded, ModelError, ModelTimeout, TransientModelError
 from .inline import Later, call_inline, cancellable
 from .slots import Slots
@@ -92,7 +92,7 @@ class _Open:
 
     request: GenerateRequest
     record: CallRecord
-    keys: Sequence[Any]
+    keys: Sequence[SampleKey]
     texts: list[str | None]
     missing: Sequence[int]  # samples the cache did not answer
     sub: GenerateRequest | None  # what the backend must still answer (None: nothing, or done)
@@ -240,9 +240,11 @@ class Gateway:
         self.records.append(record)
         # Token logprobs live only in a fresh answer: the cache keeps texts.
         cache = self.cache if request.logprobs is None else None
+        keys: Sequence[SampleKey]
         texts: list[str | None]
+        missing: Sequence[int]
         if cache is None:
-            keys, texts, missing = [], [None] * n, list(range(n))
+            keys, texts, missing = (), [None] * n, range(n)
         elif n == 1:  # the common case, without the comprehensions
             key = sample_key(record.model, request, 0)
             text = cache.get(key)
