@@ -62,7 +62,8 @@ class ThoughtGraph:
         created_at defaults to now; extra (the node's own dict from then on) to an empty one.
         """
         nodes = self._nodes
-        if len(parents) == 1:  # the common case, without the generic checks' overhead
+        single = len(parents) == 1
+        if single:  # the common case, without the generic checks' overhead
             (only,) = parents
             parent = nodes.get(only)
             if parent is None:
@@ -88,13 +89,17 @@ class ThoughtGraph:
         self._parents[nid] = parents if type(parents) is tuple else tuple(parents)
         # Edges into a brand-new node cannot close a cycle: no check needed.
         children = self._children
-        for p in parents:
-            siblings = children.get(p)
+        if single:  # this runs once per thought: one parent's children without the loop
+            siblings = children.get(only)
             if siblings is None:
-                children[p] = [nid]
+                children[only] = [nid]
             else:
                 siblings.append(nid)
-        self._in_kinds[nid] = edge_kind if len(parents) == 1 else [edge_kind] * len(parents)
+            self._in_kinds[nid] = edge_kind
+            return node
+        for p in parents:
+            self._add_child(p, nid)
+        self._in_kinds[nid] = [edge_kind] * len(parents)
         return node
 
     def add_edge(
@@ -167,7 +172,10 @@ class ThoughtGraph:
 
     def succeed(self, node_id: int) -> None:
         """Mark a node succeeded, passing through ready and in_progress when it has not reached them."""
-        node = self.node(node_id)
+        try:  # node(), inline: this runs once per scored thought
+            node = self._nodes[node_id]
+        except KeyError:
+            raise UnknownNode(node_id) from None
         # The hot path of every scored thought: ready -> in_progress -> succeeded and
         # in_progress -> succeeded are legal, and a childless node wakes nobody.
         if (node.status is NodeStatus.READY or node.status is NodeStatus.IN_PROGRESS) and node_id not in self._children:

@@ -20,7 +20,7 @@ def sample_key(model: str, request: GenerateRequest, index: int) -> SampleKey:
     """
     # A role's own model answers a routed request: the same prompt to another model is another sample.
     # A pinned prompt form is another reading of the prompt (GenerateRequest.form): another sample.
-    return (
+    key: SampleKey = (
         model if request.route is None else f"{model}#{request.route}",
         request.prompt.text,
         request.prompt.messages,
@@ -31,11 +31,13 @@ def sample_key(model: str, request: GenerateRequest, index: int) -> SampleKey:
         index,
         request.schema,
         request.form,
-        # A distribution over the choices and a sample constrained to them are different replies.
-        *((("choices", request.choices, request.score_choices),) if request.choices else ()),
-        # Function definitions on the wire make the reply the model's calls: another sample.
-        *((("tools", request.tools),) if request.tools is not None else ()),
     )
+    # The fields below join only when set (appended, not unpacked into the tuple: this runs once per call).
+    if request.choices:  # a distribution over the choices and a sample constrained to them are different replies
+        key += (("choices", request.choices, request.score_choices),)
+    if request.tools is not None:  # function definitions on the wire make the reply the model's calls
+        key += (("tools", request.tools),)
+    return key
 
 
 def digest(key: SampleKey) -> str:

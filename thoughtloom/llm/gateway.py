@@ -11,7 +11,7 @@ from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
 from .budget import Budget, BudgetLimits, Pricing, Reservation, estimate_tokens, least_tokens, utf8_size
-from .cache import ResponseCache, sample_key
+from .cache import ResponseCache, SampleKey, sample_key
 from .errors import BatchRefused, BudgetExceeded, ModelError, ModelTimeout, TransientModelError
 from .inline import Later, call_inline, cancellable
 from .slots import Slots
@@ -92,9 +92,9 @@ class _Open:
 
     request: GenerateRequest
     record: CallRecord
-    keys: list[Any]
+    keys: Sequence[SampleKey]
     texts: list[str | None]
-    missing: list[int]  # samples the cache did not answer
+    missing: Sequence[int]  # samples the cache did not answer
     sub: GenerateRequest | None  # what the backend must still answer (None: nothing, or done)
     t0: float
 
@@ -102,6 +102,9 @@ class _Open:
 class _CutOff(BudgetExceeded):
     """The wall-clock limit stopped a call already running (so it is charged in full)."""
 
+
+#: The missing samples of a one-sample call the cache did not answer.
+_FIRST = (0,)
 
 #: Tokens a server's template may add around a request's function definitions.
 TOOLS_PREAMBLE_TOKENS = 64
@@ -170,7 +173,10 @@ class Gateway:
         self.route_pricing = dict(route_pricing or {})
         self.listener = listener
         self.records: list[CallRecord] = []
-        self._rng = random.Random(rng_seed)
+        # The retries' jitter, seeded when first needed: most gateways never retry, and seeding a
+        # Random costs as much as a dozen calls (the harness makes a gateway per search).
+        self._rng_seed = rng_seed
+        self._rng: random.Random | None = None
         self._warned: set[str] = set()
         # Set once a prompt had to be bounded by its bytes: the backend does not count its own tokens
         # (a server), so what it reports is checked against what the texts must cost (see _checked).
@@ -234,13 +240,16 @@ class Gateway:
         self.records.append(record)
         # Token logprobs live only in a fresh answer: the cache keeps texts.
         cache = self.cache if request.logprobs is None else None
+        keys: Sequence[SampleKey]
         texts: list[str | None]
+        missing: Sequence[int]
         if cache is None:
-            keys, texts, missing = [], [None] * n, list(range(n))
+            keys, texts, missing = (), [None] * n, range(n)
         elif n == 1:  # the common case, without the comprehensions
             key = sample_key(record.model, request, 0)
             text = cache.get(key)
-            keys, texts, missing = [key], [text], [0] if text is None else []
+            # Tuples where nothing is changed later (texts is filled in): no list made per call.
+            keys, texts, missing = (key,), [text], _FIRST if text is None else ()
         else:
             keys = [sample_key(record.model, request, i) for i in range(n)]
             texts = [cache.get(k) for k in keys]
@@ -413,6 +422,8 @@ class Gateway:
 
     async def _back_off(self, attempt: int, exc: TransientModelError) -> None:
         """Wait before retry number `attempt`, saying so in the log."""
+        if self._rng is None:
+            self._rng = random.Random(self._rng_seed)
         delay = self.retry.delay(attempt, self._rng, exc)
         logger.info("%s: transient error (attempt %d of %d): %s; retrying in %.2fs",
                        self.backend.name, attempt, self.retry.max_attempts, exc, delay)
@@ -447,8 +458,10 @@ class Gateway:
         limits = self.budget.limits
         try:
             if limits.tokens is None and request.route is None and self.pricing is None:
-                # Nothing to shrink and nothing to price (the common local case): the helpers' work inline.
-                out_bound = self._out_bound(request)
+                # Nothing to shrink and nothing to price (the common local case): the helpers' work inline,
+                # _out_bound's too (the capabilities once read).
+                caps = self._capabilities if self._capabilities is not None else self.capabilities
+                out_bound = request.n * (request.max_tokens + caps.thinking_tokens)
                 in_bound = self._input_bound(request)
                 record.attempts += 1
                 reserved_cost = 0.0
@@ -495,9 +508,13 @@ class Gateway:
                 completion: Completion) -> Completion:
         """Charge an answered request what it reported (made possible, see _checked) and free its slot."""
         try:
-            usage = self._checked(request, completion.usage, in_bound, completion.texts, out_bound)
-            if usage is not completion.usage:
-                completion = replace(completion, usage=usage)
+            usage = completion.usage
+            # _checked's first test, inline (this runs once per request): a backend that counts its own
+            # tokens and reports a possible usage is charged it as reported, without the call.
+            if self._uncounted or not (0 <= usage.input_tokens <= in_bound and 0 <= usage.output_tokens <= out_bound):
+                usage = self._checked(request, usage, in_bound, completion.texts, out_bound)
+                if usage is not completion.usage:
+                    completion = replace(completion, usage=usage)
         except BaseException as exc:  # not a Completion: the backend is broken, the request still went out
             self._settle_unanswered(request, reserved_cost, in_bound, out_bound, exc)
             raise

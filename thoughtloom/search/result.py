@@ -169,10 +169,10 @@ class SearchStats:
     ) -> SearchStats:
         """The stats of a search from what it counted (each field from the count of its name); `grounded`:
         whether a grounder ran, else `grounding` is None."""
-        counted = {f.name: getattr(counts, f.name) for f in fields(cls) if f.name in _COUNTED}
-        grounding = GroundingStats(**{f.name: getattr(counts, f.name) for f in fields(GroundingStats)})
-        return cls(nodes=nodes, max_depth=max_depth, wall_s=wall_s, grounding=grounding if grounded else None,
-                   answer_check=answer_check, **counted)
+        counted = {name: getattr(counts, name) for name in _STATS_COUNTS}
+        grounding = GroundingStats(**{name: getattr(counts, name) for name in _GROUNDING_COUNTS}) if grounded else None
+        return cls(nodes=nodes, max_depth=max_depth, wall_s=wall_s, grounding=grounding, answer_check=answer_check,
+                   **counted)
 
     def to_dict(self) -> dict[str, Any]:
         """Plain data for JSON output: the grounding counts sit beside the others, as before wall_s."""
@@ -185,6 +185,12 @@ class SearchStats:
         if self.answer_check is not None:
             out["answer_check"] = self.answer_check
         return out
+
+
+#: The fields of SearchStats that are counts of the same name, and GroundingStats' fields: listed once, as
+#: dataclasses.fields() costs more than the rest of SearchStats.of, which runs once per search.
+_STATS_COUNTS: tuple[str, ...] = tuple(f.name for f in fields(SearchStats) if f.name in _COUNTED)
+_GROUNDING_COUNTS: tuple[str, ...] = tuple(f.name for f in fields(GroundingStats))
 
 
 @dataclass(slots=True)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
+from itertools import chain
 
 from ..config import OPERATOR_ROLES
 from ..context import SearchContext
@@ -23,7 +24,7 @@ async def expand_all(ctx: SearchContext, node_ids: Sequence[int]) -> list[int]:
     if len(node_ids) == 1:
         return await expand(ctx, node_ids[0])
     results = await eager_gather(expand(ctx, n) for n in node_ids)
-    return [c for cs in results for c in cs]
+    return list(chain.from_iterable(results))  # not a comprehension: this runs over every scored thought
 
 
 def keep_beam(ctx: SearchContext, candidates: Iterable[int]) -> list[int]:

@@ -13,6 +13,7 @@ class is loaded from, its settings) so resume and replay build the same strategy
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, is_dataclass
@@ -33,9 +34,12 @@ class StrategyError(ValueError):
     """A strategy that is unknown, not installed, or cannot be loaded (one line, naming it)."""
 
 
+@functools.cache
 def built_in_strategies() -> tuple[BuiltinStrategy, ...]:
     """The built-in strategies, in the order they are offered."""
     # Imported when asked: the CLI imports this module for its errors without loading every strategy.
+    # Kept once made (the tuple of the modules' constants never changes): every search looks its
+    # strategy up, and the nine imports and the tuple cost more than a model call (32k instructions).
     from ..agent import scheduler
     from ..research import explorer
     from . import best_first, bfs, cove, dfs, got, mcts, recursive
