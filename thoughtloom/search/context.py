@@ -234,7 +234,7 @@ class SearchContext(ModelCalls, Grounding, Scoring):
 
     def deepest(self) -> int:
         """The most steps any thought in the graph is from the root."""
-        return max(len(s) for s in self._steps.values())
+        return max(map(len, self._steps.values()))  # no generator frame: this walks every thought
 
     def expandable(self, node_id: int) -> bool:
         """True when the node is scored, alive, not terminal and above the depth limit."""
@@ -243,7 +243,8 @@ class SearchContext(ModelCalls, Grounding, Scoring):
             node.status is _S.SUCCEEDED
             and node_id not in self.expanded
             and len(self._steps[node_id]) < self.max_depth
-            and not self.terminal(node_id)
+            # terminal(), inline: a strategy asks this of every candidate of every level
+            and not (self._terminals and self.task.is_terminal(self.problem, self._steps[node_id]))
         )
 
     def frontier(self) -> list[int]:
