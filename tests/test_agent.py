@@ -462,6 +462,21 @@ def served(model: ScriptedBackend) -> Callable[[Any], Any]:
 trip_reply = served(trip_model())
 
 
+def test_an_agent_run_the_wall_budget_cuts_off_mid_tool_call_still_shows_the_steps_it_worked(server: Any) -> None:
+    from test_cli import loom
+    from test_tools_builtin import SLOW_EXPRESSIONS
+
+    script = trip_model()
+    script.on("Step: Add up", "calc: " + json.dumps({"expression": SLOW_EXPRESSIONS[0]}))
+    server.responder = served(script)
+    proc = loom("agent", TRIP, "--quiet", "--no-store", "--json", "--tools", "calc", "--budget-seconds", "2",
+                "--tool-timeout", "30", "--model", f"openai-compatible:{server.url}@scripted#chat")
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert out["termination_reason"] == "budget_wall_s", out["termination_reason"]
+    assert out["agent"]["nodes"], out["agent"]
+
+
 def test_a_huge_calculation_the_model_asks_for_ends_within_the_runs_budget(server: Any) -> None:
     from test_cli import loom
     from test_tools_builtin import SLOW_EXPRESSIONS

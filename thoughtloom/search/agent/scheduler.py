@@ -289,9 +289,12 @@ async def run_agent(ctx: SearchContext) -> None:
         ctx.order = ctx.config.agent_order
     keep_grant(ctx, tools)
     scheduler = Scheduler(ctx, registry, tools)
-    await scheduler.run()
-    summary = {**scheduler.counts, **scheduler.env.counts, "order": ctx.order}
-    ctx.graph.node(ctx.root).extra[EXTRA.agent_summary] = summary
+    try:
+        await scheduler.run()
+    finally:
+        # Also when the wall budget cancels the run mid-step: the steps already worked are the run's record.
+        summary = {**scheduler.counts, **scheduler.env.counts, "order": ctx.order}
+        ctx.graph.node(ctx.root).extra[EXTRA.agent_summary] = summary
     if ctx.stop_reason is None:
         ctx.stop(StopReason.GOAL_REACHED if ctx.goals else StopReason.FRONTIER_EXHAUSTED)
 
