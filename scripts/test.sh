@@ -29,4 +29,10 @@ if ! NO_MKDOCS_2_WARNING=1 "$VENV/bin/python" -m mkdocs build --strict --quiet -
   exit 1
 fi
 rm -rf "$site"
-exec "$VENV/bin/python" -m pytest "$@"
+# One pytest worker per core, at most 4 (pytest-xdist): a worker that reaches the embedded-model tests
+# loads the model (about 1 GB), and llama.cpp already spreads one decode over the cores. A test file
+# stays on one worker (--dist loadfile), so its module fixtures are made once. `-n 0` runs in one process.
+workers="$(nproc 2>/dev/null || echo 1)"
+if [ "$workers" -gt 4 ]; then workers=4; fi
+if [ "$workers" -lt 2 ]; then workers=0; fi
+exec "$VENV/bin/python" -m pytest -n "$workers" --dist loadfile "$@"
