@@ -324,6 +324,8 @@ async def run_protocol_on_ray(
                     crashed = LaneOutcome(None, stop_reason=LaneStop.CRASHED, error=why)
                     output = UnitOutput(await record_of(dataset, problem, index, plan, protocol, crashed,
                                                         LaneSpend(), 0.0), [], {})
+                    # The next unit goes to the same worker: not before it is back, or it dies unrun too.
+                    await restarted(worker)
                 finally:
                     if keeper is not None:
                         keeper.close.remote(token)  # slots a dead worker held go back
