@@ -464,13 +464,14 @@ trip_reply = served(trip_model())
 
 def test_an_agent_run_the_wall_budget_cuts_off_mid_tool_call_still_shows_the_steps_it_worked(server: Any) -> None:
     from test_cli import loom
-    from test_tools_builtin import SLOW_EXPRESSIONS
 
     script = trip_model()
-    script.on("Step: Add up", "calc: " + json.dumps({"expression": SLOW_EXPRESSIONS[0]}))
+    script.on("Tools: python", PLAN.replace("[calc]", "[python]"))
+    # A tool call that outlasts the run's wall budget: the budget, not the tool, ends it.
+    script.on("Step: Add up", "import time\ntime.sleep(60)")
     server.responder = served(script)
-    proc = loom("agent", TRIP, "--quiet", "--no-store", "--json", "--tools", "calc", "--budget-seconds", "2",
-                "--tool-timeout", "30", "--model", f"openai-compatible:{server.url}@scripted#chat")
+    proc = loom("agent", TRIP, "--quiet", "--no-store", "--json", "--tools", "python", "--budget-seconds", "3",
+                "--tool-timeout", "120", "--model", f"openai-compatible:{server.url}@scripted#chat")
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)
     assert out["termination_reason"] == "budget_wall_s", out["termination_reason"]
