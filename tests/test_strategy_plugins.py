@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 import shutil
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +20,7 @@ import pytest
 from openai_server import FakeOpenAIServer, Reply, Seen
 from test_task_plugins import EXAMPLES, install_fake_distribution, reach_reply
 
-from thoughtloom import Strategy, asolve
+from thoughtloom import Needs, SearchAPI, Strategy, Task, TracedStrategy, asolve
 from thoughtloom.cli.main import main
 from thoughtloom.run.spec import RunSpec, SpecError, resolve
 from thoughtloom.search.result import SearchResult
@@ -248,3 +249,71 @@ def test_loom_bench_runs_a_lane_named_after_an_installed_strategy_and_leaves_a_b
     assert sorted(r["problem_id"] for r in rows) == ["r1", "r2", "r3"]
     assert all(r["lane"] == "greedy" and r["solved"] for r in rows)
     assert "lane broken: installed strategy 'broken': cannot load no_such_module:Nope" in err
+
+
+# --- a strategy's own trace (TracedStrategy) ---------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Untraced:
+    """A strategy with no read_trace: the greedy search under another name."""
+
+    name: str = "untraced"
+    settings: None = None
+    needs: Needs = Needs(operators=True)
+
+    def unfit(self, task: Task[Any]) -> str | None:
+        return None
+
+    async def run(self, ctx: SearchAPI) -> None:
+        from greedy_strategy import GreedyStrategy
+
+        await GreedyStrategy().run(ctx)
+
+
+def reach(server: FakeOpenAIServer, strategy: Strategy) -> SearchResult:
+    server.responder = reach_reply
+    return asyncio.run(asolve("3 10", task="reach", model=f"openai-compatible:{server.url}@m#completions",
+                              strategy=strategy))
+
+
+def test_a_user_strategys_trace_is_read_from_the_graph_into_the_result_and_its_json(
+        site: Path, server: FakeOpenAIServer) -> None:
+    from greedy_strategy import GreedyStrategy, GreedyTrace
+
+    result = reach(server, GreedyStrategy(width=2))
+    trace = result.trace
+    assert isinstance(trace, GreedyTrace) and isinstance(GreedyStrategy(), TracedStrategy)
+    assert len(trace.levels) == result.stats.max_depth
+    assert all(len(level.kept) == min(2, level.children) for level in trace.levels)
+    assert result.to_dict()["greedy"] == trace.to_dict() == {
+        "levels": [{"children": level.children, "kept": list(level.kept)} for level in trace.levels]}
+
+
+def test_loom_solve_prints_a_user_strategys_trace_lines(
+        site: Path, server: FakeOpenAIServer, capsys: pytest.CaptureFixture[str]) -> None:
+    from greedy_strategy import GreedyStrategy
+
+    args = solve_args(server, f"{GREEDY_FILE}:GreedyStrategy", "--no-store")
+    args.remove("--json")
+    assert main(args) == 0
+    out = capsys.readouterr().out.splitlines()
+    lines = [line for line in out if line.startswith("greedy: ")]
+    assert lines == ["greedy: 5 levels kept #2 of 2 · #3 of 2 · #5 of 2 · #7 of 2 · #9 of 2"]
+    assert lines == reach(server, GreedyStrategy()).trace.lines()  # type: ignore[union-attr]
+
+
+def test_a_user_strategy_without_a_trace_runs_and_has_none(site: Path, server: FakeOpenAIServer) -> None:
+    result = reach(server, Untraced())
+    assert result.termination_reason == "goal_reached" and str(result.answer).endswith("= 10")
+    assert result.trace is None and "greedy" not in result.to_dict()
+
+
+def test_loom_show_shows_a_stored_run_whose_strategy_is_not_installed(
+        site: Path, server: FakeOpenAIServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    store = tmp_path / "runs.db"
+    run = str(solved(solve_args(server, "greedy", "--store", str(store)), capsys)["run_id"])
+    shutil.rmtree(site / "loom_greedy-0.1.dist-info")
+    assert main(["show", run, "--store", str(store)]) == 0
+    out = capsys.readouterr().out
+    assert f"run {run} · finished · reach" in out and "= 10" in out
