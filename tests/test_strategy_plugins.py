@@ -12,11 +12,13 @@ from __future__ import annotations
 import asyncio
 import json
 import shutil
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
+from machine import scaled
 from openai_server import FakeOpenAIServer, Reply, Seen
 from test_task_plugins import EXAMPLES, install_fake_distribution, reach_reply
 
@@ -301,6 +303,36 @@ def test_loom_solve_prints_a_user_strategys_trace_lines(
     lines = [line for line in out if line.startswith("greedy: ")]
     assert lines == ["greedy: 5 levels kept #2 of 2 · #3 of 2 · #5 of 2 · #7 of 2 · #9 of 2"]
     assert lines == reach(server, GreedyStrategy()).trace.lines()  # type: ignore[union-attr]
+
+
+def test_a_user_strategys_run_cut_short_keeps_the_trace_of_the_levels_it_did(
+        site: Path, server: FakeOpenAIServer) -> None:
+    from greedy_strategy import GreedyTrace
+
+    released = threading.Event()
+
+    def held(seen: Seen) -> Reply:  # the reach task scores its own steps: one call a level
+        if len(server.seen) > 1:
+            released.wait(scaled(10))  # the second level's call, until the run is cancelled
+        return reach_reply(seen)
+
+    server.responder = held
+
+    async def interrupted() -> SearchResult:  # cancelled (Ctrl-C) during its second level's call
+        run = asyncio.create_task(asolve("3 10", task="reach", model=f"openai-compatible:{server.url}@m#completions",
+                                         strategy="greedy"))
+        while len(server.seen) < 2:
+            await asyncio.sleep(0.01)
+        run.cancel()
+        return await run  # the engine returns what it has
+
+    try:
+        result = asyncio.run(interrupted())
+    finally:
+        released.set()
+    assert result.termination_reason == "interrupted"
+    trace = result.trace
+    assert isinstance(trace, GreedyTrace) and len(trace.levels) == 1
 
 
 def test_a_user_strategy_without_a_trace_runs_and_has_none(site: Path, server: FakeOpenAIServer) -> None:

@@ -6,7 +6,6 @@ import asyncio
 import dataclasses
 
 import pytest
-from machine import scaled
 from test_agent import Broken, run, trip_model
 from test_cove import CHECKS, DRAFT, QUESTION, REVISION, cove, world
 from test_recursive import PROBLEM as POEM, decomposition, plans, run as run_recursive
@@ -17,7 +16,8 @@ from thoughtloom.cli.solve import format_text
 from thoughtloom.llm.budget import BudgetLimits
 from thoughtloom.llm.fake import ScriptedBackend
 from thoughtloom.llm.gateway import Gateway
-from thoughtloom.search import SearchConfig, search
+from thoughtloom.llm.types import Completion, GenerateRequest
+from thoughtloom.search import SearchConfig, SearchResult, search
 from thoughtloom.search.agent.scheduler import AgentTrace
 from thoughtloom.search.strategies.cove import CoveCheck, CoveTrace
 from thoughtloom.search.strategies.recursive import RecursionTrace
@@ -42,16 +42,32 @@ def test_the_recursive_trace_is_its_summary_and_every_nodes_record_printed_as_on
     assert RECURSION_LINE in format_text(result).splitlines()
 
 
+class SolvesNothing(ScriptedBackend):
+    """Answers every call but those that solve a goal, which wait until cancelled."""
+
+    solving: asyncio.Event | None = None
+
+    async def generate(self, request: GenerateRequest) -> Completion:
+        if "Solve the goal" in request.prompt.as_text():
+            assert self.solving is not None
+            self.solving.set()
+            await asyncio.Event().wait()
+        return await super().generate(request)
+
+
 def test_a_recursive_run_cancelled_mid_way_keeps_the_trace_of_what_it_did() -> None:
-    # Cancelled half-way through its second round of calls: it has decomposed the poem and is solving its lines.
-    latency = scaled(0.4)
-    model = (ScriptedBackend(latency_s=latency)
-             .on("Decompose the goal", plans(decomposition("first line", "second line")))
-             .on("Solve the goal", "a line").on("Combine the results", "a line\na line")
-             .on("Verify the result", "PASS"))
+    model = SolvesNothing().on("Decompose the goal", plans(decomposition("first line", "second line")))
     config = SearchConfig(strategy="recursive", breadth=3, beam=3, max_depth=1, temperature=0.0)
-    run = search(get_task("general"), POEM, Gateway(model, BudgetLimits(tokens=200_000)), config)
-    result = asyncio.run(asyncio.wait_for(run, 1.5 * latency))  # cancelled (Ctrl-C): the engine returns what it has
+
+    async def cancelled_while_solving() -> SearchResult:  # as Ctrl-C does: the engine returns what it has
+        model.solving = asyncio.Event()
+        run = asyncio.create_task(search(get_task("general"), POEM, Gateway(model, BudgetLimits(tokens=200_000)),
+                                         config))
+        await model.solving.wait()
+        run.cancel()
+        return await run
+
+    result = asyncio.run(cancelled_while_solving())
     assert result.termination_reason == "interrupted"
     trace = result.trace
     assert isinstance(trace, RecursionTrace)
