@@ -13,16 +13,16 @@ import asyncio
 import json
 import shutil
 import threading
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 from machine import scaled
 from openai_server import FakeOpenAIServer, Reply, Seen
+from test_strategy_api import ThroughTheAPI
 from test_task_plugins import EXAMPLES, install_fake_distribution, reach_reply
 
-from thoughtloom import Needs, SearchAPI, Strategy, Task, TracedStrategy, asolve
+from thoughtloom import Strategy, TracedStrategy, asolve
 from thoughtloom.cli.main import main
 from thoughtloom.run.spec import RunSpec, SpecError, resolve
 from thoughtloom.search.result import SearchResult
@@ -256,23 +256,6 @@ def test_loom_bench_runs_a_lane_named_after_an_installed_strategy_and_leaves_a_b
 # --- a strategy's own trace (TracedStrategy) ---------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Untraced:
-    """A strategy with no read_trace: the greedy search under another name."""
-
-    name: str = "untraced"
-    settings: None = None
-    needs: Needs = Needs(operators=True)
-
-    def unfit(self, task: Task[Any]) -> str | None:
-        return None
-
-    async def run(self, ctx: SearchAPI) -> None:
-        from greedy_strategy import GreedyStrategy
-
-        await GreedyStrategy().run(ctx)
-
-
 def reach(server: FakeOpenAIServer, strategy: Strategy) -> SearchResult:
     server.responder = reach_reply
     return asyncio.run(asolve("3 10", task="reach", model=f"openai-compatible:{server.url}@m#completions",
@@ -336,7 +319,11 @@ def test_a_user_strategys_run_cut_short_keeps_the_trace_of_the_levels_it_did(
 
 
 def test_a_user_strategy_without_a_trace_runs_and_has_none(site: Path, server: FakeOpenAIServer) -> None:
-    result = reach(server, Untraced())
+    from greedy_strategy import GreedyStrategy
+
+    untraced = ThroughTheAPI(GreedyStrategy())  # the greedy search, by a strategy with no read_trace
+    assert not isinstance(untraced, TracedStrategy)
+    result = reach(server, untraced)
     assert result.termination_reason == "goal_reached" and str(result.answer).endswith("= 10")
     assert result.trace is None and "greedy" not in result.to_dict()
 
