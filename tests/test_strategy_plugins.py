@@ -22,7 +22,7 @@ from openai_server import FakeOpenAIServer, Reply, Seen
 from test_strategy_api import ThroughTheAPI
 from test_task_plugins import EXAMPLES, install_fake_distribution, reach_reply
 
-from thoughtloom import Strategy, TracedStrategy, asolve
+from thoughtloom import Strategy, ThoughtGraph, TracedStrategy, asolve
 from thoughtloom.cli.main import main
 from thoughtloom.run.spec import RunSpec, SpecError, resolve
 from thoughtloom.search.result import SearchResult
@@ -273,6 +273,22 @@ def test_a_user_strategys_trace_is_read_from_the_graph_into_the_result_and_its_j
     assert all(len(level.kept) == min(2, level.children) for level in trace.levels)
     assert result.to_dict()["greedy"] == trace.to_dict() == {
         "levels": [{"children": level.children, "kept": list(level.kept)} for level in trace.levels]}
+
+
+def test_a_user_trace_under_a_key_of_the_results_own_does_not_replace_it(
+        site: Path, server: FakeOpenAIServer) -> None:
+    from greedy_strategy import GreedyStrategy, GreedyTrace
+
+    class AnswerTrace(GreedyTrace):
+        key = "answer"
+
+    class Clashing(GreedyStrategy):
+        def read_trace(self, graph: ThoughtGraph) -> AnswerTrace:
+            return AnswerTrace(())
+
+    result = reach(server, Clashing())
+    assert isinstance(result.trace, AnswerTrace)
+    assert result.to_dict()["answer"] == result.answer and str(result.answer).endswith("= 10")
 
 
 def test_loom_solve_prints_a_user_strategys_trace_lines(

@@ -274,8 +274,8 @@ class SearchResult:
         return f"the evaluator {verdict}" + (f": {why}" if why else "")
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain data for JSON output."""
-        return {
+        """Plain data for JSON output; the strategy's trace under its key (never in place of a key of the result's)."""
+        out = {
             "task": self.task,
             "problem": self.problem,
             "model": self.model,
@@ -298,9 +298,13 @@ class SearchResult:
             **({"control": self.control.to_dict()} if self.control is not None else {}),
             **({"grounding": [{"node": n, **r.to_dict()} for n, r in self.grounding.items()]}
                if self.grounding else {}),
-            **({trace.key: trace.to_dict()} if (trace := self.trace) is not None else {}),
             **({"research": self.research.to_dict()} if self.research is not None else {}),
         }
+        trace = self.trace
+        if trace is not None:
+            # A trace's key is its strategy's choice: one that names a key of the result's own does not replace it.
+            out.setdefault(trace.key, trace.to_dict())
+        return out
 
     @property
     def trace(self) -> Trace | None:
