@@ -320,7 +320,7 @@ def test_a_user_strategys_run_cut_short_keeps_the_trace_of_the_levels_it_did(
     async def interrupted() -> SearchResult:  # cancelled (Ctrl-C) during its second level's call
         run = asyncio.create_task(asolve("3 10", task="reach", model=f"openai-compatible:{server.url}@m#completions",
                                          strategy="greedy"))
-        while len(server.seen) < 2:
+        while len(server.seen) < 2 and not run.done():
             await asyncio.sleep(0.01)
         run.cancel()
         return await run  # the engine returns what it has
