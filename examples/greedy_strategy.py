@@ -8,6 +8,11 @@ graph, its scores and frontier, and `ctx.stop` with a typed reason.
 A frozen dataclass that is its own settings is the simplest form: a stored run records the fields
 and builds `GreedyStrategy(**fields)` again to resume or replay.
 
+It keeps a trace, too (the `thoughtloom.TracedStrategy` protocol): at each level it notes on the root
+(`ctx.note`, under the key it declares) how many children it had and which it kept, and
+`read_trace(graph)` reads that back as a `GreedyTrace`: `result.trace`, the `greedy` key of `--json`,
+and one line of `loom solve`'s text. A strategy without `read_trace` simply has no trace.
+
     loom solve --task game24 --strategy examples/greedy_strategy.py:GreedyStrategy "4 5 6 10"
     thoughtloom.solve("4 5 6 10", task="game24", strategy=GreedyStrategy(width=2))
 
@@ -18,10 +23,40 @@ Installed in a package under the entry-point group `thoughtloom.strategies`
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
-from thoughtloom import Needs, SearchAPI, StopReason, Task
+from thoughtloom import Needs, SearchAPI, StopReason, Task, ThoughtGraph
 from thoughtloom.search.strategies.fit import needs_steps
+
+#: The node.extra key it notes its levels under, on the root.
+LEVELS = "greedy_levels"
+
+
+@dataclass(frozen=True, slots=True)
+class GreedyLevel:
+    """One level of a greedy search: how many children its frontier had, and the ids of those it kept."""
+
+    children: int
+    kept: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class GreedyTrace:
+    """What the greedy search kept at each level (a `thoughtloom.Trace`)."""
+
+    key: ClassVar[str] = "greedy"
+
+    levels: tuple[GreedyLevel, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain data, as `--json` prints it."""
+        return {"levels": [{"children": level.children, "kept": list(level.kept)} for level in self.levels]}
+
+    def lines(self) -> list[str]:
+        """One line for `loom solve`: the thoughts kept at each level, of how many."""
+        kept = " · ".join(f"{', '.join(f'#{i}' for i in level.kept) or 'none'} of {level.children}"
+                          for level in self.levels)
+        return [f"greedy: {len(self.levels)} levels kept {kept}"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,9 +85,20 @@ class GreedyStrategy:
 
     async def run(self, ctx: SearchAPI) -> None:
         """Follow the best children down until a goal, the depth limit or the budget stops it."""
-        frontier = [ctx.root]
+        frontier, levels = [ctx.root], []
         while frontier and not ctx.stopped:
             children = [c for node in frontier if ctx.expandable(node) for c in await ctx.expand(node)]
             frontier = ctx.rank(children)[: self.width]
+            if children:
+                # Noted at each level, not at the end: a run the budget cuts off keeps the levels it did.
+                levels.append({"children": len(children), "kept": frontier})
+                ctx.note(ctx.root, LEVELS, list(levels))
         if not ctx.stopped:
             ctx.stop(StopReason.FRONTIER_EXHAUSTED)
+
+    def read_trace(self, graph: ThoughtGraph) -> GreedyTrace | None:
+        """The levels it noted on the root; None when the graph has none (nothing was expanded)."""
+        levels = graph.node(0).extra.get(LEVELS) if len(graph) else None
+        if not levels:
+            return None
+        return GreedyTrace(tuple(GreedyLevel(level["children"], tuple(level["kept"])) for level in levels))

@@ -12,14 +12,17 @@ from __future__ import annotations
 import asyncio
 import json
 import shutil
+import threading
 from pathlib import Path
 from typing import Any
 
 import pytest
+from machine import scaled
 from openai_server import FakeOpenAIServer, Reply, Seen
+from test_strategy_api import ThroughTheAPI
 from test_task_plugins import EXAMPLES, install_fake_distribution, reach_reply
 
-from thoughtloom import Strategy, asolve
+from thoughtloom import Strategy, ThoughtGraph, TracedStrategy, asolve
 from thoughtloom.cli.main import main
 from thoughtloom.run.spec import RunSpec, SpecError, resolve
 from thoughtloom.search.result import SearchResult
@@ -248,3 +251,104 @@ def test_loom_bench_runs_a_lane_named_after_an_installed_strategy_and_leaves_a_b
     assert sorted(r["problem_id"] for r in rows) == ["r1", "r2", "r3"]
     assert all(r["lane"] == "greedy" and r["solved"] for r in rows)
     assert "lane broken: installed strategy 'broken': cannot load no_such_module:Nope" in err
+
+
+# --- a strategy's own trace (TracedStrategy) ---------------------------------------------------------
+
+
+def reach(server: FakeOpenAIServer, strategy: Strategy) -> SearchResult:
+    server.responder = reach_reply
+    return asyncio.run(asolve("3 10", task="reach", model=f"openai-compatible:{server.url}@m#completions",
+                              strategy=strategy))
+
+
+def test_a_user_strategys_trace_is_read_from_the_graph_into_the_result_and_its_json(
+        site: Path, server: FakeOpenAIServer) -> None:
+    from greedy_strategy import GreedyStrategy, GreedyTrace
+
+    result = reach(server, GreedyStrategy(width=2))
+    trace = result.trace
+    assert isinstance(trace, GreedyTrace) and isinstance(GreedyStrategy(), TracedStrategy)
+    assert len(trace.levels) == result.stats.max_depth
+    assert all(len(level.kept) == min(2, level.children) for level in trace.levels)
+    assert result.to_dict()["greedy"] == trace.to_dict() == {
+        "levels": [{"children": level.children, "kept": list(level.kept)} for level in trace.levels]}
+
+
+def test_a_user_trace_under_a_key_of_the_results_own_does_not_replace_it(
+        site: Path, server: FakeOpenAIServer) -> None:
+    from greedy_strategy import GreedyStrategy, GreedyTrace
+
+    class AnswerTrace(GreedyTrace):
+        key = "answer"
+
+    class Clashing(GreedyStrategy):
+        def read_trace(self, graph: ThoughtGraph) -> AnswerTrace:
+            return AnswerTrace(())
+
+    result = reach(server, Clashing())
+    assert isinstance(result.trace, AnswerTrace)
+    assert result.to_dict()["answer"] == result.answer and str(result.answer).endswith("= 10")
+
+
+def test_loom_solve_prints_a_user_strategys_trace_lines(
+        site: Path, server: FakeOpenAIServer, capsys: pytest.CaptureFixture[str]) -> None:
+    from greedy_strategy import GreedyStrategy
+
+    args = solve_args(server, f"{GREEDY_FILE}:GreedyStrategy", "--no-store")
+    args.remove("--json")
+    assert main(args) == 0
+    out = capsys.readouterr().out.splitlines()
+    lines = [line for line in out if line.startswith("greedy: ")]
+    assert lines == ["greedy: 5 levels kept #2 of 2 · #3 of 2 · #5 of 2 · #7 of 2 · #9 of 2"]
+    assert lines == reach(server, GreedyStrategy()).trace.lines()  # type: ignore[union-attr]
+
+
+def test_a_user_strategys_run_cut_short_keeps_the_trace_of_the_levels_it_did(
+        site: Path, server: FakeOpenAIServer) -> None:
+    from greedy_strategy import GreedyTrace
+
+    released = threading.Event()
+
+    def held(seen: Seen) -> Reply:  # the reach task scores its own steps: one call a level
+        if len(server.seen) > 1:
+            released.wait(scaled(10))  # the second level's call, until the run is cancelled
+        return reach_reply(seen)
+
+    server.responder = held
+
+    async def interrupted() -> SearchResult:  # cancelled (Ctrl-C) during its second level's call
+        run = asyncio.create_task(asolve("3 10", task="reach", model=f"openai-compatible:{server.url}@m#completions",
+                                         strategy="greedy"))
+        while len(server.seen) < 2 and not run.done():
+            await asyncio.sleep(0.01)
+        run.cancel()
+        return await run  # the engine returns what it has
+
+    try:
+        result = asyncio.run(interrupted())
+    finally:
+        released.set()
+    assert result.termination_reason == "interrupted"
+    trace = result.trace
+    assert isinstance(trace, GreedyTrace) and len(trace.levels) == 1
+
+
+def test_a_user_strategy_without_a_trace_runs_and_has_none(site: Path, server: FakeOpenAIServer) -> None:
+    from greedy_strategy import GreedyStrategy
+
+    untraced = ThroughTheAPI(GreedyStrategy())  # the greedy search, by a strategy with no read_trace
+    assert not isinstance(untraced, TracedStrategy)
+    result = reach(server, untraced)
+    assert result.termination_reason == "goal_reached" and str(result.answer).endswith("= 10")
+    assert result.trace is None and "greedy" not in result.to_dict()
+
+
+def test_loom_show_shows_a_stored_run_whose_strategy_is_not_installed(
+        site: Path, server: FakeOpenAIServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    store = tmp_path / "runs.db"
+    run = str(solved(solve_args(server, "greedy", "--store", str(store)), capsys)["run_id"])
+    shutil.rmtree(site / "loom_greedy-0.1.dist-info")
+    assert main(["show", run, "--store", str(store)]) == 0
+    out = capsys.readouterr().out
+    assert f"run {run} · finished · reach" in out and "= 10" in out

@@ -8,16 +8,21 @@ import dataclasses
 import pytest
 from test_agent import Broken, run, trip_model
 from test_cove import CHECKS, DRAFT, QUESTION, REVISION, cove, world
-from test_recursive import run as run_recursive
+from test_recursive import PROBLEM as POEM, decomposition, plans, run as run_recursive
 from test_structured_plans import json_recursion
 
 from thoughtloom.api import asolve
 from thoughtloom.cli.solve import format_text
+from thoughtloom.llm.budget import BudgetLimits
 from thoughtloom.llm.fake import ScriptedBackend
+from thoughtloom.llm.gateway import Gateway
+from thoughtloom.llm.types import Completion, GenerateRequest
+from thoughtloom.search import SearchConfig, SearchResult, search
 from thoughtloom.search.agent.scheduler import AgentTrace
 from thoughtloom.search.strategies.cove import CoveCheck, CoveTrace
 from thoughtloom.search.strategies.recursive import RecursionTrace
 from thoughtloom.search.strategies.registry import built_in_strategies, trace_of
+from thoughtloom.tasks import get_task
 from thoughtloom.tools import Toolbox
 
 RECURSION_LINE = ("recursion: verified true · goals 3 · decompositions 1 · recompositions 1 (failed 0) · invalid "
@@ -35,6 +40,40 @@ def test_the_recursive_trace_is_its_summary_and_every_nodes_record_printed_as_on
                                            **trace.nodes[0].record}
     assert trace.lines() == [RECURSION_LINE]
     assert RECURSION_LINE in format_text(result).splitlines()
+
+
+class SolvesNothing(ScriptedBackend):
+    """Answers every call but those that solve a goal, which wait until cancelled."""
+
+    solving: asyncio.Event | None = None
+
+    async def generate(self, request: GenerateRequest) -> Completion:
+        if "Solve the goal" in request.prompt.as_text():
+            assert self.solving is not None
+            self.solving.set()
+            await asyncio.Event().wait()
+        return await super().generate(request)
+
+
+def test_a_recursive_run_cancelled_mid_way_keeps_the_trace_of_what_it_did() -> None:
+    model = SolvesNothing().on("Decompose the goal", plans(decomposition("first line", "second line")))
+    config = SearchConfig(strategy="recursive", breadth=3, beam=3, max_depth=1, temperature=0.0)
+
+    async def cancelled_while_solving() -> SearchResult:  # as Ctrl-C does: the engine returns what it has
+        model.solving = asyncio.Event()
+        run = asyncio.create_task(search(get_task("general"), POEM, Gateway(model, BudgetLimits(tokens=200_000)),
+                                         config))
+        await model.solving.wait()
+        run.cancel()
+        return await run
+
+    result = asyncio.run(cancelled_while_solving())
+    assert result.termination_reason == "interrupted"
+    trace = result.trace
+    assert isinstance(trace, RecursionTrace)
+    assert trace.summary["decompositions"] == 1 and trace.summary["verified"] is False
+    assert [n.record["goal"] for n in trace.nodes][-2:] == ["first line", "second line"]
+    assert trace.lines()[0].startswith("recursion: verified false · goals 3 · decompositions 1")
 
 
 def test_the_cove_trace_is_the_draft_each_check_with_its_answer_and_the_revision_and_prints_nothing() -> None:

@@ -53,6 +53,9 @@ _EXPORTS = {
     # Your own strategy's protocol and what it declares it needs (solve(..., strategy=obj), --strategy).
     "Strategy": "thoughtloom.search.strategies.base",
     "Needs": "thoughtloom.search.strategies.base",
+    # A strategy that keeps a trace reads it back from the graph (read_trace): a Trace, to_dict() and lines().
+    "TracedStrategy": "thoughtloom.search.strategies.base",
+    "Trace": "thoughtloom.search.trace",
     # What a strategy's run(ctx) may use of its search.
     "SearchAPI": "thoughtloom.search.strategy_api",
     "compare_strategies": "thoughtloom.eval.runner",
@@ -93,8 +96,9 @@ if TYPE_CHECKING:
     from .search.result import SearchResult as SearchResult
     from .search.scorer import Scored as Scored, Scorer as Scorer
     from .search.stop import StopReason as StopReason
-    from .search.strategies.base import Needs as Needs, Strategy as Strategy
+    from .search.strategies.base import Needs as Needs, Strategy as Strategy, TracedStrategy as TracedStrategy
     from .search.strategy_api import SearchAPI as SearchAPI
+    from .search.trace import Trace as Trace
     from .tasks.base import ProblemError as ProblemError, Task as Task
     from .tasks.general import TaskExample as TaskExample
     from .tasks.query import Query as Query, Verdict as Verdict

@@ -241,4 +241,5 @@ async def search(
         best_path_total=ctx.path_score(path_ids[-1]),
         # The path scores alone, not the context: a result outlives its search.
         paths=ScoredPaths(ctx.graph, ctx.path_scores.get),
+        strategy=runner,
     )

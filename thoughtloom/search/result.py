@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Mapping
 from dataclasses import asdict, dataclass, field, fields
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..graph import ThoughtGraph
 from ..grounding.types import GroundingResult
@@ -16,6 +16,9 @@ from .counts import SearchCounts
 from .paths import ScoredPath, ScoredPaths
 from .stop import StopReason
 from .trace import Trace
+
+if TYPE_CHECKING:
+    from .strategies.base import Strategy
 
 #: An evaluator's score below this on the step an answer comes from is a doubt worth saying beside
 #: the answer (the default compromise threshold: lower is not even a compromise).
@@ -231,6 +234,8 @@ class SearchResult:
     best_path_total: float | None = None
     #: The scored root-to-leaf paths (see all_paths and paths_found), worked out when first read.
     paths: ScoredPaths | None = field(default=None, repr=False)
+    #: The strategy that ran, which reads its trace from the graph (None: the built-in one config names).
+    strategy: Strategy | None = field(default=None, repr=False, compare=False)
 
     @property
     def all_paths(self) -> list[ScoredPath]:
@@ -269,8 +274,8 @@ class SearchResult:
         return f"the evaluator {verdict}" + (f": {why}" if why else "")
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain data for JSON output."""
-        return {
+        """Plain data for JSON output; the strategy's trace under its key (never in place of a key of the result's)."""
+        out = {
             "task": self.task,
             "problem": self.problem,
             "model": self.model,
@@ -293,16 +298,21 @@ class SearchResult:
             **({"control": self.control.to_dict()} if self.control is not None else {}),
             **({"grounding": [{"node": n, **r.to_dict()} for n, r in self.grounding.items()]}
                if self.grounding else {}),
-            **({trace.key: trace.to_dict()} if (trace := self.trace) is not None else {}),
             **({"research": self.research.to_dict()} if self.research is not None else {}),
         }
+        trace = self.trace
+        if trace is not None:
+            # A trace's key is its strategy's choice: one that names a key of the result's own does not replace it.
+            out.setdefault(trace.key, trace.to_dict())
+        return out
 
     @property
     def trace(self) -> Trace | None:
-        """The run's strategy's trace (recursive, agent, cove), read from the graph; None when it keeps none."""
+        """The run's strategy's trace (recursive, agent, cove, a user's TracedStrategy), read from the graph; None
+        when it keeps none."""
         from .strategies.registry import trace_of
 
-        return trace_of(str(self.config.get("strategy")), self.graph)
+        return trace_of(self.strategy if self.strategy is not None else str(self.config.get("strategy")), self.graph)
 
     def recursion(self) -> dict[str, Any] | None:
         """The recursive strategy's trace as plain data: its summary and every node's goal, contract and

@@ -2,8 +2,9 @@
 
 A strategy's `run(ctx)` receives a `StrategyContext`: the search's `SearchContext` with the
 operators as methods. A strategy of your own uses only what `SearchAPI` names: ask the model,
-call a tool, expand a thought (the operators), add a thought, score it, read the graph, the
-frontier and the scores, and stop with a typed reason. Everything else on the context (the
+call a tool, expand a thought (the operators), add a thought, score it, note its own record on a
+thought (what its trace reads back), read the graph, the frontier and the scores, and stop with a
+typed reason. Everything else on the context (the
 controller's knobs, the counts, the operators' bookkeeping) is the engine's and may change.
 """
 
@@ -129,6 +130,10 @@ class SearchAPI(Protocol):
     def prune(self, node_id: int, reason: str) -> None:
         """Cut a thought from the search, saying why."""
 
+    def note(self, node_id: int, key: str, data: Any) -> None:
+        """Keep plain data (JSON-like) on a thought under `key`, a key the strategy declares: stored with the run,
+        it is what the strategy's trace reads back from the graph (`TracedStrategy.read_trace`)."""
+
     def stop(self, reason: StopReason) -> None:
         """Stop the search; the first reason given is the one reported."""
 
@@ -139,3 +144,7 @@ class StrategyContext(SearchContext):
     # The operator functions themselves, bound as methods: no wrapper between a strategy and them.
     expand = operators.expand
     value = operators.value_many
+
+    def note(self, node_id: int, key: str, data: Any) -> None:
+        """Keep plain data on a thought under `key` (a strategy's own record, for its trace)."""
+        self.graph.node(node_id).extra[key] = data

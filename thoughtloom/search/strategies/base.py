@@ -6,8 +6,9 @@ protocol, strategy_api.py) as every other. Each one says what makes it
 differ, so nothing outside it lists strategy names: its name, its settings (a frozen dataclass;
 None for the built-ins, whose settings are SearchConfig's), what it needs (tools, roles of their
 own, a depth the controller may grow, the operators' calls), whether a task has the prompts it
-needs (`unfit`), and `run(ctx)`. The registry (registry.py) finds them by name. A built-in strategy
-that keeps a record of what it did besides its thoughts reads it back from the graph as a `Trace` (trace.py).
+needs (`unfit`), and `run(ctx)`. The registry (registry.py) finds them by name. A strategy that keeps a
+record of what it did besides its thoughts reads it back from the graph as a `Trace` (trace.py): it is then
+also a `TracedStrategy`.
 """
 
 from __future__ import annotations
@@ -74,6 +75,19 @@ class Strategy(Protocol):
         ...
 
 
+@runtime_checkable
+class TracedStrategy(Protocol):
+    """A strategy that keeps a trace: it reads it back from the search's graph (what it noted on its thoughts).
+
+    Apart from `Strategy`, so a strategy without a trace needs no method for it. The trace is read from the
+    graph, not handed over at the end, so it is stored with the run and kept by a run cut short.
+    """
+
+    def read_trace(self, graph: ThoughtGraph) -> Trace | None:
+        """Its trace on `graph` (`result.trace`, `--json` under the trace's key, `loom solve` lines); None: none."""
+        ...
+
+
 #: How a strategy reads its trace from a search's graph: None when the graph holds none.
 TraceReader = Callable[["ThoughtGraph"], "Trace | None"]
 
@@ -105,6 +119,10 @@ class BuiltinStrategy:
     def unfit(self, task: Task[Any]) -> str | None:
         """Why this strategy cannot search `task`, or None."""
         return self.fit(self.name, task) if self.fit is not None else None
+
+    def read_trace(self, graph: ThoughtGraph) -> Trace | None:
+        """Its trace on `graph`, read by `trace`; None when it keeps none."""
+        return self.trace(graph) if self.trace is not None else None
 
     def run(self, ctx: SearchAPI) -> Awaitable[None]:
         """The search (the runner's coroutine itself: no wrapper on the engine's path)."""

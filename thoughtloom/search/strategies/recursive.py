@@ -7,9 +7,9 @@ from typing import Any, ClassVar, Final
 
 from ...graph import ThoughtGraph
 from ...tasks.base import UnsupportedOperation
-from ...tasks.recursion.hooks import RecursiveHooks
+from ...tasks.recursion.hooks import Goal, RecursiveHooks
 from ..context import SearchContext
-from ..recursive.solver import EXTRA as SOLVER_EXTRA, Solver
+from ..recursive.solver import EXTRA as SOLVER_EXTRA, Outcome, Solver
 from .base import BuiltinStrategy, root_record
 from .fit import needs_decomposition
 
@@ -35,16 +35,26 @@ async def run_recursive(ctx: SearchContext) -> None:
         hooks = RecursiveHooks(ctx.problem_text)
     solver = Solver(ctx, hooks)
     root_goal = hooks.root_goal()
-    outcome = await solver.solve(root_goal, 0, (), ctx.root, hooks.default_policy)
-    chosen = max(
-        solver.root_outcomes, key=lambda o: (o.verification.passed, o.score), default=None
-    )
+    outcome: Outcome | None = None
+    try:
+        outcome = await solver.solve(root_goal, 0, (), ctx.root, hooks.default_policy)
+    finally:
+        # Also when the run is cancelled mid-way (Ctrl-C, the wall budget): what the solver did is the run's record.
+        chosen = max(solver.root_outcomes, key=lambda o: (o.verification.passed, o.score), default=None)
+        ctx.graph.node(ctx.root).extra[EXTRA.recursion_summary] = _summary(solver, hooks, root_goal, outcome, chosen)
     if chosen is not None and not ctx.goals:
         # The context ranks deeper thoughts first; a recursive search's answer is its best root result.
         ctx.best_id = chosen.result_node
+
+
+def _summary(solver: Solver, hooks: RecursiveHooks, root_goal: Goal, outcome: Outcome | None,
+             chosen: Outcome | None) -> dict[str, Any]:
+    """The run's summary from what the solver has done so far: the root's outcome (a run cut short: its best root
+    result so far, if any), the counts, the tokens per level and the task's errors."""
+    finished = outcome if outcome is not None else chosen
     summary: dict[str, Any] = {
-        "verified": outcome.verification.passed,
-        "mode": outcome.mode,
+        "verified": finished.verification.passed if finished is not None else False,
+        "mode": finished.mode if finished is not None else None,
         **{k: solver.stats[k] for k in ("goals", "plans", "decompositions", "recompositions", "recompositions_failed",
                                         "invalid_plans", "cycles", "backtracks", "retries", "replans",
                                         "level_budget_refusals")},
@@ -53,7 +63,7 @@ async def run_recursive(ctx: SearchContext) -> None:
     errors = hooks.errors(root_goal, chosen.value if chosen is not None else None)
     if errors is not None:
         summary["errors"] = errors
-    ctx.graph.node(ctx.root).extra[EXTRA.recursion_summary] = summary
+    return summary
 
 
 @dataclass(frozen=True, slots=True)

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 from ...tasks.base import Task
 from ...tasks.checkers import CheckerError, is_reference, load_function
 from ..trace import Trace
-from .base import BuiltinStrategy, Needs, Strategy
+from .base import BuiltinStrategy, Needs, Strategy, TracedStrategy
 
 if TYPE_CHECKING:
     from ...graph import ThoughtGraph
@@ -100,10 +100,11 @@ def needs_of(name: str) -> Needs:
     return builtin.needs if builtin is not None else Needs()
 
 
-def trace_of(name: str, graph: ThoughtGraph) -> Trace | None:
-    """The trace the built-in strategy of this name left on `graph`; None when it keeps none (any other name: None)."""
-    builtin = _built_in(name)
-    return builtin.trace(graph) if builtin is not None and builtin.trace is not None else None
+def trace_of(strategy: str | Strategy, graph: ThoughtGraph) -> Trace | None:
+    """The trace a strategy (an object, or a built-in one's name) left on `graph`; None when it keeps none (a name
+    not built in: None)."""
+    chosen = _built_in(strategy) if isinstance(strategy, str) else strategy
+    return chosen.read_trace(graph) if isinstance(chosen, TracedStrategy) else None
 
 
 def build(name: str, settings: Mapping[str, Any] | None = None, source: str | None = None) -> Strategy:
