@@ -31,7 +31,7 @@ from thoughtloom.search.research import (
     ResearchFlow,
     ResearchSetup,
 )
-from thoughtloom.search.research.evidence import narrowed_citations
+from thoughtloom.search.research.evidence import line_stating, narrowed_citations
 from thoughtloom.search.research.merge import Candidate, best_first, weighted_vote
 from thoughtloom.search.research.promise import evidence_confidence, information_gain, promise, track_record
 from thoughtloom.search.research.records import Evidence, HypothesisStatus
@@ -574,6 +574,11 @@ def test_a_yes_or_no_answer_keeps_its_windows_as_cited() -> None:
 
 def test_an_answer_only_a_heading_holds_keeps_its_window_whole() -> None:
     assert narrowed_citations("The Argo", ["docs:argo.md:1-3"], WINDOW) == ("docs:argo.md:1-3",)
+
+
+def test_a_compared_fact_is_cited_by_the_line_stating_it_not_the_heading_naming_it() -> None:
+    passage = "# Laleli Mosque\nThe Laleli Mosque is in Laleli, Fatih."
+    assert line_stating("docs:06-mosque.md:1-2", passage, lambda text: "Laleli" in text) == "docs:06-mosque.md:2"
 
 
 def test_an_answer_wrapped_over_two_lines_cites_those_two_lines() -> None:
