@@ -106,13 +106,13 @@ def test_loom_research_shows_which_final_citations_were_verified(
     text = loom_here(capsys, "research", QUESTION, "--knowledge", docs, "--model", model, "--quiet", "--no-store")
     assert text.returncode == 0, text.stderr
     cited = next(line for line in text.stdout.splitlines() if line.startswith("  citations: "))
-    assert "docs:argo.md:1-2" in cited and "ghost" not in cited
+    assert "docs:argo.md:2" in cited and "ghost" not in cited  # argo.md:1-2 narrowed to the line naming Argus
     assert "  not verified: docs:ghost.md:7 (no_source: no passage of that document was read in this run)" \
         in text.stdout.splitlines()
     out = json.loads(loom_here(capsys, "research", QUESTION, "--knowledge", docs, "--model", model, "--json",
                                "--quiet", "--no-store").stdout)
     checks = {c["ref"]: c["valid"] for c in out["answer"]["citation_checks"]}
-    assert checks["docs:argo.md:1-2"] is True and checks["docs:ghost.md:7"] is False
+    assert checks["docs:argo.md:2"] is True and checks["docs:ghost.md:7"] is False
 
 
 def test_a_stored_research_run_replays_from_the_cli(

@@ -11,6 +11,8 @@ import pytest
 
 from thoughtloom.api import areplay, research
 from thoughtloom.graph import EdgeKind, NodeKind, NodeStatus
+from thoughtloom.grounding.citations import CitationChecker, CitationStatus
+from thoughtloom.grounding.knowledge import KnowledgeBase
 from thoughtloom.llm.fake import ScriptedBackend
 from thoughtloom.llm.types import GenerateRequest
 from thoughtloom.run.gateway import build_gateway
@@ -29,6 +31,7 @@ from thoughtloom.search.research import (
     ResearchFlow,
     ResearchSetup,
 )
+from thoughtloom.search.research.evidence import line_stating, narrowed_citations
 from thoughtloom.search.research.merge import Candidate, best_first, weighted_vote
 from thoughtloom.search.research.promise import evidence_confidence, information_gain, promise, track_record
 from thoughtloom.search.research.records import Evidence, HypothesisStatus
@@ -433,7 +436,7 @@ def test_synthesis_takes_the_models_answer_with_the_evidences_confidence(docs: s
     argus = next(h for h in result.tree.values() if h.answer == "Argus")
     assert answer.method == "synthesis" and answer.answer == "Argus" and answer.final
     assert answer.confidence == pytest.approx(argus.confidence)
-    assert argus.id in answer.sources and answer.citations[0] == "docs:argo.md:1-2"
+    assert argus.id in answer.sources and answer.citations[0] == "docs:argo.md:2"  # the line naming Argus
 
 
 def test_a_synthesis_naming_no_tested_hypothesis_gets_the_lowest_confidence(docs: str) -> None:
@@ -513,9 +516,73 @@ def test_a_final_answer_citing_a_passage_that_does_not_name_it_is_flagged(docs: 
 
 
 def test_a_final_answer_citing_a_passage_that_names_it_keeps_the_citation_verified(docs: str) -> None:
-    answer, checks = final_checks(SYNTH, docs)
-    assert checks["docs:argo.md:1-2"].valid and answer.citations[0] == "docs:argo.md:1-2"
+    answer, checks = final_checks(SYNTH, docs)  # cites argo.md:1-2, the heading and the line naming Argus
+    assert checks["docs:argo.md:2"].valid and answer.citations[0] == "docs:argo.md:2"
     assert answer.flagged == () and answer.to_dict()["citation_checks"][0]["valid"] is True
+
+
+#: A knowledge base whose paragraphs are windows of several lines: one line says who built the ship, and another
+#: document names each word of the answer without saying it.
+SHIPWRIGHT = {"argo.md": "# The Argo\nThe Argo was a ship of the legend.\nThe Argo was built by Argus of Thespiae.\n"
+                         "Athena helped with the sails.\n",
+              "crew.md": "# The crew\nArgus came from Thespiae, a town of Boeotia.\nJason led the crew.\n"}
+SHIPWRIGHT_ROOT = "1. Argus of Thespiae - the shipwright of the legend.\n2. Jason - he led the crew."
+
+
+def shipwright_citations(folder: str, cites: str) -> tuple[str, ...]:
+    """The final citations of a run whose synthesis answers Argus of Thespiae citing `cites` (no step judges any)."""
+    model = world(root=SHIPWRIGHT_ROOT, judged={}, synth=f"ANSWER: Argus of Thespiae\nWHY: so it says {cites}.")
+    _, _, result = run(model=model, knowledge=folder, confidence_threshold=0.99, exploration_budget=3)
+    assert result.answer.answer == "Argus of Thespiae"
+    return tuple(result.answer.citations)
+
+
+def test_a_final_citation_of_a_window_names_only_the_line_holding_the_answer(tmp_path: Path) -> None:
+    folder = written(tmp_path / "ship", SHIPWRIGHT)
+    assert shipwright_citations(folder, "[docs:argo.md:1-4]") == ("docs:argo.md:3",)
+
+
+def test_a_final_citation_whose_window_lacks_the_answer_is_dropped_when_another_line_says_it(tmp_path: Path) -> None:
+    folder = written(tmp_path / "ship", SHIPWRIGHT)
+    # crew.md names Argus, of and Thespiae (the check accepts it) but never says "Argus of Thespiae".
+    assert shipwright_citations(folder, "[docs:crew.md:1-3] [docs:argo.md:1-4]") == ("docs:argo.md:3",)
+
+
+def test_a_final_citation_whose_window_lacks_the_answer_stays_when_nothing_narrower_says_it(tmp_path: Path) -> None:
+    folder = written(tmp_path / "ship", SHIPWRIGHT)
+    assert shipwright_citations(folder, "[docs:crew.md:1-3]") == ("docs:crew.md:1-3",)
+
+
+def test_the_citation_checker_accepts_a_narrowed_final_citation(tmp_path: Path) -> None:
+    folder = written(tmp_path / "ship", SHIPWRIGHT)
+    [cited] = shipwright_citations(folder, "[docs:argo.md:1-4]")
+    with KnowledgeBase.open(folder) as kb:
+        checks = CitationChecker(kb).check(f"The Argo was built by Argus of Thespiae [{cited}].").checks
+    assert (cited, [c.status for c in checks]) == ("docs:argo.md:3", [CitationStatus.SUPPORTS])
+
+
+WINDOW = {"docs:argo.md:1-3": "# The Argo\nThe ship was built\nby Argus of Thespiae."}
+
+
+def test_a_citation_that_is_no_document_passage_is_not_narrowed() -> None:
+    assert narrowed_citations("Argus", ["tool:calc", "docs:argo.md:1-3"], WINDOW) == ("tool:calc", "docs:argo.md:3")
+
+
+def test_a_yes_or_no_answer_keeps_its_windows_as_cited() -> None:
+    assert narrowed_citations("yes", ["docs:argo.md:1-3"], WINDOW) == ("docs:argo.md:1-3",)
+
+
+def test_an_answer_only_a_heading_holds_keeps_its_window_whole() -> None:
+    assert narrowed_citations("The Argo", ["docs:argo.md:1-3"], WINDOW) == ("docs:argo.md:1-3",)
+
+
+def test_a_compared_fact_is_cited_by_the_line_stating_it_not_the_heading_naming_it() -> None:
+    passage = "# Laleli Mosque\nThe Laleli Mosque is in Laleli, Fatih."
+    assert line_stating("docs:06-mosque.md:1-2", passage, lambda text: "Laleli" in text) == "docs:06-mosque.md:2"
+
+
+def test_an_answer_wrapped_over_two_lines_cites_those_two_lines() -> None:
+    assert narrowed_citations("built by Argus", ["docs:argo.md:1-3"], WINDOW) == ("docs:argo.md:2-3",)
 
 
 def test_a_yes_answer_keeps_only_the_passages_a_step_judged_for_yes(docs: str) -> None:

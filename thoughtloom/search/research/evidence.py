@@ -108,15 +108,40 @@ def _states(comparison: Comparison, said: str, value: Any, text: str) -> bool:
     return bool(said) and (contains_span(text, said) or (value is not None and fact_value(comparison, text) == value))
 
 
-def line_stating(ref: str, text: str, states: Callable[[str], bool]) -> str:
-    """The `docs:FILE:LINE` of the first line of a passage that `states` accepts; the passage's own when none does."""
+def _heading(line: str) -> bool:
+    return line.lstrip().startswith("#")
+
+
+def lines_stating(ref: str, text: str, states: Callable[[str], bool]) -> list[str]:
+    """The `docs:FILE:LINE[-LINE]` citations of the lines of a passage that `states` accepts, a run of such lines as
+    one range; where no single line does, the fewest lines in a row that do together. A heading (`# ...`) is no such
+    line: it names a document and says nothing in it. Empty when no line does."""
     where = parse_reference(ref)
     if where is None:
-        return ref
-    for i, line in enumerate(text.split("\n")[: where.line_end - where.line_start + 1]):
-        if states(line):
-            return f"docs:{where.path}:{where.line_start + i}"
-    return ref
+        return []
+    lines = text.split("\n")[: where.line_end - where.line_start + 1]
+    said = [i for i, line in enumerate(lines) if not _heading(line) and states(line)]
+    if not said:
+        # A statement wrapped over lines (a document with hard line breaks): the shortest run that holds it.
+        runs = [list(range(i, j + 1)) for i in range(len(lines)) for j in range(i + 1, len(lines))
+                if not _heading(lines[i]) and states(" ".join(lines[i: j + 1]))]
+        said = min(runs, key=len, default=[])
+    if not said:
+        return []
+    out: list[str] = []
+    first = said[0]
+    for i, n in enumerate(said):
+        if i + 1 == len(said) or said[i + 1] != n + 1:  # the end of a run of lines in a row
+            a, b = where.line_start + first, where.line_start + n
+            out.append(f"docs:{where.path}:{a}" + (f"-{b}" if b != a else ""))
+            first = said[i + 1] if i + 1 < len(said) else n
+    return out
+
+
+def line_stating(ref: str, text: str, states: Callable[[str], bool]) -> str:
+    """The `docs:FILE:LINE` of the first line of a passage that `states` accepts; the passage's own when none does."""
+    found = parse_reference(next(iter(lines_stating(ref, text, states)), ref))
+    return f"docs:{found.path}:{found.line_start}" if found is not None and found.line_start == found.line_end else ref
 
 
 def cited_passage(ref: str, read: Mapping[str, str]) -> Citation | CitationStatus:
@@ -166,6 +191,27 @@ def check_citations(answer: str | None, claim: str, cited: Sequence[str], read: 
             status, reason = CitationStatus.SUPPORTS, f"the passage names {answer}"
         out.append(CitationCheck(ref, claim, status, reason, passage))
     return tuple(out)
+
+
+def narrowed_citations(answer: str | None, cited: Sequence[str], read: Mapping[str, str]) -> tuple[str, ...]:
+    """A final answer's citations narrowed to the lines that say it: a docs passage holding the answer as a span
+    cites the line(s) it sits in; one that does not hold it is dropped where another passage does, kept where none
+    does. A yes/no answer (no span to find) and a tool's result are cited as given."""
+    if not answer or answer_key(answer) in ("yes", "no"):
+        return tuple(cited)
+    narrow: list[str] = []
+    lacking: list[str] = []
+    spans = False
+    for ref in cited:
+        found = cited_passage(ref, read) if ref.startswith("docs:") else None
+        if not isinstance(found, Citation):
+            narrow.append(ref)  # a tool's result, or a passage not read (the check says which)
+        elif contains_span(found.text, answer):
+            spans = True
+            narrow.extend(lines_stating(ref, found.text, partial(contains_span, answer=answer)) or [ref])
+        else:
+            lacking.append(ref)
+    return tuple(dict.fromkeys([*narrow, *([] if spans else lacking)]))
 
 
 class Gatherer:

@@ -44,7 +44,7 @@ from ..events import FlowTransitioned, InsightFound, NodeScored
 from ..stop import StopReason
 from ..strategies.base import BuiltinStrategy, Needs
 from .config import ROLES, ResearchConfig
-from .evidence import Findings, Gatherer, check_citations, cited_passage
+from .evidence import Findings, Gatherer, check_citations, cited_passage, narrowed_citations
 from .flow import FlowMachine, FlowState, Transition
 from .merge import (
     Candidate,
@@ -574,12 +574,19 @@ class ResearchFlow:
         return Synthesis(content, confidence, all_sources(members), "synthesis", cited, reply.answer), tokens
 
     def _checked(self, synthesis: Synthesis) -> Synthesis:
-        """The final answer with its citations checked as a step's evidence is; only those that hold stay cited."""
+        """The final answer with its citations checked as a step's evidence is; only those that hold stay cited,
+        each narrowed to the line(s) that say the answer (`narrowed_citations`)."""
         said = synthesis.answer or synthesis.content
         judged = [e for h in self.tree.values() if h.depth > 0 and agreeing(said, [Candidate.of_hypothesis(h)])
                   for e in h.evidence]
-        checks = check_citations(synthesis.answer, said, synthesis.citations, self.gatherer.read, judged)
-        return replace(synthesis, citations=tuple(c.ref for c in checks if c.valid), checks=checks)
+        read = self.gatherer.read
+        checks = check_citations(synthesis.answer, said, synthesis.citations, read, judged)
+        # Those that hold name the line(s) their passage says the answer in, checked again as they are now written.
+        cited = check_citations(synthesis.answer, said,
+                                narrowed_citations(synthesis.answer, [c.ref for c in checks if c.valid], read),
+                                read, judged)
+        return replace(synthesis, citations=tuple(c.ref for c in cited if c.valid),
+                       checks=(*cited, *(c for c in checks if not c.valid)))
 
     def _add_synthesis(self, members: list[Candidate], synthesis: Synthesis, tokens: int) -> Synthesis:
         ctx = self.ctx
