@@ -39,7 +39,7 @@ def built_in_strategies() -> tuple[BuiltinStrategy, ...]:
     """The built-in strategies, in the order they are offered."""
     # Imported when asked: the CLI imports this module for its errors without loading every strategy.
     # Kept once made (the tuple of the modules' constants never changes): every search looks its
-    # strategy up, and the nine imports and the tuple cost more than a model call (32k instructions).
+    # strategy up, and the nine imports and the tuple cost about 32k instructions each time.
     from ..agent import scheduler
     from ..research import explorer
     from . import best_first, bfs, cove, dfs, got, mcts, recursive
