@@ -136,7 +136,12 @@ class CodeTask(Task[CodeProblem]):
         return self._query(problem, problem.prompt, request)
 
     def revise(self, problem: CodeProblem, steps: Sequence[str], feedback: str) -> Query | None:
-        """Show the failing program's test errors and ask for a corrected program."""
+        """Show a failing first program's test errors and ask for a corrected one; a deeper one (a failed revision)
+        is followed by new programs instead."""
+        if len(steps) > 1:
+            # On HumanEval 2 of 63 revisions passed the visible tests where 132 of 199 fresh samples did
+            # (BENCHMARKS §23): once revised, a line of programs starts afresh.
+            return None
         lines = [ln for ln in feedback.strip().splitlines() if ln.strip()][:FEEDBACK_LINES]
         comment = "".join(f"# {ln}\n" for ln in lines)
         text = f"# An earlier version failed its tests:\n{comment}# Corrected version:\n{problem.prompt}"
