@@ -581,6 +581,11 @@ def test_a_compared_fact_is_cited_by_the_line_stating_it_not_the_heading_naming_
     assert line_stating("docs:06-mosque.md:1-2", passage, lambda text: "Laleli" in text) == "docs:06-mosque.md:2"
 
 
+def test_a_compared_fact_two_lines_in_a_row_state_is_cited_by_the_first_of_them() -> None:
+    passage = "Laleli Mosque was built in 1763.\nLaleli Mosque stands in Fatih.\nIt has one dome."
+    assert line_stating("docs:06-mosque.md:4-6", passage, lambda text: "Laleli" in text) == "docs:06-mosque.md:4"
+
+
 def test_an_answer_wrapped_over_two_lines_cites_those_two_lines() -> None:
     assert narrowed_citations("built by Argus", ["docs:argo.md:1-3"], WINDOW) == ("docs:argo.md:2-3",)
 

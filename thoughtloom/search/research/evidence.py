@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
-from ...grounding.citations import CitationCheck, CitationStatus, parse_reference
+from ...grounding.citations import CitationCheck, CitationStatus, Reference, parse_reference
 from ...grounding.types import Citation
 from ...tasks.base import Query
 from ...tasks.comparison import Comparison, compare, fact_query, fact_value
@@ -112,15 +112,26 @@ def _heading(line: str) -> bool:
     return line.lstrip().startswith("#")
 
 
+def _passage_lines(where: Reference, text: str) -> list[str]:
+    """A passage's lines, as many as its citation names."""
+    return text.split("\n")[: where.line_end - where.line_start + 1]
+
+
+def _lines_said(lines: Sequence[str], states: Callable[[str], bool]) -> list[int]:
+    """The indices of the lines `states` accepts, headings left out (a `# ...` line names a document and says
+    nothing in it)."""
+    return [i for i, line in enumerate(lines) if not _heading(line) and states(line)]
+
+
 def lines_stating(ref: str, text: str, states: Callable[[str], bool]) -> list[str]:
     """The `docs:FILE:LINE[-LINE]` citations of the lines of a passage that `states` accepts, a run of such lines as
-    one range; where no single line does, the fewest lines in a row that do together. A heading (`# ...`) is no such
-    line: it names a document and says nothing in it. Empty when no line does."""
+    one range; where no single line does, the fewest lines in a row that do together. A heading is no such line.
+    Empty when no line does."""
     where = parse_reference(ref)
     if where is None:
         return []
-    lines = text.split("\n")[: where.line_end - where.line_start + 1]
-    said = [i for i, line in enumerate(lines) if not _heading(line) and states(line)]
+    lines = _passage_lines(where, text)
+    said = _lines_said(lines, states)
     if not said:
         # A statement wrapped over lines (a document with hard line breaks): the shortest run that holds it.
         runs = [list(range(i, j + 1)) for i in range(len(lines)) for j in range(i + 1, len(lines))
@@ -140,8 +151,11 @@ def lines_stating(ref: str, text: str, states: Callable[[str], bool]) -> list[st
 
 def line_stating(ref: str, text: str, states: Callable[[str], bool]) -> str:
     """The `docs:FILE:LINE` of the first line of a passage that `states` accepts; the passage's own when none does."""
-    found = parse_reference(next(iter(lines_stating(ref, text, states)), ref))
-    return f"docs:{found.path}:{found.line_start}" if found is not None and found.line_start == found.line_end else ref
+    where = parse_reference(ref)
+    if where is None:
+        return ref
+    said = _lines_said(_passage_lines(where, text), states)
+    return f"docs:{where.path}:{where.line_start + said[0]}" if said else ref
 
 
 def cited_passage(ref: str, read: Mapping[str, str]) -> Citation | CitationStatus:
