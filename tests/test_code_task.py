@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 from benchdata import data_file, needs
 
+from thoughtloom.llm.budget import BudgetLimits
 from thoughtloom.llm.fake import ScriptedBackend
 from thoughtloom.llm.gateway import Gateway
 from thoughtloom.search.config import SearchConfig
@@ -33,9 +34,9 @@ def model(*bodies: str) -> ScriptedBackend:
     return ScriptedBackend(responder=lambda request, index: bodies[index % len(bodies)])
 
 
-async def solve(task_name: str, problem: str, fake: ScriptedBackend, **options):
+async def solve(task_name: str, problem: str, fake: ScriptedBackend, budget: BudgetLimits | None = None, **options):
     task = get_task(task_name, TaskOptions(**options))
-    return await search(task, problem, Gateway(fake), SearchConfig(**task.search_defaults))
+    return await search(task, problem, Gateway(fake, budget), SearchConfig(**task.search_defaults))
 
 
 # --- tests the search may see -----------------------------------------------------------------
@@ -278,3 +279,95 @@ async def test_hostile_programs_are_contained_and_the_search_goes_on() -> None:
     errors = [t["error"] or "" for g in result.grounding.values() for t in g.details.get("tests", [])]
     assert any("timeout" in e for e in errors)  # the endless loop was stopped per test
     assert sum(1 for g in result.grounding.values() if g.verified is False) == 2  # loop and fork bomb failed
+
+
+# --- the vote by behaviour among programs that pass the visible tests ----------------------------
+
+#: HE0_CORRECT written another way: a different program that behaves the same.
+HE0_CORRECT_B = "    return any(abs(a - b) < threshold for i, a in enumerate(numbers) for b in numbers[i + 1:])\n"
+
+
+def in_turn(*bodies: str, then: str = HE0_WRONG) -> ScriptedBackend:
+    """A model that writes these programs one after another, whichever prompt asks, then `then` forever."""
+    replies = iter(bodies)
+    return ScriptedBackend(responder=lambda request, index: next(replies, then))
+
+
+async def test_a_program_passing_the_visible_tests_alone_loses_to_two_that_behave_alike() -> None:
+    result = await solve("humaneval", "HumanEval/0", model(HE0_OVERFITTED, HE0_CORRECT, HE0_CORRECT_B))
+    assert result.termination_reason == "goal_reached"
+    assert result.solved is True
+
+
+async def test_the_search_samples_on_until_programs_passing_the_tests_agree() -> None:
+    fake = in_turn(HE0_OVERFITTED, HE0_WRONG, HE0_WRONG, HE0_CORRECT, HE0_WRONG, HE0_CORRECT_B)
+    result = await solve("humaneval", "HumanEval/0", fake)
+    assert len(fake.calls) > 1  # one passing program was not enough to stop at
+    assert result.termination_reason == "goal_reached"
+    assert result.solved is True
+
+
+async def test_with_a_quorum_of_one_the_first_program_passing_the_tests_is_the_answer() -> None:
+    from thoughtloom.tasks.humaneval import HumanEvalTask
+
+    task = HumanEvalTask(quorum=1)
+    result = await search(task, "HumanEval/0", Gateway(model(HE0_OVERFITTED, HE0_CORRECT, HE0_CORRECT_B)),
+                          SearchConfig(**task.search_defaults))
+    assert result.termination_reason == "goal_reached"
+    assert result.solved is False  # the overfitted program came first
+
+
+async def test_each_program_says_how_many_passing_samples_behave_as_it_does() -> None:
+    result = await solve("humaneval", "HumanEval/0", model(HE0_OVERFITTED, HE0_CORRECT, HE0_CORRECT_B))
+    notes = [n.extra["tally"] for n in result.graph if "tally" in n.extra]
+    assert "passes the 2 visible tests; 2 of 3 passing samples behave alike on 10 probes" in notes
+    assert "passes the 2 visible tests; 1 of 3 passing samples behave alike on 10 probes" in notes
+
+
+async def test_a_revision_and_a_fresh_sample_that_behave_alike_agree_across_depths(tmp_path: Path) -> None:
+    tests = tmp_path / "t.py"
+    tests.write_text("assert add(1, 2) == 3\nassert add(2, 2) == 4\n")
+    # Two programs pass the tests and disagree on add(1, 3) (a tie); the revision of the one that
+    # passes half of them breaks the tie.
+    odd, half, plain = "a + b if b != 3 else 0", "3", "b + a"
+    fake = in_turn(*(f"a, b):\n    return {body}\n" for body in (odd, half, plain)),
+                   then="a, b):\n    return a * b * 100\n")
+    fake.on("An earlier version failed", "a, b):\n    return a + b\n")
+    # With budget left, the search goes back to the thought it left behind (search/continuation.py).
+    result = await solve("code", "add two numbers", fake, BudgetLimits(tokens=20_000), tests=tests)
+    assert result.termination_reason == "goal_reached"
+    # b + a sampled once at depth 1, a + b three times as the revision at depth 2: one group of 4 of 5.
+    agreed = [n for n in result.graph if "4 of 5 passing samples behave alike" in n.extra.get("tally", "")]
+    assert sorted(n.depth for n in agreed) == [1, 2]
+    assert result.answer.rstrip().endswith(("return b + a", "return a + b"))
+
+
+async def test_a_program_sampled_again_under_another_thought_counts_as_one_more_vote(tmp_path: Path) -> None:
+    tests = tmp_path / "t.py"
+    tests.write_text("assert add(1, 2) == 3\n")
+    fake = in_turn("a, b):\n    return 3\n", "a, b):\n    return b + a\n", "a, b):\n    return a * 7\n",
+                   then="a, b):\n    return b + a\n")
+    result = await solve("code", "add two numbers", fake, tests=tests)
+    assert result.termination_reason == "goal_reached"
+    assert result.answer.rstrip().endswith("return b + a")
+    assert [n.content for n in result.graph].count("a, b):\n    return b + a\n") <= 1
+
+
+@pytest.mark.local_model
+async def test_the_embedded_model_answers_humaneval_with_programs_that_pass_the_tests_and_agree() -> None:
+    from thoughtloom import asolve
+
+    result = await asolve("HumanEval/0", task="humaneval", budget=BudgetLimits(tokens=8_000), seed=1,
+                          controller=False)
+    assert result.termination_reason == "goal_reached"
+    answer = result.graph.node(result.goal_node) if result.goal_node is not None else None
+    assert answer is not None and "passing samples behave alike" in answer.extra["tally"]
+    alike = int(answer.extra["tally"].split("; ")[1].split(" of ")[0])
+    assert alike >= 2
+
+
+async def test_a_model_that_writes_one_failing_program_again_and_again_ends_the_search_before_its_budget() -> None:
+    fake = model(HE0_WRONG)
+    result = await solve("humaneval", "HumanEval/0", fake, BudgetLimits(tokens=20_000))
+    assert result.termination_reason == "search_exhausted"
+    assert len(fake.calls) < 10

@@ -15,9 +15,11 @@ import re
 import time
 from collections.abc import Sequence
 
+from .behaviour import probe_test, visible_part
 from .fences import fenced_blocks
+from .once import RunOnce
 from .sandbox import Sandbox, SandboxLimits, check_syntax
-from .testrun import TestRun, run_tests
+from .testrun import TestRun, default_timeouts, run_tests
 from .types import GroundingResult, Thought, join_evidence, not_grounded
 
 _PY_TAGS = {"python", "py", "python3", "py3", "ipython", "pycon"}
@@ -77,8 +79,17 @@ def defines(code: str, name: str) -> bool:
     return False
 
 
+#: The key a shared cache keeps a run under: the program, its tests and its probe calls.
+RunKey = tuple[str, tuple[str, ...], tuple[str, ...]]
+
+
 class CodeGrounder:
-    """Grounds code thoughts by running them against visible tests in a sandbox."""
+    """Grounds code thoughts by running them against visible tests in a sandbox.
+
+    Probe calls (grounding/behaviour.py), when given, run after the tests in the same sandboxed
+    process; their values are kept on the run for the task's vote, never counted as tests. A
+    `runs` cache shared with the task makes each program run once for both.
+    """
 
     def __init__(
         self,
@@ -90,6 +101,8 @@ class CodeGrounder:
         prefix: str = "",
         limits: SandboxLimits | None = None,
         per_test_timeout_s: float | None = None,
+        probes: Sequence[str] = (),
+        runs: RunOnce[RunKey, TestRun] | None = None,
     ) -> None:
         self.tests = list(tests)
         self.sandbox = sandbox
@@ -98,6 +111,22 @@ class CodeGrounder:
         self.prefix = prefix
         self.limits = limits
         self.per_test_timeout_s = per_test_timeout_s
+        self.probes = tuple(probes)
+        self._runs = runs
+
+    async def run(self, code: str) -> TestRun:
+        """The tests, then the probes, run on `code` in one sandboxed process (once, where a cache is shared)."""
+        return await self._runs.get((code, tuple(self.tests), self.probes), lambda: self._run(code)) \
+            if self._runs is not None else await self._run(code)
+
+    async def _run(self, code: str) -> TestRun:
+        limits = self.limits or self.sandbox.limits
+        # The load and each test keep the time they had without probes; the probes share what the run's wall
+        # clock leaves.
+        load_s, per_test_s = default_timeouts(limits, len(self.tests))
+        return await run_tests(self.sandbox, code, [*self.tests, *(probe_test(c) for c in self.probes)],
+                               limits=limits, per_test_timeout_s=self.per_test_timeout_s or per_test_s,
+                               load_timeout_s=load_s)
 
     def can_ground(self, thought: Thought) -> bool:
         """True when the thought contains Python code."""
@@ -137,9 +166,7 @@ class CodeGrounder:
                 failed=max(1, len(self.tests)),
                 details={"stopped_reason": "syntax_error", "syntax_error": check.error, "line": check.line},
             )
-        run = await run_tests(
-            self.sandbox, code, self.tests, limits=self.limits, per_test_timeout_s=self.per_test_timeout_s
-        )
+        run = visible_part(await self.run(code), len(self.tests))
         return self._result(run, started)
 
     def _result(self, run: TestRun, started: float) -> GroundingResult:

@@ -8,11 +8,11 @@ prints nothing or runs out of time has no answer, and says why.
 
 from __future__ import annotations
 
-import asyncio
 import time
 from dataclasses import dataclass
 
 from .fences import fenced_blocks
+from .once import RunOnce
 from .sandbox import Sandbox, SandboxLimits
 from .types import GroundingResult, Thought
 
@@ -66,62 +66,22 @@ class ProgramRuns:
     """Answer programs run once each: the same program text is not run again within one owner's life.
 
     A math task's thoughts are programs that several steps need the answer of (the vote among
-    siblings, the grounder, the final answer); each is run once, at most `concurrency` at a
-    time (they compete for the CPU with the model), and kept, up to `keep` of them.
+    siblings, the grounder, the final answer); each is run once (grounding/once.py), at most
+    `concurrency` at a time, and kept, up to `keep` of them.
     """
 
     def __init__(self, sandbox: Sandbox | None = None, *, concurrency: int = 2, keep: int = 4096) -> None:
         """sandbox: where programs run (None: PROGRAM_LIMITS, the standard library only)."""
         self._sandbox = sandbox if sandbox is not None else Sandbox(PROGRAM_LIMITS, site_packages=False)
-        self._concurrency = concurrency
-        # One semaphore per event loop: a task object may serve several asyncio.run() calls in turn.
-        self._slots: tuple[asyncio.AbstractEventLoop, asyncio.Semaphore] | None = None
-        self._keep = keep
-        self._done: dict[str, ProgramAnswer] = {}
-        self._running: dict[str, asyncio.Future[ProgramAnswer]] = {}
+        self._once: RunOnce[str, ProgramAnswer] = RunOnce(concurrency=concurrency, keep=keep)
 
     async def run(self, program: str) -> ProgramAnswer:
         """The program's answer, run now or earlier (a run under way is waited for, not repeated)."""
-        done = self._done.get(program)
-        if done is not None:
-            return done
-        running = self._running.get(program)
-        if running is not None:
-            try:
-                return await asyncio.shield(running)
-            except asyncio.CancelledError:
-                if not running.cancelled():
-                    raise  # this waiter was cancelled, not the run it waited for
-                return await self.run(program)  # the run's owner was cancelled: run it here
-        future: asyncio.Future[ProgramAnswer] = asyncio.get_running_loop().create_future()
-        self._running[program] = future
-        try:
-            async with self._semaphore():
-                result = await run_answer_program(program, self._sandbox)
-        except asyncio.CancelledError:
-            future.cancel()
-            raise
-        except Exception as exc:
-            future.set_exception(exc)
-            future.exception()  # retrieved here: a waiter may never come
-            raise
-        finally:
-            del self._running[program]
-        if len(self._done) >= self._keep:
-            self._done.pop(next(iter(self._done)))
-        self._done[program] = result
-        future.set_result(result)
-        return result
-
-    def _semaphore(self) -> asyncio.Semaphore:
-        loop = asyncio.get_running_loop()
-        if self._slots is None or self._slots[0] is not loop:
-            self._slots = (loop, asyncio.Semaphore(self._concurrency))
-        return self._slots[1]
+        return await self._once.get(program, lambda: run_answer_program(program, self._sandbox))
 
     def known(self, program: str) -> ProgramAnswer | None:
         """The answer of a program run already; None when it was not run (or was forgotten)."""
-        return self._done.get(program)
+        return self._once.known(program)
 
 
 class ProgramGrounder:

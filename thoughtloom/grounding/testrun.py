@@ -36,6 +36,8 @@ from .sandbox import Sandbox, SandboxLimits, SandboxResult, check_syntax
 
 CANDIDATE_FILE = "candidate.py"
 RUNNER_FILE = "_runner.py"
+#: The most of a probe's value (a repr) kept; the runner cuts it there too.
+MAX_VALUE = 300
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,6 +49,8 @@ class TestOutcome:
     test: str
     passed: bool
     error: str | None = None
+    #: What a probe (a test that sets `__value__`, see grounding/behaviour.py) found the candidate to return.
+    value: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,6 +91,7 @@ async def run_tests(
     *,
     limits: SandboxLimits | None = None,
     per_test_timeout_s: float | None = None,
+    load_timeout_s: float | None = None,
     files: Mapping[str, str] | None = None,
     names: Collection[str] | None = None,
 ) -> TestRun:
@@ -107,6 +112,8 @@ async def run_tests(
     load_s, per_test_s = default_timeouts(limits, len(tests))
     if per_test_timeout_s is not None:
         per_test_s = per_test_timeout_s
+    if load_timeout_s is not None:
+        load_s = load_timeout_s
     secret = secrets.token_hex(16)
     # The tests go through the runner's stdin with the secret: a file in the workdir would be
     # readable by the candidate (which could then answer from the expected values).
@@ -148,7 +155,9 @@ def _collect(tests: list[str], result: SandboxResult, secret: str) -> TestRun:
         ):
             i = msg["i"]
             ok = bool(msg.get("ok"))
-            verdicts[i] = TestOutcome(tests[i], ok, None if ok else str(msg.get("error") or "failed"))
+            value = msg.get("value")
+            verdicts[i] = TestOutcome(tests[i], ok, None if ok else str(msg.get("error") or "failed"),
+                                      value[:MAX_VALUE] if ok and isinstance(value, str) else None)
     ended = _why_ended(result)
     if loaded is None:
         load_error = f"the code did not load: {ended}"
@@ -186,6 +195,7 @@ _verdicts = os.dup(1)  # the verdict channel: never inherited (close_fds), never
 os.dup2(2, 1)  # whatever a test prints goes to stderr
 sys.stdout = sys.stderr
 MAX_REPLY = 16 << 20
+MAX_VALUE = 300  # testrun.MAX_VALUE
 _BUILTIN_NAMES = frozenset(vars(builtins))  # taken before any test runs
 
 
@@ -637,7 +647,9 @@ for i, test in enumerate(_spec["tests"] if conn is not None else []):
         except BaseException:
             report("test", i=i, ok=False, error=type(exc).__name__)
     else:
-        report("test", i=i, ok=True)
+        # A probe leaves the repr of what the candidate returned in `__value__` (a dunder: never a candidate's name).
+        value = namespace.get("__value__")
+        report("test", i=i, ok=True, value=value[:MAX_VALUE] if type(value) is str else None)
 if conn is not None:
     conn.kill()
 os._exit(0)

@@ -58,31 +58,36 @@ class Grounding:
 
         def stop(self, reason: StopReason) -> None: ...
 
-    async def ground(self, node_id: int, score: float) -> float | None:
-        """Test a thought with the first grounder that can; return its score adjusted by the result.
-
-        A thought is grounded once: a re-score reuses the result it already has. None: the
-        wall-clock budget ran out before grounding finished (the grounder is cancelled, its
-        sandbox killed, the search stopped), and the thought stays unscored.
-        """
-        result = self.grounding.get(node_id)
-        if result is None:
-            budget = self.gateway.budget
-            try:
-                if budget.wall_left() is None:
-                    result = await self._run_grounder(node_id)
-                else:
-                    # The grounding runs in a task of its own (Budget.within_wall), cancelled at the deadline.
-                    result = await budget.within_wall(self._run_grounder(node_id))
-            except TimeoutError:
-                self.stop(StopReason.BUDGET_WALL_S)
-                return None
-            if result is None:
-                # No grounder could test it: the policy may require grounding (unverified_factor).
-                return self.grounding_policy.adjust(score, None)
+    async def check(self, node_id: int) -> bool:
+        """Test a thought with the first grounder that can, once (a later call reuses the result); False: the
+        wall-clock budget ran out first (the grounder is cancelled, its sandbox killed, the search stopped)."""
+        if node_id in self.grounding:
+            return True
+        budget = self.gateway.budget
+        try:
+            if budget.wall_left() is None:
+                result = await self._run_grounder(node_id)
+            else:
+                # The grounding runs in a task of its own (Budget.within_wall), cancelled at the deadline.
+                result = await budget.within_wall(self._run_grounder(node_id))
+        except TimeoutError:
+            self.stop(StopReason.BUDGET_WALL_S)
+            return False
+        if result is not None:
             logger.info("node %d grounded by %s: %s, %d passed, %d failed", node_id, result.grounder,
                         {True: "verified", False: "FAILED", None: "inconclusive"}[result.verified],
                         result.passed, result.failed)
+        return True
+
+    async def ground(self, node_id: int, score: float) -> float | None:
+        """Test a thought (`check`) and return its score adjusted by the result; None: the wall-clock budget ran
+        out before grounding finished, and the thought stays unscored."""
+        if not await self.check(node_id):
+            return None
+        result = self.grounding.get(node_id)
+        if result is None:
+            # No grounder could test it: the policy may require grounding (unverified_factor).
+            return self.grounding_policy.adjust(score, None)
         adjusted = self.grounding_policy.adjust(score, result)
         if self.bus:
             first = result.evidence.strip().splitlines()[0] if result.evidence.strip() else ""

@@ -131,13 +131,15 @@ async def expand(ctx: SearchContext, node_id: int) -> list[int]:
     ctx.counts.expansions += 1
     children: list[int] = []
     priors: dict[int, float] = {}
+    revotes = False
     for attempt in range(1 + ctx.config.reasks):
         if attempt:
             ctx.counts.reasks += 1
         got = await generate(ctx, node_id, attempt)
         if got is None:
             return []
-        added, rejected, _ = _add_children(ctx, node_id, got)
+        added, rejected, revoted = _add_children(ctx, node_id, got)
+        revotes = revotes or bool(revoted)
         if got.odds:  # only a scored choice among the task's steps gives priors
             for child, raw in added:
                 prior = got.prior(raw)
@@ -146,6 +148,10 @@ async def expand(ctx: SearchContext, node_id: int) -> list[int]:
         children += [child for child, _ in added]
         if children or not rejected or ctx.stopped:
             break
+    if revotes and not children:
+        # Only programs sampled before: no new thought, but more votes for them (a task that counts whole answers).
+        await _tally(ctx, node_id, [])
+        return []
     await evaluate(ctx, node_id, children, priors)
     node = ctx.graph.node
     return [c for c in children if node(c).status is _S.SUCCEEDED]
@@ -172,9 +178,11 @@ async def widen(ctx: SearchContext, node_id: int, times: int) -> list[int]:
     priors = {child: prior for child, raw in added if (prior := got.prior(raw)) is not None}
     children = [child for child, _ in added]
     if revoted and not children:
-        # Only repeats: no new thought, but more votes for the ones they repeat (a task that tallies).
+        # Only repeats: no new thought, but more votes for the ones they repeat (a task that tallies). Those
+        # their test failed gain nothing by it: a model that writes one failing program again and again has
+        # given all it will here.
         await _tally(ctx, node_id, [])
-        children = revoted
+        children = [n for n in revoted if (tested := ctx.grounding.get(n)) is None or tested.verified is not False]
     else:
         await evaluate(ctx, node_id, children, priors)
     node = ctx.graph.node
@@ -200,6 +208,8 @@ def _add_children(ctx: SearchContext, node_id: int, proposals: Proposals,
     children: list[tuple[int, str]] = []
     revoted: list[int] = []
     breadth = ctx.breadth
+    # Where every thought is a whole answer the task counts, a program sampled again anywhere is one more vote for it.
+    whole_tally = ctx.task_tallies and task.whole_answers
     proposed = rejected = 0
     for raw in thoughts:
         if len(children) >= breadth:
@@ -216,9 +226,9 @@ def _add_children(ctx: SearchContext, node_id: int, proposals: Proposals,
         path = steps + (thought,)
         key = state_key(problem, path)
         times = proposals.times[raw] if proposals.times else 1
-        if skip_children and key in seen and node_id in ctx.graph.parents(seen[key]):
+        if key in seen and (skip_children and node_id in ctx.graph.parents(seen[key]) or whole_tally):
             proposed -= 1
-            if ctx.task_tallies:  # sampled again: more votes for the sibling it repeats
+            if ctx.task_tallies:  # sampled again: more votes for the sibling (any answer, for whole answers) it repeats
                 _sampled(ctx, seen[key], times)
                 revoted.append(seen[key])
             continue
@@ -438,13 +448,30 @@ async def _vote(ctx: SearchContext, parent_id: int, node_ids: Sequence[int]) -> 
     await settle_scores(ctx, list(zip(node_ids, shares, strict=False)))
 
 
+#: The thoughts a whole-answer count takes in: scored ones (pruned too: they were sampled) and those being scored.
+_TALLIED = frozenset({_S.SUCCEEDED, _S.PRUNED, _S.IN_PROGRESS})
+
+
 async def _tally(ctx: SearchContext, parent_id: int, node_ids: Sequence[int]) -> bool:
     """The task's own count of agreement among all the parent's children as the vote, the new
-    ones (node_ids) and the earlier ones re-scored with them; False when the task leaves it to the model."""
+    ones (node_ids) and the earlier ones re-scored with them; False when the task leaves it to the model.
+
+    Where every thought is a whole answer (a program), the count is over every thought of the
+    graph, at any depth: a revision and a fresh sample are both candidate answers.
+    """
     graph = ctx.graph
     for n in node_ids:
         graph.set_status(n, _S.IN_PROGRESS)
-    everyone = [c for c in graph.children(parent_id) if graph.node(c).status is not _S.FAILED]
+    if ctx.task.whole_answers:
+        everyone = [n.id for n in graph if n.id != ctx.root and n.status in _TALLIED]
+    else:
+        everyone = [c for c in graph.children(parent_id) if graph.node(c).status is not _S.FAILED]
+    if ctx.grounders:
+        # Each thought is tested first, on its own under the wall-clock budget: one whose test the deadline cut
+        # off stays out of the count (and unscored) rather than holding up the others; the task's count then
+        # reads what the tests found (the code task's runs are shared with its grounder).
+        checked = await eager_gather(ctx.check(n) for n in everyone)
+        everyone = [n for n, ok in zip(everyone, checked, strict=True) if ok]
     thoughts = [Sampled(graph.node(c).content, graph.node(c).extra.get(EXTRA.samples, 1)) for c in everyone]
     tally = await ctx.task.tally(ctx.problem, ctx.steps(parent_id), thoughts)
     if tally is None:

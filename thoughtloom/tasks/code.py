@@ -2,7 +2,12 @@
 
 The search samples programs, runs the visible tests on each in a sandbox (the CodeGrounder), and
 when a program fails, asks for a revision that shows the model the failing test and its error.
-A program that passes every visible test is a goal. The answer is the best program.
+Passing the visible tests is not enough to stop at (two or three examples let wrong programs
+through): the programs that pass are also run on probe calls made from the examples' arguments
+(grounding/behaviour.py), and grouped by what they return. A program is the answer once `quorum`
+samples that pass the tests behave alike and more than any other group (the vote is counted, not
+asked: `tally`); until then the search samples on within its budget. The answer is the best
+program: one of the largest agreeing group, else the best tested.
 
 Benchmarks (HumanEval, MBPP) keep their hidden tests out of the search: the problem object the
 search sees holds only the prompt and the visible tests; the hidden tests stay in the task's
@@ -12,6 +17,7 @@ private table and are used once, by `acheck_answer`, to score the program the se
 from __future__ import annotations
 
 import ast
+import asyncio
 import builtins
 import doctest
 import io
@@ -23,12 +29,15 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from ..graph import NodeKind
-from ..grounding.code import CodeGrounder, extract_code
+from ..grounding.behaviour import Behaviour, agreeing_groups, behaviour_of, probe_calls
+from ..grounding.code import CodeGrounder, RunKey, extract_code
+from ..grounding.once import RunOnce
 from ..grounding.sandbox import Sandbox, SandboxLimits, SandboxUnavailable, check_syntax, sandbox_missing
-from ..grounding.testrun import run_tests
+from ..grounding.testrun import TestRun, run_tests
 from ..grounding.types import Grounder, GroundingResult
 from ..llm.types import Message, Prompt
 from .base import ProblemError, Query, Task, Verdict, read_input_file
+from .query import Sampled, Tally
 
 #: Where a base model's completion of a function body ends (the usual HumanEval stop set).
 STOP = ("\nclass ", "\ndef ", "\n#", "\nif __name__", "\nprint(", "\nassert ", "\n```")
@@ -36,6 +45,8 @@ STOP = ("\nclass ", "\ndef ", "\n#", "\nif __name__", "\nprint(", "\nassert ", "
 FEEDBACK_LINES = 12
 #: The prior score of a program before it is tested (no model call: the tests decide).
 PRIOR = 0.5
+#: Samples passing the visible tests that must behave alike on the probes before their program is the answer.
+QUORUM = 2
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,16 +80,24 @@ class CodeTask(Task[CodeProblem]):
     description: ClassVar[str] = "write a Python function; programs are run against the visible tests in a sandbox"
     programmatic_answer: ClassVar[bool] = True
     whole_answers: ClassVar[bool] = True
+    # evaluation "vote": the programs are compared by running them (`tally`), no model call.
     search_defaults: ClassVar[dict[str, Any]] = {
         "generation": "sample", "breadth": 3, "beam": 2, "max_depth": 3, "value_samples": 1, "temperature": 0.8,
+        "evaluation": "vote",
     }
 
     tests: tuple[str, ...] = ()
     sandbox_limits: SandboxLimits = field(default_factory=lambda: SandboxLimits(timeout_s=10))
     max_tokens: int = 384
+    #: Samples passing the visible tests that must agree on the probes (1: the first passing program is the answer).
+    quorum: int = QUORUM
+    #: Each program's run (tests, then probes), shared by the grounder and the vote so that it runs once.
+    _runs: RunOnce[RunKey, TestRun] = field(default_factory=RunOnce, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         """SandboxUnavailable where programs cannot run: every answer is checked in the sandbox, so refuse first."""
+        if self.quorum < 1:
+            raise ValueError(f"quorum must be at least 1; got {self.quorum}")
         if (missing := sandbox_missing()) is not None:
             raise SandboxUnavailable(missing)
 
@@ -111,13 +130,71 @@ class CodeTask(Task[CodeProblem]):
     # --- grounding ----------------------------------------------------------------------
 
     def grounders(self, problem: CodeProblem) -> list[Grounder]:
-        """Run the visible tests on each program."""
+        """Run the visible tests on each program, and the probes after them for the vote (one run each, kept)."""
         return [CodeGrounder(problem.visible_tests, self.sandbox(), entry_point=problem.entry_point,
-                             prefix=problem.prompt)]
+                             prefix=problem.prompt, probes=self.probes(problem), runs=self._runs)]
+
+    def probes(self, problem: CodeProblem) -> tuple[str, ...]:
+        """The probe calls the vote compares programs on: the visible tests' calls, changed a little."""
+        return probe_calls(problem.visible_tests, problem.entry_point) if problem.entry_point else ()
 
     def grounded_goal(self, problem: CodeProblem, steps: Sequence[str], result: GroundingResult) -> bool:
-        """A program that passes every visible test (and there was at least one) solves the problem."""
-        return result.verified is True and result.failed == 0 and result.passed > 0
+        """With a quorum of 1, a program that passes every visible test (and there was at least one) solves the
+        problem; with more, only the vote (`tally`) settles it."""
+        return self.quorum == 1 and result.verified is True and result.failed == 0 and result.passed > 0
+
+    async def tally(self, problem: CodeProblem, steps: Sequence[str], thoughts: Sequence[Sampled]) -> Tally:
+        """Every program's run on the visible tests and the probes (its grounding's); those that pass score by
+        the share of passing samples that behave as they do, and the largest group (at least `quorum` samples,
+        more than any other) is the goal. A program that fails keeps the prior (grounding then lowers it); one
+        that does not compile scores 0."""
+        grounder = self.grounders(problem)[0]
+        assert isinstance(grounder, CodeGrounder)
+        tests = len(problem.visible_tests)
+
+        async def behaviour(content: str) -> Behaviour | None:
+            program = grounder.program(content)
+            if program is None or not check_syntax(program).ok:
+                return None
+            # Grounded already in a search (the engine grounds before it counts): read from the shared runs.
+            return behaviour_of(await grounder.run(program), tests)
+
+        ran = await asyncio.gather(*(behaviour(t.thought) for t in thoughts))
+        weights = [t.times for t in thoughts]
+        passing = [(i, b) for i, b in enumerate(ran) if b is not None and b.passes]
+        groups = [[passing[j][0] for j in g] for g in agreeing_groups(
+            [b.signature for _, b in passing], [weights[i] for i, _ in passing])]
+        total = sum(weights[i] for i, _ in passing)
+        group_of = {i: g for g in groups for i in g}
+
+        def share(i: int, ran: Behaviour | None) -> float:
+            if ran is None:
+                return 0.0
+            if i not in group_of:
+                return PRIOR
+            return PRIOR + (1 - PRIOR) * sum(weights[j] for j in group_of[i]) / total
+
+        shares = tuple(share(i, b) for i, b in enumerate(ran))
+        # Agreement needs something to agree on: visible tests passed or probes answered alike.
+        checked = bool(problem.visible_tests or grounder.probes)
+        heaviest = [sum(weights[i] for i in g) for g in groups[:2]]
+        won = checked and bool(heaviest) and heaviest[0] >= self.quorum and heaviest[0] > sum(heaviest[1:])
+        agreed = frozenset(groups[0]) if won else frozenset()
+        notes = tuple(self._note(problem, b, group_of.get(i), weights, total, len(grounder.probes))
+                      for i, b in enumerate(ran))
+        return Tally(shares, agreed, notes)
+
+    @staticmethod
+    def _note(problem: CodeProblem, ran: Behaviour | None, group: list[int] | None, weights: Sequence[int],
+              total: int, probes: int) -> str:
+        """What the count says of one program, for a person."""
+        if ran is None:
+            return "does not compile"
+        tests = len(problem.visible_tests)
+        if group is None:
+            return f"fails {ran.failed} of {tests} visible tests" if ran.load_error is None else "does not load"
+        alike = sum(weights[j] for j in group)
+        return f"passes the {tests} visible tests; {alike} of {total} passing samples behave alike on {probes} probes"
 
     # --- generate -----------------------------------------------------------------------
 
