@@ -22,7 +22,7 @@ from openai_server import FakeOpenAIServer, Reply, Seen
 from test_strategy_api import ThroughTheAPI
 from test_task_plugins import EXAMPLES, install_fake_distribution, reach_reply
 
-from thoughtloom import Strategy, ThoughtGraph, TracedStrategy, asolve
+from thoughtloom import SearchAPI, Strategy, ThoughtGraph, TracedStrategy, asolve
 from thoughtloom.cli.main import main
 from thoughtloom.run.spec import RunSpec, SpecError, resolve
 from thoughtloom.search.result import SearchResult
@@ -332,6 +332,31 @@ def test_a_user_strategys_run_cut_short_keeps_the_trace_of_the_levels_it_did(
     assert result.termination_reason == "interrupted"
     trace = result.trace
     assert isinstance(trace, GreedyTrace) and len(trace.levels) == 1
+
+
+def test_a_user_strategy_whose_trace_cannot_be_read_keeps_its_answer(
+        site: Path, server: FakeOpenAIServer, caplog: pytest.LogCaptureFixture) -> None:
+    from greedy_strategy import GreedyStrategy
+
+    class Unreadable(GreedyStrategy):
+        def read_trace(self, graph: ThoughtGraph) -> None:
+            raise KeyError("levels")
+
+    result = reach(server, Unreadable())
+    assert str(result.answer).endswith("= 10") and result.trace is None
+    assert result.to_dict()["answer"] == result.answer
+    assert "could not read its trace: KeyError" in caplog.text
+
+
+def test_a_strategy_may_not_note_under_a_key_the_engine_writes(site: Path, server: FakeOpenAIServer) -> None:
+    from greedy_strategy import GreedyStrategy
+
+    class Clobbering(GreedyStrategy):
+        async def run(self, ctx: SearchAPI) -> None:
+            ctx.note(ctx.root, "grounding", {"verified": True})
+
+    with pytest.raises(ValueError, match="note key 'grounding' is one the engine writes"):
+        reach(server, Clobbering())
 
 
 def test_a_user_strategy_without_a_trace_runs_and_has_none(site: Path, server: FakeOpenAIServer) -> None:

@@ -11,13 +11,17 @@ controller's knobs, the counts, the operators' bookkeeping) is the engine's and 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import astuple
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from ..graph import EdgeKind, NodeKind, ThoughtGraph
 from ..tasks.base import Query, Task
 from . import operators
 from .calls import Answer
-from .context import SearchContext
+from .context import EXTRA as CONTEXT_EXTRA, SearchContext
+from .fork import EXTRA as FORK_EXTRA
+from .grounding_step import EXTRA as GROUNDING_EXTRA
+from .operators import EXTRA as OPERATOR_EXTRA
 from .stop import StopReason
 
 if TYPE_CHECKING:
@@ -138,6 +142,11 @@ class SearchAPI(Protocol):
         """Stop the search; the first reason given is the one reported."""
 
 
+#: The node.extra keys the engine writes and reads back (a strategy's note under one would pass for its record).
+ENGINE_KEYS: frozenset[str] = frozenset(
+    value for extra in (CONTEXT_EXTRA, GROUNDING_EXTRA, OPERATOR_EXTRA, FORK_EXTRA) for value in astuple(extra))
+
+
 class StrategyContext(SearchContext):
     """The context the engine gives a strategy: the SearchContext, with the operators as methods (a SearchAPI)."""
 
@@ -146,5 +155,9 @@ class StrategyContext(SearchContext):
     value = operators.value_many
 
     def note(self, node_id: int, key: str, data: Any) -> None:
-        """Keep plain data on a thought under `key` (a strategy's own record, for its trace)."""
+        """Keep plain data on a thought under `key` (a strategy's own record, for its trace); ValueError for a key
+        the engine writes itself."""
+        if key in ENGINE_KEYS:
+            raise ValueError(f"note key {key!r} is one the engine writes on thoughts itself "
+                             f"({', '.join(sorted(ENGINE_KEYS))}); name your strategy's records with keys of its own")
         self.graph.node(node_id).extra[key] = data

@@ -14,6 +14,7 @@ class is loaded from, its settings) so resume and replay build the same strategy
 from __future__ import annotations
 
 import functools
+import logging
 import os
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, is_dataclass
@@ -23,6 +24,8 @@ from ...tasks.base import Task
 from ...tasks.checkers import CheckerError, is_reference, load_function
 from ..trace import Trace
 from .base import BuiltinStrategy, Needs, Strategy, TracedStrategy
+
+logger = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from ...graph import ThoughtGraph
@@ -104,7 +107,16 @@ def trace_of(strategy: str | Strategy, graph: ThoughtGraph) -> Trace | None:
     """The trace a strategy (an object, or a built-in one's name) left on `graph`; None when it keeps none (a name
     not built in: None)."""
     chosen = _built_in(strategy) if isinstance(strategy, str) else strategy
-    return chosen.read_trace(graph) if isinstance(chosen, TracedStrategy) else None
+    if not isinstance(chosen, TracedStrategy):
+        return None
+    try:
+        return chosen.read_trace(graph)
+    except Exception as exc:
+        if isinstance(chosen, BuiltinStrategy):
+            raise  # the engine's own strategies: a bug to see, not to hide
+        # A user's strategy whose trace cannot be read costs the run its trace, not its answer.
+        logger.warning("strategy %s could not read its trace: %s: %s", chosen.name, type(exc).__name__, exc)
+        return None
 
 
 def build(name: str, settings: Mapping[str, Any] | None = None, source: str | None = None) -> Strategy:
