@@ -371,3 +371,18 @@ async def test_a_model_that_writes_one_failing_program_again_and_again_ends_the_
     result = await solve("humaneval", "HumanEval/0", fake, BudgetLimits(tokens=20_000))
     assert result.termination_reason == "search_exhausted"
     assert len(fake.calls) < 10
+
+
+async def test_a_lone_passing_program_scores_below_every_goal_threshold_until_another_agrees() -> None:
+    from thoughtloom.grounding.policy import GroundingPolicy
+    from thoughtloom.tasks.humaneval import HumanEvalTask
+    from thoughtloom.tasks.query import Sampled
+
+    task = HumanEvalTask()
+    problem = task.parse_problem("HumanEval/0")
+    programs = [problem.prompt + body for body in (HE0_OVERFITTED, HE0_WRONG)]
+    tally = await task.tally(problem, (), [Sampled(p) for p in programs])
+    boosted = GroundingPolicy().boost * tally.shares[0]  # what grounding makes of a passing program's share
+    assert not tally.agreed and boosted < 0.8  # the lowest goal threshold of the profiles
+    again = await task.tally(problem, (), [Sampled(p) for p in [*programs, problem.prompt + HE0_OVERFITTED + "\n"]])
+    assert again.agreed == {0, 2} and again.shares[0] == 1.0

@@ -47,6 +47,10 @@ FEEDBACK_LINES = 12
 PRIOR = 0.5
 #: Samples passing the visible tests that must behave alike on the probes before their program is the answer.
 QUORUM = 2
+#: How far its group's share of the passing samples lifts a passing program's score until a quorum agrees: to 0.6 at
+#: most (0.72 once grounding boosts it), below every goal threshold, so that a lone passing program never passes for
+#: the goal on its score; the agreed group scores 1.
+UNAGREED_LIFT = 0.1
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,10 +148,10 @@ class CodeTask(Task[CodeProblem]):
         return self.quorum == 1 and result.verified is True and result.failed == 0 and result.passed > 0
 
     async def tally(self, problem: CodeProblem, steps: Sequence[str], thoughts: Sequence[Sampled]) -> Tally:
-        """Every program's run on the visible tests and the probes (its grounding's); those that pass score by
-        the share of passing samples that behave as they do, and the largest group (at least `quorum` samples,
-        more than any other) is the goal. A program that fails keeps the prior (grounding then lowers it); one
-        that does not compile scores 0."""
+        """Every program's run on the visible tests and the probes (its grounding's); the largest group of passing
+        programs that behave alike (at least `quorum` samples, more than any other) is the goal and scores 1, other
+        passing programs a little over the prior by their group's share (`UNAGREED_LIFT`). A program that fails
+        keeps the prior (grounding then lowers it); one that does not compile scores 0."""
         grounder = self.grounders(problem)[0]
         assert isinstance(grounder, CodeGrounder)
         tests = len(problem.visible_tests)
@@ -167,19 +171,22 @@ class CodeTask(Task[CodeProblem]):
         total = sum(weights[i] for i, _ in passing)
         group_of = {i: g for g in groups for i in g}
 
-        def share(i: int, ran: Behaviour | None) -> float:
-            if ran is None:
-                return 0.0
-            if i not in group_of:
-                return PRIOR
-            return PRIOR + (1 - PRIOR) * sum(weights[j] for j in group_of[i]) / total
-
-        shares = tuple(share(i, b) for i, b in enumerate(ran))
         # Agreement needs something to agree on: visible tests passed or probes answered alike.
         checked = bool(problem.visible_tests or grounder.probes)
         heaviest = [sum(weights[i] for i in g) for g in groups[:2]]
         won = checked and bool(heaviest) and heaviest[0] >= self.quorum and heaviest[0] > sum(heaviest[1:])
         agreed = frozenset(groups[0]) if won else frozenset()
+
+        def share(i: int, ran: Behaviour | None) -> float:
+            if ran is None:
+                return 0.0
+            if i in agreed:
+                return 1.0
+            if i not in group_of:
+                return PRIOR
+            return PRIOR + UNAGREED_LIFT * sum(weights[j] for j in group_of[i]) / total
+
+        shares = tuple(share(i, b) for i, b in enumerate(ran))
         notes = tuple(self._note(problem, b, group_of.get(i), weights, total, len(grounder.probes))
                       for i, b in enumerate(ran))
         return Tally(shares, agreed, notes)
