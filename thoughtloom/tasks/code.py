@@ -135,8 +135,12 @@ class CodeTask(Task[CodeProblem]):
 
     def grounders(self, problem: CodeProblem) -> list[Grounder]:
         """Run the visible tests on each program, and the probes after them for the vote (one run each, kept)."""
-        return [CodeGrounder(problem.visible_tests, self.sandbox(), entry_point=problem.entry_point,
-                             prefix=problem.prompt, probes=self.probes(problem), runs=self._runs)]
+        return [self._grounder(problem)]
+
+    def _grounder(self, problem: CodeProblem) -> CodeGrounder:
+        """The grounder of this problem's programs, sharing the task's runs with the vote."""
+        return CodeGrounder(problem.visible_tests, self.sandbox(), entry_point=problem.entry_point,
+                            prefix=problem.prompt, probes=self.probes(problem), runs=self._runs)
 
     def probes(self, problem: CodeProblem) -> tuple[str, ...]:
         """The probe calls the vote compares programs on: the visible tests' calls, changed a little."""
@@ -152,8 +156,7 @@ class CodeTask(Task[CodeProblem]):
         programs that behave alike (at least `quorum` samples, more than any other) is the goal and scores 1, other
         passing programs a little over the prior by their group's share (`UNAGREED_LIFT`). A program that fails
         keeps the prior (grounding then lowers it); one that does not compile scores 0."""
-        grounder = self.grounders(problem)[0]
-        assert isinstance(grounder, CodeGrounder)
+        grounder = self._grounder(problem)
         tests = len(problem.visible_tests)
 
         async def behaviour(content: str) -> Behaviour | None:
