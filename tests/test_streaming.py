@@ -15,7 +15,7 @@ from inprocess import loom_here
 from openai_server import FakeOpenAIServer, Reply, always, serve
 from test_anthropic_backend import message, root
 
-from thoughtloom.api import areplay, solve
+from thoughtloom.api import agent, areplay, research, solve
 from thoughtloom.llm.anthropic_backend import AnthropicBackend
 from thoughtloom.llm.budget import BudgetLimits, least_tokens
 from thoughtloom.llm.errors import BudgetExceeded, ModelError, ModelTimeout, TransientModelError
@@ -343,6 +343,34 @@ def test_no_stream_sends_whole_requests_and_no_deltas(capsys: pytest.CaptureFixt
                         str(target), "What is six times seven?")
     assert out.returncode == 0, out.stderr
     assert not any(e["type"] == "thought_delta" for e in events_of(target))
+    assert server.seen and not any("stream" in s.body for s in server.seen)
+
+
+def test_solve_with_stream_false_sends_whole_requests_and_no_deltas() -> None:
+    log = io.StringIO()
+    with serve(FakeOpenAIServer(responder=always(ANSWER))) as server:
+        result = solve("What is six times seven?", task="general", model=f"openai-compatible:{server.url}@m",
+                       controller=False, breadth=1, max_depth=1, stream=False, sinks=[EventLog(log)])
+    assert result.answer and server.seen and not any("stream" in s.body for s in server.seen)
+    assert '"thought_delta"' not in log.getvalue()
+
+
+def test_agent_with_stream_false_sends_whole_requests() -> None:
+    with serve(FakeOpenAIServer(responder=always(ANSWER))) as server:
+        asyncio.run(agent("Say what six times seven is.", tools=["calc"], model=f"openai-compatible:{server.url}@m",
+                          controller=False, stream=False, budget=BudgetLimits(calls=3)))
+    assert server.seen and not any("stream" in s.body for s in server.seen)
+
+
+def test_research_with_stream_false_sends_whole_requests(tmp_path: Any) -> None:
+    (tmp_path / "facts.md").write_text("Six times seven is forty-two.\n", encoding="utf-8")
+
+    async def go(url: str) -> None:
+        await research("What is six times seven?", knowledge=str(tmp_path), model=f"openai-compatible:{url}@m",
+                       controller=False, stream=False, budget=BudgetLimits(calls=3)).result()
+
+    with serve(FakeOpenAIServer(responder=always(ANSWER))) as server:
+        asyncio.run(go(server.url))
     assert server.seen and not any("stream" in s.body for s in server.seen)
 
 

@@ -65,6 +65,7 @@ async def asolve(
     pricing: Pricing | None = None,
     model_timeout_s: float | None = None,
     threads: int | str | None = None,
+    stream: bool | None = None,
     reasoning_effort: str | None = None,
     thinking_tokens: int | None = None,
     scorer: Scorer | str | None = None,
@@ -96,6 +97,8 @@ async def asolve(
     `--price-in/--price-out`; model_timeout_s: seconds one request to a remote model may take, as `--timeout`.
     threads: CPU threads an embedded model computes with, a number or "auto", as `--threads`
     (default: $THOUGHTLOOM_THREADS, else auto: the count follows the machine's load; llm/threads.py).
+    stream: False sends each request whole instead of streaming the reply, as `--no-stream` (for servers
+    that cannot stream; sinks then see no ThoughtDelta); None (default): $THOUGHTLOOM_STREAM, else on.
     reasoning_effort ("low", "medium", "high") / thinking_tokens: a reasoning model's controls, as
     `--reasoning-effort` (OpenAI-compatible chat) / `--thinking-tokens` (Anthropic); an embedded model refuses them.
     scorer: your own scorer, a plain or async function `f(thought, path)` giving a score in [0, 1] (or
@@ -115,7 +118,8 @@ async def asolve(
         reasoning_effort=reasoning_effort, thinking_tokens=thinking_tokens, scorer=scorer, tool_calling=tool_calling,
     )
     result = await execute(spec, sinks=sinks, handler=handler,
-                           controller=controller if isinstance(controller, Controller) else None, threads=threads)
+                           controller=controller if isinstance(controller, Controller) else None, threads=threads,
+                           stream=stream)
     if result.store_error is not None:  # the result is whole; the stored run is not
         warnings.warn(f"run {result.run_id or '(none)'} is not stored whole: {result.store_error}", RuntimeWarning,
                       stacklevel=2)
@@ -140,6 +144,7 @@ async def agent(
     store: Any = None,
     run_id: str | None = None,
     threads: int | str | None = None,
+    stream: bool | None = None,
     tool_calling: str = "auto",
     **overrides: Any,
 ) -> SearchResult:
@@ -150,7 +155,7 @@ async def agent(
     processors (start from thoughtloom.search.agent.kinds.default_processors()). Keyword
     `overrides` set SearchConfig fields (beam = steps in progress at once, agent_order, on_failure,
     max_nodes, seed, ...). tool_calling: "auto", "native" or "text", as `--tool-calling` (docs/agent.md).
-    The rest (threads included) is as in asolve.
+    The rest (threads and stream included) is as in asolve.
     """
     spec = resolve(
         task, task="agent", model=model, profile=profile, search={"strategy": "agent", **overrides}, budget=budget,
@@ -159,7 +164,8 @@ async def agent(
         read_roots=read_roots, tool_calling=tool_calling,
     )
     return await execute(spec, sinks=sinks, handler=handler, processors=processors,
-                         controller=controller if isinstance(controller, Controller) else None, threads=threads)
+                         controller=controller if isinstance(controller, Controller) else None, threads=threads,
+                         stream=stream)
 
 
 async def areplay(store: Any, run: str, *, task: Task[Any] | None = None, config: SearchConfig | None = None,
@@ -187,7 +193,7 @@ async def afork(store: Any, run: str, at: str | int, *, model: str | None = None
                 role_models: Mapping[str, str] | None = None, control: Mapping[str, Any] | None = None,
                 pricing: Pricing | None = None, model_timeout_s: float | None = None,
                 reasoning_effort: str | None = None, thinking_tokens: int | None = None,
-                sinks: Sequence[EventSink] = (), threads: int | str | None = None,
+                sinks: Sequence[EventSink] = (), threads: int | str | None = None, stream: bool | None = None,
                 **overrides: Any) -> SearchResult:
     """Continue a stored run from node `at` with other settings, recorded as a new run in `store` linked to it (async).
 
@@ -198,7 +204,8 @@ async def afork(store: Any, run: str, at: str | int, *, model: str | None = None
     pricing and reasoning controls; keyword `overrides` set SearchConfig fields (strategy, beam, breadth,
     max_depth, temperature, seed, ...). A stored run is untrusted input: its model, when it is not a named
     embedded one and `model` does not replace it, and its files are used only when `grants` names them again
-    (as for areplay). Bad input raises RunError, SpecError or GrantError with one line (run/fork.py).
+    (as for areplay). threads and stream are as in asolve. Bad input raises RunError, SpecError or GrantError with
+    one line (run/fork.py).
     """
     from .run.fork import Changes, open_fork
     from .run.session import open_block_store
@@ -217,7 +224,7 @@ async def afork(store: Any, run: str, at: str | int, *, model: str | None = None
             blocks.close()
         raise
     session.owns_store = owns
-    result = await execute(spec, session=session, sinks=sinks, threads=threads)
+    result = await execute(spec, session=session, sinks=sinks, threads=threads, stream=stream)
     if result.store_error is not None:  # the result is whole; the stored run is not
         warnings.warn(f"run {result.run_id or '(none)'} is not stored whole: {result.store_error}", RuntimeWarning,
                       stacklevel=2)
@@ -239,9 +246,10 @@ class ResearchStream:
 
     def __init__(self, spec: RunSpec, *, roles: ResearchRoles, sinks: Sequence[EventSink] = (),
                  handler: FeedbackHandler | None = None, controller: Controller | None = None,
-                 threads: int | str | None = None) -> None:
+                 threads: int | str | None = None, stream: bool | None = None) -> None:
         self.spec = spec
         self._threads = threads
+        self._stream = stream
         self._roles = roles
         self._sinks = list(sinks)
         self._handler = handler
@@ -265,7 +273,8 @@ class ResearchStream:
     async def _run(self) -> SearchResult:
         try:
             self.search = await execute(self.spec, sinks=[*self._sinks, self._sink], handler=self._handler,
-                                        controller=self._controller, roles=self._roles, threads=self._threads)
+                                        controller=self._controller, roles=self._roles, threads=self._threads,
+                                        stream=self._stream)
             return self.search
         finally:
             self._queue.put_nowait(_END)
@@ -322,6 +331,7 @@ def research(
     store: Any = None,
     run_id: str | None = None,
     threads: int | str | None = None,
+    stream: bool | None = None,
     **settings: Any,
 ) -> ResearchStream:
     """Research a question as a tree of hypotheses tested against `knowledge` (a folder of documents); the run `loom
@@ -335,7 +345,7 @@ def research(
     thoughtloom.search.research.roles); retrieval: "bm25", or "hybrid" to rank the documents' passages by
     sentence embeddings too (the embed extra); role_models: {"brancher": "openai:gpt-4o-mini", ...} runs a
     role's built-in prompts on another model. Settings are checked now: a bad one, or one of the
-    seed's anti-patterns not allowed explicitly, raises SpecError with one line. threads: as in asolve.
+    seed's anti-patterns not allowed explicitly, raises SpecError with one line. threads, stream: as in asolve.
     """
     research_settings = {k: v for k, v in settings.items() if k in _RESEARCH_FIELDS}
     search_settings = {k: v for k, v in settings.items() if k not in _RESEARCH_FIELDS}
@@ -351,7 +361,8 @@ def research(
     )
     roles = ResearchRoles(brancher=brancher, evaluator=evaluator, synthesizer=synthesizer)
     return ResearchStream(spec, roles=roles, sinks=sinks, handler=handler,
-                          controller=controller if isinstance(controller, Controller) else None, threads=threads)
+                          controller=controller if isinstance(controller, Controller) else None, threads=threads,
+                          stream=stream)
 
 
 def _blocking(coroutine_function: Callable[_P, Coroutine[Any, Any, _T]]) -> Callable[_P, _T]:
