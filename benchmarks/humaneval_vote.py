@@ -8,7 +8,9 @@ Reads each tot run's stored graph, finds the first program (in the order the sea
 grounding passed every visible test, runs it on the hidden tests, and compares it with the answer
 the search returned (scored by the bench): the problems where the vote (tasks/code.py: programs
 passing the tests grouped by behaviour on probe calls) picked another program, and whether that
-helped or hurt. Also counts the runs that reached a quorum, and the programs per run.
+helped or hurt. Also counts the runs that reached a quorum, the programs per run, and the runs
+whose graph held a program passing the hidden tests against those that returned one (writing a
+correct program against choosing it), beside best_of_n's any@k from the same bench when it ran.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ async def account(run_dir: Path, store_path: Path) -> None:
     outcome: Counter[str] = Counter()
     changed: list[str] = []
     programs = []
+    held: list[str] = []  # problems whose graph held a program passing the hidden tests
     for row in rows:
         if row["lane"] != "tot" or not row.get("run_id"):
             continue
@@ -40,6 +43,12 @@ async def account(run_dir: Path, store_path: Path) -> None:
         code = sorted((n for n in graph if n.kind is NodeKind.CODE), key=lambda n: n.id)
         programs.append(len(code))
         passing = [n for n in code if (n.extra.get("grounding") or {}).get("verified") is True]
+        problem = task.parse_problem(row["problem_id"])
+        distinct = {" ".join(n.content.split()): n.content for n in code}  # one run per program, as written
+        for text in distinct.values():
+            if await task.acheck_answer(problem, text):
+                held.append(row["problem_id"])
+                break
         outcome["reached a quorum" if row["stop_reason"] == "goal_reached" else f"ended {row['stop_reason']}"] += 1
         if not passing:
             outcome["no program passed the visible tests"] += 1
@@ -48,7 +57,6 @@ async def account(run_dir: Path, store_path: Path) -> None:
         if " ".join(first.split()) == " ".join((row["answer"] or "").split()):
             outcome["answer = first passing program"] += 1
             continue
-        problem = task.parse_problem(row["problem_id"])
         first_right = await task.acheck_answer(problem, first)
         vote_right = row["solved"] is True
         key = {(True, False): "vote right, first wrong", (False, True): "vote wrong, first right",
@@ -60,6 +68,14 @@ async def account(run_dir: Path, store_path: Path) -> None:
     if programs:
         print(f"programs per tot run: mean {sum(programs) / len(programs):.1f}, max {max(programs)}")
     print("changed:", ", ".join(changed) or "none")
+    solved = sum(1 for row in rows if row["lane"] == "tot" and row.get("run_id") and row["solved"] is True)
+    print(f"tot: a program passing the hidden tests in {len(held)} graphs, returned on {solved}")
+    best = [row for row in rows if row["lane"] == "best_of_n"]
+    if best:
+        print(f"best_of_n: a passing sample on {sum(1 for row in best if row.get('any_correct'))} problems, "
+              f"returned on {sum(1 for row in best if row['solved'] is True)} (of {len(best)})")
+    lost = sorted(set(held) - {row["problem_id"] for row in rows if row["lane"] == "tot" and row["solved"] is True})
+    print("tot held a correct program but returned another:", ", ".join(lost) or "none")
 
 
 if __name__ == "__main__":
