@@ -282,7 +282,22 @@ def test_a_store_without_strategies_is_a_one_line_usage_error_before_the_model_l
         capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     proc = loom_here(capsys, "serve", "--store", str(tmp_path / "runs.db"), "--port", "0")
     assert proc.returncode == 2
-    assert proc.stderr.count("\n") == 1 and "--store records served searches; add --strategies" in proc.stderr
+    assert proc.stderr.count("\n") == 1 and "--store is a setting of served searches; add --strategies" in proc.stderr
+
+
+def test_a_profile_without_strategies_is_a_one_line_usage_error_before_the_model_loads(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    proc = loom_here(capsys, "serve", "--profile", "research_synthesis", "--port", "0")
+    assert proc.returncode == 2
+    assert proc.stderr.count("\n") == 1 and "--profile is a setting of served searches; add --strategies" in proc.stderr
+
+
+def test_an_unknown_profile_to_serve_with_is_a_one_line_usage_error(capsys: pytest.CaptureFixture[str],
+                                                                   model: FakeOpenAIServer) -> None:
+    proc = loom_here(capsys, "serve", "--model", f"openai-compatible:{model.url}@m", "--strategies", "tot",
+                     "--profile", "nope", "--port", "0")
+    assert proc.returncode == 2
+    assert proc.stderr.count("\n") == 1 and "--profile: unknown profile 'nope'; choose one of: default" in proc.stderr
 
 
 def test_a_remote_model_without_its_key_is_a_one_line_usage_error_before_serving(
@@ -311,3 +326,36 @@ def test_loom_serve_strategies_over_a_remote_model_answers_an_openai_client(mode
         _, err = proc.communicate(timeout=scaled(30))
     assert proc.returncode == 0, err
     assert store.exists()
+
+
+def test_a_profile_no_served_search_can_run_with_is_a_one_line_usage_error_at_start(
+        capsys: pytest.CaptureFixture[str], model: FakeOpenAIServer) -> None:
+    proc = loom_here(capsys, "serve", "--model", f"openai-compatible:{model.url}@m", "--strategies", "tot",
+                     "--profile", "research_synthesis", "--port", "0")
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
+    assert "cannot run with these settings: profile research_synthesis requires citations" in proc.stderr
+    assert not model.seen
+
+
+def test_loom_serve_runs_every_served_search_with_the_operators_profile(model: FakeOpenAIServer,
+                                                                      tmp_path: Path) -> None:
+    from thoughtloom.store.runs import open_run
+    from thoughtloom.store.sqlite import SQLiteStore
+
+    store = tmp_path / "runs.db"
+    proc = subprocess.Popen([sys.executable, "-m", "thoughtloom", "serve", "--port", "0", "--model",
+                             f"openai-compatible:{model.url}@m", "--strategies", "tot", "--store", str(store),
+                             "--profile", "strategic_planning"],
+                            cwd=Path(__file__).parents[1], text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        line = proc.stdout.readline() if proc.stdout else ""
+        assert line.startswith("serving tot at http://127.0.0.1:"), line or proc.communicate()[1]
+        with client(line.split()[-1]) as c:
+            raw = c.chat.completions.with_raw_response.create(model="tot", messages=ASK)  # type: ignore[arg-type]
+        run_id = raw.headers["x-thoughtloom-run-id"]
+    finally:
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=scaled(30))
+    assert proc.returncode == 0, err
+    with SQLiteStore(str(store)) as opened:
+        assert open_run(opened, run_id).manifest.profile == "strategic_planning"

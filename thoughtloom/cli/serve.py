@@ -60,6 +60,9 @@ def add_serve_parser(sub: Any) -> None:
     s.add_argument("--store", metavar="PATH",
                    help="record every served search in this run store; replies then carry the run id for loom "
                         "show/view/replay (default: not stored)")
+    s.add_argument("--profile", metavar="NAME",
+                   help="the domain profile every served search runs with, as loom solve --profile: thresholds, "
+                        "depth limits, checks, grounding policy (see loom profiles; default: default)")
     s.add_argument("--search-tokens", type=positive_int("--search-tokens"), default=20_000, metavar="N",
                    help="most tokens one search may spend; a request may ask for fewer, never more (default 20000)")
     s.add_argument("--search-seconds", type=positive_float("--search-seconds"), default=300.0, metavar="S",
@@ -117,14 +120,22 @@ def _searches(args: argparse.Namespace, backend: Backend | None) -> StrategyServ
     from ..run.service import StrategyService
 
     if args.strategies is None:
-        if args.store is not None:
-            raise UsageError("--store records served searches; add --strategies LIST, the strategies to serve")
+        for flag, value in (("--store", args.store), ("--profile", args.profile)):
+            if value is not None:
+                raise UsageError(f"{flag} is a setting of served searches; add --strategies LIST, the strategies "
+                                 "to serve")
         return None
-    return StrategyService(_settings(args, backend if backend is not None else args.model))
+    service = StrategyService(_settings(args, backend if backend is not None else args.model))
+    try:
+        service.check()
+    except ValueError as exc:
+        raise UsageError(f"the served searches cannot run with these settings: {exc}") from None
+    return service
 
 
 def _settings(args: argparse.Namespace, model: str | Backend) -> ServiceSettings:
     """The operator's settings for served searches, from the command line (UsageError, one line, when wrong)."""
+    from ..control.profiles import UnknownProfile, get_profile
     from ..llm.errors import ModelError
     from ..llm.registry import make_backend
     from ..run.service import ServiceSettings, served_names
@@ -135,6 +146,11 @@ def _settings(args: argparse.Namespace, model: str | Backend) -> ServiceSettings
         names = served_names(args.strategies)
     except ValueError as exc:
         raise UsageError(f"--strategies: {exc}") from None
+    profile = args.profile or "default"
+    try:
+        get_profile(profile)
+    except UnknownProfile as exc:
+        raise UsageError(f"--profile: {exc}") from None
     if isinstance(model, str):
         try:  # a missing key or an unusable spec is the operator's to fix, now, not every client's later
             asyncio.run(make_backend(model).aclose())
@@ -149,7 +165,7 @@ def _settings(args: argparse.Namespace, model: str | Backend) -> ServiceSettings
         opened.close()
         store = str(path)
     return ServiceSettings(names=names, model=model, store=store, max_tokens=args.search_tokens,
-                           max_seconds=args.search_seconds, max_runs=args.max_searches)
+                           max_seconds=args.search_seconds, max_runs=args.max_searches, profile=profile)
 
 
 async def _serve(server: OpenAIServer, name: str) -> None:

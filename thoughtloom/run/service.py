@@ -19,13 +19,15 @@ from ..search.stop import StopReason
 from ..search.strategies.registry import built_in_names, unsupported_reason
 from ..tasks.registry import get_task
 from .execute import execute
-from .spec import research_tools, resolve
+from .spec import RunSpec, research_tools, resolve
 
 #: OpenAI model names that stand for a strategy under a shorter name.
 ALIASES = {"tot": "tree_of_thoughts"}
 #: Strategies a request cannot have: the agent calls the tools it is granted, a grant the operator
 #: would make for every caller, which serving does not offer.
 UNSERVED = ("agent",)
+#: What `StrategyService.check` resolves at start: a free-form question, as any request may ask.
+SAMPLE_PROBLEM = "Why is the sky blue?"
 #: Stop reasons that mean the budget, not the search, ended the answer (finish_reason "length").
 _OUT_OF_BUDGET = frozenset({StopReason.BUDGET_TOKENS, StopReason.BUDGET_CALLS})
 
@@ -101,6 +103,19 @@ class StrategyService:
                            code="budget_exceeded")
         return BudgetLimits(tokens=ask.tokens or s.max_tokens, wall_s=ask.seconds or s.max_seconds)
 
+    def check(self) -> None:
+        """Resolve a free-form question with each served strategy as a request would, so that settings no
+        request could run with (a profile that needs a knowledge folder, ...) fail once at start, not on every
+        request (ValueError, one line)."""
+        for name in self.names:
+            self._spec(SAMPLE_PROBLEM, ALIASES.get(name, name), BudgetLimits(tokens=self.settings.max_tokens), None)
+
+    def _spec(self, problem: str, strategy: str, budget: BudgetLimits, store: str | None) -> RunSpec:
+        """The run a request for `strategy` on `problem` makes: the operator's model, profile and tools."""
+        tools: Sequence[str] = research_tools(None) if strategy == "research" else ()
+        return resolve(problem, model=self.settings.model, profile=self.settings.profile,
+                       search={"strategy": strategy}, budget=budget, store=store, tools=tools)
+
     async def run(self, ask: SearchAsk, started: Callable[[str | None], None]) -> SearchReply:
         """Resolve and execute the ask's run; `started(run_id)` once it is recorded (None when nothing stores it)."""
         s = self.settings
@@ -111,10 +126,8 @@ class StrategyService:
         if self._running >= s.max_runs:
             raise ApiError(503, f"the server runs {self._running} searches, its most; retry shortly",
                            kind="server_error", code="too_many_searches")
-        tools: Sequence[str] = research_tools(None) if strategy == "research" else ()
         try:
-            spec = resolve(ask.problem, model=s.model, profile=s.profile, search={"strategy": strategy},
-                           budget=budget, store=s.store, tools=tools)
+            spec = self._spec(ask.problem, strategy, budget, s.store)
         except ValueError as exc:  # the problem does not fit (SpecError, ProblemError, ...): the client's to fix
             raise ApiError(400, str(exc), param="messages", code="invalid_problem") from None
         self._running += 1
