@@ -189,3 +189,11 @@ def test_without_an_allowance_budget_calls_stays_hard(server: FakeOpenAIServer) 
     assert (request["limit"], request["approved"]) == ("calls", False)
     assert out["usage"]["calls"] <= 12
     assert out["termination_reason"] == "compromise_accepted"
+
+
+def test_budget_limits_read_as_a_person_reads_them() -> None:
+    from thoughtloom.llm.budget import BudgetLimits
+
+    assert BudgetLimits(tokens=20_000, cost_usd=0.5).text() == "20,000 tokens, $0.5"
+    assert BudgetLimits(calls=3, wall_s=60).text() == "3 calls, 60 s"
+    assert BudgetLimits().text() == "no limit"

@@ -398,3 +398,16 @@ def test_a_killed_resume_leaves_the_run_resumable(finished: tuple[Path, str], tm
         proc = loom("resume", run, "--store", str(store), "--quiet", "--model", model_of(server))
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.startswith("answer: (5 * 6) - (10 - 4) = 24")
+
+
+def test_resume_names_the_stored_budget_a_granted_model_would_be_charged_under(
+        attacker: FakeOpenAIServer, finished: tuple[Path, str], tmp_path: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    store, run = copy_of(finished, tmp_path)
+    forge(store, run, lambda spec: {**with_model(model_of(attacker))(spec),
+                                    "budget": {**spec["budget"], "tokens": 5_000_000, "cost_usd": 40.0}})
+    mine = received(store, run, tmp_path, capsys)
+    proc = loom_here(capsys, "resume", run, "--store", str(mine))
+    assert_one_line_error(proc, f"this run asks for model {model_of(attacker)} (under the run's stored budget: "
+                                "5,000,000 tokens, $40);")
+    assert attacker.seen == []

@@ -65,6 +65,14 @@ class BudgetLimits:
             if value is not None and value <= 0:
                 raise ValueError(f"budget {name} must be positive, got {value}")
 
+    def text(self) -> str:
+        """The limits as a person reads them: "20,000 tokens, $0.5", or "no limit"."""
+        parts = [f"{self.tokens:,} tokens" if self.tokens is not None else "",
+                 f"{self.calls:,} calls" if self.calls is not None else "",
+                 f"${self.cost_usd:g}" if self.cost_usd is not None else "",
+                 f"{self.wall_s:g} s" if self.wall_s is not None else ""]
+        return ", ".join(p for p in parts if p) or "no limit"
+
 
 @dataclass(slots=True)
 class Reservation:

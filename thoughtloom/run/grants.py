@@ -146,11 +146,16 @@ def needs(spec: RunSpec, *, live: bool) -> list[Need]:
     tools run), else replay (only the files the task and its grounding read)."""
     out: list[Need] = []
     if live:
+        # What a granted model may be charged is the stored run's budget, as its writer set it: said where the
+        # user decides whether to grant the model.
         if isinstance(spec.model, str) and _needs_grant(spec.model):
             out.append(Need(f"model {_described(spec.model)}", "--model", (spec.model,), "model"))
         for role, model in spec.role_models:
             if _needs_grant(model):
                 out.append(Need(f"{role} model {_described(model)}", f"--{role}-model", (model,), "role_models"))
+        if out:  # what a granted model may be charged is the budget the run's writer set: said where it is granted
+            last = out[-1]
+            out[-1] = replace(last, what=f"{last.what} (under the run's stored budget: {spec.budget.text()})")
     tool_run = spec.needs.tools
     if spec.knowledge is not None and (live or not tool_run):
         out.append(Need(f"the documents in {spec.knowledge}", "--knowledge", (spec.knowledge,), "knowledge"))
