@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -298,3 +299,31 @@ def test_stored_specs_from_before_depth_negotiation_keep_their_fixed_limit() -> 
     del old["control"]["depth_margin"], old["control"]["hard_depth"], old["control"]["profile"]
     control = RunSpec.from_dict(old).control
     assert control is not None and control.depth_margin == 0 and control.hard_depth is None
+
+
+def legacy_manifest(**options: Any) -> Any:
+    """A manifest in the form runs were stored in before specs: `loom solve`'s options, as anyone may write them."""
+    from thoughtloom.store.manifest import Manifest
+
+    return Manifest(run_id="r1", model="local", backend="local:qwen2.5-coder-0.5b", max_concurrency=1,
+                    supports_batch=False, task="general", problem="p", config={}, budget={},
+                    cli={"problem": "Add two numbers.", "model": "local", **options})
+
+
+def test_a_run_stored_before_specs_reads_no_task_file_it_names_until_the_file_is_granted(tmp_path: Path) -> None:
+    from thoughtloom.run.grants import GrantError, Grants
+    from thoughtloom.run.session import spec_of
+
+    secret = tmp_path / "not-a-task.toml"
+    secret.write_text("password = hunter2 [\n", encoding="utf-8")  # read, it would fail to parse, naming its text
+    with pytest.raises(GrantError, match=rf"^this run asks for the task file {secret};.* --task-file {secret}$"):
+        spec_of(legacy_manifest(task_file=str(secret)), Grants(), live=False, cli=True)
+
+
+def test_a_run_stored_before_specs_imports_no_scorer_it_names_until_the_scorer_is_granted() -> None:
+    from thoughtloom.run.grants import GrantError, Grants
+    from thoughtloom.run.session import spec_of
+
+    with pytest.raises(GrantError, match=r"this run asks for the scorer never_imported_here:score;"):
+        spec_of(legacy_manifest(scorer="never_imported_here:score"), Grants(), live=False, cli=True)
+    assert "never_imported_here" not in sys.modules

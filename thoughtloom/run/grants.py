@@ -189,6 +189,33 @@ def needs(spec: RunSpec, *, live: bool) -> list[Need]:
     return out
 
 
+#: Options of a run stored before specs that building its spec from them reads or imports (the task file, the
+#: tests, the data, the repository, the scorer's module): (option, flag, what the user is told).
+_READ_WHILE_BUILDING = (("task_file", "--task-file", "the task file"), ("tests", "--tests", "the tests in"),
+                        ("data", "--data", "the data file"), ("repo", "--repo", "the repository"),
+                        ("scorer", "--scorer", "the scorer"))
+
+
+def check_before_building(options: Mapping[str, Any], grants: Grants, *, cli: bool = False) -> None:
+    """Refuse (GrantError, one line) a run stored before specs whose options name a file or code that building
+    its spec would read or import, unless `grants` names it again: checked before anything is read, as
+    `check_grants` checks the rest once the spec is built."""
+    asked = []
+    for option, flag, what in _READ_WHILE_BUILDING:
+        value = options.get(option)
+        if value is None:
+            continue
+        if not isinstance(value, str):
+            raise SpecError(f"the stored run's option {option} must be text; got {type(value).__name__}")
+        asked.append(Need(f"{what} {value}", flag, (value,), option))
+    missing = [n for n in asked if not n.granted(grants)]
+    if missing:
+        how = (" ".join(n.flags() for n in missing) if cli
+               else f"grants=Grants({', '.join(n.keyword() for n in missing)})")
+        raise GrantError(f"this run asks for {' and '.join(n.what for n in missing)}; a stored run gets none of "
+                         f"them unless you name them again, exactly: {how}", tuple(missing))
+
+
 def grant_flags(spec: RunSpec, *, live: bool = True) -> str:
     """The flags that grant a stored run what it asks for (a hint such as "then 'loom resume RUN ...'")."""
     return " ".join(n.flags() for n in needs(spec, live=live))

@@ -45,7 +45,7 @@ from ..store.shapes import BOOL, MAP, NUMBER, TEXT, checked, list_of, optional, 
 from ..store.store import BlockStore
 from ..tools.base import ToolResult, ToolSpec
 from ..tools.toolbox import TOOL_CALLS, RecordedTool, Toolbox
-from .grants import GrantError, Grants, check_grants
+from .grants import GrantError, Grants, check_before_building, check_grants
 from .spec import RunSpec, SpecError, model_pricing, pinned_model, role_pricing, user_scorer
 
 if TYPE_CHECKING:
@@ -331,6 +331,7 @@ def spec_of(manifest: Manifest, grants: Grants, *, live: bool, cli: bool = False
     elif manifest.cli is not None:
         from .options import spec_from_options
 
+        check_before_building(manifest.cli, grants, cli=cli)
         spec = spec_from_options(manifest.cli)
     else:
         raise RunError(f"run {manifest.run_id} keeps neither its spec nor its options; it can be shown and exported "
