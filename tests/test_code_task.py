@@ -386,3 +386,26 @@ async def test_a_lone_passing_program_scores_below_every_goal_threshold_until_an
     assert not tally.agreed and boosted < 0.8  # the lowest goal threshold of the profiles
     again = await task.tally(problem, (), [Sampled(p) for p in [*programs, problem.prompt + HE0_OVERFITTED + "\n"]])
     assert again.agreed == {0, 2} and again.shares[0] == 1.0
+
+
+HE50_CORRECT = '    return "".join([chr(((ord(ch) - 5 - ord("a")) % 26) + ord("a")) for ch in s])\n'
+HE50_WRONG = "    return s\n"
+
+
+async def test_with_no_visible_test_and_no_probe_the_first_program_that_loads_is_the_answer() -> None:
+    fake = in_turn(HE50_CORRECT, HE50_WRONG, HE50_WRONG, then=HE50_WRONG)
+    result = await solve("humaneval", "HumanEval/50", fake, BudgetLimits(tokens=8_000))
+    assert result.termination_reason == "goal_reached"
+    assert len(fake.calls) == 1  # nothing to vote on: no sampling to the end of the budget
+    assert result.solved is True
+
+
+async def test_a_program_checked_against_nothing_says_so() -> None:
+    from thoughtloom.tasks.humaneval import HumanEvalTask
+    from thoughtloom.tasks.query import Sampled
+
+    task = HumanEvalTask()
+    problem = task.parse_problem("HumanEval/50")
+    tally = await task.tally(problem, (), [Sampled(problem.prompt + HE50_WRONG), Sampled("def broken(:\n")])
+    assert tally.agreed == {0}
+    assert tally.notes == ("loads; no visible test and no probe to check it against", "does not compile")

@@ -174,10 +174,12 @@ class CodeTask(Task[CodeProblem]):
         total = sum(weights[i] for i, _ in passing)
         group_of = {i: g for g in groups for i in g}
 
-        # Agreement needs something to agree on: visible tests passed or probes answered alike.
-        checked = bool(problem.visible_tests or grounder.probes)
         heaviest = [sum(weights[i] for i in g) for g in groups[:2]]
-        won = checked and bool(heaviest) and heaviest[0] >= self.quorum and heaviest[0] > sum(heaviest[1:])
+        # Agreement needs something to agree on: visible tests passed or probes answered alike. With neither, every
+        # program that loads "agrees" and more samples cannot be told apart: the first that loads is the answer, as
+        # a lone sample's would be, instead of sampling to the end of the budget for a vote that cannot happen.
+        checked = bool(problem.visible_tests or grounder.probes)
+        won = bool(heaviest) and (not checked or (heaviest[0] >= self.quorum and heaviest[0] > sum(heaviest[1:])))
         agreed = frozenset(groups[0]) if won else frozenset()
 
         def share(i: int, ran: Behaviour | None) -> float:
@@ -191,6 +193,7 @@ class CodeTask(Task[CodeProblem]):
 
         shares = tuple(share(i, b) for i, b in enumerate(ran))
         notes = tuple(self._note(problem, b, group_of.get(i), weights, total, len(grounder.probes))
+                      if checked or b is None else "loads; no visible test and no probe to check it against"
                       for i, b in enumerate(ran))
         return Tally(shares, agreed, notes)
 
