@@ -406,6 +406,8 @@ async def test_a_program_checked_against_nothing_says_so() -> None:
 
     task = HumanEvalTask()
     problem = task.parse_problem("HumanEval/50")
-    tally = await task.tally(problem, (), [Sampled(problem.prompt + HE50_WRONG), Sampled("def broken(:\n")])
+    programs = [problem.prompt + HE50_WRONG, "def broken(:\n", "import no_such_module\n" + problem.prompt + HE50_WRONG]
+    tally = await task.tally(problem, (), [Sampled(p) for p in programs])
     assert tally.agreed == {0}
-    assert tally.notes == ("loads; no visible test and no probe to check it against", "does not compile")
+    assert tally.notes == ("loads; no visible test and no probe to check it against", "does not compile",
+                           "does not load")

@@ -146,8 +146,6 @@ def needs(spec: RunSpec, *, live: bool) -> list[Need]:
     tools run), else replay (only the files the task and its grounding read)."""
     out: list[Need] = []
     if live:
-        # What a granted model may be charged is the stored run's budget, as its writer set it: said where the
-        # user decides whether to grant the model.
         if isinstance(spec.model, str) and _needs_grant(spec.model):
             out.append(Need(f"model {_described(spec.model)}", "--model", (spec.model,), "model"))
         for role, model in spec.role_models:
@@ -210,10 +208,7 @@ def check_before_building(options: Mapping[str, Any], grants: Grants, *, cli: bo
         asked.append(Need(f"{what} {value}", flag, (value,), option))
     missing = [n for n in asked if not n.granted(grants)]
     if missing:
-        how = (" ".join(n.flags() for n in missing) if cli
-               else f"grants=Grants({', '.join(n.keyword() for n in missing)})")
-        raise GrantError(f"this run asks for {' and '.join(n.what for n in missing)}; a stored run gets none of "
-                         f"them unless you name them again, exactly: {how}", tuple(missing))
+        raise _refusal(missing, cli)
 
 
 def grant_flags(spec: RunSpec, *, live: bool = True) -> str:
@@ -231,12 +226,16 @@ def check_grants(spec: RunSpec, grants: Grants, *, live: bool, cli: bool = False
     if all(n.granted(grants) for n in asked) and given <= {n.field for n in asked}:
         return
     if asked:
-        how = (" ".join(n.flags() for n in asked) if cli
-               else f"grants=Grants({', '.join(n.keyword() for n in asked)})")
-        raise GrantError(f"this run asks for {' and '.join(n.what for n in asked)}; a stored run gets none of them "
-                         f"unless you name them again, exactly: {how}", tuple(asked))
+        raise _refusal(asked, cli)
     extra = _flag_names(given) if cli else ", ".join(sorted(given))
     raise GrantError(f"this run asks for no model endpoint, file or tool; leave out {extra}")
+
+
+def _refusal(asked: Sequence[Need], cli: bool) -> GrantError:
+    """The one-line refusal naming what a stored run asks for and how to grant it (flags, or Grants fields)."""
+    how = " ".join(n.flags() for n in asked) if cli else f"grants=Grants({', '.join(n.keyword() for n in asked)})"
+    return GrantError(f"this run asks for {' and '.join(n.what for n in asked)}; a stored run gets none of them "
+                      f"unless you name them again, exactly: {how}", tuple(asked))
 
 
 def chosen(grants: Grants, model: str | None, role_models: Sequence[tuple[str, str]]) -> Grants:

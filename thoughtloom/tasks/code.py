@@ -193,7 +193,7 @@ class CodeTask(Task[CodeProblem]):
 
         shares = tuple(share(i, b) for i, b in enumerate(ran))
         notes = tuple(self._note(problem, b, group_of.get(i), weights, total, len(grounder.probes))
-                      if checked or b is None else "loads; no visible test and no probe to check it against"
+                      if checked or i not in group_of else "loads; no visible test and no probe to check it against"
                       for i, b in enumerate(ran))
         return Tally(shares, agreed, notes)
 
