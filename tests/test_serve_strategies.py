@@ -11,6 +11,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -308,23 +309,30 @@ def test_a_remote_model_without_its_key_is_a_one_line_usage_error_before_serving
     assert proc.stderr.count("\n") == 1 and "OPENAI_API_KEY is not set" in proc.stderr
 
 
-def test_loom_serve_strategies_over_a_remote_model_answers_an_openai_client(model: FakeOpenAIServer,
-                                                                          tmp_path: Path) -> None:
-    store = tmp_path / "runs.db"
+@contextmanager
+def loom_serve_tot(model: FakeOpenAIServer, store: Path, *flags: str) -> Iterator[Any]:
+    """A real `loom serve --strategies tot --store STORE` over the scripted model, asked "tot" once: the raw reply.
+    The server is stopped with Ctrl-C after, and must exit 0."""
     proc = subprocess.Popen([sys.executable, "-m", "thoughtloom", "serve", "--port", "0", "--model",
-                             f"openai-compatible:{model.url}@m", "--strategies", "tot", "--store", str(store)],
+                             f"openai-compatible:{model.url}@m", "--strategies", "tot", "--store", str(store), *flags],
                             cwd=Path(__file__).parents[1], text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
         line = proc.stdout.readline() if proc.stdout else ""
         assert line.startswith("serving tot at http://127.0.0.1:"), line or proc.communicate()[1]
         with client(line.split()[-1]) as c:
-            raw = c.chat.completions.with_raw_response.create(model="tot", messages=ASK)  # type: ignore[arg-type]
-        assert raw.parse().choices[0].message.content == ANSWER
-        assert raw.headers["x-thoughtloom-run-id"]
+            yield c.chat.completions.with_raw_response.create(model="tot", messages=ASK)  # type: ignore[arg-type]
     finally:
         proc.send_signal(signal.SIGINT)
         _, err = proc.communicate(timeout=scaled(30))
     assert proc.returncode == 0, err
+
+
+def test_loom_serve_strategies_over_a_remote_model_answers_an_openai_client(model: FakeOpenAIServer,
+                                                                          tmp_path: Path) -> None:
+    store = tmp_path / "runs.db"
+    with loom_serve_tot(model, store) as raw:
+        assert raw.parse().choices[0].message.content == ANSWER
+        assert raw.headers["x-thoughtloom-run-id"]
     assert store.exists()
 
 
@@ -343,19 +351,7 @@ def test_loom_serve_runs_every_served_search_with_the_operators_profile(model: F
     from thoughtloom.store.sqlite import SQLiteStore
 
     store = tmp_path / "runs.db"
-    proc = subprocess.Popen([sys.executable, "-m", "thoughtloom", "serve", "--port", "0", "--model",
-                             f"openai-compatible:{model.url}@m", "--strategies", "tot", "--store", str(store),
-                             "--profile", "strategic_planning"],
-                            cwd=Path(__file__).parents[1], text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    try:
-        line = proc.stdout.readline() if proc.stdout else ""
-        assert line.startswith("serving tot at http://127.0.0.1:"), line or proc.communicate()[1]
-        with client(line.split()[-1]) as c:
-            raw = c.chat.completions.with_raw_response.create(model="tot", messages=ASK)  # type: ignore[arg-type]
+    with loom_serve_tot(model, store, "--profile", "strategic_planning") as raw:
         run_id = raw.headers["x-thoughtloom-run-id"]
-    finally:
-        proc.send_signal(signal.SIGINT)
-        _, err = proc.communicate(timeout=scaled(30))
-    assert proc.returncode == 0, err
     with SQLiteStore(str(store)) as opened:
         assert open_run(opened, run_id).manifest.profile == "strategic_planning"
