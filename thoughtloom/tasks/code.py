@@ -193,7 +193,6 @@ class CodeTask(Task[CodeProblem]):
 
         shares = tuple(share(i, b) for i, b in enumerate(ran))
         notes = tuple(self._note(problem, b, group_of.get(i), weights, total, len(grounder.probes))
-                      if checked or i not in group_of else "loads; no visible test and no probe to check it against"
                       for i, b in enumerate(ran))
         return Tally(shares, agreed, notes)
 
@@ -206,6 +205,8 @@ class CodeTask(Task[CodeProblem]):
         tests = len(problem.visible_tests)
         if group is None:
             return f"fails {ran.failed} of {tests} visible tests" if ran.load_error is None else "does not load"
+        if not tests and not probes:
+            return "loads; no visible test and no probe to check it against"
         alike = sum(weights[j] for j in group)
         return f"passes the {tests} visible tests; {alike} of {total} passing samples behave alike on {probes} probes"
 
