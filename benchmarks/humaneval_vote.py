@@ -24,6 +24,7 @@ from pathlib import Path
 from thoughtloom.graph import NodeKind
 from thoughtloom.store.runs import load_graph, open_run
 from thoughtloom.store.sqlite import SQLiteStore
+from thoughtloom.tasks.code import CodeProblem
 from thoughtloom.tasks.humaneval import HumanEvalTask
 
 
@@ -36,6 +37,15 @@ async def account(run_dir: Path, store_path: Path) -> None:
     changed: list[str] = []
     programs = []
     held: list[str] = []  # problems whose graph held a program passing the hidden tests
+    right: dict[tuple[str, str], bool] = {}  # (problem, program whitespace aside) -> passes the hidden tests
+
+    async def passes(problem: CodeProblem, program: str) -> bool:
+        """Whether `program` passes `problem`'s hidden tests; each program is run once."""
+        key = (problem.id, " ".join(program.split()))
+        if key not in right:
+            right[key] = bool(await task.acheck_answer(problem, program))
+        return right[key]
+
     for row in rows:
         if row["lane"] != "tot" or not row.get("run_id"):
             continue
@@ -44,9 +54,8 @@ async def account(run_dir: Path, store_path: Path) -> None:
         programs.append(len(code))
         passing = [n for n in code if (n.extra.get("grounding") or {}).get("verified") is True]
         problem = task.parse_problem(row["problem_id"])
-        distinct = {" ".join(n.content.split()): n.content for n in code}  # one run per program, as written
-        for text in distinct.values():
-            if await task.acheck_answer(problem, text):
+        for node in code:
+            if await passes(problem, node.content):
                 held.append(row["problem_id"])
                 break
         outcome["reached a quorum" if row["stop_reason"] == "goal_reached" else f"ended {row['stop_reason']}"] += 1
@@ -57,7 +66,7 @@ async def account(run_dir: Path, store_path: Path) -> None:
         if " ".join(first.split()) == " ".join((row["answer"] or "").split()):
             outcome["answer = first passing program"] += 1
             continue
-        first_right = await task.acheck_answer(problem, first)
+        first_right = await passes(problem, first)
         vote_right = row["solved"] is True
         key = {(True, False): "vote right, first wrong", (False, True): "vote wrong, first right",
                (True, True): "both right", (False, False): "both wrong"}[(vote_right, bool(first_right))]
